@@ -1,0 +1,123 @@
+"""The ``lattice`` command.
+
+Exit codes: 0 completed, 1 run failed, 2 bad usage or invalid document,
+3 halted waiting for a human. Only argparse is imported at start-up; each
+command imports what it needs, so ``lattice --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lattice.errors import Diagnostic
+    from lattice.lower.compiler import LoweringResult
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HALTED = 0, 1, 2, 3
+
+
+def _print_diagnostics(diagnostics: Sequence[Diagnostic], source: str | None) -> None:
+    for diagnostic in diagnostics:
+        print(diagnostic.format(source), file=sys.stderr)
+
+
+def _lower_for_cli(path: str) -> LoweringResult:
+    from lattice.lower import lower_document
+
+    result = lower_document(Path(path))
+    _print_diagnostics(result.diagnostics, path)
+    return result
+
+
+def cmd_lower(args: argparse.Namespace) -> int:
+    from lattice.lower.emit import EMITTERS
+
+    result = _lower_for_cli(args.workflow)
+    if result.ir is None:
+        return EXIT_USAGE
+    text = EMITTERS[args.emit](result.ir)
+    if args.output:
+        from lattice.runtime.files import atomic_write_text
+
+        atomic_write_text(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    result = _lower_for_cli(args.workflow)
+    if result.ir is None:
+        print(
+            f"{args.workflow}: {len(result.errors)} error(s), {len(result.warnings)} warning(s)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    ops = len(result.ir.ops)
+    print(f"{args.workflow}: ok ({ops} ops, {len(result.warnings)} warning(s))", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from lattice.ir import execir_json_schema
+
+    sys.stdout.write(json.dumps(execir_json_schema(), indent=2) + "\n")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lattice",
+        description="Compile and run LLM workflows under contracts.",
+    )
+    parser.add_argument("--version", action="version", version="lattice 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("lower", help="lower a workflow document to ExecIR (or Mermaid / DOT)")
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument("--emit", choices=["execir", "mermaid", "dot"], default="execir")
+    p.add_argument("-o", "--output", help="write to FILE instead of stdout")
+    p.set_defaults(handler=cmd_lower)
+
+    p = sub.add_parser("check", help="check a workflow document and print its diagnostics")
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.set_defaults(handler=cmd_check)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of ExecIR")
+    p.set_defaults(handler=cmd_schema)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``lattice`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from lattice.errors import DocumentError, LatticeRunError, LatticeUserError
+
+    handler: Any = args.handler
+    try:
+        return int(handler(args))
+    except DocumentError as exc:
+        _print_diagnostics(exc.diagnostics, exc.source)
+        return EXIT_USAGE
+    except LatticeUserError as exc:
+        print(f"lattice: error[{exc.error_type}]: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except LatticeRunError as exc:
+        print(f"lattice: run failed [{exc.error_type}]: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("lattice: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Lattice's error tree and diagnostics.
+
+::
+
+    LatticeError
+    ├── LatticeUserError          a user's mistake: bad document, config or input (exit 2)
+    │   ├── DocumentError         a document that cannot be lowered; carries every Diagnostic
+    │   └── InputError            run inputs that do not fit the workflow
+    └── LatticeRunError           a failure while running (exit 1), with a stable error_type
+
+Every error has a stable ``error_type`` code and a message a person can act on.
+Third-party exceptions are wrapped at the boundary (``raise ... from exc``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Severity(StrEnum):
+    """How bad a diagnostic is: errors stop lowering, warnings do not."""
+
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One problem found in a document, with where it is.
+
+    ``pointer`` is a JSON pointer into the file as read (``/workflow/nodes/3/data/prompt``
+    for a wrapped document); ``node_id`` names the node when there is one.
+    """
+
+    code: str
+    message: str
+    severity: Severity = Severity.ERROR
+    node_id: str | None = None
+    pointer: str = ""
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+    def location(self) -> str:
+        where = self.pointer or "/"
+        return f"node {self.node_id!r} at {where}" if self.node_id else where
+
+    def format(self, source: str | None = None) -> str:
+        """One line a person reads: ``file: error[code] node 'x' at /ptr: message``."""
+        prefix = f"{source}: " if source else ""
+        return f"{prefix}{self.severity.value}[{self.code}] {self.location()}: {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "code": self.code,
+            "severity": self.severity.value,
+            "message": self.message,
+            "pointer": self.pointer,
+        }
+        if self.node_id is not None:
+            out["nodeId"] = self.node_id
+        return out
+
+
+class LatticeError(Exception):
+    """Root of every error Lattice raises on purpose."""
+
+    error_type: str = "lattice_error"
+
+    def __init__(self, message: str, *, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if error_type is not None:
+            self.error_type = error_type
+
+
+class LatticeUserError(LatticeError):
+    """A user's mistake (document, configuration, command line, inputs). Exit code 2."""
+
+    error_type = "user_error"
+
+
+class DocumentError(LatticeUserError):
+    """A workflow document that cannot be loaded or lowered; ``diagnostics`` lists every problem."""
+
+    error_type = "invalid_document"
+
+    def __init__(self, diagnostics: list[Diagnostic], *, source: str | None = None) -> None:
+        errors = [d for d in diagnostics if d.is_error]
+        head = f"{len(errors)} error(s) in {source or 'the workflow document'}"
+        super().__init__(head + "".join("\n  " + d.format() for d in errors))
+        self.diagnostics = diagnostics
+        self.source = source
+
+
+class InputError(LatticeUserError):
+    """Run inputs that do not fit the workflow's inputs schema."""
+
+    error_type = "input_error"
+
+
+class LatticeRunError(LatticeError):
+    """A failure while running a workflow. Exit code 1.
+
+    ``op_id``/``node_id`` say where it happened when known; ``details`` holds
+    machine-readable context (JSON-serialisable).
+    """
+
+    error_type = "run_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_type: str | None = None,
+        op_id: str | None = None,
+        node_id: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_type=error_type)
+        self.op_id = op_id
+        self.node_id = node_id
+        self.details = details or {}

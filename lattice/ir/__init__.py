@@ -1,0 +1,48 @@
+"""ExecIR: typed ops, (de)serialisation and the JSON Schema of the IR."""
+
+from lattice.ir.models import (
+    DEFAULT_PORT,
+    FAILED_PORT,
+    IR_VERSION,
+    AskOp,
+    Case,
+    Condition,
+    Edge,
+    EndOp,
+    ExecIR,
+    HttpCall,
+    LLMWriteOp,
+    McpCall,
+    Op,
+    StartOp,
+    StateOp,
+    SwitchOp,
+    ToolCallOp,
+    TransformOp,
+)
+from lattice.ir.serialize import execir_json_schema, ir_from_json, ir_to_dict, ir_to_json
+
+__all__ = [
+    "DEFAULT_PORT",
+    "FAILED_PORT",
+    "IR_VERSION",
+    "AskOp",
+    "Case",
+    "Condition",
+    "Edge",
+    "EndOp",
+    "ExecIR",
+    "HttpCall",
+    "LLMWriteOp",
+    "McpCall",
+    "Op",
+    "StartOp",
+    "StateOp",
+    "SwitchOp",
+    "ToolCallOp",
+    "TransformOp",
+    "execir_json_schema",
+    "ir_from_json",
+    "ir_to_dict",
+    "ir_to_json",
+]

@@ -1,0 +1,256 @@
+"""ExecIR: the deterministic, versioned program that lowering emits and the runner walks.
+
+Ops are small typed records discriminated by ``kind``; ``ExecIR`` holds them by id
+with the entry op, the inputs schema and lowering diagnostics. Field names are
+camelCase on the wire (``sourceNode``, ``irVersion``) and snake_case in Python.
+
+Values inside ops (prompts, URLs, bodies, ``value`` of STATE, ``output`` of END)
+are *value templates*: a string that is exactly one ``{{ expr }}`` yields the
+referenced value itself, other strings with ``{{ }}`` interpolate text, a string
+that is exactly a ``$``-path (``$vars.a.result``) yields that value, and anything
+else is a literal. See ``lattice.lower.templates``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+IR_VERSION = "1"
+"""Bumped whenever the meaning of an existing field changes."""
+
+DEFAULT_PORT = "default"
+FAILED_PORT = "failed"
+
+
+class IRModel(BaseModel):
+    """Base of every IR record: camelCase aliases, unknown fields rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Edge(IRModel):
+    """One outgoing edge: when the op leaves through ``port``, go to op ``to``."""
+
+    port: str = DEFAULT_PORT
+    """``default`` for sequential flow, a branch label for SWITCH, ``failed`` for failure routes."""
+    to: str
+    """Id of the op to run next."""
+
+
+class OpBase(IRModel):
+    id: str
+    """Unique op id: the node id, with ``#suffix`` for extra ops and ``parent__`` for inlined sub-flows."""
+    source_node: str
+    """Id of the document node this op was lowered from (provenance)."""
+    name: str | None = None
+    """A label for people (the node's title)."""
+    next: list[Edge] = Field(default_factory=list)
+    """Outgoing edges, in document order."""
+    reads: list[str] = Field(default_factory=list)
+    """The ``$``-paths this op reads (from templates and wiring); informational."""
+
+
+class StartOp(OpBase):
+    """Entry of the run; ``$in`` is validated against ``ExecIR.inputs_schema`` here."""
+
+    kind: Literal["START"] = "START"
+
+
+class EndOp(OpBase):
+    """End of the run. The run output is ``output`` when given, else the last result."""
+
+    kind: Literal["END"] = "END"
+    output: Any = None
+    """A value template (``$``-path or ``{{ }}`` template) selecting the run's output."""
+
+
+class LLMWriteOp(OpBase):
+    """Ask a model for one artifact under a contract and write it to ``writes``."""
+
+    kind: Literal["LLM_WRITE"] = "LLM_WRITE"
+    purpose: Literal["generate", "classify", "tool_arguments", "tool_selection"] = "generate"
+    """Why lowering created this op; classifiers and tool-argument ops come from other nodes."""
+    prompt: str
+    """User part: a text template rendered against state."""
+    system: str | None = None
+    """System part written in the document (agent definition), if any."""
+    template: str | None = None
+    """Prompt template id (``artifact-builder@1``) used to frame the call."""
+    variables: dict[str, Any] = Field(default_factory=dict)
+    """Named values for ``{{ name }}`` in the prompt (value templates)."""
+    context: list[str] = Field(default_factory=list)
+    """``$``-paths of upstream results appended to the payload when present."""
+    output_schema: dict[str, Any] | None = None
+    """JSON Schema of the artifact; None means free text."""
+    model_class: str = "default"
+    """``small``/``medium``/``large``/``default``; mapped to a concrete model by config."""
+    model: str | None = None
+    """A concrete model name that overrides the class mapping."""
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    invariants: list[Any] = Field(default_factory=list)
+    """Named invariant checks (``"no_code"`` or ``{"name": ..., ...params}``)."""
+    max_attempts: int | None = None
+    """Attempts per model class before escalation (None: the configured default)."""
+    escalate: bool | dict[str, Any] = True
+    """False disables escalation; a dict may cap the ladder (``{"maxClass": "medium"}``)."""
+    labels: list[str] | None = None
+    """For classifiers: the branch labels the output's ``branch`` must be one of."""
+    writes: str
+    """State path the validated output is written to (``$vars.<node>.result``)."""
+
+
+class Condition(IRModel):
+    """A parsed deterministic condition (see ``lattice.lower.conditions``)."""
+
+    op: Literal[
+        "eq",
+        "ne",
+        "gt",
+        "ge",
+        "lt",
+        "le",
+        "in",
+        "not_in",
+        "contains",
+        "not_contains",
+        "matches",
+        "exists",
+        "not_exists",
+        "empty",
+        "not_empty",
+        "jmespath",
+    ]
+    value: Any = None
+    """The right-hand side (literal, list, regex or JMESPath expression)."""
+
+
+class Case(IRModel):
+    """One SWITCH branch: leave through ``port`` when ``test`` holds."""
+
+    port: str
+    test: Condition
+    source: str = ""
+    """The condition as written in the document."""
+
+
+class SwitchOp(OpBase):
+    """Deterministic branch on a value: the first matching case wins, else ``default_port``."""
+
+    kind: Literal["SWITCH"] = "SWITCH"
+    input: str | None = None
+    """``$``-path of the value tested; None means the most recent result."""
+    cases: list[Case] = Field(default_factory=list)
+    default_port: str | None = None
+    """Port taken when no case matches; None makes a non-match a run error."""
+
+
+class HttpCall(IRModel):
+    """An HTTP request; every string may be a template."""
+
+    tool: Literal["http"] = "http"
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "GET"
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    query: dict[str, Any] = Field(default_factory=dict)
+    body: Any = None
+    timeout_ms: int | None = None
+    response_type: Literal["json", "text", "auto"] = "auto"
+
+
+class McpCall(IRModel):
+    """A call to a tool of an MCP server named in the user's config (never in the document)."""
+
+    tool: Literal["mcp"] = "mcp"
+    server_id: str
+    tool_name: str | None = None
+    """None when the tool is chosen by a preceding ``tool_selection`` LLM op."""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """Value templates for the tool's arguments (manual mode)."""
+    arguments_from: str | None = None
+    """``$``-path of arguments (or ``{tool, arguments}``) produced by an LLM op (AI modes)."""
+    mode: Literal["manualParameterConfig", "aiParameterConfig", "aiToolSelection"] = (
+        "manualParameterConfig"
+    )
+
+
+class ToolCallOp(OpBase):
+    """Call an external tool and write ``{status, headers, body}`` or the tool's result."""
+
+    kind: Literal["TOOL_CALL"] = "TOOL_CALL"
+    call: Annotated[HttpCall | McpCall, Field(discriminator="tool")]
+    output_schema: dict[str, Any] | None = None
+    writes: str
+
+
+class StateOp(OpBase):
+    """Change a named variable ``$vars.<variable>``; ``get`` copies it to ``writes``."""
+
+    kind: Literal["STATE"] = "STATE"
+    operation: Literal["set", "get", "append", "increment", "delete"]
+    variable: str
+    value: Any = None
+    """A value template; for ``increment`` the step (default 1)."""
+    writes: str | None = None
+
+
+class TransformOp(OpBase):
+    """Evaluate a JMESPath expression over ``input`` (default: ``{in, vars, ctx}``)."""
+
+    kind: Literal["TRANSFORM"] = "TRANSFORM"
+    expression: str
+    input: str | None = None
+    writes: str
+
+
+class AskOption(IRModel):
+    label: str
+    description: str | None = None
+
+
+class AskOp(OpBase):
+    """Ask a human; halts the run unless an answer is supplied. Writes ``{label, index}``."""
+
+    kind: Literal["ASK"] = "ASK"
+    question: str
+    options: list[AskOption] = Field(default_factory=list)
+    multi_select: bool = False
+    writes: str
+
+
+Op = Annotated[
+    StartOp | EndOp | LLMWriteOp | SwitchOp | ToolCallOp | StateOp | TransformOp | AskOp,
+    Field(discriminator="kind"),
+]
+
+
+class WorkflowInfo(IRModel):
+    id: str
+    name: str
+    description: str | None = None
+
+
+class IRDiagnostic(IRModel):
+    """A warning kept with the IR (errors never produce IR)."""
+
+    code: str
+    severity: str
+    message: str
+    pointer: str = ""
+    node_id: str | None = None
+
+
+class ExecIR(IRModel):
+    """A lowered workflow: ops by id, the entry op, the inputs schema and warnings."""
+
+    ir_version: str = IR_VERSION
+    workflow: WorkflowInfo
+    entry: str
+    inputs_schema: dict[str, Any] = Field(default_factory=dict)
+    """JSON Schema of ``$in``: the start node's ``inputs``, or inferred from references."""
+    ops: dict[str, Op]
+    diagnostics: list[IRDiagnostic] = Field(default_factory=list)

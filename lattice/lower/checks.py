@@ -1,0 +1,234 @@
+"""Static checks over the lowered graph: reachability, dead ends and template references.
+
+References are checked against a node-level ``networkx.DiGraph``: ``$vars.X``
+read by node R is valid only when X can run before R (X reaches R). Reachability
+queries use the condensation's topological order to prune, so the common case
+(a reference to a nearby upstream node) costs a few steps, not a graph walk.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+import networkx as nx
+
+from lattice.document.models import Node
+from lattice.errors import Diagnostic, Severity
+from lattice.ir.templates import NameRef, StatePath
+from lattice.lower.registry import LoweringContext, NodeLowering, RefUse, did_you_mean
+
+CTX_KEYS = (
+    "run_id",
+    "started_at",
+    "workflow_id",
+    "workflow_name",
+    "model_classes",
+    "op_id",
+    "node_id",
+)
+"""Keys of ``$ctx`` that templates may read."""
+
+
+class Reachability:
+    """Answers "can node a run before node b" on a graph that may have cycles."""
+
+    def __init__(self, graph: nx.DiGraph) -> None:
+        self.graph = graph
+        condensed = nx.condensation(graph)
+        self._scc: dict[str, int] = condensed.graph["mapping"]
+        self._members = {c: len(condensed.nodes[c]["members"]) for c in condensed.nodes}
+        self._order = {c: i for i, c in enumerate(nx.topological_sort(condensed))}
+        self._condensed = condensed
+
+    def reaches(self, source: str, target: str) -> bool:
+        """True when a path of one or more edges leads from ``source`` to ``target``."""
+        if source not in self._scc or target not in self._scc:
+            return False
+        a, b = self._scc[source], self._scc[target]
+        if a == b:
+            return self._members[a] > 1 or self.graph.has_edge(source, source)
+        floor = self._order[a]
+        if floor > self._order[b]:
+            return False
+        seen = {b}
+        queue = deque([b])
+        while queue:
+            current = queue.popleft()
+            for pred in self._condensed.predecessors(current):
+                if pred == a:
+                    return True
+                if pred not in seen and self._order[pred] >= floor:
+                    seen.add(pred)
+                    queue.append(pred)
+        return False
+
+
+def reachability_warnings(
+    ctx: LoweringContext,
+    graph: nx.DiGraph,
+    start: str | None,
+    ends: list[str],
+    nodes: Iterable[Node],
+) -> None:
+    """Warn about nodes start cannot reach and nodes from which no end is reachable."""
+    reachable = nx.descendants(graph, start) | {start} if start in graph else set()
+    can_finish: set[str] = set()
+    for end in ends:
+        if end in graph and end not in can_finish:
+            can_finish |= nx.ancestors(graph, end) | {end}
+    for node in nodes:
+        if node.id not in graph:
+            continue
+        if start is not None and node.id not in reachable:
+            ctx.warn(node, "node-unreachable", "no path from the start node reaches this node")
+        elif ends and node.id not in can_finish:
+            ctx.warn(node, "node-dead-end", "no end node can be reached from this node")
+
+
+def missing_property(
+    schema: dict[str, Any] | None, keys: tuple[str | int, ...]
+) -> str | int | None:
+    """The first key of ``keys`` that ``schema`` says cannot exist, or None.
+
+    Only declared ``properties`` are trusted; schemas using combinators, ``$ref``,
+    ``patternProperties`` or an ``additionalProperties`` schema stop the check.
+    """
+    current = schema
+    for key in keys:
+        if not isinstance(current, dict) or any(
+            k in current for k in ("$ref", "anyOf", "oneOf", "allOf", "patternProperties")
+        ):
+            return None
+        if isinstance(key, int):
+            items = current.get("items")
+            if not isinstance(items, dict):
+                return None
+            current = items
+            continue
+        properties = current.get("properties")
+        if not isinstance(properties, dict):
+            return None
+        if key in properties:
+            current = properties[key]
+            continue
+        extra = current.get("additionalProperties")
+        if isinstance(extra, dict) or extra is True:
+            return None
+        return key
+    return None
+
+
+class ReferenceChecker:
+    """Checks every recorded template reference; records inferred ``$in`` keys."""
+
+    def __init__(
+        self,
+        ctx: LoweringContext,
+        reach: Reachability,
+        lowerings: dict[str, NodeLowering],
+        variables: dict[str, list[str]],
+        inputs_schema: dict[str, Any] | None,
+    ) -> None:
+        self.ctx = ctx
+        self.reach = reach
+        self.lowerings = lowerings
+        self.variables = variables
+        self.inputs_schema = inputs_schema
+        self.input_keys: set[str] = set()
+
+    def _error(self, use: RefUse, code: str, message: str) -> None:
+        self.ctx.diagnostics.append(
+            Diagnostic(
+                code, message, severity=Severity.ERROR, node_id=use.node_id, pointer=use.pointer
+            )
+        )
+
+    def check(self, use: RefUse) -> None:
+        ref = use.ref
+        if isinstance(ref, NameRef):
+            node = self.ctx.nodes.get(use.node_id)
+            variables = node.data.get("variables") if node is not None else None
+            if isinstance(variables, dict) and ref.name in variables:
+                return
+            ref = ref.as_input_path()
+        if ref.root == "$in":
+            self._check_input(use, ref)
+        elif ref.root == "$vars":
+            self._check_vars(use, ref)
+        elif ref.root == "$ctx" and ref.keys and ref.keys[0] not in CTX_KEYS:
+            self._error(
+                use,
+                "template-unknown-ref",
+                f"$ctx has no key {ref.keys[0]!r}{did_you_mean(str(ref.keys[0]), CTX_KEYS)}",
+            )
+
+    def _check_input(self, use: RefUse, ref: StatePath) -> None:
+        if not ref.keys or not isinstance(ref.keys[0], str):
+            return
+        self.input_keys.add(ref.keys[0])
+        missing = missing_property(self.inputs_schema, ref.keys)
+        if self.inputs_schema is not None and missing is not None:
+            declared = list((self.inputs_schema.get("properties") or {}).keys())
+            self._error(
+                use,
+                "template-unknown-property",
+                f"{ref.text}: the start node's inputs schema has no {missing!r}"
+                f"{did_you_mean(str(missing), declared)}",
+            )
+
+    def _check_vars(self, use: RefUse, ref: StatePath) -> None:
+        if not ref.keys:
+            return
+        name = str(ref.keys[0])
+        if name in self.lowerings:
+            self._check_node_ref(use, ref, name)
+        elif name in self.variables:
+            setters = self.variables[name]
+            if not any(self.reach.reaches(s, use.node_id) for s in setters):
+                self._error(
+                    use,
+                    "template-ref-not-before",
+                    f"{ref.text}: no variableStore node that sets {name!r} can run before this node",
+                )
+        else:
+            known = list(self.lowerings) + list(self.variables)
+            self._error(
+                use,
+                "template-unknown-ref",
+                f"{ref.text}: no node or variable named {name!r}{did_you_mean(name, known)}",
+            )
+
+    def _check_node_ref(self, use: RefUse, ref: StatePath, name: str) -> None:
+        lowering = self.lowerings[name]
+        if not lowering.produces:
+            self._error(
+                use, "template-ref-no-result", f"{ref.text}: node {name!r} produces no value"
+            )
+            return
+        if not self.reach.reaches(name, use.node_id):
+            self._error(
+                use,
+                "template-ref-not-before",
+                f"{ref.text}: node {name!r} cannot have run before this node",
+            )
+            return
+        if len(ref.keys) < 2:
+            return
+        part = ref.keys[1]
+        if part not in lowering.produces:
+            self._error(
+                use,
+                "template-unknown-property",
+                f"{ref.text}: node {name!r} writes {', '.join(lowering.produces)}, not {part!r}",
+            )
+            return
+        if part == "result":
+            missing = missing_property(lowering.result_schema, ref.keys[2:])
+            if missing is not None:
+                self._error(
+                    use,
+                    "template-unknown-property",
+                    f"{ref.text}: the output schema of {name!r} has no property {missing!r}",
+                )

@@ -1,0 +1,311 @@
+"""The lowering compiler: document → ExecIR, with every diagnostic collected.
+
+Order: load → inline sub-flows → lower each node through the registry → wire
+edges (checking ports) → reachability warnings → reference checks → inputs
+schema → assemble. Errors anywhere mean no IR; warnings travel with the IR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from lattice.document.loader import parse_workflow, pointer_join, read_json_file
+from lattice.document.models import Workflow
+from lattice.errors import Diagnostic, DocumentError
+from lattice.ir.models import Edge, ExecIR, IRDiagnostic, Op, WorkflowInfo
+from lattice.lower.branch_nodes import AskUserQuestionLowerer, IfElseLowerer, SwitchLowerer
+from lattice.lower.checks import Reachability, ReferenceChecker, reachability_warnings
+from lattice.lower.flow_nodes import (
+    DataTransformLowerer,
+    EndLowerer,
+    GroupLowerer,
+    HttpRequestLowerer,
+    McpLowerer,
+    StartLowerer,
+    SubAgentFlowLowerer,
+    VariableStoreLowerer,
+)
+from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
+from lattice.lower.registry import LowererRegistry, LoweringContext, NodeLowering, did_you_mean
+from lattice.lower.subflows import inline_subflows
+
+
+def default_registry() -> LowererRegistry:
+    """A registry with a lowerer for every node type Lattice knows."""
+    registry = LowererRegistry()
+    for lowerer in (
+        StartLowerer(),
+        EndLowerer(),
+        PromptLowerer(),
+        SubAgentLowerer(),
+        IfElseLowerer(),
+        SwitchLowerer(),
+        AskUserQuestionLowerer(),
+        McpLowerer(),
+        HttpRequestLowerer(),
+        VariableStoreLowerer(),
+        DataTransformLowerer(),
+        SubAgentFlowLowerer(),
+        SkillLowerer(),
+        CodexLowerer(),
+        GroupLowerer(),
+    ):
+        registry.register(lowerer)
+    return registry
+
+
+DEFAULT_REGISTRY = default_registry()
+
+
+@dataclass
+class LoweringResult:
+    """What lowering produced: the IR (None when there are errors) and every diagnostic."""
+
+    ir: ExecIR | None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if not d.is_error]
+
+
+class _Compiler:
+    def __init__(
+        self, workflow: Workflow, registry: LowererRegistry, base_dir: Path | None
+    ) -> None:
+        pointers = {
+            n.id: pointer_join(workflow.pointer_base, "nodes", i)
+            for i, n in enumerate(workflow.nodes)
+        }
+        self.workflow, inline_diags = inline_subflows(workflow, pointers)
+        self.registry = registry
+        self.ctx = LoweringContext(self.workflow, base_dir=base_dir, node_pointers=pointers)
+        self.ctx.diagnostics.extend(inline_diags)
+        self.lowerings: dict[str, NodeLowering] = {}
+        self.ports: dict[str, list[str]] = {}
+        self.graph: nx.DiGraph = nx.DiGraph()
+
+    def run(self) -> LoweringResult:
+        start, ends = self._check_shape()
+        self._lower_nodes()
+        self._wire()
+        reachability_warnings(self.ctx, self.graph, start, ends, self.workflow.nodes)
+        inputs_schema = self._check_references(start)
+        if any(d.is_error for d in self.ctx.diagnostics) or start is None:
+            return LoweringResult(None, self.ctx.diagnostics)
+        ops: dict[str, Op] = {}
+        for node in self.workflow.nodes:
+            for op in self.lowerings[node.id].ops:
+                ops[op.id] = op
+        ir = ExecIR(
+            workflow=WorkflowInfo(
+                id=self.workflow.id or self.workflow.name or "workflow",
+                name=self.workflow.name or self.workflow.id or "workflow",
+                description=self.workflow.description,
+            ),
+            entry=start,
+            inputs_schema=inputs_schema,
+            ops=ops,
+            diagnostics=[
+                IRDiagnostic(
+                    code=d.code,
+                    severity=d.severity.value,
+                    message=d.message,
+                    pointer=d.pointer,
+                    node_id=d.node_id,
+                )
+                for d in self.ctx.diagnostics
+            ],
+        )
+        return LoweringResult(ir, self.ctx.diagnostics)
+
+    def _check_shape(self) -> tuple[str | None, list[str]]:
+        ctx, seen = self.ctx, set()
+        for node in self.workflow.nodes:
+            if node.id in seen:
+                ctx.error(
+                    node, "node-duplicate-id", f"another node already has id {node.id!r}", "id"
+                )
+            seen.add(node.id)
+        starts = [n for n in self.workflow.nodes if n.type == "start"]
+        ends = [n.id for n in self.workflow.nodes if n.type == "end"]
+        if not starts:
+            ctx.error(None, "start-missing", "the workflow has no start node", "nodes")
+        for extra in starts[1:]:
+            ctx.error(
+                extra,
+                "start-multiple",
+                f"a workflow has exactly one start node; {starts[0].id!r} is the first",
+            )
+        if not ends:
+            ctx.error(None, "end-missing", "the workflow has no end node", "nodes")
+        return (starts[0].id if starts else None), ends
+
+    def _lower_nodes(self) -> None:
+        for node in self.workflow.nodes:
+            lowerer = self.registry.get(node.type)
+            if lowerer is None:
+                hint = self.registry.suggest(node.type)
+                self.ctx.error(
+                    node,
+                    "unknown-node-type",
+                    f"unknown node type {node.type!r}"
+                    + (
+                        f" (did you mean {hint!r}?)"
+                        if hint
+                        else f"; known types: {', '.join(self.registry.types())}"
+                    ),
+                    "type",
+                )
+                self.lowerings[node.id] = NodeLowering(produces=())
+                self.ports[node.id] = []
+                continue
+            self.lowerings[node.id] = lowerer.lower(node, self.ctx)
+            self.ports[node.id] = lowerer.ports(node)
+            if node.type != "group":
+                self.graph.add_node(node.id)
+
+    def _wire(self) -> None:
+        ctx, ops_by_id = self.ctx, {op.id: op for lw in self.lowerings.values() for op in lw.ops}
+        base = pointer_join(self.workflow.pointer_base, "connections")
+        for index, conn in enumerate(self.workflow.connections):
+            where = pointer_join(base, index)
+            problems = False
+            for end, key in ((conn.source, "from"), (conn.target, "to")):
+                node = ctx.nodes.get(end)
+                if node is None:
+                    ctx.diagnostics.append(
+                        Diagnostic(
+                            "connection-unknown-node",
+                            f"connection {conn.id or index} refers to unknown node {end!r}"
+                            f"{did_you_mean(end, ctx.nodes)}",
+                            pointer=pointer_join(where, key),
+                        )
+                    )
+                    problems = True
+                elif node.type == "group":
+                    ctx.diagnostics.append(
+                        Diagnostic(
+                            "connection-group",
+                            f"group node {end!r} is visual only and cannot be connected",
+                            node_id=end,
+                            pointer=pointer_join(where, key),
+                        )
+                    )
+                    problems = True
+            if problems:
+                continue
+            ports = self.ports[conn.source]
+            if conn.port not in ports:
+                have = ", ".join(ports) if ports else "none"
+                ctx.diagnostics.append(
+                    Diagnostic(
+                        "connection-unknown-port",
+                        f"node {conn.source!r} has no output port {conn.from_port or 'default'!r} "
+                        f"(its ports: {have})",
+                        node_id=conn.source,
+                        pointer=pointer_join(where, "fromPort"),
+                    )
+                )
+                continue
+            self.graph.add_edge(conn.source, conn.target)
+            target_entry = self.lowerings[conn.target].entry
+            if target_entry is None:
+                continue
+            for op_id, ir_port in self.lowerings[conn.source].exits.get(conn.port, []):
+                ops_by_id[op_id].next.append(Edge(port=ir_port, to=target_entry))
+
+    def _check_references(self, start: str | None) -> dict[str, Any]:
+        variables: dict[str, list[str]] = {}
+        for node in self.workflow.nodes:
+            if node.type == "variableStore" and node.data.get("operation") in (
+                "set",
+                "append",
+                "increment",
+            ):
+                name = node.data.get("name")
+                if isinstance(name, str) and name:
+                    variables.setdefault(name, []).append(node.id)
+        for name, setters in variables.items():
+            if name in self.lowerings:
+                node = self.ctx.nodes[setters[0]]
+                self.ctx.error(
+                    node,
+                    "variable-name-clash",
+                    f"variable {name!r} has the same name as a node",
+                    "data",
+                    "name",
+                )
+        declared = self.lowerings[start].result_schema if start in self.lowerings else None
+        checker = ReferenceChecker(
+            self.ctx, Reachability(self.graph), self.lowerings, variables, declared
+        )
+        for use in self.ctx.ref_uses:
+            checker.check(use)
+        if declared is not None:
+            return declared
+        keys = sorted(checker.input_keys)
+        return {
+            "type": "object",
+            "properties": {key: {} for key in keys},
+            "required": keys,
+            "additionalProperties": False,
+        }
+
+
+def lower_workflow(
+    workflow: Workflow, *, registry: LowererRegistry | None = None, base_dir: Path | None = None
+) -> LoweringResult:
+    """Lower an already-loaded Workflow; never raises for document problems."""
+    return _Compiler(workflow, registry or DEFAULT_REGISTRY, base_dir).run()
+
+
+def lower_document(
+    source: str | Path | Mapping[str, Any] | Workflow,
+    *,
+    registry: LowererRegistry | None = None,
+    base_dir: Path | None = None,
+) -> LoweringResult:
+    """Load and lower a document, returning the IR (or None) and all diagnostics.
+
+    Unreadable files and malformed JSON still raise DocumentError (nothing to lower).
+    """
+    if isinstance(source, Workflow):
+        return lower_workflow(source, registry=registry, base_dir=base_dir)
+    if isinstance(source, Mapping):
+        raw: Any = source
+    else:
+        path = Path(source)
+        raw = read_json_file(path)
+        base_dir = base_dir or path.parent
+    workflow, diagnostics = parse_workflow(raw)
+    if workflow is None:
+        return LoweringResult(None, diagnostics)
+    result = lower_workflow(workflow, registry=registry, base_dir=base_dir)
+    result.diagnostics[:0] = diagnostics
+    if diagnostics and any(d.is_error for d in diagnostics):
+        result.ir = None
+    return result
+
+
+def lower(
+    source: str | Path | Mapping[str, Any] | Workflow,
+    *,
+    registry: LowererRegistry | None = None,
+    base_dir: Path | None = None,
+) -> ExecIR:
+    """Lower a document to ExecIR; raise DocumentError listing every error."""
+    result = lower_document(source, registry=registry, base_dir=base_dir)
+    if result.ir is None:
+        label = str(source) if isinstance(source, str | Path) else None
+        raise DocumentError(result.diagnostics, source=label)
+    return result.ir

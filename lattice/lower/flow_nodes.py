@@ -1,0 +1,408 @@
+"""Lowerers of start, end, group, httpRequest, mcp, variableStore, dataTransform and subAgentFlow."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import jmespath
+from jmespath.exceptions import JMESPathError
+
+from lattice.document.models import SEQUENTIAL_PORT, Node
+from lattice.ir.models import (
+    FAILED_PORT,
+    Edge,
+    EndOp,
+    HttpCall,
+    LLMWriteOp,
+    McpCall,
+    StartOp,
+    StateOp,
+    ToolCallOp,
+    TransformOp,
+)
+from lattice.ir.templates import TemplateSyntaxError, parse_path
+from lattice.lower.fields import get_dict, get_number, get_schema, get_str
+from lattice.lower.llm_nodes import llm_contract
+from lattice.lower.registry import LoweringContext, NodeLowering, did_you_mean
+
+TOOL_PORTS = [SEQUENTIAL_PORT, FAILED_PORT]
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+HTTP_RESULT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"status": {"type": "integer"}, "headers": {"type": "object"}, "body": {}},
+}
+VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+
+
+class StartLowerer:
+    """``start``: START; ``data.inputs`` is the JSON Schema of ``$in``."""
+
+    node_type: ClassVar[str] = "start"
+
+    def ports(self, node: Node) -> list[str]:
+        return [SEQUENTIAL_PORT]
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        schema = get_schema(ctx, node, "inputs")
+        op = StartOp(id=node.id, source_node=node.id, name=node.title)
+        return NodeLowering.single(op, result_schema=schema, produces=())
+
+
+class EndLowerer:
+    """``end``: END; ``data.output`` (template or ``$``-path) selects the run output."""
+
+    node_type: ClassVar[str] = "end"
+
+    def ports(self, node: Node) -> list[str]:
+        return []
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        output = node.data.get("output")
+        reads = ctx.use_template(node, output, "data", "output") if output is not None else []
+        op = EndOp(id=node.id, source_node=node.id, name=node.title, output=output, reads=reads)
+        return NodeLowering.single(op, ports=(), produces=())
+
+
+class GroupLowerer:
+    """``group``: a visual frame; lowers to nothing."""
+
+    node_type: ClassVar[str] = "group"
+
+    def ports(self, node: Node) -> list[str]:
+        return []
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        return NodeLowering(produces=())
+
+
+class HttpRequestLowerer:
+    """``httpRequest``: TOOL_CALL (http) writing ``{status, headers, body}``."""
+
+    node_type: ClassVar[str] = "httpRequest"
+
+    def ports(self, node: Node) -> list[str]:
+        return TOOL_PORTS
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        method = (get_str(ctx, node, "method") or "GET").upper()
+        if method not in HTTP_METHODS:
+            ctx.error(
+                node,
+                "invalid-field",
+                f"data.method must be one of {', '.join(HTTP_METHODS)}",
+                "data",
+                "method",
+            )
+            method = "GET"
+        url = get_str(ctx, node, "url", required=True) or ""
+        headers = get_dict(ctx, node, "headers") or {}
+        for key, value in headers.items():
+            if not isinstance(value, str):
+                ctx.error(
+                    node, "invalid-field", "header values are strings", "data", "headers", key
+                )
+        query = get_dict(ctx, node, "query") or {}
+        body = node.data.get("body")
+        response_type = get_str(ctx, node, "responseType") or "auto"
+        if response_type not in ("json", "text", "auto"):
+            ctx.error(
+                node,
+                "invalid-field",
+                "data.responseType must be json or text",
+                "data",
+                "responseType",
+            )
+            response_type = "auto"
+        reads = ctx.use_template(node, url, "data", "url")
+        reads += ctx.use_template(node, headers, "data", "headers")
+        reads += ctx.use_template(node, query, "data", "query")
+        reads += ctx.use_template(node, body, "data", "body")
+        schema = get_schema(ctx, node, "outputSchema")
+        call = HttpCall(
+            method=method,  # type: ignore[arg-type]
+            url=url,
+            headers={k: v for k, v in headers.items() if isinstance(v, str)},
+            query=query,
+            body=body,
+            timeout_ms=get_number(ctx, node, "timeoutMs", integer=True, minimum=1),
+            response_type=response_type,  # type: ignore[arg-type]
+        )
+        op = ToolCallOp(
+            id=node.id,
+            source_node=node.id,
+            name=node.title,
+            call=call,
+            output_schema=schema,
+            writes=f"$vars.{node.id}.result",
+            reads=sorted(set(reads)),
+        )
+        result_schema = dict(HTTP_RESULT_SCHEMA)
+        if schema is not None:
+            result_schema = {
+                **HTTP_RESULT_SCHEMA,
+                "properties": {**HTTP_RESULT_SCHEMA["properties"], "body": schema},
+            }
+        return NodeLowering.single(op, ports=TOOL_PORTS, result_schema=result_schema)
+
+
+_JSON_TYPES = {"string", "number", "integer", "boolean", "array", "object"}
+
+
+def parameters_schema(parameters: Any) -> dict[str, Any]:
+    """A JSON Schema from cc-wf-studio's ``parameters`` list (the server's own schema wins at run time)."""
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for param in parameters if isinstance(parameters, list) else []:
+        if not isinstance(param, dict) or not isinstance(param.get("name"), str):
+            continue
+        prop: dict[str, Any] = {}
+        if param.get("type") in _JSON_TYPES:
+            prop["type"] = param["type"]
+        if isinstance(param.get("description"), str):
+            prop["description"] = param["description"]
+        properties[param["name"]] = prop
+        if param.get("required") is True:
+            required.append(param["name"])
+    return {"type": "object", "properties": properties, "required": required}
+
+
+class McpLowerer:
+    """``mcp``: TOOL_CALL; AI modes put an LLM_WRITE (arguments or tool choice) before it."""
+
+    node_type: ClassVar[str] = "mcp"
+
+    def ports(self, node: Node) -> list[str]:
+        return TOOL_PORTS
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        server_id = get_str(ctx, node, "serverId", required=True) or ""
+        tool_name = get_str(ctx, node, "toolName")
+        mode = get_str(ctx, node, "mode") or (
+            "manualParameterConfig" if tool_name else "aiToolSelection"
+        )
+        if mode not in ("manualParameterConfig", "aiParameterConfig", "aiToolSelection"):
+            ctx.error(
+                node,
+                "invalid-field",
+                "data.mode must be manualParameterConfig, aiParameterConfig or aiToolSelection",
+                "data",
+                "mode",
+            )
+            mode = "manualParameterConfig"
+        if mode != "aiToolSelection" and not tool_name:
+            ctx.error(node, "missing-field", f"mcp node in {mode} mode needs data.toolName", "data")
+        if mode == "manualParameterConfig":
+            arguments = get_dict(ctx, node, "parameterValues") or {}
+            reads = ctx.use_template(node, arguments, "data", "parameterValues")
+            call = McpCall(
+                server_id=server_id,
+                tool_name=tool_name,
+                arguments=arguments,
+                mode="manualParameterConfig",
+            )
+            op = ToolCallOp(
+                id=node.id,
+                source_node=node.id,
+                name=node.title,
+                call=call,
+                writes=f"$vars.{node.id}.result",
+                reads=sorted(set(reads)),
+            )
+            return NodeLowering.single(op, ports=TOOL_PORTS)
+        return self._lower_ai(node, ctx, server_id, tool_name, mode)
+
+    def _lower_ai(
+        self, node: Node, ctx: LoweringContext, server_id: str, tool_name: str | None, mode: str
+    ) -> NodeLowering:
+        contract = llm_contract(ctx, node)
+        if mode == "aiParameterConfig":
+            config = get_dict(ctx, node, "aiParameterConfig") or {}
+            task = config.get("description") if isinstance(config.get("description"), str) else ""
+            prompt = (
+                f"Produce the arguments for the MCP tool {tool_name!r} of server {server_id!r}"
+                + (
+                    f" ({node.data['toolDescription']})"
+                    if isinstance(node.data.get("toolDescription"), str)
+                    else ""
+                )
+                + (f".\nTask: {task}" if task else ".")
+            )
+            contract["output_schema"] = parameters_schema(node.data.get("parameters"))
+            purpose = "tool_arguments"
+        else:
+            config = get_dict(ctx, node, "aiToolSelectionConfig") or {}
+            task = (
+                config.get("taskDescription")
+                if isinstance(config.get("taskDescription"), str)
+                else ""
+            )
+            prompt = (
+                f"Choose one tool of MCP server {server_id!r} and its arguments for this task."
+                + (f"\nTask: {task}" if task else "")
+            )
+            contract["output_schema"] = {
+                "type": "object",
+                "properties": {"tool": {"type": "string"}, "arguments": {"type": "object"}},
+                "required": ["tool", "arguments"],
+                "additionalProperties": False,
+            }
+            purpose = "tool_selection"
+        context = ctx.upstream_results(node.id)
+        args_path = f"$vars.{node.id}.arguments"
+        llm = LLMWriteOp(
+            id=node.id,
+            source_node=node.id,
+            name=node.title,
+            purpose=purpose,  # type: ignore[arg-type]
+            prompt=prompt,
+            context=context,
+            writes=args_path,
+            reads=context,
+            **contract,
+        )
+        call = McpCall(
+            server_id=server_id, tool_name=tool_name, arguments_from=args_path, mode=mode
+        )  # type: ignore[arg-type]
+        tool = ToolCallOp(
+            id=node.id + "#call",
+            source_node=node.id,
+            name=node.title,
+            call=call,
+            writes=f"$vars.{node.id}.result",
+            reads=[args_path],
+        )
+        llm.next.append(Edge(to=tool.id))
+        exits = {
+            SEQUENTIAL_PORT: [(tool.id, SEQUENTIAL_PORT)],
+            FAILED_PORT: [(llm.id, FAILED_PORT), (tool.id, FAILED_PORT)],
+        }
+        return NodeLowering(
+            ops=[llm, tool], entry=llm.id, exits=exits, produces=("result", "arguments")
+        )
+
+
+class VariableStoreLowerer:
+    """``variableStore``: STATE on ``$vars.<name>`` (set/get/append/increment/delete)."""
+
+    node_type: ClassVar[str] = "variableStore"
+    operations = ("set", "get", "append", "increment", "delete")
+
+    def ports(self, node: Node) -> list[str]:
+        return [SEQUENTIAL_PORT]
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        operation = get_str(ctx, node, "operation", required=True) or "set"
+        if operation not in self.operations:
+            ctx.error(
+                node,
+                "invalid-field",
+                f"data.operation must be one of {', '.join(self.operations)}",
+                "data",
+                "operation",
+            )
+            operation = "set"
+        name = get_str(ctx, node, "name", required=True) or ""
+        if name and not VARIABLE_NAME.match(name):
+            ctx.error(
+                node,
+                "invalid-field",
+                "data.name must be a plain name (letters, digits, _ and -, not starting with a digit)",
+                "data",
+                "name",
+            )
+        value = node.data.get("value")
+        if (
+            operation == "increment"
+            and value is not None
+            and not isinstance(value, str)
+            and (not isinstance(value, int | float) or isinstance(value, bool))
+        ):
+            ctx.error(
+                node,
+                "invalid-field",
+                "increment needs a numeric data.value (the step)",
+                "data",
+                "value",
+            )
+        reads = ctx.use_template(node, value, "data", "value") if value is not None else []
+        if operation in ("get", "append", "increment", "delete"):
+            reads.append(f"$vars.{name}")
+        op = StateOp(
+            id=node.id,
+            source_node=node.id,
+            name=node.title,
+            operation=operation,  # type: ignore[arg-type]
+            variable=name,
+            value=value,
+            writes=f"$vars.{node.id}.result" if operation == "get" else None,
+            reads=reads,
+        )
+        return NodeLowering.single(op, produces=("result",) if operation == "get" else ())
+
+
+class DataTransformLowerer:
+    """``dataTransform``: TRANSFORM with a JMESPath expression (compiled now to report errors)."""
+
+    node_type: ClassVar[str] = "dataTransform"
+
+    def ports(self, node: Node) -> list[str]:
+        return [SEQUENTIAL_PORT, FAILED_PORT]
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        expression = get_str(ctx, node, "expression", required=True) or ""
+        if expression:
+            try:
+                jmespath.compile(expression)
+            except JMESPathError as exc:
+                ctx.error(
+                    node,
+                    "jmespath-invalid",
+                    f"invalid JMESPath expression: {exc}",
+                    "data",
+                    "expression",
+                )
+        source = get_str(ctx, node, "input")
+        reads: list[str] = []
+        if source is not None:
+            try:
+                source = parse_path(source).text
+                reads = ctx.use_template(node, source, "data", "input")
+            except TemplateSyntaxError as exc:
+                ctx.error(node, "template-syntax", str(exc), "data", "input")
+                source = None
+        op = TransformOp(
+            id=node.id,
+            source_node=node.id,
+            name=node.title,
+            expression=expression,
+            input=source,
+            writes=f"$vars.{node.id}.result",
+            reads=reads,
+        )
+        return NodeLowering.single(op, ports=[SEQUENTIAL_PORT, FAILED_PORT])
+
+
+class SubAgentFlowLowerer:
+    """``subAgentFlow``: inlined before lowering (see ``lattice.lower.subflows``).
+
+    A node that reaches this lowerer references a flow that does not exist.
+    """
+
+    node_type: ClassVar[str] = "subAgentFlow"
+
+    def ports(self, node: Node) -> list[str]:
+        return [SEQUENTIAL_PORT]
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        flow_id = get_str(ctx, node, "subAgentFlowId", required=True)
+        if flow_id:
+            known = [f.id for f in ctx.workflow.sub_agent_flows]
+            ctx.error(
+                node,
+                "subflow-unknown",
+                f"no subAgentFlow with id {flow_id!r}{did_you_mean(flow_id, known)}",
+                "data",
+                "subAgentFlowId",
+            )
+        return NodeLowering(produces=())

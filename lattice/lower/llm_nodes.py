@@ -1,0 +1,242 @@
+"""Lowerers of nodes that become LLM_WRITE ops: prompt, subAgent, skill, codex."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lattice.document.models import SEQUENTIAL_PORT, Node
+from lattice.ir.models import FAILED_PORT, LLMWriteOp
+from lattice.lower.fields import get_dict, get_list, get_number, get_schema, get_str
+from lattice.lower.registry import LoweringContext, NodeLowering
+
+MODEL_CLASSES = ("small", "medium", "large", "default")
+CLAUDE_MODEL_CLASSES = {
+    "haiku": "small",
+    "sonnet": "medium",
+    "opus": "large",
+    "inherit": "default",
+}
+"""cc-wf-studio's model names mapped onto Lattice's model classes."""
+
+LLM_PORTS = [SEQUENTIAL_PORT, FAILED_PORT]
+
+
+def model_class_of(ctx: LoweringContext, node: Node) -> tuple[str, str | None]:
+    """(model class, concrete model or None) from ``modelClass`` and/or ``model``."""
+    model_class = get_str(ctx, node, "modelClass")
+    if model_class is not None and model_class not in MODEL_CLASSES:
+        ctx.error(
+            node,
+            "invalid-field",
+            f"data.modelClass must be one of {', '.join(MODEL_CLASSES)}",
+            "data",
+            "modelClass",
+        )
+        model_class = None
+    model = get_str(ctx, node, "model")
+    if model is not None and model.lower() in CLAUDE_MODEL_CLASSES:
+        return model_class or CLAUDE_MODEL_CLASSES[model.lower()], None
+    if model is not None and model.lower() in MODEL_CLASSES:
+        return model_class or model.lower(), None
+    return model_class or "default", model or None
+
+
+def llm_contract(ctx: LoweringContext, node: Node) -> dict[str, Any]:
+    """The contract fields every LLM node may carry (schema, sampling, repair, escalation)."""
+    model_class, model = model_class_of(ctx, node)
+    repair = get_dict(ctx, node, "repair") or {}
+    max_attempts = repair.get("maxAttempts")
+    if max_attempts is not None and (
+        not isinstance(max_attempts, int)
+        or isinstance(max_attempts, bool)
+        or not 1 <= max_attempts <= 10
+    ):
+        ctx.error(
+            node,
+            "invalid-field",
+            "repair.maxAttempts must be an integer from 1 to 10",
+            "data",
+            "repair",
+            "maxAttempts",
+        )
+        max_attempts = None
+    escalate = node.data.get("escalate", True)
+    if not isinstance(escalate, bool | dict):
+        ctx.error(
+            node,
+            "invalid-field",
+            "data.escalate must be true, false or an object",
+            "data",
+            "escalate",
+        )
+        escalate = True
+    invariants = get_list(ctx, node, "invariants") or []
+    for i, inv in enumerate(invariants):
+        if not (
+            isinstance(inv, str) or (isinstance(inv, dict) and isinstance(inv.get("name"), str))
+        ):
+            ctx.error(
+                node,
+                "invalid-field",
+                'an invariant is a name or {"name": ..., ...}',
+                "data",
+                "invariants",
+                i,
+            )
+    template = get_str(ctx, node, "template")
+    if template is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(@\d+)?", template):
+        ctx.error(
+            node,
+            "invalid-field",
+            'data.template must look like "artifact-builder@1"',
+            "data",
+            "template",
+        )
+        template = None
+    return {
+        "output_schema": get_schema(ctx, node, "outputSchema"),
+        "model_class": model_class,
+        "model": model,
+        "temperature": get_number(ctx, node, "temperature", minimum=0),
+        "top_p": get_number(ctx, node, "topP", minimum=0),
+        "max_tokens": get_number(ctx, node, "maxTokens", integer=True, minimum=1),
+        "invariants": invariants,
+        "max_attempts": max_attempts,
+        "escalate": escalate,
+        "template": template,
+    }
+
+
+def _llm_op(
+    ctx: LoweringContext, node: Node, *, prompt: str, system: str | None, prompt_key: str | None
+) -> NodeLowering:
+    contract = llm_contract(ctx, node)
+    variables = get_dict(ctx, node, "variables") or {}
+    reads: list[str] = []
+    if prompt_key is not None:
+        reads += ctx.use_template(node, prompt, "data", prompt_key)
+    for name, value in variables.items():
+        reads += ctx.use_template(node, value, "data", "variables", name)
+    context = ctx.upstream_results(node.id)
+    op = LLMWriteOp(
+        id=node.id,
+        source_node=node.id,
+        name=node.title,
+        prompt=prompt,
+        system=system,
+        variables=variables,
+        context=context,
+        reads=sorted(set(reads) | set(context)),
+        writes=f"$vars.{node.id}.result",
+        **contract,
+    )
+    return NodeLowering.single(op, ports=LLM_PORTS, result_schema=contract["output_schema"])
+
+
+class PromptLowerer:
+    """``prompt``: a templated prompt → one LLM_WRITE."""
+
+    node_type: ClassVar[str] = "prompt"
+
+    def ports(self, node: Node) -> list[str]:
+        return LLM_PORTS
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        prompt = get_str(ctx, node, "prompt", required=True) or ""
+        system = get_str(ctx, node, "system")
+        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key="prompt")
+
+
+class SubAgentLowerer:
+    """``subAgent``: ``agentDefinition`` is the system part, ``prompt`` the task → LLM_WRITE."""
+
+    node_type: ClassVar[str] = "subAgent"
+
+    def ports(self, node: Node) -> list[str]:
+        return LLM_PORTS
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        system = get_str(ctx, node, "agentDefinition")
+        prompt = get_str(ctx, node, "prompt")
+        key: str | None = "prompt"
+        if not prompt:
+            prompt = get_str(ctx, node, "description")
+            key = "description"
+        if not prompt:
+            ctx.error(
+                node, "missing-field", "subAgent node needs data.prompt or data.description", "data"
+            )
+            prompt, key = "", None
+        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key=key)
+
+
+SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def find_skill_file(name: str, scope: str | None, base_dir: Path | None) -> Path | None:
+    """Locate ``.claude/skills/<name>/SKILL.md`` for a skill node.
+
+    Only files with that exact shape are read, never an arbitrary path from the
+    document: project skills under the document's folder or its parents, personal
+    skills under the user's home.
+    """
+    if not SKILL_NAME.match(name):
+        return None
+    roots: list[Path] = []
+    if scope in ("personal", "user"):
+        roots.append(Path.home())
+    elif base_dir is not None:
+        roots.extend([base_dir, *list(base_dir.resolve().parents)[:3]])
+    for root in roots:
+        candidate = root / ".claude" / "skills" / name / "SKILL.md"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class SkillLowerer:
+    """``skill``: an LLM_WRITE whose system part is the skill's SKILL.md when it can be found."""
+
+    node_type: ClassVar[str] = "skill"
+
+    def ports(self, node: Node) -> list[str]:
+        return LLM_PORTS
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        name = get_str(ctx, node, "name", required=True) or node.id
+        description = get_str(ctx, node, "description") or ""
+        scope = get_str(ctx, node, "scope")
+        path = find_skill_file(name, scope, ctx.base_dir)
+        if path is not None:
+            system: str | None = path.read_text(encoding="utf-8", errors="replace")
+        else:
+            system = None
+            where = "~/.claude/skills" if scope in ("personal", "user") else ".claude/skills"
+            ctx.warn(
+                node,
+                "skill-unresolved",
+                f"skill {name!r} not found under {where}/{name}/SKILL.md; "
+                "the LLM op uses the skill's name and description only",
+                "data",
+            )
+        prompt = get_str(ctx, node, "prompt") or (
+            f"Apply the skill {name!r}"
+            + (f" ({description})" if description else "")
+            + " to the input."
+        )
+        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key=None)
+
+
+class CodexLowerer:
+    """``codex``: the node's prompt as an LLM_WRITE (the Codex agent itself is not called)."""
+
+    node_type: ClassVar[str] = "codex"
+
+    def ports(self, node: Node) -> list[str]:
+        return LLM_PORTS
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        prompt = get_str(ctx, node, "prompt", required=True) or ""
+        return _llm_op(ctx, node, prompt=prompt, system=None, prompt_key="prompt")
