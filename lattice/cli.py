@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="print the JSON Schema of ExecIR")
     p.set_defaults(handler=cmd_schema)
+
+    from lattice.cli_run import add_run_commands
+
+    add_run_commands(sub)
     return parser
 
 

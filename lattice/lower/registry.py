@@ -12,7 +12,7 @@ from lattice.document.loader import pointer_join
 from lattice.document.models import SEQUENTIAL_PORT, Node, Workflow
 from lattice.errors import Diagnostic, Severity
 from lattice.ir.models import Op
-from lattice.ir.templates import Ref, TemplateSyntaxError, iter_value_refs, parse_template
+from lattice.ir.templates import NameRef, Ref, TemplateSyntaxError, iter_value_refs, parse_template
 
 PRODUCER_TYPES = frozenset(
     {
@@ -153,9 +153,17 @@ class LoweringContext:
         except TemplateSyntaxError as exc:
             self.error(node, "template-syntax", str(exc), *parts)
             return []
+        variables = node.data.get("variables")
+        texts = []
         for ref in refs:
             self.ref_uses.append(RefUse(node.id, ref, pointer))
-        return [ref.text for ref in refs]
+            if isinstance(ref, NameRef):
+                if isinstance(variables, dict) and ref.name in variables:
+                    continue
+                texts.append(ref.as_input_path().text)
+            else:
+                texts.append(ref.text)
+        return texts
 
     def check_text_template(self, node: Node, text: str, *parts: str | int) -> bool:
         """Parse a text template only to report syntax errors; True when it parses."""

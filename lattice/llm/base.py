@@ -1,0 +1,103 @@
+"""The provider interface: one async ``complete(request) -> response`` for every LLM backend."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message."""
+
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    """What an LLM op asks a provider for.
+
+    ``model`` is the concrete model (None lets the provider use its default);
+    ``response_schema`` is a structured-output hint for providers that support one.
+    ``node_id``/``op_id`` say who asks (the mock provider scripts by node).
+    """
+
+    messages: tuple[Message, ...]
+    model_class: str = "default"
+    model: str | None = None
+    temperature: float | None = 0.0
+    top_p: float | None = None
+    max_tokens: int | None = None
+    response_schema: dict[str, Any] | None = None
+    node_id: str | None = None
+    op_id: str | None = None
+
+    @property
+    def system(self) -> str | None:
+        return next((m.content for m in self.messages if m.role == "system"), None)
+
+    def canonical(self) -> dict[str, Any]:
+        """The fields that identify a request, newlines normalised (what the prompt hash covers)."""
+        return {
+            "model_class": self.model_class,
+            "messages": [
+                {"role": m.role, "content": m.content.replace("\r\n", "\n").replace("\r", "\n")}
+                for m in self.messages
+            ],
+            "schema": self.response_schema,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+        }
+
+    def prompt_hash(self) -> str:
+        """sha256 (hex) of the canonical request: stable across runs and machines."""
+        text = json.dumps(
+            self.canonical(), sort_keys=True, ensure_ascii=False, separators=(",", ":")
+        )
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def preview(self, limit: int = 160) -> str:
+        """The start of the last user message, on one line."""
+        user = next((m.content for m in reversed(self.messages) if m.role == "user"), "")
+        flat = " ".join(user.split())
+        return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+    def size_chars(self) -> int:
+        return sum(len(m.content) for m in self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResponse:
+    """A provider's answer: text, token usage, the model that answered, latency, finish reason."""
+
+    text: str
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    model: str = "unknown"
+    latency_ms: float = 0.0
+    finish_reason: str | None = "stop"
+
+
+@runtime_checkable
+class LLMProvider(Protocol):
+    """An LLM backend. Adapters translate SDK errors to LatticeRunError at this boundary."""
+
+    name: str
+
+    async def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (4 characters a token) for providers that report none."""
+    return max(1, (len(text) + 3) // 4) if text else 0

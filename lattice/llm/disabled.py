@@ -1,0 +1,25 @@
+"""DisabledProvider: the provider when none is configured; every call fails with what to do."""
+
+from __future__ import annotations
+
+from lattice.errors import LatticeRunError
+from lattice.llm.base import LLMRequest, LLMResponse
+
+HOW_TO_CONFIGURE = (
+    "no LLM provider is configured. Run offline with --provider mock --mock FILE "
+    "(or --fixtures FILE), or choose a real provider with --provider openai|anthropic "
+    "(keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY)"
+)
+
+
+class DisabledProvider:
+    """Fails every call clearly (error_type ``provider_disabled``)."""
+
+    name = "disabled"
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        raise LatticeRunError(
+            f"node {request.node_id!r} needs a model, but {HOW_TO_CONFIGURE}",
+            error_type="provider_disabled",
+            node_id=request.node_id,
+        )

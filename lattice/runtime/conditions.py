@@ -1,0 +1,96 @@
+"""Evaluation of parsed SWITCH conditions (the language is in ``lattice.lower.conditions``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jmespath
+
+from lattice.ir.models import Condition
+
+Test = Callable[[Any], bool]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _compare(op: str, right: Any) -> Test:
+    def test(left: Any) -> bool:
+        if not _is_number(left):
+            return False
+        if op == "gt":
+            return bool(left > right)
+        if op == "ge":
+            return bool(left >= right)
+        if op == "lt":
+            return bool(left < right)
+        return bool(left <= right)
+
+    return test
+
+
+def same(left: Any, right: Any) -> bool:
+    """JSON equality: ``true`` never equals ``1``; ``1`` equals ``1.0``."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(same(a, b) for a, b in zip(left, right, strict=True))
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(same(left[k], right[k]) for k in left)
+    return bool(left == right)
+
+
+def _contains(needle: Any) -> Test:
+    def test(value: Any) -> bool:
+        if isinstance(value, str):
+            return isinstance(needle, str) and needle in value
+        if isinstance(value, list | dict):
+            return needle in value
+        return False
+
+    return test
+
+
+def _empty(value: Any) -> bool:
+    return value is None or value == "" or value == [] or value == {}
+
+
+def compile_condition(condition: Condition) -> Test:
+    """A predicate for ``condition``; regexes and JMESPath are compiled here, once."""
+    op, right = condition.op, condition.value
+    if op == "eq":
+        return lambda v: same(v, right)
+    if op == "ne":
+        return lambda v: not same(v, right)
+    if op in ("gt", "ge", "lt", "le"):
+        return _compare(op, right)
+    if op == "in":
+        return lambda v: any(same(v, item) for item in right)
+    if op == "not_in":
+        return lambda v: not any(same(v, item) for item in right)
+    if op == "contains":
+        return _contains(right)
+    if op == "not_contains":
+        contains = _contains(right)
+        return lambda v: not contains(v)
+    if op == "matches":
+        pattern = re.compile(right)
+        return lambda v: isinstance(v, str) and pattern.search(v) is not None
+    if op == "exists":
+        return lambda v: v is not None
+    if op == "not_exists":
+        return lambda v: v is None
+    if op == "empty":
+        return _empty
+    if op == "not_empty":
+        return lambda v: not _empty(v)
+    expression = jmespath.compile(right)
+    return lambda v: _truthy(expression.search(v))
+
+
+def _truthy(value: Any) -> bool:
+    """JMESPath truthiness: false, null, "", [] and {} are false; 0 is true."""
+    return not (value is False or _empty(value))

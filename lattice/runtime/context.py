@@ -1,0 +1,101 @@
+"""Per-run context that op executors work against, and the signals they raise."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lattice.ir.models import AskOp
+from lattice.llm.base import LLMProvider
+from lattice.runtime.results import Usage
+from lattice.runtime.state import StateStore
+from lattice.runtime.store import RunRecorder
+
+EventListener = Callable[[dict[str, Any]], None]
+AskHuman = Callable[[AskOp], Awaitable[Any] | Any]
+"""Asks a person an ASK op's question; returns an answer (label, index or text) or None to halt."""
+
+
+class HaltRun(Exception):
+    """Raised by an executor to stop the run until a human supplies something."""
+
+    def __init__(self, reason: str, summary: str, details: dict[str, Any], action: str) -> None:
+        super().__init__(summary)
+        self.reason = reason
+        self.summary = summary
+        self.details = details
+        self.action = action
+
+
+@dataclass
+class Outcome:
+    """What an op did: the port it leaves through and what it produced."""
+
+    port: str = "default"
+    output: Any = None
+    record: dict[str, Any] = field(default_factory=dict)
+    """Extra fields for the op's record file (attempts, request, ...)."""
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class RunContext:
+    """One run's moving parts: state, events, provider, usage, answers."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        state: StateStore,
+        recorder: RunRecorder,
+        provider: LLMProvider,
+        answers: dict[str, Any],
+        ask_human: AskHuman | None,
+        listeners: list[EventListener],
+        usage: Usage,
+        seq: int = 0,
+    ) -> None:
+        self.run_id = run_id
+        self.state = state
+        self.recorder = recorder
+        self.provider = provider
+        self.answers = answers
+        self.ask_human = ask_human
+        self.usage = usage
+        self.events: list[dict[str, Any]] = []
+        self._listeners = listeners
+        self.seq = seq
+        self.last_result: str | None = None
+        self.current_op: str | None = None
+        self.current_node: str | None = None
+
+    def emit(
+        self, type_: str, data: dict[str, Any] | None = None, *, op: bool = True
+    ) -> dict[str, Any]:
+        """Record an event (appended and flushed to events.jsonl, passed to listeners)."""
+        self.seq += 1
+        event: dict[str, Any] = {
+            "seq": self.seq,
+            "ts": utc_now(),
+            "run_id": self.run_id,
+            "type": type_,
+        }
+        if op and self.current_op is not None:
+            event["op_id"] = self.current_op
+            event["node_id"] = self.current_node
+        event["data"] = data or {}
+        self.events.append(event)
+        self.recorder.append_event(event)
+        for listener in self._listeners:
+            listener(event)
+        return event
+
+    def write_result(self, path: str, value: Any) -> None:
+        """Write an op's value and remember it as the most recent result."""
+        self.state.write(path, value)
+        self.last_result = path
+        self.emit("state_write", {"path": path, "value": value})

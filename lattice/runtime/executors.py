@@ -1,0 +1,282 @@
+"""One executor per op kind. Each is built once per Runner (templates, JMESPath and
+conditions compiled there) and then run many times against a RunContext."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import jmespath
+from jmespath.exceptions import JMESPathError
+
+from lattice.errors import LatticeRunError
+from lattice.ir.models import (
+    AskOp,
+    EndOp,
+    LLMWriteOp,
+    Op,
+    StartOp,
+    StateOp,
+    SwitchOp,
+    ToolCallOp,
+    TransformOp,
+)
+from lattice.ir.templates import ValueTemplate, parse_path
+from lattice.runtime.conditions import compile_condition
+from lattice.runtime.context import HaltRun, Outcome, RunContext
+from lattice.runtime.llm_op import LLMWriteExecutor
+
+
+class Executor:
+    """Base: ``await executor.run(ctx) -> Outcome``."""
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        raise NotImplementedError
+
+
+class StartExecutor(Executor):
+    def __init__(self, op: StartOp) -> None:
+        self.op = op
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return Outcome()
+
+
+class EndExecutor(Executor):
+    """Computes the run output: ``output`` template, else the most recent result."""
+
+    def __init__(self, op: EndOp) -> None:
+        self.output = ValueTemplate(op.output) if op.output is not None else None
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        if self.output is not None:
+            value = self.output.render(ctx.state.resolve)
+        elif ctx.last_result is not None:
+            value = ctx.state.read(ctx.last_result)
+        else:
+            value = None
+        return Outcome(port="", output=value)
+
+
+class SwitchExecutor(Executor):
+    """First matching case wins; otherwise the default port; otherwise a run error naming the value."""
+
+    def __init__(self, op: SwitchOp) -> None:
+        self.op = op
+        self.input = parse_path(op.input) if op.input else None
+        self.cases = [(case.port, compile_condition(case.test), case.source) for case in op.cases]
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        if self.input is not None:
+            source = self.input.text
+            value = ctx.state.read(self.input)
+        elif ctx.last_result is not None:
+            source = ctx.last_result
+            value = ctx.state.read(source)
+        else:
+            source, value = "(nothing yet)", None
+        for port, test, condition in self.cases:
+            if test(value):
+                ctx.emit("branch_taken", {"port": port, "condition": condition, "input": source})
+                return Outcome(port=port, output=value)
+        if self.op.default_port is not None:
+            ctx.emit(
+                "branch_taken",
+                {"port": self.op.default_port, "condition": "default", "input": source},
+            )
+            return Outcome(port=self.op.default_port, output=value)
+        raise LatticeRunError(
+            f"no branch of {self.op.name or self.op.id!r} matches {source} = {_excerpt(value)} "
+            "and it has no default branch",
+            error_type="no_matching_branch",
+            details={"input": source, "value": value, "conditions": [c for _, _, c in self.cases]},
+        )
+
+
+def _excerpt(value: Any, limit: int = 200) -> str:
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class StateExecutor(Executor):
+    """set / get / append / increment / delete on ``$vars.<variable>``."""
+
+    def __init__(self, op: StateOp) -> None:
+        self.op = op
+        self.path = f"$vars.{op.variable}"
+        self.value = ValueTemplate(op.value) if op.value is not None else None
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        op, state = self.op, ctx.state
+        value = self.value.render(state.resolve) if self.value is not None else None
+        if op.operation == "set":
+            ctx.write_result(self.path, value)
+        elif op.operation == "get":
+            value = state.read(self.path)
+            assert op.writes is not None
+            ctx.write_result(op.writes, value)
+        elif op.operation == "append":
+            current = state.read(self.path) if state.exists(self.path) else []
+            if not isinstance(current, list):
+                current = [current]
+            value = [*current, value]
+            ctx.write_result(self.path, value)
+        elif op.operation == "increment":
+            current = state.read(self.path) if state.exists(self.path) else 0
+            step = 1 if value is None else value
+            if not _is_number(current) or not _is_number(step):
+                raise LatticeRunError(
+                    f"cannot increment {self.path}: {_excerpt(current)} + {_excerpt(step)} are not both numbers",
+                    error_type="state_error",
+                )
+            value = current + step
+            ctx.write_result(self.path, value)
+        else:
+            state.delete(self.path)
+            ctx.emit("state_write", {"path": self.path, "deleted": True})
+            value = None
+        return Outcome(output=value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class TransformExecutor(Executor):
+    """JMESPath over ``input`` (default ``{in, vars, ctx}``), compiled once."""
+
+    def __init__(self, op: TransformOp) -> None:
+        self.op = op
+        self.expression = jmespath.compile(op.expression)
+        self.input = parse_path(op.input) if op.input else None
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        data = ctx.state.read(self.input) if self.input is not None else ctx.state.readable()
+        try:
+            value = self.expression.search(data)
+        except JMESPathError as exc:
+            raise LatticeRunError(
+                f"JMESPath {self.op.expression!r} failed: {exc}", error_type="transform_error"
+            ) from exc
+        ctx.write_result(self.op.writes, value)
+        return Outcome(output=value)
+
+
+class AskExecutor(Executor):
+    """Takes the answer from ``answers`` or a live human; otherwise halts the run."""
+
+    def __init__(self, op: AskOp) -> None:
+        self.op = op
+        self.question = ValueTemplate(op.question)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        op = self.op
+        answer = take_answer(ctx.answers, op)
+        question = self.question.render(ctx.state.resolve)
+        if answer is None and ctx.ask_human is not None:
+            answer = ctx.ask_human(op)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        if answer is None:
+            options = [o.label for o in op.options]
+            raise HaltRun(
+                "waiting_for_answer",
+                f"waiting for an answer to {question!r}"
+                + (f" (options: {', '.join(options)})" if options else ""),
+                {"question": question, "options": options, "multiSelect": op.multi_select},
+                f"lattice resume RUN_DIR --answer {op.source_node}=<"
+                + ("option label or index" if options else "text")
+                + ">",
+            )
+        value = normalize_answer(op, answer)
+        ctx.emit("human_answer", {"answer": value})
+        ctx.write_result(op.writes, value)
+        return Outcome(output=value)
+
+
+def take_answer(answers: dict[str, Any], op: AskOp) -> Any:
+    """The answer for ``op``: a single value answers every visit; a list (for a
+    single-choice question) is a queue, one item per visit."""
+    key = op.source_node if op.source_node in answers else op.id
+    answer = answers.get(key)
+    if isinstance(answer, list) and not op.multi_select:
+        if not answer:
+            return None
+        answer = answer[0]
+        answers[key] = answers[key][1:]
+    return answer
+
+
+def normalize_answer(op: AskOp, answer: Any) -> dict[str, Any]:
+    """An answer as stored: ``{label, index}``, ``{labels, indexes}`` or ``{text}``.
+
+    Accepts an option label (case-insensitive), a 0-based index (int or digits), or
+    for multi-select a list or comma-separated string of those. Raises
+    LatticeRunError(invalid_answer) naming the options when it matches none.
+    """
+    labels = [o.label for o in op.options]
+    if not labels:
+        return {"text": answer if isinstance(answer, str) else _excerpt(answer)}
+
+    def one(item: Any) -> int:
+        if isinstance(item, int) and not isinstance(item, bool) and 0 <= item < len(labels):
+            return item
+        if isinstance(item, str):
+            text = item.strip()
+            for i, label in enumerate(labels):
+                if label == text or label.lower() == text.lower():
+                    return i
+            if text.isdigit() and int(text) < len(labels):
+                return int(text)
+        raise LatticeRunError(
+            f"answer {item!r} to {op.source_node!r} is none of the options: "
+            + ", ".join(f"{i}={label!r}" for i, label in enumerate(labels)),
+            error_type="invalid_answer",
+            details={"answer": item, "options": labels},
+        )
+
+    if op.multi_select:
+        items = answer if isinstance(answer, list) else str(answer).split(",")
+        indexes = [one(item) for item in items if str(item).strip()]
+        return {"labels": [labels[i] for i in indexes], "indexes": indexes}
+    index = one(answer)
+    return {"label": labels[index], "index": index}
+
+
+class ToolCallExecutor(Executor):
+    """TOOL_CALL: tool backends are not available in this build yet."""
+
+    def __init__(self, op: ToolCallOp) -> None:
+        self.op = op
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        raise LatticeRunError(
+            f"{self.op.call.tool} tool calls are not yet supported by this version of Lattice",
+            error_type="tool_error",
+            details={"tool": self.op.call.tool},
+        )
+
+
+EXECUTORS: dict[str, Callable[[Any], Executor]] = {
+    "START": StartExecutor,
+    "END": EndExecutor,
+    "SWITCH": SwitchExecutor,
+    "STATE": StateExecutor,
+    "TRANSFORM": TransformExecutor,
+    "ASK": AskExecutor,
+    "LLM_WRITE": LLMWriteExecutor,
+    "TOOL_CALL": ToolCallExecutor,
+}
+
+
+def build_executor(op: Op) -> Executor:
+    """The executor for ``op`` (compiles its templates, expressions and conditions)."""
+    executor: Executor = EXECUTORS[op.kind](op)
+    return executor
+
+
+def is_llm(op: Op) -> bool:
+    return isinstance(op, LLMWriteOp)

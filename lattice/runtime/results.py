@@ -1,0 +1,92 @@
+"""What a run returns: RunResult, FailureReport and usage accounting."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lattice.llm.base import TokenUsage
+
+RunStatus = Literal["completed", "failed", "halted"]
+
+
+@dataclass
+class FailureReport:
+    """Why a run failed or halted, in a form a person and a program can act on (DESIGN.md §8)."""
+
+    phase: str
+    run_id: str
+    op_id: str | None
+    node_id: str | None
+    category: str
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    blocking: bool = True
+    recovery_action: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Usage:
+    """Tokens and calls, in total, per concrete model and per model class."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    by_model: dict[str, dict[str, int]] = field(default_factory=dict)
+    by_class: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, model: str, model_class: str, usage: TokenUsage) -> None:
+        self.calls += 1
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        for table, key in ((self.by_model, model), (self.by_class, model_class)):
+            row = table.setdefault(key, {"calls": 0, "input_tokens": 0, "output_tokens": 0})
+            row["calls"] += 1
+            row["input_tokens"] += usage.input_tokens
+            row["output_tokens"] += usage.output_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Usage:
+        return cls(**data) if data else cls()
+
+
+@dataclass
+class RunResult:
+    """The outcome of ``Runner.run``/``arun``/``resume``."""
+
+    status: RunStatus
+    output: Any
+    state: dict[str, Any]
+    run_id: str
+    run_dir: Path | None
+    usage: Usage
+    failure: FailureReport | None = None
+    events: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def vars(self) -> dict[str, Any]:
+        return dict(self.state.get("vars", {}))
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``lattice run --json`` shape."""
+        return {
+            "status": self.status,
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir) if self.run_dir else None,
+            "output": self.output,
+            "vars": self.vars,
+            "usage": self.usage.to_json(),
+            "failure": self.failure.to_json() if self.failure else None,
+        }

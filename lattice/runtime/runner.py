@@ -1,0 +1,525 @@
+"""The graph-walking Runner.
+
+It walks ``next`` edges dynamically from the entry op, one op at a time, over an
+explicit StateStore, and records the run (events, op records, snapshots) through
+a RunRecorder. Loops are bounded by ``RunLimits``. A run ends ``completed`` (an
+END op, or an op with no way on), ``failed`` (a LatticeRunError with no ``failed``
+route) or ``halted`` (waiting for a human); failed and halted runs keep a
+checkpoint and can be resumed without re-running completed ops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from lattice.errors import InputError, LatticeRunError, LatticeUserError
+from lattice.ir.models import FAILED_PORT, AskOp, ExecIR, LLMWriteOp
+from lattice.ir.serialize import ir_from_json, ir_to_dict
+from lattice.ir.templates import StatePath, parse_path
+from lattice.llm.base import LLMProvider
+from lattice.llm.disabled import DisabledProvider
+from lattice.runtime.context import AskHuman, EventListener, HaltRun, Outcome, RunContext, utc_now
+from lattice.runtime.executors import Executor, build_executor, normalize_answer
+from lattice.runtime.results import FailureReport, RunResult, Usage
+from lattice.runtime.state import StateListener, StateStore
+from lattice.runtime.store import RunRecorder, RunStore, new_run_id
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Bounds on a run. ``max_steps``: ops executed in total (default 10,000);
+    ``max_visits``: executions of any single op, loops included (default 1,000)."""
+
+    max_steps: int = 10_000
+    max_visits: int = 1_000
+
+
+class Runner:
+    """Runs one ExecIR. Build once, run many times (concurrently too).
+
+    ``provider``: the LLMProvider (default: DisabledProvider, which fails clearly).
+    ``store``: a RunStore (default ``RunStore("runs")``; ``RunStore(None)`` keeps runs in memory).
+    ``answers``: answers to ASK nodes by node id (label, index or text).
+    ``ask_human``: called for an ASK without an answer; return None to halt.
+    ``workflow``: the source document, copied into the run folder when given.
+    """
+
+    def __init__(
+        self,
+        ir: ExecIR,
+        *,
+        provider: LLMProvider | None = None,
+        store: RunStore | None = None,
+        limits: RunLimits | None = None,
+        answers: Mapping[str, Any] | None = None,
+        ask_human: AskHuman | None = None,
+        workflow: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.ir = ir
+        self.provider: LLMProvider = provider or DisabledProvider()
+        self.store = store if store is not None else RunStore()
+        self.limits = limits or RunLimits()
+        self.answers = dict(answers or {})
+        self.ask_human = ask_human
+        self.workflow = dict(workflow) if workflow is not None else None
+        self.meta = dict(meta or {})
+        self._executors: dict[str, Executor] = {
+            op_id: build_executor(op) for op_id, op in ir.ops.items()
+        }
+        self._edges = {op_id: _edge_table(op.next) for op_id, op in ir.ops.items()}
+        self._reads = {
+            op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
+            for op_id, op in ir.ops.items()
+        }
+        self._input_validator = jsonschema.Draft202012Validator(ir.inputs_schema or {})
+        self._event_listeners: list[EventListener] = []
+        self._state_listeners: list[StateListener] = []
+        check_answers(ir, self.answers)
+
+    def subscribe(self, listener: EventListener) -> None:
+        """Call ``listener(event)`` for every event of every run of this Runner."""
+        self._event_listeners.append(listener)
+
+    def subscribe_state(self, listener: StateListener) -> None:
+        """Call ``listener(path, value)`` after every state write of every run."""
+        self._state_listeners.append(listener)
+
+    # -- entry points -----------------------------------------------------------------
+
+    def run(
+        self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
+    ) -> RunResult:
+        """Synchronous ``arun``."""
+        return asyncio.run(self.arun(inputs, run_id=run_id))
+
+    async def arun(
+        self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
+    ) -> RunResult:
+        """Run from the entry op. Inputs that fail the inputs schema raise InputError before anything is written."""
+        inputs = dict(inputs or {})
+        self.validate_inputs(inputs)
+        run_id = run_id or new_run_id()
+        state = StateStore(inputs, ctx=self._ctx(run_id))
+        recorder = self.store.open(run_id)
+        ctx = self._context(run_id, state, recorder, Usage(), seq=0)
+        if self.workflow is not None:
+            recorder.write_json("workflow.json", self.workflow)
+        recorder.write_json("execir.json", ir_to_dict(self.ir))
+        recorder.write_json("input.json", inputs)
+        recorder.write_json("state_initial.json", state.snapshot())
+        ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
+        return await self._walk(ctx, self.ir.entry, steps=0, visits={}, op_seq=0)
+
+    def validate_inputs(self, inputs: Mapping[str, Any]) -> None:
+        """Raise InputError listing every way ``inputs`` breaks the inputs schema."""
+        errors = sorted(
+            self._input_validator.iter_errors(dict(inputs)), key=lambda e: list(e.absolute_path)
+        )
+        if errors:
+            lines = []
+            for err in errors:
+                where = "/".join(str(p) for p in err.absolute_path)
+                lines.append(f"{'$in/' + where if where else '$in'}: {_input_message(err)}")
+            raise InputError("invalid inputs:\n  " + "\n  ".join(lines))
+
+    @classmethod
+    def resume(
+        cls,
+        run_dir: Path | str,
+        *,
+        answers: Mapping[str, Any] | None = None,
+        provider: LLMProvider | None = None,
+        ask_human: AskHuman | None = None,
+        limits: RunLimits | None = None,
+        on_event: EventListener | None = None,
+    ) -> RunResult:
+        """Continue a halted or failed run from its checkpoint (synchronous)."""
+        return asyncio.run(
+            cls.aresume(
+                run_dir,
+                answers=answers,
+                provider=provider,
+                ask_human=ask_human,
+                limits=limits,
+                on_event=on_event,
+            )
+        )
+
+    @classmethod
+    async def aresume(
+        cls,
+        run_dir: Path | str,
+        *,
+        answers: Mapping[str, Any] | None = None,
+        provider: LLMProvider | None = None,
+        ask_human: AskHuman | None = None,
+        limits: RunLimits | None = None,
+        on_event: EventListener | None = None,
+    ) -> RunResult:
+        """Continue a halted or failed run. Completed ops are not executed again.
+
+        ``answers`` given here answer the next visit of their question only.
+        """
+        folder = Path(run_dir)
+        checkpoint = read_run_json(folder, "checkpoint.json")
+        if checkpoint.get("status") == "completed":
+            raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
+        ir = ir_from_json(read_run_json(folder, "execir.json"))
+        snapshot = read_run_json(folder, "state_final.json")
+        merged = {**checkpoint.get("answers", {}), **{k: [v] for k, v in (answers or {}).items()}}
+        runner = cls(
+            ir,
+            provider=provider,
+            store=RunStore(folder.parent),
+            limits=limits,
+            answers=merged,
+            ask_human=ask_human,
+            meta=checkpoint.get("meta"),
+        )
+        if on_event is not None:
+            runner.subscribe(on_event)
+        restore = getattr(runner.provider, "restore", None)
+        if callable(restore) and checkpoint.get("provider_state") is not None:
+            restore(checkpoint["provider_state"])
+        run_id = checkpoint["run_id"]
+        state = StateStore.from_snapshot(snapshot)
+        state.clear_tmp()
+        recorder = runner.store.open(run_id)
+        ctx = runner._context(
+            run_id,
+            state,
+            recorder,
+            Usage.from_json(checkpoint.get("usage")),
+            seq=int(checkpoint.get("seq", 0)),
+        )
+        ctx.last_result = checkpoint.get("last_result")
+        ctx.emit(
+            "run_resumed",
+            {"from_op": checkpoint["next_op"], "after": checkpoint.get("status")},
+            op=False,
+        )
+        return await runner._walk(
+            ctx,
+            checkpoint["next_op"],
+            steps=int(checkpoint.get("steps", 0)),
+            visits={k: int(v) for k, v in checkpoint.get("visits", {}).items()},
+            op_seq=int(checkpoint.get("op_seq", 0)),
+        )
+
+    # -- the walk -----------------------------------------------------------------------
+
+    def _ctx(self, run_id: str) -> dict[str, Any]:
+        return {
+            "run_id": run_id,
+            "started_at": utc_now(),
+            "workflow_id": self.ir.workflow.id,
+            "workflow_name": self.ir.workflow.name,
+            "model_classes": sorted(
+                {op.model_class for op in self.ir.ops.values() if isinstance(op, LLMWriteOp)}
+            ),
+        }
+
+    def _context(
+        self, run_id: str, state: StateStore, recorder: RunRecorder, usage: Usage, *, seq: int
+    ) -> RunContext:
+        for listener in self._state_listeners:
+            state.subscribe(listener)
+        return RunContext(
+            run_id=run_id,
+            state=state,
+            recorder=recorder,
+            provider=self.provider,
+            answers=copy.deepcopy(self.answers),
+            ask_human=self.ask_human,
+            listeners=self._event_listeners,
+            usage=usage,
+            seq=seq,
+        )
+
+    async def _walk(
+        self,
+        ctx: RunContext,
+        current: str | None,
+        *,
+        steps: int,
+        visits: dict[str, int],
+        op_seq: int,
+    ) -> RunResult:
+        ops, limits = self.ir.ops, self.limits
+        output: Any = None
+        try:
+            while current is not None:
+                op = ops[current]
+                steps += 1
+                count = visits.get(current, 0) + 1
+                visits[current] = count
+                ctx.current_op, ctx.current_node = current, op.source_node
+                if steps > limits.max_steps or count > limits.max_visits:
+                    which = "steps" if steps > limits.max_steps else f"visits of {current!r}"
+                    raise LatticeRunError(
+                        f"the run exceeded its limit of {which} "
+                        f"({limits.max_steps if steps > limits.max_steps else limits.max_visits}); "
+                        "a loop may not terminate (raise RunLimits if it is meant to run longer)",
+                        error_type="step_limit",
+                        details={"steps": steps, "visits": count},
+                    )
+                op_seq += 1
+                started = time.perf_counter()
+                ctx.emit("op_started", {"kind": op.kind})
+                try:
+                    outcome = await self._run_op(current, ctx)
+                except LatticeRunError as exc:
+                    route = self._edges[current].get(FAILED_PORT)
+                    if route is None:
+                        self._record_op(ctx, op_seq, current, started, None, error=exc)
+                        raise
+                    report = self._failure(ctx, exc, phase="op")
+                    ctx.state.write(f"$vars.{op.source_node}.error", report.to_json())
+                    outcome = Outcome(port=FAILED_PORT, record={"error": report.to_json()})
+                finally:
+                    ctx.state.clear_tmp()
+                self._record_op(ctx, op_seq, current, started, outcome)
+                if op.kind == "END":
+                    output = outcome.output
+                    break
+                nxt = self._edges[current].get(outcome.port)
+                if nxt is None and op.next and outcome.port != "default":
+                    raise LatticeRunError(
+                        f"op {current!r} left through port {outcome.port!r}, which leads nowhere",
+                        error_type="dead_end",
+                    )
+                if nxt is None:  # a dead end (lowering warned): the run ends here
+                    output = ctx.state.read(ctx.last_result) if ctx.last_result else None
+                current = nxt
+            ctx.current_op = None
+            return self._finish(ctx, "completed", output, None, None, steps, visits, op_seq)
+        except HaltRun as halt:
+            report = FailureReport(
+                phase="run",
+                run_id=ctx.run_id,
+                op_id=ctx.current_op,
+                node_id=ctx.current_node,
+                category=halt.reason,
+                summary=halt.summary,
+                details=halt.details,
+                blocking=True,
+                recovery_action=halt.action.replace(
+                    "RUN_DIR", str(ctx.recorder.run_dir or "RUN_DIR")
+                ),
+            )
+            ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
+            return self._finish(
+                ctx,
+                "halted",
+                None,
+                report,
+                current,
+                steps - 1,
+                visits,
+                op_seq - 1,
+                undo_visit=current,
+            )
+        except LatticeRunError as exc:
+            report = self._failure(ctx, exc, phase="run")
+            ctx.emit("run_failed", {"error_type": exc.error_type, "message": exc.message})
+            return self._finish(
+                ctx, "failed", None, report, current, steps - 1, visits, op_seq, undo_visit=current
+            )
+        finally:
+            ctx.recorder.close()
+
+    async def _run_op(self, op_id: str, ctx: RunContext) -> Outcome:
+        try:
+            return await self._executors[op_id].run(ctx)
+        except (LatticeRunError, HaltRun):
+            raise
+        except (
+            Exception
+        ) as exc:  # a bug or an unwrapped library error: fail the run, keep its folder
+            raise LatticeRunError(
+                f"internal error in op {op_id!r}: {type(exc).__name__}: {exc}",
+                error_type="internal_error",
+            ) from exc
+
+    def _failure(self, ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:
+        attempts = exc.details.get("attempts", [])
+        details = {k: v for k, v in exc.details.items() if k != "attempts"}
+        action = (
+            "fix the cause, then: lattice resume RUN_DIR (the failed op runs again; completed ops do not)"
+        ).replace("RUN_DIR", str(ctx.recorder.run_dir or "RUN_DIR"))
+        return FailureReport(
+            phase=phase,
+            run_id=ctx.run_id,
+            op_id=exc.op_id or ctx.current_op,
+            node_id=exc.node_id or ctx.current_node,
+            category=exc.error_type,
+            summary=exc.message,
+            details=details,
+            attempts=list(attempts),
+            blocking=phase == "run",
+            recovery_action=action,
+        )
+
+    def _record_op(
+        self,
+        ctx: RunContext,
+        seq: int,
+        op_id: str,
+        started: float,
+        outcome: Outcome | None,
+        *,
+        error: LatticeRunError | None = None,
+    ) -> None:
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        data: dict[str, Any] = {"duration_ms": duration_ms}
+        if outcome is not None:
+            data["port"] = outcome.port
+        else:
+            data["error_type"] = error.error_type if error else "error"
+        ctx.emit("op_finished", data)
+        if ctx.recorder.run_dir is None:
+            return
+        op = self.ir.ops[op_id]
+        record: dict[str, Any] = {
+            "seq": seq,
+            "op_id": op_id,
+            "node_id": op.source_node,
+            "kind": op.kind,
+            "duration_ms": duration_ms,
+            "inputs": self._read_inputs(ctx, self._reads[op_id]),
+        }
+        if outcome is not None:
+            record.update({"port": outcome.port, "output": outcome.output, **outcome.record})
+        if error is not None:
+            record["error"] = {
+                "error_type": error.error_type,
+                "message": error.message,
+                **{k: v for k, v in error.details.items() if k != "attempts"},
+            }
+            record["attempts"] = error.details.get("attempts", [])
+        ctx.recorder.write_op(seq, op_id, record)
+
+    @staticmethod
+    def _read_inputs(ctx: RunContext, reads: list[StatePath]) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for path in reads:
+            try:
+                values[path.text] = ctx.state.read(path)
+            except LatticeRunError:
+                values[path.text] = None
+        return values
+
+    def _finish(
+        self,
+        ctx: RunContext,
+        status: str,
+        output: Any,
+        failure: FailureReport | None,
+        next_op: str | None,
+        steps: int,
+        visits: dict[str, int],
+        op_seq: int,
+        *,
+        undo_visit: str | None = None,
+    ) -> RunResult:
+        if undo_visit is not None and visits.get(undo_visit):
+            visits[undo_visit] -= 1  # the op will run again on resume
+        if status == "completed":
+            ctx.emit("run_finished", {"status": status, "usage": ctx.usage.to_json()}, op=False)
+        snapshot = ctx.state.snapshot()
+        recorder = ctx.recorder
+        recorder.write_json("state_final.json", snapshot)
+        result = RunResult(
+            status=status,  # type: ignore[arg-type]
+            output=output,
+            state=snapshot,
+            run_id=ctx.run_id,
+            run_dir=recorder.run_dir,
+            usage=ctx.usage,
+            failure=failure,
+            events=ctx.events,
+        )
+        recorder.write_json(
+            "result.json",
+            {**result.to_json(), "workflow": self.ir.workflow.id, "finished_at": utc_now()},
+        )
+        if failure is not None:
+            recorder.write_json("failure_report.json", failure.to_json())
+        elif recorder.run_dir is not None:  # a resumed run that now completed
+            (recorder.run_dir / "failure_report.json").unlink(missing_ok=True)
+        provider_state = getattr(self.provider, "checkpoint", None)
+        recorder.write_json(
+            "checkpoint.json",
+            {
+                "run_id": ctx.run_id,
+                "status": status,
+                "next_op": next_op,
+                "steps": steps,
+                "visits": visits,
+                "op_seq": op_seq,
+                "seq": ctx.seq,
+                "last_result": ctx.last_result,
+                "usage": ctx.usage.to_json(),
+                "answers": ctx.answers,
+                "provider_state": provider_state() if callable(provider_state) else None,
+                "meta": self.meta,
+            },
+        )
+        return result
+
+
+def _edge_table(edges: list[Any]) -> dict[str, str]:
+    table: dict[str, str] = {}
+    for edge in edges:
+        table.setdefault(edge.port, edge.to)  # fan-out: the first edge of a port wins
+    return table
+
+
+def _input_message(err: jsonschema.ValidationError) -> str:
+    if err.validator == "additionalProperties":
+        return (
+            f"{err.message} (unknown input; the workflow's inputs are declared by its start node)"
+        )
+    return err.message
+
+
+def check_answers(ir: ExecIR, answers: Mapping[str, Any]) -> None:
+    """Raise InputError when answers name unknown ASK nodes or options none of them has."""
+    asks = {op.source_node: op for op in ir.ops.values() if isinstance(op, AskOp)}
+    problems = []
+    for node_id, answer in answers.items():
+        op = asks.get(node_id)
+        if op is None:
+            problems.append(
+                f"{node_id!r} is not a question node (questions: {', '.join(asks) or 'none'})"
+            )
+            continue
+        queue = answer if isinstance(answer, list) and not op.multi_select else [answer]
+        for item in queue:
+            try:
+                normalize_answer(op, item)
+            except LatticeRunError as exc:
+                problems.append(exc.message)
+    if problems:
+        raise InputError("invalid answers:\n  " + "\n  ".join(problems))
+
+
+def read_run_json(folder: Path, name: str) -> Any:
+    """A JSON file of a run folder; a missing or broken one is a LatticeUserError."""
+    path = folder / name
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LatticeUserError(f"{folder} is not a resumable run folder (no {name})") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise LatticeUserError(f"cannot read {path}: {exc}") from exc

@@ -1,0 +1,120 @@
+"""Where runs are recorded: a folder per run (``runs/<run_id>/``) or nowhere (in memory).
+
+Folder layout (DESIGN.md §7)::
+
+    workflow.json  execir.json  input.json  state_initial.json  events.jsonl
+    ops/<seq>-<opId>.json  state_final.json  result.json  failure_report.json
+    checkpoint.json   (where a halted or failed run resumes)
+
+JSON files are written atomically; ``events.jsonl`` is append-only and flushed per
+event. Every text passes through ``redact`` before it reaches the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from lattice.runtime.files import atomic_write_text
+
+Redactor = Callable[[str], str]
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def new_run_id() -> str:
+    """A sortable id that is safe as a folder name: ``20261122T101500-3fa9c1``."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def safe_name(text: str) -> str:
+    """``text`` with characters unsafe in file names replaced by ``_``."""
+    return _UNSAFE.sub("_", text).strip("._") or "_"
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+class RunRecorder(Protocol):
+    """What the runner writes a run to."""
+
+    run_dir: Path | None
+
+    def write_json(self, name: str, data: Any) -> None: ...
+
+    def append_event(self, event: dict[str, Any]) -> None: ...
+
+    def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullRecorder:
+    """Records nothing (persistence off: tests, benchmarks, embedded use)."""
+
+    run_dir: Path | None = None
+
+    def write_json(self, name: str, data: Any) -> None:
+        pass
+
+    def append_event(self, event: dict[str, Any]) -> None:
+        pass
+
+    def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FolderRecorder:
+    """Writes one run's folder. Creating it for an existing run (resume) appends to its events."""
+
+    def __init__(self, run_dir: Path, *, redact: Redactor | None = None) -> None:
+        self.run_dir: Path | None = run_dir
+        self._dir = run_dir
+        self._redact = redact or (lambda text: text)
+        (run_dir / "ops").mkdir(parents=True, exist_ok=True)
+        self._events: IO[str] | None = None
+
+    def write_json(self, name: str, data: Any) -> None:
+        atomic_write_text(self._dir / name, self._redact(_dump(data)))
+
+    def append_event(self, event: dict[str, Any]) -> None:
+        if self._events is None:
+            self._events = open(self._dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        line = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str)
+        self._events.write(self._redact(line) + "\n")
+        self._events.flush()
+
+    def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None:
+        self.write_json(f"ops/{seq:04d}-{safe_name(op_id)}.json", record)
+
+    def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+
+
+class RunStore:
+    """Chooses where runs live: ``RunStore(Path("runs"))`` or ``RunStore(None)`` for memory only."""
+
+    def __init__(
+        self, root: Path | str | None = Path("runs"), *, redact: Redactor | None = None
+    ) -> None:
+        self.root = Path(root) if root is not None else None
+        self.redact = redact
+
+    @property
+    def persistent(self) -> bool:
+        return self.root is not None
+
+    def open(self, run_id: str) -> RunRecorder:
+        if self.root is None:
+            return NullRecorder()
+        return FolderRecorder(self.root / safe_name(run_id), redact=self.redact)
