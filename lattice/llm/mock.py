@@ -68,7 +68,7 @@ class MockProvider:
             raise LatticeUserError(
                 f"mock script: unknown keys {sorted(unknown)}", error_type="mock_error"
             )
-        default = script["default"] if "default" in script else _UNSET
+        default = script.get("default", _UNSET)
         return cls(responses, default=default, **kwargs)
 
     @classmethod
