@@ -98,6 +98,8 @@ class LLMWriteOp(OpBase):
     """Attempts per model class before escalation (None: the configured default)."""
     escalate: bool | dict[str, Any] = True
     """False disables escalation; a dict may cap the ladder (``{"maxClass": "medium"}``)."""
+    policies: dict[str, list[str]] = Field(default_factory=dict)
+    """Per-error-type recovery stacks overriding the defaults (``{"schema_error": ["repair", "fail"]}``)."""
     labels: list[str] | None = None
     """For classifiers: the branch labels the output's ``branch`` must be one of."""
     writes: str

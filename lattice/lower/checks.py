@@ -16,6 +16,7 @@ import networkx as nx
 
 from lattice.document.models import Node
 from lattice.errors import Diagnostic, Severity
+from lattice.ir.models import FAILED_PORT
 from lattice.ir.templates import NameRef, StatePath
 from lattice.lower.registry import LoweringContext, NodeLowering, RefUse, did_you_mean
 
@@ -217,11 +218,12 @@ class ReferenceChecker:
         if len(ref.keys) < 2:
             return
         part = ref.keys[1]
-        if part not in lowering.produces:
+        produces = lowering.produces + (("error",) if FAILED_PORT in lowering.exits else ())
+        if part not in produces:
             self._error(
                 use,
                 "template-unknown-property",
-                f"{ref.text}: node {name!r} writes {', '.join(lowering.produces)}, not {part!r}",
+                f"{ref.text}: node {name!r} writes {', '.join(produces)}, not {part!r}",
             )
             return
         if part == "result":

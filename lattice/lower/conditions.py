@@ -99,16 +99,25 @@ def parse_condition(text: str) -> ParsedCondition:
 
 def _is_json(text: str) -> bool:
     try:
-        json.loads(text)
-    except json.JSONDecodeError:
+        _strict_json(text)
+    except ValueError:
         return False
     return True
 
 
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _strict_json(text: str) -> object:
+    """JSON as the standard defines it: NaN and Infinity are not values."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
 def _parse_operand(op: str, rhs: str, text: str) -> object:
     try:
-        value = json.loads(rhs)
-    except json.JSONDecodeError:
+        value = _strict_json(rhs)
+    except ValueError:
         raise ConditionError(
             f"cannot read the value in condition {text!r}: write it as JSON "
             f'(strings in double quotes, e.g. == "billing")'

@@ -20,6 +20,11 @@ NAMESPACE_SEPARATOR = "__"
 MAX_DEPTH = 8
 
 
+def _flow_id(node: Node) -> str | None:
+    value = node.data.get("subAgentFlowId")
+    return value if isinstance(value, str) else None
+
+
 def _rewrite(value: Any, pattern: re.Pattern[str], prefix: str) -> Any:
     if isinstance(value, str):
         return pattern.sub(lambda m: f"$vars.{prefix}{m.group(1)}", value)
@@ -86,13 +91,11 @@ def inline_subflows(
     diagnostics: list[Diagnostic] = []
     nodes, connections = list(workflow.nodes), list(workflow.connections)
     for _depth in range(MAX_DEPTH):
-        calls = [
-            n for n in nodes if n.type == "subAgentFlow" and n.data.get("subAgentFlowId") in flows
-        ]
+        calls = [n for n in nodes if n.type == "subAgentFlow" and _flow_id(n) in flows]
         if not calls:
             break
         for call in calls:
-            flow, flow_pointer = flows[call.data["subAgentFlowId"]]
+            flow, flow_pointer = flows[str(_flow_id(call))]
             inner, inner_edges, entries, exits = _expand_one(call, flow, flow_pointer, pointers)
             nodes = [n for n in nodes if n.id != call.id] + inner
             rewired: list[Connection] = []

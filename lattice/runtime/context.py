@@ -9,6 +9,7 @@ from typing import Any
 
 from lattice.ir.models import AskOp
 from lattice.llm.base import LLMProvider
+from lattice.runtime.contract import Budget
 from lattice.runtime.results import Usage
 from lattice.runtime.state import StateStore
 from lattice.runtime.store import RunRecorder
@@ -57,6 +58,7 @@ class RunContext:
         ask_human: AskHuman | None,
         listeners: list[EventListener],
         usage: Usage,
+        budget: Budget,
         seq: int = 0,
     ) -> None:
         self.run_id = run_id
@@ -66,6 +68,7 @@ class RunContext:
         self.answers = answers
         self.ask_human = ask_human
         self.usage = usage
+        self.budget = budget
         self.events: list[dict[str, Any]] = []
         self._listeners = listeners
         self.seq = seq

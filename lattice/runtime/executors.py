@@ -26,6 +26,7 @@ from lattice.ir.templates import ValueTemplate, parse_path
 from lattice.runtime.conditions import compile_condition
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
+from lattice.runtime.settings import RuntimeSettings
 
 
 class Executor:
@@ -267,16 +268,13 @@ EXECUTORS: dict[str, Callable[[Any], Executor]] = {
     "STATE": StateExecutor,
     "TRANSFORM": TransformExecutor,
     "ASK": AskExecutor,
-    "LLM_WRITE": LLMWriteExecutor,
     "TOOL_CALL": ToolCallExecutor,
 }
 
 
-def build_executor(op: Op) -> Executor:
+def build_executor(op: Op, settings: RuntimeSettings) -> Executor:
     """The executor for ``op`` (compiles its templates, expressions and conditions)."""
+    if isinstance(op, LLMWriteOp):
+        return LLMWriteExecutor(op, settings)  # type: ignore[return-value]
     executor: Executor = EXECUTORS[op.kind](op)
     return executor
-
-
-def is_llm(op: Op) -> bool:
-    return isinstance(op, LLMWriteOp)

@@ -1,25 +1,26 @@
-"""LLM_WRITE: render the micro-prompt, call the provider, parse and check the output, write it."""
+"""LLM_WRITE: compile the micro-prompt, run it through the contract engine, write the artifact.
+
+Micro-prompt: system = the node's own system part + the template (``artifact-builder@1``
+for ops with a schema, ``classifier@1`` for classifiers) with the schema and rules
+injected; user = the rendered prompt plus the upstream results it reads, plus any
+information a person supplied after a ``missing_information`` halt.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-import jsonschema
 
 from lattice.errors import LatticeRunError
 from lattice.ir.models import LLMWriteOp
 from lattice.ir.templates import ValueTemplate, parse_path, parse_template, to_text
-from lattice.llm.base import LLMRequest, Message
-from lattice.runtime.context import Outcome, RunContext
-from lattice.runtime.extract import extract_json
-
-
-def schema_instructions(schema: dict[str, Any]) -> str:
-    return (
-        "Reply with exactly one JSON value and nothing else (no prose, no code fences). "
-        "It must conform to this JSON Schema:\n" + json.dumps(schema, indent=2, ensure_ascii=False)
-    )
+from lattice.llm.base import Message
+from lattice.prompts.builtin import TEMPLATES
+from lattice.prompts.registry import PromptTemplate
+from lattice.runtime.context import HaltRun, Outcome, RunContext
+from lattice.runtime.contract import CallEnv, Contract, ContractEngine, Sampling
+from lattice.runtime.invariants import bind_invariants
+from lattice.runtime.policies import ladder_from
+from lattice.runtime.settings import RuntimeSettings
 
 
 def _context_label(path: str) -> str:
@@ -32,114 +33,114 @@ def _context_label(path: str) -> str:
     return path
 
 
-class LLMWriteExecutor:
-    """Compiled once per op: prompt template, variables, context paths and schema validator."""
+def contract_for(op: LLMWriteOp, settings: RuntimeSettings) -> Contract:
+    """The Contract of an LLM_WRITE op under ``settings``."""
+    escalate = op.escalate
+    max_class = escalate.get("maxClass") if isinstance(escalate, dict) else None
+    enabled = escalate is not False and not (
+        isinstance(escalate, dict) and escalate.get("enabled") is False
+    )
+    return Contract(
+        schema=op.output_schema,
+        invariants=tuple(bind_invariants(op.invariants)),
+        max_attempts=op.max_attempts or settings.max_attempts,
+        ladder=ladder_from(op.model_class, max_class=max_class, enabled=enabled),
+        policies={k: tuple(v) for k, v in op.policies.items()},
+    )
 
-    def __init__(self, op: LLMWriteOp) -> None:
+
+def template_for(op: LLMWriteOp) -> PromptTemplate | None:
+    if op.template:
+        return TEMPLATES.get(op.template)
+    if op.output_schema is not None:
+        return TEMPLATES.get("artifact-builder@1")
+    return None
+
+
+class LLMWriteExecutor:
+    """Compiled once per op: templates, variables, context paths, validator and invariants."""
+
+    def __init__(self, op: LLMWriteOp, settings: RuntimeSettings | None = None) -> None:
         self.op = op
+        self.settings = settings or RuntimeSettings()
         self.prompt = parse_template(op.prompt)
         self.variables = {name: ValueTemplate(value) for name, value in op.variables.items()}
         self.context = [(_context_label(path), parse_path(path)) for path in op.context]
-        self.validator = (
-            jsonschema.Draft202012Validator(op.output_schema)
-            if op.output_schema is not None
-            else None
+        self.template = template_for(op)
+        self.engine = ContractEngine(contract_for(op, self.settings))
+        self.sampling = Sampling(
+            temperature=op.temperature if op.temperature is not None else 0.0,
+            top_p=op.top_p,
+            max_tokens=op.max_tokens,
         )
-        system = [op.system] if op.system else []
-        if op.output_schema is not None:
-            system.append(schema_instructions(op.output_schema))
-        self.system = "\n\n".join(system) if system else None
 
-    def render_user(self, ctx: RunContext) -> str:
+    def render(self, ctx: RunContext) -> tuple[Message, ...]:
+        """The original (non-repair) messages for this visit of the op."""
         state = ctx.state
         variables = {name: t.render(state.resolve) for name, t in self.variables.items()}
-        text = self.prompt.render(lambda ref: state.resolve(ref, variables))
+        prompt = self.prompt.render(lambda ref: state.resolve(ref, variables))
         blocks = []
         for label, path in self.context:
             if state.exists(path):
                 value = state.read(path)
-                if value not in ({}, None):
+                if value not in ({}, None, ""):
                     blocks.append(f"## {label}\n{to_text(value)}")
-        if blocks:
-            text += "\n\n# Input\n" + "\n\n".join(blocks)
-        return text
-
-    def build_request(self, ctx: RunContext) -> LLMRequest:
-        op = self.op
-        messages = []
-        if self.system:
-            messages.append(Message("system", self.system))
-        messages.append(Message("user", self.render_user(ctx)))
-        return LLMRequest(
-            messages=tuple(messages),
-            model_class=op.model_class,
-            model=op.model,
-            temperature=op.temperature if op.temperature is not None else 0.0,
-            top_p=op.top_p,
-            max_tokens=op.max_tokens,
-            response_schema=op.output_schema,
-            node_id=op.source_node,
-            op_id=op.id,
-        )
-
-    def parse(self, text: str) -> Any:
-        """The op's value from the model's text: JSON checked against the schema, or the text."""
-        if self.validator is None:
-            return text
-        value = extract_json(text)
-        errors = sorted(self.validator.iter_errors(value), key=lambda e: list(e.absolute_path))
-        if errors:
-            violations = [
-                {"pointer": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
-                for e in errors
-            ]
-            raise LatticeRunError(
-                f"output of {self.op.source_node!r} does not match its schema: "
-                + "; ".join(f"{v['pointer']}: {v['message']}" for v in violations[:5]),
-                error_type="schema_error",
-                details={"violations": violations},
-            )
-        return value
+        extra = _take_information(ctx.answers, self.op.source_node)
+        if extra:
+            blocks.append(f"## Information from a person\n{extra}")
+        input_text = ("\n\n# Input\n" + "\n\n".join(blocks)) if blocks else ""
+        system_parts = [self.op.system] if self.op.system else []
+        if self.template is not None:
+            values = {**self.engine.builtins(), "prompt": prompt, "input": input_text}
+            values.update({k: to_text(v) for k, v in variables.items()})
+            system, user = self.template.render(values)
+            if system:
+                system_parts.append(system)
+        else:
+            user = prompt + input_text
+        messages = [Message("system", "\n\n".join(system_parts))] if system_parts else []
+        messages.append(Message("user", user))
+        return tuple(messages)
 
     async def run(self, ctx: RunContext) -> Outcome:
-        request = self.build_request(ctx)
-        prompt_hash = request.prompt_hash()
-        ctx.emit(
-            "llm_request",
-            {
-                "model": request.model,
-                "model_class": request.model_class,
-                "prompt_hash": prompt_hash,
-            },
+        op = self.op
+        env = CallEnv(
+            provider=ctx.provider,
+            emit=lambda type_, data: ctx.emit(type_, data),
+            usage=ctx.usage,
+            budget=ctx.budget,
+            retry=self.settings.retry,
+            sleep=self.settings.sleep,
+            models=self.settings.models,
+            base_policies=self.settings.policies,
         )
-        response = await ctx.provider.complete(request)
-        ctx.usage.add(response.model, request.model_class, response.usage)
-        ctx.emit(
-            "llm_response",
-            {
-                "model": response.model,
-                "model_class": request.model_class,
-                "prompt_hash": prompt_hash,
-                "input_tokens": response.usage.input_tokens,
-                "output_tokens": response.usage.output_tokens,
-                "latency_ms": round(response.latency_ms, 3),
-                "finish_reason": response.finish_reason,
-            },
-        )
-        attempt = {
-            "model": response.model,
-            "model_class": request.model_class,
-            "prompt_hash": prompt_hash,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
-            "completion": response.text,
-            "input_tokens": response.usage.input_tokens,
-            "output_tokens": response.usage.output_tokens,
-        }
         try:
-            value = self.parse(response.text)
+            value, attempts = await self.engine.run(
+                self.render(ctx),
+                env,
+                sampling=self.sampling,
+                model=op.model,
+                node_id=op.source_node,
+                op_id=op.id,
+            )
         except LatticeRunError as exc:
-            attempt["error"] = {"error_type": exc.error_type, "message": exc.message, **exc.details}
-            exc.details.setdefault("attempts", [attempt])
+            if exc.details.get("action") == "halt":
+                raise HaltRun(
+                    exc.error_type,
+                    exc.message,
+                    {k: v for k, v in exc.details.items() if k != "action"},
+                    f"lattice resume RUN_DIR --answer {op.source_node}=<the missing information>",
+                ) from exc
             raise
-        ctx.write_result(self.op.writes, value)
-        return Outcome(output=value, record={"attempts": [attempt]})
+        ctx.write_result(op.writes, value)
+        return Outcome(output=value, record={"attempts": attempts})
+
+
+def _take_information(answers: dict[str, Any], node_id: str) -> str | None:
+    value = answers.get(node_id)
+    if isinstance(value, list):
+        if not value:
+            return None
+        answers[node_id] = value[1:]
+        value = value[0]
+    return None if value is None else to_text(value)

@@ -30,6 +30,7 @@ from lattice.llm.disabled import DisabledProvider
 from lattice.runtime.context import AskHuman, EventListener, HaltRun, Outcome, RunContext, utc_now
 from lattice.runtime.executors import Executor, build_executor, normalize_answer
 from lattice.runtime.results import FailureReport, RunResult, Usage
+from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
 from lattice.runtime.store import RunRecorder, RunStore, new_run_id
 
@@ -51,6 +52,7 @@ class Runner:
     ``answers``: answers to ASK nodes by node id (label, index or text).
     ``ask_human``: called for an ASK without an answer; return None to halt.
     ``workflow``: the source document, copied into the run folder when given.
+    ``settings``: model map, attempts, recovery policies, retries, budgets (RuntimeSettings).
     """
 
     def __init__(
@@ -64,8 +66,10 @@ class Runner:
         ask_human: AskHuman | None = None,
         workflow: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
+        settings: RuntimeSettings | None = None,
     ) -> None:
         self.ir = ir
+        self.settings = settings or RuntimeSettings()
         self.provider: LLMProvider = provider or DisabledProvider()
         self.store = store if store is not None else RunStore()
         self.limits = limits or RunLimits()
@@ -74,7 +78,7 @@ class Runner:
         self.workflow = dict(workflow) if workflow is not None else None
         self.meta = dict(meta or {})
         self._executors: dict[str, Executor] = {
-            op_id: build_executor(op) for op_id, op in ir.ops.items()
+            op_id: build_executor(op, self.settings) for op_id, op in ir.ops.items()
         }
         self._edges = {op_id: _edge_table(op.next) for op_id, op in ir.ops.items()}
         self._reads = {
@@ -142,6 +146,7 @@ class Runner:
         ask_human: AskHuman | None = None,
         limits: RunLimits | None = None,
         on_event: EventListener | None = None,
+        settings: RuntimeSettings | None = None,
     ) -> RunResult:
         """Continue a halted or failed run from its checkpoint (synchronous)."""
         return asyncio.run(
@@ -152,6 +157,7 @@ class Runner:
                 ask_human=ask_human,
                 limits=limits,
                 on_event=on_event,
+                settings=settings,
             )
         )
 
@@ -165,6 +171,7 @@ class Runner:
         ask_human: AskHuman | None = None,
         limits: RunLimits | None = None,
         on_event: EventListener | None = None,
+        settings: RuntimeSettings | None = None,
     ) -> RunResult:
         """Continue a halted or failed run. Completed ops are not executed again.
 
@@ -185,6 +192,7 @@ class Runner:
             answers=merged,
             ask_human=ask_human,
             meta=checkpoint.get("meta"),
+            settings=settings,
         )
         if on_event is not None:
             runner.subscribe(on_event)
@@ -243,6 +251,7 @@ class Runner:
             ask_human=self.ask_human,
             listeners=self._event_listeners,
             usage=usage,
+            budget=self.settings.budget(),
             seq=seq,
         )
 
@@ -304,6 +313,7 @@ class Runner:
             ctx.current_op = None
             return self._finish(ctx, "completed", output, None, None, steps, visits, op_seq)
         except HaltRun as halt:
+            attempts = halt.details.pop("attempts", [])
             report = FailureReport(
                 phase="run",
                 run_id=ctx.run_id,
@@ -312,6 +322,7 @@ class Runner:
                 category=halt.reason,
                 summary=halt.summary,
                 details=halt.details,
+                attempts=attempts,
                 blocking=True,
                 recovery_action=halt.action.replace(
                     "RUN_DIR", str(ctx.recorder.run_dir or "RUN_DIR")
@@ -496,9 +507,12 @@ def _input_message(err: jsonschema.ValidationError) -> str:
 def check_answers(ir: ExecIR, answers: Mapping[str, Any]) -> None:
     """Raise InputError when answers name unknown ASK nodes or options none of them has."""
     asks = {op.source_node: op for op in ir.ops.values() if isinstance(op, AskOp)}
+    llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
     problems = []
     for node_id, answer in answers.items():
         op = asks.get(node_id)
+        if op is None and node_id in llm_nodes:  # information for a model that asked for it
+            continue
         if op is None:
             problems.append(
                 f"{node_id!r} is not a question node (questions: {', '.join(asks) or 'none'})"

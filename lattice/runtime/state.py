@@ -28,6 +28,34 @@ class MissingValueError(LatticeRunError):
     error_type = "missing_value"
 
 
+def _child_for(
+    target: Any, key: str | int, next_key: str | int, path: StatePath, depth: int
+) -> Any:
+    """The container under ``target[key]`` that ``next_key`` can go into, made when missing.
+
+    A string key replaces a non-object with ``{}`` (writes create objects on the way);
+    an index must exist in a list.
+    """
+    if isinstance(target, dict):
+        child = target.get(key) if isinstance(key, str) else None
+        if isinstance(next_key, str) and not isinstance(child, dict):
+            child = target[key] = {}
+        elif isinstance(next_key, int) and not isinstance(child, list):
+            raise LatticeRunError(
+                f"cannot write {path.text}: {StatePath(path.root, path.keys[: depth + 1]).text} is not a list",
+                error_type="state_error",
+            )
+        return child
+    if isinstance(target, list) and isinstance(key, int) and -len(target) <= key < len(target):
+        if isinstance(next_key, str) and not isinstance(target[key], dict):
+            target[key] = {}
+        return target[key]
+    raise LatticeRunError(
+        f"cannot write {path.text}: {StatePath(path.root, path.keys[:depth]).text} has no {key!r}",
+        error_type="state_error",
+    )
+
+
 class StateStore:
     """Holds ``$in``, ``$vars``, ``$tmp`` and ``$ctx``; notifies subscribers of writes."""
 
@@ -111,13 +139,20 @@ class StateStore:
         if not path.keys:
             raise LatticeRunError("cannot replace a whole state root", error_type="state_error")
         target: Any = self._root(path.root)
-        for key in path.keys[:-1]:
-            child = target.get(key) if isinstance(target, dict) else None
-            if not isinstance(child, dict | list):
-                child = {}
-                target[key] = child
-            target = child
-        target[path.keys[-1]] = value
+        keys = path.keys
+        for depth, key in enumerate(keys[:-1]):
+            target = _child_for(target, key, keys[depth + 1], path, depth)
+        last = keys[-1]
+        if (
+            isinstance(target, list)
+            and isinstance(last, int)
+            and -len(target) <= last < len(target)
+        ) or (isinstance(target, dict) and isinstance(last, str)):
+            target[last] = value
+        else:
+            raise LatticeRunError(
+                f"cannot write {path.text}: index {last!r} does not exist", error_type="state_error"
+            )
         for listener in self._listeners:
             listener(path.text, value)
 

@@ -1,0 +1,242 @@
+"""Named invariants: checks on an LLM artifact beyond its JSON Schema.
+
+An invariant is referenced in a document as a name (``"no_code"``) or an object
+(``{"name": "unified_diff", "path": "/patch"}``). Each returns a list of
+violations ``{"pointer", "message"}``; an empty list means it holds.
+
+Built in: ``no_code`` (no source code in any string), ``unified_diff`` (the string at
+``path`` parses as a unified diff), ``max_chars`` (serialised size cap, ``max``),
+``max_items`` (array at ``path`` has at most ``max`` items).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+Violation = dict[str, str]
+Check = Callable[[Any, dict[str, Any]], list[Violation]]
+
+
+@dataclass(frozen=True)
+class InvariantDef:
+    name: str
+    check: Check
+    error_type: str
+    """The error type a violation is reported as (``code_in_output`` for ``no_code``)."""
+
+
+_REGISTRY: dict[str, InvariantDef] = {}
+
+
+def register_invariant(
+    name: str, *, error_type: str = "invariant_error"
+) -> Callable[[Check], Check]:
+    """Decorator adding a check to the registry under ``name``."""
+
+    def wrap(check: Check) -> Check:
+        _REGISTRY[name] = InvariantDef(name, check, error_type)
+        return check
+
+    return wrap
+
+
+def invariant_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_invariant(name: str) -> InvariantDef | None:
+    return _REGISTRY.get(name)
+
+
+def _strings(value: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield pointer or "/", value
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _strings(item, f"{pointer}/{i}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            escaped = str(key).replace("~", "~0").replace("/", "~1")
+            yield from _strings(item, f"{pointer}/{escaped}")
+
+
+def resolve_pointer(value: Any, pointer: str) -> Any:
+    """The value at JSON pointer ``pointer`` (``""`` is the whole value); KeyError if absent."""
+    if pointer in ("", "/"):
+        return value
+    current = value
+    for raw in pointer.lstrip("/").split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(current, list):
+            current = current[int(part)]
+        elif isinstance(current, dict):
+            current = current[part]
+        else:
+            raise KeyError(pointer)
+    return current
+
+
+_CODE_LINE = re.compile(
+    r"""^\s*(
+        (def|class|async\s+def)\s+\w+.*:\s*$            # python
+      | (import\s+[\w.]+|from\s+[\w.]+\s+import\s)        # python imports
+      | \#include\s*[<"]                                  # C
+      | (public|private|protected)\s+(static\s+)?[\w<>\[\]]+\s+\w+\s*\(   # Java/C#
+      | (function\s+\w*\s*\(|const\s+\w+\s*=\s*(\(|async|function)|export\s+(default\s+)?(function|class|const))  # JS
+      | (fn\s+\w+\s*\(|let\s+mut\s+\w+|impl\s+\w+)          # Rust
+      | (func\s+\w+\s*\(|package\s+\w+\s*$)                # Go
+      | .*[;{]\s*$                                        # statement or block ends
+      | \s*}\s*$
+    )""",
+    re.VERBOSE,
+)
+
+
+@register_invariant("no_code", error_type="code_in_output")
+def no_code(value: Any, params: dict[str, Any]) -> list[Violation]:
+    """Planning artifacts describe code; they never contain it (fences or >= ``min_lines`` code lines)."""
+    min_lines = int(params.get("min_lines", 2))
+    violations = []
+    for pointer, text in _strings(value):
+        if "```" in text:
+            violations.append(
+                {
+                    "pointer": pointer,
+                    "message": "contains a fenced code block; describe the change in words",
+                }
+            )
+            continue
+        code_lines = [line for line in text.splitlines() if _CODE_LINE.match(line)]
+        if len(code_lines) >= min_lines:
+            violations.append(
+                {
+                    "pointer": pointer,
+                    "message": f"contains source code ({len(code_lines)} code lines, e.g. {code_lines[0].strip()[:60]!r}); "
+                    "describe it in words instead",
+                }
+            )
+    return violations
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def diff_problems(text: str) -> list[str]:
+    """Why ``text`` is not a well-formed unified diff (empty list when it is)."""
+    lines = text.splitlines()
+    problems: list[str] = []
+    if not any(line.startswith("--- ") for line in lines) or not any(
+        line.startswith("+++ ") for line in lines
+    ):
+        problems.append("missing '--- a/file' / '+++ b/file' headers")
+    i, hunks = 0, 0
+    while i < len(lines):
+        match = _HUNK.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        hunks += 1
+        old = int(match.group(2) or "1")
+        new = int(match.group(4) or "1")
+        i += 1
+        seen_old = seen_new = 0
+        while i < len(lines) and (seen_old < old or seen_new < new):
+            line = lines[i]
+            if line.startswith("\\"):
+                i += 1
+                continue
+            tag = line[:1]
+            if tag == " " or line == "":
+                seen_old += 1
+                seen_new += 1
+            elif tag == "-":
+                seen_old += 1
+            elif tag == "+":
+                seen_new += 1
+            else:
+                break
+            i += 1
+        if (seen_old, seen_new) != (old, new):
+            problems.append(
+                f"hunk {hunks} declares -{old} +{new} lines but has -{seen_old} +{seen_new}"
+            )
+    if hunks == 0:
+        problems.append("no '@@ -a,b +c,d @@' hunk")
+    return problems
+
+
+@register_invariant("unified_diff", error_type="invalid_diff")
+def unified_diff(value: Any, params: dict[str, Any]) -> list[Violation]:
+    """The string at ``path`` (JSON pointer, default the whole value) is a unified diff."""
+    pointer = str(params.get("path", ""))
+    try:
+        text = resolve_pointer(value, pointer)
+    except (KeyError, IndexError, ValueError):
+        return [{"pointer": pointer or "/", "message": "missing: a unified diff is required here"}]
+    if not isinstance(text, str):
+        return [{"pointer": pointer or "/", "message": "must be a string holding a unified diff"}]
+    return [
+        {"pointer": pointer or "/", "message": f"not a unified diff: {p}"}
+        for p in diff_problems(text)
+    ]
+
+
+@register_invariant("max_chars", error_type="invariant_error")
+def max_chars(value: Any, params: dict[str, Any]) -> list[Violation]:
+    """The serialised artifact (or the value at ``path``) has at most ``max`` characters."""
+    limit = int(params.get("max", 20_000))
+    pointer = str(params.get("path", ""))
+    try:
+        target = resolve_pointer(value, pointer)
+    except (KeyError, IndexError, ValueError):
+        return []
+    size = len(target) if isinstance(target, str) else len(json.dumps(target, ensure_ascii=False))
+    if size > limit:
+        return [
+            {"pointer": pointer or "/", "message": f"is {size} characters; the limit is {limit}"}
+        ]
+    return []
+
+
+@register_invariant("max_items", error_type="invariant_error")
+def max_items(value: Any, params: dict[str, Any]) -> list[Violation]:
+    """The array at ``path`` has at most ``max`` items."""
+    limit = int(params.get("max", 100))
+    pointer = str(params.get("path", ""))
+    try:
+        target = resolve_pointer(value, pointer)
+    except (KeyError, IndexError, ValueError):
+        return []
+    if isinstance(target, list) and len(target) > limit:
+        return [
+            {"pointer": pointer or "/", "message": f"has {len(target)} items; the limit is {limit}"}
+        ]
+    return []
+
+
+@dataclass(frozen=True)
+class BoundInvariant:
+    """An invariant with its parameters from the document."""
+
+    definition: InvariantDef
+    params: dict[str, Any]
+
+    def check(self, value: Any) -> list[Violation]:
+        return self.definition.check(value, self.params)
+
+
+def bind_invariants(specs: list[Any]) -> list[BoundInvariant]:
+    """Resolve ``["no_code", {"name": "unified_diff", "path": "/patch"}]``; unknown names raise KeyError."""
+    bound = []
+    for spec in specs:
+        name = spec if isinstance(spec, str) else spec["name"]
+        params = {} if isinstance(spec, str) else {k: v for k, v in spec.items() if k != "name"}
+        definition = _REGISTRY.get(name)
+        if definition is None:
+            raise KeyError(name)
+        bound.append(BoundInvariant(definition, params))
+    return bound

@@ -1,0 +1,91 @@
+"""Recovery policies: for each error type, an ordered stack of actions.
+
+Actions: ``repair`` (next attempt is a fix-only repair packet, while the class has
+attempts left), ``retry`` (same request after a backoff that honours Retry-After,
+up to ``max_retries``), ``escalate`` (move one model class up the ladder),
+``halt`` (stop for a human), ``fail`` (end the op with a FailureReport).
+When an action cannot apply (no attempts, retries or classes left) the next one is
+tried; an exhausted stack fails.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+ACTIONS = ("repair", "retry", "escalate", "halt", "fail")
+
+OUTPUT_ERRORS = (
+    "schema_error",
+    "json_error",
+    "explanatory_text",
+    "multiple_artifacts",
+    "code_in_output",
+    "invalid_diff",
+    "patch_does_not_apply",
+    "invariant_error",
+)
+"""Errors in what the model wrote: a repair packet can fix them."""
+
+DEFAULT_POLICIES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        **{error: ("repair", "escalate", "fail") for error in OUTPUT_ERRORS},
+        "rate_limit_error": ("retry", "fail"),
+        "timeout_error": ("retry", "fail"),
+        "provider_error": ("retry", "fail"),
+        "api_key_error": ("fail",),
+        "context_length_error": ("escalate", "fail"),
+        "missing_information": ("halt",),
+        "invalid_request": ("fail",),
+        "budget_exceeded": ("fail",),
+    }
+)
+"""Documented defaults; override per run (config) or per node (``data.policies``)."""
+
+MODEL_LADDER = ("small", "medium", "large")
+
+
+def policy_stack(
+    error_type: str,
+    overrides: Mapping[str, tuple[str, ...] | list[str]] | None = None,
+    base: Mapping[str, tuple[str, ...]] = DEFAULT_POLICIES,
+) -> tuple[str, ...]:
+    """The ordered actions for ``error_type`` (unknown types: ``("fail",)``)."""
+    if overrides and error_type in overrides:
+        return tuple(overrides[error_type])
+    return tuple(base.get(error_type, ("fail",)))
+
+
+def ladder_from(
+    model_class: str, *, max_class: str | None = None, enabled: bool = True
+) -> tuple[str, ...]:
+    """Classes to try in order: the op's own, then the stronger ones (up to ``max_class``).
+
+    ``default`` escalates straight to ``large``.
+    """
+    if not enabled:
+        return (model_class,)
+    top = MODEL_LADDER.index(max_class) if max_class in MODEL_LADDER else len(MODEL_LADDER) - 1
+    if model_class in MODEL_LADDER:
+        start = MODEL_LADDER.index(model_class)
+        return MODEL_LADDER[start : max(top, start) + 1]
+    return (model_class, *(("large",) if top == len(MODEL_LADDER) - 1 else ()))
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    """Backoff for ``retry``: ``base * 2**n`` capped at ``cap`` plus up to ``jitter`` (a fraction);
+    a Retry-After from the provider is a floor."""
+
+    max_retries: int = 3
+    base: float = 1.0
+    cap: float = 30.0
+    jitter: float = 0.25
+    rng: random.Random = field(default_factory=lambda: random.Random(0), compare=False)
+
+    def delay(self, retry_number: int, retry_after: float | None) -> float:
+        backoff = min(self.cap, self.base * (2**retry_number))
+        backoff *= 1 + self.rng.uniform(0, self.jitter)
+        return max(backoff, float(retry_after)) if retry_after is not None else backoff

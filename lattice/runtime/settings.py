@@ -1,0 +1,47 @@
+"""RuntimeSettings: how a Runner calls models (model map, attempts, policies, retries, budgets)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from lattice.runtime.contract import Budget, Sleep
+from lattice.runtime.policies import DEFAULT_POLICIES, RetrySettings
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """Defaults that documents and nodes can override.
+
+    ``models`` maps model classes (small/medium/large/default) to concrete model names;
+    ``max_attempts`` is attempts per class (first call + repairs); ``policies`` maps
+    error types to action stacks (see ``lattice.runtime.policies``); ``sleep`` is
+    injectable so tests use a fake clock.
+    """
+
+    models: Mapping[str, str | None] = field(default_factory=dict)
+    max_attempts: int = 3
+    policies: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: DEFAULT_POLICIES)
+    retry: RetrySettings = field(default_factory=RetrySettings)
+    max_calls: int | None = None
+    max_tokens_total: int | None = None
+    sleep: Sleep = asyncio.sleep
+
+    def budget(self) -> Budget:
+        return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
+
+    def with_policies(
+        self, overrides: Mapping[str, list[str] | tuple[str, ...]]
+    ) -> RuntimeSettings:
+        merged = {**self.policies, **{k: tuple(v) for k, v in overrides.items()}}
+        return RuntimeSettings(
+            models=self.models,
+            max_attempts=self.max_attempts,
+            policies=MappingProxyType(merged),
+            retry=self.retry,
+            max_calls=self.max_calls,
+            max_tokens_total=self.max_tokens_total,
+            sleep=self.sleep,
+        )
