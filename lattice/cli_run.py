@@ -168,6 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from lattice.cli import _lower_for_cli
     from lattice.document.loader import read_json_file
     from lattice.runtime import RunLimits, Runner, RunStore
+    from lattice.runtime.settings import RuntimeSettings
 
     result = _lower_for_cli(args.workflow)
     if result.ir is None:
@@ -186,7 +187,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         answers=answers,
         ask_human=_terminal_asker if interactive else None,
         workflow=read_json_file(Path(args.workflow)),
-        meta=meta,
+        meta={**meta, "max_calls": args.max_calls, "max_tokens_total": args.max_tokens_total},
+        settings=RuntimeSettings(max_calls=args.max_calls, max_tokens_total=args.max_tokens_total),
     )
     runner.validate_inputs(inputs)
     progress = _Progress(live=sys.stderr.isatty() and not args.json)
@@ -205,13 +207,20 @@ def cmd_resume(args: argparse.Namespace) -> int:
     folder = Path(args.run_dir)
     checkpoint = read_run_json(folder, "checkpoint.json")
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
-    provider, _ = _provider(args, checkpoint.get("meta"))
+    meta = checkpoint.get("meta") or {}
+    provider, _ = _provider(args, meta)
     progress = _Progress(live=sys.stderr.isatty() and not args.json)
     interactive = sys.stdin.isatty() and not args.answer
+    from lattice.runtime.settings import RuntimeSettings
+
+    settings = RuntimeSettings(
+        max_calls=meta.get("max_calls"), max_tokens_total=meta.get("max_tokens_total")
+    )
     result = Runner.resume(
         folder,
         answers=answers,
         provider=provider,
+        settings=settings,
         ask_human=_terminal_asker if interactive else None,
         on_event=progress,
     )
@@ -257,6 +266,12 @@ def add_run_commands(sub: Any) -> None:
         default=1_000,
         metavar="N",
         help="executions of one op, loops included (default 1000)",
+    )
+    p.add_argument(
+        "--max-calls", type=int, metavar="N", help="model calls per run, repairs included"
+    )
+    p.add_argument(
+        "--max-tokens-total", type=int, metavar="N", help="tokens per run, repairs included"
     )
     p.add_argument(
         "--json", action="store_true", help="print the whole result, not just the output"

@@ -9,7 +9,10 @@ from typing import Any, ClassVar
 from lattice.document.models import SEQUENTIAL_PORT, Node
 from lattice.ir.models import FAILED_PORT, LLMWriteOp
 from lattice.lower.fields import get_dict, get_list, get_number, get_schema, get_str
-from lattice.lower.registry import LoweringContext, NodeLowering
+from lattice.lower.registry import LoweringContext, NodeLowering, did_you_mean
+from lattice.prompts.builtin import TEMPLATES
+from lattice.runtime.invariants import invariant_names
+from lattice.runtime.policies import ACTIONS
 
 MODEL_CLASSES = ("small", "medium", "large", "default")
 CLAUDE_MODEL_CLASSES = {
@@ -85,16 +88,8 @@ def llm_contract(ctx: LoweringContext, node: Node) -> dict[str, Any]:
                 "invariants",
                 i,
             )
-    template = get_str(ctx, node, "template")
-    if template is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(@\d+)?", template):
-        ctx.error(
-            node,
-            "invalid-field",
-            'data.template must look like "artifact-builder@1"',
-            "data",
-            "template",
-        )
-        template = None
+    invariants = _known_invariants(ctx, node, invariants)
+    template = _checked_template(ctx, node)
     return {
         "output_schema": get_schema(ctx, node, "outputSchema"),
         "model_class": model_class,
@@ -106,7 +101,84 @@ def llm_contract(ctx: LoweringContext, node: Node) -> dict[str, Any]:
         "max_attempts": max_attempts,
         "escalate": escalate,
         "template": template,
+        "policies": _policies(ctx, node),
     }
+
+
+def _known_invariants(ctx: LoweringContext, node: Node, specs: list[Any]) -> list[Any]:
+    known = invariant_names()
+    kept = []
+    for i, spec in enumerate(specs):
+        name = (
+            spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
+        )
+        if not isinstance(name, str):
+            continue
+        if name not in known:
+            ctx.error(
+                node,
+                "invariant-unknown",
+                f"unknown invariant {name!r}{did_you_mean(name, known)}; known: {', '.join(known)}",
+                "data",
+                "invariants",
+                i,
+            )
+            continue
+        kept.append(spec)
+    return kept
+
+
+def _checked_template(ctx: LoweringContext, node: Node) -> str | None:
+    """``data.template``: must name a registered template whose variables the node supplies."""
+    ref = get_str(ctx, node, "template")
+    if ref is None:
+        return None
+    template = TEMPLATES.find(ref)
+    if template is None:
+        ctx.error(
+            node,
+            "template-unknown",
+            f"unknown prompt template {ref!r}{TEMPLATES.suggest(ref)}",
+            "data",
+            "template",
+        )
+        return None
+    supplied = node.data.get("variables") if isinstance(node.data.get("variables"), dict) else {}
+    missing = [v for v in template.variables if v not in supplied]
+    if missing:
+        ctx.error(
+            node,
+            "template-variable-missing",
+            f"template {template.key} needs data.variables {', '.join(missing)}",
+            "data",
+            "variables",
+        )
+    return template.key
+
+
+def _policies(ctx: LoweringContext, node: Node) -> dict[str, list[str]]:
+    raw = get_dict(ctx, node, "policies") or {}
+    out: dict[str, list[str]] = {}
+    for error_type, stack in raw.items():
+        if not isinstance(stack, list) or not stack or not all(a in ACTIONS for a in stack):
+            ctx.error(
+                node,
+                "invalid-field",
+                f"a policy is a non-empty list of actions from {', '.join(ACTIONS)}",
+                "data",
+                "policies",
+                error_type,
+            )
+            continue
+        out[error_type] = list(stack)
+    return out
+
+
+def _already_read(path: str, reads: list[str]) -> bool:
+    """True when the prompt already references ``path`` (or part of it), so context need not repeat it."""
+    return any(
+        read == path or read.startswith(path + ".") or read.startswith(path + "[") for read in reads
+    )
 
 
 def _llm_op(
@@ -119,7 +191,7 @@ def _llm_op(
         reads += ctx.use_template(node, prompt, "data", prompt_key)
     for name, value in variables.items():
         reads += ctx.use_template(node, value, "data", "variables", name)
-    context = ctx.upstream_results(node.id)
+    context = [p for p in ctx.upstream_results(node.id) if not _already_read(p, reads)]
     op = LLMWriteOp(
         id=node.id,
         source_node=node.id,

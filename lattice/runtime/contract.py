@@ -71,16 +71,11 @@ class Contract:
                 "- It must validate against the JSON Schema below.",
             ]
         for inv in self.invariants:
-            doc = (inv.definition.check.__doc__ or inv.definition.name).strip().splitlines()[0]
-            lines.append(f"- Invariant {inv.definition.name}: {doc}")
+            lines.append(f"- {inv.definition.rule}")
         return "\n".join(lines) if lines else "- Answer the request directly."
 
     def schema_text(self) -> str:
-        return (
-            json.dumps(self.schema, indent=2, ensure_ascii=False)
-            if self.schema is not None
-            else "(none)"
-        )
+        return json.dumps(self.schema, ensure_ascii=False) if self.schema is not None else "(none)"
 
 
 @dataclass
@@ -150,21 +145,15 @@ class ContractEngine:
             try:
                 value = extract_json(text)
             except ExtractionError as exc:
+                violations = [{"pointer": "/", "message": exc.message}]
+                if "extracted" in exc.details:  # tell the model everything wrong in one packet
+                    violations += self._schema_violations(exc.details["extracted"])
                 raise OutputInvalid(
-                    exc.message,
-                    error_type=exc.error_type,
-                    violations=[{"pointer": "/", "message": exc.message}],
+                    exc.message, error_type=exc.error_type, violations=violations
                 ) from None
             self._failure_parser(value)
-            errors = sorted(self.validator.iter_errors(value), key=lambda e: list(e.absolute_path))
-            if errors:
-                violations = [
-                    {
-                        "pointer": "/" + "/".join(str(p) for p in e.absolute_path),
-                        "message": e.message,
-                    }
-                    for e in errors
-                ]
+            violations = self._schema_violations(value)
+            if violations:
                 raise OutputInvalid(
                     "the output does not match its schema: "
                     + "; ".join(f"{v['pointer']}: {v['message']}" for v in violations[:5]),
@@ -181,6 +170,14 @@ class ContractEngine:
                     violations=violations,
                 )
         return value
+
+    def _schema_violations(self, value: Any) -> list[dict[str, str]]:
+        assert self.validator is not None
+        errors = sorted(self.validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        return [
+            {"pointer": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
+            for e in errors
+        ]
 
     def _failure_parser(self, value: Any) -> None:
         if not (isinstance(value, dict) and set(value) <= {"error", "details"}):

@@ -27,18 +27,20 @@ class InvariantDef:
     check: Check
     error_type: str
     """The error type a violation is reported as (``code_in_output`` for ``no_code``)."""
+    rule: str
+    """The rule as the model reads it in the contract."""
 
 
 _REGISTRY: dict[str, InvariantDef] = {}
 
 
 def register_invariant(
-    name: str, *, error_type: str = "invariant_error"
+    name: str, *, rule: str, error_type: str = "invariant_error"
 ) -> Callable[[Check], Check]:
-    """Decorator adding a check to the registry under ``name``."""
+    """Decorator adding a check to the registry under ``name``; ``rule`` is shown to the model."""
 
     def wrap(check: Check) -> Check:
-        _REGISTRY[name] = InvariantDef(name, check, error_type)
+        _REGISTRY[name] = InvariantDef(name, check, error_type, rule)
         return check
 
     return wrap
@@ -96,7 +98,11 @@ _CODE_LINE = re.compile(
 )
 
 
-@register_invariant("no_code", error_type="code_in_output")
+@register_invariant(
+    "no_code",
+    error_type="code_in_output",
+    rule="No source code anywhere in the artifact (no code blocks, no code lines): describe code in words.",
+)
 def no_code(value: Any, params: dict[str, Any]) -> list[Violation]:
     """Planning artifacts describe code; they never contain it (fences or >= ``min_lines`` code lines)."""
     min_lines = int(params.get("min_lines", 2))
@@ -169,7 +175,11 @@ def diff_problems(text: str) -> list[str]:
     return problems
 
 
-@register_invariant("unified_diff", error_type="invalid_diff")
+@register_invariant(
+    "unified_diff",
+    error_type="invalid_diff",
+    rule="The patch is a valid unified diff (--- / +++ headers, @@ hunks whose line counts match).",
+)
 def unified_diff(value: Any, params: dict[str, Any]) -> list[Violation]:
     """The string at ``path`` (JSON pointer, default the whole value) is a unified diff."""
     pointer = str(params.get("path", ""))
@@ -185,7 +195,7 @@ def unified_diff(value: Any, params: dict[str, Any]) -> list[Violation]:
     ]
 
 
-@register_invariant("max_chars", error_type="invariant_error")
+@register_invariant("max_chars", rule="Keep the artifact within its size limit.")
 def max_chars(value: Any, params: dict[str, Any]) -> list[Violation]:
     """The serialised artifact (or the value at ``path``) has at most ``max`` characters."""
     limit = int(params.get("max", 20_000))
@@ -202,7 +212,7 @@ def max_chars(value: Any, params: dict[str, Any]) -> list[Violation]:
     return []
 
 
-@register_invariant("max_items", error_type="invariant_error")
+@register_invariant("max_items", rule="Keep lists within their item limit.")
 def max_items(value: Any, params: dict[str, Any]) -> list[Violation]:
     """The array at ``path`` has at most ``max`` items."""
     limit = int(params.get("max", 100))
