@@ -71,6 +71,41 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_hash_prompt(args: argparse.Namespace) -> int:
+    """Hash a prompt read from stdin: a JSON request object, or plain text as one user message."""
+    import json
+
+    from lattice.llm.base import LLMRequest, Message
+
+    text = sys.stdin.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("messages"), list):
+        request = LLMRequest(
+            messages=tuple(Message(m["role"], m["content"]) for m in data["messages"]),
+            model_class=data.get("model_class", "default"),
+            temperature=data.get("temperature", 0.0),
+            top_p=data.get("top_p"),
+            max_tokens=data.get("max_tokens"),
+            response_schema=data.get("schema"),
+        )
+    else:
+        request = LLMRequest(messages=(Message("user", text),), model_class=args.model_class)
+    print(request.prompt_hash())
+    return EXIT_OK
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import json
+
+    from lattice.config import load_config
+
+    sys.stdout.write(json.dumps(load_config(args.config).shown(), indent=2) + "\n")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lattice",
@@ -88,6 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="check a workflow document and print its diagnostics")
     p.add_argument("workflow", help="workflow document (JSON)")
     p.set_defaults(handler=cmd_check)
+
+    p = sub.add_parser("hash-prompt", help="print the prompt hash of a request read from stdin")
+    p.add_argument(
+        "--model-class", default="default", help="for plain-text input (default: default)"
+    )
+    p.set_defaults(handler=cmd_hash_prompt)
+
+    p = sub.add_parser("config", help="show the effective configuration (secrets masked)")
+    p.add_argument("action", choices=["show"])
+    p.add_argument("--config", metavar="FILE")
+    p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("schema", help="print the JSON Schema of ExecIR")
     p.set_defaults(handler=cmd_schema)

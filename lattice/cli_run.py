@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from lattice.errors import InputError, LatticeUserError
 
 if TYPE_CHECKING:
+    from lattice.config import LatticeConfig
     from lattice.ir.models import AskOp, ExecIR
     from lattice.llm.base import LLMProvider
     from lattice.runtime.results import RunResult
@@ -152,32 +153,45 @@ def _report(result: RunResult, progress: _Progress, as_json: bool) -> int:
 
 
 def _provider(
-    args: argparse.Namespace, meta: Mapping[str, Any] | None = None
+    args: argparse.Namespace, config: LatticeConfig, meta: Mapping[str, Any] | None = None
 ) -> tuple[LLMProvider, dict[str, Any]]:
+    """The run's provider; on resume, the original run's choice unless the command names one."""
     from lattice.llm.factory import make_provider
 
     name, mock = args.provider, args.mock
-    if name is None and mock is None and meta:
-        name, mock = meta.get("provider"), meta.get("mock")
-    provider = make_provider(name, mock=mock)
-    saved = {"provider": provider.name, "mock": str(Path(mock).resolve()) if mock else None}
+    fixtures, record = getattr(args, "fixtures", None), getattr(args, "record", False)
+    if name is None and mock is None and fixtures is None and meta:
+        name, mock, fixtures = meta.get("provider_arg"), meta.get("mock"), meta.get("fixtures")
+        record = bool(meta.get("record"))
+    provider = make_provider(name, mock=mock, fixtures=fixtures, record=record, config=config)
+    saved = {
+        "provider_arg": name,
+        "mock": str(Path(mock).resolve()) if mock else None,
+        "fixtures": str(Path(fixtures).resolve()) if fixtures else None,
+        "record": record,
+    }
     return provider, saved
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from lattice.cli import _lower_for_cli
+    from lattice.config import load_config
     from lattice.document.loader import read_json_file
     from lattice.runtime import RunLimits, Runner, RunStore
-    from lattice.runtime.settings import RuntimeSettings
+    from lattice.runtime.settings import settings_from_config
 
+    config = load_config(args.config)
     result = _lower_for_cli(args.workflow)
     if result.ir is None:
         return 2
     ir = result.ir
     inputs = collect_inputs(args, ir)
     answers = _read_json_object(args.answers, "answers file") if args.answers else {}
-    provider, meta = _provider(args)
+    provider, meta = _provider(args, config)
     _check_mock_covers(ir, provider)
+    settings = settings_from_config(
+        config, max_calls=args.max_calls, max_tokens_total=args.max_tokens_total
+    )
     interactive = not args.answers and sys.stdin.isatty()
     runner = Runner(
         ir,
@@ -187,10 +201,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         answers=answers,
         ask_human=_terminal_asker if interactive else None,
         workflow=read_json_file(Path(args.workflow)),
-        meta={**meta, "max_calls": args.max_calls, "max_tokens_total": args.max_tokens_total},
-        settings=RuntimeSettings(max_calls=args.max_calls, max_tokens_total=args.max_tokens_total),
+        meta={
+            **meta,
+            "config": args.config,
+            "max_calls": args.max_calls,
+            "max_tokens_total": args.max_tokens_total,
+        },
+        settings=settings,
     )
     runner.validate_inputs(inputs)
+    if args.dry_run:
+        return _dry_run(runner, inputs)
     progress = _Progress(live=sys.stderr.isatty() and not args.json)
     runner.subscribe(progress)
     try:
@@ -200,6 +221,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _report(run, progress, args.json)
 
 
+def _dry_run(runner: Any, inputs: dict[str, Any]) -> int:
+    """Run with persistence off, printing ``<hash>  <node>  <preview>`` per prompt."""
+    from lattice.llm.mock import MockProvider
+    from lattice.runtime import RunStore
+
+    if not isinstance(runner.provider, MockProvider):
+        raise InputError(
+            "--dry-run needs --mock FILE: it shows what a run would send without calling a model"
+        )
+    runner.store = RunStore(None)
+    lines: list[str] = []
+
+    def collect(event: dict[str, Any]) -> None:
+        if event["type"] == "llm_request":
+            data = event["data"]
+            lines.append(
+                f"{data['prompt_hash']}  {event.get('node_id')}  [{data['model_class']}]  {data.get('prompt_preview', '')}"
+            )
+
+    runner.subscribe(collect)
+    result = runner.run(inputs)
+    sys.stdout.write("\n".join(lines) + ("\n" if lines else ""))
+    print(f"lattice: dry run {result.status}: {len(lines)} prompt(s)", file=sys.stderr)
+    return 0
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     from lattice.runtime import Runner
     from lattice.runtime.runner import read_run_json
@@ -207,14 +254,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
     folder = Path(args.run_dir)
     checkpoint = read_run_json(folder, "checkpoint.json")
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
+    from lattice.config import load_config
+    from lattice.runtime.settings import settings_from_config
+
     meta = checkpoint.get("meta") or {}
-    provider, _ = _provider(args, meta)
+    config = load_config(args.config or meta.get("config"))
+    provider, _ = _provider(args, config, meta)
     progress = _Progress(live=sys.stderr.isatty() and not args.json)
     interactive = sys.stdin.isatty() and not args.answer
-    from lattice.runtime.settings import RuntimeSettings
-
-    settings = RuntimeSettings(
-        max_calls=meta.get("max_calls"), max_tokens_total=meta.get("max_tokens_total")
+    settings = settings_from_config(
+        config, max_calls=meta.get("max_calls"), max_tokens_total=meta.get("max_tokens_total")
     )
     result = Runner.resume(
         folder,
@@ -246,8 +295,23 @@ def add_run_commands(sub: Any) -> None:
         "--input", action="append", default=[], metavar="K=V", help="one input (repeatable)"
     )
     p.add_argument("--inputs", metavar="FILE", help="inputs as a JSON object")
-    p.add_argument("--provider", help="LLM provider: mock, disabled (default: disabled)")
-    p.add_argument("--mock", metavar="FILE", help="mock script for --provider mock")
+    p.add_argument(
+        "--provider",
+        help="openai, anthropic, mock, fixture or disabled (default: config, else disabled)",
+    )
+    p.add_argument("--mock", metavar="FILE", help="mock script (implies --provider mock)")
+    p.add_argument("--fixtures", metavar="FILE", help="replay recorded completions (JSONL)")
+    p.add_argument(
+        "--record", action="store_true", help="with --fixtures and a live --provider: record"
+    )
+    p.add_argument(
+        "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the hash and preview of each prompt the run sends (needs --mock)",
+    )
     p.add_argument(
         "--answers", metavar="FILE", help='answers to questions: {"<nodeId>": "<option>"}'
     )
@@ -289,6 +353,8 @@ def add_run_commands(sub: Any) -> None:
     )
     p.add_argument("--provider", help="LLM provider (default: the one the run used)")
     p.add_argument("--mock", metavar="FILE", help="mock script (default: the one the run used)")
+    p.add_argument("--fixtures", metavar="FILE", help="fixtures (default: the ones the run used)")
+    p.add_argument("--config", metavar="FILE", help="lattice.toml (default: the run's)")
     p.add_argument("--json", action="store_true", help="print the whole result")
     p.set_defaults(handler=cmd_resume)
 

@@ -1,27 +1,91 @@
-"""Build a provider by name (``mock``, ``disabled``, and the SDK adapters when installed)."""
+"""Build the provider a run uses, from command-line choices and the user's configuration."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
 from lattice.llm.base import LLMProvider
 from lattice.llm.disabled import DisabledProvider
+from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
+from lattice.llm.wrappers import LimitedProvider, RouterProvider
 
-PROVIDER_NAMES = ("mock", "disabled")
+LIVE_PROVIDERS = ("openai", "anthropic")
+PROVIDER_NAMES = (*LIVE_PROVIDERS, "mock", "fixture", "disabled")
 
 
-def make_provider(name: str | None, *, mock: str | Path | None = None) -> LLMProvider:
-    """The provider called ``name``; ``--mock FILE`` alone means ``mock``; nothing means ``disabled``."""
-    if name is None:
-        name = "mock" if mock is not None else "disabled"
-    if name == "mock":
-        if mock is None:
-            raise LatticeUserError("--provider mock needs --mock FILE (a mock script)")
-        return MockProvider.from_file(mock)
+def live_provider(name: str, config: LatticeConfig) -> LLMProvider:
+    """An SDK adapter (imported lazily) wrapped in its configured client-side limits."""
+    settings = config.provider_config(name)
+    provider: LLMProvider
+    if name == "openai":
+        from lattice.llm.openai_provider import OpenAIProvider
+
+        provider = OpenAIProvider(base_url=settings.base_url, timeout=settings.timeout)
+    elif name == "anthropic":
+        from lattice.llm.anthropic_provider import AnthropicProvider
+
+        provider = AnthropicProvider(base_url=settings.base_url, timeout=settings.timeout)
+    else:
+        raise LatticeUserError(
+            f"unknown provider {name!r}; choose one of: {', '.join(PROVIDER_NAMES)}"
+        )
+    return LimitedProvider(
+        provider,
+        max_concurrency=settings.max_concurrency,
+        requests_per_minute=settings.requests_per_minute,
+    )
+
+
+def _routed(name: str, config: LatticeConfig) -> LLMProvider:
+    return RouterProvider(
+        live_provider(name, config), lambda other: live_provider(other, config), LIVE_PROVIDERS
+    )
+
+
+def make_provider(
+    name: str | None,
+    *,
+    mock: str | Path | None = None,
+    fixtures: str | Path | None = None,
+    record: bool = False,
+    config: LatticeConfig | None = None,
+) -> LLMProvider:
+    """The provider for a run.
+
+    ``--mock FILE`` alone means ``mock``; ``--fixtures FILE`` alone replays;
+    ``--fixtures FILE --record --provider openai`` records; otherwise ``name``, then the
+    config's ``llm.provider``, else ``disabled`` (which fails clearly at the first call).
+    """
+    config = config or LatticeConfig()
+    if name is not None and name not in PROVIDER_NAMES:
+        raise LatticeUserError(
+            f"unknown provider {name!r}; choose one of: {', '.join(PROVIDER_NAMES)}"
+        )
     if mock is not None:
-        raise LatticeUserError(f"--mock only applies to --provider mock, not {name!r}")
-    if name == "disabled":
+        if name not in (None, "mock") or fixtures is not None:
+            raise LatticeUserError("--mock is used alone (it implies --provider mock)")
+        return MockProvider.from_file(mock)
+    if name == "mock":
+        raise LatticeUserError("--provider mock needs --mock FILE (a mock script)")
+    if fixtures is not None:
+        if not record:
+            if name not in (None, "fixture"):
+                raise LatticeUserError(
+                    "--fixtures replays on its own; add --record to record from a provider"
+                )
+            return FixtureProvider(fixtures)
+        live = name or config.llm.provider
+        if live not in LIVE_PROVIDERS:
+            raise LatticeUserError("--record needs a live provider: --provider openai|anthropic")
+        return FixtureProvider(fixtures, record_with=_routed(live, config))
+    if record:
+        raise LatticeUserError("--record needs --fixtures FILE to record into")
+    chosen = name or config.llm.provider or "disabled"
+    if chosen == "disabled":
         return DisabledProvider()
-    raise LatticeUserError(f"unknown provider {name!r}; choose one of: {', '.join(PROVIDER_NAMES)}")
+    if chosen == "fixture":
+        raise LatticeUserError("--provider fixture needs --fixtures FILE")
+    return _routed(chosen, config)

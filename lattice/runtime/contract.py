@@ -382,6 +382,7 @@ class ContractEngine:
                 "attempt": attempt["number"],
                 "kind": attempt["kind"],
                 "request_chars": attempt["request_chars"],
+                "prompt_preview": request.preview(),
             },
         )
         started = time.perf_counter()

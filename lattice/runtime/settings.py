@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from lattice.config import LatticeConfig
 from lattice.runtime.contract import Budget, Sleep
 from lattice.runtime.policies import DEFAULT_POLICIES, RetrySettings
 
@@ -32,16 +33,19 @@ class RuntimeSettings:
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
 
-    def with_policies(
-        self, overrides: Mapping[str, list[str] | tuple[str, ...]]
-    ) -> RuntimeSettings:
-        merged = {**self.policies, **{k: tuple(v) for k, v in overrides.items()}}
-        return RuntimeSettings(
-            models=self.models,
-            max_attempts=self.max_attempts,
-            policies=MappingProxyType(merged),
-            retry=self.retry,
-            max_calls=self.max_calls,
-            max_tokens_total=self.max_tokens_total,
-            sleep=self.sleep,
-        )
+
+def settings_from_config(
+    config: LatticeConfig, *, max_calls: int | None = None, max_tokens_total: int | None = None
+) -> RuntimeSettings:
+    """RuntimeSettings from ``lattice.toml`` (command-line budgets win)."""
+    runtime = config.runtime
+    policies = {**DEFAULT_POLICIES, **{k: tuple(v) for k, v in config.policies.items()}}
+    return RuntimeSettings(
+        models=dict(config.llm.models),
+        max_attempts=runtime.max_attempts,
+        policies=MappingProxyType(policies),
+        max_calls=max_calls if max_calls is not None else runtime.max_calls,
+        max_tokens_total=max_tokens_total
+        if max_tokens_total is not None
+        else runtime.max_tokens_total,
+    )

@@ -1,0 +1,197 @@
+"""The user's configuration: ``lattice.toml``, validated, with environment overrides.
+
+Found via ``--config FILE``, then ``LATTICE_CONFIG``, then ``./lattice.toml``; none
+is fine (defaults). Unknown keys and out-of-range values are errors that name the
+key. API keys are never read from here: only from the providers' usual environment
+variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
+
+::
+
+    [llm]
+    provider = "openai"              # default provider (env LATTICE_PROVIDER)
+    temperature = 0.0
+    [llm.models]                     # model classes → "provider:model" (env LATTICE_MODEL_SMALL, …)
+    small = "openai:gpt-4o-mini"
+    large = "anthropic:claude-opus-4-1"
+    [providers.openai]
+    base_url = "http://localhost:11434/v1"   # Ollama, vLLM, llama.cpp, LM Studio
+    timeout = 60
+    max_concurrency = 8
+    requests_per_minute = 0          # 0: no client-side limit
+    [runtime]
+    max_attempts = 3
+    max_calls = 200
+    max_tokens_total = 500000
+    [policies]
+    schema_error = ["repair", "escalate", "fail"]
+    [prices."gpt-4o-mini"]           # USD per million tokens, for cost estimates
+    input = 0.15
+    output = 0.6
+    [secrets]
+    allow = ["GITHUB_TOKEN"]
+    [http]
+    allow_hosts = []
+    deny_hosts = []
+    [mcp.servers.time]
+    command = "mcp-server-time"
+    args = []
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from lattice.errors import LatticeUserError
+
+MODEL_CLASSES = ("small", "medium", "large", "default")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProviderConfig(_Strict):
+    base_url: str | None = None
+    timeout: float = Field(default=60.0, gt=0, le=3600)
+    max_concurrency: int = Field(default=8, ge=1, le=1024)
+    requests_per_minute: int = Field(default=0, ge=0, le=1_000_000)
+
+
+class LLMConfig(_Strict):
+    provider: str | None = None
+    models: dict[Literal["small", "medium", "large", "default"], str] = Field(default_factory=dict)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+
+
+class RuntimeConfig(_Strict):
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    max_steps: int = Field(default=10_000, ge=1)
+    max_visits: int = Field(default=1_000, ge=1)
+    max_calls: int | None = Field(default=None, ge=1)
+    max_tokens_total: int | None = Field(default=None, ge=1)
+
+
+class Price(_Strict):
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+class SecretsConfig(_Strict):
+    allow: list[str] = Field(default_factory=list)
+
+
+class HttpConfig(_Strict):
+    allow_hosts: list[str] = Field(default_factory=list)
+    deny_hosts: list[str] = Field(default_factory=list)
+    max_response_bytes: int = Field(default=5_000_000, ge=1)
+
+
+class McpServerConfig(_Strict):
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str | None = None
+    timeout: float = Field(default=30.0, gt=0)
+
+
+class McpConfig(_Strict):
+    servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
+
+class LatticeConfig(_Strict):
+    """The whole ``lattice.toml``."""
+
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    policies: dict[str, list[str]] = Field(default_factory=dict)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    secrets: SecretsConfig = Field(default_factory=SecretsConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
+    source: str | None = Field(default=None, exclude=True)
+
+    @field_validator("policies")
+    @classmethod
+    def _known_actions(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        from lattice.runtime.policies import ACTIONS
+
+        for error_type, stack in value.items():
+            bad = [a for a in stack if a not in ACTIONS]
+            if not stack or bad:
+                raise ValueError(f"policies.{error_type}: actions are {', '.join(ACTIONS)}")
+        return value
+
+    def provider_config(self, name: str) -> ProviderConfig:
+        return self.providers.get(name, ProviderConfig())
+
+    def shown(self) -> dict[str, Any]:
+        """The effective configuration for ``lattice config show`` (no secrets are ever held here;
+        environment keys are reported as set/unset only)."""
+        data = self.model_dump(mode="json")
+        data["source"] = self.source
+        data["environment"] = {
+            name: ("set (hidden)" if os.environ.get(name) else "unset")
+            for name in (
+                "OPENAI_API_KEY",
+                "ANTHROPIC_API_KEY",
+                "OPENAI_BASE_URL",
+                "ANTHROPIC_BASE_URL",
+            )
+        }
+        return data
+
+
+def _apply_env(data: dict[str, Any]) -> dict[str, Any]:
+    llm = dict(data.get("llm") or {})
+    if os.environ.get("LATTICE_PROVIDER"):
+        llm["provider"] = os.environ["LATTICE_PROVIDER"]
+    models = dict(llm.get("models") or {})
+    for cls in MODEL_CLASSES:
+        value = os.environ.get(f"LATTICE_MODEL_{cls.upper()}")
+        if value:
+            models[cls] = value
+    if models:
+        llm["models"] = models
+    if llm:
+        data = {**data, "llm": llm}
+    return data
+
+
+def load_config(path: str | Path | None = None) -> LatticeConfig:
+    """Read and validate the configuration (see the module docstring for where it is found)."""
+    candidate = Path(path) if path else None
+    if candidate is None and os.environ.get("LATTICE_CONFIG"):
+        candidate = Path(os.environ["LATTICE_CONFIG"])
+    if candidate is None and Path("lattice.toml").is_file():
+        candidate = Path("lattice.toml")
+    data: dict[str, Any] = {}
+    if candidate is not None:
+        try:
+            data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise LatticeUserError(
+                f"cannot read config {candidate}: {exc.strerror}", error_type="config_error"
+            ) from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise LatticeUserError(
+                f"{candidate}: not valid TOML: {exc}", error_type="config_error"
+            ) from exc
+    try:
+        config = LatticeConfig.model_validate(_apply_env(data))
+    except ValidationError as exc:
+        problems = "\n  ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        )
+        raise LatticeUserError(
+            f"invalid configuration {candidate or '(environment)'}:\n  {problems}",
+            error_type="config_error",
+        ) from exc
+    config.source = str(candidate) if candidate else None
+    return config

@@ -1,0 +1,162 @@
+"""Anthropic adapter (official ``anthropic`` SDK, async client).
+
+The output schema goes through the Messages API's native structured output
+(``output_config={"format": {"type": "json_schema", "schema": ...}}``); a server
+that rejects it gets plain prompting (the contract is in the prompt and validated
+anyway). ``ANTHROPIC_BASE_URL`` is honoured by the SDK. SDK retries are off.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.errors import provider_error, retry_after_seconds
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MAX_TOKENS = 4096
+
+
+def map_anthropic_error(exc: Exception, *, model: str, node_id: str | None) -> LatticeRunError:
+    """Translate an ``anthropic`` exception into a LatticeRunError (most specific first)."""
+    import anthropic
+
+    where = f"Anthropic ({model})"
+    if isinstance(exc, anthropic.APITimeoutError):
+        return provider_error("timeout_error", f"{where} timed out", exc, node_id)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return provider_error("provider_error", f"{where}: cannot connect ({exc})", exc, node_id)
+    if isinstance(exc, anthropic.RateLimitError):
+        return provider_error(
+            "rate_limit_error",
+            f"{where} rate limit: {exc.message}",
+            exc,
+            node_id,
+            retry_after=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
+        return provider_error(
+            "api_key_error",
+            f"{where} refused the credentials ({exc.status_code}); check ANTHROPIC_API_KEY",
+            exc,
+            node_id,
+        )
+    if isinstance(exc, anthropic.APIStatusError):
+        body = str(exc.message)
+        lowered = body.lower()
+        if "prompt is too long" in lowered or ("context" in lowered and "too long" in lowered):
+            return provider_error(
+                "context_length_error", f"{where}: the prompt is too long: {body}", exc, node_id
+            )
+        if exc.status_code >= 500:
+            return provider_error(
+                "provider_error", f"{where} server error {exc.status_code}: {body}", exc, node_id
+            )
+        return provider_error(
+            "invalid_request",
+            f"{where} rejected the request ({exc.status_code}): {body}",
+            exc,
+            node_id,
+            status=exc.status_code,
+        )
+    return provider_error("provider_error", f"{where}: {type(exc).__name__}: {exc}", exc, node_id)
+
+
+class AnthropicProvider:
+    """Messages through ``anthropic.AsyncAnthropic``; the key comes from ``ANTHROPIC_API_KEY``."""
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        default_model: str | None = None,
+        timeout: float = 60.0,
+        http_client: Any = None,
+    ) -> None:
+        try:
+            import anthropic
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise LatticeUserError(
+                "the anthropic provider needs the SDK: pip install 'lattice-lre[anthropic]'"
+            ) from exc
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise LatticeUserError(
+                "the anthropic provider needs ANTHROPIC_API_KEY in the environment",
+                error_type="api_key_error",
+            )
+        self.default_model = (
+            default_model or os.environ.get("LATTICE_ANTHROPIC_MODEL") or DEFAULT_MODEL
+        )
+        self.client = anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL"),
+            timeout=timeout,
+            max_retries=0,
+            http_client=http_client,
+        )
+        self._no_schema_models: set[str] = set()
+
+    def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
+        system = "\n\n".join(m.content for m in request.messages if m.role == "system")
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
+            "messages": [
+                {"role": m.role, "content": m.content}
+                for m in request.messages
+                if m.role != "system"
+            ],
+        }
+        if system:
+            body["system"] = system
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
+        if request.response_schema is not None and structured:
+            body["output_config"] = {
+                "format": {"type": "json_schema", "schema": request.response_schema}
+            }
+        return body
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        import anthropic
+
+        model = request.model or self.default_model
+        structured = request.response_schema is not None and model not in self._no_schema_models
+        started = time.perf_counter()
+        try:
+            try:
+                message = await self.client.messages.create(
+                    **self._body(request, model, structured=structured)
+                )
+            except anthropic.BadRequestError as exc:
+                if not structured or (
+                    "output_config" not in str(exc.message) and "format" not in str(exc.message)
+                ):
+                    raise
+                self._no_schema_models.add(model)
+                message = await self.client.messages.create(
+                    **self._body(request, model, structured=False)
+                )
+        except anthropic.AnthropicError as exc:
+            raise map_anthropic_error(exc, model=model, node_id=request.node_id) from exc
+        text = "".join(
+            getattr(block, "text", "")
+            for block in message.content
+            if getattr(block, "type", "") == "text"
+        )
+        return LLMResponse(
+            text=text,
+            usage=TokenUsage(message.usage.input_tokens, message.usage.output_tokens),
+            model=message.model or model,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            finish_reason=message.stop_reason,
+        )

@@ -1,0 +1,43 @@
+"""Helpers shared by the SDK adapters for mapping errors at the boundary."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from lattice.errors import LatticeRunError
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds from ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date), if present."""
+    if not headers:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return float(millis) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def provider_error(
+    error_type: str, message: str, exc: Exception, node_id: str | None, **details: Any
+) -> LatticeRunError:
+    """A LatticeRunError carrying the SDK exception's class name; chain it with ``from exc``."""
+    clean = {k: v for k, v in details.items() if v is not None}
+    return LatticeRunError(
+        message,
+        error_type=error_type,
+        node_id=node_id,
+        details={"sdk_error": type(exc).__name__, **clean},
+    )

@@ -1,0 +1,107 @@
+"""FixtureProvider: replay completions by prompt hash, or record them from a live provider.
+
+File format: JSONL, one ``{"prompt_hash", "completion", "meta", "prompt_preview"}`` per
+line (DESIGN.md §5). The prompt hash is ``LLMRequest.prompt_hash()``; a later line for
+the same hash wins. ``lattice hash-prompt`` computes hashes so fixtures can be written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage
+
+
+def read_fixtures(path: Path) -> dict[str, dict[str, Any]]:
+    """Hash → fixture line; a malformed file is a LatticeUserError naming the line."""
+    table: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return table
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise LatticeUserError(f"cannot read fixtures {path}: {exc.strerror}") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LatticeUserError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("prompt_hash"), str)
+            or "completion" not in entry
+        ):
+            raise LatticeUserError(
+                f"{path}:{number}: a fixture line needs prompt_hash and completion"
+            )
+        table[entry["prompt_hash"]] = entry
+    return table
+
+
+class FixtureProvider:
+    """Replays ``path``; with ``record_with`` set, calls it for unknown prompts and appends them."""
+
+    name = "fixture"
+
+    def __init__(self, path: str | Path, *, record_with: LLMProvider | None = None) -> None:
+        self.path = Path(path)
+        self.record_with = record_with
+        if record_with is None and not self.path.exists():
+            raise LatticeUserError(
+                f"fixtures file {self.path} does not exist (record it with --record)"
+            )
+        self.table = read_fixtures(self.path)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        prompt_hash = request.prompt_hash()
+        entry = self.table.get(prompt_hash)
+        if entry is not None:
+            meta = entry.get("meta") or {}
+            completion = entry["completion"]
+            text = (
+                completion
+                if isinstance(completion, str)
+                else json.dumps(completion, ensure_ascii=False)
+            )
+            return LLMResponse(
+                text=text,
+                usage=TokenUsage(
+                    int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
+                ),
+                model=str(meta.get("model", "fixture")),
+                latency_ms=0.0,
+                finish_reason=meta.get("finish_reason", "stop"),
+            )
+        if self.record_with is None:
+            raise LatticeRunError(
+                f"no fixture for prompt hash {prompt_hash} (node {request.node_id!r}, "
+                f"class {request.model_class}); prompt starts: {request.preview()!r}. "
+                "Record it with --record --provider NAME, or add a line to the fixtures file",
+                error_type="fixture_missing",
+                node_id=request.node_id,
+                details={"prompt_hash": prompt_hash, "prompt_preview": request.preview()},
+            )
+        response = await self.record_with.complete(request)
+        entry = {
+            "prompt_hash": prompt_hash,
+            "completion": response.text,
+            "meta": {
+                "model": response.model,
+                "model_class": request.model_class,
+                "node_id": request.node_id,
+                "input_tokens": response.usage.input_tokens,
+                "output_tokens": response.usage.output_tokens,
+                "finish_reason": response.finish_reason,
+            },
+            "prompt_preview": request.preview(),
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        self.table[prompt_hash] = entry
+        return response

@@ -1,0 +1,191 @@
+"""OpenAI adapter (official ``openai`` SDK, async client); works with any OpenAI-compatible
+server (vLLM, Ollama, llama.cpp, LM Studio) through ``base_url`` / ``OPENAI_BASE_URL``.
+
+The SDK's own retries are turned off (``max_retries=0``): retrying belongs to
+Lattice's recovery policies. SDK errors are mapped to Lattice error types here, in
+one place (``map_openai_error``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.errors import provider_error, retry_after_seconds
+
+DEFAULT_MODEL = "gpt-4o-mini"
+
+
+def strict_compatible(schema: dict[str, Any]) -> bool:
+    """True when OpenAI's strict structured outputs accept ``schema`` as it is
+    (every object closed with additionalProperties false and all properties required)."""
+    if not isinstance(schema, dict):
+        return True
+    if schema.get("type") == "object" or "properties" in schema:
+        props = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False:
+            return False
+        if set(schema.get("required", [])) != set(props):
+            return False
+    children: list[Any] = list((schema.get("properties") or {}).values())
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            children.append(schema[key])
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        children.extend(schema.get(key) or [])
+    return all(strict_compatible(child) for child in children)
+
+
+def map_openai_error(exc: Exception, *, model: str, node_id: str | None) -> LatticeRunError:
+    """Translate an ``openai`` exception into a LatticeRunError (most specific first)."""
+    import openai
+
+    where = f"OpenAI ({model})"
+    if isinstance(exc, openai.APITimeoutError):
+        return provider_error("timeout_error", f"{where} timed out", exc, node_id)
+    if isinstance(exc, openai.APIConnectionError):
+        return provider_error("provider_error", f"{where}: cannot connect ({exc})", exc, node_id)
+    if isinstance(exc, openai.RateLimitError):
+        return provider_error(
+            "rate_limit_error",
+            f"{where} rate limit: {exc.message}",
+            exc,
+            node_id,
+            retry_after=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
+        return provider_error(
+            "api_key_error",
+            f"{where} refused the credentials ({exc.status_code}); check OPENAI_API_KEY",
+            exc,
+            node_id,
+        )
+    if isinstance(exc, openai.APIStatusError):
+        body = str(exc.message)
+        code = getattr(exc, "code", None)
+        if (
+            code == "context_length_exceeded"
+            or "context length" in body.lower()
+            or "maximum context" in body.lower()
+        ):
+            return provider_error(
+                "context_length_error", f"{where}: the prompt is too long: {body}", exc, node_id
+            )
+        if exc.status_code >= 500:
+            return provider_error(
+                "provider_error", f"{where} server error {exc.status_code}: {body}", exc, node_id
+            )
+        return provider_error(
+            "invalid_request",
+            f"{where} rejected the request ({exc.status_code}): {body}",
+            exc,
+            node_id,
+            status=exc.status_code,
+        )
+    return provider_error("provider_error", f"{where}: {type(exc).__name__}: {exc}", exc, node_id)
+
+
+class OpenAIProvider:
+    """Chat completions through ``openai.AsyncOpenAI``.
+
+    ``api_key`` defaults to ``OPENAI_API_KEY``; ``base_url`` to ``OPENAI_BASE_URL``.
+    ``http_client`` (an ``httpx.AsyncClient``) is for tests and custom transports.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        default_model: str | None = None,
+        timeout: float = 60.0,
+        http_client: Any = None,
+    ) -> None:
+        try:
+            import openai
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise LatticeUserError(
+                "the openai provider needs the SDK: pip install 'lattice-lre[openai]'"
+            ) from exc
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        base = base_url or os.environ.get("OPENAI_BASE_URL")
+        if not key and not base:
+            raise LatticeUserError(
+                "the openai provider needs OPENAI_API_KEY in the environment "
+                "(or a base_url of an OpenAI-compatible server)",
+                error_type="api_key_error",
+            )
+        self.default_model = (
+            default_model or os.environ.get("LATTICE_OPENAI_MODEL") or DEFAULT_MODEL
+        )
+        self.client = openai.AsyncOpenAI(
+            api_key=key or "not-needed",  # local servers accept any key
+            base_url=base,
+            timeout=timeout,
+            max_retries=0,
+            http_client=http_client,
+        )
+        self._no_schema_models: set[str] = set()
+
+    def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+        }
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        if request.response_schema is not None and structured:
+            schema = request.response_schema
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "artifact",
+                    "schema": schema,
+                    "strict": strict_compatible(schema),
+                },
+            }
+        return body
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        import openai
+
+        model = request.model or self.default_model
+        structured = request.response_schema is not None and model not in self._no_schema_models
+        started = time.perf_counter()
+        try:
+            try:
+                completion = await self.client.chat.completions.create(
+                    **self._body(request, model, structured=structured)
+                )
+            except openai.BadRequestError as exc:
+                if not structured or "response_format" not in str(exc.message):
+                    raise
+                # The server does not support json_schema output: fall back to plain prompting
+                # (the contract is in the prompt and is validated anyway).
+                self._no_schema_models.add(model)
+                completion = await self.client.chat.completions.create(
+                    **self._body(request, model, structured=False)
+                )
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, model=model, node_id=request.node_id) from exc
+        choice = completion.choices[0] if completion.choices else None
+        text = (choice.message.content or "") if choice is not None else ""
+        usage = completion.usage
+        return LLMResponse(
+            text=text,
+            usage=TokenUsage(
+                usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0
+            ),
+            model=completion.model or model,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            finish_reason=choice.finish_reason if choice is not None else None,
+        )
