@@ -49,7 +49,10 @@ def show_run(folder: Path) -> str:
         port = record.get("port")
         branch = f"  → {port}" if port not in (None, "", "default") else ""
         error = record.get("error")
-        failed = f"  ✗ {error.get('error_type')}: {error.get('message', '')[:100]}" if error else ""
+        failed = ""
+        if error:
+            kind = error.get("error_type") or error.get("category")
+            failed = f"  ✗ {kind}: {(error.get('message') or error.get('summary') or '')[:100]}"
         lines.append(
             f"  {record.get('seq', 0):>4}  {record.get('kind', '?'):<10} {record.get('op_id', '?'):<40}"
             f" {record.get('duration_ms', 0):>9.2f} ms{calls}{branch}{failed}"

@@ -39,13 +39,31 @@ def _scan_values(text: str) -> list[tuple[int, int, Any]]:
         pos = end
 
 
+_NOTHING: Any = object()
+
+
+def _whole_fence(text: str) -> Any:
+    """The JSON of a reply that is one fenced block from start to end, even when the JSON's
+    strings hold fences of their own (markdown inside an artifact); ``_NOTHING`` otherwise."""
+    if not (text.startswith("```") and text.endswith("```")) or "\n" not in text:
+        return _NOTHING
+    body = text[text.index("\n") + 1 : -3]
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError:
+        return _NOTHING
+
+
 def extract_json(text: str) -> Any:
     """The JSON value in ``text``; raise ExtractionError with an error_type otherwise."""
-    stripped = text.strip()
+    stripped = text.replace("\r\n", "\n").replace("\r", "\n").strip()
     try:
         return json.loads(stripped)
     except json.JSONDecodeError:
         pass
+    whole = _whole_fence(stripped)
+    if whole is not _NOTHING:
+        return whole
     fences = _FENCE.findall(stripped)
     if len(fences) > 1:
         raise ExtractionError(

@@ -85,7 +85,7 @@ def resolve_pointer(value: Any, pointer: str) -> Any:
 _CODE_LINE = re.compile(
     r"""^\s*(
         (def|class|async\s+def)\s+\w+.*:\s*$            # python
-      | (import\s+[\w.]+|from\s+[\w.]+\s+import\s)        # python imports
+      | (import\s+[\w.]+(\s+as\s+\w+)?(\s*,\s*[\w.]+)*\s*$|from\s+[\w.]+\s+import\s)  # python imports
       | \#include\s*[<"]                                  # C
       | (public|private|protected)\s+(static\s+)?[\w<>\[\]]+\s+\w+\s*\(   # Java/C#
       | (function\s+\w*\s*\(|const\s+\w+\s*=\s*(\(|async|function)|export\s+(default\s+)?(function|class|const))  # JS
@@ -96,6 +96,10 @@ _CODE_LINE = re.compile(
     )""",
     re.VERBOSE,
 )
+
+
+_SIGNATURE = re.compile(r"^\s*(async\s+)?def\s+\w+\s*\(.*\)\s*(->.*)?:\s*$")
+"""A Python function signature: code on its own, whatever follows."""
 
 
 @register_invariant(
@@ -117,7 +121,7 @@ def no_code(value: Any, params: dict[str, Any]) -> list[Violation]:
             )
             continue
         code_lines = [line for line in text.splitlines() if _CODE_LINE.match(line)]
-        if len(code_lines) >= min_lines:
+        if len(code_lines) >= min_lines or any(_SIGNATURE.match(line) for line in code_lines):
             violations.append(
                 {
                     "pointer": pointer,
