@@ -13,6 +13,7 @@ from lattice.runtime.contract import Budget
 from lattice.runtime.results import Usage
 from lattice.runtime.state import StateStore
 from lattice.runtime.store import RunRecorder
+from lattice.tools.http import HttpClientPool
 
 EventListener = Callable[[dict[str, Any]], None]
 AskHuman = Callable[[AskOp], Awaitable[Any] | Any]
@@ -59,6 +60,7 @@ class RunContext:
         listeners: list[EventListener],
         usage: Usage,
         budget: Budget,
+        http_pool: HttpClientPool,
         seq: int = 0,
     ) -> None:
         self.run_id = run_id
@@ -69,6 +71,7 @@ class RunContext:
         self.ask_human = ask_human
         self.usage = usage
         self.budget = budget
+        self.http_pool = http_pool
         self.events: list[dict[str, Any]] = []
         self._listeners = listeners
         self.seq = seq
@@ -96,6 +99,10 @@ class RunContext:
         for listener in self._listeners:
             listener(event)
         return event
+
+    async def aclose(self) -> None:
+        """Release the run's resources (HTTP client, tool sessions)."""
+        await self.http_pool.aclose()
 
     def write_result(self, path: str, value: Any) -> None:
         """Write an op's value and remember it as the most recent result."""

@@ -14,6 +14,7 @@ from lattice.errors import LatticeRunError
 from lattice.ir.models import (
     AskOp,
     EndOp,
+    HttpCall,
     LLMWriteOp,
     Op,
     StartOp,
@@ -27,6 +28,7 @@ from lattice.runtime.conditions import compile_condition
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import RuntimeSettings
+from lattice.tools.http import HttpExecutor
 
 
 class Executor:
@@ -248,17 +250,28 @@ def normalize_answer(op: AskOp, answer: Any) -> dict[str, Any]:
 
 
 class ToolCallExecutor(Executor):
-    """TOOL_CALL: tool backends are not available in this build yet."""
+    """TOOL_CALL: HTTP through the run's pooled client; MCP through the run's sessions."""
 
-    def __init__(self, op: ToolCallOp) -> None:
+    def __init__(self, op: ToolCallOp, settings: RuntimeSettings) -> None:
         self.op = op
+        self.http = (
+            HttpExecutor(op, settings.retry, settings.sleep)
+            if isinstance(op.call, HttpCall)
+            else None
+        )
 
     async def run(self, ctx: RunContext) -> Outcome:
-        raise LatticeRunError(
-            f"{self.op.call.tool} tool calls are not yet supported by this version of Lattice",
-            error_type="tool_error",
-            details={"tool": self.op.call.tool},
-        )
+        if self.http is None:
+            raise LatticeRunError(
+                "MCP tool calls are not supported by this version of Lattice yet",
+                error_type="tool_error",
+                details={"tool": "mcp"},
+            )
+        ctx.emit("tool_call", {"tool": "http", "method": self.http.call.method})
+        result = await self.http.run(ctx.state.resolve, ctx.http_pool)
+        ctx.emit("tool_result", {"tool": "http", "status": result["status"]})
+        ctx.write_result(self.op.writes, result)
+        return Outcome(output=result)
 
 
 EXECUTORS: dict[str, Callable[[Any], Executor]] = {
@@ -268,7 +281,6 @@ EXECUTORS: dict[str, Callable[[Any], Executor]] = {
     "STATE": StateExecutor,
     "TRANSFORM": TransformExecutor,
     "ASK": AskExecutor,
-    "TOOL_CALL": ToolCallExecutor,
 }
 
 
@@ -276,5 +288,7 @@ def build_executor(op: Op, settings: RuntimeSettings) -> Executor:
     """The executor for ``op`` (compiles its templates, expressions and conditions)."""
     if isinstance(op, LLMWriteOp):
         return LLMWriteExecutor(op, settings)  # type: ignore[return-value]
+    if isinstance(op, ToolCallOp):
+        return ToolCallExecutor(op, settings)
     executor: Executor = EXECUTORS[op.kind](op)
     return executor

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,7 +34,10 @@ from lattice.runtime.executors import Executor, build_executor, normalize_answer
 from lattice.runtime.results import FailureReport, RunResult, Usage
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
-from lattice.runtime.store import RunRecorder, RunStore, new_run_id
+from lattice.runtime.store import Redactor, RunRecorder, RunStore, new_run_id
+from lattice.tools.http import HttpClientPool
+
+PROVIDER_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,8 @@ class Runner:
         inputs = dict(inputs or {})
         self.validate_inputs(inputs)
         run_id = run_id or new_run_id()
-        state = StateStore(inputs, ctx=self._ctx(run_id))
-        recorder = self.store.open(run_id)
+        state = StateStore(inputs, ctx=self._ctx(run_id), secrets=self._read_secret)
+        recorder = self.store.open(run_id, redact=self._redactor())
         ctx = self._context(run_id, state, recorder, Usage(), seq=0)
         if self.workflow is not None:
             recorder.write_json("workflow.json", self.workflow)
@@ -183,12 +188,18 @@ class Runner:
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
         ir = ir_from_json(read_run_json(folder, "execir.json"))
         snapshot = read_run_json(folder, "state_final.json")
-        merged = {**checkpoint.get("answers", {}), **{k: [v] for k, v in (answers or {}).items()}}
+        multi = {
+            op.source_node for op in ir.ops.values() if isinstance(op, AskOp) and op.multi_select
+        }
+        once = {
+            k: v if k in multi else [v] for k, v in (answers or {}).items()
+        }  # apply to the next visit
+        merged = {**checkpoint.get("answers", {}), **once}
         runner = cls(
             ir,
             provider=provider,
             store=RunStore(folder.parent),
-            limits=limits,
+            limits=limits or RunLimits(**checkpoint.get("limits", {})),
             answers=merged,
             ask_human=ask_human,
             meta=checkpoint.get("meta"),
@@ -200,9 +211,9 @@ class Runner:
         if callable(restore) and checkpoint.get("provider_state") is not None:
             restore(checkpoint["provider_state"])
         run_id = checkpoint["run_id"]
-        state = StateStore.from_snapshot(snapshot)
+        state = StateStore.from_snapshot(snapshot, secrets=runner._read_secret)
         state.clear_tmp()
-        recorder = runner.store.open(run_id)
+        recorder = runner.store.reopen(folder, redact=runner._redactor())
         ctx = runner._context(
             run_id,
             state,
@@ -223,6 +234,33 @@ class Runner:
             visits={k: int(v) for k, v in checkpoint.get("visits", {}).items()},
             op_seq=int(checkpoint.get("op_seq", 0)),
         )
+
+    # -- secrets --------------------------------------------------------------------------
+
+    def _read_secret(self, name: str) -> str:
+        if name not in self.settings.secrets_allow:
+            raise LatticeRunError(
+                f"$secrets.{name} is not allowed: add it to [secrets] allow in lattice.toml",
+                error_type="secret_error",
+            )
+        value = os.environ.get(name)
+        if value is None:
+            raise LatticeRunError(
+                f"$secrets.{name}: the environment variable {name} is not set",
+                error_type="secret_error",
+            )
+        return value
+
+    def _redactor(self) -> Redactor:
+        """Replaces every allowed secret's value and provider API keys with ``***``."""
+        names = (*self.settings.secrets_allow, *PROVIDER_KEY_VARIABLES)
+        values = sorted(
+            {v for n in names if (v := os.environ.get(n)) and len(v) >= 4}, key=len, reverse=True
+        )
+        if not values:
+            return lambda text: text
+        pattern = re.compile("|".join(re.escape(v) for v in values))
+        return lambda text: pattern.sub("***", text)
 
     # -- the walk -----------------------------------------------------------------------
 
@@ -252,6 +290,7 @@ class Runner:
             listeners=self._event_listeners,
             usage=usage,
             budget=self.settings.budget(),
+            http_pool=HttpClientPool(self.settings.http),
             seq=seq,
         )
 
@@ -347,6 +386,7 @@ class Runner:
                 ctx, "failed", None, report, current, steps - 1, visits, op_seq, undo_visit=current
             )
         finally:
+            await ctx.aclose()
             ctx.recorder.close()
 
     async def _run_op(self, op_id: str, ctx: RunContext) -> Outcome:
@@ -484,6 +524,10 @@ class Runner:
                 "answers": ctx.answers,
                 "provider_state": provider_state() if callable(provider_state) else None,
                 "meta": self.meta,
+                "limits": {
+                    "max_steps": self.limits.max_steps,
+                    "max_visits": self.limits.max_visits,
+                },
             },
         )
         return result

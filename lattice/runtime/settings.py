@@ -10,6 +10,7 @@ from types import MappingProxyType
 from lattice.config import LatticeConfig
 from lattice.runtime.contract import Budget, Sleep
 from lattice.runtime.policies import DEFAULT_POLICIES, RetrySettings
+from lattice.tools.http import HttpPolicy
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class RuntimeSettings:
     max_calls: int | None = None
     max_tokens_total: int | None = None
     sleep: Sleep = asyncio.sleep
+    http: HttpPolicy = field(default_factory=HttpPolicy)
+    """Allowed/denied hosts, response size cap and an injectable transport for httpRequest."""
+    secrets_allow: tuple[str, ...] = ()
+    """Environment variables that ``{{ $secrets.NAME }}`` may read; their values are redacted."""
 
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
@@ -48,4 +53,10 @@ def settings_from_config(
         max_tokens_total=max_tokens_total
         if max_tokens_total is not None
         else runtime.max_tokens_total,
+        http=HttpPolicy(
+            allow_hosts=tuple(config.http.allow_hosts),
+            deny_hosts=tuple(config.http.deny_hosts),
+            max_response_bytes=config.http.max_response_bytes,
+        ),
+        secrets_allow=tuple(config.secrets.allow),
     )

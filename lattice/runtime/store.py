@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from lattice.errors import LatticeUserError
 from lattice.runtime.files import atomic_write_text
 
 Redactor = Callable[[str], str]
@@ -75,11 +76,23 @@ class NullRecorder:
 class FolderRecorder:
     """Writes one run's folder. Creating it for an existing run (resume) appends to its events."""
 
-    def __init__(self, run_dir: Path, *, redact: Redactor | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, *, redact: Redactor | None = None, resume: bool = False
+    ) -> None:
         self.run_dir: Path | None = run_dir
         self._dir = run_dir
         self._redact = redact or (lambda text: text)
-        (run_dir / "ops").mkdir(parents=True, exist_ok=True)
+        try:
+            if not resume:
+                run_dir.parent.mkdir(parents=True, exist_ok=True)
+                run_dir.mkdir()  # a new run never writes into an existing run's folder
+            (run_dir / "ops").mkdir(exist_ok=True)
+        except FileExistsError:
+            raise LatticeUserError(
+                f"run folder {run_dir} already exists; choose another run id"
+            ) from None
+        except OSError as exc:
+            raise LatticeUserError(f"cannot create run folder {run_dir}: {exc.strerror}") from exc
         self._events: IO[str] | None = None
 
     def write_json(self, name: str, data: Any) -> None:
@@ -114,7 +127,12 @@ class RunStore:
     def persistent(self) -> bool:
         return self.root is not None
 
-    def open(self, run_id: str) -> RunRecorder:
+    def open(self, run_id: str, *, redact: Redactor | None = None) -> RunRecorder:
+        """A recorder for a new run (its folder must not exist yet)."""
         if self.root is None:
             return NullRecorder()
-        return FolderRecorder(self.root / safe_name(run_id), redact=self.redact)
+        return FolderRecorder(self.root / safe_name(run_id), redact=redact or self.redact)
+
+    def reopen(self, run_dir: Path, *, redact: Redactor | None = None) -> RunRecorder:
+        """A recorder that continues the run folder ``run_dir`` (resume), wherever it is."""
+        return FolderRecorder(run_dir, redact=redact or self.redact, resume=True)

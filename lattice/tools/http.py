@@ -1,0 +1,218 @@
+"""httpRequest TOOL_CALLs over httpx: one pooled AsyncClient per run, closed when the run ends.
+
+URL values are URL-encoded where they are inserted; query, headers and JSON body are
+rendered from templates. Responses bigger than the cap are refused. Status >= 400 is an
+``http_error`` (status + body excerpt); 429, 5xx, timeouts and connection errors are
+retried with backoff (Retry-After honoured) before failing. Hosts are checked against
+the user's ``[http] allow_hosts`` / ``deny_hosts`` before any connection (deny wins).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+import jsonschema
+
+from lattice.errors import LatticeRunError
+from lattice.ir.models import HttpCall, ToolCallOp
+from lattice.ir.templates import Ref, ValueTemplate, parse_template, to_text
+from lattice.llm.errors import retry_after_seconds
+from lattice.runtime.policies import RetrySettings
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class HttpPolicy:
+    """Where requests may go and how much they may bring back."""
+
+    allow_hosts: Sequence[str] = ()
+    deny_hosts: Sequence[str] = ()
+    max_response_bytes: int = 5_000_000
+    default_timeout_s: float = 30.0
+    transport: httpx.AsyncBaseTransport | None = field(default=None, compare=False)
+    """Injectable transport (``httpx.MockTransport`` in tests)."""
+
+    def check_host(self, url: str) -> None:
+        host = (urlsplit(url).hostname or "").lower()
+        if not host:
+            raise LatticeRunError(f"not an absolute http(s) URL: {url!r}", error_type="tool_error")
+        if any(fnmatch.fnmatch(host, pattern.lower()) for pattern in self.deny_hosts):
+            raise LatticeRunError(
+                f"host {host!r} is denied by [http] deny_hosts",
+                error_type="tool_error",
+                details={"host": host},
+            )
+        if self.allow_hosts and not any(fnmatch.fnmatch(host, p.lower()) for p in self.allow_hosts):
+            raise LatticeRunError(
+                f"host {host!r} is not in [http] allow_hosts",
+                error_type="tool_error",
+                details={"host": host},
+            )
+
+
+class HttpClientPool:
+    """The run's one ``httpx.AsyncClient``, created on first use."""
+
+    def __init__(self, policy: HttpPolicy) -> None:
+        self.policy = policy
+        self._client: httpx.AsyncClient | None = None
+
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                transport=self.policy.transport, follow_redirects=False
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def _excerpt(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class HttpExecutor:
+    """Compiled once per op: URL, header, query and body templates and the output validator."""
+
+    def __init__(self, op: ToolCallOp, retry: RetrySettings, sleep: Callable[[float], Any]) -> None:
+        assert isinstance(op.call, HttpCall)
+        self.op = op
+        self.call = op.call
+        self.url = parse_template(self.call.url)
+        self.headers = {k: ValueTemplate(v) for k, v in self.call.headers.items()}
+        self.query = ValueTemplate(self.call.query)
+        self.body = ValueTemplate(self.call.body) if self.call.body is not None else None
+        self.validator = (
+            jsonschema.Draft202012Validator(op.output_schema) if op.output_schema else None
+        )
+        self.retry = retry
+        self.sleep = sleep
+
+    def render(self, resolve: Callable[[Ref], Any]) -> dict[str, Any]:
+        url = self.url.render(lambda ref: quote(to_text(resolve(ref)), safe=""))
+        headers = {k: to_text(t.render(resolve)) for k, t in self.headers.items()}
+        query = {k: to_text(v) for k, v in (self.query.render(resolve) or {}).items()}
+        request: dict[str, Any] = {
+            "method": self.call.method,
+            "url": url,
+            "headers": headers,
+            "params": query,
+        }
+        if self.body is not None:
+            body = self.body.render(resolve)
+            if isinstance(body, str):
+                request["content"] = body.encode("utf-8")
+            else:
+                request["json"] = body
+        return request
+
+    async def run(self, resolve: Callable[[Ref], Any], pool: HttpClientPool) -> dict[str, Any]:
+        request = self.render(resolve)
+        pool.policy.check_host(request["url"])
+        timeout = (
+            (self.call.timeout_ms / 1000) if self.call.timeout_ms else pool.policy.default_timeout_s
+        )
+        attempt = 0
+        while True:
+            try:
+                result = await self._send(pool, request, timeout)
+            except LatticeRunError as exc:
+                retryable = exc.details.get("retryable", False)
+                if not retryable or attempt >= self.retry.max_retries:
+                    raise
+                delay = self.retry.delay(attempt, exc.details.get("retry_after"))
+                attempt += 1
+                await self.sleep(delay)
+                continue
+            return result
+
+    async def _send(
+        self, pool: HttpClientPool, request: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        limit = pool.policy.max_response_bytes
+        try:
+            async with pool.client().stream(timeout=timeout, **request) as response:
+                chunks, size = [], 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        raise LatticeRunError(
+                            f"{request['method']} {_safe_url(request['url'])}: response larger than {limit} bytes",
+                            error_type="tool_error",
+                            details={"limit": limit},
+                        )
+                    chunks.append(chunk)
+                raw = b"".join(chunks)
+        except httpx.TimeoutException as exc:
+            raise LatticeRunError(
+                f"{request['method']} {_safe_url(request['url'])} timed out after {timeout:g}s",
+                error_type="timeout_error",
+                details={"retryable": True},
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise LatticeRunError(
+                f"{request['method']} {_safe_url(request['url'])} failed: {type(exc).__name__}: {exc}",
+                error_type="http_error",
+                details={"retryable": True},
+            ) from exc
+        text = raw.decode(response.encoding or "utf-8", errors="replace")
+        if response.status_code >= 400:
+            raise LatticeRunError(
+                f"{request['method']} {_safe_url(request['url'])} returned {response.status_code}: {_excerpt(text, 200)}",
+                error_type="http_error",
+                details={
+                    "status": response.status_code,
+                    "body_excerpt": _excerpt(text),
+                    "retryable": response.status_code in RETRYABLE_STATUS,
+                    "retry_after": retry_after_seconds(response.headers),
+                },
+            )
+        body = self._decode(text, response.headers.get("content-type", ""))
+        if self.validator is not None:
+            errors = sorted(self.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
+            if errors:
+                violations = [
+                    {
+                        "pointer": "/" + "/".join(str(p) for p in e.absolute_path),
+                        "message": e.message,
+                    }
+                    for e in errors
+                ]
+                raise LatticeRunError(
+                    "the response body does not match the node's outputSchema: "
+                    + "; ".join(f"{v['pointer']}: {v['message']}" for v in violations[:5]),
+                    error_type="schema_error",
+                    details={"violations": violations},
+                )
+        return {"status": response.status_code, "headers": dict(response.headers), "body": body}
+
+    def _decode(self, text: str, content_type: str) -> Any:
+        kind = self.call.response_type
+        if kind == "text" or (kind == "auto" and "json" not in content_type.lower()):
+            return text
+        try:
+            return json.loads(text) if text.strip() else None
+        except json.JSONDecodeError as exc:
+            if kind == "json":
+                raise LatticeRunError(
+                    f"the response is not JSON: {exc.msg}",
+                    error_type="http_error",
+                    details={"body_excerpt": _excerpt(text)},
+                ) from exc
+            return text
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its query string (which may carry tokens)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
