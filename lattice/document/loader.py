@@ -72,7 +72,10 @@ def _validate_items(
             item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) else None
         )
         try:
-            items.append(model.model_validate(item))
+            validated = model.model_validate(item)
+            if hasattr(validated, "_pointer"):
+                validated._pointer = item_pointer
+            items.append(validated)
         except ValidationError as exc:
             diagnostics.extend(
                 pydantic_diagnostics(exc, pointer=item_pointer, node_id=node_id, code=code)
@@ -119,6 +122,12 @@ def parse_workflow(raw: Any) -> tuple[Workflow | None, list[Diagnostic]]:
         diagnostics,
         "invalid-subflow",
     )
+    for k, flow in enumerate(workflow.sub_agent_flows):
+        flow_pointer = pointer_join(base, "subAgentFlows", k)
+        for j, inner in enumerate(flow.nodes):
+            inner._pointer = pointer_join(flow_pointer, "nodes", j)
+        for j, conn in enumerate(flow.connections):
+            conn._pointer = pointer_join(flow_pointer, "connections", j)
     return workflow, diagnostics
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 SEQUENTIAL_PORT = "default"
 """The one sequential port every node has (``output``, ``out``, ``in``, missing ... in files)."""
@@ -57,6 +57,8 @@ class Node(BaseModel):
     position: Position | None = None
     data: dict[str, Any] = Field(default_factory=dict)
     parent_id: str | None = Field(default=None, alias="parentId")
+    _pointer: str | None = PrivateAttr(default=None)
+    """JSON pointer of this node in the file as read (set by the loader)."""
 
     @property
     def title(self) -> str:
@@ -77,6 +79,8 @@ class Connection(BaseModel):
     from_port: str | None = Field(default=None, alias="fromPort")
     to_port: str | None = Field(default=None, alias="toPort")
     condition: Any = None
+    _pointer: str | None = PrivateAttr(default=None)
+    """JSON pointer of this connection in the file as read (set by the loader)."""
 
     @property
     def port(self) -> str:

@@ -141,6 +141,15 @@ class _BranchLowerer:
         }
         if natural:
             return self._lower_classifier(node, ctx, valid, labels, target, target_path, exits)
+        if target and target_path is None:
+            ctx.warn(
+                node,
+                "evaluation-target-not-path",
+                f"evaluationTarget {target!r} is not a $-path, so the conditions test the incoming "
+                f"result; write e.g. $in.{target} or $vars.<node>.result.{target}",
+                "data",
+                "evaluationTarget",
+            )
         switch_input = target_path or self._single_upstream(ctx, node)
         cases = [
             Case(port=labels[i], test=p.condition, source=p.text)

@@ -32,6 +32,9 @@ CTX_KEYS = (
 """Keys of ``$ctx`` that templates may read."""
 
 
+SEARCH_BUDGET = 64
+
+
 class Reachability:
     """Answers "can node a run before node b" on a graph that may have cycles."""
 
@@ -42,6 +45,7 @@ class Reachability:
         self._members = {c: len(condensed.nodes[c]["members"]) for c in condensed.nodes}
         self._order = {c: i for i, c in enumerate(nx.topological_sort(condensed))}
         self._condensed = condensed
+        self._descendants: dict[int, set[int]] = {}
 
     def reaches(self, source: str, target: str) -> bool:
         """True when a path of one or more edges leads from ``source`` to ``target``."""
@@ -53,8 +57,15 @@ class Reachability:
         floor = self._order[a]
         if floor > self._order[b]:
             return False
+        cached = self._descendants.get(a)
+        if cached is not None:
+            return b in cached
+        # A short backward search answers the common case (a nearby producer); past
+        # SEARCH_BUDGET steps, the source's descendants are computed once and reused,
+        # so many readers of one far-away producer cost O(nodes) in total, not each.
         seen = {b}
         queue = deque([b])
+        steps = 0
         while queue:
             current = queue.popleft()
             for pred in self._condensed.predecessors(current):
@@ -63,6 +74,10 @@ class Reachability:
                 if pred not in seen and self._order[pred] >= floor:
                     seen.add(pred)
                     queue.append(pred)
+            steps += 1
+            if steps > SEARCH_BUDGET:
+                self._descendants[a] = nx.descendants(self._condensed, a)
+                return b in self._descendants[a]
         return False
 
 
@@ -138,6 +153,8 @@ class ReferenceChecker:
         self.variables = variables
         self.inputs_schema = inputs_schema
         self.input_keys: set[str] = set()
+        self.reads_all_inputs = False
+        """True when something reads ``$in`` as a whole, so no key list can be inferred."""
 
     def _error(self, use: RefUse, code: str, message: str) -> None:
         self.ctx.diagnostics.append(
@@ -167,6 +184,7 @@ class ReferenceChecker:
 
     def _check_input(self, use: RefUse, ref: StatePath) -> None:
         if not ref.keys or not isinstance(ref.keys[0], str):
+            self.reads_all_inputs = True
             return
         self.input_keys.add(ref.keys[0])
         missing = missing_property(self.inputs_schema, ref.keys)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 import jsonschema
@@ -10,6 +12,14 @@ from lattice.document.models import Node
 from lattice.lower.registry import LoweringContext
 
 MISSING: Any = object()
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_schema(canonical: str) -> None:
+    """Meta-schema check, cached by canonical JSON (documents repeat their schemas)."""
+    jsonschema.Draft202012Validator.check_schema(json.loads(canonical))
+
+
 """Sentinel: a field that is absent (distinct from an explicit null)."""
 
 
@@ -85,7 +95,7 @@ def get_schema(ctx: LoweringContext, node: Node, key: str) -> dict[str, Any] | N
     if schema is None:
         return None
     try:
-        jsonschema.Draft202012Validator.check_schema(schema)
+        _check_schema(json.dumps(schema, sort_keys=True))
     except jsonschema.SchemaError as exc:
         where = [str(p) for p in exc.absolute_path]
         ctx.error(

@@ -326,7 +326,7 @@ class VariableStoreLowerer:
                 "value",
             )
         reads = ctx.use_template(node, value, "data", "value") if value is not None else []
-        if operation in ("get", "append", "increment", "delete"):
+        if operation in ("get", "increment", "delete"):  # append records only the item
             reads.append(f"$vars.{name}")
         op = StateOp(
             id=node.id,

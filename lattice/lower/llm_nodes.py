@@ -293,12 +293,14 @@ class SkillLowerer:
                 "the LLM op uses the skill's name and description only",
                 "data",
             )
-        prompt = get_str(ctx, node, "prompt") or (
+        own_prompt = get_str(ctx, node, "prompt")
+        prompt = own_prompt or (
             f"Apply the skill {name!r}"
             + (f" ({description})" if description else "")
             + " to the input."
         )
-        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key=None)
+        key = "prompt" if own_prompt else None
+        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key=key)
 
 
 class CodexLowerer:

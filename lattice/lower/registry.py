@@ -115,7 +115,11 @@ class LoweringContext:
 
     def pointer(self, node: Node, *parts: str | int) -> str:
         """JSON pointer of ``node`` (or a field inside it) in the file as read."""
-        base = self.node_pointers.get(node.id, pointer_join(self.workflow.pointer_base, "nodes"))
+        base = (
+            node._pointer
+            or self.node_pointers.get(node.id)
+            or pointer_join(self.workflow.pointer_base, "nodes")
+        )
         return pointer_join(base, *parts)
 
     def error(self, node: Node | None, code: str, message: str, *parts: str | int) -> None:

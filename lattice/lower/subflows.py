@@ -26,8 +26,10 @@ def _flow_id(node: Node) -> str | None:
 
 
 def _rewrite(value: Any, pattern: re.Pattern[str], prefix: str) -> Any:
+    """Namespace references to inner nodes: ``$vars.x`` in templates and ``vars.x`` /
+    ``vars."x"`` in JMESPath expressions."""
     if isinstance(value, str):
-        return pattern.sub(lambda m: f"$vars.{prefix}{m.group(1)}", value)
+        return pattern.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}{prefix}{m.group(3)}", value)
     if isinstance(value, list):
         return [_rewrite(v, pattern, prefix) for v in value]
     if isinstance(value, dict):
@@ -41,8 +43,9 @@ def _expand_one(
     """Inner nodes and edges of ``flow`` namespaced under ``call``, plus entry targets and exit sources."""
     prefix = call.id + NAMESPACE_SEPARATOR
     inner_ids = sorted((n.id for n in flow.nodes), key=len, reverse=True)
+    names = "|".join(re.escape(i) for i in inner_ids)
     pattern = (
-        re.compile(r"\$vars\.(" + "|".join(re.escape(i) for i in inner_ids) + r")(?![\w-])")
+        re.compile(r'((?<![\w$])vars\.|\$vars\.)(")?(' + names + r")(?![\w-])")
         if inner_ids
         else None
     )
@@ -127,5 +130,9 @@ def inline_subflows(
                     pointer=pointers.get(node.id, ""),
                 )
             )
-        nodes = [n for n in nodes if n.type != "subAgentFlow"]
+        dropped = {n.id for n in leftover}
+        nodes = [n for n in nodes if n.id not in dropped]
+        connections = [
+            c for c in connections if c.source not in dropped and c.target not in dropped
+        ]
     return workflow.model_copy(update={"nodes": nodes, "connections": connections}), diagnostics
