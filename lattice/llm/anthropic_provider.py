@@ -14,9 +14,9 @@ from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
-from lattice.llm.errors import provider_error, retry_after_seconds
+from lattice.llm.errors import LoopLocalClients, provider_error, retry_after_seconds
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_MAX_TOKENS = 4096
 
 
@@ -94,14 +94,21 @@ class AnthropicProvider:
         self.default_model = (
             default_model or os.environ.get("LATTICE_ANTHROPIC_MODEL") or DEFAULT_MODEL
         )
-        self.client = anthropic.AsyncAnthropic(
-            api_key=key,
-            base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL"),
-            timeout=timeout,
-            max_retries=0,
-            http_client=http_client,
+        self._clients = LoopLocalClients(
+            lambda: anthropic.AsyncAnthropic(
+                api_key=key,
+                base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL"),
+                timeout=timeout,
+                max_retries=0,
+                http_client=http_client,
+            )
         )
         self._no_schema_models: set[str] = set()
+
+    @property
+    def client(self) -> Any:
+        """The SDK client of the running event loop."""
+        return self._clients.get()
 
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")
@@ -116,10 +123,7 @@ class AnthropicProvider:
         }
         if system:
             body["system"] = system
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.top_p is not None:
-            body["top_p"] = request.top_p
+        # The 2.x Messages API has no temperature/top_p: sampling is the model's own.
         if request.response_schema is not None and structured:
             body["output_config"] = {
                 "format": {"type": "json_schema", "schema": request.response_schema}
@@ -138,9 +142,7 @@ class AnthropicProvider:
                     **self._body(request, model, structured=structured)
                 )
             except anthropic.BadRequestError as exc:
-                if not structured or (
-                    "output_config" not in str(exc.message) and "format" not in str(exc.message)
-                ):
+                if not structured or "output_config" not in str(exc.message):
                     raise
                 self._no_schema_models.add(model)
                 message = await self.client.messages.create(
@@ -148,6 +150,13 @@ class AnthropicProvider:
                 )
         except anthropic.AnthropicError as exc:
             raise map_anthropic_error(exc, model=model, node_id=request.node_id) from exc
+        except (ValueError, TypeError, KeyError) as exc:  # e.g. a 200 whose body is not JSON
+            raise provider_error(
+                "provider_error",
+                f"Anthropic ({model}): unreadable response: {exc}",
+                exc,
+                request.node_id,
+            ) from exc
         text = "".join(
             getattr(block, "text", "")
             for block in message.content

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lattice.errors import LatticeRunError
@@ -26,8 +28,33 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value) if value else None
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+        pass
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None  # unparsable: fall back to the policy's own backoff
+    return max(0.0, parsed.timestamp() - time.time())
+
+
+class LoopLocalClients:
+    """One SDK client per event loop: async HTTP clients cannot move between loops, and each
+    ``Runner.run`` call runs its own loop."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._factory = factory
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self) -> Any:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._factory()
+        client = self._by_loop.get(loop)
+        if client is None:
+            client = self._by_loop[loop] = self._factory()
+        return client
 
 
 def provider_error(

@@ -40,9 +40,16 @@ def live_provider(name: str, config: LatticeConfig) -> LLMProvider:
 
 
 def _routed(name: str, config: LatticeConfig) -> LLMProvider:
-    return RouterProvider(
+    """The named provider, plus every other provider the model classes route to, built now
+    so that a missing key is a usage error before the run starts, not a failure inside it."""
+    router = RouterProvider(
         live_provider(name, config), lambda other: live_provider(other, config), LIVE_PROVIDERS
     )
+    for model in config.llm.models.values():
+        prefix, sep, _ = model.partition(":")
+        if sep and prefix in LIVE_PROVIDERS:
+            router.ensure(prefix)
+    return router
 
 
 def make_provider(

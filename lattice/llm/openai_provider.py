@@ -14,7 +14,7 @@ from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
-from lattice.llm.errors import provider_error, retry_after_seconds
+from lattice.llm.errors import LoopLocalClients, provider_error, retry_after_seconds
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -123,14 +123,21 @@ class OpenAIProvider:
         self.default_model = (
             default_model or os.environ.get("LATTICE_OPENAI_MODEL") or DEFAULT_MODEL
         )
-        self.client = openai.AsyncOpenAI(
-            api_key=key or "not-needed",  # local servers accept any key
-            base_url=base,
-            timeout=timeout,
-            max_retries=0,
-            http_client=http_client,
+        self._clients = LoopLocalClients(
+            lambda: openai.AsyncOpenAI(
+                api_key=key or "not-needed",  # local servers accept any key
+                base_url=base,
+                timeout=timeout,
+                max_retries=0,
+                http_client=http_client,
+            )
         )
         self._no_schema_models: set[str] = set()
+
+    @property
+    def client(self) -> Any:
+        """The SDK client of the running event loop."""
+        return self._clients.get()
 
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -177,6 +184,13 @@ class OpenAIProvider:
                 )
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, model=model, node_id=request.node_id) from exc
+        except (ValueError, TypeError, KeyError) as exc:  # e.g. a 200 whose body is not JSON
+            raise provider_error(
+                "provider_error",
+                f"OpenAI ({model}): unreadable response: {exc}",
+                exc,
+                request.node_id,
+            ) from exc
         choice = completion.choices[0] if completion.choices else None
         text = (choice.message.content or "") if choice is not None else ""
         usage = completion.usage

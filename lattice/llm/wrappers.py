@@ -52,13 +52,17 @@ class RouterProvider:
         self._names = names
         self._built: dict[str, LLMProvider] = {default.name: default}
 
+    def ensure(self, name: str) -> LLMProvider:
+        """The provider called ``name``, built on first use."""
+        if name not in self._built:
+            self._built[name] = self._factory(name)
+        return self._built[name]
+
     def _route(self, request: LLMRequest) -> tuple[LLMProvider, LLMRequest]:
         model = request.model or ""
         prefix, sep, rest = model.partition(":")
         if sep and prefix in self._names:
-            if prefix not in self._built:
-                self._built[prefix] = self._factory(prefix)
-            return self._built[prefix], replace(request, model=rest or None)
+            return self.ensure(prefix), replace(request, model=rest or None)
         return self.default, request
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
