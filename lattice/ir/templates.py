@@ -17,6 +17,7 @@ everything else is a literal. Nothing here evaluates code.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -64,6 +65,7 @@ class StatePath:
         return self.text
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_path(text: str) -> StatePath:
     """Parse a complete ``$``-path; raise TemplateSyntaxError saying where it breaks."""
     stripped = text.strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +42,17 @@ class Outcome:
     """Extra fields for the op's record file (attempts, request, ...)."""
 
 
+_second: list[Any] = [-1, ""]
+
+
 def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """``2026-11-22T10:15:00.123Z``; the part up to the second is formatted once per second."""
+    now = time.time()
+    whole = int(now)
+    if whole != _second[0]:
+        _second[0] = whole
+        _second[1] = dt.datetime.fromtimestamp(whole, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{_second[1]}.{int((now - whole) * 1000):03d}Z"
 
 
 class RunContext:

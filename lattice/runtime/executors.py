@@ -122,11 +122,16 @@ class StateExecutor(Executor):
             assert op.writes is not None
             ctx.write_result(op.writes, value)
         elif op.operation == "append":
-            current = state.read(self.path) if state.exists(self.path) else []
+            current = state.vars.get(op.variable, [])
             if not isinstance(current, list):
                 current = [current]
-            value = [*current, value]
-            ctx.write_result(self.path, value)
+            appended = value
+            value = [*current, appended]
+            # Records and events carry the appended item, not the whole list (linear growth).
+            state.write(self.path, value)
+            ctx.last_result = self.path
+            ctx.emit("state_write", {"path": self.path, "appended": appended, "length": len(value)})
+            return Outcome(output={"appended": appended, "length": len(value)})
         elif op.operation == "increment":
             current = state.read(self.path) if state.exists(self.path) else 0
             step = 1 if value is None else value

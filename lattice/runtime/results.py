@@ -55,7 +55,13 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "calls": self.calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "by_model": {k: dict(v) for k, v in self.by_model.items()},
+            "by_class": {k: dict(v) for k, v in self.by_class.items()},
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Usage:

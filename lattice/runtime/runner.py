@@ -121,11 +121,12 @@ class Runner:
         state = StateStore(inputs, ctx=self._ctx(run_id), secrets=self._read_secret)
         recorder = self.store.open(run_id, redact=self._redactor())
         ctx = self._context(run_id, state, recorder, Usage(), seq=0)
-        if self.workflow is not None:
-            recorder.write_json("workflow.json", self.workflow)
-        recorder.write_json("execir.json", ir_to_dict(self.ir))
-        recorder.write_json("input.json", inputs)
-        recorder.write_json("state_initial.json", state.snapshot())
+        if recorder.run_dir is not None:
+            if self.workflow is not None:
+                recorder.write_json("workflow.json", self.workflow)
+            recorder.write_json("execir.json", ir_to_dict(self.ir))
+            recorder.write_json("input.json", inputs)
+            recorder.write_json("state_initial.json", state.snapshot())
         ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
         return await self._walk(ctx, self.ir.entry, steps=0, visits={}, op_seq=0)
 
@@ -487,9 +488,9 @@ class Runner:
             visits[undo_visit] -= 1  # the op will run again on resume
         if status == "completed":
             ctx.emit("run_finished", {"status": status, "usage": ctx.usage.to_json()}, op=False)
-        snapshot = ctx.state.snapshot()
         recorder = ctx.recorder
-        recorder.write_json("state_final.json", snapshot)
+        # The store is not used after the run, so the result may own its dicts.
+        snapshot = ctx.state.snapshot() if recorder.run_dir is not None else ctx.state.as_dict()
         result = RunResult(
             status=status,  # type: ignore[arg-type]
             output=output,
@@ -500,6 +501,9 @@ class Runner:
             failure=failure,
             events=ctx.events,
         )
+        if recorder.run_dir is None:
+            return result
+        recorder.write_json("state_final.json", snapshot)
         recorder.write_json(
             "result.json",
             {**result.to_json(), "workflow": self.ir.workflow.id, "finished_at": utc_now()},

@@ -178,6 +178,10 @@ class StateStore:
         """The default input of TRANSFORM: ``{"in": $in, "vars": $vars, "ctx": $ctx}`` (no copies)."""
         return {"in": self.inputs, "vars": self.vars, "ctx": self.ctx}
 
+    def as_dict(self) -> dict[str, Any]:
+        """The state without copying (for a store that is no longer used)."""
+        return {"in": self.inputs, "vars": self.vars, "tmp": self.tmp, "ctx": self.ctx}
+
     def snapshot(self) -> dict[str, Any]:
         """A deep copy of the whole state as JSON-ready data."""
         return copy.deepcopy(

@@ -106,7 +106,8 @@ class FolderRecorder:
         self._events.flush()
 
     def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None:
-        self.write_json(f"ops/{seq:04d}-{safe_name(op_id)}.json", record)
+        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        atomic_write_text(self._dir / f"ops/{seq:04d}-{safe_name(op_id)}.json", self._redact(text))
 
     def close(self) -> None:
         if self._events is not None:
