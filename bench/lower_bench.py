@@ -1,0 +1,338 @@
+"""Benchmark of lowering: how long ``lower_document`` takes for large generated documents.
+
+Generates cc-wf-studio documents of a given number of nodes with a realistic mix
+(prompt nodes whose templates read earlier results, deterministic ifElse diamonds
+that merge back, variableStore and dataTransform nodes, one start, one end), writes
+each to a temporary file and times ``lattice.lower.lower_document`` on it (read +
+parse + lower + every static check), reporting the best and the median of a few
+repetitions. Growth should be linear: the per-node time at the largest size divided
+by the per-node time at the smallest should stay near 1.0.
+
+    python bench/lower_bench.py                      # 1,000 and 10,000 nodes
+    python bench/lower_bench.py --sizes 1000 5000 20000 --repeat 5
+    python bench/lower_bench.py --profile            # cProfile of the largest size
+
+Standard library + lattice only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lattice.lower import lower_document
+
+BLOCK_SIZE = 10
+"""Nodes per generated block (see ``_block``)."""
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.nodes: list[dict[str, Any]] = []
+        self.connections: list[dict[str, Any]] = []
+
+    def node(self, node_id: str, node_type: str, data: dict[str, Any]) -> str:
+        index = len(self.nodes)
+        self.nodes.append(
+            {
+                "id": node_id,
+                "type": node_type,
+                "name": node_id,
+                "position": {"x": 220 * (index % 50), "y": 160 * (index // 50)},
+                "data": data,
+            }
+        )
+        return node_id
+
+    def edge(self, source: str, target: str, port: str = "output") -> None:
+        self.connections.append(
+            {
+                "id": f"c{len(self.connections)}",
+                "from": source,
+                "to": target,
+                "fromPort": port,
+                "toPort": "input",
+            }
+        )
+
+
+ANALYSIS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string"},
+        "score": {"type": "integer", "minimum": 0, "maximum": 5},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["summary", "score", "tags"],
+    "additionalProperties": False,
+}
+
+
+def _block(b: _Builder, i: int, previous: str, first_prompt: str | None) -> tuple[str, str]:
+    """Append one block of ``BLOCK_SIZE`` nodes after ``previous``; return (exit node, prompt id).
+
+    analyse → check (ifElse on the score) → [deepen (prompt) | skip (variableStore set)]
+    → merge (dataTransform, merge-in) → log (variableStore append) → count (increment)
+    → pick (dataTransform with an explicit input) → tidy (variableStore get)
+    → polish (prompt) → 10 nodes.
+    """
+    analyse, check, deepen, skip = f"analyse-{i}", f"check-{i}", f"deepen-{i}", f"skip-{i}"
+    merge, log, count, pick = f"merge-{i}", f"log-{i}", f"count-{i}", f"pick-{i}"
+    tidy, polish = f"tidy-{i}", f"polish-{i}"
+    earlier = (
+        f"Earlier analysis: {{{{ $vars.{first_prompt}.result.summary }}}}\n" if first_prompt else ""
+    )
+    b.node(
+        analyse,
+        "prompt",
+        {
+            "prompt": "Analyse part {{ part }} of {{ $in.topic }}.\n" + earlier,
+            "variables": {"part": str(i)},
+            "outputSchema": ANALYSIS_SCHEMA,
+            "modelClass": "small",
+        },
+    )
+    b.node(
+        check,
+        "ifElse",
+        {
+            "evaluationTarget": f"$vars.{analyse}.result.score",
+            "branches": [
+                {"label": "Deep", "condition": ">= 3"},
+                {"label": "Shallow", "condition": "< 3"},
+            ],
+        },
+    )
+    b.node(
+        deepen,
+        "prompt",
+        {
+            "prompt": f"Go deeper on: {{{{ $vars.{analyse}.result.summary }}}}",
+            "outputSchema": ANALYSIS_SCHEMA,
+        },
+    )
+    b.node(skip, "variableStore", {"operation": "set", "name": f"skipped-{i}", "value": True})
+    b.node(
+        merge,
+        "dataTransform",
+        {"expression": f'vars."{deepen}".result.summary || vars."{analyse}".result.summary'},
+    )
+    b.node(
+        log,
+        "variableStore",
+        {"operation": "append", "name": "log", "value": f"$vars.{merge}.result"},
+    )
+    b.node(count, "variableStore", {"operation": "increment", "name": "parts", "value": 1})
+    b.node(
+        pick,
+        "dataTransform",
+        {"input": f"$vars.{analyse}.result", "expression": "{summary: summary, tags: tags}"},
+    )
+    b.node(tidy, "variableStore", {"operation": "get", "name": "log"})
+    b.node(
+        polish,
+        "prompt",
+        {
+            "prompt": (
+                f"Polish {{{{ $vars.{pick}.result }}}} given the log {{{{ $vars.{tidy}.result }}}} "
+                f"(part {{{{ $vars.{analyse}.result.score }}}}/5)."
+            ),
+            "modelClass": "medium",
+        },
+    )
+    b.edge(previous, analyse)
+    b.edge(analyse, check)
+    b.edge(check, deepen, "branch-0")
+    b.edge(check, skip, "branch-1")
+    b.edge(deepen, merge)
+    b.edge(skip, merge)
+    for source, target in ((merge, log), (log, count), (count, pick), (pick, tidy), (tidy, polish)):
+        b.edge(source, target)
+    return polish, analyse
+
+
+def generate(size: int, *, far_refs: bool = True) -> dict[str, Any]:
+    """A valid document of exactly ``size`` nodes (``size`` >= 4 + BLOCK_SIZE).
+
+    With ``far_refs`` every block's first prompt also reads the first block's result
+    (like a classification that later steps keep consulting); without it every
+    reference points into the same or the previous block.
+    """
+    if size < 4 + BLOCK_SIZE:
+        raise ValueError(f"size must be at least {4 + BLOCK_SIZE}")
+    b = _Builder()
+    b.node(
+        "start",
+        "start",
+        {
+            "inputs": {
+                "type": "object",
+                "properties": {"topic": {"type": "string"}},
+                "required": ["topic"],
+            }
+        },
+    )
+    b.node("log-init", "variableStore", {"operation": "set", "name": "log", "value": []})
+    b.node("parts-init", "variableStore", {"operation": "set", "name": "parts", "value": 0})
+    b.edge("start", "log-init")
+    b.edge("log-init", "parts-init")
+    previous, first_prompt = "parts-init", None
+    blocks, rest = divmod(size - 4, BLOCK_SIZE)
+    for i in range(blocks):
+        previous, analyse = _block(b, i, previous, first_prompt)
+        if far_refs:
+            first_prompt = first_prompt or analyse
+    for j in range(rest):  # pad with light dataTransform nodes to hit the exact size
+        pad = b.node(f"pad-{j}", "dataTransform", {"expression": "vars.parts"})
+        b.edge(previous, pad)
+        previous = pad
+    b.node("end", "end", {"output": "$vars.log"})
+    b.edge(previous, "end")
+    assert len(b.nodes) == size, (len(b.nodes), size)
+    return {
+        "id": f"bench-{size}",
+        "name": f"bench-{size}",
+        "version": "1.0.0",
+        "nodes": b.nodes,
+        "connections": b.connections,
+    }
+
+
+class Timing:
+    """Wall-clock and CPU seconds of each ``lower_document`` call on one document."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.ops = 0
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self.calls: int | None = None
+
+    @property
+    def best_ms(self) -> float:
+        return min(self.wall) * 1e3
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.wall) * 1e3
+
+    @property
+    def cpu_ms(self) -> float:
+        return min(self.cpu) * 1e3
+
+    @property
+    def us_per_node(self) -> float:
+        return self.cpu_ms * 1e3 / self.size
+
+
+def time_lowering(path: Path, size: int, repeat: int) -> Timing:
+    """Lower ``path`` ``repeat`` times, recording wall and CPU time of each call."""
+    timing = Timing(size)
+    for _ in range(repeat):
+        gc.collect()
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = lower_document(path)
+        timing.cpu.append(time.process_time() - cpu)
+        timing.wall.append(time.perf_counter() - wall)
+        if result.ir is None:
+            errors = "\n".join(d.format(str(path)) for d in result.errors[:10])
+            raise SystemExit(f"generated document does not lower:\n{errors}")
+        timing.ops = len(result.ir.ops)
+    return timing
+
+
+def _profiled(path: Path) -> pstats.Stats:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    lower_document(path)
+    profiler.disable()
+    return pstats.Stats(profiler, stream=sys.stdout)
+
+
+def count_calls(path: Path) -> int:
+    """Python function calls made by one lowering: a measure of work that ignores machine load."""
+    return int(_profiled(path).total_calls)  # type: ignore[attr-defined]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], metavar="N")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per size (default 5)")
+    parser.add_argument(
+        "--no-far-refs",
+        action="store_true",
+        help="only local references (no prompt reads the first block's result)",
+    )
+    parser.add_argument(
+        "--calls",
+        action="store_true",
+        help="also count function calls per node (deterministic; one extra profiled run per size)",
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile the largest size")
+    parser.add_argument("--top", type=int, default=25, help="rows of profile output")
+    args = parser.parse_args(argv)
+    sizes = sorted(set(args.sizes))
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+
+    timings: list[Timing] = []
+    with tempfile.TemporaryDirectory(prefix="lattice-bench-") as tmp:
+        paths = {}
+        for size in sizes:
+            try:
+                document = generate(size, far_refs=not args.no_far_refs)
+            except ValueError as exc:
+                parser.error(str(exc))
+            paths[size] = Path(tmp) / f"bench-{size}.json"
+            paths[size].write_text(json.dumps(document), encoding="utf-8")
+        lower_document(paths[sizes[0]])  # warm-up: imports, registry, caches
+        mix = "local references only" if args.no_far_refs else "with far references"
+        print(f"lower_document, {args.repeat} runs per size, {mix}")
+        header = (
+            f"{'nodes':>8} {'ops':>8} {'best ms':>9} {'median ms':>10} {'cpu ms':>9} {'µs/node':>8}"
+            + (f" {'calls/node':>11}" if args.calls else "")
+        )
+        print(header)
+        print("-" * len(header))
+        for size in sizes:
+            timing = time_lowering(paths[size], size, args.repeat)
+            if args.calls:
+                timing.calls = count_calls(paths[size])
+            timings.append(timing)
+            print(
+                f"{size:>8,} {timing.ops:>8,} {timing.best_ms:>9.1f} {timing.median_ms:>10.1f} "
+                f"{timing.cpu_ms:>9.1f} {timing.us_per_node:>8.1f}"
+                + (f" {timing.calls / size:>11.0f}" if timing.calls is not None else "")
+            )
+        if len(timings) > 1:
+            small, large = timings[0], timings[-1]
+            ratio = large.us_per_node / small.us_per_node
+            verdict = "about linear" if ratio < 1.3 else "SUPER-LINEAR"
+            print(
+                f"\nper-node time at {large.size:,} / at {small.size:,} nodes: {ratio:.2f} "
+                f"({verdict}; 1.0 = linear growth)"
+            )
+            if small.calls is not None and large.calls is not None:
+                call_ratio = (large.calls / large.size) / (small.calls / small.size)
+                print(
+                    f"per-node calls at {large.size:,} / at {small.size:,} nodes: {call_ratio:.2f}"
+                )
+        if args.profile:
+            print(f"\ncProfile of lowering {sizes[-1]:,} nodes:")
+            stats = _profiled(paths[sizes[-1]])
+            stats.sort_stats("cumulative").print_stats(args.top)
+            stats.sort_stats("tottime").print_stats(args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Small builders of workflow documents (plain dicts) and helpers to inspect lowering results."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from lattice.errors import Diagnostic
+from lattice.ir import ExecIR, execir_json_schema, ir_to_dict
+from lattice.lower import LoweringResult
+
+_IR_VALIDATOR: jsonschema.Draft202012Validator | None = None
+
+
+def node(node_id: str, node_type: str, **data: Any) -> dict[str, Any]:
+    """A cc-wf-studio node ``{id, type, name, position, data}``."""
+    return {
+        "id": node_id,
+        "type": node_type,
+        "name": node_id,
+        "position": {"x": 0, "y": 0},
+        "data": data,
+    }
+
+
+def conn(
+    source: str, target: str, port: str | None = None, *, cid: str | None = None
+) -> dict[str, Any]:
+    """A connection ``source → target`` (``fromPort`` only when ``port`` is given)."""
+    out: dict[str, Any] = {"id": cid or f"{source}->{target}", "from": source, "to": target}
+    if port is not None:
+        out["fromPort"] = port
+    return out
+
+
+def workflow(
+    nodes: Sequence[dict[str, Any]],
+    connections: Sequence[dict[str, Any]],
+    **extra: Any,
+) -> dict[str, Any]:
+    """A whole document from explicit nodes and connections."""
+    return {
+        "id": "wf",
+        "name": "test workflow",
+        "version": "1.0.0",
+        "nodes": list(nodes),
+        "connections": list(connections),
+        **extra,
+    }
+
+
+def chain(
+    *middle: dict[str, Any],
+    extra_nodes: Iterable[dict[str, Any]] = (),
+    extra_connections: Iterable[dict[str, Any]] = (),
+    **extra: Any,
+) -> dict[str, Any]:
+    """``start → middle[0] → … → end`` (connections ``c0``, ``c1``, … in that order).
+
+    Nodes are ``start`` (index 0), the middle nodes (indexes 1..n) and ``end``
+    (index n+1), then ``extra_nodes``; extra connections come after the chain's.
+    """
+    sequence = [node("start", "start"), *middle, node("end", "end")]
+    ids = [n["id"] for n in sequence]
+    connections = [conn(a, b, cid=f"c{i}") for i, (a, b) in enumerate(itertools.pairwise(ids))]
+    return workflow([*sequence, *extra_nodes], [*connections, *extra_connections], **extra)
+
+
+def wrap(doc: dict[str, Any]) -> dict[str, Any]:
+    """The ``{"meta", "workflow"}`` shape of cc-wf-studio's shipped samples."""
+    return {"meta": {"title": "wrapped sample", "version": 1}, "workflow": copy.deepcopy(doc)}
+
+
+def find(result: LoweringResult, code: str) -> list[Diagnostic]:
+    return [d for d in result.diagnostics if d.code == code]
+
+
+def only(result: LoweringResult, code: str) -> Diagnostic:
+    """The one diagnostic with ``code`` (fails listing every diagnostic otherwise)."""
+    found = find(result, code)
+    assert len(found) == 1, f"expected one {code!r}, got: {describe(result.diagnostics)}"
+    return found[0]
+
+
+def describe(diagnostics: Iterable[Diagnostic]) -> str:
+    return "\n".join(d.format() for d in diagnostics) or "(no diagnostics)"
+
+
+def validate_ir(ir: ExecIR) -> dict[str, Any]:
+    """Check ``ir`` against the JSON Schema of ExecIR and its internal links; return its dict."""
+    global _IR_VALIDATOR
+    if _IR_VALIDATOR is None:
+        _IR_VALIDATOR = jsonschema.Draft202012Validator(execir_json_schema())
+    data = ir_to_dict(ir)
+    errors = sorted(_IR_VALIDATOR.iter_errors(data), key=lambda e: list(e.absolute_path))
+    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+    assert data["entry"] in data["ops"]
+    for op_id, op in data["ops"].items():
+        assert op["id"] == op_id
+        for edge in op["next"]:
+            assert edge["to"] in data["ops"], f"{op_id} -> {edge['to']} leads nowhere"
+    return data
+
+
+def lower_ok(doc: Any, **kwargs: Any) -> ExecIR:
+    """Lower ``doc``; fail (listing diagnostics) unless there are no errors. Validates the IR."""
+    from lattice.lower import lower_document
+
+    result = lower_document(doc, **kwargs)
+    assert not result.errors, describe(result.diagnostics)
+    assert result.ir is not None
+    validate_ir(result.ir)
+    return result.ir
+
+
+def short_name(path: Path) -> str:
+    """A readable test id for a corpus file."""
+    return path.stem.removeprefix("breaking-brake__cc-wf-studio__")
+
+
+def corpus_params(files: Sequence[Path], corpus_dir: Path) -> list[Any]:
+    """One pytest param per corpus file, or one skipped param saying the corpus is missing."""
+    if not files:
+        reason = f"corpus of real documents not found: {corpus_dir} is missing or has no *.json"
+        return [pytest.param(None, id="corpus-missing", marks=pytest.mark.skip(reason=reason))]
+    return [pytest.param(path, id=short_name(path)) for path in files]

@@ -1,0 +1,83 @@
+"""Shared fixtures. Tests never reach the network: sockets may only connect to loopback."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO.parent / "shared" / "corpus" / "ccwf"
+EXAMPLES = REPO / "workflows" / "examples"
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+_real_getaddrinfo = socket.getaddrinfo
+
+
+def _is_local(address: object) -> bool:
+    if isinstance(address, str | bytes):  # AF_UNIX path
+        return True
+    if not isinstance(address, tuple) or not address:
+        return False
+    host = address[0]
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class NetworkBlockedError(RuntimeError):
+    """Raised when a test tries to reach a host other than loopback."""
+
+
+def _guarded_connect(self: socket.socket, address: object) -> None:
+    if not _is_local(address):
+        raise NetworkBlockedError(f"tests may not reach the network (tried {address!r})")
+    return _real_connect(self, address)  # type: ignore[arg-type]
+
+
+def _guarded_connect_ex(self: socket.socket, address: object) -> int:
+    if not _is_local(address):
+        raise NetworkBlockedError(f"tests may not reach the network (tried {address!r})")
+    return _real_connect_ex(self, address)  # type: ignore[arg-type]
+
+
+def _guarded_getaddrinfo(host: object, *args: object, **kwargs: object) -> object:
+    if host not in (None, "localhost", "127.0.0.1", "::1", b"localhost") and not _is_local((host,)):
+        raise NetworkBlockedError(f"tests may not resolve {host!r}")
+    return _real_getaddrinfo(host, *args, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _block_network() -> object:
+    socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
+    socket.getaddrinfo = _guarded_getaddrinfo  # type: ignore[assignment]
+    yield
+    socket.socket.connect = _real_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = _real_connect_ex  # type: ignore[method-assign]
+    socket.getaddrinfo = _real_getaddrinfo
+
+
+@pytest.fixture(autouse=True)
+def _no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live API keys never leak into tests by accident."""
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def corpus_files() -> list[Path]:
+    return sorted(CORPUS.glob("*.json")) if CORPUS.is_dir() else []
+
+
+def example_files() -> list[Path]:
+    return sorted(
+        p
+        for p in EXAMPLES.glob("*.json")
+        if not p.name.endswith((".mock.json", ".answers.json", ".inputs.json"))
+    )

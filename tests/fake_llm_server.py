@@ -1,0 +1,260 @@
+"""A tiny OpenAI- and Anthropic-compatible HTTP server on 127.0.0.1, for end-to-end tests.
+
+It implements ``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (Anthropic),
+records every request (path, headers, JSON body) and answers with the text that
+``answer(body)`` returns for the request. ``failures`` (a list of ``(status, JSON body,
+headers)``) makes the next calls fail, one item per call; ``fail_with`` makes every call fail.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Answer = Callable[[dict[str, Any]], str]
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+    def user_text(self) -> str:
+        return "\n".join(
+            m["content"] if isinstance(m["content"], str) else json.dumps(m["content"])
+            for m in self.body.get("messages", [])
+            if m.get("role") == "user"
+        )
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class FakeLLMServer:
+    """Start with ``serve()``; ``base_url`` is ``http://127.0.0.1:<port>``."""
+
+    def __init__(self, answer: Answer, *, keep_alive: bool = False) -> None:
+        self.answer = answer
+        self.keep_alive = keep_alive
+        self.received: list[Received] = []
+        self.replies: list[dict[str, Any]] = []  # every successful answer, in order
+        self.failures: list[tuple[int, dict[str, Any], dict[str, str]]] = []
+        self.fail_with: tuple[int, dict[str, Any], dict[str, str]] | None = None
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw or b"{}")
+                except json.JSONDecodeError:
+                    body = {}
+                path = self.path.split("?", 1)[0]
+                with server._lock:
+                    seen = {k.lower(): v for k, v in self.headers.items()}
+                    server.received.append(Received(path, seen, body))
+                    failure = server.failures.pop(0) if server.failures else server.fail_with
+                if failure is not None:
+                    status, payload, headers = failure
+                    self._send(status, payload, headers)
+                elif path == "/v1/chat/completions":
+                    self._send(200, server._openai(body))
+                elif path == "/v1/messages":
+                    self._send(200, server._anthropic(body))
+                else:
+                    self._send(404, {"error": {"message": f"no route {path}"}})
+
+            def _send(
+                self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(payload).encode("utf-8")
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                if not server.keep_alive:
+                    # one request per connection: a client that never closes its pool
+                    # (the SDK adapters do not) leaves no open socket behind
+                    self.send_header("connection", "close")
+                    self.close_connection = True
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def _openai(self, body: dict[str, Any]) -> dict[str, Any]:
+        text = self.answer(body)
+        prompt = json.dumps(body.get("messages", []))
+        reply = {
+            "id": f"chatcmpl-{len(self.received)}",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": body.get("model", "unknown"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": _tokens(prompt),
+                "completion_tokens": _tokens(text),
+                "total_tokens": _tokens(prompt) + _tokens(text),
+            },
+        }
+        self.replies.append(reply)
+        return reply
+
+    def _anthropic(self, body: dict[str, Any]) -> dict[str, Any]:
+        text = self.answer(body)
+        prompt = json.dumps(body.get("messages", [])) + str(body.get("system", ""))
+        reply = {
+            "id": f"msg_{len(self.received)}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "unknown"),
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": _tokens(prompt), "output_tokens": _tokens(text)},
+        }
+        self.replies.append(reply)
+        return reply
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.server_close()
+
+
+@contextmanager
+def serve(answer: Answer, *, keep_alive: bool = False) -> Iterator[FakeLLMServer]:
+    server = FakeLLMServer(answer, keep_alive=keep_alive)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# -- a two-step workflow the server knows how to answer ------------------------------------
+
+OUTLINE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "points": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+    },
+    "required": ["title", "points"],
+    "additionalProperties": False,
+}
+SUMMARY_SCHEMA = {
+    "type": "object",
+    "properties": {"summary": {"type": "string"}},
+    "required": ["summary"],
+    "additionalProperties": False,
+}
+
+
+def two_step_document(**extra_summary: Any) -> dict[str, Any]:
+    """``start → outline (small) → summary (medium) → end``: two LLM nodes with output schemas.
+
+    ``extra_summary`` adds fields to the summary node's data (``modelClass``, ``model``, …).
+    """
+
+    def node(node_id: str, node_type: str, **data: Any) -> dict[str, Any]:
+        return {
+            "id": node_id,
+            "type": node_type,
+            "name": node_id,
+            "position": {"x": 0, "y": 0},
+            "data": data,
+        }
+
+    return {
+        "id": "two-step",
+        "name": "two-step",
+        "version": "1.0.0",
+        "nodes": [
+            node(
+                "start",
+                "start",
+                inputs={
+                    "type": "object",
+                    "properties": {"topic": {"type": "string"}},
+                    "required": ["topic"],
+                },
+            ),
+            node(
+                "outline",
+                "prompt",
+                prompt="OUTLINE the topic <{{ $in.topic }}>",
+                modelClass="small",
+                outputSchema=OUTLINE_SCHEMA,
+            ),
+            node(
+                "summary",
+                "prompt",
+                prompt="SUMMARY of <{{ $vars.outline.result.title }}>",
+                outputSchema=SUMMARY_SCHEMA,
+                **{"modelClass": "medium", **extra_summary},
+            ),
+            node("end", "end", output="$vars.summary.result"),
+        ],
+        "connections": [
+            {"id": "c1", "from": "start", "to": "outline"},
+            {"id": "c2", "from": "outline", "to": "summary"},
+            {"id": "c3", "from": "summary", "to": "end"},
+        ],
+    }
+
+
+def _between(text: str, marker: str) -> str | None:
+    start = text.find(marker + " <")
+    if start < 0:
+        return None
+    start += len(marker) + 2
+    return text[start : text.index(">", start)]
+
+
+def two_step_answer(body: dict[str, Any]) -> str:
+    """The artifact for a request of ``two_step_document`` (OpenAI or Anthropic body)."""
+    user = "\n".join(m["content"] for m in body.get("messages", []) if m.get("role") == "user")
+    topic = _between(user, "OUTLINE the topic")
+    if topic is not None:
+        return json.dumps({"title": topic.title(), "points": [f"what {topic} is", "why"]})
+    title = _between(user, "SUMMARY of")
+    if title is not None:
+        return json.dumps({"summary": f"All about {title}"})
+    return json.dumps({"error": "invalid_request", "details": "unknown prompt"})

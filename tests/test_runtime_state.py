@@ -1,0 +1,275 @@
+"""StateStore: the run's explicit memory ($in, $vars, $tmp, $ctx)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lattice.errors import LatticeRunError
+from lattice.ir.templates import NameRef, parse_path
+from lattice.runtime import MissingValueError, StateStore
+
+
+def make_store() -> StateStore:
+    return StateStore(
+        {"ticket": "charged twice", "tags": ["billing", "urgent"], "user": {"name": "Ada"}},
+        ctx={"run_id": "r-1", "workflow_id": "wf"},
+        vars={
+            "classify": {"result": {"category": "billing", "scores": [0.1, 0.9]}},
+            "items": [{"title": "a"}, {"title": "b", "tags": ["x"]}],
+            "weird key": {"result": 7},
+        },
+    )
+
+
+# -- reads ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("$in.ticket", "charged twice"),
+        ("$in.user.name", "Ada"),
+        ("$in.tags[1]", "urgent"),
+        ("$in.tags[-1]", "urgent"),
+        ("$vars.classify.result.category", "billing"),
+        ("$vars.classify.result.scores[1]", 0.9),
+        ("$vars.items[1].tags[0]", "x"),
+        ("$vars.items[0]", {"title": "a"}),
+        ('$vars["weird key"].result', 7),
+        ("$ctx.run_id", "r-1"),
+    ],
+)
+def test_read_nested_paths_and_indices(path: str, expected: Any) -> None:
+    assert make_store().read(path) == expected
+
+
+def test_read_accepts_a_parsed_path() -> None:
+    assert make_store().read(parse_path("$vars.items[1].title")) == "b"
+
+
+def test_read_whole_roots() -> None:
+    store = make_store()
+    assert store.read("$in")["ticket"] == "charged twice"
+    assert set(store.read("$vars")) == {"classify", "items", "weird key"}
+    assert store.read("$tmp") == {}
+
+
+@pytest.mark.parametrize(
+    ("path", "missing"),
+    [
+        ("$vars.nope", "$vars.nope"),
+        ("$vars.classify.result.label", "$vars.classify.result.label"),
+        ("$vars.classify.oops.deeper.still", "$vars.classify.oops"),
+        ("$vars.items[5].title", "$vars.items[5]"),
+        ("$vars.items[0].tags[0]", "$vars.items[0].tags"),
+        ("$vars.items.title", "$vars.items.title"),  # a key into a list
+        ("$vars.classify[0]", "$vars.classify[0]"),  # an index into an object
+        ("$in.user.email", "$in.user.email"),
+        ("$ctx.model", "$ctx.model"),
+        ("$tmp.scratch", "$tmp.scratch"),
+    ],
+)
+def test_missing_value_error_names_the_first_missing_key(path: str, missing: str) -> None:
+    with pytest.raises(MissingValueError) as info:
+        make_store().read(path)
+    err = info.value
+    assert err.error_type == "missing_value"
+    assert isinstance(err, LatticeRunError)
+    assert err.details == {"path": path, "missing": missing}
+    assert missing in err.message
+    assert path in err.message
+
+
+def test_a_null_value_is_a_value_not_a_missing_one() -> None:
+    store = StateStore(vars={"x": {"result": None}})
+    assert store.read("$vars.x.result") is None
+    assert store.exists("$vars.x.result")
+    assert not store.exists("$vars.x.result.deeper")
+    assert not store.exists("$vars.y")
+
+
+def test_resolve_bare_names_read_variables_then_inputs() -> None:
+    store = make_store()
+    assert store.resolve(NameRef("ticket")) == "charged twice"
+    assert store.resolve(NameRef("ticket"), {"ticket": "override"}) == "override"
+    with pytest.raises(MissingValueError) as info:
+        store.resolve(NameRef("nobody"))
+    assert info.value.details["missing"] == "$in.nobody"
+
+
+def test_secrets_are_not_readable_without_a_source() -> None:
+    with pytest.raises(LatticeRunError) as info:
+        make_store().read("$secrets.API_KEY")
+    assert info.value.error_type == "secret_error"
+
+
+# -- writes -----------------------------------------------------------------------------
+
+
+def test_write_creates_objects_on_the_way() -> None:
+    store = StateStore()
+    store.write("$vars.a.b.c", 1)
+    store.write("$vars.a.d", [1, 2])
+    store.write("$tmp.scratch", "x")
+    assert store.vars == {"a": {"b": {"c": 1}, "d": [1, 2]}}
+    assert store.tmp == {"scratch": "x"}
+
+
+def test_write_into_a_list_index() -> None:
+    store = StateStore(vars={"xs": [1, 2, 3]})
+    store.write("$vars.xs[1]", 20)
+    assert store.read("$vars.xs") == [1, 20, 3]
+
+
+@pytest.mark.parametrize("path", ["$vars.xs[7]", "$vars.xs[-3]", "$vars.obj[0]", "$vars.obj.k[0]"])
+def test_an_impossible_write_is_a_state_error(path: str) -> None:
+    store = StateStore(vars={"xs": [1, 2], "obj": {"k": "text"}})
+    before = store.snapshot()
+    with pytest.raises(LatticeRunError) as info:
+        store.write(path, 1)
+    assert info.value.error_type == "state_error"
+    assert store.snapshot() == before
+
+
+def test_a_key_written_through_a_non_object_replaces_it_with_an_object() -> None:
+    store = StateStore(vars={"xs": [1, 2], "n": 3})
+    store.write("$vars.xs.key", 1)
+    store.write("$vars.n.deeper.still", 2)
+    assert store.vars == {"xs": {"key": 1}, "n": {"deeper": {"still": 2}}}
+
+
+@pytest.mark.parametrize("path", ["$in.ticket", "$in.new", "$ctx.run_id", "$ctx.extra"])
+def test_in_and_ctx_are_read_only(path: str) -> None:
+    store = make_store()
+    before = store.snapshot()
+    with pytest.raises(LatticeRunError) as info:
+        store.write(path, "changed")
+    assert info.value.error_type == "state_error"
+    assert "read-only" in info.value.message
+    assert store.snapshot() == before
+
+
+@pytest.mark.parametrize("path", ["$vars", "$tmp"])
+def test_a_whole_root_cannot_be_replaced(path: str) -> None:
+    with pytest.raises(LatticeRunError) as info:
+        StateStore().write(path, {})
+    assert info.value.error_type == "state_error"
+
+
+def test_delete_removes_and_tolerates_absent_paths() -> None:
+    store = make_store()
+    store.delete("$vars.classify.result.category")
+    assert store.read("$vars.classify.result") == {"scores": [0.1, 0.9]}
+    store.delete("$vars.nothing.here")  # no error
+    store.delete("$vars.classify")
+    assert not store.exists("$vars.classify")
+
+
+def test_clear_tmp_empties_scratch_only() -> None:
+    store = make_store()
+    store.write("$tmp.a", 1)
+    store.write("$vars.keep", 2)
+    store.clear_tmp()
+    assert store.tmp == {}
+    assert store.read("$vars.keep") == 2
+    assert store.read("$in.ticket") == "charged twice"
+
+
+def test_readable_is_in_vars_ctx_without_tmp() -> None:
+    store = make_store()
+    store.write("$tmp.a", 1)
+    readable = store.readable()
+    assert set(readable) == {"in", "vars", "ctx"}
+    assert readable["vars"]["classify"]["result"]["category"] == "billing"
+
+
+# -- observers --------------------------------------------------------------------------
+
+
+def test_subscribe_sees_every_write_and_delete_until_unsubscribed() -> None:
+    store = StateStore()
+    seen: list[tuple[str, Any]] = []
+    other: list[str] = []
+    unsubscribe = store.subscribe(lambda path, value: seen.append((path, value)))
+    store.subscribe(lambda path, value: other.append(path))
+    store.write("$vars.a", 1)
+    store.write("$tmp.t", {"x": 1})
+    store.delete("$vars.a")
+    assert seen == [("$vars.a", 1), ("$tmp.t", {"x": 1}), ("$vars.a", None)]
+    unsubscribe()
+    store.write("$vars.b", 2)
+    assert seen[-1] == ("$vars.a", None)
+    assert other == ["$vars.a", "$tmp.t", "$vars.a", "$vars.b"]
+
+
+def test_a_failed_write_notifies_nobody() -> None:
+    store = StateStore()
+    seen: list[str] = []
+    store.subscribe(lambda path, value: seen.append(path))
+    with pytest.raises(LatticeRunError):
+        store.write("$in.x", 1)
+    assert seen == []
+
+
+# -- snapshots --------------------------------------------------------------------------
+
+
+def test_snapshot_is_a_deep_copy() -> None:
+    store = make_store()
+    snap = store.snapshot()
+    snap["vars"]["classify"]["result"]["category"] = "mutated"
+    snap["in"]["tags"].append("mutated")
+    snap["ctx"]["run_id"] = "mutated"
+    assert store.read("$vars.classify.result.category") == "billing"
+    assert store.read("$in.tags") == ["billing", "urgent"]
+    assert store.read("$ctx.run_id") == "r-1"
+    # and later writes do not leak into an earlier snapshot
+    store.write("$vars.classify.result.scores[0]", 0.5)
+    assert snap["vars"]["classify"]["result"]["scores"][0] == 0.1
+
+
+def test_snapshot_has_the_four_roots_and_is_json_serialisable() -> None:
+    store = make_store()
+    store.write("$tmp.t", [1, {"a": None}])
+    snap = store.snapshot()
+    assert set(snap) == {"in", "vars", "tmp", "ctx"}
+    assert json.loads(json.dumps(snap)) == snap
+
+
+def test_from_snapshot_round_trips_and_starts_with_empty_tmp() -> None:
+    store = make_store()
+    store.write("$tmp.t", 1)
+    again = StateStore.from_snapshot(json.loads(json.dumps(store.snapshot())))
+    assert again.read("$vars.items[1].tags[0]") == "x"
+    assert again.read("$in.user.name") == "Ada"
+    assert again.read("$ctx.run_id") == "r-1"
+    assert again.tmp == {}
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,7}", fullmatch=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(writes=st.lists(st.tuples(st.lists(_names, min_size=1, max_size=3), _json), max_size=8))
+def test_snapshot_stays_json_serialisable_after_any_writes(
+    writes: list[tuple[list[str], Any]],
+) -> None:
+    store = StateStore({"q": 1}, ctx={"run_id": "r"})
+    for i, (keys, value) in enumerate(writes):
+        path = f"$vars.w{i}." + ".".join(keys)  # one fresh subtree per write
+        store.write(path, value)
+        snap = store.snapshot()
+        assert json.loads(json.dumps(snap)) == snap
+        assert store.read(path) == value
