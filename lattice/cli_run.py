@@ -129,6 +129,18 @@ class _Progress:
             self.status.stop()
 
 
+def secret_redactor() -> Any:
+    """Masks provider API keys (and allowed secrets, via the config) in what the CLI prints."""
+    from lattice.config import load_config
+    from lattice.runtime.runner import make_redactor
+
+    try:
+        allowed = tuple(load_config().secrets.allow)
+    except LatticeUserError:
+        allowed = ()
+    return make_redactor(allowed)
+
+
 def _report(result: RunResult, progress: _Progress, as_json: bool) -> int:
     progress.stop()
     elapsed = time.perf_counter() - progress.started
@@ -138,15 +150,18 @@ def _report(result: RunResult, progress: _Progress, as_json: bool) -> int:
         f"{result.usage.calls} model calls, {result.usage.total_tokens} tokens{where}",
         file=sys.stderr,
     )
+    redact = secret_redactor()
     if result.failure is not None:
         failure = result.failure
         print(
-            f"lattice: [{failure.category}] at {failure.node_id}: {failure.summary}",
+            redact(f"lattice: [{failure.category}] at {failure.node_id}: {failure.summary}"),
             file=sys.stderr,
         )
         if failure.recovery_action:
             print(f"lattice: next: {failure.recovery_action}", file=sys.stderr)
     payload = result.to_json() if as_json else result.output
+    if as_json:
+        payload = json.loads(redact(json.dumps(payload, ensure_ascii=False, default=str)))
     if as_json or result.status == "completed":
         sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
     return EXIT_CODES[result.status]
@@ -197,7 +212,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         ir,
         provider=provider,
         store=RunStore(None if args.no_record else Path(args.runs_dir)),
-        limits=RunLimits(max_steps=args.max_steps, max_visits=args.max_visits),
+        limits=RunLimits(
+            max_steps=args.max_steps or config.runtime.max_steps,
+            max_visits=args.max_visits or config.runtime.max_visits,
+        ),
         answers=answers,
         ask_human=_terminal_asker if interactive else None,
         workflow=read_json_file(Path(args.workflow)),
@@ -322,12 +340,12 @@ def add_run_commands(sub: Any) -> None:
         "--no-record", action="store_true", help="keep the run in memory (no run folder)"
     )
     p.add_argument(
-        "--max-steps", type=int, default=10_000, metavar="N", help="ops per run (default 10000)"
+        "--max-steps", type=int, metavar="N", help="ops per run (default: config, else 10000)"
     )
     p.add_argument(
         "--max-visits",
         type=int,
-        default=1_000,
+        default=None,
         metavar="N",
         help="executions of one op, loops included (default 1000)",
     )

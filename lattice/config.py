@@ -116,6 +116,14 @@ class LatticeConfig(_Strict):
     mcp: McpConfig = Field(default_factory=McpConfig)
     source: str | None = Field(default=None, exclude=True)
 
+    @field_validator("providers")
+    @classmethod
+    def _known_providers(cls, value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
+        unknown = sorted(set(value) - {"openai", "anthropic"})
+        if unknown:
+            raise ValueError(f"unknown provider table(s) {unknown}; known: openai, anthropic")
+        return value
+
     @field_validator("policies")
     @classmethod
     def _known_actions(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:

@@ -214,11 +214,6 @@ def test_unknown_keys_are_named(tmp_path: Path, text: str, key: str) -> None:
     assert key in info.value.message
 
 
-@pytest.mark.xfail(
-    reason="bug: [providers.<name>] accepts any name, so a misspelt provider table "
-    "([providers.opneai] base_url = ...) is silently ignored instead of rejected",
-    strict=True,
-)
 def test_unknown_provider_table_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(LatticeUserError) as info:
         load_config(write(tmp_path / "lattice.toml", "[providers.opneai]\nbase_url = 'http://x'\n"))
@@ -643,11 +638,6 @@ def test_config_policy_changes_recovery(
     assert result["failure"]["category"] == "json_error"
 
 
-@pytest.mark.xfail(
-    reason="bug: [runtime] max_steps / max_visits are accepted and validated but never used: "
-    "`lattice run` always builds RunLimits from its own --max-steps/--max-visits defaults",
-    strict=True,
-)
 def test_config_step_limit_is_applied(
     capsys: pytest.CaptureFixture[str], doc: Path, mock: Path, tmp_path: Path
 ) -> None:
@@ -659,11 +649,6 @@ def test_config_step_limit_is_applied(
     assert "step_limit" in err
 
 
-@pytest.mark.xfail(
-    reason="bug: [llm] temperature is accepted and validated but never used: requests of "
-    "nodes without their own temperature always go out with 0.0",
-    strict=True,
-)
 def test_config_temperature_is_the_default_sampling_temperature() -> None:
     config = LatticeConfig.model_validate({"llm": {"temperature": 0.7}})
     provider = MockProvider(MOCK["responses"])

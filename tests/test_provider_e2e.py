@@ -208,12 +208,6 @@ def test_one_provider_serves_two_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [r.status for r in results] == ["completed", "completed"], results[-1].failure
 
 
-@pytest.mark.xfail(
-    reason="bug: nothing closes the SDK clients a run opened (one per event loop, and each "
-    "Runner.run has its own loop): with a keep-alive server every run leaves its sockets to "
-    "the garbage collector (ResourceWarning: unclosed socket / transport)",
-    strict=True,
-)
 def test_a_run_leaves_no_open_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
@@ -666,12 +660,6 @@ def test_api_key_echoed_by_the_model_is_redacted_in_the_run_folder(
     assert output["summary"] == "All about Tides (your key is ***)"
 
 
-@pytest.mark.xfail(
-    reason="bug: the run folder is redacted, but the CLI's own log is not: a provider error "
-    "that quotes the API key (an OpenAI-compatible proxy echoing it) reaches stderr (and the "
-    "failure summary of --json) verbatim",
-    strict=True,
-)
 def test_api_key_in_a_provider_error_is_not_printed(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

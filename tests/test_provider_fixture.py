@@ -284,3 +284,74 @@ def test_disabled_provider_says_how_to_configure() -> None:
     assert error.node_id == "classify"
     for hint in ("--provider openai|anthropic", "--mock FILE", "--fixtures FILE", "OPENAI_API_KEY"):
         assert hint in error.message
+
+
+# -- wrappers ---------------------------------------------------------------------------------
+
+
+class _Counting:
+    """A provider that records how many calls are in flight at once, and which models it saw."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.peak = 0
+        self.models: list[str | None] = []
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        self.models.append(request.model)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        return LLMResponse(text="ok", model=request.model or "m")
+
+
+async def _batch(provider: LLMProvider, count: int) -> list[LLMResponse]:
+    return await asyncio.gather(*(provider.complete(req(str(i))) for i in range(count)))
+
+
+def test_limited_provider_caps_calls_in_flight() -> None:
+    inner = _Counting()
+    limited = LimitedProvider(inner, max_concurrency=2)
+    assert len(asyncio.run(_batch(limited, 6))) == 6
+    assert inner.peak == 2
+    assert limited.name == "counting"
+
+
+@pytest.mark.xfail(
+    reason="bug: LimitedProvider creates its asyncio.Semaphore once; after a contended run it "
+    "is bound to that run's event loop, so the same provider in a second Runner.run (a new "
+    "loop) fails with 'RuntimeError: <Semaphore> is bound to a different event loop'",
+    strict=True,
+)
+def test_limited_provider_serves_two_event_loops() -> None:
+    limited = LimitedProvider(_Counting(), max_concurrency=1)
+    assert len(asyncio.run(_batch(limited, 3))) == 3
+    assert len(asyncio.run(_batch(limited, 3))) == 3
+
+
+def test_router_sends_prefixed_models_to_their_provider() -> None:
+    default, other = _Counting(), _Counting()
+    built: list[str] = []
+
+    def factory(name: str) -> LLMProvider:
+        built.append(name)
+        return other
+
+    router = RouterProvider(default, factory, ("openai", "anthropic"))
+    for model in ("anthropic:claude-x", "anthropic:claude-y", "gpt-4o", None, "ollama:llama3"):
+        asyncio.run(router.complete(req(model=model)))
+    assert built == ["anthropic"]  # built once, on first use
+    assert other.models == ["claude-x", "claude-y"]
+    assert default.models == ["gpt-4o", None, "ollama:llama3"]
+    assert router.name == "counting"
+
+
+def test_router_reaches_the_mock_behind_it() -> None:
+    mock = MockProvider({"classify": ["x"]})
+    router = RouterProvider(mock, lambda name: mock, ("openai",))
+    assert router.covers("classify")  # type: ignore[attr-defined]
+    asyncio.run(router.complete(req()))
+    assert router.checkpoint() == {"classify": 1}  # type: ignore[attr-defined]

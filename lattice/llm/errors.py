@@ -56,6 +56,12 @@ class LoopLocalClients:
             client = self._by_loop[loop] = self._factory()
         return client
 
+    async def aclose_current(self) -> None:
+        """Close the running loop's client, if one was made (its connections die with the loop)."""
+        client = self._by_loop.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
+
 
 def provider_error(
     error_type: str, message: str, exc: Exception, node_id: str | None, **details: Any

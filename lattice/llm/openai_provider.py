@@ -139,6 +139,10 @@ class OpenAIProvider:
         """The SDK client of the running event loop."""
         return self._clients.get()
 
+    async def aclose_loop_clients(self) -> None:
+        """Close the client of the running loop (``Runner.run`` calls this as its loop ends)."""
+        await self._clients.aclose_current()
+
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model,

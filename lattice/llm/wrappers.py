@@ -33,6 +33,11 @@ class LimitedProvider:
         if wait > 0:
             await asyncio.sleep(wait)
 
+    async def aclose_loop_clients(self) -> None:
+        close = getattr(self.inner, "aclose_loop_clients", None)
+        if callable(close):
+            await close()
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         async with self._semaphore:
             await self._pace()
@@ -64,6 +69,12 @@ class RouterProvider:
         if sep and prefix in self._names:
             return self.ensure(prefix), replace(request, model=rest or None)
         return self.default, request
+
+    async def aclose_loop_clients(self) -> None:
+        for provider in self._built.values():
+            close = getattr(provider, "aclose_loop_clients", None)
+            if callable(close):
+                await close()
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         provider, routed = self._route(request)

@@ -69,7 +69,7 @@ class LLMWriteExecutor:
         self.template = template_for(op)
         self.engine = ContractEngine(contract_for(op, self.settings))
         self.sampling = Sampling(
-            temperature=op.temperature if op.temperature is not None else 0.0,
+            temperature=op.temperature if op.temperature is not None else self.settings.temperature,
             top_p=op.top_p,
             max_tokens=op.max_tokens,
         )

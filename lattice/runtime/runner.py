@@ -16,7 +16,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,8 +108,8 @@ class Runner:
     def run(
         self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
     ) -> RunResult:
-        """Synchronous ``arun``."""
-        return asyncio.run(self.arun(inputs, run_id=run_id))
+        """Synchronous ``arun`` (in its own event loop, whose provider clients it closes)."""
+        return asyncio.run(_closing_loop_clients(self.provider, self.arun(inputs, run_id=run_id)))
 
     async def arun(
         self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
@@ -156,14 +156,17 @@ class Runner:
     ) -> RunResult:
         """Continue a halted or failed run from its checkpoint (synchronous)."""
         return asyncio.run(
-            cls.aresume(
-                run_dir,
-                answers=answers,
-                provider=provider,
-                ask_human=ask_human,
-                limits=limits,
-                on_event=on_event,
-                settings=settings,
+            _closing_loop_clients(
+                provider,
+                cls.aresume(
+                    run_dir,
+                    answers=answers,
+                    provider=provider,
+                    ask_human=ask_human,
+                    limits=limits,
+                    on_event=on_event,
+                    settings=settings,
+                ),
             )
         )
 
@@ -254,14 +257,7 @@ class Runner:
 
     def _redactor(self) -> Redactor:
         """Replaces every allowed secret's value and provider API keys with ``***``."""
-        names = (*self.settings.secrets_allow, *PROVIDER_KEY_VARIABLES)
-        values = sorted(
-            {v for n in names if (v := os.environ.get(n)) and len(v) >= 4}, key=len, reverse=True
-        )
-        if not values:
-            return lambda text: text
-        pattern = re.compile("|".join(re.escape(v) for v in values))
-        return lambda text: pattern.sub("***", text)
+        return make_redactor(self.settings.secrets_allow)
 
     # -- the walk -----------------------------------------------------------------------
 
@@ -535,6 +531,30 @@ class Runner:
             },
         )
         return result
+
+
+async def _closing_loop_clients(
+    provider: LLMProvider | None, coro: Awaitable[RunResult]
+) -> RunResult:
+    """Await ``coro``, then close the provider's HTTP clients bound to this (private) loop."""
+    try:
+        return await coro
+    finally:
+        close = getattr(provider, "aclose_loop_clients", None)
+        if callable(close):
+            await close()
+
+
+def make_redactor(secret_names: tuple[str, ...] = ()) -> Redactor:
+    """A function masking the values of ``secret_names`` and the provider API keys."""
+    names = (*secret_names, *PROVIDER_KEY_VARIABLES)
+    values = sorted(
+        {v for n in names if (v := os.environ.get(n)) and len(v) >= 4}, key=len, reverse=True
+    )
+    if not values:
+        return lambda text: text
+    pattern = re.compile("|".join(re.escape(v) for v in values))
+    return lambda text: pattern.sub("***", text)
 
 
 def _edge_table(edges: list[Any]) -> dict[str, str]:

@@ -32,6 +32,8 @@ class RuntimeSettings:
     sleep: Sleep = asyncio.sleep
     http: HttpPolicy = field(default_factory=HttpPolicy)
     """Allowed/denied hosts, response size cap and an injectable transport for httpRequest."""
+    temperature: float = 0.0
+    """Sampling temperature of LLM ops that set none themselves."""
     secrets_allow: tuple[str, ...] = ()
     """Environment variables that ``{{ $secrets.NAME }}`` may read; their values are redacted."""
 
@@ -59,4 +61,5 @@ def settings_from_config(
             max_response_bytes=config.http.max_response_bytes,
         ),
         secrets_allow=tuple(config.secrets.allow),
+        temperature=config.llm.temperature,
     )
