@@ -47,6 +47,7 @@ class FakeLLMServer:
         self.replies: list[dict[str, Any]] = []  # every successful answer, in order
         self.failures: list[tuple[int, dict[str, Any], dict[str, str]]] = []
         self.fail_with: tuple[int, dict[str, Any], dict[str, str]] | None = None
+        self.open_connections = 0  # client connections the server still holds
         self._lock = threading.Lock()
         server = self
 
@@ -55,6 +56,16 @@ class FakeLLMServer:
 
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server.open_connections += 1
+
+            def finish(self) -> None:
+                with server._lock:
+                    server.open_connections -= 1
+                super().finish()
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)

@@ -320,12 +320,6 @@ def test_limited_provider_caps_calls_in_flight() -> None:
     assert limited.name == "counting"
 
 
-@pytest.mark.xfail(
-    reason="bug: LimitedProvider creates its asyncio.Semaphore once; after a contended run it "
-    "is bound to that run's event loop, so the same provider in a second Runner.run (a new "
-    "loop) fails with 'RuntimeError: <Semaphore> is bound to a different event loop'",
-    strict=True,
-)
 def test_limited_provider_serves_two_event_loops() -> None:
     limited = LimitedProvider(_Counting(), max_concurrency=1)
     assert len(asyncio.run(_batch(limited, 3))) == 3

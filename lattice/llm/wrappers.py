@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse
+from lattice.llm.errors import LoopLocalClients
 
 
 class LimitedProvider:
@@ -18,15 +19,16 @@ class LimitedProvider:
     ) -> None:
         self.inner = inner
         self.name = inner.name
-        self._semaphore = asyncio.Semaphore(max_concurrency)
+        # asyncio primitives bind to one event loop; each Runner.run has its own.
+        self._semaphores = LoopLocalClients(lambda: asyncio.Semaphore(max_concurrency))
+        self._locks = LoopLocalClients(asyncio.Lock)
         self._interval = 60.0 / requests_per_minute if requests_per_minute else 0.0
         self._next_start = 0.0
-        self._lock = asyncio.Lock()
 
     async def _pace(self) -> None:
         if not self._interval:
             return
-        async with self._lock:
+        async with self._locks.get():
             now = time.monotonic()
             wait = self._next_start - now
             self._next_start = max(now, self._next_start) + self._interval
@@ -39,7 +41,7 @@ class LimitedProvider:
             await close()
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        async with self._semaphore:
+        async with self._semaphores.get():
             await self._pace()
             return await self.inner.complete(request)
 
