@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +40,18 @@ class Usage:
     output_tokens: int = 0
     by_model: dict[str, dict[str, int]] = field(default_factory=dict)
     by_class: dict[str, dict[str, int]] = field(default_factory=dict)
+    estimated_cost_usd: float | None = None
+    """From the config's price table (USD per million tokens), when every model has a price."""
+
+    def estimate_cost(self, prices: Mapping[str, tuple[float, float]]) -> None:
+        """Set ``estimated_cost_usd`` when ``prices`` covers every model used."""
+        if not prices or not self.by_model or any(m not in prices for m in self.by_model):
+            return
+        total = sum(
+            row["input_tokens"] * prices[m][0] + row["output_tokens"] * prices[m][1]
+            for m, row in self.by_model.items()
+        )
+        self.estimated_cost_usd = round(total / 1_000_000, 6)
 
     def add(self, model: str, model_class: str, usage: TokenUsage) -> None:
         self.calls += 1
@@ -61,6 +74,7 @@ class Usage:
             "output_tokens": self.output_tokens,
             "by_model": {k: dict(v) for k, v in self.by_model.items()},
             "by_class": {k: dict(v) for k, v in self.by_class.items()},
+            "estimated_cost_usd": self.estimated_cost_usd,
         }
 
     @classmethod

@@ -484,6 +484,7 @@ class Runner:
             visits[undo_visit] -= 1  # the op will run again on resume
         if status == "completed":
             ctx.emit("run_finished", {"status": status, "usage": ctx.usage.to_json()}, op=False)
+        ctx.usage.estimate_cost(self.settings.prices)
         recorder = ctx.recorder
         # The store is not used after the run, so the result may own its dicts.
         snapshot = ctx.state.snapshot() if recorder.run_dir is not None else ctx.state.as_dict()

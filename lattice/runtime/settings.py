@@ -32,6 +32,8 @@ class RuntimeSettings:
     sleep: Sleep = asyncio.sleep
     http: HttpPolicy = field(default_factory=HttpPolicy)
     """Allowed/denied hosts, response size cap and an injectable transport for httpRequest."""
+    prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    """Model → (input, output) USD per million tokens, for ``usage.estimated_cost_usd``."""
     temperature: float = 0.0
     """Sampling temperature of LLM ops that set none themselves."""
     secrets_allow: tuple[str, ...] = ()
@@ -62,4 +64,5 @@ def settings_from_config(
         ),
         secrets_allow=tuple(config.secrets.allow),
         temperature=config.llm.temperature,
+        prices={model: (p.input, p.output) for model, p in config.prices.items()},
     )
