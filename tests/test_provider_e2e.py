@@ -233,12 +233,6 @@ def test_a_run_leaves_no_open_connection(monkeypatch: pytest.MonkeyPatch) -> Non
     assert leaks == []
 
 
-@pytest.mark.xfail(
-    reason="bug: FixtureProvider has no aclose_loop_clients, so a recording run "
-    "(--fixtures F --record) never closes the live provider's SDK client it wraps: its "
-    "keep-alive connections stay open after Runner.run",
-    strict=True,
-)
 def test_a_recording_run_leaves_no_open_connection(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -57,6 +57,12 @@ class FixtureProvider:
             )
         self.table = read_fixtures(self.path)
 
+    async def aclose_loop_clients(self) -> None:
+        """Close the wrapped live provider's clients of the running loop (when recording)."""
+        close = getattr(self.record_with, "aclose_loop_clients", None)
+        if callable(close):
+            await close()
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         prompt_hash = request.prompt_hash()
         entry = self.table.get(prompt_hash)
