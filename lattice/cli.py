@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from lattice.lower.compiler import LoweringResult
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HALTED = 0, 1, 2, 3
+EXIT_BY_STATUS = {"completed": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED}
 
 
 def _print_diagnostics(diagnostics: Sequence[Diagnostic], source: str | None) -> None:

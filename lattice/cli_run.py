@@ -18,8 +18,6 @@ if TYPE_CHECKING:
     from lattice.llm.base import LLMProvider
     from lattice.runtime.results import RunResult
 
-EXIT_CODES = {"completed": 0, "failed": 1, "halted": 3}
-
 
 def _read_json_object(path: str, what: str) -> dict[str, Any]:
     try:
@@ -164,7 +162,9 @@ def _report(result: RunResult, progress: _Progress, as_json: bool) -> int:
         payload = json.loads(redact(json.dumps(payload, ensure_ascii=False, default=str)))
     if as_json or result.status == "completed":
         sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
-    return EXIT_CODES[result.status]
+    from lattice.cli import EXIT_BY_STATUS
+
+    return EXIT_BY_STATUS[result.status]
 
 
 def _provider(
@@ -198,7 +198,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     result = _lower_for_cli(args.workflow)
     if result.ir is None:
-        return 2
+        from lattice.cli import EXIT_USAGE
+
+        return EXIT_USAGE
     ir = result.ir
     inputs = collect_inputs(args, ir)
     answers = _read_json_object(args.answers, "answers file") if args.answers else {}

@@ -33,12 +33,6 @@ def normalize_port(port: str | None) -> str:
     return stripped
 
 
-def branch_index(port: str) -> int | None:
-    """``branch-2`` -> 2; anything else -> None."""
-    match = _BRANCH_PORT.match(port)
-    return int(match.group(1)) if match else None
-
-
 class Position(BaseModel):
     """Where the editor drew a node; meaningless to Lattice but kept."""
 

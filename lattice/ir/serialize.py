@@ -5,13 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from lattice.errors import LatticeUserError
-from lattice.ir.models import ExecIR, Op
-
-OP_ADAPTER: TypeAdapter[Op] = TypeAdapter(Op)
-"""Validates one op dict into its typed record by ``kind``."""
+from lattice.ir.models import ExecIR
 
 
 def ir_to_dict(ir: ExecIR) -> dict[str, Any]:

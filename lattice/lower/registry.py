@@ -12,7 +12,7 @@ from lattice.document.loader import pointer_join
 from lattice.document.models import SEQUENTIAL_PORT, Node, Workflow
 from lattice.errors import Diagnostic, Severity
 from lattice.ir.models import Op
-from lattice.ir.templates import NameRef, Ref, TemplateSyntaxError, iter_value_refs, parse_template
+from lattice.ir.templates import NameRef, Ref, TemplateSyntaxError, iter_value_refs
 
 PRODUCER_TYPES = frozenset(
     {
@@ -168,15 +168,6 @@ class LoweringContext:
             else:
                 texts.append(ref.text)
         return texts
-
-    def check_text_template(self, node: Node, text: str, *parts: str | int) -> bool:
-        """Parse a text template only to report syntax errors; True when it parses."""
-        try:
-            parse_template(text)
-        except TemplateSyntaxError as exc:
-            self.error(node, "template-syntax", str(exc), *parts)
-            return False
-        return True
 
 
 class Lowerer(Protocol):

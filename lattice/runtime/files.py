@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -20,8 +18,3 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    """``atomic_write_text`` of indented JSON ending in a newline."""
-    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")

@@ -124,10 +124,6 @@ class RunStore:
         self.root = Path(root) if root is not None else None
         self.redact = redact
 
-    @property
-    def persistent(self) -> bool:
-        return self.root is not None
-
     def open(self, run_id: str, *, redact: Redactor | None = None) -> RunRecorder:
         """A recorder for a new run (its folder must not exist yet)."""
         if self.root is None:
