@@ -14,55 +14,29 @@ from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
-from lattice.llm.errors import LoopLocalClients, provider_error, retry_after_seconds
+from lattice.llm.errors import LoopLocalClients, map_sdk_error, provider_error
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_MAX_TOKENS = 4096
 
 
+def _anthropic_context_length(exc: Exception) -> bool:
+    body = str(getattr(exc, "message", "")).lower()
+    return "prompt is too long" in body or ("context" in body and "too long" in body)
+
+
 def map_anthropic_error(exc: Exception, *, model: str, node_id: str | None) -> LatticeRunError:
-    """Translate an ``anthropic`` exception into a LatticeRunError (most specific first)."""
+    """Translate an ``anthropic`` exception into a LatticeRunError."""
     import anthropic
 
-    where = f"Anthropic ({model})"
-    if isinstance(exc, anthropic.APITimeoutError):
-        return provider_error("timeout_error", f"{where} timed out", exc, node_id)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return provider_error("provider_error", f"{where}: cannot connect ({exc})", exc, node_id)
-    if isinstance(exc, anthropic.RateLimitError):
-        return provider_error(
-            "rate_limit_error",
-            f"{where} rate limit: {exc.message}",
-            exc,
-            node_id,
-            retry_after=retry_after_seconds(exc.response.headers),
-        )
-    if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
-        return provider_error(
-            "api_key_error",
-            f"{where} refused the credentials ({exc.status_code}); check ANTHROPIC_API_KEY",
-            exc,
-            node_id,
-        )
-    if isinstance(exc, anthropic.APIStatusError):
-        body = str(exc.message)
-        lowered = body.lower()
-        if "prompt is too long" in lowered or ("context" in lowered and "too long" in lowered):
-            return provider_error(
-                "context_length_error", f"{where}: the prompt is too long: {body}", exc, node_id
-            )
-        if exc.status_code >= 500:
-            return provider_error(
-                "provider_error", f"{where} server error {exc.status_code}: {body}", exc, node_id
-            )
-        return provider_error(
-            "invalid_request",
-            f"{where} rejected the request ({exc.status_code}): {body}",
-            exc,
-            node_id,
-            status=exc.status_code,
-        )
-    return provider_error("provider_error", f"{where}: {type(exc).__name__}: {exc}", exc, node_id)
+    return map_sdk_error(
+        anthropic,
+        exc,
+        where=f"Anthropic ({model})",
+        key_variable="ANTHROPIC_API_KEY",
+        is_context_length=_anthropic_context_length,
+        node_id=node_id,
+    )
 
 
 class AnthropicProvider:

@@ -7,6 +7,7 @@ import email.utils
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 from lattice.errors import LatticeRunError
@@ -74,3 +75,53 @@ def provider_error(
         node_id=node_id,
         details={"sdk_error": type(exc).__name__, **clean},
     )
+
+
+def map_sdk_error(
+    sdk: ModuleType,
+    exc: Exception,
+    *,
+    where: str,
+    key_variable: str,
+    is_context_length: Callable[[Exception], bool],
+    node_id: str | None,
+) -> LatticeRunError:
+    """Translate an exception of the ``openai`` or ``anthropic`` SDK (both share these
+    class names) into a LatticeRunError, most specific first."""
+    if isinstance(exc, sdk.APITimeoutError):
+        return provider_error("timeout_error", f"{where} timed out", exc, node_id)
+    if isinstance(exc, sdk.APIConnectionError):
+        return provider_error("provider_error", f"{where}: cannot connect ({exc})", exc, node_id)
+    if isinstance(exc, sdk.RateLimitError):
+        return provider_error(
+            "rate_limit_error",
+            f"{where} rate limit: {exc.message}",
+            exc,
+            node_id,
+            retry_after=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, sdk.AuthenticationError | sdk.PermissionDeniedError):
+        return provider_error(
+            "api_key_error",
+            f"{where} refused the credentials ({exc.status_code}); check {key_variable}",
+            exc,
+            node_id,
+        )
+    if isinstance(exc, sdk.APIStatusError):
+        body = str(exc.message)
+        if is_context_length(exc):
+            return provider_error(
+                "context_length_error", f"{where}: the prompt is too long: {body}", exc, node_id
+            )
+        if exc.status_code >= 500:
+            return provider_error(
+                "provider_error", f"{where} server error {exc.status_code}: {body}", exc, node_id
+            )
+        return provider_error(
+            "invalid_request",
+            f"{where} rejected the request ({exc.status_code}): {body}",
+            exc,
+            node_id,
+            status=exc.status_code,
+        )
+    return provider_error("provider_error", f"{where}: {type(exc).__name__}: {exc}", exc, node_id)

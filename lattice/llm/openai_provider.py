@@ -14,7 +14,7 @@ from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
-from lattice.llm.errors import LoopLocalClients, provider_error, retry_after_seconds
+from lattice.llm.errors import LoopLocalClients, map_sdk_error, provider_error
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -39,53 +39,27 @@ def strict_compatible(schema: dict[str, Any]) -> bool:
     return all(strict_compatible(child) for child in children)
 
 
+def _openai_context_length(exc: Exception) -> bool:
+    body = str(getattr(exc, "message", "")).lower()
+    return (
+        getattr(exc, "code", None) == "context_length_exceeded"
+        or "context length" in body
+        or "maximum context" in body
+    )
+
+
 def map_openai_error(exc: Exception, *, model: str, node_id: str | None) -> LatticeRunError:
-    """Translate an ``openai`` exception into a LatticeRunError (most specific first)."""
+    """Translate an ``openai`` exception into a LatticeRunError."""
     import openai
 
-    where = f"OpenAI ({model})"
-    if isinstance(exc, openai.APITimeoutError):
-        return provider_error("timeout_error", f"{where} timed out", exc, node_id)
-    if isinstance(exc, openai.APIConnectionError):
-        return provider_error("provider_error", f"{where}: cannot connect ({exc})", exc, node_id)
-    if isinstance(exc, openai.RateLimitError):
-        return provider_error(
-            "rate_limit_error",
-            f"{where} rate limit: {exc.message}",
-            exc,
-            node_id,
-            retry_after=retry_after_seconds(exc.response.headers),
-        )
-    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-        return provider_error(
-            "api_key_error",
-            f"{where} refused the credentials ({exc.status_code}); check OPENAI_API_KEY",
-            exc,
-            node_id,
-        )
-    if isinstance(exc, openai.APIStatusError):
-        body = str(exc.message)
-        code = getattr(exc, "code", None)
-        if (
-            code == "context_length_exceeded"
-            or "context length" in body.lower()
-            or "maximum context" in body.lower()
-        ):
-            return provider_error(
-                "context_length_error", f"{where}: the prompt is too long: {body}", exc, node_id
-            )
-        if exc.status_code >= 500:
-            return provider_error(
-                "provider_error", f"{where} server error {exc.status_code}: {body}", exc, node_id
-            )
-        return provider_error(
-            "invalid_request",
-            f"{where} rejected the request ({exc.status_code}): {body}",
-            exc,
-            node_id,
-            status=exc.status_code,
-        )
-    return provider_error("provider_error", f"{where}: {type(exc).__name__}: {exc}", exc, node_id)
+    return map_sdk_error(
+        openai,
+        exc,
+        where=f"OpenAI ({model})",
+        key_variable="OPENAI_API_KEY",
+        is_context_length=_openai_context_length,
+        node_id=node_id,
+    )
 
 
 class OpenAIProvider:
