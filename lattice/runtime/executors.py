@@ -4,6 +4,7 @@ conditions compiled there) and then run many times against a RunContext."""
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -98,8 +99,6 @@ class SwitchExecutor(Executor):
 
 
 def _excerpt(value: Any, limit: int = 200) -> str:
-    import json
-
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -133,7 +132,7 @@ class StateExecutor(Executor):
             ctx.emit("state_write", {"path": self.path, "appended": appended, "length": len(value)})
             return Outcome(output={"appended": appended, "length": len(value)})
         elif op.operation == "increment":
-            current = state.read(self.path) if state.exists(self.path) else 0
+            current = state.get(self.path, 0)
             step = 1 if value is None else value
             if not _is_number(current) or not _is_number(step):
                 raise LatticeRunError(

@@ -81,10 +81,9 @@ class LLMWriteExecutor:
         prompt = self.prompt.render(lambda ref: state.resolve(ref, variables))
         blocks = []
         for label, path in self.context:
-            if state.exists(path):
-                value = state.read(path)
-                if value not in ({}, None, ""):
-                    blocks.append(f"## {label}\n{to_text(value)}")
+            value = state.get(path)
+            if value not in ({}, None, ""):
+                blocks.append(f"## {label}\n{to_text(value)}")
         extra = _take_information(ctx.answers, self.op.source_node)
         if extra:
             blocks.append(f"## Information from a person\n{extra}")

@@ -123,12 +123,16 @@ class StateStore:
             return self.read(ref.as_input_path())
         return self.read(ref)
 
-    def exists(self, path: StatePath | str) -> bool:
+    def get(self, path: StatePath | str, default: Any = None) -> Any:
+        """The value at ``path``, or ``default`` when it is missing (one walk, no exception raised)."""
         try:
-            self.read(path)
+            return self.read(path)
         except MissingValueError:
-            return False
-        return True
+            return default
+
+    def exists(self, path: StatePath | str) -> bool:
+        marker = object()
+        return self.get(path, marker) is not marker
 
     def write(self, path: StatePath | str, value: Any) -> None:
         """Set ``path`` (under ``$vars`` or ``$tmp``), creating objects on the way."""
