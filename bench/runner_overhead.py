@@ -465,7 +465,9 @@ def _div(a: float | None, b: float) -> float | None:
 
 
 async def _lattice_wall(ir: ExecIR, c: int, latency: float) -> float:
-    runner = memory_runner(ir, provider=MockProvider(default="ok", latency=latency))
+    runner = memory_runner(
+        ir, provider=MockProvider(default="ok", latency=latency, keep_calls=False)
+    )
     gc.collect()
     started = time.perf_counter()
     results = await asyncio.gather(*(runner.arun({}) for _ in range(c)))
@@ -473,6 +475,19 @@ async def _lattice_wall(ir: ExecIR, c: int, latency: float) -> float:
     assert all(r.status == "completed" for r in results), results[0].failure
     assert all(r.usage.calls == LLM_OPS for r in results)
     return wall
+
+
+async def _asyncio_floor(c: int, latency: float) -> float:
+    """Wall time of ``c`` tasks that only sleep ``LLM_OPS`` times: what no runtime can beat."""
+
+    async def sleeper() -> None:
+        for _ in range(LLM_OPS):
+            await asyncio.sleep(latency)
+
+    gc.collect()
+    started = time.perf_counter()
+    await asyncio.gather(*(sleeper() for _ in range(c)))
+    return time.perf_counter() - started
 
 
 async def _lg_wall(app: Any, c: int) -> float:
@@ -504,6 +519,10 @@ def bench_concurrency(s: Settings) -> dict[int, dict[str, float | None]]:
                 loop.run_until_complete(_lattice_wall(ir, c, 0.0))
                 for _ in range(s.concurrent_repeat)
             )
+            row["floor"] = min(
+                loop.run_until_complete(_asyncio_floor(c, LLM_LATENCY))
+                for _ in range(s.concurrent_repeat)
+            )
             row["lg"] = row["lg_cpu"] = None
             if lg_slow is not None and lg_fast is not None:
                 row["lg"] = min(
@@ -528,6 +547,7 @@ def bench_concurrency(s: Settings) -> dict[int, dict[str, float | None]]:
                 ms(r["lg"]),
                 times(r["lg"] / IDEAL_WALL if r["lg"] else None),
                 us(_div(r["lg_cpu"], c)),
+                ms(r["floor"]),
             ]
         )
     table(
@@ -542,6 +562,7 @@ def bench_concurrency(s: Settings) -> dict[int, dict[str, float | None]]:
             "LangGraph wall ms",
             "x ideal",
             "LG µs/run @0ms",
+            "asyncio floor ms",
         ],
         rows,
     )
@@ -689,6 +710,12 @@ def main(argv: list[str] | None = None) -> int:
         f"  {top:,} concurrent runs, wall / ideal: {wall / IDEAL_WALL:.2f}x"
         + (f" (LangGraph {lg_wall / IDEAL_WALL:.2f}x)" if lg_wall else "")
         + f"; target <= 2x: {verdict(wall / IDEAL_WALL <= 2)}"
+    )
+    floor = concurrency[top]["floor"]
+    assert floor is not None
+    print(
+        f"    (bare asyncio tasks that only sleep: {floor / IDEAL_WALL:.2f}x ideal on this "
+        f"machine; Lattice / that floor: {wall / floor:.2f}x)"
     )
     b_small, b_large = min(s.bytes_sizes), max(s.bytes_sizes)
     for kind, table_ in per_op_bytes.items():

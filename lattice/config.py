@@ -74,6 +74,7 @@ class RuntimeConfig(_Strict):
     max_visits: int = Field(default=1_000, ge=1)
     max_calls: int | None = Field(default=None, ge=1)
     max_tokens_total: int | None = Field(default=None, ge=1)
+    gc_pacing: bool = True
 
 
 class Price(_Strict):

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lattice.cli import main
 from lattice.config import LatticeConfig
@@ -717,3 +719,34 @@ def test_api_key_in_a_provider_error_is_not_printed(
     assert "Invalid key" in err
     assert SECRET not in err
     assert SECRET not in out
+
+
+@given(
+    contents=st.lists(st.text(), min_size=1, max_size=3),
+    temperature=st.one_of(st.none(), st.floats(0, 2, allow_nan=False)),
+    top_p=st.one_of(st.none(), st.floats(0, 1, allow_nan=False)),
+    max_tokens=st.one_of(st.none(), st.integers(1, 10**6)),
+    schema=st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3)),
+)
+def test_prompt_hash_is_sha256_of_the_canonical_json(
+    contents: list[str],
+    temperature: float | None,
+    top_p: float | None,
+    max_tokens: int | None,
+    schema: dict[str, int] | None,
+) -> None:
+    import hashlib
+
+    request = LLMRequest(
+        messages=tuple(
+            Message("user" if i % 2 else "system", text) for i, text in enumerate(contents)
+        ),
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        response_schema=schema,
+    )
+    text = json.dumps(
+        request.canonical(), sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
+    assert request.prompt_hash() == hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -102,3 +102,61 @@ def test_sync_run_is_repeatable_on_one_runner() -> None:
     second = runner.run({"who": "b", "n": 2})
     assert (first.output, second.output) == (1, 2)
     assert first.run_id != second.run_id
+
+
+def test_gc_pacing_holds_while_runs_are_active_and_restores_after() -> None:
+    import gc
+
+    from lattice.runtime.gc_pacing import OLDEST_GENERATION_THRESHOLD, active_runs
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, tuple[int, int, int]]] = []
+    ir = lower(five_prompts())
+    runner = Runner(ir, provider=MockProvider(default="ok", latency=0.005), store=RunStore(None))
+    runner.subscribe(
+        lambda event: (
+            event["type"] != "run_started"  # pacing covers the walk
+            and seen.append((active_runs(), gc.get_threshold()))
+        )
+    )
+
+    async def both() -> list[RunResult]:
+        return list(
+            await asyncio.gather(
+                runner.arun({"who": "a", "n": 1}), runner.arun({"who": "b", "n": 2})
+            )
+        )
+
+    results = asyncio.run(both())
+    assert [r.status for r in results] == ["completed", "completed"]
+    assert max(active for active, _ in seen) == 2  # the two runs overlapped
+    assert all(t[2] == max(before[2], OLDEST_GENERATION_THRESHOLD) for _, t in seen)
+    assert all(t[:2] == before[:2] for _, t in seen)  # young generations keep their pace
+    assert gc.get_threshold() == before and active_runs() == 0
+
+
+def test_gc_pacing_off_leaves_the_thresholds_alone() -> None:
+    import gc
+
+    from lattice.runtime.settings import RuntimeSettings
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+    runner = Runner(
+        lower(five_prompts()),
+        provider=MockProvider(default="ok"),
+        store=RunStore(None),
+        settings=RuntimeSettings(gc_pacing=False),
+    )
+    runner.subscribe(lambda event: seen.append(gc.get_threshold()))
+    assert runner.run({"who": "a", "n": 1}).status == "completed"
+    assert seen and all(t == before for t in seen)
+
+
+def test_mock_provider_can_keep_no_calls() -> None:
+    provider = MockProvider(default="ok", keep_calls=False)
+    result = Runner(lower(five_prompts()), provider=provider, store=RunStore(None)).run(
+        {"who": "a", "n": 1}
+    )
+    assert result.usage.calls == LLM_OPS
+    assert provider.calls == []

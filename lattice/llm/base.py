@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _quote
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Role = Literal["system", "user", "assistant"]
@@ -16,6 +17,9 @@ class Message:
 
     role: Role
     content: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,20 +60,50 @@ class LLMRequest:
         }
 
     def prompt_hash(self) -> str:
-        """sha256 (hex) of the canonical request: stable across runs and machines."""
-        text = json.dumps(
-            self.canonical(), sort_keys=True, ensure_ascii=False, separators=(",", ":")
+        """sha256 (hex) of the canonical request: stable across runs and machines.
+
+        The hashed text is ``json.dumps(self.canonical(), sort_keys=True,
+        ensure_ascii=False, separators=(",", ":"))``, assembled here without the
+        intermediate dicts (this runs on every model call).
+        """
+        messages = ",".join(
+            '{"content":'
+            + _quote(m.content.replace("\r\n", "\n").replace("\r", "\n"))
+            + ',"role":'
+            + _quote(m.role)
+            + "}"
+            for m in self.messages
+        )
+        schema = (
+            "null"
+            if self.response_schema is None
+            else json.dumps(
+                self.response_schema, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+            )
+        )
+        text = (
+            f'{{"max_tokens":{_number(self.max_tokens)},"messages":[{messages}],'
+            f'"model_class":{_quote(self.model_class)},"schema":{schema},'
+            f'"temperature":{_number(self.temperature)},"top_p":{_number(self.top_p)}}}'
         )
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def preview(self, limit: int = 160) -> str:
         """The start of the last user message, on one line."""
-        user = next((m.content for m in reversed(self.messages) if m.role == "user"), "")
-        flat = " ".join(user.split())
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.role == "user":
+            user = last.content
+        else:
+            user = next((m.content for m in reversed(self.messages) if m.role == "user"), "")
+        flat = " ".join(user[: limit * 4].split())
         return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
     def size_chars(self) -> int:
         return sum(len(m.content) for m in self.messages)
+
+
+def _number(value: float | None) -> str:
+    return "null" if value is None else repr(value)  # json.dumps spells ints and floats as repr
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ class MockProvider:
     """A scripted provider. ``calls`` keeps every request, in order, for assertions.
 
     ``latency`` (seconds) makes each call ``await asyncio.sleep``, for concurrency tests.
+    ``keep_calls=False`` keeps none (long-lived use, benchmarks).
     """
 
     name = "mock"
@@ -40,6 +41,7 @@ class MockProvider:
         default: Any = _UNSET,
         latency: float = 0.0,
         model: str = "mock-model",
+        keep_calls: bool = True,
     ) -> None:
         self.responses = {node: list(items) for node, items in (responses or {}).items()}
         self.default = default
@@ -47,6 +49,7 @@ class MockProvider:
         self.model = model
         self.cursor: dict[str, int] = {}
         self.calls: list[LLMRequest] = []
+        self.keep_calls = keep_calls
 
     @classmethod
     def from_script(cls, script: Mapping[str, Any], **kwargs: Any) -> MockProvider:
@@ -120,7 +123,8 @@ class MockProvider:
         return items[index]
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        self.calls.append(request)
+        if self.keep_calls:
+            self.calls.append(request)
         started = time.perf_counter()
         item = self._next_item(request.node_id or request.op_id or "")
         if self.latency:

@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lattice.ir.models import AskOp
-from lattice.llm.base import LLMProvider
-from lattice.runtime.contract import Budget
+from lattice.runtime.contract import CallEnv
 from lattice.runtime.results import Usage
 from lattice.runtime.state import StateStore
-from lattice.runtime.store import RunRecorder
+from lattice.runtime.store import NullRecorder, RunRecorder
 from lattice.tools.http import HttpClientPool
 
 EventListener = Callable[[dict[str, Any]], None]
@@ -42,17 +41,31 @@ class Outcome:
     """Extra fields for the op's record file (attempts, request, ...)."""
 
 
-_second: list[Any] = [-1, ""]
+class _UtcClock:
+    """Formats ``time.time()`` as ``2026-11-22T10:15:00.123Z``, at most once per millisecond."""
+
+    __slots__ = ("millis", "second", "second_text", "text")
+
+    def __init__(self) -> None:
+        self.second = self.millis = -1
+        self.second_text = self.text = ""
+
+    def now(self) -> str:
+        millis = int(time.time() * 1000)
+        if millis != self.millis:
+            second = millis // 1000
+            if second != self.second:
+                self.second = second
+                self.second_text = dt.datetime.fromtimestamp(second, dt.UTC).strftime(
+                    "%Y-%m-%dT%H:%M:%S"
+                )
+            self.millis = millis
+            self.text = f"{self.second_text}.{millis % 1000:03d}Z"
+        return self.text
 
 
-def utc_now() -> str:
-    """``2026-11-22T10:15:00.123Z``; the part up to the second is formatted once per second."""
-    now = time.time()
-    whole = int(now)
-    if whole != _second[0]:
-        _second[0] = whole
-        _second[1] = dt.datetime.fromtimestamp(whole, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{_second[1]}.{int((now - whole) * 1000):03d}Z"
+utc_now = _UtcClock().now
+"""The current UTC time for events and records (millisecond precision)."""
 
 
 class RunContext:
@@ -64,26 +77,26 @@ class RunContext:
         run_id: str,
         state: StateStore,
         recorder: RunRecorder,
-        provider: LLMProvider,
         answers: dict[str, Any],
         ask_human: AskHuman | None,
         listeners: list[EventListener],
-        usage: Usage,
-        budget: Budget,
+        llm: CallEnv,
         http_pool: HttpClientPool,
         seq: int = 0,
     ) -> None:
         self.run_id = run_id
         self.state = state
         self.recorder = recorder
-        self.provider = provider
         self.answers = answers
         self.ask_human = ask_human
-        self.usage = usage
-        self.budget = budget
+        self.llm = llm
+        """What LLM_WRITE ops call through: provider, usage, budget, retries (one per run)."""
+        llm.emit = self.emit
+        self.usage: Usage = llm.usage
         self.http_pool = http_pool
         self.events: list[dict[str, Any]] = []
         self._listeners = listeners
+        self._persist = not isinstance(recorder, NullRecorder)
         self.seq = seq
         self.last_result: str | None = None
         self.current_op: str | None = None
@@ -94,18 +107,27 @@ class RunContext:
     ) -> dict[str, Any]:
         """Record an event (appended and flushed to events.jsonl, passed to listeners)."""
         self.seq += 1
-        event: dict[str, Any] = {
-            "seq": self.seq,
-            "ts": utc_now(),
-            "run_id": self.run_id,
-            "type": type_,
-        }
         if op and self.current_op is not None:
-            event["op_id"] = self.current_op
-            event["node_id"] = self.current_node
-        event["data"] = data or {}
+            event: dict[str, Any] = {
+                "seq": self.seq,
+                "ts": utc_now(),
+                "run_id": self.run_id,
+                "type": type_,
+                "op_id": self.current_op,
+                "node_id": self.current_node,
+                "data": {} if data is None else data,
+            }
+        else:
+            event = {
+                "seq": self.seq,
+                "ts": utc_now(),
+                "run_id": self.run_id,
+                "type": type_,
+                "data": {} if data is None else data,
+            }
         self.events.append(event)
-        self.recorder.append_event(event)
+        if self._persist:
+            self.recorder.append_event(event)
         for listener in self._listeners:
             listener(event)
         return event

@@ -100,13 +100,18 @@ class Budget:
             )
 
 
+def _discard(type_: str, data: dict[str, Any]) -> None:
+    return None
+
+
 @dataclass
 class CallEnv:
     """Everything a contract call needs from its surroundings."""
 
     provider: LLMProvider
-    emit: Emit
-    usage: Usage
+    usage: Usage = field(default_factory=lambda: Usage())
+    emit: Emit = _discard
+    """Receives each event (type, data); a run context points it at its event log."""
     budget: Budget = field(default_factory=Budget)
     retry: RetrySettings = field(default_factory=RetrySettings)
     sleep: Sleep = asyncio.sleep
@@ -266,7 +271,7 @@ class ContractEngine:
                 "kind": kind,
                 "model_class": model_class,
                 "request_chars": request.size_chars(),
-                "messages": [{"role": m.role, "content": m.content} for m in request_messages],
+                "messages": [m.to_json() for m in request_messages],
             }
             attempts.append(attempt)
             try:

@@ -17,7 +17,7 @@ from lattice.llm.base import Message
 from lattice.prompts.builtin import TEMPLATES
 from lattice.prompts.registry import PromptTemplate
 from lattice.runtime.context import HaltRun, Outcome, RunContext
-from lattice.runtime.contract import CallEnv, Contract, ContractEngine, Sampling
+from lattice.runtime.contract import Contract, ContractEngine, Sampling
 from lattice.runtime.invariants import bind_invariants
 from lattice.runtime.policies import ladder_from
 from lattice.runtime.settings import RuntimeSettings
@@ -103,20 +103,10 @@ class LLMWriteExecutor:
 
     async def run(self, ctx: RunContext) -> Outcome:
         op = self.op
-        env = CallEnv(
-            provider=ctx.provider,
-            emit=lambda type_, data: ctx.emit(type_, data),
-            usage=ctx.usage,
-            budget=ctx.budget,
-            retry=self.settings.retry,
-            sleep=self.settings.sleep,
-            models=self.settings.models,
-            base_policies=self.settings.policies,
-        )
         try:
             value, attempts = await self.engine.run(
                 self.render(ctx),
-                env,
+                ctx.llm,
                 sampling=self.sampling,
                 model=op.model,
                 node_id=op.source_node,

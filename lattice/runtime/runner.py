@@ -30,7 +30,9 @@ from lattice.ir.templates import StatePath, parse_path
 from lattice.llm.base import LLMProvider
 from lattice.llm.disabled import DisabledProvider
 from lattice.runtime.context import AskHuman, EventListener, HaltRun, Outcome, RunContext, utc_now
+from lattice.runtime.contract import CallEnv
 from lattice.runtime.executors import Executor, build_executor, normalize_answer
+from lattice.runtime.gc_pacing import gc_pacing
 from lattice.runtime.results import FailureReport, RunResult, Usage
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
@@ -91,6 +93,9 @@ class Runner:
             for op_id, op in ir.ops.items()
         }
         self._input_validator = jsonschema.Draft202012Validator(ir.inputs_schema or {})
+        self._model_classes = sorted(
+            {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
+        )
         self._event_listeners: list[EventListener] = []
         self._state_listeners: list[StateListener] = []
         check_answers(ir, self.answers)
@@ -119,7 +124,9 @@ class Runner:
         self.validate_inputs(inputs)
         run_id = run_id or new_run_id()
         state = StateStore(inputs, ctx=self._ctx(run_id), secrets=self._read_secret)
-        recorder = self.store.open(run_id, redact=self._redactor())
+        recorder = self.store.open(
+            run_id, redact=self._redactor() if self.store.root is not None else None
+        )
         ctx = self._context(run_id, state, recorder, Usage(), seq=0)
         if recorder.run_dir is not None:
             if self.workflow is not None:
@@ -132,6 +139,8 @@ class Runner:
 
     def validate_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Raise InputError listing every way ``inputs`` breaks the inputs schema."""
+        if self._input_validator.is_valid(inputs):
+            return
         errors = sorted(
             self._input_validator.iter_errors(dict(inputs)), key=lambda e: list(e.absolute_path)
         )
@@ -267,9 +276,7 @@ class Runner:
             "started_at": utc_now(),
             "workflow_id": self.ir.workflow.id,
             "workflow_name": self.ir.workflow.name,
-            "model_classes": sorted(
-                {op.model_class for op in self.ir.ops.values() if isinstance(op, LLMWriteOp)}
-            ),
+            "model_classes": list(self._model_classes),
         }
 
     def _context(
@@ -281,17 +288,35 @@ class Runner:
             run_id=run_id,
             state=state,
             recorder=recorder,
-            provider=self.provider,
-            answers=copy.deepcopy(self.answers),
+            answers=copy.deepcopy(self.answers) if self.answers else {},
             ask_human=self.ask_human,
             listeners=self._event_listeners,
-            usage=usage,
-            budget=self.settings.budget(),
+            llm=CallEnv(
+                provider=self.provider,
+                usage=usage,
+                budget=self.settings.budget(),
+                retry=self.settings.retry,
+                sleep=self.settings.sleep,
+                models=self.settings.models,
+                base_policies=self.settings.policies,
+            ),
             http_pool=HttpClientPool(self.settings.http),
             seq=seq,
         )
 
     async def _walk(
+        self,
+        ctx: RunContext,
+        current: str | None,
+        *,
+        steps: int,
+        visits: dict[str, int],
+        op_seq: int,
+    ) -> RunResult:
+        with gc_pacing(self.settings.gc_pacing):
+            return await self._walk_ops(ctx, current, steps=steps, visits=visits, op_seq=op_seq)
+
+    async def _walk_ops(
         self,
         ctx: RunContext,
         current: str | None,
@@ -322,12 +347,15 @@ class Runner:
                 started = time.perf_counter()
                 ctx.emit("op_started", {"kind": op.kind})
                 try:
-                    outcome = await self._run_op(current, ctx)
-                except LatticeRunError as exc:
+                    outcome = await self._executors[current].run(ctx)
+                except HaltRun:
+                    raise
+                except Exception as raised:
+                    exc = _as_run_error(raised, current)
                     route = self._edges[current].get(FAILED_PORT)
                     if route is None:
                         self._record_op(ctx, op_seq, current, started, None, error=exc)
-                        raise
+                        raise exc from (None if exc is raised else raised)
                     report = self._failure(ctx, exc, phase="op")
                     ctx.state.write(f"$vars.{op.source_node}.error", report.to_json())
                     outcome = Outcome(port=FAILED_PORT, record={"error": report.to_json()})
@@ -385,19 +413,6 @@ class Runner:
         finally:
             await ctx.aclose()
             ctx.recorder.close()
-
-    async def _run_op(self, op_id: str, ctx: RunContext) -> Outcome:
-        try:
-            return await self._executors[op_id].run(ctx)
-        except (LatticeRunError, HaltRun):
-            raise
-        except (
-            Exception
-        ) as exc:  # a bug or an unwrapped library error: fail the run, keep its folder
-            raise LatticeRunError(
-                f"internal error in op {op_id!r}: {type(exc).__name__}: {exc}",
-                error_type="internal_error",
-            ) from exc
 
     def _failure(self, ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:
         attempts = exc.details.get("attempts", [])
@@ -532,6 +547,16 @@ class Runner:
             },
         )
         return result
+
+
+def _as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
+    """``exc`` itself, or for a bug or an unwrapped library error, an ``internal_error``."""
+    if isinstance(exc, LatticeRunError):
+        return exc
+    return LatticeRunError(
+        f"internal error in op {op_id!r}: {type(exc).__name__}: {exc}",
+        error_type="internal_error",
+    )
 
 
 async def _closing_loop_clients(

@@ -38,6 +38,8 @@ class RuntimeSettings:
     """Sampling temperature of LLM ops that set none themselves."""
     secrets_allow: tuple[str, ...] = ()
     """Environment variables that ``{{ $secrets.NAME }}`` may read; their values are redacted."""
+    gc_pacing: bool = True
+    """Make full garbage collections rarer while runs are active (``lattice.runtime.gc_pacing``)."""
 
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
@@ -52,6 +54,7 @@ def settings_from_config(
     return RuntimeSettings(
         models=dict(config.llm.models),
         max_attempts=runtime.max_attempts,
+        gc_pacing=runtime.gc_pacing,
         policies=MappingProxyType(policies),
         max_calls=max_calls if max_calls is not None else runtime.max_calls,
         max_tokens_total=max_tokens_total
