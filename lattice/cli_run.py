@@ -188,6 +188,16 @@ def _provider(
     return provider, saved
 
 
+def repo_root(path: str | None) -> Path | None:
+    """The ``--repo`` directory, resolved; a missing or non-directory path is a user error."""
+    if not path:
+        return None
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise InputError(f"--repo {path}: not a directory")
+    return root
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from lattice.cli import _lower_for_cli
     from lattice.config import load_config
@@ -207,7 +217,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     provider, meta = _provider(args, config)
     _check_mock_covers(ir, provider)
     settings = settings_from_config(
-        config, max_calls=args.max_calls, max_tokens_total=args.max_tokens_total
+        config,
+        max_calls=args.max_calls,
+        max_tokens_total=args.max_tokens_total,
+        repo_root=repo_root(args.repo),
     )
     interactive = not args.answers and sys.stdin.isatty()
     runner = Runner(
@@ -226,6 +239,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "config": args.config,
             "max_calls": args.max_calls,
             "max_tokens_total": args.max_tokens_total,
+            "repo": str(Path(args.repo).resolve()) if args.repo else None,
         },
         settings=settings,
     )
@@ -283,7 +297,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     progress = _Progress(live=sys.stderr.isatty() and not args.json)
     interactive = sys.stdin.isatty() and not args.answer
     settings = settings_from_config(
-        config, max_calls=meta.get("max_calls"), max_tokens_total=meta.get("max_tokens_total")
+        config,
+        max_calls=meta.get("max_calls"),
+        max_tokens_total=meta.get("max_tokens_total"),
+        repo_root=repo_root(args.repo or meta.get("repo")),
     )
     result = Runner.resume(
         folder,
@@ -326,6 +343,11 @@ def add_run_commands(sub: Any) -> None:
     )
     p.add_argument(
         "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
+    )
+    p.add_argument(
+        "--repo",
+        metavar="DIR",
+        help="repository root that retrieve_context may read and patches are checked against",
     )
     p.add_argument(
         "--dry-run",
@@ -375,6 +397,7 @@ def add_run_commands(sub: Any) -> None:
     p.add_argument("--mock", metavar="FILE", help="mock script (default: the one the run used)")
     p.add_argument("--fixtures", metavar="FILE", help="fixtures (default: the ones the run used)")
     p.add_argument("--config", metavar="FILE", help="lattice.toml (default: the run's)")
+    p.add_argument("--repo", metavar="DIR", help="repository root (default: the run's)")
     p.add_argument("--json", action="store_true", help="print the whole result")
     p.set_defaults(handler=cmd_resume)
 

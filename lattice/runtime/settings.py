@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 
 from lattice.config import LatticeConfig
@@ -38,6 +39,9 @@ class RuntimeSettings:
     """Sampling temperature of LLM ops that set none themselves."""
     secrets_allow: tuple[str, ...] = ()
     """Environment variables that ``{{ $secrets.NAME }}`` may read; their values are redacted."""
+    repo_root: Path | None = None
+    """The repository a user handed to the run (``--repo DIR``): what ``retrieve_context`` may
+    read and what ``patch_applies`` checks patches against. None: neither is available."""
     gc_pacing: bool = True
     """Make full garbage collections rarer while runs are active (``lattice.runtime.gc_pacing``)."""
 
@@ -46,7 +50,11 @@ class RuntimeSettings:
 
 
 def settings_from_config(
-    config: LatticeConfig, *, max_calls: int | None = None, max_tokens_total: int | None = None
+    config: LatticeConfig,
+    *,
+    max_calls: int | None = None,
+    max_tokens_total: int | None = None,
+    repo_root: Path | None = None,
 ) -> RuntimeSettings:
     """RuntimeSettings from ``lattice.toml`` (command-line budgets win)."""
     runtime = config.runtime
@@ -55,6 +63,7 @@ def settings_from_config(
         models=dict(config.llm.models),
         max_attempts=runtime.max_attempts,
         gc_pacing=runtime.gc_pacing,
+        repo_root=repo_root,
         policies=MappingProxyType(policies),
         max_calls=max_calls if max_calls is not None else runtime.max_calls,
         max_tokens_total=max_tokens_total
