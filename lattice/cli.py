@@ -14,11 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from lattice.config import LatticeConfig
     from lattice.errors import Diagnostic
     from lattice.lower.compiler import LoweringResult
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HALTED = 0, 1, 2, 3
 EXIT_BY_STATUS = {"completed": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED}
+CONFIG_HELP = (
+    "lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml); with one, mcp nodes must name "
+    "servers it configures"
+)
 
 
 def _print_diagnostics(diagnostics: Sequence[Diagnostic], source: str | None) -> None:
@@ -26,18 +31,22 @@ def _print_diagnostics(diagnostics: Sequence[Diagnostic], source: str | None) ->
         print(diagnostic.format(source), file=sys.stderr)
 
 
-def _lower_for_cli(path: str) -> LoweringResult:
+def _lower_for_cli(path: str, config: LatticeConfig | None = None) -> LoweringResult:
+    """Lower ``path``, printing its diagnostics. With a config read from a file, mcp nodes
+    must name servers it declares."""
     from lattice.lower import lower_document
 
-    result = lower_document(Path(path))
+    servers = list(config.mcp.servers) if config is not None and config.source else None
+    result = lower_document(Path(path), mcp_servers=servers)
     _print_diagnostics(result.diagnostics, path)
     return result
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
+    from lattice.config import load_config
     from lattice.lower.emit import EMITTERS
 
-    result = _lower_for_cli(args.workflow)
+    result = _lower_for_cli(args.workflow, load_config(args.config))
     if result.ir is None:
         return EXIT_USAGE
     text = EMITTERS[args.emit](result.ir)
@@ -51,7 +60,9 @@ def cmd_lower(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    result = _lower_for_cli(args.workflow)
+    from lattice.config import load_config
+
+    result = _lower_for_cli(args.workflow, load_config(args.config))
     if result.ir is None:
         print(
             f"{args.workflow}: {len(result.errors)} error(s), {len(result.warnings)} warning(s)",
@@ -119,10 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("workflow", help="workflow document (JSON)")
     p.add_argument("--emit", choices=["execir", "mermaid", "dot"], default="execir")
     p.add_argument("-o", "--output", help="write to FILE instead of stdout")
+    p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     p.set_defaults(handler=cmd_lower)
 
     p = sub.add_parser("check", help="check a workflow document and print its diagnostics")
     p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     p.set_defaults(handler=cmd_check)
 
     p = sub.add_parser("hash-prompt", help="print the prompt hash of a request read from stdin")
@@ -142,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lattice.cli_run import add_run_commands
 
     add_run_commands(sub)
+    from lattice.cli_mcp import add_mcp_commands
+
+    add_mcp_commands(sub)
     return parser
 
 

@@ -206,7 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from lattice.runtime.settings import settings_from_config
 
     config = load_config(args.config)
-    result = _lower_for_cli(args.workflow)
+    result = _lower_for_cli(args.workflow, config)
     if result.ir is None:
         from lattice.cli import EXIT_USAGE
 

@@ -44,7 +44,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lattice.errors import LatticeUserError
 
@@ -98,6 +98,12 @@ class McpServerConfig(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     url: str | None = None
     timeout: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (stdio) or url (streamable HTTP), not both")
+        return self
 
 
 class McpConfig(_Strict):

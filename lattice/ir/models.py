@@ -102,6 +102,11 @@ class LLMWriteOp(OpBase):
     """Per-error-type recovery stacks overriding the defaults (``{"schema_error": ["repair", "fail"]}``)."""
     labels: list[str] | None = None
     """For classifiers: the branch labels the output's ``branch`` must be one of."""
+    tool_server: str | None = None
+    """For tool_arguments / tool_selection ops: the MCP server whose tool schemas become the
+    contract at run time (``output_schema`` is then the document's fallback description)."""
+    tool_name: str | None = None
+    """For tool_arguments ops: the tool whose ``inputSchema`` is the output schema."""
     writes: str
     """State path the validated output is written to (``$vars.<node>.result``)."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from lattice.lower.flow_nodes import (
     VariableStoreLowerer,
 )
 from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
+from lattice.lower.mcp_servers import unknown_mcp_servers
 from lattice.lower.registry import LowererRegistry, LoweringContext, NodeLowering, did_you_mean
 from lattice.lower.subflows import inline_subflows
 
@@ -305,10 +306,13 @@ def lower_document(
     *,
     registry: LowererRegistry | None = None,
     base_dir: Path | None = None,
+    mcp_servers: Collection[str] | None = None,
 ) -> LoweringResult:
     """Load and lower a document, returning the IR (or None) and all diagnostics.
 
-    Unreadable files and malformed JSON still raise DocumentError (nothing to lower).
+    ``mcp_servers``: the server ids the user's config declares; given, an mcp node naming
+    another server is an error. Unreadable files and malformed JSON still raise
+    DocumentError (nothing to lower).
     """
     if isinstance(source, Workflow):
         return lower_workflow(source, registry=registry, base_dir=base_dir)
@@ -323,6 +327,8 @@ def lower_document(
     if workflow is None:
         return LoweringResult(None, diagnostics)
     result = lower_workflow(workflow, registry=registry, base_dir=base_dir)
+    if mcp_servers is not None:
+        diagnostics += unknown_mcp_servers(workflow, mcp_servers)
     result.diagnostics[:0] = diagnostics
     if diagnostics and any(d.is_error for d in diagnostics):
         result.ir = None

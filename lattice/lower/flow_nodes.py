@@ -255,6 +255,8 @@ class McpLowerer:
             source_node=node.id,
             name=node.title,
             purpose=purpose,  # type: ignore[arg-type]
+            tool_server=server_id,
+            tool_name=tool_name if mode == "aiParameterConfig" else None,
             prompt=prompt,
             context=context,
             writes=args_path,

@@ -14,6 +14,7 @@ from lattice.runtime.results import Usage
 from lattice.runtime.state import StateStore
 from lattice.runtime.store import NullRecorder, RunRecorder
 from lattice.tools.http import HttpClientPool
+from lattice.tools.mcp import ToolSessions
 
 EventListener = Callable[[dict[str, Any]], None]
 AskHuman = Callable[[AskOp], Awaitable[Any] | Any]
@@ -82,6 +83,7 @@ class RunContext:
         listeners: list[EventListener],
         llm: CallEnv,
         http_pool: HttpClientPool,
+        tools: ToolSessions,
         seq: int = 0,
     ) -> None:
         self.run_id = run_id
@@ -94,6 +96,8 @@ class RunContext:
         llm.emit = self.emit
         self.usage: Usage = llm.usage
         self.http_pool = http_pool
+        self.tools = tools
+        tools.emit = self.emit
         self.events: list[dict[str, Any]] = []
         self._listeners = listeners
         self._persist = not isinstance(recorder, NullRecorder)
@@ -134,7 +138,10 @@ class RunContext:
 
     async def aclose(self) -> None:
         """Release the run's resources (HTTP client, tool sessions)."""
-        await self.http_pool.aclose()
+        try:
+            await self.tools.aclose()
+        finally:
+            await self.http_pool.aclose()
 
     def write_result(self, path: str, value: Any) -> None:
         """Write an op's value and remember it as the most recent result."""

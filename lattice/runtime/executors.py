@@ -17,6 +17,7 @@ from lattice.ir.models import (
     EndOp,
     HttpCall,
     LLMWriteOp,
+    McpCall,
     Op,
     StartOp,
     StateOp,
@@ -263,19 +264,56 @@ class ToolCallExecutor(Executor):
             if isinstance(op.call, HttpCall)
             else None
         )
+        self.mcp = McpCallExecutor(op.call) if isinstance(op.call, McpCall) else None
 
     async def run(self, ctx: RunContext) -> Outcome:
-        if self.http is None:
-            raise LatticeRunError(
-                "MCP tool calls are not supported by this version of Lattice yet",
-                error_type="tool_error",
-                details={"tool": "mcp"},
-            )
-        ctx.emit("tool_call", {"tool": "http", "method": self.http.call.method})
-        result = await self.http.run(ctx.state.resolve, ctx.http_pool)
-        ctx.emit("tool_result", {"tool": "http", "status": result["status"]})
+        if self.mcp is not None:
+            result = await self.mcp.run(ctx)
+        else:
+            assert self.http is not None
+            ctx.emit("tool_call", {"tool": "http", "method": self.http.call.method})
+            result = await self.http.run(ctx.state.resolve, ctx.http_pool)
+            ctx.emit("tool_result", {"tool": "http", "status": result["status"]})
         ctx.write_result(self.op.writes, result)
         return Outcome(output=result)
+
+
+class McpCallExecutor:
+    """One MCP call: arguments rendered (manual mode) or produced by the LLM op before it."""
+
+    def __init__(self, call: McpCall) -> None:
+        self.call = call
+        self.arguments = ValueTemplate(call.arguments)
+        self.arguments_from = parse_path(call.arguments_from) if call.arguments_from else None
+
+    async def run(self, ctx: RunContext) -> Any:
+        call = self.call
+        tool, arguments = call.tool_name, None
+        if self.arguments_from is None:
+            arguments = self.arguments.render(ctx.state.resolve)
+        else:
+            produced = ctx.state.read(self.arguments_from)
+            if call.mode == "aiToolSelection":
+                tool, arguments = produced.get("tool"), produced.get("arguments")
+            else:
+                arguments = produced
+        if not isinstance(arguments, dict):
+            raise LatticeRunError(
+                f"arguments for MCP tool {tool!r} must be an object, got {_excerpt(arguments)}",
+                error_type="tool_error",
+            )
+        ctx.emit("tool_call", {"tool": "mcp", "server": call.server_id, "name": tool})
+        result = await ctx.tools.call(call.server_id, str(tool), arguments)
+        ctx.emit(
+            "tool_result",
+            {
+                "tool": "mcp",
+                "server": call.server_id,
+                "name": tool,
+                "structured": not isinstance(result, str),
+            },
+        )
+        return result
 
 
 EXECUTORS: dict[str, Callable[[Any], Executor]] = {

@@ -8,6 +8,9 @@ information a person supplied after a ``missing_information`` halt.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from lattice.errors import LatticeRunError
@@ -21,6 +24,7 @@ from lattice.runtime.contract import Contract, ContractEngine, Sampling
 from lattice.runtime.invariants import bind_invariants
 from lattice.runtime.policies import ladder_from
 from lattice.runtime.settings import RuntimeSettings
+from lattice.runtime.tool_contracts import tool_contract
 
 
 def _context_label(path: str) -> str:
@@ -57,6 +61,41 @@ def template_for(op: LLMWriteOp) -> PromptTemplate | None:
     return None
 
 
+def compose_messages(
+    *,
+    prompt: str,
+    context: Iterable[tuple[str, Any]] = (),
+    system: str | None = None,
+    template: PromptTemplate | None = None,
+    builtins: Mapping[str, str] | None = None,
+    variables: Mapping[str, Any] | None = None,
+) -> tuple[Message, ...]:
+    """The original (non-repair) messages of a contract call; LLM_WRITE ops and
+    ``LLMPrimitive`` both build theirs here.
+
+    ``context`` holds ``(label, value)`` input blocks, shown under ``# Input`` as
+    ``## label`` (empty values are left out). With a ``template`` the system part is
+    ``system`` + the template filled with ``builtins`` (rules, schema), the prompt, the
+    input blocks and ``variables``; without one the user part is the prompt plus the blocks.
+    """
+    blocks = [
+        f"## {label}\n{to_text(value)}" for label, value in context if value not in ({}, None, "")
+    ]
+    input_text = ("\n\n# Input\n" + "\n\n".join(blocks)) if blocks else ""
+    system_parts = [system] if system else []
+    if template is not None:
+        values = {**(builtins or {}), "prompt": prompt, "input": input_text}
+        values.update({k: to_text(v) for k, v in (variables or {}).items()})
+        system_text, user = template.render(values)
+        if system_text:
+            system_parts.append(system_text)
+    else:
+        user = prompt + input_text
+    messages = [Message("system", "\n\n".join(system_parts))] if system_parts else []
+    messages.append(Message("user", user))
+    return tuple(messages)
+
+
 class LLMWriteExecutor:
     """Compiled once per op: templates, variables, context paths, validator and invariants."""
 
@@ -68,44 +107,43 @@ class LLMWriteExecutor:
         self.context = [(_context_label(path), parse_path(path)) for path in op.context]
         self.template = template_for(op)
         self.engine = ContractEngine(contract_for(op, self.settings))
+        self._tool_engines: dict[str, ContractEngine] = {}
         self.sampling = Sampling(
             temperature=op.temperature if op.temperature is not None else self.settings.temperature,
             top_p=op.top_p,
             max_tokens=op.max_tokens,
         )
 
-    def render(self, ctx: RunContext) -> tuple[Message, ...]:
+    def render(
+        self, ctx: RunContext, engine: ContractEngine | None = None, tools: str = ""
+    ) -> tuple[Message, ...]:
         """The original (non-repair) messages for this visit of the op."""
         state = ctx.state
         variables = {name: t.render(state.resolve) for name, t in self.variables.items()}
         prompt = self.prompt.render(lambda ref: state.resolve(ref, variables))
-        blocks = []
-        for label, path in self.context:
-            value = state.get(path)
-            if value not in ({}, None, ""):
-                blocks.append(f"## {label}\n{to_text(value)}")
+        context = [(label, state.get(path)) for label, path in self.context]
+        if tools:
+            context.append(("Tools", tools))
         extra = _take_information(ctx.answers, self.op.source_node)
         if extra:
-            blocks.append(f"## Information from a person\n{extra}")
-        input_text = ("\n\n# Input\n" + "\n\n".join(blocks)) if blocks else ""
-        system_parts = [self.op.system] if self.op.system else []
-        if self.template is not None:
-            values = {**self.engine.builtins(), "prompt": prompt, "input": input_text}
-            values.update({k: to_text(v) for k, v in variables.items()})
-            system, user = self.template.render(values)
-            if system:
-                system_parts.append(system)
-        else:
-            user = prompt + input_text
-        messages = [Message("system", "\n\n".join(system_parts))] if system_parts else []
-        messages.append(Message("user", user))
-        return tuple(messages)
+            context.append(("Information from a person", extra))
+        return compose_messages(
+            prompt=prompt,
+            context=context,
+            system=self.op.system,
+            template=self.template,
+            builtins=(engine or self.engine).builtins(),
+            variables=variables,
+        )
 
     async def run(self, ctx: RunContext) -> Outcome:
         op = self.op
+        engine, tools = self.engine, ""
+        if op.tool_server is not None:
+            engine, tools = await self._tool_engine(ctx)
         try:
-            value, attempts = await self.engine.run(
-                self.render(ctx),
+            value, attempts = await engine.run(
+                self.render(ctx, engine, tools),
                 ctx.llm,
                 sampling=self.sampling,
                 model=op.model,
@@ -123,6 +161,16 @@ class LLMWriteExecutor:
             raise
         ctx.write_result(op.writes, value)
         return Outcome(output=value, record={"attempts": attempts})
+
+    async def _tool_engine(self, ctx: RunContext) -> tuple[ContractEngine, str]:
+        """The contract engine for the server's current tool schemas (compiled once per schema)."""
+        schema, tools = await tool_contract(self.op, ctx.tools)
+        key = json.dumps(schema, sort_keys=True)
+        engine = self._tool_engines.get(key)
+        if engine is None:
+            engine = ContractEngine(replace(self.engine.contract, schema=schema))
+            self._tool_engines[key] = engine
+        return engine, tools
 
 
 def _take_information(answers: dict[str, Any], node_id: str) -> str | None:

@@ -37,7 +37,9 @@ from lattice.runtime.results import FailureReport, RunResult, Usage
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
 from lattice.runtime.store import Redactor, RunRecorder, RunStore, new_run_id
+from lattice.tools.builtin import BuiltinTools
 from lattice.tools.http import HttpClientPool
+from lattice.tools.mcp import ToolSessions
 
 PROVIDER_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
@@ -301,6 +303,9 @@ class Runner:
                 base_policies=self.settings.policies,
             ),
             http_pool=HttpClientPool(self.settings.http),
+            tools=ToolSessions(
+                self.settings.mcp_servers, builtin=BuiltinTools(repo_root=self.settings.repo_root)
+            ),
             seq=seq,
         )
 

@@ -12,6 +12,7 @@ from lattice.config import LatticeConfig
 from lattice.runtime.contract import Budget, Sleep
 from lattice.runtime.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.tools.http import HttpPolicy
+from lattice.tools.mcp import McpServerSpec, specs_from_config
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class RuntimeSettings:
     repo_root: Path | None = None
     """The repository a user handed to the run (``--repo DIR``): what ``retrieve_context`` may
     read and what ``patch_applies`` checks patches against. None: neither is available."""
+    mcp_servers: Mapping[str, McpServerSpec] = field(default_factory=dict)
+    """MCP servers from ``[mcp.servers]`` of the user's config, by server id."""
     gc_pacing: bool = True
     """Make full garbage collections rarer while runs are active (``lattice.runtime.gc_pacing``)."""
 
@@ -64,6 +67,7 @@ def settings_from_config(
         max_attempts=runtime.max_attempts,
         gc_pacing=runtime.gc_pacing,
         repo_root=repo_root,
+        mcp_servers=specs_from_config(config.mcp.servers),
         policies=MappingProxyType(policies),
         max_calls=max_calls if max_calls is not None else runtime.max_calls,
         max_tokens_total=max_tokens_total

@@ -1,0 +1,85 @@
+"""``lattice mcp list [SERVER]``: the configured MCP servers and their tools.
+
+Connects to each server named in ``[mcp.servers]`` of the user's config (or just
+SERVER), lists its tools with their input schemas, and closes the session. The
+built-in server ``lattice`` is listed too. Useful when writing ``mcp`` nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from lattice.errors import InputError, LatticeRunError
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from lattice.config import load_config
+    from lattice.tools.mcp import BUILTIN_SERVER_ID, specs_from_config
+
+    config = load_config(args.config)
+    specs = specs_from_config(config.mcp.servers)
+    names = [*sorted(specs), BUILTIN_SERVER_ID]
+    if args.server is not None:
+        if args.server not in names:
+            raise InputError(
+                f"MCP server {args.server!r} is not configured "
+                f"(configured: {', '.join(sorted(specs)) or 'none'}; built in: {BUILTIN_SERVER_ID})"
+            )
+        names = [args.server]
+    listing = asyncio.run(_list(specs, names))
+    if args.json:
+        sys.stdout.write(json.dumps(listing, indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(_text(listing))
+    return 1 if any("error" in entry for entry in listing) else 0
+
+
+async def _list(specs: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
+    from lattice.tools.builtin import BuiltinTools
+    from lattice.tools.mcp import BUILTIN_SERVER_ID, ToolSessions
+
+    listing: list[dict[str, Any]] = []
+    for name in names:
+        sessions = ToolSessions(specs, builtin=BuiltinTools(repo_root=None))
+        entry: dict[str, Any] = {
+            "server": name,
+            "transport": "builtin" if name == BUILTIN_SERVER_ID else specs[name].describe(),
+        }
+        try:
+            entry["tools"] = [tool.to_json() for tool in await sessions.list_tools(name)]
+        except LatticeRunError as exc:
+            entry["error"] = exc.message
+        finally:
+            await sessions.aclose()
+        listing.append(entry)
+    return listing
+
+
+def _text(listing: list[dict[str, Any]]) -> str:
+    lines: list[str] = []
+    for entry in listing:
+        lines.append(f"{entry['server']}  ({entry['transport']})")
+        if "error" in entry:
+            lines.append(f"  error: {entry['error']}")
+        for tool in entry.get("tools", []):
+            lines.append(
+                f"  {tool['name']}: {tool['description'].strip().splitlines()[0] if tool['description'].strip() else ''}"
+            )
+            lines.append(f"    inputSchema: {json.dumps(tool['inputSchema'], ensure_ascii=False)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def add_mcp_commands(sub: Any) -> None:
+    p = sub.add_parser("mcp", help="list configured MCP servers and their tools")
+    p.add_argument("action", choices=["list"])
+    p.add_argument("server", nargs="?", help="only this server")
+    p.add_argument(
+        "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=cmd_mcp)

@@ -1,0 +1,298 @@
+"""MCP tool calls over the official ``mcp`` SDK, one session per server per run.
+
+Servers are declared in the user's ``lattice.toml`` (``[mcp.servers.<id>]``: ``command`` +
+``args`` + ``env`` for stdio, or ``url`` for streamable HTTP), never in a workflow
+document. A run opens a server's session on first use, reuses it for every call to
+that server, and closes all of them when it ends (also on failure). The server id
+``lattice`` is reserved for Lattice's built-in tools (``lattice.tools.builtin``).
+
+Errors become ``LatticeRunError``: a server that does not start, an unknown tool,
+arguments that break the tool's ``inputSchema``, a call that times out
+(``timeout_error``) and a tool result with ``isError`` (``tool_error`` carrying the
+server's text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import jsonschema
+
+from lattice.errors import LatticeRunError
+
+BUILTIN_SERVER_ID = "lattice"
+
+
+@dataclass(frozen=True)
+class McpServerSpec:
+    """How to reach one configured server."""
+
+    server_id: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    url: str | None = None
+    timeout: float = 30.0
+    """Seconds for connecting and for each call."""
+
+    def describe(self) -> str:
+        if self.url:
+            return self.url
+        return " ".join([self.command or "", *self.args]).strip()
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as its server lists it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        }
+
+
+class ToolServer(Protocol):
+    """A connected tool server (an MCP session or the built-in one)."""
+
+    async def list_tools(self) -> list[ToolSpec]: ...
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any: ...
+
+    async def aclose(self) -> None: ...
+
+
+def tool_error(server_id: str, message: str, **details: Any) -> LatticeRunError:
+    return LatticeRunError(
+        f"MCP server {server_id!r}: {message}",
+        error_type="tool_error",
+        details={"server": server_id, **details},
+    )
+
+
+class McpSession:
+    """One open session with a configured MCP server (``mcp.Client``)."""
+
+    def __init__(self, spec: McpServerSpec) -> None:
+        self.spec = spec
+        self._stack = AsyncExitStack()
+        self._client: Any = None
+        self._tools: list[ToolSpec] | None = None
+
+    async def open(self) -> McpSession:
+        spec = self.spec
+        try:
+            from mcp import Client, StdioServerParameters
+        except ImportError:
+            raise tool_error(
+                spec.server_id, "MCP needs the mcp package: pip install 'lattice-lre[mcp]'"
+            ) from None
+
+        target: Any
+        if spec.url:
+            target = spec.url
+        else:
+            target = StdioServerParameters(
+                command=spec.command or "", args=list(spec.args), env=dict(spec.env) or None
+            )
+        try:
+            async with asyncio.timeout(spec.timeout):
+                self._client = await self._stack.enter_async_context(
+                    Client(target, read_timeout_seconds=spec.timeout)
+                )
+        except TimeoutError:
+            await self._close_quietly()
+            raise LatticeRunError(
+                f"MCP server {spec.server_id!r} did not answer within {spec.timeout:g} s "
+                f"({spec.describe()})",
+                error_type="timeout_error",
+                details={"server": spec.server_id},
+            ) from None
+        except Exception as exc:  # OSError, ExceptionGroup from the transport, MCPError
+            await self._close_quietly()
+            raise tool_error(
+                spec.server_id,
+                f"could not start or connect ({spec.describe()}): {_reason(exc)}",
+            ) from exc
+        return self
+
+    async def list_tools(self) -> list[ToolSpec]:
+        if self._tools is None:
+            tools: list[ToolSpec] = []
+            cursor: str | None = None
+            while True:
+                page = await self._request(self._client.list_tools(cursor=cursor), "list_tools")
+                tools += [
+                    ToolSpec(t.name, t.description or "", dict(t.input_schema or {}))
+                    for t in page.tools
+                ]
+                cursor = getattr(page, "next_cursor", None)
+                if not cursor:
+                    break
+            self._tools = tools
+        return self._tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        result = await self._request(
+            self._client.call_tool(name, arguments, read_timeout_seconds=self.spec.timeout),
+            f"tool {name!r}",
+        )
+        text = "\n".join(
+            block.text for block in result.content if getattr(block, "type", None) == "text"
+        )
+        if result.is_error:
+            raise tool_error(
+                self.spec.server_id,
+                f"tool {name!r} failed: {text or '(no message)'}",
+                tool=name,
+                text=text,
+            )
+        if result.structured_content is not None:
+            return result.structured_content
+        if all(getattr(block, "type", None) == "text" for block in result.content):
+            return text
+        return [block.model_dump(mode="json", exclude_none=True) for block in result.content]
+
+    async def _request(self, awaitable: Any, what: str) -> Any:
+        from mcp.shared.exceptions import MCPError
+
+        server = self.spec.server_id
+        try:
+            async with asyncio.timeout(self.spec.timeout):
+                return await awaitable
+        except TimeoutError:
+            raise LatticeRunError(
+                f"MCP server {server!r}: {what} took longer than {self.spec.timeout:g} s",
+                error_type="timeout_error",
+                details={"server": server},
+            ) from None
+        except MCPError as exc:
+            raise tool_error(server, f"{what}: {exc}") from exc
+        except (OSError, EOFError, RuntimeError) as exc:
+            raise tool_error(server, f"{what}: the connection failed: {_reason(exc)}") from exc
+
+    async def aclose(self) -> None:
+        await self._close_quietly()
+
+    async def _close_quietly(self) -> None:
+        with suppress(Exception):  # a server that already died cannot be closed more cleanly
+            await self._stack.aclose()
+
+
+class ToolSessions:
+    """The tool servers of one run: opened on first use, reused, closed by ``aclose``."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServerSpec],
+        *,
+        builtin: ToolServer | None = None,
+    ) -> None:
+        self.servers = servers
+        self.builtin = builtin
+        self._open: dict[str, ToolServer] = {}
+        self.emit: Callable[[str, dict[str, Any]], Any] = lambda type_, data: None
+        """Receives ``tool_session_opened`` events; a run context points it at its event log."""
+
+    async def server(self, server_id: str) -> ToolServer:
+        session = self._open.get(server_id)
+        if session is not None:
+            return session
+        spec: McpServerSpec | None = None
+        if server_id == BUILTIN_SERVER_ID and self.builtin is not None:
+            session = self.builtin
+        else:
+            spec = self.servers.get(server_id)
+            if spec is None:
+                configured = ", ".join(sorted(self.servers)) or "none"
+                raise tool_error(
+                    server_id,
+                    "not configured: add [mcp.servers."
+                    f"{server_id}] to lattice.toml (configured: {configured})",
+                )
+            session = await McpSession(spec).open()
+        self._open[server_id] = session
+        transport = "builtin" if spec is None else ("http" if spec.url else "stdio")
+        self.emit("tool_session_opened", {"server": server_id, "transport": transport})
+        return session
+
+    async def tool(self, server_id: str, name: str) -> ToolSpec:
+        """The server's tool ``name``; an unknown tool is a ``tool_error`` listing the others."""
+        tools = await (await self.server(server_id)).list_tools()
+        for spec in tools:
+            if spec.name == name:
+                return spec
+        names = ", ".join(t.name for t in tools) or "none"
+        raise tool_error(server_id, f"has no tool {name!r} (its tools: {names})", tool=name)
+
+    async def list_tools(self, server_id: str) -> list[ToolSpec]:
+        return await (await self.server(server_id)).list_tools()
+
+    async def call(self, server_id: str, name: str, arguments: dict[str, Any]) -> Any:
+        """Check ``arguments`` against the tool's ``inputSchema``, then call it."""
+        spec = await self.tool(server_id, name)
+        violations = argument_violations(spec.input_schema, arguments)
+        if violations:
+            raise LatticeRunError(
+                f"MCP server {server_id!r}: arguments for tool {name!r} break its inputSchema: "
+                + "; ".join(f"{v['pointer']}: {v['message']}" for v in violations[:5]),
+                error_type="tool_error",
+                details={"server": server_id, "tool": name, "violations": violations},
+            )
+        session = await self.server(server_id)
+        return await session.call_tool(name, arguments)
+
+    async def aclose(self) -> None:
+        sessions, self._open = list(self._open.values()), {}
+        for session in reversed(sessions):
+            await session.aclose()
+
+
+def argument_violations(schema: Mapping[str, Any], arguments: Any) -> list[dict[str, str]]:
+    """Every way ``arguments`` breaks ``schema`` (a tool's inputSchema), with JSON pointers."""
+    if not schema:
+        return []
+    validator_class = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+    try:
+        validator = validator_class(schema)
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    except jsonschema.SchemaError as exc:
+        return [{"pointer": "/", "message": f"the tool's inputSchema is invalid: {exc.message}"}]
+    return [
+        {"pointer": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
+        for e in errors
+    ]
+
+
+def specs_from_config(servers: Mapping[str, Any]) -> dict[str, McpServerSpec]:
+    """``[mcp.servers]`` of a LatticeConfig as McpServerSpecs."""
+    return {
+        server_id: McpServerSpec(
+            server_id=server_id,
+            command=server.command,
+            args=tuple(server.args),
+            env=dict(server.env),
+            url=server.url,
+            timeout=server.timeout,
+        )
+        for server_id, server in servers.items()
+    }
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost useful message of ``exc`` (unwrapping exception groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found ({exc.filename or exc})"
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 300 else text[:299] + "…"

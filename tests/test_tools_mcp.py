@@ -1,0 +1,313 @@
+"""MCP TOOL_CALLs against real MCP servers started by the tests.
+
+``mcp-server-time`` (PyPI) over stdio, and ``tests/mcp_test_server.py`` (the SDK's
+server API) over streamable HTTP on 127.0.0.1. The AI modes use the mock LLM.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lattice.llm.mock import MockProvider
+from lattice.runtime import Runner, RunResult, RunStore
+from lattice.runtime.settings import RuntimeSettings
+from lattice.tools.mcp import McpServerSpec
+from tests.builders import chain, lower_ok, node
+from tests.mcp_test_server import serve_http
+
+TIME = McpServerSpec(
+    "time",
+    command=sys.executable,
+    args=("-m", "mcp_server_time", "--local-timezone", "UTC"),
+    timeout=30,
+)
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    with serve_http() as url:
+        yield url
+
+
+def mcp_node(node_id: str, server: str, tool: str | None, **data: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {"serverId": server, **data}
+    if tool is not None:
+        fields["toolName"] = tool
+    return node(node_id, "mcp", **fields)
+
+
+def run(
+    doc: dict[str, Any],
+    servers: dict[str, McpServerSpec],
+    *,
+    mock: dict[str, list[Any]] | None = None,
+    store: RunStore | None = None,
+    inputs: dict[str, Any] | None = None,
+) -> tuple[RunResult, MockProvider]:
+    provider = MockProvider(mock or {})
+    runner = Runner(
+        lower_ok(doc),
+        provider=provider,
+        store=store or RunStore(None),
+        settings=RuntimeSettings(mcp_servers=servers),
+    )
+    return runner.run(inputs or {}), provider
+
+
+def types(result: RunResult, kind: str) -> list[dict[str, Any]]:
+    return [e for e in result.events if e["type"] == kind]
+
+
+# -- manualParameterConfig ------------------------------------------------------------
+
+
+def test_stdio_time_server_two_calls_share_one_session() -> None:
+    doc = chain(
+        mcp_node(
+            "now",
+            "time",
+            "get_current_time",
+            mode="manualParameterConfig",
+            parameterValues={"timezone": "{{ $in.zone }}"},
+        ),
+        mcp_node(
+            "convert",
+            "time",
+            "convert_time",
+            parameterValues={
+                "source_timezone": "$vars.now.result.timezone",
+                "time": "12:00",
+                "target_timezone": "Asia/Tokyo",
+            },
+        ),
+    )
+    result, _ = run(doc, {"time": TIME}, inputs={"zone": "Europe/Paris"})
+    assert result.status == "completed", result.failure
+    assert result.state["vars"]["now"]["result"]["timezone"] == "Europe/Paris"
+    converted = result.output
+    assert converted["source"]["datetime"].startswith(converted["source"]["datetime"][:10])
+    assert converted["target"]["timezone"] == "Asia/Tokyo"
+    assert converted["time_difference"] == "+8.0h"
+    opened = types(result, "tool_session_opened")
+    assert [e["data"] for e in opened] == [{"server": "time", "transport": "stdio"}]
+    assert [e["data"]["name"] for e in types(result, "tool_call")] == [
+        "get_current_time",
+        "convert_time",
+    ]
+
+
+def test_http_server_structured_and_text_results(http_url: str) -> None:
+    doc = chain(
+        mcp_node("sum", "calc", "add", parameterValues={"a": "$in.a", "b": 2}),
+        mcp_node(
+            "loud", "calc", "shout", parameterValues={"text": "sum is {{ $vars.sum.result.total }}"}
+        ),
+    )
+    spec = McpServerSpec("calc", url=http_url, timeout=10)
+    result, _ = run(doc, {"calc": spec}, inputs={"a": 40})
+    assert result.status == "completed", result.failure
+    assert result.state["vars"]["sum"]["result"] == {"total": 42.0}
+    assert result.output == "SUM IS 42.0"
+    assert [e["data"]["transport"] for e in types(result, "tool_session_opened")] == ["http"]
+    assert [e["data"]["structured"] for e in types(result, "tool_result")] == [True, False]
+
+
+def test_tool_error_carries_the_servers_text_and_takes_the_failed_port(http_url: str) -> None:
+    doc = chain(
+        mcp_node("boom", "calc", "fail", parameterValues={"message": "disk full"}),
+        extra_nodes=[node("fallback", "end", output="$vars.boom.error.summary")],
+        extra_connections=[{"id": "f", "from": "boom", "to": "fallback", "fromPort": "failed"}],
+    )
+    result, _ = run(doc, {"calc": McpServerSpec("calc", url=http_url, timeout=10)})
+    assert result.status == "completed"
+    assert "tool 'fail' failed" in result.output and "disk full" in result.output
+    error = result.state["vars"]["boom"]["error"]
+    assert error["category"] == "tool_error"
+    assert error["details"]["text"].endswith("disk full")
+
+
+def test_unknown_tool_names_the_tools_the_server_has(http_url: str) -> None:
+    doc = chain(mcp_node("x", "calc", "multiply", parameterValues={"a": 1}))
+    result, _ = run(doc, {"calc": McpServerSpec("calc", url=http_url, timeout=10)})
+    assert result.status == "failed"
+    assert result.failure is not None and result.failure.category == "tool_error"
+    assert "no tool 'multiply'" in result.failure.summary
+    assert "add, shout, fail, nap, get_pull_request" in result.failure.summary
+
+
+def test_arguments_are_checked_against_the_input_schema_before_the_call(http_url: str) -> None:
+    from tests.mcp_test_server import served
+
+    before = len(served)
+    doc = chain(mcp_node("sum", "calc", "add", parameterValues={"a": "one"}))
+    result, _ = run(doc, {"calc": McpServerSpec("calc", url=http_url, timeout=10)})
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure.category == "tool_error"
+    pointers = {v["pointer"] for v in result.failure.details["violations"]}
+    assert pointers == {"/", "/a"}  # b is missing, a is not a number
+    assert len(served) == before  # the server never saw the call
+
+
+def test_a_slow_call_times_out(http_url: str) -> None:
+    doc = chain(mcp_node("z", "calc", "nap", parameterValues={"seconds": 5}))
+    started = __import__("time").monotonic()
+    result, _ = run(doc, {"calc": McpServerSpec("calc", url=http_url, timeout=0.5)})
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure.category == "timeout_error"
+    assert __import__("time").monotonic() - started < 4
+
+
+def test_a_server_that_fails_to_start_fails_the_run_with_its_folder_intact(
+    tmp_path: Path,
+) -> None:
+    broken = McpServerSpec("time", command="lattice-no-such-mcp-server", timeout=10)
+    doc = chain(mcp_node("now", "time", "get_current_time", parameterValues={"timezone": "UTC"}))
+    result, _ = run(doc, {"time": broken}, store=RunStore(tmp_path))
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure.category == "tool_error"
+    assert "could not start" in result.failure.summary
+    assert "command not found" in result.failure.summary
+    folder = result.run_dir
+    assert folder is not None
+    assert json.loads((folder / "failure_report.json").read_text())["category"] == "tool_error"
+    assert json.loads((folder / "checkpoint.json").read_text())["next_op"] == "now"
+
+
+def test_an_unconfigured_server_is_a_run_error_naming_the_config_section() -> None:
+    doc = chain(mcp_node("now", "github", "get_me", parameterValues={}))
+    result, _ = run(doc, {"time": TIME})
+    assert result.failure is not None and result.failure.category == "tool_error"
+    assert "[mcp.servers.github]" in result.failure.summary
+    assert "configured: time" in result.failure.summary
+
+
+# -- AI modes -------------------------------------------------------------------------
+
+
+def test_ai_parameter_config_uses_the_servers_input_schema_as_the_contract(
+    http_url: str,
+) -> None:
+    doc = chain(
+        mcp_node(
+            "sum",
+            "calc",
+            "add",
+            mode="aiParameterConfig",
+            aiParameterConfig={"description": "Add the two numbers the user gave."},
+        )
+    )
+    mock = {"sum": [{"a": "2"}, {"a": 2, "b": 3}]}  # first: wrong type and b missing
+    result, provider = run(
+        doc, {"calc": McpServerSpec("calc", url=http_url, timeout=10)}, mock=mock
+    )
+    assert result.status == "completed", result.failure
+    assert result.output == {"total": 5.0}
+    first, repair = provider.calls
+    assert first.response_schema is not None
+    assert first.response_schema["required"] == [
+        "a",
+        "b",
+    ]  # the server's schema, not the document's
+    assert (
+        "Add two numbers." in first.messages[-1].content
+    )  # the tool's description reaches the model
+    failed = types(result, "validation_failed")[0]["data"]
+    assert {v["pointer"] for v in failed["violations"]} == {"/", "/a"}
+    assert '{"a": "2"}' in repair.messages[-1].content  # fix-only packet with the bad output
+
+
+def test_ai_tool_selection_validates_the_arguments_of_the_chosen_tool(http_url: str) -> None:
+    doc = chain(
+        mcp_node(
+            "pick",
+            "calc",
+            None,
+            mode="aiToolSelection",
+            aiToolSelectionConfig={"taskDescription": "Shout the word hello."},
+        )
+    )
+    mock = {
+        "pick": [
+            {"tool": "shout", "arguments": {"words": "hello"}},  # wrong argument name
+            {"tool": "shout", "arguments": {"text": "hello"}},
+        ]
+    }
+    result, provider = run(
+        doc, {"calc": McpServerSpec("calc", url=http_url, timeout=10)}, mock=mock
+    )
+    assert result.status == "completed", result.failure
+    assert result.output == "HELLO"
+    schema = provider.calls[0].response_schema
+    assert schema is not None and schema["properties"]["tool"]["enum"] == [
+        "add",
+        "shout",
+        "fail",
+        "nap",
+        "get_pull_request",
+    ]
+    violations = types(result, "validation_failed")[0]["data"]["violations"]
+    assert any(
+        v["pointer"] == "/arguments" and "'text' is a required" in v["message"] for v in violations
+    )
+    call = types(result, "tool_call")[0]["data"]
+    assert call == {"tool": "mcp", "server": "calc", "name": "shout"}
+
+
+def test_ai_tool_selection_of_an_unknown_tool_is_repaired(http_url: str) -> None:
+    doc = chain(mcp_node("pick", "calc", None, mode="aiToolSelection"))
+    mock = {
+        "pick": [
+            {"tool": "divide", "arguments": {}},
+            {"tool": "add", "arguments": {"a": 1, "b": 1}},
+        ]
+    }
+    result, _ = run(doc, {"calc": McpServerSpec("calc", url=http_url, timeout=10)}, mock=mock)
+    assert result.status == "completed", result.failure
+    assert result.output == {"total": 2.0}
+    violations = types(result, "validation_failed")[0]["data"]["violations"]
+    assert any(v["pointer"] == "/tool" for v in violations)
+
+
+# -- the corpus document with an mcp node ----------------------------------------------
+
+
+def test_corpus_pr_review_flow_runs_with_its_server_configured(http_url: str) -> None:
+    from lattice.lower import lower
+    from tests.conftest import CORPUS
+
+    path = next(CORPUS.glob("*automated-pr-code-review-flow.json"))
+    ir = lower(path)
+    mock = {
+        "mcp-1766987094528": [{"owner": "acme", "repo": "shop", "pull_number": 7}],
+        "switch-1": [{"branch": "Small"}],
+        "ifelse-1": [{"branch": "No Issues"}],
+    }
+    provider = MockProvider(mock, default="Looks good.")
+    runner = Runner(
+        ir,
+        provider=provider,
+        store=RunStore(None),
+        settings=RuntimeSettings(mcp_servers={"github": McpServerSpec("github", url=http_url)}),
+    )
+    result = runner.run({})
+    assert result.status == "completed", result.failure
+    pr = result.state["vars"]["mcp-1766987094528"]["result"]
+    assert pr == {
+        "title": "Fix race in shop cache",
+        "author": "acme",
+        "number": 7,
+        "lines_changed": 42,
+        "files": ["cache.py", "tests/test_cache.py"],
+    }
+    nodes = [e["node_id"] for e in result.events if e["type"] == "op_finished"]
+    assert "skill-1766986427119" in nodes and "subagent-approve" in nodes  # small PR, approved
+    assert "subagent-notify" not in nodes
+    # the classifier saw the PR the tool returned
+    switch_call = next(c for c in provider.calls if c.node_id == "switch-1")
+    assert "Fix race in shop cache" in switch_call.messages[-1].content
