@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lattice.errors import LatticeUserError
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower, lower_document
 from lattice.runtime import Runner, RunStore
@@ -341,3 +343,80 @@ def test_known_invariants_lower_into_the_op() -> None:
     specs = ["no_code", {"name": "unified_diff", "path": "/plan"}]
     ir = lower(gen(invariants=specs))
     assert ir.ops["gen"].invariants == specs  # type: ignore[union-attr]
+
+
+# -- patch_applies -----------------------------------------------------------------------------
+
+PATCH_SCHEMA = {
+    "type": "object",
+    "properties": {"patch": {"type": "string"}},
+    "required": ["patch"],
+}
+GOOD_PATCH = (
+    "--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n def f():\n-    return 1\n+    return 2\n"
+)
+STALE_PATCH = GOOD_PATCH.replace("-    return 1", "-    return 0")
+
+
+def patch_repo(tmp_path: Path) -> Path:
+    (tmp_path / "app.py").write_text("def f():\n    return 1\n", encoding="utf-8")
+    return tmp_path
+
+
+def test_patch_applies_is_registered_and_needs_a_repository(tmp_path: Path) -> None:
+    definition = get_invariant("patch_applies")
+    assert definition is not None
+    assert definition.error_type == "patch_does_not_apply"
+    assert definition.needs_repo is True
+    spec = {"name": "patch_applies", "path": "/patch"}
+    with pytest.raises(LatticeUserError) as info:
+        bind_invariants([spec])
+    assert info.value.error_type == "config_error"
+    assert "--repo DIR" in info.value.message
+    # The root comes from the run, never from the document.
+    [bound] = bind_invariants([{**spec, "repo_root": "/"}], repo_root=tmp_path)
+    assert bound.params == {"path": "/patch", "repo_root": tmp_path}
+
+
+def test_patch_applies_checks_the_diff_at_its_path(tmp_path: Path) -> None:
+    root = patch_repo(tmp_path)
+    [bound] = bind_invariants([{"name": "patch_applies", "path": "/patch"}], repo_root=root)
+    assert bound.check({"patch": GOOD_PATCH}) == []
+    [violation] = bound.check({"patch": STALE_PATCH})
+    assert violation["pointer"] == "/patch"
+    assert violation["message"].startswith("app.py: hunk 1 (@@ -1,2 +1,2 @@) does not apply")
+    assert bound.check({})[0]["message"] == "missing: a unified diff is required here"
+    assert "must be a string" in bound.check({"patch": 3})[0]["message"]
+
+
+def patch_workflow() -> dict[str, Any]:
+    spec = [
+        {"name": "unified_diff", "path": "/patch"},
+        {"name": "patch_applies", "path": "/patch"},
+    ]
+    return chain(
+        node("coder", "prompt", prompt="Fix f", outputSchema=PATCH_SCHEMA, invariants=spec)
+    )
+
+
+def test_a_stale_patch_is_repaired_with_the_failing_hunk_named(tmp_path: Path) -> None:
+    root = patch_repo(tmp_path)
+    provider = MockProvider({"coder": [{"patch": STALE_PATCH}, {"patch": GOOD_PATCH}]})
+    result = Runner(
+        lower(patch_workflow()),
+        provider=provider,
+        store=RunStore(None),
+        settings=RuntimeSettings(repo_root=root),
+    ).run({})
+    assert result.status == "completed", result.failure
+    assert result.vars["coder"]["result"] == {"patch": GOOD_PATCH}
+    assert "The patch applies to the repository's current files" in (provider.calls[0].system or "")
+    repair = provider.calls[1].messages[-1].content
+    assert "- /patch: app.py: hunk 1 (@@ -1,2 +1,2 @@) does not apply: line 2 is" in repair
+    assert (root / "app.py").read_text(encoding="utf-8") == "def f():\n    return 1\n"
+
+
+def test_a_workflow_with_patch_applies_needs_a_repo_root() -> None:
+    with pytest.raises(LatticeUserError) as info:
+        Runner(lower(patch_workflow()), provider=MockProvider({}), store=RunStore(None))
+    assert info.value.error_type == "config_error"

@@ -6,7 +6,13 @@ violations ``{"pointer", "message"}``; an empty list means it holds.
 
 Built in: ``no_code`` (no source code in any string), ``unified_diff`` (the string at
 ``path`` parses as a unified diff), ``max_chars`` (serialised size cap, ``max``),
-``max_items`` (array at ``path`` has at most ``max`` items).
+``max_items`` (array at ``path`` has at most ``max`` items), ``patch_applies`` (every hunk
+of the diff at ``path`` applies to the files under the run's repository root, checked in
+memory; see ``lattice.runtime.patches``).
+
+An invariant registered with ``needs_repo=True`` receives the run's repository root as
+``params["repo_root"]`` (from ``RuntimeSettings.repo_root`` / ``--repo``, never from the
+document); binding one without a root is a configuration error.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from lattice.errors import LatticeUserError
 
 Violation = dict[str, str]
 Check = Callable[[Any, dict[str, Any]], list[Violation]]
@@ -29,18 +38,20 @@ class InvariantDef:
     """The error type a violation is reported as (``code_in_output`` for ``no_code``)."""
     rule: str
     """The rule as the model reads it in the contract."""
+    needs_repo: bool = False
+    """True when the check reads the run's repository (``params["repo_root"]``)."""
 
 
 _REGISTRY: dict[str, InvariantDef] = {}
 
 
 def register_invariant(
-    name: str, *, rule: str, error_type: str = "invariant_error"
+    name: str, *, rule: str, error_type: str = "invariant_error", needs_repo: bool = False
 ) -> Callable[[Check], Check]:
     """Decorator adding a check to the registry under ``name``; ``rule`` is shown to the model."""
 
     def wrap(check: Check) -> Check:
-        _REGISTRY[name] = InvariantDef(name, check, error_type, rule)
+        _REGISTRY[name] = InvariantDef(name, check, error_type, rule, needs_repo)
         return check
 
     return wrap
@@ -199,6 +210,30 @@ def unified_diff(value: Any, params: dict[str, Any]) -> list[Violation]:
     ]
 
 
+@register_invariant(
+    "patch_applies",
+    error_type="patch_does_not_apply",
+    rule="The patch applies to the repository's current files: every hunk's context and removed "
+    "lines are exactly the file's lines; a new file is written as '--- /dev/null'.",
+    needs_repo=True,
+)
+def patch_applies(value: Any, params: dict[str, Any]) -> list[Violation]:
+    """Every hunk of the diff at ``path`` applies to the files under ``params["repo_root"]``."""
+    from lattice.runtime.patches import check_patch
+
+    pointer = str(params.get("path", ""))
+    try:
+        text = resolve_pointer(value, pointer)
+    except (KeyError, IndexError, ValueError):
+        return [{"pointer": pointer or "/", "message": "missing: a unified diff is required here"}]
+    if not isinstance(text, str):
+        return [{"pointer": pointer or "/", "message": "must be a string holding a unified diff"}]
+    return [
+        {"pointer": pointer or "/", "message": problem}
+        for problem in check_patch(text, Path(params["repo_root"]))
+    ]
+
+
 @register_invariant("max_chars", rule="Keep the artifact within its size limit.")
 def max_chars(value: Any, params: dict[str, Any]) -> list[Violation]:
     """The serialised artifact (or the value at ``path``) has at most ``max`` characters."""
@@ -243,14 +278,30 @@ class BoundInvariant:
         return self.definition.check(value, self.params)
 
 
-def bind_invariants(specs: list[Any]) -> list[BoundInvariant]:
-    """Resolve ``["no_code", {"name": "unified_diff", "path": "/patch"}]``; unknown names raise KeyError."""
+def bind_invariants(specs: list[Any], *, repo_root: Path | None = None) -> list[BoundInvariant]:
+    """Resolve ``["no_code", {"name": "unified_diff", "path": "/patch"}]``; unknown names raise KeyError.
+
+    ``repo_root`` is handed to invariants that need it; without one they cannot be bound
+    (LatticeUserError ``config_error``).
+    """
     bound = []
     for spec in specs:
         name = spec if isinstance(spec, str) else spec["name"]
-        params = {} if isinstance(spec, str) else {k: v for k, v in spec.items() if k != "name"}
+        params = (
+            {}
+            if isinstance(spec, str)
+            else {k: v for k, v in spec.items() if k not in ("name", "repo_root")}
+        )
         definition = _REGISTRY.get(name)
         if definition is None:
             raise KeyError(name)
+        if definition.needs_repo:
+            if repo_root is None:
+                raise LatticeUserError(
+                    f"invariant {name} reads the run's repository: run with --repo DIR "
+                    "(RuntimeSettings(repo_root=...) from Python)",
+                    error_type="config_error",
+                )
+            params["repo_root"] = repo_root
         bound.append(BoundInvariant(definition, params))
     return bound

@@ -46,7 +46,7 @@ def contract_for(op: LLMWriteOp, settings: RuntimeSettings) -> Contract:
     )
     return Contract(
         schema=op.output_schema,
-        invariants=tuple(bind_invariants(op.invariants)),
+        invariants=tuple(bind_invariants(op.invariants, repo_root=settings.repo_root)),
         max_attempts=op.max_attempts or settings.max_attempts,
         ladder=ladder_from(op.model_class, max_class=max_class, enabled=enabled),
         policies={k: tuple(v) for k, v in op.policies.items()},
