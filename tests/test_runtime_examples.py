@@ -16,6 +16,7 @@ from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runtime import RunLimits, Runner, RunResult, RunStore
+from lattice.runtime.settings import RuntimeSettings
 from tests.builders import chain, conn, corpus_params, node, workflow
 from tests.conftest import CORPUS, EXAMPLES, corpus_files, example_files
 
@@ -60,8 +61,13 @@ def run_example(path: Path, root: Path | None) -> tuple[RunResult, MockProvider,
         store=RunStore(root),
         answers=read_helper(path, "answers"),
         workflow=document(path),
+        settings=RuntimeSettings(sleep=no_sleep),  # tool retries need no real waiting here
     )
     return runner.run(read_helper(path, "inputs")), provider, ir
+
+
+async def no_sleep(seconds: float) -> None:
+    return None
 
 
 def branches(result: RunResult) -> list[tuple[str, str]]:

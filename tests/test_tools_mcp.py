@@ -311,3 +311,115 @@ def test_corpus_pr_review_flow_runs_with_its_server_configured(http_url: str) ->
     # the classifier saw the PR the tool returned
     switch_call = next(c for c in provider.calls if c.node_id == "switch-1")
     assert "Fix race in shop cache" in switch_call.messages[-1].content
+
+
+# -- the shipped example: a local HTTP API and the MCP time server ---------------------
+
+
+def test_world_clock_example_runs_with_its_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+    import threading
+
+    from lattice.config import load_config
+    from lattice.runtime.settings import settings_from_config
+
+    examples = Path(__file__).resolve().parent.parent / "workflows" / "examples"
+    spec = importlib.util.spec_from_file_location("team_api", examples / "team_api.py")
+    assert spec is not None and spec.loader is not None
+    team_api = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(team_api)
+    server = team_api.make_server(0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # the config names the console script mcp-server-time; it lives beside this Python
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{__import__('os').environ['PATH']}")
+    try:
+        config = load_config(examples / "world-clock.lattice.toml")
+        runner = Runner(
+            lower_ok(json.loads((examples / "world-clock.json").read_text())),
+            provider=MockProvider.from_file(examples / "world-clock.mock.json"),
+            store=RunStore(tmp_path),
+            settings=settings_from_config(config),
+        )
+        inputs = json.loads((examples / "world-clock.inputs.json").read_text())
+        result = runner.run({**inputs, "port": server.server_port})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.status == "completed", result.failure
+    assert result.output["member"] == "Ana"
+    assert result.output["local_time"].endswith(("+00:00", "+01:00"))  # Europe/Lisbon
+    assert result.output["advice"]["verdict"] == "call now"
+    assert [e["data"]["tool"] for e in types(result, "tool_result")] == ["http", "mcp"]
+
+
+# -- command line -------------------------------------------------------------------------
+
+
+def write_config(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "lattice.toml"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def test_check_with_a_config_flags_unconfigured_servers_with_their_location(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lattice.cli import main
+
+    doc = chain(
+        mcp_node("gh", "github", "get_me", parameterValues={}),
+        mcp_node("find", "lattice", "retrieve_context", parameterValues={"query": "x"}),
+    )
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    config = write_config(tmp_path, '[mcp.servers.time]\ncommand = "mcp-server-time"\n')
+    assert main(["check", str(path), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "error[mcp-server-unknown] node 'gh' at /nodes/1/data/serverId" in err
+    assert "add [mcp.servers.github] to lattice.toml (configured: time)" in err
+    assert "'find'" not in err  # the built-in server needs no configuration
+    # without a config file the document is fine (the server may be configured later)
+    assert main(["check", str(path)]) == 0
+
+
+def test_a_server_needs_exactly_one_transport(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lattice.cli import main
+
+    both = write_config(
+        tmp_path, '[mcp.servers.x]\ncommand = "a"\nurl = "http://127.0.0.1:1/mcp"\n'
+    )
+    assert main(["mcp", "list", "--config", str(both)]) == 2
+    assert (
+        "mcp.servers.x: Value error, give either command (stdio) or url" in capsys.readouterr().err
+    )
+
+
+def test_mcp_list_shows_tools_and_input_schemas(
+    tmp_path: Path, http_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lattice.cli import main
+
+    config = write_config(
+        tmp_path,
+        f'[mcp.servers.calc]\nurl = "{http_url}"\n'
+        '[mcp.servers.dead]\ncommand = "lattice-no-such-mcp-server"\n',
+    )
+    assert main(["mcp", "list", "calc", "--config", str(config), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["server"] == "calc"
+    add = next(t for t in entry["tools"] if t["name"] == "add")
+    assert add["description"] == "Add two numbers."
+    assert add["inputSchema"]["required"] == ["a", "b"]
+
+    assert main(["mcp", "list", "--config", str(config)]) == 1  # one server is broken
+    out = capsys.readouterr().out
+    assert "calc  (http://127.0.0.1:" in out and "  add: Add two numbers." in out
+    assert "dead  (lattice-no-such-mcp-server)\n  error: MCP server 'dead': could not start" in out
+    assert "lattice  (builtin)\n  retrieve_context:" in out
+
+    assert main(["mcp", "list", "nope", "--config", str(config)]) == 2
+    assert "MCP server 'nope' is not configured (configured: calc, dead" in capsys.readouterr().err
