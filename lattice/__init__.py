@@ -2,14 +2,19 @@
 
 Public names are imported lazily (PEP 562) so that ``import lattice`` and the
 ``lattice`` command start fast; ``from lattice import lower`` works as usual.
+``lattice.lower`` is always the function, even after the subpackage of the same name
+has been imported; import from the subpackage with ``from lattice.lower import ...``.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from lattice.config import LatticeConfig, load_config
     from lattice.document import Workflow, load_workflow
     from lattice.errors import (
         Diagnostic,
@@ -20,45 +25,94 @@ if TYPE_CHECKING:
         LatticeUserError,
     )
     from lattice.ir import ExecIR, execir_json_schema, ir_from_json, ir_to_json
+    from lattice.llm.anthropic_provider import AnthropicProvider
+    from lattice.llm.base import LLMProvider
+    from lattice.llm.disabled import DisabledProvider
+    from lattice.llm.factory import make_provider
+    from lattice.llm.fixture import FixtureProvider
+    from lattice.llm.mock import MockProvider
+    from lattice.llm.openai_provider import OpenAIProvider
     from lattice.lower import LowererRegistry, lower, lower_document
+    from lattice.primitive import LLMPrimitive, Response
+    from lattice.runtime.results import FailureReport, RunResult, Usage
+    from lattice.runtime.runner import RunLimits, Runner
+    from lattice.runtime.settings import RuntimeSettings
+    from lattice.runtime.store import RunStore
 
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
+    "AnthropicProvider": "lattice.llm.anthropic_provider",
     "Diagnostic": "lattice.errors",
+    "DisabledProvider": "lattice.llm.disabled",
     "DocumentError": "lattice.errors",
     "ExecIR": "lattice.ir",
+    "FailureReport": "lattice.runtime.results",
+    "FixtureProvider": "lattice.llm.fixture",
     "InputError": "lattice.errors",
+    "LLMPrimitive": "lattice.primitive",
+    "LLMProvider": "lattice.llm.base",
+    "LatticeConfig": "lattice.config",
     "LatticeError": "lattice.errors",
     "LatticeRunError": "lattice.errors",
     "LatticeUserError": "lattice.errors",
     "LowererRegistry": "lattice.lower",
+    "MockProvider": "lattice.llm.mock",
+    "OpenAIProvider": "lattice.llm.openai_provider",
+    "Response": "lattice.primitive",
+    "RunLimits": "lattice.runtime.runner",
+    "RunResult": "lattice.runtime.results",
+    "RunStore": "lattice.runtime.store",
+    "Runner": "lattice.runtime.runner",
+    "RuntimeSettings": "lattice.runtime.settings",
+    "Usage": "lattice.runtime.results",
     "Workflow": "lattice.document",
     "execir_json_schema": "lattice.ir",
     "ir_from_json": "lattice.ir",
     "ir_to_json": "lattice.ir",
+    "load_config": "lattice.config",
     "load_workflow": "lattice.document",
     "lower": "lattice.lower",
     "lower_document": "lattice.lower",
+    "make_provider": "lattice.llm.factory",
 }
+"""Public name → the module that defines it (imported on first use)."""
 
 __all__ = [
+    "AnthropicProvider",
     "Diagnostic",
+    "DisabledProvider",
     "DocumentError",
     "ExecIR",
+    "FailureReport",
+    "FixtureProvider",
     "InputError",
+    "LLMPrimitive",
+    "LLMProvider",
+    "LatticeConfig",
     "LatticeError",
     "LatticeRunError",
     "LatticeUserError",
     "LowererRegistry",
+    "MockProvider",
+    "OpenAIProvider",
+    "Response",
+    "RunLimits",
+    "RunResult",
+    "RunStore",
+    "Runner",
+    "RuntimeSettings",
+    "Usage",
     "Workflow",
     "__version__",
     "execir_json_schema",
     "ir_from_json",
     "ir_to_json",
+    "load_config",
     "load_workflow",
     "lower",
     "lower_document",
+    "make_provider",
 ]
 
 
@@ -73,3 +127,20 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
+
+
+class _Package(types.ModuleType):
+    """The ``lattice`` module's class: when a subpackage named like an export is imported
+    (``lattice.lower``), the import system sets it on its parent; keep the export instead."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (
+            name in _EXPORTS
+            and isinstance(value, types.ModuleType)
+            and value.__name__ == f"{__name__}.{name}"
+        ):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -70,8 +70,8 @@ class Contract:
                 "- Exactly one artifact (one JSON value).",
                 "- It must validate against the JSON Schema below.",
             ]
-        for inv in self.invariants:
-            lines.append(f"- {inv.definition.rule}")
+        # an invariant without a rule text (LLMPrimitive's pydantic check) adds no line
+        lines += [f"- {inv.definition.rule}" for inv in self.invariants if inv.definition.rule]
         return "\n".join(lines) if lines else "- Answer the request directly."
 
     def schema_text(self) -> str:

@@ -1,0 +1,135 @@
+"""The public surface of ``import lattice``: what it exports, and what it does not import."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+import lattice
+from tests.conftest import REPO
+
+SDKS = ("openai", "anthropic", "mcp")
+KEYWORD_ONLY = {"LLMPrimitive": 0, "Response": 0, "Runner": 1}
+"""Public classes → how many leading positional parameters they take (``Runner(ir, ...)``)."""
+
+
+def test_all_matches_the_lazy_export_table() -> None:
+    assert lattice.__all__ == sorted([*lattice._EXPORTS, "__version__"])
+    assert len(set(lattice.__all__)) == len(lattice.__all__)
+    assert dir(lattice) == lattice.__all__
+
+
+@pytest.mark.parametrize("name", sorted(lattice._EXPORTS))
+def test_every_export_is_importable_from_its_module(name: str) -> None:
+    value = getattr(lattice, name)
+    defining = importlib.import_module(lattice._EXPORTS[name])
+    assert getattr(defining, name) is value
+
+
+def test_type_checking_imports_mirror_the_export_table() -> None:
+    """Type checkers see the same names, from the same modules, as the lazy table gives."""
+    tree = ast.parse((REPO / "lattice" / "__init__.py").read_text(encoding="utf-8"))
+    (block,) = [
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    ]
+    seen = {
+        alias.name: stmt.module
+        for stmt in block.body
+        if isinstance(stmt, ast.ImportFrom)
+        for alias in stmt.names
+    }
+    assert seen == lattice._EXPORTS
+
+
+def test_the_names_a_user_needs_are_exported() -> None:
+    wanted = {
+        "load_workflow",
+        "lower",
+        "Runner",
+        "RunResult",
+        "LLMPrimitive",
+        "Response",
+        "LatticeError",
+        "LatticeUserError",
+        "LatticeRunError",
+        "OpenAIProvider",
+        "AnthropicProvider",
+        "MockProvider",
+        "FixtureProvider",
+        "make_provider",
+    }
+    assert wanted <= set(lattice.__all__)
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Lowerer'"):
+        _ = lattice.Lowerer  # type: ignore[attr-defined]
+
+
+def _sdks_after(code: str) -> list[str]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code
+            + "\nimport json, sys\n"
+            + f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(SDKS)!r}))))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_import_lattice_does_not_import_the_sdks() -> None:
+    assert _sdks_after("import lattice") == []
+
+
+def test_using_the_public_api_does_not_import_the_sdks() -> None:
+    """Even a star import (every public name, provider classes included) stays SDK-free."""
+    assert _sdks_after("from lattice import *") == []
+
+
+def test_the_probe_would_see_an_sdk() -> None:
+    """The subprocess check above can fail: importing a provider's SDK shows up."""
+    assert _sdks_after("import lattice, openai") == ["openai"]
+
+
+@pytest.mark.parametrize("name", sorted(KEYWORD_ONLY))
+def test_public_constructors_take_keyword_arguments(name: str) -> None:
+    params = list(inspect.signature(getattr(lattice, name)).parameters.values())
+    assert len(params) > KEYWORD_ONLY[name]
+    for param in params[KEYWORD_ONLY[name] :]:
+        assert param.kind is inspect.Parameter.KEYWORD_ONLY, f"{name}({param.name})"
+
+
+def test_py_typed_ships() -> None:
+    assert (REPO / "lattice" / "py.typed").is_file()
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["lattice"]
+
+
+def test_lower_stays_the_function_after_its_subpackage_is_imported() -> None:
+    """Importing ``lattice.lower`` (the subpackage) used to replace ``lattice.lower`` (the function)."""
+    code = (
+        "from lattice import LowererRegistry, lower\n"
+        "import lattice, lattice.lower.compiler\n"
+        "from lattice.lower import lower_document\n"
+        "assert lower is lattice.lower and callable(lower), lower\n"
+        "assert lower.__module__ == 'lattice.lower.compiler', lower\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
