@@ -349,3 +349,21 @@ def test_router_reaches_the_mock_behind_it() -> None:
     assert router.covers("classify")  # type: ignore[attr-defined]
     asyncio.run(router.complete(req()))
     assert router.checkpoint() == {"classify": 1}  # type: ignore[attr-defined]
+
+
+def test_recording_a_mock_files_its_answers_under_the_real_prompt_hashes(tmp_path: Path) -> None:
+    script = tmp_path / "m.json"
+    script.write_text(json.dumps({"responses": {"classify": ["billing"]}}), encoding="utf-8")
+    fixtures = tmp_path / "f.jsonl"
+    recorder = make_provider(None, mock=script, fixtures=fixtures, record=True)
+    assert isinstance(recorder, FixtureProvider)
+    assert isinstance(recorder.record_with, MockProvider)
+    assert complete(recorder, req()).text == "billing"
+    [line] = read_fixtures(fixtures).values()
+    assert line["prompt_hash"] == req().prompt_hash()
+    assert line["meta"]["model"] == "mock-model"
+    assert complete(FixtureProvider(fixtures), req()).text == "billing"  # replays offline
+    with pytest.raises(LatticeUserError, match="--record needs --fixtures"):
+        make_provider(None, mock=script, record=True)
+    with pytest.raises(LatticeUserError, match="--mock is used alone"):
+        make_provider("openai", mock=script, fixtures=fixtures, record=True)

@@ -63,7 +63,8 @@ def make_provider(
     """The provider for a run.
 
     ``--mock FILE`` alone means ``mock``; ``--fixtures FILE`` alone replays;
-    ``--fixtures FILE --record --provider openai`` records; otherwise ``name``, then the
+    ``--fixtures FILE --record --provider openai`` records (``--mock FILE`` instead of a live
+    provider records the script's answers); otherwise ``name``, then the
     config's ``llm.provider``, else ``disabled`` (which fails clearly at the first call).
     """
     config = config or LatticeConfig()
@@ -72,9 +73,19 @@ def make_provider(
             f"unknown provider {name!r}; choose one of: {', '.join(PROVIDER_NAMES)}"
         )
     if mock is not None:
-        if name not in (None, "mock") or fixtures is not None:
-            raise LatticeUserError("--mock is used alone (it implies --provider mock)")
-        return MockProvider.from_file(mock)
+        if name not in (None, "mock") or (fixtures is not None and not record):
+            raise LatticeUserError(
+                "--mock is used alone (it implies --provider mock), or with "
+                "--fixtures FILE --record to record its scripted answers as fixtures"
+            )
+        if record and fixtures is None:
+            raise LatticeUserError("--record needs --fixtures FILE to record into")
+        scripted = MockProvider.from_file(mock)
+        if fixtures is not None:
+            # A recorded mock: scripted completions filed under the real prompts' hashes, so
+            # the run replays offline with --fixtures alone (a workflow's shipped fixtures).
+            return FixtureProvider(fixtures, record_with=scripted)
+        return scripted
     if name == "mock":
         raise LatticeUserError("--provider mock needs --mock FILE (a mock script)")
     if fixtures is not None:

@@ -40,8 +40,10 @@ class HttpPolicy:
     """Injectable transport (``httpx.MockTransport`` in tests)."""
 
     def check_host(self, url: str) -> None:
-        host = (urlsplit(url).hostname or "").lower()
-        if not host:
+        parts = urlsplit(url)
+        # "db.internal." is the same DNS name as "db.internal": match it without the dot.
+        host = (parts.hostname or "").lower().rstrip(".")
+        if parts.scheme.lower() not in ("http", "https") or not host:
             raise LatticeRunError(f"not an absolute http(s) URL: {url!r}", error_type="tool_error")
         if any(fnmatch.fnmatch(host, pattern.lower()) for pattern in self.deny_hosts):
             raise LatticeRunError(
@@ -141,7 +143,7 @@ class HttpExecutor:
     ) -> dict[str, Any]:
         limit = pool.policy.max_response_bytes
         try:
-            async with pool.client().stream(timeout=timeout, **request) as response:
+            async with pool.client().stream(timeout=timeout, **_with_query(request)) as response:
                 chunks, size = [], 0
                 async for chunk in response.aiter_bytes():
                     size += len(chunk)
@@ -153,6 +155,11 @@ class HttpExecutor:
                         )
                     chunks.append(chunk)
                 raw = b"".join(chunks)
+        except (httpx.InvalidURL, UnicodeEncodeError) as exc:  # raised before any connection
+            raise LatticeRunError(
+                f"{request['method']} {_safe_url(request['url'])} cannot be sent: {exc}",
+                error_type="tool_error",
+            ) from exc
         except httpx.TimeoutException as exc:
             raise LatticeRunError(
                 f"{request['method']} {_safe_url(request['url'])} timed out after {timeout:g}s",
@@ -210,6 +217,16 @@ class HttpExecutor:
                     details={"body_excerpt": _excerpt(text)},
                 ) from exc
             return text
+
+
+def _with_query(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` with its ``params`` merged into the URL's own query string (httpx's
+    ``params=`` would replace that query string; a ``query`` key wins over the same name)."""
+    request = dict(request)
+    params = request.pop("params")
+    if params:
+        request["url"] = httpx.URL(request["url"]).copy_merge_params(params)
+    return request
 
 
 def _safe_url(url: str) -> str:
