@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,10 +24,11 @@ def repo(tmp_path: Path) -> Path:
 
 GOOD = """--- a/src/app.py
 +++ b/src/app.py
-@@ -1,2 +1,2 @@
+@@ -1,3 +1,3 @@
  def greet(name):
 -    return 'Hello ' + name
 +    return f'Hello {name}!'
+ 
 @@ -5,2 +5,3 @@
  def main():
      print(greet('world'))
@@ -45,7 +48,7 @@ def test_files_on_disk_are_not_changed(repo: Path) -> None:
 def test_wrong_context_names_the_file_the_hunk_and_the_line(repo: Path) -> None:
     bad = GOOD.replace("-    return 'Hello ' + name", "-    return 'Hi ' + name")
     [problem] = check_patch(bad, repo)
-    assert problem.startswith("src/app.py: hunk 1 (@@ -1,2 +1,2 @@) does not apply: ")
+    assert problem.startswith("src/app.py: hunk 1 (@@ -1,3 +1,3 @@) does not apply: ")
     assert "line 2 is \"    return 'Hello ' + name\"" in problem
     assert "the hunk expects \"    return 'Hi ' + name\"" in problem
 
@@ -58,7 +61,7 @@ def test_only_the_failing_hunk_is_reported(repo: Path) -> None:
 
 def test_hunks_at_the_wrong_line_apply_with_an_offset_like_git_apply(repo: Path) -> None:
     shifted = GOOD.replace("@@ -5,2 +5,3 @@", "@@ -3,2 +3,3 @@").replace(
-        "@@ -1,2 +1,2 @@", "@@ -2,2 +2,2 @@"
+        "@@ -1,3 +1,3 @@", "@@ -2,3 +2,3 @@"
     )
     assert check_patch(shifted, repo) == []
 
@@ -91,7 +94,7 @@ def test_new_files(repo: Path) -> None:
 def test_deleting_a_file(repo: Path) -> None:
     delete = "--- a/notes.txt\n+++ /dev/null\n@@ -1,3 +0,0 @@\n-one\n-two\n-three\n"
     assert check_patch(delete, repo) == []
-    partial = "--- a/notes.txt\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-one\n-two\n"
+    partial = "--- a/notes.txt\n+++ /dev/null\n@@ -1,3 +1,1 @@\n-one\n-two\n three\n"
     assert (
         "deletes the file ('+++ /dev/null') but leaves 1 of its lines"
         in (check_patch(partial, repo)[0])
@@ -106,8 +109,8 @@ def test_a_missing_file(repo: Path) -> None:
 
 
 def test_two_patches_of_one_file_apply_in_sequence(repo: Path) -> None:
-    first = "--- a/notes.txt\n+++ b/notes.txt\n@@ -1 +1 @@\n-one\n+ONE\n"
-    second = "--- a/notes.txt\n+++ b/notes.txt\n@@ -1 +1 @@\n-ONE\n+1\n"
+    first = "--- a/notes.txt\n+++ b/notes.txt\n@@ -1,2 +1,2 @@\n-one\n+ONE\n two\n"
+    second = "--- a/notes.txt\n+++ b/notes.txt\n@@ -1,2 +1,2 @@\n-ONE\n+1\n two\n"
     assert check_patch(first + second, repo) == []
     assert check_patch(first + first, repo)[0].startswith("notes.txt: hunk 1")
 
@@ -118,7 +121,7 @@ def test_renames_and_timestamps_and_git_headers(repo: Path) -> None:
         "index 1111111..2222222 100644\n"
         "--- a/notes.txt\t2026-01-01 10:00:00\n"
         "+++ b/docs/notes.txt\t2026-01-01 10:00:01\n"
-        "@@ -2 +2 @@\n-two\n+TWO\n"
+        "@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n"
         "\\ No newline at end of file\n"
     )
     assert check_patch(patch, repo) == []
@@ -169,3 +172,50 @@ def test_malformed_diffs(repo: Path, text: str, message: str) -> None:
         parse_unified_diff(text)
     assert message in str(info.value)
     assert check_patch(text, repo) == [f"not a unified diff: {info.value}"]
+
+
+NOTES = "--- a/notes.txt\n+++ b/notes.txt\n"
+ANCHORS = {
+    "middle-without-trailing-context": (NOTES + "@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n", "end"),
+    "middle-without-any-context": (NOTES + "@@ -2 +2 @@\n-two\n+TWO\n", "end"),
+    "line-1-not-at-the-start": (NOTES + "@@ -1,2 +1,2 @@\n-two\n+TWO\n three\n", "beginning"),
+}
+
+
+@pytest.mark.parametrize(("patch", "anchor"), ANCHORS.values(), ids=ANCHORS.keys())
+def test_hunks_are_anchored_like_git_apply(repo: Path, patch: str, anchor: str) -> None:
+    [problem] = check_patch(patch, repo)
+    assert problem.startswith("notes.txt: hunk 1")
+    assert f"must match at the {anchor} of the file" in problem
+
+
+AGREEMENT = {
+    "good": GOOD,
+    "wrong-context": GOOD.replace("-    return 'Hello ' + name", "-    return 'Hi ' + name"),
+    "offset": GOOD.replace("@@ -1,3 +1,3 @@", "@@ -2,3 +2,3 @@"),
+    "no-leading-context": NOTES + "@@ -2,2 +2,2 @@\n-two\n+TWO\n three\n",
+    "append-at-end": NOTES + "@@ -3,0 +4 @@\n+four\n",
+    "append-with-context": NOTES + "@@ -2,2 +2,3 @@\n two\n three\n+four\n",
+    "insert-in-the-middle-without-context": NOTES + "@@ -1,0 +2 @@\n+one and a half\n",
+    **{name: patch for name, (patch, _) in ANCHORS.items()},
+    "new-file": "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1,2 @@\n+a\n+b\n",
+    "new-file-that-exists": "--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+a\n",
+    "delete": "--- a/notes.txt\n+++ /dev/null\n@@ -1,3 +0,0 @@\n-one\n-two\n-three\n",
+    "missing-file": "--- a/nope.txt\n+++ b/nope.txt\n@@ -1 +1 @@\n-a\n+b\n",
+}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.parametrize("name", sorted(AGREEMENT))
+def test_verdicts_agree_with_git_apply(repo: Path, tmp_path: Path, name: str) -> None:
+    patch_file = tmp_path / "change.diff"
+    patch_file.write_text(AGREEMENT[name], encoding="utf-8")
+    git = subprocess.run(
+        ["git", "apply", "--check", str(patch_file)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    problems = check_patch(AGREEMENT[name], repo)
+    assert (problems == []) == (git.returncode == 0), (problems, git.stderr)

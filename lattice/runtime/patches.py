@@ -14,6 +14,8 @@ Rules, close to ``git apply``:
   hunk's position (after the earlier hunks of the same file) or, like ``git apply``, at
   another position further down (the nearest one wins); lines are compared exactly
   (only a trailing ``\\r`` is ignored), a blank line in a hunk counts as an empty context line;
+- anchors, as ``git apply`` has them: a hunk without trailing context lines must match
+  at the end of the file, and one that starts at line 0 or 1 at its beginning;
 - a path must stay inside ``root``: absolute paths, ``..`` and symlinks that lead out are
   problems, and the file is never read.
 """
@@ -52,6 +54,15 @@ class Hunk:
     @property
     def new_lines(self) -> list[str]:
         return [text for tag, text in self.lines if tag != "-"]
+
+    @property
+    def trailing_context(self) -> int:
+        count = 0
+        for tag, _ in reversed(self.lines):
+            if tag != " ":
+                break
+            count += 1
+        return count
 
 
 @dataclass
@@ -201,18 +212,14 @@ def _mismatch(buffer: list[str], position: int, expected: list[str]) -> str:
     return "its lines do not match"
 
 
-def _find(buffer: list[str], block: list[str], position: int, floor: int) -> int | None:
-    """Where ``block`` occurs in ``buffer`` at or after ``floor``: ``position`` if there, else the nearest."""
+def _occurrences(buffer: list[str], block: list[str], floor: int) -> list[int]:
+    """Every index at or after ``floor`` where ``block`` occurs in ``buffer``."""
     size = len(block)
-    if buffer[position : position + size] == block and position >= floor:
-        return position
-    best: int | None = None
-    for start in range(floor, len(buffer) - size + 1):
-        if buffer[start : start + size] == block and (
-            best is None or abs(start - position) < abs(best - position)
-        ):
-            best = start
-    return best
+    return [
+        start
+        for start in range(floor, len(buffer) - size + 1)
+        if buffer[start : start + size] == block
+    ]
 
 
 def _apply(patch: FilePatch, buffer: list[str], path: str) -> tuple[list[str], list[str]]:
@@ -226,23 +233,44 @@ def _apply(patch: FilePatch, buffer: list[str], path: str) -> tuple[list[str], l
         # -N,0 means "after line N"; otherwise the hunk starts at line N.
         position = hunk.old_start + delta if hunk.old_count == 0 else hunk.old_start - 1 + delta
         position = max(position, 0)
+        where = f"{path}: hunk {hunk.number} ({hunk.header}) does not apply: "
+        must_begin = hunk.old_start <= 1
+        must_end = hunk.trailing_context == 0
         if not old:
-            if position > len(result):
-                problems.append(
-                    f"{path}: hunk {hunk.number} ({hunk.header}) does not apply: it inserts after "
-                    f"line {position}, but the file has {len(result)} lines"
-                )
-                continue
-            found: int | None = position
+            candidates = [position] if position <= len(result) else []
         else:
-            found = _find(result, old, position, floor)
-        if found is None:
-            problems.append(
-                f"{path}: hunk {hunk.number} ({hunk.header}) does not apply: "
-                f"{_mismatch(result, position, old)}, and its context and removed lines "
-                "occur nowhere else in the file"
-            )
+            candidates = _occurrences(result, old, floor)
+        anchored = [
+            start
+            for start in candidates
+            if (not must_begin or start == 0) and (not must_end or start + len(old) == len(result))
+        ]
+        if not anchored and candidates:
+            if must_end:
+                problems.append(
+                    where + "it has no trailing context lines, so (as with git apply) it must "
+                    "match at the end of the file, and it does not; add the unchanged lines that "
+                    "follow the change as context"
+                )
+            else:
+                problems.append(
+                    where + f"it starts at line {hunk.old_start}, so (as with git apply) it must "
+                    "match at the beginning of the file, and it does not; give its real line number"
+                )
             continue
+        if not anchored:
+            if not old:
+                problems.append(
+                    where
+                    + f"it inserts after line {position}, but the file has {len(result)} lines"
+                )
+            else:
+                problems.append(
+                    where + f"{_mismatch(result, position, old)}, and its context and removed "
+                    "lines occur nowhere else in the file"
+                )
+            continue
+        found = min(anchored, key=lambda start: (abs(start - position), start))
         new = hunk.new_lines
         result[found : found + len(old)] = new
         delta += len(new) - len(old)
