@@ -950,3 +950,12 @@ def test_repair_packet_of_a_large_invalid_output_still_omits_the_context(
     repair_text = all_text(provider.calls[1])
     assert "- /items/100: 'x' is not of type 'integer'" in repair_text
     assert "CONTEXT-MARKER" not in repair_text
+
+
+def test_retry_after_is_a_floor_but_capped() -> None:
+    from lattice.runtime.policies import RetrySettings
+
+    settings = RetrySettings(jitter=0.0, max_retry_after=60.0)
+    assert settings.delay(0, 7.0) == 7.0
+    assert settings.delay(0, 0.1) == 1.0  # backoff wins over a smaller Retry-After
+    assert settings.delay(0, 86_400.0) == 60.0

@@ -77,15 +77,19 @@ def ladder_from(
 @dataclass(frozen=True)
 class RetrySettings:
     """Backoff for ``retry``: ``base * 2**n`` capped at ``cap`` plus up to ``jitter`` (a fraction);
-    a Retry-After from the provider is a floor."""
+    a Retry-After from the server is a floor, itself capped at ``max_retry_after`` so that a
+    server cannot park a run for as long as it likes."""
 
     max_retries: int = 3
     base: float = 1.0
     cap: float = 30.0
     jitter: float = 0.25
+    max_retry_after: float = 300.0
     rng: random.Random = field(default_factory=lambda: random.Random(0), compare=False)
 
     def delay(self, retry_number: int, retry_after: float | None) -> float:
         backoff = min(self.cap, self.base * (2**retry_number))
         backoff *= 1 + self.rng.uniform(0, self.jitter)
-        return max(backoff, float(retry_after)) if retry_after is not None else backoff
+        if retry_after is None:
+            return backoff
+        return max(backoff, min(float(retry_after), self.max_retry_after))
