@@ -1,0 +1,1 @@
+"""todo: a command-line todo list (sample project of Lattice's compiler passes)."""
