@@ -457,7 +457,7 @@ def save_artifact(
         run=_run_ref(project, run_id, run_dir),
         subject=subject,
         inputs=inputs,
-        warnings=reference_warnings(spec.artifact_type, content, sources),
+        warnings=reference_warnings(spec.artifact_type, content, sources, subject),
     )
 
 
@@ -602,7 +602,9 @@ def _collect(value: Any, path: str) -> list[Any]:
     return current
 
 
-def reference_warnings(artifact_type: str, content: Any, sources: Mapping[str, Any]) -> list[str]:
+def reference_warnings(
+    artifact_type: str, content: Any, sources: Mapping[str, Any], subject: str | None = None
+) -> list[str]:
     """Ids that ``content`` cites but neither it nor its input artifacts define.
 
     JSON Schema checks each artifact alone; this checks the ids that tie the chain
@@ -626,6 +628,20 @@ def reference_warnings(artifact_type: str, content: Any, sources: Mapping[str, A
         unserved = [r for r in required if r not in served]
         if unserved:
             warnings.append(f"requirements served by no component: {', '.join(unserved)}")
+    if artifact_type == "ImplementationPlan" and isinstance(content, dict):
+        target = content.get("target") or {}
+        if subject is not None and target.get("path") != subject:
+            warnings.append(f"target.path: {target.get('path')} is not the target file {subject}")
+        planned = {
+            str(f.get("id")): f.get("path")
+            for f in _collect(sources.get("ScaffoldPlan"), "files[]")
+        }
+        file_id = str(target.get("file_id"))
+        if file_id in planned and planned[file_id] != target.get("path"):
+            warnings.append(
+                f"target.file_id: {file_id} is {planned[file_id]} in the ScaffoldPlan, "
+                f"not {target.get('path')}"
+            )
     if artifact_type == "TestPlan" and "ProjectPlan" in sources:
         checked = {str(v) for v in _collect(content, "cases[].requirement_ids[]")}
         checked |= {str(v) for v in _collect(content, "untested_requirements[].requirement_id")}

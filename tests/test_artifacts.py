@@ -209,6 +209,17 @@ def test_reference_warnings_for_test_and_implementation_plans() -> None:
     ) == ["steps[].test_case_ids[]: T99 is not test case id(s) of the TestPlan"]
 
 
+def test_an_implementation_plan_must_be_for_its_target_file() -> None:
+    sources = {"ScaffoldPlan": authored("scaffold"), "TestPlan": authored("test")}
+    plan = authored("implementation")
+    assert reference_warnings("ImplementationPlan", plan, sources, "src/todo/store.py") == []
+    plan["target"]["file_id"] = "F3"
+    assert reference_warnings("ImplementationPlan", plan, sources, "src/todo/cli.py") == [
+        "target.path: src/todo/store.py is not the target file src/todo/cli.py",
+        "target.file_id: F3 is src/todo/cli.py in the ScaffoldPlan, not src/todo/store.py",
+    ]
+
+
 # -- the project directory -------------------------------------------------------------------
 
 
