@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lattice.cli_run import add_run_commands
 
     add_run_commands(sub)
+    from lattice.cli_export import add_export_commands
+
+    add_export_commands(sub)
     from lattice.cli_plan import add_plan_commands
 
     add_plan_commands(sub)
