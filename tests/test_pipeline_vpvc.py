@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -511,3 +512,36 @@ def test_lattice_check_passes_on_every_shipped_workflow(
     code = main(["check", str(path)])
     _, err = capsys.readouterr()
     assert code == 0, err
+
+
+def documented_runs(page: Path) -> list[list[str]]:
+    """The ``lattice run …vpvc.json …`` commands of the sh blocks of ``page``."""
+    text = page.read_text(encoding="utf-8")
+    commands = []
+    for block in text.split("```sh\n")[1:]:
+        body = block.split("```", 1)[0].replace("\\\n", " ")
+        for line in body.splitlines():
+            words = shlex.split(line, comments=True)
+            if (
+                words[:2] == ["lattice", "run"]
+                and "--provider" not in words
+                and str(VPVC.relative_to(REPO)) in words
+            ):
+                commands.append(words[1:])
+    return commands
+
+
+@pytest.mark.parametrize("page", ["README.md", "workflows/pipelines/README.md"])
+def test_the_documented_offline_commands_run(
+    page: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    commands = documented_runs(REPO / page)
+    assert commands
+    for words in commands:
+        if "--record" in words:  # re-recording: write elsewhere, compare below
+            continue
+        code = main([*words, "--no-record"])
+        out, err = capsys.readouterr()
+        assert code == 0, (words, err)
+        assert json.loads(out)["status"] == "accepted"
