@@ -314,6 +314,24 @@ def test_abort_ends_with_the_reasons(tmp_path: Path) -> None:
     assert [c.node_id for c in provider.calls] == ["validate_task"]
 
 
+def test_a_retry_before_planning_guides_the_first_plan(tmp_path: Path) -> None:
+    guidance = "Change Stock.remove only; leave the report alone."
+    retry = decision(
+        "retry",
+        retry={"strategy": "narrow the scope", "max_additional_tries": 0, "prompt_patch": guidance},
+    )
+    abort = decision("abort", reasons=["The plan cannot meet the constraints."])
+    result, _ = run(
+        {"validate_task": [retry], "planner": [PLAN_V2], "validate_plan": [abort]}, tmp_path
+    )
+    [prompt] = user_prompts(result, "planner")
+    assert f"# Instruction for this attempt\n{guidance}" in prompt
+    assert result.vars["planner_retries"] == 0  # guidance, not a re-run
+    assert result.output["status"] == "aborted"
+    assert result.output["validator"] == "validate_plan"
+    assert result.output["reasons"] == ["The plan cannot meet the constraints."]
+
+
 def test_escalate_runs_the_planner_one_model_class_up(tmp_path: Path) -> None:
     escalate = decision("escalate", reasons=["The plan misreads how counts are stored."])
     result, provider = run(
