@@ -158,6 +158,13 @@ def test_globs_filter_files(repo: Path, globs: list[str] | None, expected: set[s
     assert set(paths(result)) == expected
 
 
+def test_a_glob_matches_the_path_it_spells_literally(tmp_path: Path) -> None:
+    write(tmp_path, "app/[id]/page.tsx", "export default function Page() {}\n")
+    write(tmp_path, "app/i/page.tsx", "export default function Other() {}\n")
+    result = retrieve_context(tmp_path, {"query": "page", "globs": ["app/[id]/page.tsx"]})
+    assert paths(result) == ["app/[id]/page.tsx", "app/i/page.tsx"]
+
+
 @pytest.mark.parametrize(
     "glob", ["../secret.txt", "../**", "src/../../x", "/etc/passwd", "C:/Windows", "..\\x", ""]
 )

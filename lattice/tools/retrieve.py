@@ -204,12 +204,14 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 
 @dataclass(frozen=True)
 class _Glob:
+    pattern: str
     regex: re.Pattern[str]
     basename_only: bool
 
     def matches(self, relative: str) -> bool:
         target = relative.rsplit("/", 1)[-1] if self.basename_only else relative
-        return self.regex.match(target) is not None
+        # A pattern also matches the path it spells literally ('app/[id]/page.tsx').
+        return target == self.pattern or self.regex.match(target) is not None
 
 
 def _parse_globs(raw: Any) -> list[_Glob]:
@@ -233,7 +235,7 @@ def _parse_globs(raw: Any) -> list[_Glob]:
                 argument="globs",
             )
         text = text.removeprefix("./")
-        globs.append(_Glob(_glob_regex(text), basename_only="/" not in text))
+        globs.append(_Glob(text, _glob_regex(text), basename_only="/" not in text))
     return globs
 
 
