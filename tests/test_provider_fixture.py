@@ -363,6 +363,10 @@ def test_recording_a_mock_files_its_answers_under_the_real_prompt_hashes(tmp_pat
     assert line["prompt_hash"] == req().prompt_hash()
     assert line["meta"]["model"] == "mock-model"
     assert complete(FixtureProvider(fixtures), req()).text == "billing"  # replays offline
+    assert recorder.checkpoint() == {"classify": 1}  # a resumed recording goes on
+    recorder.restore({"classify": 0})
+    assert recorder.record_with.cursor == {"classify": 0}  # type: ignore[union-attr]
+    assert FixtureProvider(fixtures).checkpoint() is None
     with pytest.raises(LatticeUserError, match="--record needs --fixtures"):
         make_provider(None, mock=script, record=True)
     with pytest.raises(LatticeUserError, match="--mock is used alone"):

@@ -63,6 +63,16 @@ class FixtureProvider:
         if callable(close):
             await close()
 
+    def checkpoint(self) -> Any:
+        """Where the provider being recorded is (a mock's cursor), so a resumed run goes on."""
+        state = getattr(self.record_with, "checkpoint", None)
+        return state() if callable(state) else None
+
+    def restore(self, state: Any) -> None:
+        restore = getattr(self.record_with, "restore", None)
+        if callable(restore):
+            restore(state)
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         prompt_hash = request.prompt_hash()
         entry = self.table.get(prompt_hash)
