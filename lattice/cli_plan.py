@@ -174,6 +174,8 @@ def _row(artifact: Artifact) -> str:
 
 
 def add_plan_commands(sub: Any) -> None:
+    from lattice.cli_run import add_provider_options
+
     p = sub.add_parser(
         "plan",
         help="run a compiler pass over a project directory and save its artifact",
@@ -196,18 +198,7 @@ def add_plan_commands(sub: Any) -> None:
         metavar="RUN_DIR",
         help="save the artifact of a run of this pass that completed after lattice resume",
     )
-    p.add_argument(
-        "--provider",
-        help="openai, anthropic, mock, fixture or disabled (default: config, else disabled)",
-    )
-    p.add_argument("--mock", metavar="FILE", help="mock script (implies --provider mock)")
-    p.add_argument("--fixtures", metavar="FILE", help="replay recorded completions (JSONL)")
-    p.add_argument(
-        "--record", action="store_true", help="with --fixtures and a live --provider: record"
-    )
-    p.add_argument(
-        "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
-    )
+    add_provider_options(p)
     p.add_argument(
         "--answers",
         metavar="FILE",

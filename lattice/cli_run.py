@@ -325,13 +325,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_run_commands(sub: Any) -> None:
-    p = sub.add_parser("run", help="lower and run a workflow")
-    p.add_argument("workflow", help="workflow document (JSON)")
-    p.add_argument(
-        "--input", action="append", default=[], metavar="K=V", help="one input (repeatable)"
-    )
-    p.add_argument("--inputs", metavar="FILE", help="inputs as a JSON object")
+def add_provider_options(p: argparse.ArgumentParser) -> None:
+    """--provider, --mock, --fixtures, --record and --config (lattice run, lattice plan)."""
     p.add_argument(
         "--provider",
         help="openai, anthropic, mock, fixture or disabled (default: config, else disabled)",
@@ -339,11 +334,23 @@ def add_run_commands(sub: Any) -> None:
     p.add_argument("--mock", metavar="FILE", help="mock script (implies --provider mock)")
     p.add_argument("--fixtures", metavar="FILE", help="replay recorded completions (JSONL)")
     p.add_argument(
-        "--record", action="store_true", help="with --fixtures and a live --provider: record"
+        "--record",
+        action="store_true",
+        help="with --fixtures: record the completions of the live --provider (or --mock)",
     )
     p.add_argument(
         "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
     )
+
+
+def add_run_commands(sub: Any) -> None:
+    p = sub.add_parser("run", help="lower and run a workflow")
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument(
+        "--input", action="append", default=[], metavar="K=V", help="one input (repeatable)"
+    )
+    p.add_argument("--inputs", metavar="FILE", help="inputs as a JSON object")
+    add_provider_options(p)
     p.add_argument(
         "--repo",
         metavar="DIR",

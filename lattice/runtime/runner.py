@@ -137,7 +137,8 @@ class Runner:
             recorder.write_json("input.json", inputs)
             recorder.write_json("state_initial.json", state.snapshot())
         ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
-        return await self._walk(ctx, self.ir.entry, steps=0, visits={}, op_seq=0)
+        with gc_pacing(self.settings.gc_pacing):
+            return await self._walk(ctx, self.ir.entry, steps=0, visits={}, op_seq=0)
 
     def validate_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Raise InputError listing every way ``inputs`` breaks the inputs schema."""
@@ -242,13 +243,14 @@ class Runner:
             {"from_op": checkpoint["next_op"], "after": checkpoint.get("status")},
             op=False,
         )
-        return await runner._walk(
-            ctx,
-            checkpoint["next_op"],
-            steps=int(checkpoint.get("steps", 0)),
-            visits={k: int(v) for k, v in checkpoint.get("visits", {}).items()},
-            op_seq=int(checkpoint.get("op_seq", 0)),
-        )
+        with gc_pacing(runner.settings.gc_pacing):
+            return await runner._walk(
+                ctx,
+                checkpoint["next_op"],
+                steps=int(checkpoint.get("steps", 0)),
+                visits={k: int(v) for k, v in checkpoint.get("visits", {}).items()},
+                op_seq=int(checkpoint.get("op_seq", 0)),
+            )
 
     # -- secrets --------------------------------------------------------------------------
 
@@ -310,18 +312,6 @@ class Runner:
         )
 
     async def _walk(
-        self,
-        ctx: RunContext,
-        current: str | None,
-        *,
-        steps: int,
-        visits: dict[str, int],
-        op_seq: int,
-    ) -> RunResult:
-        with gc_pacing(self.settings.gc_pacing):
-            return await self._walk_ops(ctx, current, steps=steps, visits=visits, op_seq=op_seq)
-
-    async def _walk_ops(
         self,
         ctx: RunContext,
         current: str | None,
