@@ -12,7 +12,7 @@ from lattice.ir.models import AskOp
 from lattice.runtime.contract import CallEnv
 from lattice.runtime.results import Usage
 from lattice.runtime.state import StateStore
-from lattice.runtime.store import NullRecorder, RunRecorder
+from lattice.runtime.store import RunRecorder
 from lattice.tools.http import HttpClientPool
 from lattice.tools.mcp import ToolSessions
 
@@ -100,7 +100,6 @@ class RunContext:
         tools.emit = self.emit
         self.events: list[dict[str, Any]] = []
         self._listeners = listeners
-        self._persist = not isinstance(recorder, NullRecorder)
         self.seq = seq
         self.last_result: str | None = None
         self.current_op: str | None = None
@@ -130,8 +129,7 @@ class RunContext:
                 "data": {} if data is None else data,
             }
         self.events.append(event)
-        if self._persist:
-            self.recorder.append_event(event)
+        self.recorder.append_event(event)
         for listener in self._listeners:
             listener(event)
         return event

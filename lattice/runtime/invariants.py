@@ -190,6 +190,19 @@ def diff_problems(text: str) -> list[str]:
     return problems
 
 
+def _diff_at(value: Any, params: dict[str, Any]) -> tuple[str, str | list[Violation]]:
+    """(pointer, the diff text at ``params["path"]``) or (pointer, the violations saying why not)."""
+    pointer = str(params.get("path", ""))
+    shown = pointer or "/"
+    try:
+        text = resolve_pointer(value, pointer)
+    except (KeyError, IndexError, ValueError):
+        return shown, [{"pointer": shown, "message": "missing: a unified diff is required here"}]
+    if not isinstance(text, str):
+        return shown, [{"pointer": shown, "message": "must be a string holding a unified diff"}]
+    return shown, text
+
+
 @register_invariant(
     "unified_diff",
     error_type="invalid_diff",
@@ -197,16 +210,11 @@ def diff_problems(text: str) -> list[str]:
 )
 def unified_diff(value: Any, params: dict[str, Any]) -> list[Violation]:
     """The string at ``path`` (JSON pointer, default the whole value) is a unified diff."""
-    pointer = str(params.get("path", ""))
-    try:
-        text = resolve_pointer(value, pointer)
-    except (KeyError, IndexError, ValueError):
-        return [{"pointer": pointer or "/", "message": "missing: a unified diff is required here"}]
+    pointer, text = _diff_at(value, params)
     if not isinstance(text, str):
-        return [{"pointer": pointer or "/", "message": "must be a string holding a unified diff"}]
+        return text
     return [
-        {"pointer": pointer or "/", "message": f"not a unified diff: {p}"}
-        for p in diff_problems(text)
+        {"pointer": pointer, "message": f"not a unified diff: {p}"} for p in diff_problems(text)
     ]
 
 
@@ -221,15 +229,11 @@ def patch_applies(value: Any, params: dict[str, Any]) -> list[Violation]:
     """Every hunk of the diff at ``path`` applies to the files under ``params["repo_root"]``."""
     from lattice.runtime.patches import check_patch
 
-    pointer = str(params.get("path", ""))
-    try:
-        text = resolve_pointer(value, pointer)
-    except (KeyError, IndexError, ValueError):
-        return [{"pointer": pointer or "/", "message": "missing: a unified diff is required here"}]
+    pointer, text = _diff_at(value, params)
     if not isinstance(text, str):
-        return [{"pointer": pointer or "/", "message": "must be a string holding a unified diff"}]
+        return text
     return [
-        {"pointer": pointer or "/", "message": problem}
+        {"pointer": pointer, "message": problem}
         for problem in check_patch(text, Path(params["repo_root"]))
     ]
 

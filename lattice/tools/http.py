@@ -142,6 +142,7 @@ class HttpExecutor:
         self, pool: HttpClientPool, request: dict[str, Any], timeout: float
     ) -> dict[str, Any]:
         limit = pool.policy.max_response_bytes
+        where = f"{request['method']} {_safe_url(request['url'])}"
         try:
             async with pool.client().stream(timeout=timeout, **_with_query(request)) as response:
                 chunks, size = [], 0
@@ -149,7 +150,7 @@ class HttpExecutor:
                     size += len(chunk)
                     if size > limit:
                         raise LatticeRunError(
-                            f"{request['method']} {_safe_url(request['url'])}: response larger than {limit} bytes",
+                            f"{where}: response larger than {limit} bytes",
                             error_type="tool_error",
                             details={"limit": limit},
                         )
@@ -157,25 +158,25 @@ class HttpExecutor:
                 raw = b"".join(chunks)
         except (httpx.InvalidURL, UnicodeEncodeError) as exc:  # raised before any connection
             raise LatticeRunError(
-                f"{request['method']} {_safe_url(request['url'])} cannot be sent: {exc}",
+                f"{where} cannot be sent: {exc}",
                 error_type="tool_error",
             ) from exc
         except httpx.TimeoutException as exc:
             raise LatticeRunError(
-                f"{request['method']} {_safe_url(request['url'])} timed out after {timeout:g}s",
+                f"{where} timed out after {timeout:g}s",
                 error_type="timeout_error",
                 details={"retryable": True},
             ) from exc
         except httpx.HTTPError as exc:
             raise LatticeRunError(
-                f"{request['method']} {_safe_url(request['url'])} failed: {type(exc).__name__}: {exc}",
+                f"{where} failed: {type(exc).__name__}: {exc}",
                 error_type="http_error",
                 details={"retryable": True},
             ) from exc
         text = raw.decode(response.encoding or "utf-8", errors="replace")
         if response.status_code >= 400:
             raise LatticeRunError(
-                f"{request['method']} {_safe_url(request['url'])} returned {response.status_code}: {_excerpt(text, 200)}",
+                f"{where} returned {response.status_code}: {_excerpt(text, 200)}",
                 error_type="http_error",
                 details={
                     "status": response.status_code,
