@@ -9,12 +9,13 @@ anyway). ``ANTHROPIC_BASE_URL`` is honoured by the SDK. SDK retries are off.
 from __future__ import annotations
 
 import os
-import time
+from types import ModuleType
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
-from lattice.llm.errors import LoopLocalClients, map_sdk_error, provider_error
+from lattice.llm.errors import LoopLocalClients, map_sdk_error
+from lattice.llm.sdk_provider import SdkProvider
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_MAX_TOKENS = 4096
@@ -39,10 +40,13 @@ def map_anthropic_error(exc: Exception, *, model: str, node_id: str | None) -> L
     )
 
 
-class AnthropicProvider:
+class AnthropicProvider(SdkProvider):
     """Messages through ``anthropic.AsyncAnthropic``; the key comes from ``ANTHROPIC_API_KEY``."""
 
     name = "anthropic"
+    label = "Anthropic"
+    schema_field = "output_config"
+    sdk_error = "AnthropicError"
 
     def __init__(
         self,
@@ -53,12 +57,8 @@ class AnthropicProvider:
         timeout: float = 60.0,
         http_client: Any = None,
     ) -> None:
-        try:
-            import anthropic
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise LatticeUserError(
-                "the anthropic provider needs the SDK: pip install 'lattice-lre[anthropic]'"
-            ) from exc
+        super().__init__()
+        anthropic = self._sdk()
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise LatticeUserError(
@@ -77,16 +77,15 @@ class AnthropicProvider:
                 http_client=http_client,
             )
         )
-        self._no_schema_models: set[str] = set()
 
-    @property
-    def client(self) -> Any:
-        """The SDK client of the running event loop."""
-        return self._clients.get()
-
-    async def aclose_loop_clients(self) -> None:
-        """Close the client of the running loop (``Runner.run`` calls this as its loop ends)."""
-        await self._clients.aclose_current()
+    def _sdk(self) -> ModuleType:
+        try:
+            import anthropic
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise LatticeUserError(
+                "the anthropic provider needs the SDK: pip install 'lattice-lre[anthropic]'"
+            ) from exc
+        return anthropic
 
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")
@@ -108,42 +107,22 @@ class AnthropicProvider:
             }
         return body
 
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        import anthropic
+    async def _create(self, body: dict[str, Any]) -> Any:
+        return await self.client.messages.create(**body)
 
-        model = request.model or self.default_model
-        structured = request.response_schema is not None and model not in self._no_schema_models
-        started = time.perf_counter()
-        try:
-            try:
-                message = await self.client.messages.create(
-                    **self._body(request, model, structured=structured)
-                )
-            except anthropic.BadRequestError as exc:
-                if not structured or "output_config" not in str(exc.message):
-                    raise
-                self._no_schema_models.add(model)
-                message = await self.client.messages.create(
-                    **self._body(request, model, structured=False)
-                )
-        except anthropic.AnthropicError as exc:
-            raise map_anthropic_error(exc, model=model, node_id=request.node_id) from exc
-        except (ValueError, TypeError, KeyError) as exc:  # e.g. a 200 whose body is not JSON
-            raise provider_error(
-                "provider_error",
-                f"Anthropic ({model}): unreadable response: {exc}",
-                exc,
-                request.node_id,
-            ) from exc
+    def _response(self, raw: Any, model: str, latency_ms: float) -> LLMResponse:
         text = "".join(
             getattr(block, "text", "")
-            for block in message.content
+            for block in raw.content
             if getattr(block, "type", "") == "text"
         )
         return LLMResponse(
             text=text,
-            usage=TokenUsage(message.usage.input_tokens, message.usage.output_tokens),
-            model=message.model or model,
-            latency_ms=(time.perf_counter() - started) * 1000,
-            finish_reason=message.stop_reason,
+            usage=TokenUsage(raw.usage.input_tokens, raw.usage.output_tokens),
+            model=raw.model or model,
+            latency_ms=latency_ms,
+            finish_reason=raw.stop_reason,
         )
+
+    def _map_error(self, exc: Exception, model: str, node_id: str | None) -> LatticeRunError:
+        return map_anthropic_error(exc, model=model, node_id=node_id)

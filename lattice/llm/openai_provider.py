@@ -9,12 +9,13 @@ one place (``map_openai_error``).
 from __future__ import annotations
 
 import os
-import time
+from types import ModuleType
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
-from lattice.llm.errors import LoopLocalClients, map_sdk_error, provider_error
+from lattice.llm.errors import LoopLocalClients, map_sdk_error
+from lattice.llm.sdk_provider import SdkProvider
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -62,7 +63,7 @@ def map_openai_error(exc: Exception, *, model: str, node_id: str | None) -> Latt
     )
 
 
-class OpenAIProvider:
+class OpenAIProvider(SdkProvider):
     """Chat completions through ``openai.AsyncOpenAI``.
 
     ``api_key`` defaults to ``OPENAI_API_KEY``; ``base_url`` to ``OPENAI_BASE_URL``.
@@ -70,6 +71,9 @@ class OpenAIProvider:
     """
 
     name = "openai"
+    label = "OpenAI"
+    schema_field = "response_format"
+    sdk_error = "OpenAIError"
 
     def __init__(
         self,
@@ -80,12 +84,8 @@ class OpenAIProvider:
         timeout: float = 60.0,
         http_client: Any = None,
     ) -> None:
-        try:
-            import openai
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise LatticeUserError(
-                "the openai provider needs the SDK: pip install 'lattice-lre[openai]'"
-            ) from exc
+        super().__init__()
+        openai = self._sdk()
         key = api_key or os.environ.get("OPENAI_API_KEY")
         base = base_url or os.environ.get("OPENAI_BASE_URL")
         if not key and not base:
@@ -106,16 +106,15 @@ class OpenAIProvider:
                 http_client=http_client,
             )
         )
-        self._no_schema_models: set[str] = set()
 
-    @property
-    def client(self) -> Any:
-        """The SDK client of the running event loop."""
-        return self._clients.get()
-
-    async def aclose_loop_clients(self) -> None:
-        """Close the client of the running loop (``Runner.run`` calls this as its loop ends)."""
-        await self._clients.aclose_current()
+    def _sdk(self) -> ModuleType:
+        try:
+            import openai
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise LatticeUserError(
+                "the openai provider needs the SDK: pip install 'lattice-lre[openai]'"
+            ) from exc
+        return openai
 
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -140,44 +139,21 @@ class OpenAIProvider:
             }
         return body
 
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        import openai
+    async def _create(self, body: dict[str, Any]) -> Any:
+        return await self.client.chat.completions.create(**body)
 
-        model = request.model or self.default_model
-        structured = request.response_schema is not None and model not in self._no_schema_models
-        started = time.perf_counter()
-        try:
-            try:
-                completion = await self.client.chat.completions.create(
-                    **self._body(request, model, structured=structured)
-                )
-            except openai.BadRequestError as exc:
-                if not structured or "response_format" not in str(exc.message):
-                    raise
-                # The server does not support json_schema output: fall back to plain prompting
-                # (the contract is in the prompt and is validated anyway).
-                self._no_schema_models.add(model)
-                completion = await self.client.chat.completions.create(
-                    **self._body(request, model, structured=False)
-                )
-        except openai.OpenAIError as exc:
-            raise map_openai_error(exc, model=model, node_id=request.node_id) from exc
-        except (ValueError, TypeError, KeyError) as exc:  # e.g. a 200 whose body is not JSON
-            raise provider_error(
-                "provider_error",
-                f"OpenAI ({model}): unreadable response: {exc}",
-                exc,
-                request.node_id,
-            ) from exc
-        choice = completion.choices[0] if completion.choices else None
-        text = (choice.message.content or "") if choice is not None else ""
-        usage = completion.usage
+    def _response(self, raw: Any, model: str, latency_ms: float) -> LLMResponse:
+        choice = raw.choices[0] if raw.choices else None
+        usage = raw.usage
         return LLMResponse(
-            text=text,
+            text=(choice.message.content or "") if choice is not None else "",
             usage=TokenUsage(
                 usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0
             ),
-            model=completion.model or model,
-            latency_ms=(time.perf_counter() - started) * 1000,
+            model=raw.model or model,
+            latency_ms=latency_ms,
             finish_reason=choice.finish_reason if choice is not None else None,
         )
+
+    def _map_error(self, exc: Exception, model: str, node_id: str | None) -> LatticeRunError:
+        return map_openai_error(exc, model=model, node_id=node_id)
