@@ -208,12 +208,6 @@ def add_plan_commands(sub: Any) -> None:
         "--runs-dir", metavar="DIR", help="where run folders go (default: DIR/.lattice/runs)"
     )
     p.add_argument(
-        "--max-calls", type=int, metavar="N", help="model calls per run, repairs included"
-    )
-    p.add_argument(
-        "--max-tokens-total", type=int, metavar="N", help="tokens per run, repairs included"
-    )
-    p.add_argument(
         "--json", action="store_true", help="print the whole run result, not just the artifact"
     )
     p.set_defaults(handler=cmd_plan)

@@ -326,7 +326,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def add_provider_options(p: argparse.ArgumentParser) -> None:
-    """--provider, --mock, --fixtures, --record and --config (lattice run, lattice plan)."""
+    """--provider, --mock, --fixtures, --record, --config and the model-call budgets
+    (lattice run, lattice plan)."""
     p.add_argument(
         "--provider",
         help="openai, anthropic, mock, fixture or disabled (default: config, else disabled)",
@@ -340,6 +341,12 @@ def add_provider_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
+    )
+    p.add_argument(
+        "--max-calls", type=int, metavar="N", help="model calls per run, repairs included"
+    )
+    p.add_argument(
+        "--max-tokens-total", type=int, metavar="N", help="tokens per run, repairs included"
     )
 
 
@@ -379,12 +386,6 @@ def add_run_commands(sub: Any) -> None:
         default=None,
         metavar="N",
         help="executions of one op, loops included (default 1000)",
-    )
-    p.add_argument(
-        "--max-calls", type=int, metavar="N", help="model calls per run, repairs included"
-    )
-    p.add_argument(
-        "--max-tokens-total", type=int, metavar="N", help="tokens per run, repairs included"
     )
     p.add_argument(
         "--json", action="store_true", help="print the whole result, not just the output"
