@@ -90,11 +90,7 @@ class LLMRequest:
 
     def preview(self, limit: int = 160) -> str:
         """The start of the last user message, on one line."""
-        last = self.messages[-1] if self.messages else None
-        if last is not None and last.role == "user":
-            user = last.content
-        else:
-            user = next((m.content for m in reversed(self.messages) if m.role == "user"), "")
+        user = next((m.content for m in reversed(self.messages) if m.role == "user"), "")
         flat = " ".join(user[: limit * 4].split())
         return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
