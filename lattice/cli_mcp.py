@@ -8,7 +8,6 @@ built-in server ``lattice`` is listed too. Useful when writing ``mcp`` nodes.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from typing import Any
@@ -17,6 +16,8 @@ from lattice.errors import InputError, LatticeRunError
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    import asyncio
+
     from lattice.config import load_config
     from lattice.tools.mcp import BUILTIN_SERVER_ID, specs_from_config
 
