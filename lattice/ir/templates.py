@@ -158,13 +158,10 @@ class Template:
 
     def render(self, resolve: Callable[[Ref], Any]) -> str:
         """Render to text; ``resolve`` raises for missing values (never empty strings)."""
-        out: list[str] = []
-        for part in self.parts:
-            if isinstance(part, str):
-                out.append(part)
-            else:
-                out.append(to_text(resolve(part)))
-        return "".join(out)
+        parts = self.parts
+        if len(parts) == 1 and isinstance(parts[0], str):
+            return parts[0]
+        return "".join([p if isinstance(p, str) else to_text(resolve(p)) for p in parts])
 
 
 def to_text(value: Any) -> str:

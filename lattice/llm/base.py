@@ -40,6 +40,7 @@ class LLMRequest:
     response_schema: dict[str, Any] | None = None
     node_id: str | None = None
     op_id: str | None = None
+    _hash: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def system(self) -> str | None:
@@ -59,43 +60,52 @@ class LLMRequest:
             "max_tokens": self.max_tokens,
         }
 
-    def prompt_hash(self) -> str:
+    def prompt_hash(self, *, schema_json: str | None = None) -> str:
         """sha256 (hex) of the canonical request: stable across runs and machines.
 
         The hashed text is ``json.dumps(self.canonical(), sort_keys=True,
         ensure_ascii=False, separators=(",", ":"))``, assembled here without the
-        intermediate dicts (this runs on every model call).
+        intermediate dicts (this runs on every model call). ``schema_json`` is
+        ``response_schema`` in that spelling, for a caller that has it already.
+        The hash is computed once per request.
         """
-        messages = ",".join(
-            '{"content":'
-            + _quote(m.content.replace("\r\n", "\n").replace("\r", "\n"))
-            + ',"role":'
-            + _quote(m.role)
-            + "}"
-            for m in self.messages
-        )
-        schema = (
-            "null"
-            if self.response_schema is None
-            else json.dumps(
-                self.response_schema, sort_keys=True, ensure_ascii=False, separators=(",", ":")
-            )
-        )
+        if self._hash is not None:
+            return self._hash
+        parts = []
+        for m in self.messages:
+            content = m.content
+            if "\r" in content:
+                content = content.replace("\r\n", "\n").replace("\r", "\n")
+            parts.append(f'{{"content":{_quote(content)},"role":{_quote(m.role)}}}')
+        schema = self.response_schema
+        if schema_json is None:
+            schema_json = "null" if schema is None else canonical_json(schema)
         text = (
-            f'{{"max_tokens":{_number(self.max_tokens)},"messages":[{messages}],'
-            f'"model_class":{_quote(self.model_class)},"schema":{schema},'
+            f'{{"max_tokens":{_number(self.max_tokens)},"messages":[{",".join(parts)}],'
+            f'"model_class":{_quote(self.model_class)},"schema":{schema_json},'
             f'"temperature":{_number(self.temperature)},"top_p":{_number(self.top_p)}}}'
         )
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        object.__setattr__(self, "_hash", digest)
+        return digest
 
     def preview(self, limit: int = 160) -> str:
         """The start of the last user message, on one line."""
-        user = next((m.content for m in reversed(self.messages) if m.role == "user"), "")
+        user = ""
+        for m in reversed(self.messages):
+            if m.role == "user":
+                user = m.content
+                break
         flat = " ".join(user[: limit * 4].split())
         return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
     def size_chars(self) -> int:
-        return sum(len(m.content) for m in self.messages)
+        return sum([len(m.content) for m in self.messages])
+
+
+def canonical_json(value: Any) -> str:
+    """``value`` as the prompt hash spells it: sorted keys, no spaces, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _number(value: float | None) -> str:

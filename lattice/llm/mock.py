@@ -129,7 +129,9 @@ class MockProvider:
         item = self._next_item(request.node_id or request.op_id or "")
         if self.latency:
             await asyncio.sleep(self.latency)
-        if isinstance(item, Mapping) and "$error" in item:
+        if isinstance(item, str):
+            text = item
+        elif isinstance(item, Mapping) and "$error" in item:
             details = {k: v for k, v in item.items() if k not in ("$error", "message")}
             raise LatticeRunError(
                 str(item.get("message") or f"mock {item['$error']}"),
@@ -137,7 +139,8 @@ class MockProvider:
                 node_id=request.node_id,
                 details=details,
             )
-        text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
+        else:
+            text = json.dumps(item, ensure_ascii=False)
         return LLMResponse(
             text=text,
             usage=TokenUsage((request.size_chars() + 3) // 4, estimate_tokens(text)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from lattice.ir.models import AskOp
@@ -32,13 +32,13 @@ class HaltRun(Exception):
         self.action = action
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     """What an op did: the port it leaves through and what it produced."""
 
     port: str = "default"
     output: Any = None
-    record: dict[str, Any] = field(default_factory=dict)
+    record: dict[str, Any] | None = None
     """Extra fields for the op's record file (attempts, request, ...)."""
 
 
@@ -99,6 +99,8 @@ class RunContext:
         self.tools = tools
         tools.emit = self.emit
         self.events: list[dict[str, Any]] = []
+        self._keep = self.events.append
+        self._record = recorder.append_event
         self._listeners = listeners
         self.seq = seq
         self.last_result: str | None = None
@@ -109,29 +111,30 @@ class RunContext:
         self, type_: str, data: dict[str, Any] | None = None, *, op: bool = True
     ) -> dict[str, Any]:
         """Record an event (appended and flushed to events.jsonl, passed to listeners)."""
-        self.seq += 1
-        if op and self.current_op is not None:
+        self.seq = seq = self.seq + 1
+        if op and (op_id := self.current_op) is not None:
             event: dict[str, Any] = {
-                "seq": self.seq,
+                "seq": seq,
                 "ts": utc_now(),
                 "run_id": self.run_id,
                 "type": type_,
-                "op_id": self.current_op,
+                "op_id": op_id,
                 "node_id": self.current_node,
                 "data": {} if data is None else data,
             }
         else:
             event = {
-                "seq": self.seq,
+                "seq": seq,
                 "ts": utc_now(),
                 "run_id": self.run_id,
                 "type": type_,
                 "data": {} if data is None else data,
             }
-        self.events.append(event)
-        self.recorder.append_event(event)
-        for listener in self._listeners:
-            listener(event)
+        self._keep(event)
+        self._record(event)
+        if self._listeners:
+            for listener in self._listeners:
+                listener(event)
         return event
 
     async def aclose(self) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import jsonschema
 
 from lattice.errors import LatticeRunError
-from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message
+from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message, canonical_json
 from lattice.prompts.builtin import REPAIR
 from lattice.runtime.extract import ExtractionError, extract_json
 from lattice.runtime.invariants import BoundInvariant
@@ -139,6 +139,7 @@ class ContractEngine:
         )
         self._rules = contract.rules()
         self._schema_text = contract.schema_text()
+        self._schema_json = "null" if contract.schema is None else canonical_json(contract.schema)
 
     # -- validation ---------------------------------------------------------------------
 
@@ -271,7 +272,7 @@ class ContractEngine:
                 "kind": kind,
                 "model_class": model_class,
                 "request_chars": request.size_chars(),
-                "messages": [m.to_json() for m in request_messages],
+                "messages": [{"role": m.role, "content": m.content} for m in request_messages],
             }
             attempts.append(attempt)
             try:
@@ -376,7 +377,7 @@ class ContractEngine:
     async def _call(
         self, request: LLMRequest, env: CallEnv, attempt: dict[str, Any]
     ) -> LLMResponse:
-        prompt_hash = request.prompt_hash()
+        prompt_hash = request.prompt_hash(schema_json=self._schema_json)
         attempt["prompt_hash"] = prompt_hash
         env.emit(
             "llm_request",
@@ -396,26 +397,24 @@ class ContractEngine:
         except LatticeRunError:
             attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
             raise
-        env.usage.add(response.model, request.model_class, response.usage)
-        attempt.update(
-            {
-                "model": response.model,
-                "completion": response.text,
-                "input_tokens": response.usage.input_tokens,
-                "output_tokens": response.usage.output_tokens,
-                "latency_ms": round(response.latency_ms, 3),
-                "finish_reason": response.finish_reason,
-            }
-        )
+        usage = response.usage
+        env.usage.add(response.model, request.model_class, usage)
+        latency_ms = round(response.latency_ms, 3)
+        attempt["model"] = response.model
+        attempt["completion"] = response.text
+        attempt["input_tokens"] = usage.input_tokens
+        attempt["output_tokens"] = usage.output_tokens
+        attempt["latency_ms"] = latency_ms
+        attempt["finish_reason"] = response.finish_reason
         env.emit(
             "llm_response",
             {
                 "model": response.model,
                 "model_class": request.model_class,
                 "prompt_hash": prompt_hash,
-                "input_tokens": response.usage.input_tokens,
-                "output_tokens": response.usage.output_tokens,
-                "latency_ms": round(response.latency_ms, 3),
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "latency_ms": latency_ms,
                 "finish_reason": response.finish_reason,
             },
         )

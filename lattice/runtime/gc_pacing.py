@@ -15,49 +15,58 @@ previous thresholds come back when the last active run ends. Turn it off with
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Any
 
 OLDEST_GENERATION_THRESHOLD = 100
 """Young-generation collections between full collections while runs are active (CPython default: 10)."""
 
 
 class _Pacer:
+    """Counts active runs; the first one in raises the threshold, the last one out restores it.
+
+    A plain context manager (not ``@contextmanager``): it wraps every run, and the
+    generator machinery cost more than the bookkeeping itself.
+    """
+
     __slots__ = ("active", "saved")
 
     def __init__(self) -> None:
         self.active = 0
         self.saved: tuple[int, int, int] | None = None
 
-    @contextmanager
-    def run_active(self) -> Iterator[None]:
+    def __enter__(self) -> None:
         if self.active == 0:
             first, second, third = gc.get_threshold()
             if third < OLDEST_GENERATION_THRESHOLD:
                 self.saved = (first, second, third)
                 gc.set_threshold(first, second, OLDEST_GENERATION_THRESHOLD)
         self.active += 1
-        try:
-            yield
-        finally:
-            self.active -= 1
-            if self.active == 0 and self.saved is not None:
-                if gc.get_threshold()[2] == OLDEST_GENERATION_THRESHOLD:  # nobody else changed it
-                    gc.set_threshold(*self.saved)
-                self.saved = None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.active -= 1
+        if self.active == 0 and self.saved is not None:
+            if gc.get_threshold()[2] == OLDEST_GENERATION_THRESHOLD:  # nobody else changed it
+                gc.set_threshold(*self.saved)
+            self.saved = None
+
+
+class _Unpaced:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 _PACER = _Pacer()
+_UNPACED = _Unpaced()
 
 
-@contextmanager
-def gc_pacing(enabled: bool = True) -> Iterator[None]:
-    """Hold the paced thresholds for the duration of one run (nesting and overlap are fine)."""
-    if not enabled:
-        yield
-        return
-    with _PACER.run_active():
-        yield
+def gc_pacing(enabled: bool = True) -> _Pacer | _Unpaced:
+    """A context manager holding the paced thresholds for one run (nesting and overlap are fine)."""
+    return _PACER if enabled else _UNPACED
 
 
 def active_runs() -> int:

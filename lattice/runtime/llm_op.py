@@ -79,21 +79,24 @@ def compose_messages(
     input blocks and ``variables``; without one the user part is the prompt plus the blocks.
     """
     blocks = [
-        f"## {label}\n{to_text(value)}" for label, value in context if value not in ({}, None, "")
+        f"## {label}\n{to_text(value)}"
+        for label, value in context
+        if not (value is None or (isinstance(value, (str, dict)) and not value))
     ]
     input_text = ("\n\n# Input\n" + "\n\n".join(blocks)) if blocks else ""
-    system_parts = [system] if system else []
-    if template is not None:
-        values = {**(builtins or {}), "prompt": prompt, "input": input_text}
-        values.update({k: to_text(v) for k, v in (variables or {}).items()})
-        system_text, user = template.render(values)
-        if system_text:
-            system_parts.append(system_text)
-    else:
+    if template is None:
         user = prompt + input_text
-    messages = [Message("system", "\n\n".join(system_parts))] if system_parts else []
-    messages.append(Message("user", user))
-    return tuple(messages)
+        if system:
+            return (Message("system", system), Message("user", user))
+        return (Message("user", user),)
+    values = {**(builtins or {}), "prompt": prompt, "input": input_text}
+    if variables:
+        values.update({k: to_text(v) for k, v in variables.items()})
+    system_text, user = template.render(values)
+    system_parts = [part for part in (system, system_text) if part]
+    if system_parts:
+        return (Message("system", "\n\n".join(system_parts)), Message("user", user))
+    return (Message("user", user),)
 
 
 class LLMWriteExecutor:
@@ -119,20 +122,25 @@ class LLMWriteExecutor:
     ) -> tuple[Message, ...]:
         """The original (non-repair) messages for this visit of the op."""
         state = ctx.state
-        variables = {name: t.render(state.resolve) for name, t in self.variables.items()}
-        prompt = self.prompt.render(lambda ref: state.resolve(ref, variables))
+        if self.variables:
+            variables = {name: t.render(state.resolve) for name, t in self.variables.items()}
+            prompt = self.prompt.render(lambda ref: state.resolve(ref, variables))
+        else:
+            variables = {}
+            prompt = self.prompt.render(state.resolve)
         context = [(label, state.get(path)) for label, path in self.context]
         if tools:
             context.append(("Tools", tools))
-        extra = _take_information(ctx.answers, self.op.source_node)
+        extra = _take_information(ctx.answers, self.op.source_node) if ctx.answers else None
         if extra:
             context.append(("Information from a person", extra))
+        template = self.template
         return compose_messages(
             prompt=prompt,
             context=context,
             system=self.op.system,
-            template=self.template,
-            builtins=(engine or self.engine).builtins(),
+            template=template,
+            builtins=None if template is None else (engine or self.engine).builtins(),
             variables=variables,
         )
 

@@ -54,14 +54,18 @@ class Usage:
         self.estimated_cost_usd = round(total / 1_000_000, 6)
 
     def add(self, model: str, model_class: str, usage: TokenUsage) -> None:
+        tokens_in, tokens_out = usage.input_tokens, usage.output_tokens
         self.calls += 1
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
+        self.input_tokens += tokens_in
+        self.output_tokens += tokens_out
         for table, key in ((self.by_model, model), (self.by_class, model_class)):
-            row = table.setdefault(key, {"calls": 0, "input_tokens": 0, "output_tokens": 0})
-            row["calls"] += 1
-            row["input_tokens"] += usage.input_tokens
-            row["output_tokens"] += usage.output_tokens
+            row = table.get(key)
+            if row is None:
+                table[key] = {"calls": 1, "input_tokens": tokens_in, "output_tokens": tokens_out}
+            else:
+                row["calls"] += 1
+                row["input_tokens"] += tokens_in
+                row["output_tokens"] += tokens_out
 
     @property
     def total_tokens(self) -> int:

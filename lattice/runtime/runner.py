@@ -32,11 +32,12 @@ from lattice.llm.disabled import DisabledProvider
 from lattice.runtime.context import AskHuman, EventListener, HaltRun, Outcome, RunContext, utc_now
 from lattice.runtime.contract import CallEnv
 from lattice.runtime.executors import Executor, build_executor, normalize_answer
+from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
 from lattice.runtime.results import FailureReport, RunResult, Usage
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
-from lattice.runtime.store import Redactor, RunRecorder, RunStore, new_run_id
+from lattice.runtime.store import Redactor, RunFolderExists, RunRecorder, RunStore, new_run_id
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.http import HttpClientPool
 from lattice.tools.mcp import ToolSessions
@@ -95,6 +96,7 @@ class Runner:
             for op_id, op in ir.ops.items()
         }
         self._input_validator = jsonschema.Draft202012Validator(ir.inputs_schema or {})
+        self._inputs_accepted = flat_object_check(ir.inputs_schema)
         self._model_classes = sorted(
             {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
         )
@@ -124,11 +126,8 @@ class Runner:
         """Run from the entry op. Inputs that fail the inputs schema raise InputError before anything is written."""
         inputs = dict(inputs or {})
         self.validate_inputs(inputs)
-        run_id = run_id or new_run_id()
+        run_id, recorder = self._open_recorder(run_id)
         state = StateStore(inputs, ctx=self._ctx(run_id), secrets=self._read_secret)
-        recorder = self.store.open(
-            run_id, redact=self._redactor() if self.store.root is not None else None
-        )
         ctx = self._context(run_id, state, recorder, Usage(), seq=0)
         if recorder.run_dir is not None:
             if self.workflow is not None:
@@ -140,9 +139,25 @@ class Runner:
         with gc_pacing(self.settings.gc_pacing):
             return await self._walk(ctx, self.ir.entry, steps=0, visits={}, op_seq=0)
 
+    def _open_recorder(self, run_id: str | None) -> tuple[str, RunRecorder]:
+        """The run's id and recorder; a generated id whose folder exists is drawn again."""
+        if self.store.root is None:
+            return run_id or new_run_id(), self.store.open("", redact=None)
+        redact = self._redactor()
+        if run_id is not None:
+            return run_id, self.store.open(run_id, redact=redact)
+        for _ in range(4):
+            run_id = new_run_id()
+            try:
+                return run_id, self.store.open(run_id, redact=redact)
+            except RunFolderExists:
+                continue
+        raise LatticeUserError(f"cannot find a free run id under {self.store.root}")
+
     def validate_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Raise InputError listing every way ``inputs`` breaks the inputs schema."""
-        if self._input_validator.is_valid(inputs):
+        accepted = self._inputs_accepted
+        if (accepted is not None and accepted(inputs)) or self._input_validator.is_valid(inputs):
             return
         errors = sorted(
             self._input_validator.iter_errors(dict(inputs)), key=lambda e: list(e.absolute_path)
@@ -439,12 +454,11 @@ class Runner:
         error: LatticeRunError | None = None,
     ) -> None:
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        data: dict[str, Any] = {"duration_ms": duration_ms}
         if outcome is not None:
-            data["port"] = outcome.port
+            ctx.emit("op_finished", {"duration_ms": duration_ms, "port": outcome.port})
         else:
-            data["error_type"] = error.error_type if error else "error"
-        ctx.emit("op_finished", data)
+            error_type = error.error_type if error else "error"
+            ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error_type})
         if ctx.recorder.run_dir is None:
             return
         op = self.ir.ops[op_id]
@@ -457,7 +471,7 @@ class Runner:
             "inputs": self._read_inputs(ctx, self._reads[op_id]),
         }
         if outcome is not None:
-            record.update({"port": outcome.port, "output": outcome.output, **outcome.record})
+            record.update({"port": outcome.port, "output": outcome.output, **(outcome.record or {})})
         if error is not None:
             record["error"] = {
                 "error_type": error.error_type,

@@ -13,8 +13,8 @@ event. Every text passes through ``redact`` before it reaches the disk.
 from __future__ import annotations
 
 import json
+import random
 import re
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +27,27 @@ Redactor = Callable[[str], str]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def new_run_id() -> str:
-    """A sortable id that is safe as a folder name: ``20261122T101500-3fa9c1``."""
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+class _RunIds:
+    """Run ids: the UTC second (formatted once per second) and 32 random bits."""
+
+    __slots__ = ("second", "prefix")
+
+    def __init__(self) -> None:
+        self.second = -1
+        self.prefix = ""
+
+    def new(self) -> str:
+        second = int(time.time())
+        if second != self.second:
+            self.second = second
+            self.prefix = time.strftime("%Y%m%dT%H%M%S-", time.gmtime(second))
+        return f"{self.prefix}{random.getrandbits(32):08x}"
+
+
+new_run_id = _RunIds().new
+"""A sortable id that is safe as a folder name: ``20261122T101500-3fa9c1d0``.
+
+Not a secret; a generated id that meets an existing folder is drawn again (``RunFolderExists``)."""
 
 
 def safe_name(text: str) -> str:
@@ -39,6 +57,10 @@ def safe_name(text: str) -> str:
 
 def _dump(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+class RunFolderExists(LatticeUserError):
+    """A new run's folder is already there (runs never share a folder)."""
 
 
 class RunRecorder(Protocol):
@@ -88,7 +110,7 @@ class FolderRecorder:
                 run_dir.mkdir()  # a new run never writes into an existing run's folder
             (run_dir / "ops").mkdir(exist_ok=True)
         except FileExistsError:
-            raise LatticeUserError(
+            raise RunFolderExists(
                 f"run folder {run_dir} already exists; choose another run id"
             ) from None
         except OSError as exc:
