@@ -451,3 +451,36 @@ def test_corpus_question_halts_without_an_answer(tmp_path: Path) -> None:
     )
     assert resumed.status == "completed"
     assert resumed.vars["ask-confirm"]["result"] == {"label": "Yes, proceed", "index": 0}
+
+
+def test_a_generated_run_id_whose_folder_exists_is_drawn_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lattice.runtime.runner as runner_module
+
+    ids = iter(["20261122T101500-0000beef", "20261122T101500-0000beef", "20261122T101500-0000cafe"])
+    monkeypatch.setattr(runner_module, "new_run_id", lambda: next(ids))
+    (tmp_path / "20261122T101500-0000beef").mkdir()
+    ir = lower(workflow([node("start", "start"), node("end", "end")], [conn("start", "end")]))
+    result = Runner(ir, store=RunStore(tmp_path)).run()
+    assert result.status == "completed"
+    assert result.run_id == "20261122T101500-0000cafe"
+    assert not list((tmp_path / "20261122T101500-0000beef").iterdir())  # untouched
+
+
+def test_a_run_id_chosen_by_the_caller_never_reuses_a_folder(tmp_path: Path) -> None:
+    from lattice.errors import LatticeUserError
+
+    (tmp_path / "mine").mkdir()
+    ir = lower(workflow([node("start", "start"), node("end", "end")], [conn("start", "end")]))
+    with pytest.raises(LatticeUserError, match="already exists"):
+        Runner(ir, store=RunStore(tmp_path)).run(run_id="mine")
+
+
+def test_run_ids_are_sortable_folder_names_with_32_random_bits() -> None:
+    from lattice.runtime.store import new_run_id, safe_name
+
+    ids = {new_run_id() for _ in range(200)}
+    assert len(ids) == 200
+    for run_id in ids:
+        assert re.fullmatch(r"\d{8}T\d{6}-[0-9a-f]{8}", run_id) and safe_name(run_id) == run_id
