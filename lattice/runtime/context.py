@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from typing import Any
 
 from lattice.ir.models import AskOp
 from lattice.runtime.contract import CallEnv
+from lattice.runtime.events import EventLog, make_event, utc_now
 from lattice.runtime.results import Usage
 from lattice.runtime.state import StateStore
 from lattice.runtime.store import RunRecorder
@@ -42,33 +42,6 @@ class Outcome:
     """Extra fields for the op's record file (attempts, request, ...)."""
 
 
-class _UtcClock:
-    """Formats ``time.time()`` as ``2026-11-22T10:15:00.123Z``, at most once per millisecond."""
-
-    __slots__ = ("millis", "second", "second_text", "text")
-
-    def __init__(self) -> None:
-        self.second = self.millis = -1
-        self.second_text = self.text = ""
-
-    def now(self) -> str:
-        millis = int(time.time() * 1000)
-        if millis != self.millis:
-            second = millis // 1000
-            if second != self.second:
-                self.second = second
-                self.second_text = dt.datetime.fromtimestamp(second, dt.UTC).strftime(
-                    "%Y-%m-%dT%H:%M:%S"
-                )
-            self.millis = millis
-            self.text = f"{self.second_text}.{millis % 1000:03d}Z"
-        return self.text
-
-
-utc_now = _UtcClock().now
-"""The current UTC time for events and records (millisecond precision)."""
-
-
 class RunContext:
     """One run's moving parts: state, events, provider, usage, answers."""
 
@@ -98,44 +71,34 @@ class RunContext:
         self.http_pool = http_pool
         self.tools = tools
         tools.emit = self.emit
-        self.events: list[dict[str, Any]] = []
-        self._keep = self.events.append
+        self.events = EventLog(run_id)
+        self._keep = self.events.entries.append
         self._record = recorder.append_event
+        self._compact = recorder.run_dir is None
+        """Nothing is written as it happens: keep events as tuples until they are read."""
         self._listeners = listeners
         self.seq = seq
         self.last_result: str | None = None
         self.current_op: str | None = None
         self.current_node: str | None = None
 
-    def emit(
-        self, type_: str, data: dict[str, Any] | None = None, *, op: bool = True
-    ) -> dict[str, Any]:
+    def emit(self, type_: str, data: dict[str, Any] | None = None, *, op: bool = True) -> None:
         """Record an event (appended and flushed to events.jsonl, passed to listeners)."""
         self.seq = seq = self.seq + 1
         if op and (op_id := self.current_op) is not None:
-            event: dict[str, Any] = {
-                "seq": seq,
-                "ts": utc_now(),
-                "run_id": self.run_id,
-                "type": type_,
-                "op_id": op_id,
-                "node_id": self.current_node,
-                "data": {} if data is None else data,
-            }
+            node_id = self.current_node
         else:
-            event = {
-                "seq": seq,
-                "ts": utc_now(),
-                "run_id": self.run_id,
-                "type": type_,
-                "data": {} if data is None else data,
-            }
+            op_id = node_id = None
+        if data is None:
+            data = {}
+        if self._compact and not self._listeners:
+            self._keep((seq, time.time(), type_, op_id, node_id, data))
+            return
+        event = make_event(seq, utc_now(), self.run_id, type_, op_id, node_id, data)
         self._keep(event)
         self._record(event)
-        if self._listeners:
-            for listener in self._listeners:
-                listener(event)
-        return event
+        for listener in self._listeners:
+            listener(event)
 
     async def aclose(self) -> None:
         """Release the run's resources (HTTP client, tool sessions)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lattice.llm.base import TokenUsage
+from lattice.runtime.events import EventsField
 
 RunStatus = Literal["completed", "failed", "halted"]
 
@@ -97,7 +98,8 @@ class RunResult:
     run_dir: Path | None
     usage: Usage
     failure: FailureReport | None = None
-    events: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    events: list[dict[str, Any]] = field(default=EventsField(), repr=False)  # type: ignore[assignment]
+    """The run's events (DESIGN.md §7), in order."""
 
     @property
     def vars(self) -> dict[str, Any]:
