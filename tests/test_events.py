@@ -1,0 +1,81 @@
+"""Events kept compact in memory read the same as events built as they happen."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+from lattice.llm.mock import MockProvider
+from lattice.lower import lower
+from lattice.runtime import Runner, RunStore
+from lattice.runtime.events import EventLog, format_utc
+from lattice.runtime.results import RunResult, Usage
+from tests.builders import chain
+from tests.test_runtime_examples import check_events
+
+
+def _without_times(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {k: v for k, v in e.items() if k not in ("ts", "run_id")}
+        | {"data": {k: v for k, v in e["data"].items() if k not in ("duration_ms", "latency_ms")}}
+        for e in events
+    ]
+
+
+def _runner(store: RunStore) -> Runner:
+    return Runner(lower(chain()), provider=MockProvider(default="ok"), store=store)
+
+
+def test_in_memory_events_equal_listened_and_written_events(tmp_path: Path) -> None:
+    compact = _runner(RunStore(None)).run({})
+    listened: list[dict[str, Any]] = []
+    observed = _runner(RunStore(None))
+    observed.subscribe(listened.append)
+    eager = observed.run({})
+    written = _runner(RunStore(tmp_path)).run({})
+    lines = (written.run_dir / "events.jsonl").read_text().splitlines()  # type: ignore[operator]
+    for result in (compact, eager, written):
+        check_events(result.events, result.run_id)
+    assert listened == eager.events
+    assert [json.loads(line) for line in lines] == written.events
+    assert (
+        _without_times(compact.events)
+        == _without_times(eager.events)
+        == _without_times(written.events)
+    )
+    assert json.loads(json.dumps(compact.events)) == compact.events
+
+
+def test_run_result_events_survive_copy_pickle_and_replace() -> None:
+    result = _runner(RunStore(None)).run({})
+    events = result.events
+    assert isinstance(events, list) and result.events is events  # expanded once
+    assert pickle.loads(pickle.dumps(result)).events == events
+    assert copy.deepcopy(result).events == events
+    assert dataclasses.replace(result).events == events
+    assert dataclasses.asdict(result)["events"] == events
+    empty = RunResult(status="completed", output=None, state={}, run_id="r", run_dir=None, usage=Usage())
+    assert empty.events == [] and "events" not in repr(empty)
+
+
+def test_an_event_log_expands_tuples_and_keeps_dicts() -> None:
+    log = EventLog("r1")
+    log.entries.append((1, 1_763_800_000.25, "run_started", None, None, {"x": 1}))
+    log.entries.append({"seq": 2, "ts": "t", "run_id": "r1", "type": "kept", "data": {}})
+    log.entries.append((3, 1_763_800_000.5, "op_started", "a", "node-a", {}))
+    assert len(log) == 3
+    first, second, third = log.to_list()
+    assert first == {
+        "seq": 1,
+        "ts": format_utc(1_763_800_000.25),
+        "run_id": "r1",
+        "type": "run_started",
+        "data": {"x": 1},
+    }
+    assert first["ts"] == "2025-11-22T08:26:40.250Z"
+    assert second["type"] == "kept"
+    assert third["op_id"] == "a" and third["node_id"] == "node-a"
