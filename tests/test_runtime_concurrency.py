@@ -160,3 +160,31 @@ def test_mock_provider_can_keep_no_calls() -> None:
     )
     assert result.usage.calls == LLM_OPS
     assert provider.calls == []
+
+
+def test_finished_runs_leave_no_cycles_for_the_collector() -> None:
+    """A run's objects are freed by reference counting when its result is dropped."""
+    import gc
+
+    runner = Runner(
+        lower(five_prompts()), provider=MockProvider(default="ok"), store=RunStore(None)
+    )
+
+    async def runs() -> None:
+        for i in range(20):
+            result = await runner.arun({"who": "w", "n": i})
+            assert result.status == "completed" and result.events
+            del result
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(runs())  # warm caches before counting
+        gc.collect()
+        gc.disable()
+        try:
+            loop.run_until_complete(runs())
+            assert gc.collect() == 0
+        finally:
+            gc.enable()
+    finally:
+        loop.close()

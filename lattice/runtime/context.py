@@ -42,6 +42,10 @@ class Outcome:
     """Extra fields for the op's record file (attempts, request, ...)."""
 
 
+def _discard(type_: str, data: dict[str, Any] | None = None, *, op: bool = True) -> None:
+    return None
+
+
 class RunContext:
     """One run's moving parts: state, events, provider, usage, answers."""
 
@@ -106,6 +110,12 @@ class RunContext:
             await self.tools.aclose()
         finally:
             await self.http_pool.aclose()
+
+    def detach(self) -> None:
+        """Drop the links back to this context once the run is over, so that its
+        objects are freed as soon as the result is, not by the cycle collector."""
+        self.llm.emit = _discard
+        self.tools.emit = _discard
 
     def write_result(self, path: str, value: Any) -> None:
         """Write an op's value and remember it as the most recent result."""

@@ -421,8 +421,11 @@ class Runner:
                 ctx, "failed", None, report, current, steps - 1, visits, op_seq, undo_visit=current
             )
         finally:
-            await ctx.aclose()
-            ctx.recorder.close()
+            try:
+                await ctx.aclose()
+            finally:
+                ctx.recorder.close()
+                ctx.detach()
 
     def _failure(self, ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:
         attempts = exc.details.get("attempts", [])
