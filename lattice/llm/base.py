@@ -112,13 +112,16 @@ def _number(value: float | None) -> str:
     return "null" if value is None else repr(value)  # json.dumps spells ints and floats as repr
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TokenUsage:
+    """Tokens one call used. (Responses are plain records, not frozen: one is built per
+    model call, and a frozen dataclass's ``__init__`` costs three times as much.)"""
+
     input_tokens: int = 0
     output_tokens: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LLMResponse:
     """A provider's answer: text, token usage, the model that answered, latency, finish reason."""
 

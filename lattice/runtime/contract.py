@@ -277,7 +277,14 @@ class ContractEngine:
             attempts.append(attempt)
             try:
                 env.budget.check(env.usage)
-                response = await self._call(request, env, attempt)
+                self._requesting(request, env, attempt)
+                started = time.perf_counter()
+                try:
+                    response = await env.provider.complete(request)
+                except LatticeRunError:
+                    attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
+                    raise
+                self._answered(request, response, env, attempt)
                 in_class += 1
                 value = self.validate(response.text)
                 attempt["ok"] = True
@@ -374,9 +381,7 @@ class ContractEngine:
                 return action
         return "fail"
 
-    async def _call(
-        self, request: LLMRequest, env: CallEnv, attempt: dict[str, Any]
-    ) -> LLMResponse:
+    def _requesting(self, request: LLMRequest, env: CallEnv, attempt: dict[str, Any]) -> None:
         prompt_hash = request.prompt_hash(schema_json=self._schema_json)
         attempt["prompt_hash"] = prompt_hash
         env.emit(
@@ -391,12 +396,11 @@ class ContractEngine:
                 "prompt_preview": request.preview(),
             },
         )
-        started = time.perf_counter()
-        try:
-            response = await env.provider.complete(request)
-        except LatticeRunError:
-            attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
-            raise
+
+    @staticmethod
+    def _answered(
+        request: LLMRequest, response: LLMResponse, env: CallEnv, attempt: dict[str, Any]
+    ) -> None:
         usage = response.usage
         env.usage.add(response.model, request.model_class, usage)
         latency_ms = round(response.latency_ms, 3)
@@ -411,14 +415,13 @@ class ContractEngine:
             {
                 "model": response.model,
                 "model_class": request.model_class,
-                "prompt_hash": prompt_hash,
+                "prompt_hash": attempt["prompt_hash"],
                 "input_tokens": usage.input_tokens,
                 "output_tokens": usage.output_tokens,
                 "latency_ms": latency_ms,
                 "finish_reason": response.finish_reason,
             },
         )
-        return response
 
 
 def _retry_after(exc: LatticeRunError) -> float | None:

@@ -32,6 +32,16 @@ class FailureReport:
         return asdict(self)
 
 
+def _count(table: dict[str, dict[str, int]], key: str, tokens_in: int, tokens_out: int) -> None:
+    row = table.get(key)
+    if row is None:
+        table[key] = {"calls": 1, "input_tokens": tokens_in, "output_tokens": tokens_out}
+    else:
+        row["calls"] += 1
+        row["input_tokens"] += tokens_in
+        row["output_tokens"] += tokens_out
+
+
 @dataclass
 class Usage:
     """Tokens and calls, in total, per concrete model and per model class."""
@@ -59,14 +69,8 @@ class Usage:
         self.calls += 1
         self.input_tokens += tokens_in
         self.output_tokens += tokens_out
-        for table, key in ((self.by_model, model), (self.by_class, model_class)):
-            row = table.get(key)
-            if row is None:
-                table[key] = {"calls": 1, "input_tokens": tokens_in, "output_tokens": tokens_out}
-            else:
-                row["calls"] += 1
-                row["input_tokens"] += tokens_in
-                row["output_tokens"] += tokens_out
+        _count(self.by_model, model, tokens_in, tokens_out)
+        _count(self.by_class, model_class, tokens_in, tokens_out)
 
     @property
     def total_tokens(self) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 import jsonschema
 
 from lattice.errors import InputError, LatticeRunError, LatticeUserError
-from lattice.ir.models import FAILED_PORT, AskOp, ExecIR, LLMWriteOp
+from lattice.ir.models import FAILED_PORT, AskOp, ExecIR, LLMWriteOp, Op
 from lattice.ir.serialize import ir_from_json, ir_to_dict
 from lattice.ir.templates import StatePath, parse_path
 from lattice.llm.base import LLMProvider
@@ -52,6 +52,20 @@ class RunLimits:
 
     max_steps: int = 10_000
     max_visits: int = 1_000
+
+
+class _Step:
+    """What the walk needs of one op, gathered once per Runner."""
+
+    __slots__ = ("op", "executor", "edges", "node", "kind", "is_end")
+
+    def __init__(self, op: Op, executor: Executor, edges: dict[str, str]) -> None:
+        self.op = op
+        self.executor = executor
+        self.edges = edges
+        self.node = op.source_node
+        self.kind = op.kind
+        self.is_end = op.kind == "END"
 
 
 class Runner:
@@ -87,10 +101,10 @@ class Runner:
         self.ask_human = ask_human
         self.workflow = dict(workflow) if workflow is not None else None
         self.meta = dict(meta or {})
-        self._executors: dict[str, Executor] = {
-            op_id: build_executor(op, self.settings) for op_id, op in ir.ops.items()
+        self._steps = {
+            op_id: _Step(op, build_executor(op, self.settings), _edge_table(op.next))
+            for op_id, op in ir.ops.items()
         }
-        self._edges = {op_id: _edge_table(op.next) for op_id, op in ir.ops.items()}
         self._reads = {
             op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
             for op_id, op in ir.ops.items()
@@ -335,15 +349,17 @@ class Runner:
         visits: dict[str, int],
         op_seq: int,
     ) -> RunResult:
-        ops, limits = self.ir.ops, self.limits
+        plan, limits = self._steps, self.limits
+        state = ctx.state
         output: Any = None
         try:
             while current is not None:
-                op = ops[current]
+                step = plan[current]
+                op = step.op
                 steps += 1
                 count = visits.get(current, 0) + 1
                 visits[current] = count
-                ctx.current_op, ctx.current_node = current, op.source_node
+                ctx.current_op, ctx.current_node = current, step.node
                 if steps > limits.max_steps or count > limits.max_visits:
                     which = "steps" if steps > limits.max_steps else f"visits of {current!r}"
                     raise LatticeRunError(
@@ -355,27 +371,27 @@ class Runner:
                     )
                 op_seq += 1
                 started = time.perf_counter()
-                ctx.emit("op_started", {"kind": op.kind})
+                ctx.emit("op_started", {"kind": step.kind})
                 try:
-                    outcome = await self._executors[current].run(ctx)
+                    outcome = await step.executor.run(ctx)
                 except HaltRun:
                     raise
                 except Exception as raised:
                     exc = _as_run_error(raised, current)
-                    route = self._edges[current].get(FAILED_PORT)
-                    if route is None:
+                    if FAILED_PORT not in step.edges:
                         self._record_op(ctx, op_seq, current, started, None, error=exc)
                         raise exc from (None if exc is raised else raised)
                     report = self._failure(ctx, exc, phase="op")
-                    ctx.state.write(f"$vars.{op.source_node}.error", report.to_json())
+                    state.write(f"$vars.{step.node}.error", report.to_json())
                     outcome = Outcome(port=FAILED_PORT, record={"error": report.to_json()})
                 finally:
-                    ctx.state.clear_tmp()
+                    if state.tmp:
+                        state.clear_tmp()
                 self._record_op(ctx, op_seq, current, started, outcome)
-                if op.kind == "END":
+                if step.is_end:
                     output = outcome.output
                     break
-                nxt = self._edges[current].get(outcome.port)
+                nxt = step.edges.get(outcome.port)
                 if nxt is None and op.next and outcome.port != "default":
                     raise LatticeRunError(
                         f"op {current!r} left through port {outcome.port!r}, which leads nowhere",

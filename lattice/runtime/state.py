@@ -138,12 +138,20 @@ class StateStore:
         """Set ``path`` (under ``$vars`` or ``$tmp``), creating objects on the way."""
         if isinstance(path, str):
             path = parse_path(path)
+        keys = path.keys
+        if path.root == "$vars" and len(keys) == 2 and not self._listeners:
+            node, field = keys  # ``$vars.<node>.result``: most writes of a run
+            if isinstance(node, str) and isinstance(field, str):
+                entry = self.vars.get(node)
+                if not isinstance(entry, dict):
+                    entry = self.vars[node] = {}
+                entry[field] = value
+                return
         if path.root not in ("$vars", "$tmp"):
             raise LatticeRunError(f"{path.text} is read-only to ops", error_type="state_error")
         if not path.keys:
             raise LatticeRunError("cannot replace a whole state root", error_type="state_error")
         target: Any = self._root(path.root)
-        keys = path.keys
         for depth, key in enumerate(keys[:-1]):
             target = _child_for(target, key, keys[depth + 1], path, depth)
         last = keys[-1]
