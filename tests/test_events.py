@@ -14,7 +14,7 @@ from lattice.lower import lower
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.events import EventLog, format_utc
 from lattice.runtime.results import RunResult, Usage
-from tests.builders import chain
+from tests.builders import chain, node
 from tests.test_runtime_examples import check_events
 
 
@@ -27,7 +27,12 @@ def _without_times(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _runner(store: RunStore) -> Runner:
-    return Runner(lower(chain()), provider=MockProvider(default="ok"), store=store)
+    doc = chain(
+        node("ask", "prompt", prompt="Say ok"),
+        node("again", "prompt", prompt="Say ok again"),
+        node("count", "variableStore", operation="increment", name="n", value=1),
+    )
+    return Runner(lower(doc), provider=MockProvider(default="ok"), store=store)
 
 
 def test_in_memory_events_equal_listened_and_written_events(tmp_path: Path) -> None:
@@ -62,11 +67,11 @@ def test_run_result_events_survive_copy_pickle_and_replace() -> None:
     assert empty.events == [] and "events" not in repr(empty)
 
 
-def test_an_event_log_expands_tuples_and_keeps_dicts() -> None:
+def test_an_event_log_expands_kept_fields_and_keeps_built_events() -> None:
     log = EventLog("r1")
-    log.entries.append((1, 1_763_800_000.25, "run_started", None, None, {"x": 1}))
-    log.entries.append({"seq": 2, "ts": "t", "run_id": "r1", "type": "kept", "data": {}})
-    log.entries.append((3, 1_763_800_000.5, "op_started", "a", "node-a", {}))
+    log.add(1, 1_763_800_000.25, "run_started", None, None, {"x": 1})
+    log.add_built({"seq": 2, "ts": "t", "run_id": "r1", "type": "kept", "data": {}})
+    log.add(3, 1_763_800_000.5, "op_started", "a", "node-a", {})
     assert len(log) == 3
     first, second, third = log.to_list()
     assert first == {
@@ -79,3 +84,19 @@ def test_an_event_log_expands_tuples_and_keeps_dicts() -> None:
     assert first["ts"] == "2025-11-22T08:26:40.250Z"
     assert second["type"] == "kept"
     assert third["op_id"] == "a" and third["node_id"] == "node-a"
+
+
+def test_a_listener_subscribed_mid_run_sees_later_events_and_the_order_is_kept() -> None:
+    runner = _runner(RunStore(None))
+    seen: list[dict[str, Any]] = []
+
+    def subscribe_on_first_write(path: str, value: Any) -> None:
+        if not runner._event_listeners:
+            runner.subscribe(seen.append)
+
+    runner.subscribe_state(subscribe_on_first_write)
+    result = runner.run({})
+    events = result.events
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert seen and events[-len(seen) :] == seen  # built as emitted, kept in place
+    check_events(events, result.run_id)

@@ -107,7 +107,11 @@ def test_sync_run_is_repeatable_on_one_runner() -> None:
 def test_gc_pacing_holds_while_runs_are_active_and_restores_after() -> None:
     import gc
 
-    from lattice.runtime.gc_pacing import OLDEST_GENERATION_THRESHOLD, active_runs
+    from lattice.runtime.gc_pacing import (
+        OLDEST_GENERATION_THRESHOLD,
+        YOUNG_GENERATION_THRESHOLD,
+        active_runs,
+    )
 
     before = gc.get_threshold()
     seen: list[tuple[int, tuple[int, int, int]]] = []
@@ -130,9 +134,37 @@ def test_gc_pacing_holds_while_runs_are_active_and_restores_after() -> None:
     results = asyncio.run(both())
     assert [r.status for r in results] == ["completed", "completed"]
     assert max(active for active, _ in seen) == 2  # the two runs overlapped
-    assert all(t[2] == max(before[2], OLDEST_GENERATION_THRESHOLD) for _, t in seen)
-    assert all(t[:2] == before[:2] for _, t in seen)  # young generations keep their pace
+    paced = (
+        max(before[0], YOUNG_GENERATION_THRESHOLD),
+        before[1],
+        max(before[2], OLDEST_GENERATION_THRESHOLD),
+    )
+    assert all(t == paced for _, t in seen)
     assert gc.get_threshold() == before and active_runs() == 0
+
+
+def test_gc_pacing_keeps_collection_off_and_leaves_changed_thresholds_alone() -> None:
+    import gc
+
+    before = gc.get_threshold()
+    runner = Runner(lower(five_prompts()), provider=MockProvider(default="ok"), store=RunStore(None))
+    seen: list[tuple[int, int, int]] = []
+    runner.subscribe(lambda event: seen.append(gc.get_threshold()))
+    try:
+        gc.set_threshold(0, before[1], before[2])  # threshold 0 turns automatic collection off
+        assert runner.run({"who": "a", "n": 1}).status == "completed"
+        assert seen and all(t[0] == 0 for t in seen)
+
+        def change_midway(event: dict[str, Any]) -> None:
+            if event["type"] == "llm_response":
+                gc.set_threshold(1234, 5, 6)
+
+        gc.set_threshold(*before)
+        runner.subscribe(change_midway)
+        assert runner.run({"who": "a", "n": 1}).status == "completed"
+        assert gc.get_threshold() == (1234, 5, 6)  # somebody else's setting wins
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_gc_pacing_off_leaves_the_thresholds_alone() -> None:

@@ -76,7 +76,7 @@ class RunContext:
         self.tools = tools
         tools.emit = self.emit
         self.events = EventLog(run_id)
-        self._keep = self.events.entries.append
+        self._keep = self.events.flat.extend
         self._record = recorder.append_event
         self._compact = recorder.run_dir is None
         """Nothing is written as it happens: keep events as tuples until they are read."""
@@ -99,7 +99,7 @@ class RunContext:
             self._keep((seq, time.time(), type_, op_id, node_id, data))
             return
         event = make_event(seq, utc_now(), self.run_id, type_, op_id, node_id, data)
-        self._keep(event)
+        self.events.add_built(event)
         self._record(event)
         for listener in self._listeners:
             listener(event)
