@@ -45,8 +45,9 @@ from lattice.llm.base import LLMProvider, Message
 from lattice.llm.factory import make_provider
 from lattice.prompts.builtin import TEMPLATES
 from lattice.prompts.registry import PromptTemplate
-from lattice.runtime.context import EventListener, utc_now
+from lattice.runtime.context import EventListener
 from lattice.runtime.contract import CallEnv, Contract, ContractEngine, Emit, Sampling
+from lattice.runtime.events import utc_now
 from lattice.runtime.invariants import (
     BoundInvariant,
     InvariantDef,

@@ -63,7 +63,9 @@ def test_run_result_events_survive_copy_pickle_and_replace() -> None:
     assert copy.deepcopy(result).events == events
     assert dataclasses.replace(result).events == events
     assert dataclasses.asdict(result)["events"] == events
-    empty = RunResult(status="completed", output=None, state={}, run_id="r", run_dir=None, usage=Usage())
+    empty = RunResult(
+        status="completed", output=None, state={}, run_id="r", run_dir=None, usage=Usage()
+    )
     assert empty.events == [] and "events" not in repr(empty)
 
 
@@ -100,3 +102,33 @@ def test_a_listener_subscribed_mid_run_sees_later_events_and_the_order_is_kept()
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert seen and events[-len(seen) :] == seen  # built as emitted, kept in place
     check_events(events, result.run_id)
+
+
+def test_unread_events_pickle_at_every_protocol() -> None:
+    result = _runner(RunStore(None)).run({})
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        fresh = _runner(RunStore(None)).run({})  # events not read yet: still an EventLog
+        assert len(pickle.loads(pickle.dumps(fresh, protocol=protocol)).events) == len(
+            result.events
+        )
+
+
+def test_a_recorder_without_a_folder_still_receives_every_event() -> None:
+    from lattice.runtime.store import NullRecorder
+
+    class Streaming(NullRecorder):
+        def __init__(self) -> None:
+            self.lines: list[dict[str, Any]] = []
+
+        def append_event(self, event: dict[str, Any]) -> None:
+            self.lines.append(event)
+
+    recorder = Streaming()
+
+    class StreamingStore(RunStore):
+        def open(self, run_id: str, *, redact: Any = None) -> Streaming:  # type: ignore[override]
+            assert run_id  # the store is told the run's id
+            return recorder
+
+    result = _runner(StreamingStore(None)).run({})
+    assert recorder.lines == result.events and len(result.events) > 10

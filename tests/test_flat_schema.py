@@ -16,7 +16,9 @@ NAMES = st.sampled_from(["a", "b", "c", "topic", "n"])
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 
@@ -56,6 +58,7 @@ def test_the_fast_check_agrees_with_jsonschema_on_flat_schemas(
         {"type": "object", "properties": {"a": {"type": "string", "minLength": 2}}},
         {"type": "object", "properties": {"a": {"enum": [1, 2]}}},
         {"type": "object", "properties": {"a": {"type": ["string", "null"]}}},
+        {"type": "object", "properties": {"a": {"type": None}}},
         {"type": "object", "minProperties": 1},
         {"type": "object", "patternProperties": {"^x": {"type": "string"}}},
         {"type": "array"},

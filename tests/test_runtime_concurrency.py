@@ -147,7 +147,9 @@ def test_gc_pacing_keeps_collection_off_and_leaves_changed_thresholds_alone() ->
     import gc
 
     before = gc.get_threshold()
-    runner = Runner(lower(five_prompts()), provider=MockProvider(default="ok"), store=RunStore(None))
+    runner = Runner(
+        lower(five_prompts()), provider=MockProvider(default="ok"), store=RunStore(None)
+    )
     seen: list[tuple[int, int, int]] = []
     runner.subscribe(lambda event: seen.append(gc.get_threshold()))
     try:
@@ -220,3 +222,30 @@ def test_finished_runs_leave_no_cycles_for_the_collector() -> None:
             gc.enable()
     finally:
         loop.close()
+
+
+def test_gc_pacing_restores_the_thresholds_when_runs_start_and_end_on_many_threads() -> None:
+    import gc
+    import sys
+    import threading
+
+    from lattice.runtime.gc_pacing import active_runs, gc_pacing
+
+    before = gc.get_threshold()
+    interval = sys.getswitchinterval()
+
+    def churn() -> None:
+        for _ in range(3000):
+            with gc_pacing():
+                pass
+
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=churn) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert active_runs() == 0 and gc.get_threshold() == before

@@ -484,3 +484,23 @@ def test_run_ids_are_sortable_folder_names_with_32_random_bits() -> None:
     assert len(ids) == 200
     for run_id in ids:
         assert re.fullmatch(r"\d{8}T\d{6}-[0-9a-f]{8}", run_id) and safe_name(run_id) == run_id
+
+
+def test_reseeding_random_does_not_repeat_run_ids() -> None:
+    import random
+
+    from lattice.runtime.store import new_run_id
+
+    random.seed(0)
+    first = new_run_id()
+    random.seed(0)
+    assert new_run_id() != first
+
+
+def test_a_runs_folder_that_cannot_be_made_is_a_clear_error_not_a_retry(tmp_path: Path) -> None:
+    from lattice.errors import LatticeUserError
+
+    (tmp_path / "taken").write_text("a file where the runs folder should go")
+    ir = lower(workflow([node("start", "start"), node("end", "end")], [conn("start", "end")]))
+    with pytest.raises(LatticeUserError, match="cannot create run folder"):
+        Runner(ir, store=RunStore(tmp_path / "taken" / "runs")).run()

@@ -40,7 +40,6 @@ class LLMRequest:
     response_schema: dict[str, Any] | None = None
     node_id: str | None = None
     op_id: str | None = None
-    _hash: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def system(self) -> str | None:
@@ -67,10 +66,7 @@ class LLMRequest:
         ensure_ascii=False, separators=(",", ":"))``, assembled here without the
         intermediate dicts (this runs on every model call). ``schema_json`` is
         ``response_schema`` in that spelling, for a caller that has it already.
-        The hash is computed once per request.
         """
-        if self._hash is not None:
-            return self._hash
         parts = []
         for m in self.messages:
             content = m.content
@@ -85,9 +81,7 @@ class LLMRequest:
             f'"model_class":{_quote(self.model_class)},"schema":{schema_json},'
             f'"temperature":{_number(self.temperature)},"top_p":{_number(self.top_p)}}}'
         )
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        object.__setattr__(self, "_hash", digest)
-        return digest
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def preview(self, limit: int = 160) -> str:
         """The start of the last user message, on one line."""

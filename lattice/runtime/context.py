@@ -12,7 +12,7 @@ from lattice.runtime.contract import CallEnv
 from lattice.runtime.events import EventLog, make_event, utc_now
 from lattice.runtime.results import Usage
 from lattice.runtime.state import StateStore
-from lattice.runtime.store import RunRecorder
+from lattice.runtime.store import NullRecorder, RunRecorder
 from lattice.tools.http import HttpClientPool
 from lattice.tools.mcp import ToolSessions
 
@@ -78,8 +78,8 @@ class RunContext:
         self.events = EventLog(run_id)
         self._keep = self.events.flat.extend
         self._record = recorder.append_event
-        self._compact = recorder.run_dir is None
-        """Nothing is written as it happens: keep events as tuples until they are read."""
+        self._compact = getattr(type(recorder), "append_event", None) is NullRecorder.append_event
+        """Nothing takes events as they happen: keep them compact until they are read."""
         self._listeners = listeners
         self.seq = seq
         self.last_result: str | None = None

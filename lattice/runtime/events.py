@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, overload
 
 Event = dict[str, Any]
 FIELDS = 6
@@ -23,26 +24,30 @@ FIELDS = 6
 
 
 class _UtcClock:
-    """Formats POSIX times as ``2026-11-22T10:15:00.123Z``, each millisecond once."""
+    """Formats POSIX times as ``2026-11-22T10:15:00.123Z``, each millisecond once.
 
-    __slots__ = ("millis", "second", "second_text", "text")
+    The cache is one tuple, replaced whole, so threads sharing the clock never mix the
+    text of one second or millisecond with another."""
+
+    __slots__ = ("last_millis", "last_second")
 
     def __init__(self) -> None:
-        self.second = self.millis = -1
-        self.second_text = self.text = ""
+        self.last_second: tuple[int, str] = (-1, "")
+        self.last_millis: tuple[int, str] = (-1, "")
 
     def format(self, seconds: float) -> str:
         millis = int(seconds * 1000)
-        if millis != self.millis:
-            second = millis // 1000
-            if second != self.second:
-                self.second = second
-                self.second_text = dt.datetime.fromtimestamp(second, dt.UTC).strftime(
-                    "%Y-%m-%dT%H:%M:%S"
-                )
-            self.millis = millis
-            self.text = f"{self.second_text}.{millis % 1000:03d}Z"
-        return self.text
+        cached_millis, text = self.last_millis
+        if millis == cached_millis:
+            return text
+        second = millis // 1000
+        cached_second, second_text = self.last_second
+        if second != cached_second:
+            second_text = dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+            self.last_second = (second, second_text)
+        text = f"{second_text}.{millis % 1000:03d}Z"
+        self.last_millis = (millis, text)
+        return text
 
     def now(self) -> str:
         return self.format(time.time())
@@ -85,7 +90,7 @@ class EventLog:
     dict already handed to listeners (its time slot is None).
     """
 
-    __slots__ = ("run_id", "flat")
+    __slots__ = ("flat", "run_id")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -93,6 +98,9 @@ class EventLog:
 
     def __len__(self) -> int:
         return len(self.flat) // FIELDS
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore_log, (self.run_id, self.flat))
 
     def add(
         self,
@@ -118,30 +126,52 @@ class EventLog:
             if when is None:
                 events.append(data)
             else:
-                events.append(make_event(seq, format_utc(when), run_id, type_, op_id, node_id, data))
+                events.append(
+                    make_event(seq, format_utc(when), run_id, type_, op_id, node_id, data)
+                )
         return events
+
+
+def _restore_log(run_id: str, flat: list[Any]) -> EventLog:
+    log = EventLog(run_id)
+    log.flat = flat
+    return log
 
 
 class EventsField:
     """``RunResult.events``: a list of event dicts, expanded from an EventLog on first read.
 
     A dataclass field whose default is this descriptor (see "descriptor-typed fields"
-    in the dataclasses documentation); it accepts a list, any iterable of events or
-    an EventLog, and stores ``[]`` when none is given.
+    in the dataclasses documentation); it accepts a list, any iterable of events,
+    None or an EventLog, and stores ``[]`` when none is given.
     """
 
     def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
         self.slot = "_" + name
 
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> EventsField: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> list[Event]: ...
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> Any:
         if obj is None:
             return self
-        value = obj.__dict__[self.slot]
+        stored = obj.__dict__
+        value = stored.get(self.slot, stored.get(self.name))  # ``events``: an older pickle
+        if value is None:
+            raise AttributeError(self.name)
         if isinstance(value, EventLog):
-            value = obj.__dict__[self.slot] = value.to_list()
+            value = stored[self.slot] = value.to_list()
         return value
 
-    def __set__(self, obj: Any, value: Any) -> None:
-        if value is self:  # ``field(default=EventsField())``: the dataclass passes us as the default
+    def __set__(
+        self, obj: object, value: list[Event] | EventLog | Iterable[Event] | EventsField | None
+    ) -> None:
+        if value is None or isinstance(value, EventsField):  # the dataclass passes us as default
             value = []
-        obj.__dict__[self.slot] = value if isinstance(value, (list, EventLog)) else list(value)
+        elif not isinstance(value, (list, EventLog)):
+            value = list(value)
+        obj.__dict__[self.slot] = value

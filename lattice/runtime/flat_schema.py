@@ -88,13 +88,13 @@ def flat_object_check(schema: Mapping[str, Any] | None) -> FlatCheck | None:
             continue
         if not isinstance(sub, dict) or set(sub) - _PROPERTY_KEYWORDS:
             return None
-        kind = sub.get("type")
-        if kind is None:
+        if "type" not in sub:
             checks[name] = _any
-        elif isinstance(kind, str) and kind in _TYPE_CHECKS:
-            checks[name] = _TYPE_CHECKS[kind]
-        else:
+            continue
+        kind = sub["type"]
+        if not (isinstance(kind, str) and kind in _TYPE_CHECKS):
             return None
+        checks[name] = _TYPE_CHECKS[kind]
     needed = tuple(required)
     closed = not additional
 

@@ -11,7 +11,7 @@ imported module, took longer than the burst itself (bench/README.md).
 
 While at least one run is active in the process, ``gc_pacing`` raises the youngest
 generation's threshold to 20,000 allocations and the oldest one's to 100 young
-collections. Cycles made by other code in the meantime still get collected, a
+collections (Python 3.14's incremental collector ignores the third threshold). Cycles made by other code in the meantime still get collected, a
 little later; at most about 20,000 container objects wait for it (a few MB). The
 previous thresholds come back when the last active run ends. Turn it off with
 ``RuntimeSettings(gc_pacing=False)`` or ``[runtime] gc_pacing = false``.
@@ -20,6 +20,7 @@ previous thresholds come back when the last active run ends. Turn it off with
 from __future__ import annotations
 
 import gc
+import threading
 from typing import Any
 
 YOUNG_GENERATION_THRESHOLD = 20_000
@@ -35,34 +36,37 @@ class _Pacer:
     generator machinery cost more than the bookkeeping itself.
     """
 
-    __slots__ = ("active", "saved")
+    __slots__ = ("active", "lock", "saved")
 
     def __init__(self) -> None:
         self.active = 0
+        self.lock = threading.Lock()  # runs may start and end on several threads
         self.saved: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
         """(thresholds before, paced thresholds) while runs are active and pacing changed them."""
 
     def __enter__(self) -> None:
-        if self.active == 0:
-            before = gc.get_threshold()
-            first, second, third = before
-            paced = (
-                max(first, YOUNG_GENERATION_THRESHOLD) if first else 0,  # 0: collection is off
-                second,
-                max(third, OLDEST_GENERATION_THRESHOLD),
-            )
-            if paced != before:
-                self.saved = (before, paced)
-                gc.set_threshold(*paced)
-        self.active += 1
+        with self.lock:
+            if self.active == 0:
+                before = gc.get_threshold()
+                first, second, third = before
+                paced = (
+                    max(first, YOUNG_GENERATION_THRESHOLD) if first else 0,  # 0: collection is off
+                    second,
+                    max(third, OLDEST_GENERATION_THRESHOLD),
+                )
+                if paced != before:
+                    self.saved = (before, paced)
+                    gc.set_threshold(*paced)
+            self.active += 1
 
     def __exit__(self, *exc: Any) -> None:
-        self.active -= 1
-        if self.active == 0 and self.saved is not None:
-            before, paced = self.saved
-            if gc.get_threshold() == paced:  # nobody else changed them meanwhile
-                gc.set_threshold(*before)
-            self.saved = None
+        with self.lock:
+            self.active -= 1
+            if self.active == 0 and self.saved is not None:
+                before, paced = self.saved
+                if gc.get_threshold() == paced:  # nobody else changed them meanwhile
+                    gc.set_threshold(*before)
+                self.saved = None
 
 
 class _Unpaced:

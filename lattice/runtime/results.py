@@ -102,7 +102,7 @@ class RunResult:
     run_dir: Path | None
     usage: Usage
     failure: FailureReport | None = None
-    events: list[dict[str, Any]] = field(default=EventsField(), repr=False)  # type: ignore[assignment]
+    events: EventsField = field(default=EventsField(), repr=False)
     """The run's events (DESIGN.md §7), in order."""
 
     @property

@@ -29,8 +29,9 @@ from lattice.ir.serialize import ir_from_json, ir_to_dict
 from lattice.ir.templates import StatePath, parse_path
 from lattice.llm.base import LLMProvider
 from lattice.llm.disabled import DisabledProvider
-from lattice.runtime.context import AskHuman, EventListener, HaltRun, Outcome, RunContext, utc_now
+from lattice.runtime.context import AskHuman, EventListener, HaltRun, Outcome, RunContext
 from lattice.runtime.contract import CallEnv
+from lattice.runtime.events import utc_now
 from lattice.runtime.executors import Executor, build_executor, normalize_answer
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
@@ -57,7 +58,7 @@ class RunLimits:
 class _Step:
     """What the walk needs of one op, gathered once per Runner."""
 
-    __slots__ = ("op", "executor", "edges", "node", "kind", "is_end")
+    __slots__ = ("edges", "executor", "is_end", "kind", "node", "op")
 
     def __init__(self, op: Op, executor: Executor, edges: dict[str, str]) -> None:
         self.op = op
@@ -143,20 +144,25 @@ class Runner:
         run_id, recorder = self._open_recorder(run_id)
         state = StateStore(inputs, ctx=self._ctx(run_id), secrets=self._read_secret)
         ctx = self._context(run_id, state, recorder, Usage(), seq=0)
-        if recorder.run_dir is not None:
-            if self.workflow is not None:
-                recorder.write_json("workflow.json", self.workflow)
-            recorder.write_json("execir.json", ir_to_dict(self.ir))
-            recorder.write_json("input.json", inputs)
-            recorder.write_json("state_initial.json", state.snapshot())
-        ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
+        try:
+            if recorder.run_dir is not None:
+                if self.workflow is not None:
+                    recorder.write_json("workflow.json", self.workflow)
+                recorder.write_json("execir.json", ir_to_dict(self.ir))
+                recorder.write_json("input.json", inputs)
+                recorder.write_json("state_initial.json", state.snapshot())
+            ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
+        except BaseException:
+            _abandon(ctx)
+            raise
         with gc_pacing(self.settings.gc_pacing):
             return await self._walk(ctx, self.ir.entry, steps=0, visits={}, op_seq=0)
 
     def _open_recorder(self, run_id: str | None) -> tuple[str, RunRecorder]:
         """The run's id and recorder; a generated id whose folder exists is drawn again."""
         if self.store.root is None:
-            return run_id or new_run_id(), self.store.open("", redact=None)
+            run_id = run_id or new_run_id()
+            return run_id, self.store.open(run_id, redact=None)
         redact = self._redactor()
         if run_id is not None:
             return run_id, self.store.open(run_id, redact=redact)
@@ -267,11 +273,15 @@ class Runner:
             seq=int(checkpoint.get("seq", 0)),
         )
         ctx.last_result = checkpoint.get("last_result")
-        ctx.emit(
-            "run_resumed",
-            {"from_op": checkpoint["next_op"], "after": checkpoint.get("status")},
-            op=False,
-        )
+        try:
+            ctx.emit(
+                "run_resumed",
+                {"from_op": checkpoint["next_op"], "after": checkpoint.get("status")},
+                op=False,
+            )
+        except BaseException:
+            _abandon(ctx)
+            raise
         with gc_pacing(runner.settings.gc_pacing):
             return await runner._walk(
                 ctx,
@@ -385,8 +395,7 @@ class Runner:
                     state.write(f"$vars.{step.node}.error", report.to_json())
                     outcome = Outcome(port=FAILED_PORT, record={"error": report.to_json()})
                 finally:
-                    if state.tmp:
-                        state.clear_tmp()
+                    state.clear_tmp()
                 self._record_op(ctx, op_seq, current, started, outcome)
                 if step.is_end:
                     output = outcome.output
@@ -490,7 +499,9 @@ class Runner:
             "inputs": self._read_inputs(ctx, self._reads[op_id]),
         }
         if outcome is not None:
-            record.update({"port": outcome.port, "output": outcome.output, **(outcome.record or {})})
+            record.update(
+                {"port": outcome.port, "output": outcome.output, **(outcome.record or {})}
+            )
         if error is not None:
             record["error"] = {
                 "error_type": error.error_type,
@@ -575,6 +586,12 @@ class Runner:
             },
         )
         return result
+
+
+def _abandon(ctx: RunContext) -> None:
+    """Close a run that failed before its walk began (nothing was opened yet but the recorder)."""
+    ctx.recorder.close()
+    ctx.detach()
 
 
 def _as_run_error(exc: Exception, op_id: str) -> LatticeRunError:

@@ -13,6 +13,7 @@ event. Every text passes through ``redact`` before it reaches the disk.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import time
@@ -28,20 +29,28 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 class _RunIds:
-    """Run ids: the UTC second (formatted once per second) and 32 random bits."""
+    """Run ids: the UTC second (formatted once per second) and 32 random bits.
 
-    __slots__ = ("second", "prefix")
+    The bits come from a private generator seeded by the OS, so that code reseeding
+    the ``random`` module (tests, reproducible scripts) cannot make ids repeat; a
+    forked child reseeds its own.
+    """
+
+    __slots__ = ("last", "rng")
 
     def __init__(self) -> None:
-        self.second = -1
-        self.prefix = ""
+        self.last: tuple[int, str] = (-1, "")
+        self.rng = random.Random()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.rng.seed)
 
     def new(self) -> str:
         second = int(time.time())
-        if second != self.second:
-            self.second = second
-            self.prefix = time.strftime("%Y%m%dT%H%M%S-", time.gmtime(second))
-        return f"{self.prefix}{random.getrandbits(32):08x}"
+        last_second, prefix = self.last
+        if second != last_second:
+            prefix = time.strftime("%Y%m%dT%H%M%S-", time.gmtime(second))
+            self.last = (second, prefix)  # one assignment: threads see a matching pair
+        return f"{prefix}{self.rng.getrandbits(32):08x}"
 
 
 new_run_id = _RunIds().new
@@ -107,12 +116,13 @@ class FolderRecorder:
         try:
             if not resume:
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
-                run_dir.mkdir()  # a new run never writes into an existing run's folder
+                try:
+                    run_dir.mkdir()  # a new run never writes into an existing run's folder
+                except FileExistsError:
+                    raise RunFolderExists(
+                        f"run folder {run_dir} already exists; choose another run id"
+                    ) from None
             (run_dir / "ops").mkdir(exist_ok=True)
-        except FileExistsError:
-            raise RunFolderExists(
-                f"run folder {run_dir} already exists; choose another run id"
-            ) from None
         except OSError as exc:
             raise LatticeUserError(f"cannot create run folder {run_dir}: {exc.strerror}") from exc
         self._events: IO[str] | None = None
