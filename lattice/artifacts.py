@@ -1,7 +1,7 @@
 """Planning artifacts of a project: ``DIR/.lattice/artifacts/<id>.json``, one file each.
 
 An artifact is what a compiler pass produced (``lattice plan``): its ``content`` (the
-JSON the pass's LLM node returned, valid against ``workflows/schemas/<type>.json``)
+JSON the pass's LLM node returned, valid against ``lattice/schemas/<type>.json``)
 plus where it came from and how far it has been reviewed::
 
     {"id": "project-1", "type": "ProjectPlan", "pass": "project", "status": "draft",
@@ -33,7 +33,7 @@ from lattice.runtime.files import atomic_write_text
 
 STATUSES = ("draft", "approved", "locked")
 STATUS_RANK = {status: rank for rank, status in enumerate(STATUSES)}
-SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "workflows" / "schemas"
+SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
 """The artifact schemas (``<type>.json``) of a source checkout."""
 
 _ID = re.compile(r"^([a-z][a-z0-9]*)-([1-9][0-9]*)$")
@@ -46,7 +46,7 @@ def content_hash(content: Any) -> str:
 
 
 def load_schema(artifact_type: str) -> dict[str, Any]:
-    """The JSON Schema of an artifact type, from ``workflows/schemas``."""
+    """The JSON Schema of an artifact type, from ``lattice/schemas``."""
     path = SCHEMAS_DIR / f"{artifact_type}.json"
     try:
         schema = json.loads(path.read_text(encoding="utf-8"))

@@ -5,7 +5,7 @@ each reviewed by a person before the next pass may use it::
 
     project → architecture → scaffold → test → implementation TARGET_FILE | refactor GOAL
 
-Each pass is an ordinary workflow document (``workflows/passes/<pass>.json``) whose one
+Each pass is an ordinary workflow document (``lattice/passes/<pass>.json``) whose one
 LLM node builds one artifact under contract (``artifact-builder@1``, the artifact's
 JSON Schema, the ``no_code`` invariant). The document never reads files: this module
 builds the pass's ``$in`` from the project directory — its required documents, the
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from lattice.runtime.results import RunResult
     from lattice.runtime.settings import RuntimeSettings
 
-PASSES_DIR = Path(__file__).resolve().parent.parent / "workflows" / "passes"
+PASSES_DIR = Path(__file__).resolve().parent / "passes"
 """The pass documents of a source checkout."""
 
 # fmt: off
@@ -378,7 +378,7 @@ def load_pass(spec: PassSpec) -> tuple[ExecIR, dict[str, Any]]:
     if not spec.workflow.is_file():
         raise LatticeUserError(
             f"the {spec.name} pass's workflow {spec.workflow} is missing "
-            "(lattice plan runs the documents under workflows/passes of a Lattice checkout)"
+            "(they ship inside the lattice package, under lattice/passes: reinstall it)"
         )
     document = read_json_file(spec.workflow)
     return lower(document, base_dir=spec.workflow.parent), document

@@ -14,7 +14,7 @@ from lattice.errors import LatticeUserError
 from lattice.plan import PASSES, gather_inputs, is_source, is_test, reference_warnings, walk_files
 from tests.conftest import REPO
 
-PASSES_DIR = REPO / "workflows" / "passes"
+PASSES_DIR = REPO / "lattice" / "passes"
 
 
 def authored(pass_name: str) -> dict[str, Any]:

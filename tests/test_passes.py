@@ -25,8 +25,8 @@ from lattice.runtime.llm_op import contract_for
 from lattice.runtime.settings import RuntimeSettings
 from tests.conftest import REPO
 
-PASSES_DIR = REPO / "workflows" / "passes"
-SCHEMAS_DIR = REPO / "workflows" / "schemas"
+PASSES_DIR = REPO / "lattice" / "passes"
+SCHEMAS_DIR = REPO / "lattice" / "schemas"
 SAMPLE = REPO / "workflows" / "examples" / "todo-app"
 PLAN_TYPES = [spec.artifact_type for spec in PASSES.values()]
 NAMES = list(PASSES)
@@ -66,7 +66,7 @@ def load_script(name: str) -> ModuleType:
 # -- the documents ---------------------------------------------------------------------------
 
 
-def test_the_passes_are_the_documents_under_workflows_passes() -> None:
+def test_the_passes_are_the_documents_under_lattice_passes() -> None:
     assert tuple(PASSES) == PASS_NAMES
     assert sorted(p.stem for p in PASSES_DIR.glob("*.json")) == sorted(PASSES)
 
@@ -290,8 +290,33 @@ def test_each_fixtures_file_answers_its_pass_with_the_authored_artifact(pass_nam
 
 def test_documents_and_fixtures_are_up_to_date(capsys: pytest.CaptureFixture[str]) -> None:
     """Fails when a pass document, schema, template or sample document changed the prompts:
-    run ``python workflows/passes/make_fixtures.py`` and commit what it rewrites."""
+    run ``python lattice/passes/make_fixtures.py`` and commit what it rewrites."""
     code = load_script("make_fixtures").main(["--check"])
     err = capsys.readouterr().err
     assert code == 0, err
     assert "up to date" in err
+
+
+def test_every_pass_and_schema_file_is_package_data() -> None:
+    """``lattice plan`` reads these from the installed package: each one must match a
+    package-data pattern of pyproject.toml (a wheel leaves out anything that does not)."""
+    import fnmatch
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["lattice"]
+    package = REPO / "lattice"
+    shipped = [
+        p.relative_to(package).as_posix()
+        for folder in (PASSES_DIR, SCHEMAS_DIR)
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts
+    ]
+    assert len(shipped) > 20
+
+    def globbed(path: str, pattern: str) -> bool:  # setuptools globs: "*" stays in its folder
+        parts, wanted = path.split("/"), pattern.split("/")
+        return len(parts) == len(wanted) and all(map(fnmatch.fnmatch, parts, wanted))
+
+    missing = [f for f in shipped if not any(globbed(f, pat) for pat in patterns)]
+    assert missing == []

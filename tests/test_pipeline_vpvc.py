@@ -24,7 +24,7 @@ from tests.builders import describe
 from tests.conftest import REPO
 
 PIPELINES = REPO / "workflows" / "pipelines"
-SCHEMAS = REPO / "workflows" / "schemas"
+SCHEMAS = REPO / "lattice" / "schemas"
 VPVC = PIPELINES / "vpvc.json"
 SAMPLE_REPO = PIPELINES / "sample-repo"
 MOCK = PIPELINES / "vpvc.mock.json"
@@ -73,7 +73,7 @@ def test_schema_files_are_valid_json_schemas(name: str) -> None:
 
 def test_prompt_nodes_inline_the_schema_files() -> None:
     """Documents cannot reference schema files ($ref is not resolved), so the pipeline
-    inlines them; this keeps the copies equal to workflows/schemas/*.json."""
+    inlines them; this keeps the copies equal to lattice/schemas/*.json."""
     nodes = {n["id"]: n for n in document()["nodes"]}
     llm = {node_id for node_id, n in nodes.items() if n["type"] == "prompt"}
     assert llm == set(LLM_NODES)
@@ -500,9 +500,11 @@ def test_the_pipeline_needs_a_repository(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def workflow_files() -> list[Path]:
-    """JSON files under workflows/ shaped like a workflow (nodes + connections, maybe wrapped)."""
+    """JSON files under workflows/ and lattice/passes/ shaped like a workflow (nodes +
+    connections, maybe wrapped)."""
     found = []
-    for path in sorted((REPO / "workflows").rglob("*.json")):
+    candidates = [*(REPO / "workflows").rglob("*.json"), *(REPO / "lattice").rglob("*.json")]
+    for path in sorted(candidates):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -515,15 +517,20 @@ def workflow_files() -> list[Path]:
 
 
 def test_the_walk_finds_the_shipped_workflows_and_only_them() -> None:
-    names = {p.relative_to(REPO / "workflows").as_posix() for p in workflow_files()}
-    assert {"pipelines/vpvc.json", "examples/support-triage.json"} <= names
+    names = {p.relative_to(REPO).as_posix() for p in workflow_files()}
+    assert {
+        "workflows/pipelines/vpvc.json",
+        "workflows/examples/support-triage.json",
+        "lattice/passes/project.json",
+        "lattice/passes/refactor.json",
+    } <= names
     assert not any(n.endswith((".mock.json", ".inputs.json", ".answers.json")) for n in names)
-    assert not any(n.startswith(("schemas/", "pipelines/sample-repo/")) for n in names)
+    assert not any(
+        n.startswith(("lattice/schemas/", "workflows/pipelines/sample-repo/")) for n in names
+    )
 
 
-@pytest.mark.parametrize(
-    "path", workflow_files(), ids=lambda p: p.relative_to(REPO / "workflows").as_posix()
-)
+@pytest.mark.parametrize("path", workflow_files(), ids=lambda p: p.relative_to(REPO).as_posix())
 def test_lattice_check_passes_on_every_shipped_workflow(
     path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,7 +17,7 @@ from lattice.cli import main
 from lattice.plan import PASSES as PASS_SPECS
 from tests.conftest import REPO
 
-PASSES = REPO / "workflows" / "passes"
+PASSES = REPO / "lattice" / "passes"
 SAMPLE = REPO / "workflows" / "examples" / "todo-app"
 TARGET = "src/todo/store.py"
 GOAL = "Move reading and writing the data file out of the store into its own module"
@@ -544,7 +544,7 @@ def test_a_mock_without_the_plan_node_is_a_usage_error(
 def documented_chain(page: Path) -> list[list[str]]:
     """The ``lattice`` commands of the page's ```sh block that starts with ``P=…``."""
     text = page.read_text(encoding="utf-8")
-    start = text.index("P=workflows/examples/todo-app F=workflows/passes\n")
+    start = text.index("P=workflows/examples/todo-app F=lattice/passes\n")
     block = text[start : text.index("```", start)].replace("\\\n", " ")
     commands = []
     for line in block.splitlines()[1:]:

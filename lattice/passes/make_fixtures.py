@@ -1,10 +1,10 @@
 """Keep the compiler passes' shipped files in step with their sources.
 
-    python workflows/passes/make_fixtures.py          # rewrite what is out of date
-    python workflows/passes/make_fixtures.py --check  # exit 1 and name what is out of date
+    python lattice/passes/make_fixtures.py          # rewrite what is out of date
+    python lattice/passes/make_fixtures.py --check  # exit 1 and name what is out of date
 
 1. Schemas: the ``outputSchema`` of each pass's LLM node is a copy of
-   ``workflows/schemas/<Type>.json`` (the document format has no file references).
+   ``lattice/schemas/<Type>.json`` (the document format has no file references).
 2. Fixtures: runs the pass chain over a copy of ``workflows/examples/todo-app``
    (project, architecture, scaffold, test, implementation src/todo/store.py, refactor),
    answering each prompt with the authored ``mocks/<pass>.mock.json`` and recording every
@@ -28,9 +28,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORKFLOWS = HERE.parent
-SCHEMAS = WORKFLOWS / "schemas"
-SAMPLE = WORKFLOWS / "examples" / "todo-app"
+SCHEMAS = HERE.parent / "schemas"
+SAMPLE = HERE.parent.parent / "workflows" / "examples" / "todo-app"
 
 CHAIN: list[tuple[str, str | None]] = [
     ("project", None),
@@ -48,7 +47,7 @@ def _dump(data: object) -> str:
 
 
 def synced_documents() -> dict[Path, str]:
-    """Each pass document's text with its LLM node's outputSchema copied from workflows/schemas."""
+    """Each pass document's text with its LLM node's outputSchema copied from lattice/schemas."""
     from lattice.plan import PASSES
 
     out: dict[Path, str] = {}
@@ -115,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(text, encoding="utf-8")
     for path in stale:
         verb = "out of date" if args.check else "rewritten"
-        print(f"{path.relative_to(WORKFLOWS.parent)}: {verb}", file=sys.stderr)
+        print(f"{path.relative_to(HERE.parent.parent)}: {verb}", file=sys.stderr)
     if not stale:
         print("compiler pass documents and fixtures are up to date", file=sys.stderr)
     return 1 if stale and args.check else 0
