@@ -264,8 +264,11 @@ class McpLowerer:
             **contract,
         )
         call = McpCall(
-            server_id=server_id, tool_name=tool_name, arguments_from=args_path, mode=mode
-        )  # type: ignore[arg-type]
+            server_id=server_id,
+            tool_name=tool_name,
+            arguments_from=args_path,
+            mode=mode,  # type: ignore[arg-type]
+        )
         tool = ToolCallOp(
             id=node.id + "#call",
             source_node=node.id,

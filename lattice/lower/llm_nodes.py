@@ -143,7 +143,8 @@ def _checked_template(ctx: LoweringContext, node: Node) -> str | None:
             "template",
         )
         return None
-    supplied = node.data.get("variables") if isinstance(node.data.get("variables"), dict) else {}
+    variables = node.data.get("variables")
+    supplied: dict[str, Any] = variables if isinstance(variables, dict) else {}
     missing = [v for v in template.variables if v not in supplied]
     if missing:
         ctx.error(

@@ -88,7 +88,7 @@ class RetrySettings:
     rng: random.Random = field(default_factory=lambda: random.Random(0), compare=False)
 
     def delay(self, retry_number: int, retry_after: float | None) -> float:
-        backoff = min(self.cap, self.base * (2**retry_number))
+        backoff = min(self.cap, self.base * 2.0**retry_number)
         backoff *= 1 + self.rng.uniform(0, self.jitter)
         if retry_after is None:
             return backoff

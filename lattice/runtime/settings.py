@@ -63,7 +63,7 @@ def settings_from_config(
     runtime = config.runtime
     policies = {**DEFAULT_POLICIES, **{k: tuple(v) for k, v in config.policies.items()}}
     return RuntimeSettings(
-        models=dict(config.llm.models),
+        models={str(name): model for name, model in config.llm.models.items()},
         max_attempts=runtime.max_attempts,
         gc_pacing=runtime.gc_pacing,
         repo_root=repo_root,

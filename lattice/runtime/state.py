@@ -155,16 +155,19 @@ class StateStore:
         for depth, key in enumerate(keys[:-1]):
             target = _child_for(target, key, keys[depth + 1], path, depth)
         last = keys[-1]
-        if (
-            isinstance(target, list)
-            and isinstance(last, int)
-            and -len(target) <= last < len(target)
-        ) or (isinstance(target, dict) and isinstance(last, str)):
-            target[last] = value
+        if isinstance(target, dict):
+            writable = isinstance(last, str)
         else:
+            writable = (
+                isinstance(target, list)
+                and isinstance(last, int)
+                and -len(target) <= last < len(target)
+            )
+        if not writable:
             raise LatticeRunError(
                 f"cannot write {path.text}: index {last!r} does not exist", error_type="state_error"
             )
+        target[last] = value
         for listener in self._listeners:
             listener(path.text, value)
 
@@ -177,8 +180,9 @@ class StateStore:
             container = self.read(parent) if path.keys[:-1] else self._root(path.root)
         except MissingValueError:
             return
-        if isinstance(container, dict):
-            container.pop(path.keys[-1], None)
+        key = path.keys[-1]
+        if isinstance(container, dict) and isinstance(key, str):
+            container.pop(key, None)
         for listener in self._listeners:
             listener(path.text, None)
 
