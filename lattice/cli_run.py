@@ -128,15 +128,17 @@ class _Progress:
 
 
 def secret_redactor() -> Any:
-    """Masks provider API keys (and allowed secrets, via the config) in what the CLI prints."""
+    """Masks provider API keys, allowed secrets and the variables MCP servers' ``env`` passes
+    on (via the config) in what the CLI prints."""
     from lattice.config import load_config
     from lattice.runtime.runner import make_redactor
+    from lattice.runtime.settings import settings_from_config
 
     try:
-        allowed = tuple(load_config().secrets.allow)
+        names = settings_from_config(load_config()).secret_names()
     except LatticeUserError:
-        allowed = ()
-    return make_redactor(allowed)
+        names = ()
+    return make_redactor(names)
 
 
 def _report(result: RunResult, progress: _Progress, as_json: bool) -> int:

@@ -1,14 +1,17 @@
 """A small MCP server written with the ``mcp`` SDK's server API, for tests.
 
-Served over streamable HTTP on 127.0.0.1 (``serve_http``) in a background thread.
+Served over streamable HTTP on 127.0.0.1 (``serve_http``) in a background thread, or over
+stdio when run as a script (``python tests/mcp_test_server.py``).
 Tools: ``add`` (structured result), ``shout`` (text result), ``fail`` (a tool error),
-``nap`` (sleeps, for timeouts) and a GitHub-like ``get_pull_request``; ``served`` lists
+``nap`` (sleeps, for timeouts), ``env`` (reads its own environment) and a GitHub-like
+``get_pull_request``; ``served`` lists
 the calls this process answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
@@ -70,6 +73,12 @@ def build_server() -> MCPServer:
             files=["cache.py", "tests/test_cache.py"],
         )
 
+    @server.tool(
+        description="An environment variable of this server process.", structured_output=False
+    )
+    def env(name: str) -> str:
+        return os.environ.get(name, "(unset)")
+
     return server
 
 
@@ -98,3 +107,7 @@ def serve_http() -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+if __name__ == "__main__":
+    build_server().run("stdio")

@@ -250,6 +250,7 @@ def test_ai_tool_selection_validates_the_arguments_of_the_chosen_tool(http_url: 
         "fail",
         "nap",
         "get_pull_request",
+        "env",
     ]
     violations = types(result, "validation_failed")[0]["data"]["violations"]
     assert any(
@@ -423,3 +424,63 @@ def test_mcp_list_shows_tools_and_input_schemas(
 
     assert main(["mcp", "list", "nope", "--config", str(config)]) == 2
     assert "MCP server 'nope' is not configured (configured: calc, dead" in capsys.readouterr().err
+
+
+# -- env passed on from Lattice's environment -------------------------------------------
+
+
+def stdio_test_server(**env: str) -> McpServerSpec:
+    script = Path(__file__).resolve().parent / "mcp_test_server.py"
+    return McpServerSpec("local", command=sys.executable, args=(str(script),), env=env, timeout=30)
+
+
+def test_an_env_reference_passes_a_variable_on_and_keeps_it_out_of_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "tok-4f9c2e71-secret-value"
+    monkeypatch.setenv("LATTICE_TEST_MCP_TOKEN", secret)
+    server = stdio_test_server(SERVICE_TOKEN="${LATTICE_TEST_MCP_TOKEN}", PLAIN="literal")
+    doc = chain(
+        mcp_node(
+            "token",
+            "local",
+            "env",
+            mode="manualParameterConfig",
+            parameterValues={"name": "SERVICE_TOKEN"},
+        ),
+        mcp_node(
+            "plain", "local", "env", mode="manualParameterConfig", parameterValues={"name": "PLAIN"}
+        ),
+    )
+    result, _ = run(doc, {"local": server}, store=RunStore(tmp_path))
+    assert result.status == "completed", result.failure
+    assert result.vars["token"]["result"] == secret  # the server got the value
+    assert result.vars["plain"]["result"] == "literal"
+    files = [p for p in result.run_dir.rglob("*") if p.is_file()]  # type: ignore[union-attr]
+    assert files and not [p.name for p in files if secret in p.read_text(encoding="utf-8")]
+    assert "***" in (result.run_dir / "state_final.json").read_text(encoding="utf-8")  # type: ignore[operator]
+
+
+def test_an_env_reference_to_an_unset_variable_is_a_tool_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LATTICE_TEST_MCP_UNSET", raising=False)
+    server = stdio_test_server(SERVICE_TOKEN="${LATTICE_TEST_MCP_UNSET}")
+    doc = chain(
+        mcp_node(
+            "token", "local", "env", mode="manualParameterConfig", parameterValues={"name": "X"}
+        )
+    )
+    result, _ = run(doc, {"local": server})
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure.category == "tool_error"
+    assert "LATTICE_TEST_MCP_UNSET is not set" in result.failure.summary
+
+
+def test_only_whole_dollar_brace_values_are_references() -> None:
+    spec = McpServerSpec(
+        "s", command="x", env={"A": "${TOKEN}", "B": "pre-${TOKEN}", "C": "$TOKEN"}
+    )
+    assert spec.env_references() == ("TOKEN",)
+    settings = RuntimeSettings(mcp_servers={"s": spec}, secrets_allow=("OTHER", "TOKEN"))
+    assert settings.secret_names() == ("OTHER", "TOKEN")

@@ -308,8 +308,9 @@ class Runner:
         return value
 
     def _redactor(self) -> Redactor:
-        """Replaces every allowed secret's value and provider API keys with ``***``."""
-        return make_redactor(self.settings.secrets_allow)
+        """Replaces the values of every secret name (``RuntimeSettings.secret_names``) and of
+        the provider API keys with ``***``."""
+        return make_redactor(self.settings.secret_names())
 
     # -- the walk -----------------------------------------------------------------------
 

@@ -51,6 +51,12 @@ class RuntimeSettings:
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
 
+    def secret_names(self) -> tuple[str, ...]:
+        """Environment variables whose values are masked in run folders and output: the
+        allowed ``$secrets`` and those that MCP servers' ``env`` passes on as ``${NAME}``."""
+        passed_on = (name for spec in self.mcp_servers.values() for name in spec.env_references())
+        return tuple(dict.fromkeys((*self.secrets_allow, *passed_on)))
+
 
 def settings_from_config(
     config: LatticeConfig,

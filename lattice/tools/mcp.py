@@ -15,6 +15,8 @@ server's text).
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
@@ -25,6 +27,8 @@ import jsonschema
 from lattice.errors import LatticeRunError
 
 BUILTIN_SERVER_ID = "lattice"
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""An ``env`` value that is exactly ``${NAME}``: passed on from Lattice's environment."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,28 @@ class McpServerSpec:
         if self.url:
             return self.url
         return " ".join([self.command or "", *self.args]).strip()
+
+    def env_references(self) -> tuple[str, ...]:
+        """The variables of Lattice's environment that ``env`` values name as ``${NAME}``."""
+        return tuple(m.group(1) for v in self.env.values() if (m := ENV_REFERENCE.fullmatch(v)))
+
+    def resolved_env(self) -> dict[str, str]:
+        """``env`` with each ``${NAME}`` value read from Lattice's environment."""
+        resolved = {}
+        for key, value in self.env.items():
+            match = ENV_REFERENCE.fullmatch(value)
+            if match is None:
+                resolved[key] = value
+                continue
+            name = match.group(1)
+            found = os.environ.get(name)
+            if found is None:
+                raise tool_error(
+                    self.server_id,
+                    f"env {key} = ${{{name}}}, but the environment variable {name} is not set",
+                )
+            resolved[key] = found
+        return resolved
 
 
 @dataclass(frozen=True)
@@ -102,7 +128,7 @@ class McpSession:
             target = spec.url
         else:
             target = StdioServerParameters(
-                command=spec.command or "", args=list(spec.args), env=dict(spec.env) or None
+                command=spec.command or "", args=list(spec.args), env=spec.resolved_env() or None
             )
         try:
             async with asyncio.timeout(spec.timeout):
