@@ -3,8 +3,8 @@
 Served over streamable HTTP on 127.0.0.1 (``serve_http``) in a background thread, or over
 stdio when run as a script (``python tests/mcp_test_server.py``).
 Tools: ``add`` (structured result), ``shout`` (text result), ``fail`` (a tool error),
-``nap`` (sleeps, for timeouts), ``env`` (reads its own environment) and a GitHub-like
-``get_pull_request``; ``served`` lists
+``nap`` (sleeps, for timeouts), a GitHub-like ``get_pull_request``, ``env`` (reads its
+own environment) and ``complain`` (writes to its stderr); ``served`` lists
 the calls this process answered.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -78,6 +79,11 @@ def build_server() -> MCPServer:
     )
     def env(name: str) -> str:
         return os.environ.get(name, "(unset)")
+
+    @server.tool(description="Write a line to this server's stderr.", structured_output=False)
+    def complain(text: str) -> str:
+        print(text, file=sys.stderr, flush=True)
+        return "written"
 
     return server
 

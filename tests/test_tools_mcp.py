@@ -251,6 +251,7 @@ def test_ai_tool_selection_validates_the_arguments_of_the_chosen_tool(http_url: 
         "nap",
         "get_pull_request",
         "env",
+        "complain",
     ]
     violations = types(result, "validation_failed")[0]["data"]["violations"]
     assert any(
@@ -484,3 +485,26 @@ def test_only_whole_dollar_brace_values_are_references() -> None:
     assert spec.env_references() == ("TOKEN",)
     settings = RuntimeSettings(mcp_servers={"s": spec}, secrets_allow=("OTHER", "TOKEN"))
     assert settings.secret_names() == ("OTHER", "TOKEN")
+
+
+def test_a_stdio_servers_stderr_goes_to_the_run_folder_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "tok-77aa10-stderr-secret"
+    monkeypatch.setenv("LATTICE_TEST_MCP_TOKEN", secret)
+    server = stdio_test_server(SERVICE_TOKEN="${LATTICE_TEST_MCP_TOKEN}")
+    doc = chain(
+        mcp_node(
+            "say",
+            "local",
+            "complain",
+            mode="manualParameterConfig",
+            parameterValues={"text": "{{ $in.line }}"},
+        )
+    )
+    result, _ = run(
+        doc, {"local": server}, store=RunStore(tmp_path), inputs={"line": f"token {secret}"}
+    )
+    assert result.status == "completed", result.failure
+    log = result.run_dir / "mcp" / "local.stderr.log"  # type: ignore[operator]
+    assert log.read_text(encoding="utf-8").splitlines()[-1] == "token ***"

@@ -346,7 +346,10 @@ class Runner:
             ),
             http_pool=HttpClientPool(self.settings.http),
             tools=ToolSessions(
-                self.settings.mcp_servers, builtin=BuiltinTools(repo_root=self.settings.repo_root)
+                self.settings.mcp_servers,
+                builtin=BuiltinTools(repo_root=self.settings.repo_root),
+                log_dir=None if recorder.run_dir is None else recorder.run_dir / "mcp",
+                redact=None if recorder.run_dir is None else self._redactor(),
             ),
             seq=seq,
         )

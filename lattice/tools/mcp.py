@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol, TextIO
 
 import jsonschema
 
@@ -29,6 +31,7 @@ from lattice.errors import LatticeRunError
 BUILTIN_SERVER_ID = "lattice"
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """An ``env`` value that is exactly ``${NAME}``: passed on from Lattice's environment."""
+_UNSAFE_IN_FILE_NAMES = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
@@ -105,11 +108,57 @@ def tool_error(server_id: str, message: str, **details: Any) -> LatticeRunError:
     )
 
 
-class McpSession:
-    """One open session with a configured MCP server (``mcp.Client``)."""
+class ServerLog:
+    """A stdio server's stderr, copied line by line through ``redact`` into ``path``.
 
-    def __init__(self, spec: McpServerSpec) -> None:
+    ``writer`` is the write end of a pipe, handed to the server process as its stderr;
+    a thread reads the other end (the file is created at the first line). The parent's
+    copy of the write end is released once the process has started, so the copy ends
+    when the server exits.
+    """
+
+    def __init__(self, path: Path, redact: Callable[[str], str]) -> None:
+        self.path = path
+        self._redact = redact
+        read_fd, write_fd = os.pipe()
+        self.writer: TextIO = os.fdopen(write_fd, "w")
+        self._reader = threading.Thread(
+            target=self._copy, args=(read_fd,), name=f"mcp-stderr-{path.stem}", daemon=True
+        )
+        self._reader.start()
+
+    def _copy(self, read_fd: int) -> None:
+        with os.fdopen(read_fd, encoding="utf-8", errors="replace") as source:
+            sink: TextIO | None = None
+            try:
+                for line in source:
+                    if sink is None:
+                        self.path.parent.mkdir(parents=True, exist_ok=True)
+                        sink = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+                    sink.write(self._redact(line))
+                    sink.flush()
+            finally:
+                if sink is not None:
+                    sink.close()
+
+    def release_writer(self) -> None:
+        if not self.writer.closed:
+            self.writer.close()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Wait (at most ``timeout`` s) for the server's last lines."""
+        self.release_writer()
+        self._reader.join(timeout)
+
+
+class McpSession:
+    """One open session with a configured MCP server (``mcp.Client``).
+
+    ``log``: where a stdio server's stderr goes (None: Lattice's own stderr)."""
+
+    def __init__(self, spec: McpServerSpec, log: ServerLog | None = None) -> None:
         self.spec = spec
+        self.log = log
         self._stack = AsyncExitStack()
         self._client: Any = None
         self._tools: list[ToolSpec] | None = None
@@ -118,6 +167,7 @@ class McpSession:
         spec = self.spec
         try:
             from mcp import Client, StdioServerParameters
+            from mcp.client.stdio import stdio_client
         except ImportError:
             raise tool_error(
                 spec.server_id, "MCP needs the mcp package: pip install 'lattice-lre[mcp]'"
@@ -127,9 +177,10 @@ class McpSession:
         if spec.url:
             target = spec.url
         else:
-            target = StdioServerParameters(
+            params = StdioServerParameters(
                 command=spec.command or "", args=list(spec.args), env=spec.resolved_env() or None
             )
+            target = params if self.log is None else stdio_client(params, errlog=self.log.writer)
         try:
             async with asyncio.timeout(spec.timeout):
                 self._client = await self._stack.enter_async_context(
@@ -149,6 +200,9 @@ class McpSession:
                 spec.server_id,
                 f"could not start or connect ({spec.describe()}): {_reason(exc)}",
             ) from exc
+        finally:
+            if self.log is not None:
+                self.log.release_writer()  # the process has its own copy by now
         return self
 
     async def list_tools(self) -> list[ToolSpec]:
@@ -208,6 +262,8 @@ class McpSession:
 
     async def aclose(self) -> None:
         await self._close_quietly()
+        if self.log is not None:
+            self.log.close()
 
     async def _close_quietly(self) -> None:
         with suppress(Exception):  # a server that already died cannot be closed more cleanly
@@ -222,9 +278,14 @@ class ToolSessions:
         servers: Mapping[str, McpServerSpec],
         *,
         builtin: ToolServer | None = None,
+        log_dir: Path | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.servers = servers
         self.builtin = builtin
+        self.log_dir = log_dir
+        """Where stdio servers' stderr goes, as ``<server>.stderr.log`` (None: Lattice's stderr)."""
+        self.redact = redact or (lambda text: text)
         self._open: dict[str, ToolServer] = {}
         self.emit: Callable[[str, dict[str, Any]], Any] = lambda type_, data: None
         """Receives ``tool_session_opened`` events; a run context points it at its event log."""
@@ -245,7 +306,11 @@ class ToolSessions:
                     "not configured: add [mcp.servers."
                     f"{server_id}] to lattice.toml (configured: {configured})",
                 )
-            session = await McpSession(spec).open()
+            log = None
+            if self.log_dir is not None and not spec.url:
+                name = _UNSAFE_IN_FILE_NAMES.sub("_", server_id).strip("._") or "_"
+                log = ServerLog(self.log_dir / f"{name}.stderr.log", self.redact)
+            session = await McpSession(spec, log).open()
         self._open[server_id] = session
         transport = "builtin" if spec is None else ("http" if spec.url else "stdio")
         self.emit("tool_session_opened", {"server": server_id, "transport": transport})
