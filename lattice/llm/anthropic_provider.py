@@ -9,7 +9,6 @@ anyway). ``ANTHROPIC_BASE_URL`` is honoured by the SDK. SDK retries are off.
 from __future__ import annotations
 
 import os
-from types import ModuleType
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
@@ -77,15 +76,6 @@ class AnthropicProvider(SdkProvider):
                 http_client=http_client,
             )
         )
-
-    def _sdk(self) -> ModuleType:
-        try:
-            import anthropic
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise LatticeUserError(
-                "the anthropic provider needs the SDK: pip install 'lattice-lre[anthropic]'"
-            ) from exc
-        return anthropic
 
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")

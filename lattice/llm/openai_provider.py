@@ -9,7 +9,6 @@ one place (``map_openai_error``).
 from __future__ import annotations
 
 import os
-from types import ModuleType
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
@@ -106,15 +105,6 @@ class OpenAIProvider(SdkProvider):
                 http_client=http_client,
             )
         )
-
-    def _sdk(self) -> ModuleType:
-        try:
-            import openai
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise LatticeUserError(
-                "the openai provider needs the SDK: pip install 'lattice-lre[openai]'"
-            ) from exc
-        return openai
 
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
         body: dict[str, Any] = {

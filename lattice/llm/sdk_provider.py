@@ -8,11 +8,12 @@ An adapter supplies its request body, its SDK call and how to read the response.
 
 from __future__ import annotations
 
+import importlib
 import time
 from types import ModuleType
 from typing import Any
 
-from lattice.errors import LatticeRunError
+from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.llm.errors import LoopLocalClients, provider_error
 
@@ -21,6 +22,7 @@ class SdkProvider:
     """Base of the SDK adapters; subclasses set the class attributes and the four hooks."""
 
     name: str
+    """The provider's name, which is also the SDK's module and the package extra."""
     label: str
     """How messages name the backend (``OpenAI``)."""
     schema_field: str
@@ -45,7 +47,13 @@ class SdkProvider:
     # -- hooks ------------------------------------------------------------------------------
 
     def _sdk(self) -> ModuleType:
-        raise NotImplementedError
+        """The SDK module, imported on first use (``name`` is also its extra's name)."""
+        try:
+            return importlib.import_module(self.name)
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise LatticeUserError(
+                f"the {self.name} provider needs the SDK: pip install 'lattice-lre[{self.name}]'"
+            ) from exc
 
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
         raise NotImplementedError
