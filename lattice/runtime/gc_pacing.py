@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 YOUNG_GENERATION_THRESHOLD = 20_000
@@ -69,21 +70,11 @@ class _Pacer:
                 self.saved = None
 
 
-class _Unpaced:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
 _PACER = _Pacer()
-_UNPACED = _Unpaced()
+_UNPACED = nullcontext()
 
 
-def gc_pacing(enabled: bool = True) -> _Pacer | _Unpaced:
+def gc_pacing(enabled: bool = True) -> AbstractContextManager[None]:
     """A context manager holding the paced thresholds for one run (nesting and overlap are fine)."""
     return _PACER if enabled else _UNPACED
 
