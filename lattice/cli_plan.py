@@ -115,7 +115,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         result = runner.run(inputs.values)
     finally:
         progress.stop()
-    code = _report(result, progress, args.json)
+    code = _report(result, progress, args.json, runner.settings)
     if result.status == "completed":
         _saved(save_result(inputs, result), project)
     elif result.status == "halted":

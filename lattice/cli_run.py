@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from lattice.ir.models import AskOp, ExecIR
     from lattice.llm.base import LLMProvider
     from lattice.runtime.results import RunResult
+    from lattice.runtime.settings import RuntimeSettings
 
 
 def _read_json_object(path: str, what: str) -> dict[str, Any]:
@@ -129,7 +130,8 @@ class _Progress:
 
 def secret_redactor() -> Any:
     """Masks provider API keys, allowed secrets and the variables MCP servers' ``env`` passes
-    on (via the config) in what the CLI prints."""
+    on, per the default config (for ``lattice export``, which runs nothing); a command that
+    runs masks with its own settings."""
     from lattice.config import load_config
     from lattice.runtime.runner import make_redactor
     from lattice.runtime.settings import settings_from_config
@@ -141,7 +143,9 @@ def secret_redactor() -> Any:
     return make_redactor(names)
 
 
-def _report(result: RunResult, progress: _Progress, as_json: bool) -> int:
+def _report(
+    result: RunResult, progress: _Progress, as_json: bool, settings: RuntimeSettings
+) -> int:
     progress.stop()
     elapsed = time.perf_counter() - progress.started
     where = f", run folder {result.run_dir}" if result.run_dir else ""
@@ -150,7 +154,9 @@ def _report(result: RunResult, progress: _Progress, as_json: bool) -> int:
         f"{result.usage.calls} model calls, {result.usage.total_tokens} tokens{where}",
         file=sys.stderr,
     )
-    redact = secret_redactor()
+    from lattice.runtime.runner import make_redactor
+
+    redact = make_redactor(settings.secret_names())
     if result.failure is not None:
         failure = result.failure
         print(
@@ -254,7 +260,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run = runner.run(inputs)
     finally:
         progress.stop()
-    return _report(run, progress, args.json)
+    return _report(run, progress, args.json, settings)
 
 
 def _dry_run(runner: Any, inputs: dict[str, Any]) -> int:
@@ -312,7 +318,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         ask_human=_terminal_asker if interactive else None,
         on_event=progress,
     )
-    return _report(result, progress, args.json)
+    return _report(result, progress, args.json, settings)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

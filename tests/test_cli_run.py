@@ -648,3 +648,19 @@ def test_every_example_runs_from_the_cli(
     result = json.loads(out)
     assert result["status"] == "completed"
     assert result["output"] is not None
+
+
+def test_run_json_masks_the_secrets_of_the_config_it_was_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "tok-cli-5e1d-masked"
+    monkeypatch.setenv("LATTICE_TEST_CLI_TOKEN", secret)
+    config = tmp_path / "elsewhere.toml"
+    config.write_text('[secrets]\nallow = ["LATTICE_TEST_CLI_TOKEN"]\n', encoding="utf-8")
+    doc = write_json(tmp_path / "wf.json", chain(node("say", "prompt", prompt="Say it")))
+    mock = write_json(tmp_path / "mock.json", {"responses": {"say": [f"the token is {secret}"]}})
+    code, out, err = cli(
+        capsys, "run", doc, "--mock", mock, "--config", config, "--json", "--no-record"
+    )
+    assert code == 0, err
+    assert secret not in out and json.loads(out)["output"] == "the token is ***"

@@ -141,9 +141,10 @@ class Runner:
         """Run from the entry op. Inputs that fail the inputs schema raise InputError before anything is written."""
         inputs = dict(inputs or {})
         self.validate_inputs(inputs)
-        run_id, recorder = self._open_recorder(run_id)
+        redact = self._redactor() if self.store.root is not None else None
+        run_id, recorder = self._open_recorder(run_id, redact)
         state = StateStore(inputs, ctx=self._ctx(run_id), secrets=self._read_secret)
-        ctx = self._context(run_id, state, recorder, Usage(), seq=0)
+        ctx = self._context(run_id, state, recorder, Usage(), seq=0, redact=redact)
         try:
             if recorder.run_dir is not None:
                 if self.workflow is not None:
@@ -158,12 +159,13 @@ class Runner:
         with gc_pacing(self.settings.gc_pacing):
             return await self._walk(ctx, self.ir.entry, steps=0, visits={}, op_seq=0)
 
-    def _open_recorder(self, run_id: str | None) -> tuple[str, RunRecorder]:
+    def _open_recorder(
+        self, run_id: str | None, redact: Redactor | None
+    ) -> tuple[str, RunRecorder]:
         """The run's id and recorder; a generated id whose folder exists is drawn again."""
         if self.store.root is None:
             run_id = run_id or new_run_id()
             return run_id, self.store.open(run_id, redact=None)
-        redact = self._redactor()
         if run_id is not None:
             return run_id, self.store.open(run_id, redact=redact)
         for _ in range(4):
@@ -264,13 +266,15 @@ class Runner:
         run_id = checkpoint["run_id"]
         state = StateStore.from_snapshot(snapshot, secrets=runner._read_secret)
         state.clear_tmp()
-        recorder = runner.store.reopen(folder, redact=runner._redactor())
+        redact = runner._redactor()
+        recorder = runner.store.reopen(folder, redact=redact)
         ctx = runner._context(
             run_id,
             state,
             recorder,
             Usage.from_json(checkpoint.get("usage")),
             seq=int(checkpoint.get("seq", 0)),
+            redact=redact,
         )
         ctx.last_result = checkpoint.get("last_result")
         try:
@@ -324,7 +328,14 @@ class Runner:
         }
 
     def _context(
-        self, run_id: str, state: StateStore, recorder: RunRecorder, usage: Usage, *, seq: int
+        self,
+        run_id: str,
+        state: StateStore,
+        recorder: RunRecorder,
+        usage: Usage,
+        *,
+        seq: int,
+        redact: Redactor | None,
     ) -> RunContext:
         for listener in self._state_listeners:
             state.subscribe(listener)
@@ -349,7 +360,7 @@ class Runner:
                 self.settings.mcp_servers,
                 builtin=BuiltinTools(repo_root=self.settings.repo_root),
                 log_dir=None if recorder.run_dir is None else recorder.run_dir / "mcp",
-                redact=None if recorder.run_dir is None else self._redactor(),
+                redact=redact,
             ),
             seq=seq,
         )
