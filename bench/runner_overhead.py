@@ -53,8 +53,8 @@ from typing import Annotated, Any, TypedDict
 from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
+from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
-from lattice.runtime.store import RunStore
 
 try:
     import langgraph  # noqa: F401

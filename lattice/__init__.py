@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lattice.config import LatticeConfig, load_config
+    from lattice.contracts.report import FailureReport
+    from lattice.contracts.usage import Usage
     from lattice.document import Workflow, load_workflow
     from lattice.errors import (
         Diagnostic,
@@ -28,16 +30,16 @@ if TYPE_CHECKING:
     from lattice.llm.anthropic_provider import AnthropicProvider
     from lattice.llm.base import LLMProvider
     from lattice.llm.disabled import DisabledProvider
-    from lattice.llm.factory import make_provider
     from lattice.llm.fixture import FixtureProvider
     from lattice.llm.mock import MockProvider
     from lattice.llm.openai_provider import OpenAIProvider
     from lattice.lower import LowererRegistry, lower, lower_document
     from lattice.primitive import LLMPrimitive, Response
-    from lattice.runtime.results import FailureReport, RunResult, Usage
+    from lattice.runs.store import RunStore
+    from lattice.runtime.results import RunResult
     from lattice.runtime.runner import RunLimits, Runner
     from lattice.runtime.settings import RuntimeSettings
-    from lattice.runtime.store import RunStore
+    from lattice.service.providers import make_provider
 
 __version__ = "0.1.0"
 
@@ -47,7 +49,7 @@ _EXPORTS: dict[str, str] = {
     "DisabledProvider": "lattice.llm.disabled",
     "DocumentError": "lattice.errors",
     "ExecIR": "lattice.ir",
-    "FailureReport": "lattice.runtime.results",
+    "FailureReport": "lattice.contracts.report",
     "FixtureProvider": "lattice.llm.fixture",
     "InputError": "lattice.errors",
     "LLMPrimitive": "lattice.primitive",
@@ -62,10 +64,10 @@ _EXPORTS: dict[str, str] = {
     "Response": "lattice.primitive",
     "RunLimits": "lattice.runtime.runner",
     "RunResult": "lattice.runtime.results",
-    "RunStore": "lattice.runtime.store",
+    "RunStore": "lattice.runs.store",
     "Runner": "lattice.runtime.runner",
     "RuntimeSettings": "lattice.runtime.settings",
-    "Usage": "lattice.runtime.results",
+    "Usage": "lattice.contracts.usage",
     "Workflow": "lattice.document",
     "execir_json_schema": "lattice.ir",
     "ir_from_json": "lattice.ir",
@@ -74,7 +76,7 @@ _EXPORTS: dict[str, str] = {
     "load_workflow": "lattice.document",
     "lower": "lattice.lower",
     "lower_document": "lattice.lower",
-    "make_provider": "lattice.llm.factory",
+    "make_provider": "lattice.service.providers",
 }
 """Public name → the module that defines it (imported on first use)."""
 

@@ -134,7 +134,7 @@ class LatticeConfig(_Strict):
     @field_validator("policies")
     @classmethod
     def _known_actions(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
-        from lattice.runtime.policies import ACTIONS
+        from lattice.contracts.policies import ACTIONS
 
         for error_type, stack in value.items():
             bad = [a for a in stack if a not in ACTIONS]

@@ -14,6 +14,8 @@ Third-party exceptions are wrapped at the boundary (``raise ... from exc``).
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -124,3 +126,20 @@ class LatticeRunError(LatticeError):
         self.op_id = op_id
         self.node_id = node_id
         self.details = details or {}
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to ``word`` (the same letters in another case first), if any is
+    close enough."""
+    by_lower = {choice.lower(): choice for choice in choices}
+    if word.lower() in by_lower:
+        return by_lower[word.lower()]
+    match = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[match[0]] if match else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` when a choice is close to ``word``, else ``""``: the one
+    spelling of the hint in every message."""
+    match = closest(word, choices)
+    return f" (did you mean {match!r}?)" if match is not None and match != word else ""

@@ -25,7 +25,6 @@ only a user's mistake (bad construction arguments, a payload that is not JSON) r
 from __future__ import annotations
 
 import asyncio
-import difflib
 import secrets
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,26 +38,35 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from typing_extensions import TypeVar as DefaultTypeVar
 
 from lattice.config import LatticeConfig, load_config
-from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.ir.templates import to_text
-from lattice.llm.base import LLMProvider, Message
-from lattice.llm.factory import make_provider
-from lattice.prompts.builtin import TEMPLATES
-from lattice.prompts.registry import PromptTemplate
-from lattice.runtime.context import EventListener
-from lattice.runtime.contract import CallEnv, Contract, ContractEngine, Emit, Sampling
-from lattice.runtime.events import utc_now
-from lattice.runtime.invariants import (
+from lattice.contracts.calls import Emit, Sampling
+from lattice.contracts.engine import Contract, ContractEngine
+from lattice.contracts.invariants import (
     BoundInvariant,
     InvariantDef,
     Violation,
     bind_invariants,
     invariant_names,
 )
+from lattice.contracts.policies import (
+    ACTIONS,
+    MODEL_LADDER,
+    OUTPUT_ERRORS,
+    ladder_from,
+    policy_stack,
+)
+from lattice.contracts.report import FailureReport, failure_report
+from lattice.contracts.usage import Usage
+from lattice.errors import LatticeRunError, LatticeUserError, did_you_mean
+from lattice.ir.templates import to_text
+from lattice.llm.base import LLMProvider, Message
+from lattice.prompts.builtin import TEMPLATES
+from lattice.prompts.registry import PromptTemplate
+from lattice.runtime.context import EventListener
+from lattice.runtime.events import utc_now
 from lattice.runtime.llm_op import compose_messages
-from lattice.runtime.policies import ACTIONS, MODEL_LADDER, OUTPUT_ERRORS, ladder_from, policy_stack
-from lattice.runtime.results import FailureReport, RunStatus, Usage
+from lattice.runtime.results import RunStatus
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
+from lattice.service.providers import make_provider
 
 __all__ = ["MODEL_CLASSES", "POLICY_WORDS", "LLMPrimitive", "ModelClass", "Response"]
 
@@ -79,7 +87,7 @@ POLICY_WORDS: Mapping[str, str] = MappingProxyType(
         "halt": "halt",
     }
 )
-"""Everyday words for recovery steps → the action names of ``lattice.runtime.policies``.
+"""Everyday words for recovery steps → the action names of ``lattice.contracts.policies``.
 ``bubble`` (hand the error to the caller) is ``fail``: the call returns a failed Response."""
 
 _RECOVERY: Mapping[str, str] = MappingProxyType(
@@ -209,7 +217,7 @@ class LLMPrimitive(Generic[OutputT]):
         schema = _schema_of(output_model, output_schema)
         if model_class not in MODEL_CLASSES:
             _mistake(
-                f"model_class must be one of {', '.join(MODEL_CLASSES)}{_hint(model_class, MODEL_CLASSES)}"
+                f"model_class must be one of {', '.join(MODEL_CLASSES)}{did_you_mean(model_class, MODEL_CLASSES)}"
             )
         if model is not None and (not isinstance(model, str) or not model):
             _mistake("model must be a non-empty string (a concrete model name)")
@@ -326,7 +334,7 @@ class LLMPrimitive(Generic[OutputT]):
         """The recovery actions this block takes for ``error_type``, in order.
 
         The stack of ``policies`` (else the settings' defaults,
-        ``lattice.runtime.policies.DEFAULT_POLICIES``) without the actions that can never
+        ``lattice.contracts.policies.DEFAULT_POLICIES``) without the actions that can never
         apply to this block (``escalate`` with one model class, ``repair`` with one attempt
         per class or for errors that are not about the output, ``retry`` with no retries)
         and without what follows the first ``fail``/``halt``; it always ends in one of them.
@@ -369,15 +377,8 @@ class LLMPrimitive(Generic[OutputT]):
         call_id = _new_call_id()
         events: list[dict[str, Any]] = []
         usage = Usage()
-        env = CallEnv(
-            provider=self.provider,
-            usage=usage,
-            emit=self._emitter(call_id, events),
-            budget=self.settings.budget(),
-            retry=self.settings.retry,
-            sleep=self.settings.sleep,
-            models=self.settings.models,
-            base_policies=self.settings.policies,
+        env = self.settings.call_env(
+            self.provider, usage=usage, emit=self._emitter(call_id, events)
         )
         try:
             value, attempts = await self._engine.run(
@@ -445,16 +446,12 @@ class LLMPrimitive(Generic[OutputT]):
         usage.estimate_cost(self.settings.prices)
         attempts: list[dict[str, Any]] = list(exc.details.get("attempts", []))
         halted = exc.details.get("action") == "halt"
-        report = FailureReport(
+        report = failure_report(
+            exc,
             phase="call",
             run_id=call_id,
             op_id=self.name,
             node_id=self.name,
-            category=exc.error_type,
-            summary=exc.message,
-            details={k: v for k, v in exc.details.items() if k != "attempts"},
-            attempts=attempts,
-            blocking=True,
             recovery_action=_RECOVERY.get(
                 exc.error_type, "fix the cause, then call the block again"
             ),
@@ -483,11 +480,6 @@ class LLMPrimitive(Generic[OutputT]):
 
 def _mistake(message: str) -> NoReturn:
     raise LatticeUserError(message, error_type="primitive_error")
-
-
-def _hint(given: object, known: Sequence[str]) -> str:
-    match = difflib.get_close_matches(str(given), list(known), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def _int_in(value: object, low: int, high: int | None) -> bool:
@@ -540,7 +532,9 @@ def _bind(specs: Sequence[str | Mapping[str, Any]]) -> list[BoundInvariant]:
         if not isinstance(name, str):
             _mistake(f'an invariant is a name or {{"name": ..., ...}}, got {spec!r}')
         if name not in known:
-            _mistake(f"unknown invariant {name!r}{_hint(name, known)}; known: {', '.join(known)}")
+            _mistake(
+                f"unknown invariant {name!r}{did_you_mean(name, known)}; known: {', '.join(known)}"
+            )
         plain.append(spec if isinstance(spec, str) else dict(spec))
     return bind_invariants(plain)
 
@@ -555,7 +549,9 @@ def _policies(policies: Mapping[str, Sequence[str]] | None) -> dict[str, tuple[s
         for action in stack:
             if action not in ACTIONS:
                 alias = POLICY_WORDS.get(str(action))
-                hint = f" ({action!r} is called {alias!r})" if alias else _hint(action, ACTIONS)
+                hint = (
+                    f" ({action!r} is called {alias!r})" if alias else did_you_mean(action, ACTIONS)
+                )
                 _mistake(
                     f"policies[{error_type!r}]: unknown action {action!r}{hint}; "
                     f"actions are {', '.join(ACTIONS)}"

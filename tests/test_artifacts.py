@@ -1,4 +1,4 @@
-"""The artifact store (``lattice.artifacts``) and ``lattice artifacts list|show|approve|lock``."""
+"""The artifact store (``lattice.planner.artifacts``) and ``lattice artifacts list|show|approve|lock``."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from typing import Any
 
 import pytest
 
-from lattice.artifacts import ArtifactStore, content_hash
 from lattice.cli import main
 from lattice.errors import LatticeUserError
-from lattice.plan import PASSES, gather_inputs, is_source, is_test, reference_warnings, walk_files
+from lattice.planner.artifacts import ArtifactStore, content_hash
+from lattice.planner.inputs import gather_inputs, is_source, is_test, walk_files
+from lattice.planner.passes import PASSES
+from lattice.planner.run import reference_warnings
 from tests.conftest import REPO
 
-PASSES_DIR = REPO / "lattice" / "passes"
+PASSES_DIR = REPO / "lattice" / "planner" / "workflows"
 
 
 def authored(pass_name: str) -> dict[str, Any]:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from lattice.cli import main
+from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower, lower_document
 from lattice.runtime import Runner, RunResult, RunStore
-from lattice.runtime.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.runtime.settings import RuntimeSettings
 from tests.builders import chain, conn, describe, find, node, workflow
 
@@ -953,7 +953,7 @@ def test_repair_packet_of_a_large_invalid_output_still_omits_the_context(
 
 
 def test_retry_after_is_a_floor_but_capped() -> None:
-    from lattice.runtime.policies import RetrySettings
+    from lattice.contracts.policies import RetrySettings
 
     settings = RetrySettings(jitter=0.0, max_retry_after=60.0)
     assert settings.delay(0, 7.0) == 7.0

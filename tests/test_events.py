@@ -9,11 +9,12 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from lattice.contracts.usage import Usage
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.events import EventLog, format_utc
-from lattice.runtime.results import RunResult, Usage
+from lattice.runtime.results import RunResult
 from tests.builders import chain, node
 from tests.test_runtime_examples import check_events
 
@@ -114,7 +115,7 @@ def test_unread_events_pickle_at_every_protocol() -> None:
 
 
 def test_a_recorder_without_a_folder_still_receives_every_event() -> None:
-    from lattice.runtime.store import NullRecorder
+    from lattice.runs.store import NullRecorder
 
     class Streaming(NullRecorder):
         def __init__(self) -> None:

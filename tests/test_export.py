@@ -15,9 +15,9 @@ from syrupy.assertion import SnapshotAssertion
 
 from lattice.cli import main
 from lattice.errors import LatticeUserError
-from lattice.export import ExportStats, export_examples, to_jsonl
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
+from lattice.runs.export import ExportStats, export_examples, to_jsonl
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
 from tests.builders import chain, node

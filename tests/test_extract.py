@@ -1,4 +1,4 @@
-"""JSON extraction from model text (lattice.runtime.extract): the one artifact, or why not."""
+"""JSON extraction from model text (lattice.contracts.extract): the one artifact, or why not."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lattice.contracts.extract import ExtractionError, extract_json
 from lattice.errors import LatticeRunError
-from lattice.runtime.extract import ExtractionError, extract_json
 
 OBJ = {"title": "Q3", "items": [1, 2, {"x": None}], "ok": True}
 

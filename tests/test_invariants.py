@@ -1,4 +1,4 @@
-"""Named invariants (lattice.runtime.invariants) and how documents reference them."""
+"""Named invariants (lattice.contracts.invariants) and how documents reference them."""
 
 from __future__ import annotations
 
@@ -7,12 +7,8 @@ from typing import Any
 
 import pytest
 
-from lattice.errors import LatticeUserError
-from lattice.llm.mock import MockProvider
-from lattice.lower import lower, lower_document
-from lattice.runtime import Runner, RunStore
-from lattice.runtime import invariants as invariants_module
-from lattice.runtime.invariants import (
+from lattice.contracts import invariants as invariants_module
+from lattice.contracts.invariants import (
     BoundInvariant,
     bind_invariants,
     diff_problems,
@@ -25,6 +21,10 @@ from lattice.runtime.invariants import (
     resolve_pointer,
     unified_diff,
 )
+from lattice.errors import LatticeUserError
+from lattice.llm.mock import MockProvider
+from lattice.lower import lower, lower_document
+from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
 from tests.builders import chain, describe, find, node, only
 

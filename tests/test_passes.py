@@ -2,31 +2,32 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jsonschema
 import pytest
 
 from lattice.cli import main
-from lattice.cli_plan import PASS_NAMES
+from lattice.cli.parser import PASS_NAMES
+from lattice.contracts.engine import ContractEngine
+from lattice.contracts.errors import NeedsHuman, OutputInvalid
 from lattice.ir.models import LLMWriteOp
 from lattice.llm.fixture import read_fixtures
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower_document
-from lattice.plan import PASSES, load_pass, run_pass
-from lattice.runtime.contract import ContractEngine, NeedsHuman, OutputInvalid
+from lattice.planner import make_fixtures
+from lattice.planner.passes import PASSES
+from lattice.planner.run import load_pass, run_pass
 from lattice.runtime.llm_op import contract_for
 from lattice.runtime.settings import RuntimeSettings
 from tests.conftest import REPO
 
-PASSES_DIR = REPO / "lattice" / "passes"
-SCHEMAS_DIR = REPO / "lattice" / "schemas"
+PASSES_DIR = REPO / "lattice" / "planner" / "workflows"
+SCHEMAS_DIR = REPO / "lattice" / "planner" / "schemas"
 SAMPLE = REPO / "workflows" / "examples" / "todo-app"
 PLAN_TYPES = [spec.artifact_type for spec in PASSES.values()]
 NAMES = list(PASSES)
@@ -53,14 +54,6 @@ def plan_op(pass_name: str) -> LLMWriteOp:
 
 def engine(pass_name: str) -> ContractEngine:
     return ContractEngine(contract_for(plan_op(pass_name), RuntimeSettings()))
-
-
-def load_script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, PASSES_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # -- the documents ---------------------------------------------------------------------------
@@ -112,7 +105,7 @@ def test_inlined_schema_equals_the_schema_file(pass_name: str) -> None:
 
 @pytest.mark.parametrize("pass_name", NAMES)
 def test_the_documents_read_only_their_inputs(pass_name: str) -> None:
-    """The pass's ``$in`` is exactly what lattice.plan gathers (documents, artifacts, subject)."""
+    """The pass's ``$in`` is exactly what lattice.planner.passes gathers (documents, artifacts, subject)."""
     spec = PASSES[pass_name]
     ir, _ = load_pass(spec)
     expected = {key for _, key in spec.documents} | {need.key for need in spec.artifacts}
@@ -244,9 +237,9 @@ def test_no_code_in_planning_artifacts(pass_name: str) -> None:
 def test_the_prompt_states_the_rules_and_the_schema(pass_name: str, tmp_path: Path) -> None:
     project = tmp_path / "todo-app"
     shutil.copytree(SAMPLE, project, ignore=shutil.ignore_patterns(".lattice"))
-    chain = load_script("make_fixtures").CHAIN
+    chain = make_fixtures.CHAIN
     provider = MockProvider({"plan": [authored(name) for name, _ in chain]})
-    from lattice.artifacts import ArtifactStore
+    from lattice.planner.artifacts import ArtifactStore
 
     store = ArtifactStore(project)
     for name, subject in chain:
@@ -290,8 +283,8 @@ def test_each_fixtures_file_answers_its_pass_with_the_authored_artifact(pass_nam
 
 def test_documents_and_fixtures_are_up_to_date(capsys: pytest.CaptureFixture[str]) -> None:
     """Fails when a pass document, schema, template or sample document changed the prompts:
-    run ``python lattice/passes/make_fixtures.py`` and commit what it rewrites."""
-    code = load_script("make_fixtures").main(["--check"])
+    run ``python -m lattice.planner.make_fixtures`` and commit what it rewrites."""
+    code = make_fixtures.main(["--check"])
     err = capsys.readouterr().err
     assert code == 0, err
     assert "up to date" in err

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lattice.runtime.patches import PatchParseError, check_patch, parse_unified_diff
+from lattice.contracts.patches import PatchParseError, check_patch, parse_unified_diff
 
 APP = "def greet(name):\n    return 'Hello ' + name\n\n\ndef main():\n    print(greet('world'))\n"
 

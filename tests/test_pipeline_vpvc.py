@@ -24,7 +24,7 @@ from tests.builders import describe
 from tests.conftest import REPO
 
 PIPELINES = REPO / "workflows" / "pipelines"
-SCHEMAS = REPO / "lattice" / "schemas"
+SCHEMAS = REPO / "lattice" / "planner" / "schemas"
 VPVC = PIPELINES / "vpvc.json"
 SAMPLE_REPO = PIPELINES / "sample-repo"
 MOCK = PIPELINES / "vpvc.mock.json"
@@ -73,7 +73,7 @@ def test_schema_files_are_valid_json_schemas(name: str) -> None:
 
 def test_prompt_nodes_inline_the_schema_files() -> None:
     """Documents cannot reference schema files ($ref is not resolved), so the pipeline
-    inlines them; this keeps the copies equal to lattice/schemas/*.json."""
+    inlines them; this keeps the copies equal to lattice/planner/schemas/*.json."""
     nodes = {n["id"]: n for n in document()["nodes"]}
     llm = {node_id for node_id, n in nodes.items() if n["type"] == "prompt"}
     assert llm == set(LLM_NODES)
@@ -500,7 +500,7 @@ def test_the_pipeline_needs_a_repository(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def workflow_files() -> list[Path]:
-    """JSON files under workflows/ and lattice/passes/ shaped like a workflow (nodes +
+    """JSON files under workflows/ and lattice/planner/workflows/ shaped like a workflow (nodes +
     connections, maybe wrapped)."""
     found = []
     candidates = [*(REPO / "workflows").rglob("*.json"), *(REPO / "lattice").rglob("*.json")]
@@ -521,12 +521,13 @@ def test_the_walk_finds_the_shipped_workflows_and_only_them() -> None:
     assert {
         "workflows/pipelines/vpvc.json",
         "workflows/examples/support-triage.json",
-        "lattice/passes/project.json",
-        "lattice/passes/refactor.json",
+        "lattice/planner/workflows/project.json",
+        "lattice/planner/workflows/refactor.json",
     } <= names
     assert not any(n.endswith((".mock.json", ".inputs.json", ".answers.json")) for n in names)
     assert not any(
-        n.startswith(("lattice/schemas/", "workflows/pipelines/sample-repo/")) for n in names
+        n.startswith(("lattice/planner/schemas/", "workflows/pipelines/sample-repo/"))
+        for n in names
     )
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from lattice.cli import main
-from lattice.plan import PASSES as PASS_SPECS
+from lattice.planner.passes import PASSES as PASS_SPECS
 from tests.conftest import REPO
 
-PASSES = REPO / "lattice" / "passes"
+PASSES = REPO / "lattice" / "planner" / "workflows"
 SAMPLE = REPO / "workflows" / "examples" / "todo-app"
 TARGET = "src/todo/store.py"
 GOAL = "Move reading and writing the data file out of the store into its own module"

@@ -16,11 +16,11 @@ import pytest
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from lattice import LatticeRunError, LatticeUserError, LLMPrimitive, MockProvider, Response
+from lattice.contracts.policies import RetrySettings
 from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.llm.disabled import DisabledProvider
 from lattice.lower import lower
 from lattice.runtime import Runner, RunResult, RunStore
-from lattice.runtime.policies import RetrySettings
 from lattice.runtime.settings import RuntimeSettings
 from tests.builders import chain, node
 

@@ -22,9 +22,9 @@ from lattice.cli import main
 from lattice.config import LatticeConfig
 from lattice.ir import ir_to_dict
 from lattice.llm.base import LLMRequest, Message
-from lattice.llm.factory import make_provider
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
+from lattice.service.providers import make_provider
 from tests.builders import lower_ok
 from tests.fake_llm_server import FakeLLMServer, serve, two_step_answer, two_step_document
 

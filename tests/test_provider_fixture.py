@@ -14,10 +14,10 @@ from lattice.config import LatticeConfig
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm import DisabledProvider, MockProvider
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message
-from lattice.llm.factory import make_provider
 from lattice.llm.fixture import FixtureProvider, read_fixtures
 from lattice.llm.openai_provider import OpenAIProvider
 from lattice.llm.wrappers import LimitedProvider, RouterProvider
+from lattice.service.providers import make_provider
 from tests import respx_httpx2
 
 

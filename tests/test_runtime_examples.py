@@ -478,7 +478,7 @@ def test_a_run_id_chosen_by_the_caller_never_reuses_a_folder(tmp_path: Path) -> 
 
 
 def test_run_ids_are_sortable_folder_names_with_32_random_bits() -> None:
-    from lattice.runtime.store import new_run_id, safe_name
+    from lattice.runs.store import new_run_id, safe_name
 
     ids = {new_run_id() for _ in range(200)}
     assert len(ids) == 200
@@ -489,7 +489,7 @@ def test_run_ids_are_sortable_folder_names_with_32_random_bits() -> None:
 def test_reseeding_random_does_not_repeat_run_ids() -> None:
     import random
 
-    from lattice.runtime.store import new_run_id
+    from lattice.runs.store import new_run_id
 
     random.seed(0)
     first = new_run_id()

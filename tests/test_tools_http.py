@@ -21,8 +21,8 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
+from lattice.contracts.policies import RetrySettings
 from lattice.runtime import Runner, RunResult, RunStore
-from lattice.runtime.policies import RetrySettings
 from lattice.runtime.settings import RuntimeSettings
 from lattice.tools.http import HttpPolicy
 from tests.builders import chain, conn, lower_ok, node, workflow

@@ -15,10 +15,10 @@ from typing import Any
 import networkx as nx
 
 from lattice.document.models import Node
-from lattice.errors import Diagnostic, Severity
+from lattice.errors import Diagnostic, Severity, did_you_mean
 from lattice.ir.models import FAILED_PORT
 from lattice.ir.templates import NameRef, StatePath
-from lattice.lower.registry import LoweringContext, NodeLowering, RefUse, did_you_mean
+from lattice.lower.registry import LoweringContext, NodeLowering, RefUse
 
 CTX_KEYS = (
     "run_id",

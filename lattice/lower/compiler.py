@@ -18,7 +18,7 @@ import networkx as nx
 
 from lattice.document.loader import parse_workflow, pointer_join, read_json_file
 from lattice.document.models import Workflow
-from lattice.errors import Diagnostic, DocumentError
+from lattice.errors import Diagnostic, DocumentError, did_you_mean
 from lattice.ir.models import Edge, ExecIR, IRDiagnostic, Op, WorkflowInfo
 from lattice.lower.branch_nodes import AskUserQuestionLowerer, IfElseLowerer, SwitchLowerer
 from lattice.lower.checks import Reachability, ReferenceChecker, reachability_warnings
@@ -34,7 +34,7 @@ from lattice.lower.flow_nodes import (
 )
 from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
 from lattice.lower.mcp_servers import unknown_mcp_servers
-from lattice.lower.registry import LowererRegistry, LoweringContext, NodeLowering, did_you_mean
+from lattice.lower.registry import LowererRegistry, LoweringContext, NodeLowering
 from lattice.lower.subflows import inline_subflows
 
 
@@ -166,16 +166,12 @@ class _Compiler:
         for node in self.workflow.nodes:
             lowerer = self.registry.get(node.type)
             if lowerer is None:
-                hint = self.registry.suggest(node.type)
+                hint = did_you_mean(node.type, self.registry.types())
                 self.ctx.error(
                     node,
                     "unknown-node-type",
                     f"unknown node type {node.type!r}"
-                    + (
-                        f" (did you mean {hint!r}?)"
-                        if hint
-                        else f"; known types: {', '.join(self.registry.types())}"
-                    ),
+                    + (hint or f"; known types: {', '.join(self.registry.types())}"),
                     "type",
                 )
                 self.lowerings[node.id] = NodeLowering(produces=())

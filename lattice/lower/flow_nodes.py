@@ -9,6 +9,7 @@ import jmespath
 from jmespath.exceptions import JMESPathError
 
 from lattice.document.models import SEQUENTIAL_PORT, Node
+from lattice.errors import did_you_mean
 from lattice.ir.models import (
     FAILED_PORT,
     Edge,
@@ -24,7 +25,7 @@ from lattice.ir.models import (
 from lattice.ir.templates import TemplateSyntaxError, parse_path
 from lattice.lower.fields import get_dict, get_number, get_schema, get_str
 from lattice.lower.llm_nodes import llm_contract
-from lattice.lower.registry import LoweringContext, NodeLowering, did_you_mean
+from lattice.lower.registry import LoweringContext, NodeLowering
 
 TOOL_PORTS = [SEQUENTIAL_PORT, FAILED_PORT]
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")

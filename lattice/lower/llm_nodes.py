@@ -6,13 +6,14 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
+from lattice.contracts.invariants import invariant_names
+from lattice.contracts.policies import ACTIONS
 from lattice.document.models import SEQUENTIAL_PORT, Node
+from lattice.errors import did_you_mean
 from lattice.ir.models import FAILED_PORT, LLMWriteOp
 from lattice.lower.fields import get_dict, get_list, get_number, get_schema, get_str
-from lattice.lower.registry import LoweringContext, NodeLowering, did_you_mean
+from lattice.lower.registry import LoweringContext, NodeLowering
 from lattice.prompts.builtin import TEMPLATES
-from lattice.runtime.invariants import invariant_names
-from lattice.runtime.policies import ACTIONS
 
 MODEL_CLASSES = ("small", "medium", "large", "default")
 CLAUDE_MODEL_CLASSES = {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any, ClassVar, Protocol
 
 from lattice.document.loader import pointer_join
 from lattice.document.models import SEQUENTIAL_PORT, Node, Workflow
-from lattice.errors import Diagnostic, Severity
+from lattice.errors import Diagnostic, Severity, closest
 from lattice.ir.models import Op
 from lattice.ir.templates import NameRef, Ref, TemplateSyntaxError, iter_value_refs
 
@@ -199,14 +198,4 @@ class LowererRegistry:
 
     def suggest(self, node_type: str) -> str | None:
         """The closest registered type name, if one is close enough."""
-        by_lower = {t.lower(): t for t in self._lowerers}
-        if node_type.lower() in by_lower:
-            return by_lower[node_type.lower()]
-        match = difflib.get_close_matches(node_type.lower(), list(by_lower), n=1, cutoff=0.6)
-        return by_lower[match[0]] if match else None
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` when a choice is close to ``word``, else ``""``."""
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+        return closest(node_type, self._lowerers)

@@ -15,11 +15,10 @@ variables in ``data.variables``; a missing one is a lowering error.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 
-from lattice.errors import LatticeUserError
+from lattice.errors import LatticeUserError, did_you_mean
 
 BUILTINS = frozenset({"schema", "rules", "prompt", "input"})
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -95,5 +94,4 @@ class PromptTemplateRegistry:
         name = ref.partition("@")[0]
         if name in self._templates:
             return f" (versions of {name!r}: {', '.join(str(v) for v in sorted(self._templates[name]))})"
-        match = difflib.get_close_matches(name, self.ids(), n=1, cutoff=0.6)
-        return f" (did you mean {match[0]!r}?)" if match else f" (known: {', '.join(self.ids())})"
+        return did_you_mean(name, self.ids()) or f" (known: {', '.join(self.ids())})"

@@ -1,9 +1,11 @@
 """The runtime: Runner, StateStore, run folders and events."""
 
-from lattice.runtime.results import FailureReport, RunResult, Usage
+from lattice.contracts.report import FailureReport
+from lattice.contracts.usage import Usage
+from lattice.runs.store import RunStore
+from lattice.runtime.results import RunResult
 from lattice.runtime.runner import RunLimits, Runner
 from lattice.runtime.state import MissingValueError, StateStore
-from lattice.runtime.store import RunStore
 
 __all__ = [
     "FailureReport",

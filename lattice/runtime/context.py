@@ -7,12 +7,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lattice.contracts.calls import CallEnv, discard_event
+from lattice.contracts.usage import Usage
+from lattice.errors import LatticeRunError
 from lattice.ir.models import AskOp
-from lattice.runtime.contract import CallEnv
+from lattice.runs.store import NullRecorder, RunRecorder
 from lattice.runtime.events import EventLog, make_event, utc_now
-from lattice.runtime.results import Usage
 from lattice.runtime.state import StateStore
-from lattice.runtime.store import NullRecorder, RunRecorder
 from lattice.tools.http import HttpClientPool
 from lattice.tools.mcp import ToolSessions
 
@@ -21,15 +22,24 @@ AskHuman = Callable[[AskOp], Awaitable[Any] | Any]
 """Asks a person an ASK op's question; returns an answer (label, index or text) or None to halt."""
 
 
-class HaltRun(Exception):
-    """Raised by an executor to stop the run until a human supplies something."""
+class HaltRun(LatticeRunError):
+    """Raised by an executor to stop the run until a human supplies something.
+
+    ``error_type`` is the reason (``question`` or ``missing_information``), ``message``
+    the summary; ``action`` tells the person what to do (``RUN_DIR`` stands for the folder).
+    """
 
     def __init__(self, reason: str, summary: str, details: dict[str, Any], action: str) -> None:
-        super().__init__(summary)
-        self.reason = reason
-        self.summary = summary
-        self.details = details
+        super().__init__(summary, error_type=reason, details=details)
         self.action = action
+
+    @property
+    def reason(self) -> str:
+        return self.error_type
+
+    @property
+    def summary(self) -> str:
+        return self.message
 
 
 @dataclass(slots=True)
@@ -40,10 +50,6 @@ class Outcome:
     output: Any = None
     record: dict[str, Any] | None = None
     """Extra fields for the op's record file (attempts, request, ...)."""
-
-
-def _discard(type_: str, data: dict[str, Any] | None = None, *, op: bool = True) -> None:
-    return None
 
 
 class RunContext:
@@ -114,8 +120,8 @@ class RunContext:
     def detach(self) -> None:
         """Drop the links back to this context once the run is over, so that its
         objects are freed as soon as the result is, not by the cycle collector."""
-        self.llm.emit = _discard
-        self.tools.emit = _discard
+        self.llm.emit = discard_event
+        self.tools.emit = discard_event
 
     def write_result(self, path: str, value: Any) -> None:
         """Write an op's value and remember it as the most recent result."""

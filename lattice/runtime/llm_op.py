@@ -13,6 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from lattice.contracts.calls import Sampling
+from lattice.contracts.engine import Contract, ContractEngine
+from lattice.contracts.invariants import bind_invariants
+from lattice.contracts.policies import ladder_from
 from lattice.errors import LatticeRunError
 from lattice.ir.models import LLMWriteOp
 from lattice.ir.templates import ValueTemplate, parse_path, parse_template, to_text
@@ -20,9 +24,6 @@ from lattice.llm.base import Message
 from lattice.prompts.builtin import TEMPLATES
 from lattice.prompts.registry import PromptTemplate
 from lattice.runtime.context import HaltRun, Outcome, RunContext
-from lattice.runtime.contract import Contract, ContractEngine, Sampling
-from lattice.runtime.invariants import bind_invariants
-from lattice.runtime.policies import ladder_from
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.tool_contracts import tool_contract
 

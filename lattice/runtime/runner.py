@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import os
-import re
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
@@ -23,27 +21,28 @@ from typing import Any
 
 import jsonschema
 
+from lattice.contracts.report import FailureReport, failure_report
+from lattice.contracts.usage import Usage
 from lattice.errors import InputError, LatticeRunError, LatticeUserError
 from lattice.ir.models import FAILED_PORT, AskOp, ExecIR, LLMWriteOp, Op
 from lattice.ir.serialize import ir_from_json, ir_to_dict
 from lattice.ir.templates import StatePath, parse_path
 from lattice.llm.base import LLMProvider
 from lattice.llm.disabled import DisabledProvider
+from lattice.runs.folder import read_run_json
+from lattice.runs.redaction import Redactor, make_redactor
+from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, new_run_id
 from lattice.runtime.context import AskHuman, EventListener, HaltRun, Outcome, RunContext
-from lattice.runtime.contract import CallEnv
 from lattice.runtime.events import utc_now
 from lattice.runtime.executors import Executor, build_executor, normalize_answer
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
-from lattice.runtime.results import FailureReport, RunResult, Usage
+from lattice.runtime.results import RunResult
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
-from lattice.runtime.store import Redactor, RunFolderExists, RunRecorder, RunStore, new_run_id
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.http import HttpClientPool
 from lattice.tools.mcp import ToolSessions
-
-PROVIDER_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
 @dataclass(frozen=True)
@@ -346,15 +345,7 @@ class Runner:
             answers=copy.deepcopy(self.answers) if self.answers else {},
             ask_human=self.ask_human,
             listeners=self._event_listeners,
-            llm=CallEnv(
-                provider=self.provider,
-                usage=usage,
-                budget=self.settings.budget(),
-                retry=self.settings.retry,
-                sleep=self.settings.sleep,
-                models=self.settings.models,
-                base_policies=self.settings.policies,
-            ),
+            llm=self.settings.call_env(self.provider, usage=usage),
             http_pool=HttpClientPool(self.settings.http),
             tools=ToolSessions(
                 self.settings.mcp_servers,
@@ -427,17 +418,12 @@ class Runner:
             ctx.current_op = None
             return self._finish(ctx, "completed", output, None, None, steps, visits, op_seq)
         except HaltRun as halt:
-            attempts = halt.details.pop("attempts", [])
-            report = FailureReport(
+            report = failure_report(
+                halt,
                 phase="run",
                 run_id=ctx.run_id,
                 op_id=ctx.current_op,
                 node_id=ctx.current_node,
-                category=halt.reason,
-                summary=halt.summary,
-                details=halt.details,
-                attempts=attempts,
-                blocking=True,
                 recovery_action=halt.action.replace(
                     "RUN_DIR", str(ctx.recorder.run_dir or "RUN_DIR")
                 ),
@@ -468,22 +454,16 @@ class Runner:
                 ctx.detach()
 
     def _failure(self, ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:
-        attempts = exc.details.get("attempts", [])
-        details = {k: v for k, v in exc.details.items() if k != "attempts"}
-        action = (
-            "fix the cause, then: lattice resume RUN_DIR (the failed op runs again; completed ops do not)"
-        ).replace("RUN_DIR", str(ctx.recorder.run_dir or "RUN_DIR"))
-        return FailureReport(
+        folder = str(ctx.recorder.run_dir or "RUN_DIR")
+        return failure_report(
+            exc,
             phase=phase,
             run_id=ctx.run_id,
-            op_id=exc.op_id or ctx.current_op,
-            node_id=exc.node_id or ctx.current_node,
-            category=exc.error_type,
-            summary=exc.message,
-            details=details,
-            attempts=list(attempts),
+            op_id=ctx.current_op,
+            node_id=ctx.current_node,
             blocking=phase == "run",
-            recovery_action=action,
+            recovery_action=f"fix the cause, then: lattice resume {folder} "
+            "(the failed op runs again; completed ops do not)",
         )
 
     def _record_op(
@@ -631,18 +611,6 @@ async def _closing_loop_clients(
             await close()
 
 
-def make_redactor(secret_names: tuple[str, ...] = ()) -> Redactor:
-    """A function masking the values of ``secret_names`` and the provider API keys."""
-    names = (*secret_names, *PROVIDER_KEY_VARIABLES)
-    values = sorted(
-        {v for n in names if (v := os.environ.get(n)) and len(v) >= 4}, key=len, reverse=True
-    )
-    if not values:
-        return lambda text: text
-    pattern = re.compile("|".join(re.escape(v) for v in values))
-    return lambda text: pattern.sub("***", text)
-
-
 def _edge_table(edges: list[Any]) -> dict[str, str]:
     table: dict[str, str] = {}
     for edge in edges:
@@ -680,14 +648,3 @@ def check_answers(ir: ExecIR, answers: Mapping[str, Any]) -> None:
                 problems.append(exc.message)
     if problems:
         raise InputError("invalid answers:\n  " + "\n  ".join(problems))
-
-
-def read_run_json(folder: Path, name: str) -> Any:
-    """A JSON file of a run folder; a missing or broken one is a LatticeUserError."""
-    path = folder / name
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LatticeUserError(f"{folder} is not a resumable run folder (no {name})") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise LatticeUserError(f"cannot read {path}: {exc}") from exc

@@ -9,8 +9,10 @@ from pathlib import Path
 from types import MappingProxyType
 
 from lattice.config import LatticeConfig
-from lattice.runtime.contract import Budget, Sleep
-from lattice.runtime.policies import DEFAULT_POLICIES, RetrySettings
+from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
+from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
+from lattice.contracts.usage import Budget, Usage
+from lattice.llm.base import LLMProvider
 from lattice.tools.http import HttpPolicy
 from lattice.tools.mcp import McpServerSpec, specs_from_config
 
@@ -21,7 +23,7 @@ class RuntimeSettings:
 
     ``models`` maps model classes (small/medium/large/default) to concrete model names;
     ``max_attempts`` is attempts per class (first call + repairs); ``policies`` maps
-    error types to action stacks (see ``lattice.runtime.policies``); ``sleep`` is
+    error types to action stacks (see ``lattice.contracts.policies``); ``sleep`` is
     injectable so tests use a fake clock.
     """
 
@@ -50,6 +52,21 @@ class RuntimeSettings:
 
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
+
+    def call_env(
+        self, provider: LLMProvider, *, usage: Usage | None = None, emit: Emit = discard_event
+    ) -> CallEnv:
+        """What contract calls of one run (or one ``LLMPrimitive`` call) go through."""
+        return CallEnv(
+            provider=provider,
+            usage=usage if usage is not None else Usage(),
+            emit=emit,
+            budget=self.budget(),
+            retry=self.retry,
+            sleep=self.sleep,
+            models=self.models,
+            base_policies=self.policies,
+        )
 
     def secret_names(self) -> tuple[str, ...]:
         """Environment variables whose values are masked in run folders and output: the

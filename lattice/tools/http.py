@@ -19,11 +19,11 @@ from urllib.parse import quote, urlsplit
 import httpx
 import jsonschema
 
+from lattice.contracts.policies import RetrySettings
 from lattice.errors import LatticeRunError
 from lattice.ir.models import HttpCall, ToolCallOp
 from lattice.ir.templates import Ref, ValueTemplate, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
-from lattice.runtime.policies import RetrySettings
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 

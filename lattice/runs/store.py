@@ -1,6 +1,6 @@
 """Where runs are recorded: a folder per run (``runs/<run_id>/``) or nowhere (in memory).
 
-Folder layout (DESIGN.md §7)::
+Folder layout (docs/runtime.md, "The run folder")::
 
     workflow.json  execir.json  input.json  state_initial.json  events.jsonl
     ops/<seq>-<opId>.json  state_final.json  result.json  failure_report.json
@@ -17,14 +17,13 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from lattice.errors import LatticeUserError
-from lattice.runtime.files import atomic_write_text
+from lattice.files import atomic_write_text
+from lattice.runs.redaction import Redactor
 
-Redactor = Callable[[str], str]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 

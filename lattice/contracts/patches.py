@@ -3,7 +3,7 @@
 ``check_patch(text, root)`` parses a unified diff and applies it to copies of the files
 under ``root`` (nothing on disk changes) and returns one problem per file or hunk that
 does not apply, each naming the file and the hunk. It backs the ``patch_applies``
-invariant (``lattice.runtime.invariants``).
+invariant (``lattice.contracts.invariants``).
 
 Rules, close to ``git apply``:
 

@@ -8,7 +8,7 @@ Built in: ``no_code`` (no source code in any string), ``unified_diff`` (the stri
 ``path`` parses as a unified diff), ``max_chars`` (serialised size cap, ``max``),
 ``max_items`` (array at ``path`` has at most ``max`` items), ``patch_applies`` (every hunk
 of the diff at ``path`` applies to the files under the run's repository root, checked in
-memory; see ``lattice.runtime.patches``).
+memory; see ``lattice.contracts.patches``).
 
 An invariant registered with ``needs_repo=True`` receives the run's repository root as
 ``params["repo_root"]`` (from ``RuntimeSettings.repo_root`` / ``--repo``, never from the
@@ -227,7 +227,7 @@ def unified_diff(value: Any, params: dict[str, Any]) -> list[Violation]:
 )
 def patch_applies(value: Any, params: dict[str, Any]) -> list[Violation]:
     """Every hunk of the diff at ``path`` applies to the files under ``params["repo_root"]``."""
-    from lattice.runtime.patches import check_patch
+    from lattice.contracts.patches import check_patch
 
     pointer, text = _diff_at(value, params)
     if not isinstance(text, str):

@@ -1,10 +1,10 @@
-"""Keep the compiler passes' shipped files in step with their sources.
+"""Keep the planning passes' shipped files in step with their sources.
 
-    python lattice/passes/make_fixtures.py          # rewrite what is out of date
-    python lattice/passes/make_fixtures.py --check  # exit 1 and name what is out of date
+    python -m lattice.planner.make_fixtures          # rewrite what is out of date
+    python -m lattice.planner.make_fixtures --check  # exit 1 and name what is out of date
 
 1. Schemas: the ``outputSchema`` of each pass's LLM node is a copy of
-   ``lattice/schemas/<Type>.json`` (the document format has no file references).
+   ``lattice/planner/schemas/<Type>.json`` (the document format has no file references).
 2. Fixtures: runs the pass chain over a copy of ``workflows/examples/todo-app``
    (project, architecture, scaffold, test, implementation src/todo/store.py, refactor),
    answering each prompt with the authored ``mocks/<pass>.mock.json`` and recording every
@@ -27,9 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-SCHEMAS = HERE.parent / "schemas"
-SAMPLE = HERE.parent.parent / "workflows" / "examples" / "todo-app"
+PLANNER = Path(__file__).resolve().parent
+HERE = PLANNER / "workflows"
+SCHEMAS = PLANNER / "schemas"
+SAMPLE = PLANNER.parent.parent / "workflows" / "examples" / "todo-app"
 
 CHAIN: list[tuple[str, str | None]] = [
     ("project", None),
@@ -48,7 +49,7 @@ def _dump(data: object) -> str:
 
 def synced_documents() -> dict[Path, str]:
     """Each pass document's text with its LLM node's outputSchema copied from lattice/schemas."""
-    from lattice.plan import PASSES
+    from lattice.planner.passes import PASSES
 
     out: dict[Path, str] = {}
     for spec in PASSES.values():
@@ -63,10 +64,10 @@ def synced_documents() -> dict[Path, str]:
 
 def recorded_fixtures(work: Path) -> dict[Path, str]:
     """Run the chain over a copy of the sample project in ``work``; fixture text per pass."""
-    from lattice.artifacts import ArtifactStore
     from lattice.llm.fixture import FixtureProvider
     from lattice.llm.mock import MockProvider
-    from lattice.plan import run_pass
+    from lattice.planner.artifacts import ArtifactStore
+    from lattice.planner.run import run_pass
 
     project = work / "todo-app"
     shutil.copytree(SAMPLE, project, ignore=shutil.ignore_patterns(".lattice"))
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(text, encoding="utf-8")
     for path in stale:
         verb = "out of date" if args.check else "rewritten"
-        print(f"{path.relative_to(HERE.parent.parent)}: {verb}", file=sys.stderr)
+        print(f"{path.relative_to(PLANNER.parent.parent)}: {verb}", file=sys.stderr)
     if not stale:
         print("compiler pass documents and fixtures are up to date", file=sys.stderr)
     return 1 if stale and args.check else 0

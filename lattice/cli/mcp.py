@@ -8,19 +8,18 @@ built-in server ``lattice`` is listed too. Useful when writing ``mcp`` nodes.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from typing import Any
 
+from lattice.config import load_config
 from lattice.errors import InputError, LatticeRunError
+from lattice.tools.builtin import BuiltinTools
+from lattice.tools.mcp import BUILTIN_SERVER_ID, McpServerSpec, ToolSessions, specs_from_config
 
 
-def cmd_mcp(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from lattice.config import load_config
-    from lattice.tools.mcp import BUILTIN_SERVER_ID, specs_from_config
-
+def mcp_list(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     specs = specs_from_config(config.mcp.servers)
     names = [*sorted(specs), BUILTIN_SERVER_ID]
@@ -39,10 +38,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 1 if any("error" in entry for entry in listing) else 0
 
 
-async def _list(specs: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
-    from lattice.tools.builtin import BuiltinTools
-    from lattice.tools.mcp import BUILTIN_SERVER_ID, ToolSessions
-
+async def _list(specs: dict[str, McpServerSpec], names: list[str]) -> list[dict[str, Any]]:
     listing: list[dict[str, Any]] = []
     for name in names:
         sessions = ToolSessions(specs, builtin=BuiltinTools(repo_root=None))
@@ -67,20 +63,8 @@ def _text(listing: list[dict[str, Any]]) -> str:
         if "error" in entry:
             lines.append(f"  error: {entry['error']}")
         for tool in entry.get("tools", []):
-            lines.append(
-                f"  {tool['name']}: {tool['description'].strip().splitlines()[0] if tool['description'].strip() else ''}"
-            )
+            description = tool["description"].strip()
+            lines.append(f"  {tool['name']}: {description.splitlines()[0] if description else ''}")
             lines.append(f"    inputSchema: {json.dumps(tool['inputSchema'], ensure_ascii=False)}")
         lines.append("")
     return "\n".join(lines)
-
-
-def add_mcp_commands(sub: Any) -> None:
-    p = sub.add_parser("mcp", help="list configured MCP servers and their tools")
-    p.add_argument("action", choices=["list"])
-    p.add_argument("server", nargs="?", help="only this server")
-    p.add_argument(
-        "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(handler=cmd_mcp)

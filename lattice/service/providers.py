@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
@@ -107,3 +110,42 @@ def make_provider(
     if chosen == "fixture":
         raise LatticeUserError("--provider fixture needs --fixtures FILE")
     return _routed(chosen, config)
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """The provider options of a run as a user gave them (``--provider``, ``--mock``,
+    ``--fixtures``, ``--record``), kept in the run's checkpoint so that a resume uses
+    the same provider unless told otherwise."""
+
+    name: str | None = None
+    mock: str | None = None
+    fixtures: str | None = None
+    record: bool = False
+
+    @property
+    def given(self) -> bool:
+        return self.name is not None or self.mock is not None or self.fixtures is not None
+
+    def build(self, config: LatticeConfig) -> LLMProvider:
+        return make_provider(
+            self.name, mock=self.mock, fixtures=self.fixtures, record=self.record, config=config
+        )
+
+    def to_meta(self) -> dict[str, Any]:
+        """The choice as saved in run metadata (file paths made absolute)."""
+        return {
+            "provider_arg": self.name,
+            "mock": str(Path(self.mock).resolve()) if self.mock else None,
+            "fixtures": str(Path(self.fixtures).resolve()) if self.fixtures else None,
+            "record": self.record,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> ProviderChoice:
+        return cls(
+            name=meta.get("provider_arg"),
+            mock=meta.get("mock"),
+            fixtures=meta.get("fixtures"),
+            record=bool(meta.get("record")),
+        )

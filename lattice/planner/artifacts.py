@@ -1,7 +1,7 @@
 """Planning artifacts of a project: ``DIR/.lattice/artifacts/<id>.json``, one file each.
 
 An artifact is what a compiler pass produced (``lattice plan``): its ``content`` (the
-JSON the pass's LLM node returned, valid against ``lattice/schemas/<type>.json``)
+JSON the pass's LLM node returned, valid against ``lattice/planner/schemas/<type>.json``)
 plus where it came from and how far it has been reviewed::
 
     {"id": "project-1", "type": "ProjectPlan", "pass": "project", "status": "draft",
@@ -29,7 +29,7 @@ from typing import Any
 import jsonschema
 
 from lattice.errors import LatticeUserError
-from lattice.runtime.files import atomic_write_text
+from lattice.files import atomic_write_text
 
 STATUSES = ("draft", "approved", "locked")
 STATUS_RANK = {status: rank for rank, status in enumerate(STATUSES)}

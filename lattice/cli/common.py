@@ -1,0 +1,175 @@
+"""What several commands share: lowering with diagnostics, JSON argument files,
+``KEY=VALUE`` pairs, live progress, terminal questions and reporting a run's result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lattice.cli.main import EXIT_BY_STATUS
+from lattice.config import LatticeConfig
+from lattice.errors import Diagnostic, InputError
+from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
+from lattice.llm.base import LLMProvider
+from lattice.lower import lower_document
+from lattice.lower.compiler import LoweringResult
+from lattice.runs.redaction import make_redactor
+from lattice.runtime.results import RunResult
+from lattice.runtime.settings import RuntimeSettings
+from lattice.service.providers import ProviderChoice
+
+
+def note(text: str) -> None:
+    """A ``lattice: ...`` line on stderr."""
+    print(f"lattice: {text}", file=sys.stderr)
+
+
+def print_diagnostics(diagnostics: Sequence[Diagnostic], source: str | None) -> None:
+    for diagnostic in diagnostics:
+        print(diagnostic.format(source), file=sys.stderr)
+
+
+def lower_for_cli(path: str, config: LatticeConfig | None = None) -> LoweringResult:
+    """Lower ``path``, printing its diagnostics. With a config read from a file, mcp nodes
+    must name servers it declares."""
+    servers = list(config.mcp.servers) if config is not None and config.source else None
+    result = lower_document(Path(path), mcp_servers=servers)
+    print_diagnostics(result.diagnostics, path)
+    return result
+
+
+def read_json_object(path: str, what: str) -> dict[str, Any]:
+    """A JSON object from a file named on the command line; anything else is an InputError."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from exc
+    except RecursionError:
+        raise InputError(f"{what} {path} is nested too deeply") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{what} {path} must hold a JSON object")
+    return data
+
+
+def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
+    """``KEY=VALUE`` arguments as a dict."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{what} {pair!r} is not KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def terminal_asker(ask: AskOp) -> Any:
+    """Ask an ASK op's question on the terminal; an empty answer halts the run."""
+    from rich.console import Console
+    from rich.prompt import Prompt
+
+    console = Console(stderr=True)
+    console.print(f"\n[bold]{ask.question}[/bold]")
+    for i, option in enumerate(ask.options):
+        extra = f" — {option.description}" if option.description else ""
+        console.print(f"  [cyan]{i}[/cyan]. {option.label}{extra}")
+    hint = "number or label" if ask.options else "your answer"
+    answer = Prompt.ask(
+        f"Answer ({hint}, empty to stop)", console=console, default="", show_default=False
+    )
+    return answer or None
+
+
+class Progress:
+    """Live progress on stderr (a rich status line) while a run goes on a terminal."""
+
+    def __init__(self, live: bool) -> None:
+        self.started = time.perf_counter()
+        self.ops = 0
+        self.calls = 0
+        self.status: Any = None
+        if live:
+            from rich.console import Console
+
+            self.status = Console(stderr=True).status("starting…")
+            self.status.start()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "op_finished":
+            self.ops += 1
+        elif kind == "llm_response":
+            self.calls += 1
+        if self.status is not None and kind == "op_started":
+            elapsed = time.perf_counter() - self.started
+            self.status.update(
+                f"[bold]{event.get('node_id')}[/bold] ({event['data'].get('kind')}) · "
+                f"{self.ops} ops · {self.calls} model calls · {elapsed:.1f}s"
+            )
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def report(result: RunResult, progress: Progress, as_json: bool, settings: RuntimeSettings) -> int:
+    """Print a run's summary and failure on stderr, its output (or whole result) on
+    stdout, masked with the run's own settings; return the exit code of its status."""
+    progress.stop()
+    elapsed = time.perf_counter() - progress.started
+    where = f", run folder {result.run_dir}" if result.run_dir else ""
+    print(
+        f"lattice: {result.status} in {elapsed:.2f}s: {progress.ops} ops, "
+        f"{result.usage.calls} model calls, {result.usage.total_tokens} tokens{where}",
+        file=sys.stderr,
+    )
+    redact = make_redactor(settings.secret_names())
+    if result.failure is not None:
+        failure = result.failure
+        print(
+            redact(f"lattice: [{failure.category}] at {failure.node_id}: {failure.summary}"),
+            file=sys.stderr,
+        )
+        if failure.recovery_action:
+            print(f"lattice: next: {failure.recovery_action}", file=sys.stderr)
+    payload = result.to_json() if as_json else result.output
+    if as_json:
+        payload = json.loads(redact(json.dumps(payload, ensure_ascii=False, default=str)))
+    if as_json or result.status == "completed":
+        sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
+    return EXIT_BY_STATUS[result.status]
+
+
+def check_mock_covers(ir: ExecIR, provider: LLMProvider) -> None:
+    """A mock script must answer every LLM node of the workflow (or have a default)."""
+    covers = getattr(provider, "covers", None)
+    if not callable(covers):
+        return
+    missing = sorted(
+        {
+            op.source_node
+            for op in ir.ops.values()
+            if isinstance(op, LLMWriteOp) and not covers(op.source_node)
+        }
+    )
+    if missing:
+        raise InputError(
+            "the mock script has no responses (and no default) for LLM node(s): "
+            + ", ".join(missing)
+        )
+
+
+def provider_choice(args: argparse.Namespace) -> ProviderChoice:
+    """The provider options given on the command line."""
+    return ProviderChoice(
+        name=args.provider,
+        mock=args.mock,
+        fixtures=getattr(args, "fixtures", None),
+        record=getattr(args, "record", False),
+    )

@@ -1,0 +1,73 @@
+"""``lattice lower``, ``check``, ``schema``, ``hash-prompt`` and ``config show``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lattice.cli.common import lower_for_cli
+from lattice.cli.main import EXIT_OK, EXIT_USAGE
+from lattice.config import load_config
+from lattice.files import atomic_write_text
+from lattice.ir import execir_json_schema
+from lattice.llm.base import LLMRequest, Message
+from lattice.lower.emit import EMITTERS
+
+
+def lower(args: argparse.Namespace) -> int:
+    result = lower_for_cli(args.workflow, load_config(args.config))
+    if result.ir is None:
+        return EXIT_USAGE
+    text = EMITTERS[args.emit](result.ir)
+    if args.output:
+        atomic_write_text(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def check(args: argparse.Namespace) -> int:
+    result = lower_for_cli(args.workflow, load_config(args.config))
+    if result.ir is None:
+        print(
+            f"{args.workflow}: {len(result.errors)} error(s), {len(result.warnings)} warning(s)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    ops = len(result.ir.ops)
+    print(f"{args.workflow}: ok ({ops} ops, {len(result.warnings)} warning(s))", file=sys.stderr)
+    return EXIT_OK
+
+
+def schema(args: argparse.Namespace) -> int:
+    sys.stdout.write(json.dumps(execir_json_schema(), indent=2) + "\n")
+    return EXIT_OK
+
+
+def hash_prompt(args: argparse.Namespace) -> int:
+    """Hash a prompt read from stdin: a JSON request object, or plain text as one user message."""
+    text = sys.stdin.read()
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("messages"), list):
+        request = LLMRequest(
+            messages=tuple(Message(m["role"], m["content"]) for m in data["messages"]),
+            model_class=data.get("model_class", "default"),
+            temperature=data.get("temperature", 0.0),
+            top_p=data.get("top_p"),
+            max_tokens=data.get("max_tokens"),
+            response_schema=data.get("schema"),
+        )
+    else:
+        request = LLMRequest(messages=(Message("user", text),), model_class=args.model_class)
+    print(request.prompt_hash())
+    return EXIT_OK
+
+
+def show_config(args: argparse.Namespace) -> int:
+    sys.stdout.write(json.dumps(load_config(args.config).shown(), indent=2) + "\n")
+    return EXIT_OK

@@ -1,0 +1,251 @@
+"""Every ``lattice`` command's arguments, and the handler that runs it.
+
+Only argparse is imported here: ``lattice --help`` and argument errors stay fast.
+Each command names its handler as ``"module:function"``; ``lattice.cli.main``
+imports that one module when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+CONFIG_HELP = (
+    "lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml); with one, mcp nodes must name "
+    "servers it configures"
+)
+PASS_NAMES = ("project", "architecture", "scaffold", "test", "implementation", "refactor")
+"""The planning passes in order (``lattice.planner.passes.PASSES``; repeated here so that
+building the parser imports nothing)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``lattice`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="lattice",
+        description="Compile and run LLM workflows under contracts.",
+    )
+    parser.add_argument("--version", action="version", version="lattice 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _compile_commands(sub)
+    _run_commands(sub)
+    _export_commands(sub)
+    _plan_commands(sub)
+    _mcp_commands(sub)
+    return parser
+
+
+def _handler(p: argparse.ArgumentParser, target: str) -> None:
+    p.set_defaults(handler=target)
+
+
+def _compile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("lower", help="lower a workflow document to ExecIR (or Mermaid / DOT)")
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument("--emit", choices=["execir", "mermaid", "dot"], default="execir")
+    p.add_argument("-o", "--output", help="write to FILE instead of stdout")
+    p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    _handler(p, "lattice.cli.compile:lower")
+
+    p = sub.add_parser("check", help="check a workflow document and print its diagnostics")
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    _handler(p, "lattice.cli.compile:check")
+
+    p = sub.add_parser("hash-prompt", help="print the prompt hash of a request read from stdin")
+    p.add_argument(
+        "--model-class", default="default", help="for plain-text input (default: default)"
+    )
+    _handler(p, "lattice.cli.compile:hash_prompt")
+
+    p = sub.add_parser("config", help="show the effective configuration (secrets masked)")
+    p.add_argument("action", choices=["show"])
+    p.add_argument("--config", metavar="FILE")
+    _handler(p, "lattice.cli.compile:show_config")
+
+    p = sub.add_parser("schema", help="print the JSON Schema of ExecIR")
+    _handler(p, "lattice.cli.compile:schema")
+
+
+def add_provider_options(p: argparse.ArgumentParser) -> None:
+    """--provider, --mock, --fixtures, --record, --config and the model-call budgets
+    (lattice run, lattice plan)."""
+    p.add_argument(
+        "--provider",
+        help="openai, anthropic, mock, fixture or disabled (default: config, else disabled)",
+    )
+    p.add_argument("--mock", metavar="FILE", help="mock script (implies --provider mock)")
+    p.add_argument("--fixtures", metavar="FILE", help="replay recorded completions (JSONL)")
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="with --fixtures: record the completions of the live --provider (or --mock)",
+    )
+    p.add_argument(
+        "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
+    )
+    p.add_argument(
+        "--max-calls", type=int, metavar="N", help="model calls per run, repairs included"
+    )
+    p.add_argument(
+        "--max-tokens-total", type=int, metavar="N", help="tokens per run, repairs included"
+    )
+
+
+def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("run", help="lower and run a workflow")
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument(
+        "--input", action="append", default=[], metavar="K=V", help="one input (repeatable)"
+    )
+    p.add_argument("--inputs", metavar="FILE", help="inputs as a JSON object")
+    add_provider_options(p)
+    p.add_argument(
+        "--repo",
+        metavar="DIR",
+        help="repository root that retrieve_context may read and patches are checked against",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the hash and preview of each prompt the run sends (needs --mock)",
+    )
+    p.add_argument(
+        "--answers", metavar="FILE", help='answers to questions: {"<nodeId>": "<option>"}'
+    )
+    p.add_argument(
+        "--runs-dir", default="runs", metavar="DIR", help="where run folders go (default: runs)"
+    )
+    p.add_argument(
+        "--no-record", action="store_true", help="keep the run in memory (no run folder)"
+    )
+    p.add_argument(
+        "--max-steps", type=int, metavar="N", help="ops per run (default: config, else 10000)"
+    )
+    p.add_argument(
+        "--max-visits",
+        type=int,
+        default=None,
+        metavar="N",
+        help="executions of one op, loops included (default 1000)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print the whole result, not just the output"
+    )
+    _handler(p, "lattice.cli.run:run")
+
+    p = sub.add_parser("resume", help="continue a halted or failed run")
+    p.add_argument("run_dir", help="the run folder (runs/<run_id>)")
+    p.add_argument(
+        "--answer",
+        action="append",
+        default=[],
+        metavar="NODE=VALUE",
+        help="answer to a question (option label or index), repeatable",
+    )
+    p.add_argument("--provider", help="LLM provider (default: the one the run used)")
+    p.add_argument("--mock", metavar="FILE", help="mock script (default: the one the run used)")
+    p.add_argument("--fixtures", metavar="FILE", help="fixtures (default: the ones the run used)")
+    p.add_argument("--config", metavar="FILE", help="lattice.toml (default: the run's)")
+    p.add_argument("--repo", metavar="DIR", help="repository root (default: the run's)")
+    p.add_argument("--json", action="store_true", help="print the whole result")
+    _handler(p, "lattice.cli.run:resume")
+
+    p = sub.add_parser("runs", help="list runs or show one")
+    p.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    p.add_argument("run_dir", nargs="?", help="run folder for 'show'")
+    p.add_argument("--runs-dir", default="runs", metavar="DIR")
+    _handler(p, "lattice.cli.run:runs")
+
+
+def _export_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("export", help="export training data from run folders")
+    export_sub = p.add_subparsers(dest="export_kind", metavar="KIND", required=True)
+    p = export_sub.add_parser(
+        "sft",
+        help="one chat example per accepted LLM op (JSONL)",
+        description="One example per accepted LLM op of the given runs: the op's original "
+        "prompt and its final valid output. RUN_DIR is a run folder or a folder of runs.",
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folder(s) or runs/")
+    p.add_argument("-o", "--output", metavar="FILE", help="write JSONL here (default: stdout)")
+    p.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="only ops of this node (repeatable)",
+    )
+    p.add_argument(
+        "--include-repaired",
+        action="store_true",
+        help="also ops that needed a repair or an escalation (default: valid at the first answer)",
+    )
+    p.add_argument(
+        "--only-completed", action="store_true", help="only runs whose status is completed"
+    )
+    p.add_argument(
+        "--format",
+        choices=["chat", "validator"],
+        default="chat",
+        help="chat: {messages, meta}; validator: labelled ValidatorDecision examples",
+    )
+    _handler(p, "lattice.cli.export:export_sft")
+
+
+def _plan_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="run a planning pass over a project directory and save its artifact",
+        description="Passes, in order: "
+        + ", ".join(PASS_NAMES)
+        + ". Each reads the approved artifacts of the passes before it (docs/planner.md).",
+    )
+    p.add_argument("pass_name", metavar="PASS", choices=PASS_NAMES, help=" | ".join(PASS_NAMES))
+    p.add_argument(
+        "subject",
+        nargs="?",
+        metavar="TARGET_FILE|GOAL",
+        help="implementation: the file to plan; refactor: the goal",
+    )
+    p.add_argument(
+        "--project", default=".", metavar="DIR", help="the project directory (default: .)"
+    )
+    p.add_argument(
+        "--from-run",
+        metavar="RUN_DIR",
+        help="save the artifact of a run of this pass that completed after lattice resume",
+    )
+    add_provider_options(p)
+    p.add_argument(
+        "--answers",
+        metavar="FILE",
+        help='information the model asked for, in advance: {"plan": "<text>"}',
+    )
+    p.add_argument(
+        "--runs-dir", metavar="DIR", help="where run folders go (default: DIR/.lattice/runs)"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print the whole run result, not just the artifact"
+    )
+    _handler(p, "lattice.cli.plan:plan")
+
+    p = sub.add_parser("artifacts", help="list, show, approve or lock a project's artifacts")
+    p.add_argument("action", choices=["list", "show", "approve", "lock"])
+    p.add_argument("artifact_id", nargs="?", metavar="ID", help="for show, approve and lock")
+    p.add_argument(
+        "--project", default=".", metavar="DIR", help="the project directory (default: .)"
+    )
+    p.add_argument("--content", action="store_true", help="show: the artifact's content only")
+    p.add_argument("--json", action="store_true", help="list: JSON (without contents)")
+    _handler(p, "lattice.cli.plan:artifacts")
+
+
+def _mcp_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("mcp", help="list configured MCP servers and their tools")
+    p.add_argument("action", choices=["list"])
+    p.add_argument("server", nargs="?", help="only this server")
+    p.add_argument(
+        "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _handler(p, "lattice.cli.mcp:mcp_list")

@@ -1,0 +1,171 @@
+"""``lattice run``, ``lattice resume`` and ``lattice runs``: running workflows from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from lattice.cli.common import (
+    Progress,
+    check_mock_covers,
+    lower_for_cli,
+    parse_pairs,
+    provider_choice,
+    read_json_object,
+    report,
+    terminal_asker,
+)
+from lattice.cli.main import EXIT_USAGE
+from lattice.config import LatticeConfig, load_config
+from lattice.document.loader import read_json_file
+from lattice.errors import InputError, LatticeUserError
+from lattice.ir.models import ExecIR
+from lattice.llm.mock import MockProvider
+from lattice.runs.folder import read_run_json
+from lattice.runs.store import RunStore
+from lattice.runs.view import list_runs, show_run
+from lattice.runtime.runner import RunLimits, Runner
+from lattice.runtime.settings import settings_from_config
+from lattice.service.providers import ProviderChoice
+
+
+def _coerce(raw: str, schema: Any) -> Any:
+    """A ``--input`` value: kept as text for string properties, else read as JSON when it parses."""
+    if isinstance(schema, dict) and schema.get("type") == "string":
+        return raw
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, RecursionError):
+        return raw
+
+
+def collect_inputs(args: argparse.Namespace, ir: ExecIR) -> dict[str, Any]:
+    """``--inputs FILE`` overlaid with each ``--input K=V``."""
+    inputs: dict[str, Any] = read_json_object(args.inputs, "inputs file") if args.inputs else {}
+    properties = (ir.inputs_schema or {}).get("properties") or {}
+    for key, raw in parse_pairs(args.input, "--input").items():
+        inputs[key] = _coerce(raw, properties.get(key))
+    return inputs
+
+
+def repo_root(path: str | None) -> Path | None:
+    """The ``--repo`` directory, resolved; a missing or non-directory path is a user error."""
+    if not path:
+        return None
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise InputError(f"--repo {path}: not a directory")
+    return root
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    result = lower_for_cli(args.workflow, config)
+    if result.ir is None:
+        return EXIT_USAGE
+    ir = result.ir
+    inputs = collect_inputs(args, ir)
+    answers = read_json_object(args.answers, "answers file") if args.answers else {}
+    choice = provider_choice(args)
+    provider = choice.build(config)
+    check_mock_covers(ir, provider)
+    settings = settings_from_config(
+        config,
+        max_calls=args.max_calls,
+        max_tokens_total=args.max_tokens_total,
+        repo_root=repo_root(args.repo),
+    )
+    interactive = not args.answers and sys.stdin.isatty()
+    runner = Runner(
+        ir,
+        provider=provider,
+        store=RunStore(None if args.no_record else Path(args.runs_dir)),
+        limits=RunLimits(
+            max_steps=args.max_steps or config.runtime.max_steps,
+            max_visits=args.max_visits or config.runtime.max_visits,
+        ),
+        answers=answers,
+        ask_human=terminal_asker if interactive else None,
+        workflow=read_json_file(Path(args.workflow)),
+        meta={
+            **choice.to_meta(),
+            "config": args.config,
+            "max_calls": args.max_calls,
+            "max_tokens_total": args.max_tokens_total,
+            "repo": str(Path(args.repo).resolve()) if args.repo else None,
+        },
+        settings=settings,
+    )
+    runner.validate_inputs(inputs)
+    if args.dry_run:
+        return _dry_run(runner, inputs)
+    progress = Progress(live=sys.stderr.isatty() and not args.json)
+    runner.subscribe(progress)
+    try:
+        outcome = runner.run(inputs)
+    finally:
+        progress.stop()
+    return report(outcome, progress, args.json, settings)
+
+
+def _dry_run(runner: Runner, inputs: dict[str, Any]) -> int:
+    """Run with persistence off, printing ``<hash>  <node>  <preview>`` per prompt."""
+    if not isinstance(runner.provider, MockProvider):
+        raise InputError(
+            "--dry-run needs --mock FILE: it shows what a run would send without calling a model"
+        )
+    runner.store = RunStore(None)
+    lines: list[str] = []
+
+    def collect(event: dict[str, Any]) -> None:
+        if event["type"] == "llm_request":
+            data = event["data"]
+            lines.append(
+                f"{data['prompt_hash']}  {event.get('node_id')}  [{data['model_class']}]  {data.get('prompt_preview', '')}"
+            )
+
+    runner.subscribe(collect)
+    result = runner.run(inputs)
+    sys.stdout.write("\n".join(lines) + ("\n" if lines else ""))
+    print(f"lattice: dry run {result.status}: {len(lines)} prompt(s)", file=sys.stderr)
+    return 0
+
+
+def resume(args: argparse.Namespace) -> int:
+    folder = Path(args.run_dir)
+    checkpoint = read_run_json(folder, "checkpoint.json")
+    answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
+    meta = checkpoint.get("meta") or {}
+    config: LatticeConfig = load_config(args.config or meta.get("config"))
+    choice = provider_choice(args)
+    provider = (choice if choice.given else ProviderChoice.from_meta(meta)).build(config)
+    progress = Progress(live=sys.stderr.isatty() and not args.json)
+    interactive = sys.stdin.isatty() and not args.answer
+    settings = settings_from_config(
+        config,
+        max_calls=meta.get("max_calls"),
+        max_tokens_total=meta.get("max_tokens_total"),
+        repo_root=repo_root(args.repo or meta.get("repo")),
+    )
+    result = Runner.resume(
+        folder,
+        answers=answers,
+        provider=provider,
+        settings=settings,
+        ask_human=terminal_asker if interactive else None,
+        on_event=progress,
+    )
+    return report(result, progress, args.json, settings)
+
+
+def runs(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        if not args.run_dir:
+            raise LatticeUserError("lattice runs show RUN_DIR")
+        sys.stdout.write(show_run(Path(args.run_dir)))
+    else:
+        sys.stdout.write(list_runs(Path(args.runs_dir)))
+    return 0

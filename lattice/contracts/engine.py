@@ -1,0 +1,211 @@
+"""The contract engine: one LLM artifact, validated, repaired, escalated, under recovery policies.
+
+Used by LLM_WRITE ops in workflows and by ``LLMPrimitive`` alike (one implementation,
+two entry points). Each attempt sends a request, records what came back and checks
+it (``lattice.contracts.validation``); after a failure, the first strategy of the
+error type's policy stack that can still apply (``lattice.contracts.recovery``)
+prepares the next attempt or ends the call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lattice.contracts.calls import DEFAULT_SAMPLING, CallEnv, Sampling
+from lattice.contracts.errors import OutputInvalid
+from lattice.contracts.invariants import BoundInvariant
+from lattice.contracts.policies import policy_stack
+from lattice.contracts.recovery import RECOVERIES, CallState, Recovery
+from lattice.contracts.validation import OutputValidator
+from lattice.errors import LatticeRunError
+from lattice.llm.base import LLMRequest, LLMResponse, Message, canonical_json
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What an artifact must satisfy and how hard to try."""
+
+    schema: dict[str, Any] | None = None
+    invariants: tuple[BoundInvariant, ...] = ()
+    max_attempts: int = 3
+    """Attempts per model class (the first call plus repairs)."""
+    ladder: tuple[str, ...] = ("default",)
+    """Model classes to try, in order (escalation moves one step)."""
+    policies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per-error-type overrides of the default policy stacks."""
+
+    def rules(self) -> str:
+        lines = []
+        if self.schema is not None:
+            lines += [
+                "- Reply with JSON only: no prose before or after it, no markdown fences.",
+                "- Exactly one artifact (one JSON value).",
+                "- It must validate against the JSON Schema below.",
+            ]
+        # an invariant without a rule text (LLMPrimitive's pydantic check) adds no line
+        lines += [f"- {inv.definition.rule}" for inv in self.invariants if inv.definition.rule]
+        return "\n".join(lines) if lines else "- Answer the request directly."
+
+    def schema_text(self) -> str:
+        return json.dumps(self.schema, ensure_ascii=False) if self.schema is not None else "(none)"
+
+
+class ContractEngine:
+    """Compiled once per op (validator, invariants); ``run`` executes one artifact request."""
+
+    def __init__(self, contract: Contract) -> None:
+        self.contract = contract
+        self.checks = OutputValidator(contract.schema, contract.invariants)
+        self._builtins = {"rules": contract.rules(), "schema": contract.schema_text()}
+        self._schema_json = "null" if contract.schema is None else canonical_json(contract.schema)
+
+    def validate(self, text: str) -> Any:
+        """The artifact in ``text``, or OutputInvalid / NeedsHuman / LatticeRunError(invalid_request)."""
+        return self.checks.check(text)
+
+    def builtins(self) -> dict[str, str]:
+        """The contract as prompt text: ``{"rules": ..., "schema": ...}``."""
+        return dict(self._builtins)
+
+    async def run(
+        self,
+        messages: tuple[Message, ...],
+        env: CallEnv,
+        *,
+        sampling: Sampling = DEFAULT_SAMPLING,
+        model: str | None = None,
+        node_id: str | None = None,
+        op_id: str | None = None,
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """Return (artifact, attempts) or raise with ``details["attempts"]`` filled in."""
+        contract = self.contract
+        state = CallState(
+            messages=messages,
+            ladder=contract.ladder,
+            max_attempts=contract.max_attempts,
+            builtins=self._builtins,
+        )
+        while True:
+            concrete = (
+                model
+                if model is not None and state.class_index == 0
+                else env.models.get(state.model_class)
+            )
+            request = LLMRequest(
+                messages=state.request_messages,
+                model_class=state.model_class,
+                model=concrete,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_tokens,
+                response_schema=contract.schema,
+                node_id=node_id,
+                op_id=op_id,
+            )
+            attempt: dict[str, Any] = {
+                "number": len(state.attempts) + 1,
+                "kind": state.kind,
+                "model_class": state.model_class,
+                "request_chars": request.size_chars(),
+                "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            }
+            state.attempts.append(attempt)
+            try:
+                value = await self._attempt(request, env, attempt, state)
+            except LatticeRunError as exc:
+                self._failed(exc, attempt, state, env)
+                await self._recovery(exc, state, env).prepare(exc, state, env)
+            else:
+                attempt["ok"] = True
+                return value, state.attempts
+
+    async def _attempt(
+        self, request: LLMRequest, env: CallEnv, attempt: dict[str, Any], state: CallState
+    ) -> Any:
+        """Send one request and check its answer."""
+        env.budget.check(env.usage)
+        self._requesting(request, env, attempt)
+        started = time.perf_counter()
+        try:
+            response = await env.provider.complete(request)
+        except LatticeRunError:
+            attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            raise
+        self._answered(request, response, env, attempt)
+        state.in_class += 1
+        return self.checks.check(response.text)
+
+    @staticmethod
+    def _failed(
+        exc: LatticeRunError, attempt: dict[str, Any], state: CallState, env: CallEnv
+    ) -> None:
+        attempt["error_type"] = exc.error_type
+        attempt["message"] = exc.message
+        violations = exc.details.get("violations", [])
+        if violations:
+            attempt["violations"] = violations
+        if isinstance(exc, OutputInvalid):
+            env.emit(
+                "validation_failed",
+                {
+                    "attempt": attempt["number"],
+                    "error_type": exc.error_type,
+                    "model_class": state.model_class,
+                    "violations": violations,
+                },
+            )
+            state.remember(attempt.get("completion", ""), violations)
+
+    def _recovery(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> Recovery:
+        """The first strategy of the error's policy stack that can still apply."""
+        for action in policy_stack(exc.error_type, self.contract.policies, env.base_policies):
+            recovery = RECOVERIES.get(action)
+            if recovery is not None and recovery.applies(exc, state, env):
+                return recovery
+        return RECOVERIES["fail"]
+
+    def _requesting(self, request: LLMRequest, env: CallEnv, attempt: dict[str, Any]) -> None:
+        prompt_hash = request.prompt_hash(schema_json=self._schema_json)
+        attempt["prompt_hash"] = prompt_hash
+        env.emit(
+            "llm_request",
+            {
+                "model": request.model,
+                "model_class": request.model_class,
+                "prompt_hash": prompt_hash,
+                "attempt": attempt["number"],
+                "kind": attempt["kind"],
+                "request_chars": attempt["request_chars"],
+                "prompt_preview": request.preview(),
+            },
+        )
+
+    @staticmethod
+    def _answered(
+        request: LLMRequest, response: LLMResponse, env: CallEnv, attempt: dict[str, Any]
+    ) -> None:
+        usage = response.usage
+        env.usage.add(response.model, request.model_class, usage)
+        latency_ms = round(response.latency_ms, 3)
+        attempt["model"] = response.model
+        attempt["completion"] = response.text
+        attempt["input_tokens"] = usage.input_tokens
+        attempt["output_tokens"] = usage.output_tokens
+        attempt["latency_ms"] = latency_ms
+        attempt["finish_reason"] = response.finish_reason
+        env.emit(
+            "llm_response",
+            {
+                "model": response.model,
+                "model_class": request.model_class,
+                "prompt_hash": attempt["prompt_hash"],
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "latency_ms": latency_ms,
+                "finish_reason": response.finish_reason,
+            },
+        )

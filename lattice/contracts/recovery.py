@@ -1,0 +1,160 @@
+"""Recovery strategies: what a contract call does after a failed attempt.
+
+A policy stack (``lattice.contracts.policies``) names actions in order; each action
+is one strategy here. After a failure the engine takes the first strategy of the
+error's stack that can still apply, and that strategy prepares the next attempt or
+ends the call. Adding an action is one new strategy in ``RECOVERIES`` (and its
+name in ``ACTIONS``), not a new branch in the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from lattice.contracts.calls import CallEnv
+from lattice.contracts.errors import OutputInvalid
+from lattice.contracts.packets import Violation, escalation_messages, repair_messages
+from lattice.errors import LatticeRunError
+from lattice.llm.base import Message
+
+
+@dataclass
+class CallState:
+    """Where one contract call stands: its position on the model ladder and its attempts."""
+
+    messages: tuple[Message, ...]
+    """The original prompt."""
+    ladder: tuple[str, ...]
+    max_attempts: int
+    """Attempts per model class (the first call plus repairs)."""
+    builtins: dict[str, str]
+    """The contract's rules and schema text, for repair packets."""
+    class_index: int = 0
+    in_class: int = 0
+    """Attempts answered by the current model class."""
+    retries: dict[str, int] = field(default_factory=dict)
+    kind: str = "initial"
+    """What the next attempt is: initial, retry, repair or escalation."""
+    request_messages: tuple[Message, ...] = ()
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    best: tuple[str, list[Violation]] | None = None
+    """The completion with the fewest violations so far, and its violations."""
+
+    def __post_init__(self) -> None:
+        self.request_messages = self.request_messages or self.messages
+
+    @property
+    def model_class(self) -> str:
+        return self.ladder[self.class_index]
+
+    def remember(self, completion: str, violations: list[Violation]) -> None:
+        if self.best is None or len(violations) <= len(self.best[1]):
+            self.best = (completion, violations)
+
+
+class Recovery(Protocol):
+    """One action of a policy stack."""
+
+    def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
+        """Whether the action can still be taken for this failure."""
+        ...
+
+    async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
+        """Set up the next attempt, or raise to end the call."""
+        ...
+
+
+class Retry:
+    """The same request again after a backoff that honours Retry-After."""
+
+    def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
+        return state.retries.get(exc.error_type, 0) < env.retry.max_retries
+
+    async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
+        count = state.retries[exc.error_type] = state.retries.get(exc.error_type, 0) + 1
+        delay = env.retry.delay(count - 1, _retry_after(exc))
+        env.emit(
+            "retry", {"error_type": exc.error_type, "delay_s": round(delay, 3), "retry": count}
+        )
+        await env.sleep(delay)
+        state.kind = "retry"
+
+
+class Repair:
+    """A fix-only repair packet to the same model class, while it has attempts left."""
+
+    def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
+        return isinstance(exc, OutputInvalid) and state.in_class < state.max_attempts
+
+    async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
+        assert isinstance(exc, OutputInvalid)
+        failed = state.attempts[-1]
+        state.request_messages = repair_messages(
+            state.builtins, failed.get("completion", ""), exc.violations
+        )
+        state.kind = "repair"
+        env.emit(
+            "repair_attempt",
+            {
+                "attempt": failed["number"] + 1,
+                "model_class": state.model_class,
+                "error_type": exc.error_type,
+                "violations": exc.violations,
+                "request_chars": sum(len(m.content) for m in state.request_messages),
+            },
+        )
+
+
+class Escalate:
+    """The original prompt, with what went wrong, to the next model class of the ladder."""
+
+    def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
+        return state.class_index + 1 < len(state.ladder)
+
+    async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
+        previous = state.model_class
+        state.class_index += 1
+        state.in_class = 0
+        state.kind = "escalation"
+        state.request_messages = escalation_messages(state.messages, state.best)
+        env.emit(
+            "escalated", {"from": previous, "to": state.model_class, "error_type": exc.error_type}
+        )
+
+
+@dataclass(frozen=True)
+class Stop:
+    """End the call: ``fail`` (the op fails) or ``halt`` (a person must act)."""
+
+    action: str
+
+    def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
+        return True
+
+    async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
+        exc.details["attempts"] = state.attempts
+        exc.details["action"] = self.action
+        raise exc
+
+
+RECOVERIES: Mapping[str, Recovery] = MappingProxyType(
+    {
+        "retry": Retry(),
+        "repair": Repair(),
+        "escalate": Escalate(),
+        "halt": Stop("halt"),
+        "fail": Stop("fail"),
+    }
+)
+"""Action name → strategy."""
+
+
+def _retry_after(exc: LatticeRunError) -> float | None:
+    value = exc.details.get("retry_after")
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,137 @@
+"""The package's layering, read from its import graph (docs/architecture.md).
+
+Every import counts, at module level or inside a function: a module may import its own
+package and the packages of lower layers, never a higher one; and no modules import
+each other in a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lattice"
+
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"errors", "files"}),
+    frozenset({"document", "ir", "prompts"}),
+    frozenset({"llm"}),
+    frozenset({"contracts"}),
+    frozenset({"config"}),
+    frozenset({"tools"}),
+    frozenset({"lower"}),
+    frozenset({"runs"}),
+    frozenset({"runtime"}),
+    frozenset({"service"}),
+    frozenset({"primitive", "planner"}),
+    frozenset({"cli"}),
+)
+"""Lowest first. ``lattice/__init__.py`` (the public facade) may import anything."""
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The lattice modules ``path`` imports (``from pkg import mod`` counts ``pkg.mod``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name in known}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    known = set(paths)
+    return {name: imported_modules(path, known) - {name} for name, path in paths.items()}
+
+
+def layer_of(module: str) -> int:
+    unit = module.split(".")[1]
+    for index, units in enumerate(LAYERS):
+        if unit in units:
+            return index
+    raise AssertionError(f"{module} belongs to no layer: add its package to LAYERS")
+
+
+def layering_violations(graph: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for module, imports in sorted(graph.items()):
+        if module == "lattice":
+            continue
+        for target in sorted(imports):
+            if target == "lattice":
+                problems.append(f"{module} imports the facade lattice/__init__.py")
+            elif layer_of(target) > layer_of(module):
+                problems.append(f"{module} imports {target}, a higher layer")
+    return problems
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Circles of imports, found by depth-first search."""
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                found.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_the_graph_is_read() -> None:
+    graph = import_graph()
+    assert len(graph) > 50
+    assert "lattice.runtime.settings" in graph["lattice.runtime.runner"]
+
+
+def test_every_module_belongs_to_a_layer_and_imports_only_downwards() -> None:
+    assert layering_violations(import_graph()) == []
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    assert cycles(import_graph()) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "target"),
+    [
+        ("lattice.lower.llm_nodes", "lattice.runtime.runner"),
+        ("lattice.contracts.engine", "lattice.runs.store"),
+        ("lattice.tools.http", "lattice.cli.main"),
+        ("lattice.config", "lattice.runtime.settings"),
+    ],
+)
+def test_an_upward_import_is_caught(module: str, target: str) -> None:
+    graph = import_graph()
+    graph[module] = {*graph[module], target}
+    assert layering_violations(graph) == [f"{module} imports {target}, a higher layer"]
+
+
+def test_a_circle_is_caught() -> None:
+    graph = import_graph()
+    graph["lattice.runtime.state"] = {*graph["lattice.runtime.state"], "lattice.runtime.runner"}
+    found = cycles(graph)
+    assert found, "the added import closes a circle"
+    assert any({"lattice.runtime.state", "lattice.runtime.runner"} <= set(c) for c in found)
