@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from lattice.contracts.policies import ACTIONS
 from lattice.errors import LatticeUserError
 
 MODEL_CLASSES = ("small", "medium", "large", "default")
@@ -134,8 +135,6 @@ class LatticeConfig(_Strict):
     @field_validator("policies")
     @classmethod
     def _known_actions(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
-        from lattice.contracts.policies import ACTIONS
-
         for error_type, stack in value.items():
             bad = [a for a in stack if a not in ACTIONS]
             if not stack or bad:

@@ -114,10 +114,12 @@ def test_unread_events_pickle_at_every_protocol() -> None:
         )
 
 
-def test_a_recorder_without_a_folder_still_receives_every_event() -> None:
+def test_a_recorder_that_takes_events_without_a_folder_receives_every_event() -> None:
     from lattice.runs.store import NullRecorder
 
     class Streaming(NullRecorder):
+        takes_events = True
+
         def __init__(self) -> None:
             self.lines: list[dict[str, Any]] = []
 

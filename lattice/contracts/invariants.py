@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lattice.contracts.patches import check_patch
 from lattice.errors import LatticeUserError
 
 Violation = dict[str, str]
@@ -227,8 +228,6 @@ def unified_diff(value: Any, params: dict[str, Any]) -> list[Violation]:
 )
 def patch_applies(value: Any, params: dict[str, Any]) -> list[Violation]:
     """Every hunk of the diff at ``path`` applies to the files under ``params["repo_root"]``."""
-    from lattice.contracts.patches import check_patch
-
     pointer, text = _diff_at(value, params)
     if not isinstance(text, str):
         return text

@@ -27,6 +27,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from lattice.llm.fixture import FixtureProvider
+from lattice.llm.mock import MockProvider
+from lattice.planner.artifacts import ArtifactStore
+from lattice.planner.passes import PASSES
+from lattice.planner.run import run_pass
+
 PLANNER = Path(__file__).resolve().parent
 HERE = PLANNER / "workflows"
 SCHEMAS = PLANNER / "schemas"
@@ -49,8 +55,6 @@ def _dump(data: object) -> str:
 
 def synced_documents() -> dict[Path, str]:
     """Each pass document's text with its LLM node's outputSchema copied from lattice/schemas."""
-    from lattice.planner.passes import PASSES
-
     out: dict[Path, str] = {}
     for spec in PASSES.values():
         document = json.loads(spec.workflow.read_text(encoding="utf-8"))
@@ -64,11 +68,6 @@ def synced_documents() -> dict[Path, str]:
 
 def recorded_fixtures(work: Path) -> dict[Path, str]:
     """Run the chain over a copy of the sample project in ``work``; fixture text per pass."""
-    from lattice.llm.fixture import FixtureProvider
-    from lattice.llm.mock import MockProvider
-    from lattice.planner.artifacts import ArtifactStore
-    from lattice.planner.run import run_pass
-
     project = work / "todo-app"
     shutil.copytree(SAMPLE, project, ignore=shutil.ignore_patterns(".lattice"))
     store = ArtifactStore(project)

@@ -75,6 +75,9 @@ class RunRecorder(Protocol):
     """What the runner writes a run to."""
 
     run_dir: Path | None
+    takes_events: bool
+    """Whether ``append_event`` keeps events (a run whose recorder takes none and that has
+    no listener keeps its events compact until they are read)."""
 
     def write_json(self, name: str, data: Any) -> None: ...
 
@@ -89,6 +92,7 @@ class NullRecorder:
     """Records nothing (persistence off: tests, benchmarks, embedded use)."""
 
     run_dir: Path | None = None
+    takes_events = False
 
     def write_json(self, name: str, data: Any) -> None:
         pass
@@ -110,6 +114,7 @@ class FolderRecorder:
         self, run_dir: Path, *, redact: Redactor | None = None, resume: bool = False
     ) -> None:
         self.run_dir: Path | None = run_dir
+        self.takes_events = True
         self._dir = run_dir
         self._redact = redact or (lambda text: text)
         try:

@@ -11,7 +11,7 @@ from lattice.contracts.calls import CallEnv, discard_event
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
 from lattice.ir.models import AskOp
-from lattice.runs.store import NullRecorder, RunRecorder
+from lattice.runs.store import RunRecorder
 from lattice.runtime.events import EventLog, make_event, utc_now
 from lattice.runtime.state import StateStore
 from lattice.tools.http import HttpClientPool
@@ -84,7 +84,7 @@ class RunContext:
         self.events = EventLog(run_id)
         self._keep = self.events.flat.extend
         self._record = recorder.append_event
-        self._compact = getattr(type(recorder), "append_event", None) is NullRecorder.append_event
+        self._compact = not recorder.takes_events
         """Nothing takes events as they happen: keep them compact until they are read."""
         self._listeners = listeners
         self.seq = seq

@@ -139,14 +139,6 @@ class StateStore:
         if isinstance(path, str):
             path = parse_path(path)
         keys = path.keys
-        if path.root == "$vars" and len(keys) == 2 and not self._listeners:
-            node, field = keys  # ``$vars.<node>.result``: most writes of a run
-            if isinstance(node, str) and isinstance(field, str):
-                entry = self.vars.get(node)
-                if not isinstance(entry, dict):
-                    entry = self.vars[node] = {}
-                entry[field] = value
-                return
         if path.root not in ("$vars", "$tmp"):
             raise LatticeRunError(f"{path.text} is read-only to ops", error_type="state_error")
         if not path.keys:

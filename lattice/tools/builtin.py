@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.tools.mcp import BUILTIN_SERVER_ID, ToolSpec, tool_error
+from lattice.tools.retrieve import RETRIEVE_CONTEXT_TOOL, retrieve_context
 
 
 class BuiltinTools:
@@ -21,8 +22,6 @@ class BuiltinTools:
         self.repo_root = repo_root
 
     async def list_tools(self) -> list[ToolSpec]:
-        from lattice.tools.retrieve import RETRIEVE_CONTEXT_TOOL
-
         tool = RETRIEVE_CONTEXT_TOOL
         return [ToolSpec(tool["name"], tool["description"], tool["inputSchema"])]
 
@@ -36,8 +35,6 @@ class BuiltinTools:
                 "(RuntimeSettings(repo_root=...) from Python)",
                 tool=name,
             )
-        from lattice.tools.retrieve import retrieve_context
-
         return await asyncio.to_thread(retrieve_context, self.repo_root, arguments)
 
     async def aclose(self) -> None:
