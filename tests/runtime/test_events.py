@@ -16,7 +16,7 @@ from lattice.runtime import Runner, RunStore
 from lattice.runtime.events import EventLog, format_utc
 from lattice.runtime.results import RunResult
 from tests.builders import chain, node
-from tests.test_runtime_examples import check_events
+from tests.runtime.test_examples import check_events
 
 
 def _without_times(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

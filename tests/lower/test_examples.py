@@ -17,8 +17,9 @@ import pytest
 from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
 from lattice.lower import DEFAULT_REGISTRY, LoweringResult, lower_document
 from lattice.lower.subflows import NAMESPACE_SEPARATOR
+from tests.conftest import REPO
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "workflows" / "examples"
+EXAMPLES = REPO / "workflows" / "examples"
 HELPER_SUFFIXES = (".mock.json", ".answers.json", ".inputs.json")
 MAIN_EXAMPLE = "support-triage.json"
 

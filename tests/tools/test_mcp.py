@@ -19,6 +19,7 @@ from lattice.runtime import Runner, RunResult, RunStore
 from lattice.runtime.settings import RuntimeSettings
 from lattice.tools.mcp import McpServerSpec
 from tests.builders import chain, lower_ok, node
+from tests.conftest import REPO
 from tests.mcp_test_server import serve_http
 
 TIME = McpServerSpec(
@@ -327,7 +328,7 @@ def test_world_clock_example_runs_with_its_config(
     from lattice.config import load_config
     from lattice.runtime.settings import settings_from_config
 
-    examples = Path(__file__).resolve().parent.parent / "workflows" / "examples"
+    examples = REPO / "workflows" / "examples"
     spec = importlib.util.spec_from_file_location("team_api", examples / "team_api.py")
     assert spec is not None and spec.loader is not None
     team_api = importlib.util.module_from_spec(spec)
@@ -431,7 +432,7 @@ def test_mcp_list_shows_tools_and_input_schemas(
 
 
 def stdio_test_server(**env: str) -> McpServerSpec:
-    script = Path(__file__).resolve().parent / "mcp_test_server.py"
+    script = REPO / "tests" / "mcp_test_server.py"
     return McpServerSpec("local", command=sys.executable, args=(str(script),), env=env, timeout=30)
 
 
