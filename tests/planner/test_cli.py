@@ -556,7 +556,7 @@ def documented_chain(page: Path) -> list[list[str]]:
     return commands
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/passes.md"])
+@pytest.mark.parametrize("page", ["README.md", "docs/planner.md"])
 def test_the_documented_offline_chain_runs(
     capsys: pytest.CaptureFixture[str], project: Path, page: str
 ) -> None:
