@@ -20,8 +20,13 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     requests_per_minute = 0          # 0: no client-side limit
     [runtime]
     max_attempts = 3
-    max_calls = 200
+    max_calls = 200                  # model requests per run, repairs and retries included
     max_tokens_total = 500000
+    max_retries = 3                  # retries of one model call, whatever the errors
+    max_state_bytes = 10000000       # $in and $vars of one run (about, as JSON)
+    max_value_bytes = 10000000       # one value written to state
+    [runs]
+    durability = "fsync"             # or "os": see docs/runs.md
     [policies]
     schema_error = ["repair", "escalate", "fail"]
     [prices."gpt-4o-mini"]           # USD per million tokens, for cost estimates
@@ -73,9 +78,16 @@ class RuntimeConfig(_Strict):
     max_attempts: int = Field(default=3, ge=1, le=10)
     max_steps: int = Field(default=10_000, ge=1)
     max_visits: int = Field(default=1_000, ge=1)
-    max_calls: int | None = Field(default=None, ge=1)
+    max_calls: int | None = Field(default=200, ge=1)
     max_tokens_total: int | None = Field(default=None, ge=1)
+    max_retries: int = Field(default=3, ge=0, le=100)
+    max_state_bytes: int = Field(default=10_000_000, ge=1)
+    max_value_bytes: int = Field(default=10_000_000, ge=1)
     gc_pacing: bool = True
+
+
+class RunsConfig(_Strict):
+    durability: Literal["fsync", "os"] = "fsync"
 
 
 class Price(_Strict):
@@ -117,6 +129,7 @@ class LatticeConfig(_Strict):
     llm: LLMConfig = Field(default_factory=LLMConfig)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    runs: RunsConfig = Field(default_factory=RunsConfig)
     policies: dict[str, list[str]] = Field(default_factory=dict)
     prices: dict[str, Price] = Field(default_factory=dict)
     secrets: SecretsConfig = Field(default_factory=SecretsConfig)

@@ -9,7 +9,9 @@ headers)``) makes the next calls fail, one item per call; ``fail_with`` makes ev
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,12 +39,22 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Says nothing when a client goes away mid-answer (a killed process)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeLLMServer:
     """Start with ``serve()``; ``base_url`` is ``http://127.0.0.1:<port>``."""
 
-    def __init__(self, answer: Answer, *, keep_alive: bool = False) -> None:
+    def __init__(self, answer: Answer, *, keep_alive: bool = False, latency: float = 0.0) -> None:
         self.answer = answer
         self.keep_alive = keep_alive
+        self.latency = latency
+        """Seconds each answer waits before it is sent."""
         self.received: list[Received] = []
         self.replies: list[dict[str, Any]] = []  # every successful answer, in order
         self.failures: list[tuple[int, dict[str, Any], dict[str, str]]] = []
@@ -79,6 +91,8 @@ class FakeLLMServer:
                     seen = {k.lower(): v for k, v in self.headers.items()}
                     server.received.append(Received(path, seen, body))
                     failure = server.failures.pop(0) if server.failures else server.fail_with
+                if server.latency:
+                    time.sleep(server.latency)
                 if failure is not None:
                     status, payload, headers = failure
                     self._send(status, payload, headers)
@@ -106,7 +120,7 @@ class FakeLLMServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -170,8 +184,10 @@ class FakeLLMServer:
 
 
 @contextmanager
-def serve(answer: Answer, *, keep_alive: bool = False) -> Iterator[FakeLLMServer]:
-    server = FakeLLMServer(answer, keep_alive=keep_alive)
+def serve(
+    answer: Answer, *, keep_alive: bool = False, latency: float = 0.0
+) -> Iterator[FakeLLMServer]:
+    server = FakeLLMServer(answer, keep_alive=keep_alive, latency=latency)
     server.start()
     try:
         yield server

@@ -93,6 +93,7 @@ class Progress:
         self.started = time.perf_counter()
         self.ops = 0
         self.calls = 0
+        self.run_id: str | None = None
         self.status: Any = None
         if live:
             from rich.console import Console
@@ -102,6 +103,7 @@ class Progress:
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event["type"]
+        self.run_id = event["run_id"]
         if kind == "op_finished":
             self.ops += 1
         elif kind == "llm_response":
@@ -139,10 +141,9 @@ def report(result: RunResult, progress: Progress, as_json: bool, settings: Runti
         if failure.recovery_action:
             print(f"lattice: next: {failure.recovery_action}", file=sys.stderr)
     payload = result.to_json() if as_json else result.output
-    if as_json:
-        payload = json.loads(redact(json.dumps(payload, ensure_ascii=False, default=str)))
     if as_json or result.status == "completed":
-        sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
+        text = json.dumps(payload, indent=2, ensure_ascii=False, default=str)
+        sys.stdout.write(redact(text) + "\n")
     return EXIT_BY_STATUS[result.status]
 
 

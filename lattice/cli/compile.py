@@ -10,7 +10,7 @@ from pathlib import Path
 from lattice.cli.common import lower_for_cli
 from lattice.cli.main import EXIT_OK, EXIT_USAGE
 from lattice.config import load_config
-from lattice.files import atomic_write_text
+from lattice.files import write_output_file
 from lattice.ir import execir_json_schema
 from lattice.llm.base import LLMRequest, Message
 from lattice.lower.emit import EMITTERS
@@ -22,7 +22,7 @@ def lower(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     text = EMITTERS[args.emit](result.ir)
     if args.output:
-        atomic_write_text(Path(args.output), text)
+        write_output_file(Path(args.output), text)
     else:
         sys.stdout.write(text)
     return EXIT_OK

@@ -9,7 +9,7 @@ from pathlib import Path
 from lattice.cli.common import note
 from lattice.config import load_config
 from lattice.errors import LatticeUserError
-from lattice.files import atomic_write_text
+from lattice.files import write_output_file
 from lattice.runs.export import ExportStats, export_examples, to_jsonl
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
@@ -39,7 +39,7 @@ def export_sft(args: argparse.Namespace) -> int:
         redact=_default_redactor(),
     )
     if args.output and args.output != "-":
-        atomic_write_text(Path(args.output), text)
+        write_output_file(Path(args.output), text)
         where = f" to {args.output}"
     else:
         sys.stdout.write(text)

@@ -17,7 +17,12 @@ from lattice.errors import DocumentError, LatticeRunError, LatticeUserError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HALTED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
-EXIT_BY_STATUS = {"completed": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED}
+EXIT_BY_STATUS = {
+    "completed": EXIT_OK,
+    "failed": EXIT_FAILED,
+    "halted": EXIT_HALTED,
+    "interrupted": EXIT_INTERRUPTED,
+}
 
 
 def _handler(target: str) -> Callable[[Any], int]:

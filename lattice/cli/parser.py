@@ -133,8 +133,17 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     _handler(p, "lattice.cli.run:run")
 
-    p = sub.add_parser("resume", help="continue a halted or failed run")
-    p.add_argument("run_dir", help="the run folder (runs/<run_id>)")
+    p = sub.add_parser("resume", help="continue a halted, failed or interrupted run")
+    p.add_argument("run_dir", metavar="RUN", help="the run folder (runs/<run_id>) or its run id")
+    p.add_argument(
+        "--runs-dir", default="runs", metavar="DIR", help="where to find a run id (default: runs)"
+    )
+    p.add_argument(
+        "--accept-changed",
+        action="store_true",
+        help="continue although workflow.json or execir.json changed since the run started "
+        "(the document is lowered again; completed ops must keep their ids)",
+    )
     p.add_argument(
         "--answer",
         action="append",

@@ -12,6 +12,7 @@ from lattice.cli.common import (
     Progress,
     check_mock_covers,
     lower_for_cli,
+    note,
     parse_pairs,
     provider_choice,
     read_json_object,
@@ -82,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
     runner = Runner(
         ir,
         provider=provider,
-        store=RunStore(None if args.no_record else Path(args.runs_dir)),
+        store=RunStore(
+            None if args.no_record else Path(args.runs_dir), durability=config.runs.durability
+        ),
         limits=RunLimits(
             max_steps=args.max_steps or config.runtime.max_steps,
             max_visits=args.max_visits or config.runtime.max_visits,
@@ -106,6 +109,13 @@ def run(args: argparse.Namespace) -> int:
     runner.subscribe(progress)
     try:
         outcome = runner.run(inputs)
+    except KeyboardInterrupt:
+        progress.stop()
+        if progress.run_id is not None and not args.no_record:
+            note(
+                f"interrupted; continue with: lattice resume {Path(args.runs_dir) / progress.run_id}"
+            )
+        raise
     finally:
         progress.stop()
     return report(outcome, progress, args.json, settings)
@@ -134,8 +144,21 @@ def _dry_run(runner: Runner, inputs: dict[str, Any]) -> int:
     return 0
 
 
+def run_folder(run: str, runs_dir: str) -> Path:
+    """The folder of ``run``: a run folder's path, or a run id under ``runs_dir``."""
+    folder = Path(run)
+    if folder.is_dir():
+        return folder
+    by_id = Path(runs_dir) / run
+    if "/" not in run and by_id.is_dir():
+        return by_id
+    if folder.exists():
+        raise InputError(f"{run} is not a run folder (give runs/<run_id> or a run id)")
+    raise InputError(f"no run folder {run} (and no run {run!r} under {runs_dir}/)")
+
+
 def resume(args: argparse.Namespace) -> int:
-    folder = Path(args.run_dir)
+    folder = run_folder(args.run_dir, args.runs_dir)
     checkpoint = read_run_json(folder, "checkpoint.json")
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
     meta = checkpoint.get("meta") or {}
@@ -150,14 +173,21 @@ def resume(args: argparse.Namespace) -> int:
         max_tokens_total=meta.get("max_tokens_total"),
         repo_root=repo_root(args.repo or meta.get("repo")),
     )
-    result = Runner.resume(
-        folder,
-        answers=answers,
-        provider=provider,
-        settings=settings,
-        ask_human=terminal_asker if interactive else None,
-        on_event=progress,
-    )
+    try:
+        result = Runner.resume(
+            folder,
+            answers=answers,
+            provider=provider,
+            settings=settings,
+            ask_human=terminal_asker if interactive else None,
+            on_event=progress,
+            accept_changed=args.accept_changed,
+            store=RunStore(folder.parent, durability=config.runs.durability),
+        )
+    except KeyboardInterrupt:
+        progress.stop()
+        note(f"interrupted; continue with: lattice resume {folder}")
+        raise
     return report(result, progress, args.json, settings)
 
 

@@ -128,6 +128,7 @@ class ContractEngine:
     ) -> Any:
         """Send one request and check its answer."""
         env.budget.check(env.usage)
+        env.usage.requests += 1
         self._requesting(request, env, attempt)
         started = time.perf_counter()
         try:

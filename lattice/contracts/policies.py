@@ -76,7 +76,8 @@ def ladder_from(
 
 @dataclass(frozen=True)
 class RetrySettings:
-    """Backoff for ``retry``: ``base * 2**n`` capped at ``cap`` plus up to ``jitter`` (a fraction);
+    """``max_retries``: retries of one call in all, whatever errors caused them.
+    Backoff for ``retry``: ``base * 2**n`` capped at ``cap`` plus up to ``jitter`` (a fraction);
     a Retry-After from the server is a floor, itself capped at ``max_retry_after`` so that a
     server cannot park a run for as long as it likes."""
 

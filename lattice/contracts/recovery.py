@@ -35,7 +35,8 @@ class CallState:
     class_index: int = 0
     in_class: int = 0
     """Attempts answered by the current model class."""
-    retries: dict[str, int] = field(default_factory=dict)
+    retries: int = 0
+    """Retries so far, of every error type together."""
     kind: str = "initial"
     """What the next attempt is: initial, retry, repair or escalation."""
     request_messages: tuple[Message, ...] = ()
@@ -71,10 +72,10 @@ class Retry:
     """The same request again after a backoff that honours Retry-After."""
 
     def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
-        return state.retries.get(exc.error_type, 0) < env.retry.max_retries
+        return state.retries < env.retry.max_retries
 
     async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
-        count = state.retries[exc.error_type] = state.retries.get(exc.error_type, 0) + 1
+        count = state.retries = state.retries + 1
         delay = env.retry.delay(count - 1, _retry_after(exc))
         env.emit(
             "retry", {"error_type": exc.error_type, "delay_s": round(delay, 3), "retry": count}

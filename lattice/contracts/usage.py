@@ -22,7 +22,10 @@ def _count(table: dict[str, dict[str, int]], key: str, tokens_in: int, tokens_ou
 
 @dataclass
 class Usage:
-    """Tokens and calls, in total, per concrete model and per model class."""
+    """Tokens and calls, in total, per concrete model and per model class.
+
+    ``calls`` counts answered calls; ``requests`` every request sent, failed ones
+    included (what the call budget counts)."""
 
     calls: int = 0
     input_tokens: int = 0
@@ -31,6 +34,7 @@ class Usage:
     by_class: dict[str, dict[str, int]] = field(default_factory=dict)
     estimated_cost_usd: float | None = None
     """From the config's price table (USD per million tokens), when every model has a price."""
+    requests: int = 0
 
     def estimate_cost(self, prices: Mapping[str, tuple[float, float]]) -> None:
         """Set ``estimated_cost_usd`` when ``prices`` covers every model used."""
@@ -62,6 +66,7 @@ class Usage:
             "by_model": {k: dict(v) for k, v in self.by_model.items()},
             "by_class": {k: dict(v) for k, v in self.by_class.items()},
             "estimated_cost_usd": self.estimated_cost_usd,
+            "requests": self.requests,
         }
 
     @classmethod
@@ -77,15 +82,18 @@ class Budget:
     max_tokens: int | None = None
 
     def check(self, usage: Usage) -> None:
-        if self.max_calls is not None and usage.calls >= self.max_calls:
+        if self.max_calls is not None and usage.requests >= self.max_calls:
             raise LatticeRunError(
-                f"the run's call budget of {self.max_calls} model calls is spent",
+                f"the run's call budget of {self.max_calls} model requests is spent "
+                "(raise it with --max-calls or [runtime] max_calls)",
                 error_type="budget_exceeded",
-                details={"calls": usage.calls, "max_calls": self.max_calls},
+                details={"requests": usage.requests, "max_calls": self.max_calls},
             )
         if self.max_tokens is not None and usage.total_tokens >= self.max_tokens:
             raise LatticeRunError(
-                f"the run's token budget of {self.max_tokens} tokens is spent ({usage.total_tokens} used)",
+                f"the run's token budget of {self.max_tokens} tokens is spent "
+                f"({usage.total_tokens} used; raise it with --max-tokens-total or "
+                "[runtime] max_tokens_total)",
                 error_type="budget_exceeded",
                 details={"tokens": usage.total_tokens, "max_tokens": self.max_tokens},
             )

@@ -1,13 +1,17 @@
 """Where runs are recorded: a folder per run (``runs/<run_id>/``) or nowhere (in memory).
 
-Folder layout (docs/runtime.md, "The run folder")::
+Folder layout (docs/runs.md)::
 
-    workflow.json  execir.json  input.json  state_initial.json  events.jsonl
-    ops/<seq>-<opId>.json  state_final.json  result.json  failure_report.json
-    checkpoint.json   (where a halted or failed run resumes)
+    workflow.json  execir.json  input.json  state_initial.json  checkpoint.json
+    events.jsonl  journal.jsonl  ops/<seq>-<opId>.json
+    state_final.json  result.json  failure_report.json
 
-JSON files are written atomically; ``events.jsonl`` is append-only and flushed per
-event. Every text passes through ``redact`` before it reaches the disk.
+JSON files are written atomically; ``events.jsonl`` and ``journal.jsonl`` are
+append-only and flushed per line, so a process killed at any moment leaves every line
+it wrote on the OS. With ``durability="fsync"`` (the default) the files a resume needs
+(``state_initial.json``, ``execir.json``, ``checkpoint.json``, the journal) also reach
+the disk before the run moves on: the journal at every op boundary. Every text passes
+through ``redact`` before it is written.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ import random
 import re
 import time
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Literal, Protocol
 
 from lattice.errors import LatticeUserError
-from lattice.files import atomic_write_text
+import asyncio
+
+from lattice.files import atomic_write_text, sync_directory
+from lattice.runs.journal import JOURNAL, drop_torn_tail, open_append, read_lines
 from lattice.runs.redaction import Redactor
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -71,6 +78,17 @@ class RunFolderExists(LatticeUserError):
     """A new run's folder is already there (runs never share a folder)."""
 
 
+Durability = Literal["fsync", "os"]
+"""``fsync``: a run's journal reaches the disk at every op boundary (a power cut loses at
+most the op in flight); ``os``: lines reach the operating system at once (a killed
+process loses nothing it wrote, a power cut may lose the last writes)."""
+
+DURABLE_FILES = frozenset(
+    {"workflow.json", "execir.json", "input.json", "state_initial.json", "checkpoint.json"}
+)
+"""Files a resume reads: forced to disk when written under ``durability="fsync"``."""
+
+
 class RunRecorder(Protocol):
     """What the runner writes a run to."""
 
@@ -84,6 +102,14 @@ class RunRecorder(Protocol):
     def append_event(self, event: dict[str, Any]) -> None: ...
 
     def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None: ...
+
+    def journal(self, line: dict[str, Any]) -> None:
+        """Append a line to the run's journal (``lattice.runs.journal``)."""
+        ...
+
+    async def commit(self) -> None:
+        """Make the journal durable before the next op starts."""
+        ...
 
     def close(self) -> None: ...
 
@@ -103,20 +129,39 @@ class NullRecorder:
     def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None:
         pass
 
+    def journal(self, line: dict[str, Any]) -> None:
+        pass
+
+    async def commit(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
+def _line(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 class FolderRecorder:
-    """Writes one run's folder. Creating it for an existing run (resume) appends to its events."""
+    """Writes one run's folder. Reopening an existing run's folder (resume) cuts a line
+    torn by a crash off its events and journal, then appends to them."""
 
     def __init__(
-        self, run_dir: Path, *, redact: Redactor | None = None, resume: bool = False
+        self,
+        run_dir: Path,
+        *,
+        redact: Redactor | None = None,
+        resume: bool = False,
+        durability: Durability = "fsync",
     ) -> None:
         self.run_dir: Path | None = run_dir
         self.takes_events = True
+        self.durability = durability
         self._dir = run_dir
         self._redact = redact or (lambda text: text)
+        self.torn: list[str] = []
+        """Files whose torn last line was dropped when the folder was reopened."""
         try:
             if not resume:
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -126,46 +171,93 @@ class FolderRecorder:
                     raise RunFolderExists(
                         f"run folder {run_dir} already exists; choose another run id"
                     ) from None
+            else:
+                self.torn = [
+                    name for name in ("events.jsonl", JOURNAL) if drop_torn_tail(run_dir / name)
+                ]
             (run_dir / "ops").mkdir(exist_ok=True)
+            self._journal: IO[str] = open_append(run_dir / JOURNAL)
+            if durability == "fsync" and not resume:
+                sync_directory(run_dir)
+                sync_directory(run_dir.parent)
         except OSError as exc:
             raise LatticeUserError(f"cannot create run folder {run_dir}: {exc.strerror}") from exc
         self._events: IO[str] | None = None
+        self._unsynced = False
+
+    def event_summary(self) -> tuple[int, int]:
+        """The highest event sequence number in ``events.jsonl`` (0 when none) and how
+        many attempts (the first run and each resume) have written events."""
+        events, _ = read_lines(self._dir / "events.jsonl")
+        last = max((e["seq"] for e in events if isinstance(e.get("seq"), int)), default=0)
+        segments = sum(1 for e in events if e.get("type") in ("run_started", "run_resumed"))
+        return last, segments
 
     def write_json(self, name: str, data: Any) -> None:
-        atomic_write_text(self._dir / name, self._redact(_dump(data)))
+        durable = self.durability == "fsync" and name in DURABLE_FILES
+        atomic_write_text(self._dir / name, self._redact(_dump(data)), durable=durable)
 
     def append_event(self, event: dict[str, Any]) -> None:
         if self._events is None:
-            self._events = open(self._dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        line = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str)
-        self._events.write(self._redact(line) + "\n")
+            self._events = open_append(self._dir / "events.jsonl")
+        self._events.write(self._redact(_line(event)) + "\n")
         self._events.flush()
 
     def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None:
-        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        text = _line(record) + "\n"
         atomic_write_text(self._dir / f"ops/{seq:04d}-{safe_name(op_id)}.json", self._redact(text))
+
+    def journal(self, line: dict[str, Any]) -> None:
+        self._journal.write(self._redact(_line(line)) + "\n")
+        self._journal.flush()
+        self._unsynced = True
+
+    async def commit(self) -> None:
+        if self.durability != "fsync" or not self._unsynced:
+            return
+        self._unsynced = False
+        fd = self._journal.fileno()
+        await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fd)
 
     def close(self) -> None:
         if self._events is not None:
             self._events.close()
             self._events = None
+        if not self._journal.closed:
+            if self._unsynced and self.durability == "fsync":
+                os.fdatasync(self._journal.fileno())
+            self._journal.close()
 
 
 class RunStore:
-    """Chooses where runs live: ``RunStore(Path("runs"))`` or ``RunStore(None)`` for memory only."""
+    """Chooses where runs live: ``RunStore(Path("runs"))`` or ``RunStore(None)`` for memory only.
+
+    ``durability`` chooses how hard run folders are forced to disk (``Durability``).
+    """
 
     def __init__(
-        self, root: Path | str | None = Path("runs"), *, redact: Redactor | None = None
+        self,
+        root: Path | str | None = Path("runs"),
+        *,
+        redact: Redactor | None = None,
+        durability: Durability = "fsync",
     ) -> None:
         self.root = Path(root) if root is not None else None
         self.redact = redact
+        self.durability: Durability = durability
 
     def open(self, run_id: str, *, redact: Redactor | None = None) -> RunRecorder:
         """A recorder for a new run (its folder must not exist yet)."""
         if self.root is None:
             return NullRecorder()
-        return FolderRecorder(self.root / safe_name(run_id), redact=redact or self.redact)
+        return FolderRecorder(
+            self.root / safe_name(run_id),
+            redact=redact or self.redact,
+            durability=self.durability,
+        )
 
-    def reopen(self, run_dir: Path, *, redact: Redactor | None = None) -> RunRecorder:
+    def reopen(self, run_dir: Path, *, redact: Redactor | None = None) -> FolderRecorder:
         """A recorder that continues the run folder ``run_dir`` (resume), wherever it is."""
-        return FolderRecorder(run_dir, redact=redact or self.redact, resume=True)
+        return FolderRecorder(
+            run_dir, redact=redact or self.redact, resume=True, durability=self.durability
+        )

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.errors import LatticeUserError
+from lattice.runs.checkpoint import status_of
 
 
 def _load(path: Path) -> Any:
@@ -23,9 +24,12 @@ def list_runs(root: Path) -> str:
     rows = []
     for folder in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
         result = _load(folder / "result.json") or {}
+        checkpoint = _load(folder / "checkpoint.json")
         usage = result.get("usage") or {}
         failure = result.get("failure") or {}
-        status = result.get("status", "running?")
+        status = status_of(checkpoint) if checkpoint is not None else result.get("status", "?")
+        if status in ("running", "interrupted"):
+            failure = {}
         extra = f"  [{failure.get('category')}] {failure.get('node_id')}" if failure else ""
         rows.append(
             f"{folder.name}  {status:<9}  {result.get('workflow', '?'):<30}  "
@@ -39,9 +43,9 @@ def show_run(folder: Path) -> str:
     if not (folder / "events.jsonl").is_file():
         raise LatticeUserError(f"{folder} is not a run folder (no events.jsonl)")
     result = _load(folder / "result.json") or {}
-    lines = [
-        f"run {folder.name}: {result.get('status', 'unfinished')} ({result.get('workflow', '?')})"
-    ]
+    checkpoint = _load(folder / "checkpoint.json")
+    status = status_of(checkpoint) if checkpoint is not None else result.get("status", "?")
+    lines = [f"run {folder.name}: {status} ({result.get('workflow', '?')})"]
     for record_path in sorted((folder / "ops").glob("*.json")):
         record = _load(record_path) or {}
         attempts = record.get("attempts") or []

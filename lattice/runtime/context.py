@@ -42,6 +42,13 @@ class HaltRun(LatticeRunError):
         return self.message
 
 
+class Interrupted(LatticeRunError):
+    """The run stopped before its end without failing: cancelled, or stopped at an op
+    boundary on request. Its folder can be resumed."""
+
+    error_type = "interrupted"
+
+
 @dataclass(slots=True)
 class Outcome:
     """What an op did: the port it leaves through and what it produced."""
@@ -91,6 +98,10 @@ class RunContext:
         self.last_result: str | None = None
         self.current_op: str | None = None
         self.current_node: str | None = None
+        self.stop_requested = False
+        """Set to stop the run at the next op boundary (status ``interrupted``)."""
+        self.checkpoint: dict[str, Any] = {}
+        """The run's checkpoint as written when it started (or resumed)."""
 
     def emit(self, type_: str, data: dict[str, Any] | None = None, *, op: bool = True) -> None:
         """Record an event (appended and flushed to events.jsonl, passed to listeners)."""

@@ -122,13 +122,9 @@ class StateExecutor(Executor):
             assert op.writes is not None
             ctx.write_result(op.writes, value)
         elif op.operation == "append":
-            current = state.vars.get(op.variable, [])
-            if not isinstance(current, list):
-                current = [current]
             appended = value
-            value = [*current, appended]
             # Records and events carry the appended item, not the whole list (linear growth).
-            state.write(self.path, value)
+            value = state.append(self.path, appended)
             ctx.last_result = self.path
             ctx.emit("state_write", {"path": self.path, "appended": appended, "length": len(value)})
             return Outcome(output={"appended": appended, "length": len(value)})

@@ -10,7 +10,7 @@ from lattice.contracts.report import FailureReport
 from lattice.contracts.usage import Usage
 from lattice.runtime.events import EventsField
 
-RunStatus = Literal["completed", "failed", "halted"]
+RunStatus = Literal["completed", "failed", "halted", "interrupted"]
 
 
 @dataclass

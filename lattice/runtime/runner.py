@@ -4,8 +4,11 @@ It walks ``next`` edges dynamically from the entry op, one op at a time, over an
 explicit StateStore, and records the run (events, op records, snapshots) through
 a RunRecorder. Loops are bounded by ``RunLimits``. A run ends ``completed`` (an
 END op, or an op with no way on), ``failed`` (a LatticeRunError with no ``failed``
-route) or ``halted`` (waiting for a human); failed and halted runs keep a
-checkpoint and can be resumed without re-running completed ops.
+route), ``halted`` (waiting for a human) or ``interrupted`` (cancelled, or stopped
+at an op boundary on request). A run with a folder commits every op to the folder's
+journal before the next op starts (``lattice.runs.journal``), so any run that did not
+complete, killed ones included, can be resumed without re-running completed ops or
+re-sending model calls whose answers were recorded.
 """
 
 from __future__ import annotations
@@ -25,19 +28,30 @@ from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.errors import InputError, LatticeRunError, LatticeUserError
 from lattice.ir.models import FAILED_PORT, AskOp, ExecIR, LLMWriteOp, Op
-from lattice.ir.serialize import ir_from_json, ir_to_dict
+from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import StatePath, parse_path
 from lattice.llm.base import LLMProvider
 from lattice.llm.disabled import DisabledProvider
+from lattice.runs.checkpoint import file_digests, owner, refuse_if_running, status_of
 from lattice.runs.folder import read_run_json
+from lattice.runs.journal import read_journal
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, new_run_id
-from lattice.runtime.context import AskHuman, EventListener, HaltRun, Outcome, RunContext
+from lattice.runtime.context import (
+    AskHuman,
+    EventListener,
+    HaltRun,
+    Interrupted,
+    Outcome,
+    RunContext,
+)
 from lattice.runtime.events import utc_now
 from lattice.runtime.executors import Executor, build_executor, normalize_answer
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
+from lattice.runtime.journaled import JournaledProvider
 from lattice.runtime.results import RunResult
+from lattice.runtime.resume import Position, journal_position, legacy_position, resumable_ir
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
 from lattice.tools.builtin import BuiltinTools
@@ -151,12 +165,27 @@ class Runner:
                 recorder.write_json("execir.json", ir_to_dict(self.ir))
                 recorder.write_json("input.json", inputs)
                 recorder.write_json("state_initial.json", state.snapshot())
+                ctx.checkpoint = self._started(ctx, recorder.run_dir)
+                recorder.write_json("checkpoint.json", ctx.checkpoint)
             ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
         except BaseException:
             _abandon(ctx)
             raise
         with gc_pacing(self.settings.gc_pacing):
-            return await self._walk(ctx, self.ir.entry, steps=0, visits={}, op_seq=0)
+            return await self._walk(ctx, Position(self.ir.entry))
+
+    def _started(self, ctx: RunContext, folder: Path) -> dict[str, Any]:
+        """The checkpoint of a run that has just started."""
+        return {
+            "run_id": ctx.run_id,
+            "status": "running",
+            "owner": owner(),
+            "started_at": ctx.state.ctx.get("started_at"),
+            "digests": file_digests(folder),
+            "initial_answers": ctx.answers,
+            "meta": self.meta,
+            "limits": {"max_steps": self.limits.max_steps, "max_visits": self.limits.max_visits},
+        }
 
     def _open_recorder(
         self, run_id: str | None, redact: Redactor | None
@@ -201,8 +230,10 @@ class Runner:
         limits: RunLimits | None = None,
         on_event: EventListener | None = None,
         settings: RuntimeSettings | None = None,
+        accept_changed: bool = False,
+        store: RunStore | None = None,
     ) -> RunResult:
-        """Continue a halted or failed run from its checkpoint (synchronous)."""
+        """Continue a run that did not complete, from its folder (synchronous ``aresume``)."""
         return asyncio.run(
             _closing_loop_clients(
                 provider,
@@ -214,6 +245,8 @@ class Runner:
                     limits=limits,
                     on_event=on_event,
                     settings=settings,
+                    accept_changed=accept_changed,
+                    store=store,
                 ),
             )
         )
@@ -229,30 +262,44 @@ class Runner:
         limits: RunLimits | None = None,
         on_event: EventListener | None = None,
         settings: RuntimeSettings | None = None,
+        accept_changed: bool = False,
+        store: RunStore | None = None,
     ) -> RunResult:
-        """Continue a halted or failed run. Completed ops are not executed again.
+        """Continue a halted, failed or interrupted run (a killed one too). Completed ops
+        are not executed again, and model answers the folder recorded are not asked again.
 
-        ``answers`` given here answer the next visit of their question only.
+        ``answers`` given here answer the next visit of their question only. A folder whose
+        ``workflow.json`` or ``execir.json`` changed since the run started is refused unless
+        ``accept_changed`` (then the document is lowered again, and every op the run
+        completed must keep its id). ``store`` sets the durability of the writes (the
+        folder itself stays where it is).
         """
         folder = Path(run_dir)
         checkpoint = read_run_json(folder, "checkpoint.json")
         if checkpoint.get("status") == "completed":
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
-        ir = ir_from_json(read_run_json(folder, "execir.json"))
-        snapshot = read_run_json(folder, "state_final.json")
+        refuse_if_running(folder, checkpoint)
+        journal = read_journal(folder)
+        ir = resumable_ir(folder, checkpoint, journal, accept_changed=accept_changed)
+        if journal is None:
+            position, base_answers, state_data = legacy_position(folder, checkpoint)
+            pending: list[dict[str, Any]] = []
+            provider_state = checkpoint.get("provider_state")
+        else:
+            position, base_answers = journal_position(ir, journal, checkpoint)
+            state_data = read_run_json(folder, "state_initial.json")
+            pending = journal.pending_answers
+            provider_state = journal.provider_state
         multi = {
             op.source_node for op in ir.ops.values() if isinstance(op, AskOp) and op.multi_select
         }
-        once = {
-            k: v if k in multi else [v] for k, v in (answers or {}).items()
-        }  # apply to the next visit
-        merged = {**checkpoint.get("answers", {}), **once}
+        once = {k: v if k in multi else [v] for k, v in (answers or {}).items()}
         runner = cls(
             ir,
             provider=provider,
-            store=RunStore(folder.parent),
+            store=store if store is not None else RunStore(folder.parent),
             limits=limits or RunLimits(**checkpoint.get("limits", {})),
-            answers=merged,
+            answers={**base_answers, **once},
             ask_human=ask_human,
             meta=checkpoint.get("meta"),
             settings=settings,
@@ -260,39 +307,51 @@ class Runner:
         if on_event is not None:
             runner.subscribe(on_event)
         restore = getattr(runner.provider, "restore", None)
-        if callable(restore) and checkpoint.get("provider_state") is not None:
-            restore(checkpoint["provider_state"])
-        run_id = checkpoint["run_id"]
-        state = StateStore.from_snapshot(snapshot, secrets=runner._read_secret)
+        if callable(restore) and provider_state is not None:
+            restore(provider_state)
+        state = StateStore.from_snapshot(state_data, secrets=runner._read_secret)
+        if journal is not None:
+            for line in journal.ops:
+                for change in line.get("changes") or ():
+                    state.apply(change)
         state.clear_tmp()
         redact = runner._redactor()
         recorder = runner.store.reopen(folder, redact=redact)
+        last_seq, segments = recorder.event_summary()
         ctx = runner._context(
-            run_id,
+            checkpoint.get("run_id", folder.name),
             state,
             recorder,
-            Usage.from_json(checkpoint.get("usage")),
-            seq=int(checkpoint.get("seq", 0)),
+            position.usage,
+            seq=last_seq,
             redact=redact,
+            recorded_answers=pending,
         )
-        ctx.last_result = checkpoint.get("last_result")
+        ctx.last_result = position.last_result
         try:
+            ctx.checkpoint = {
+                **{k: v for k, v in checkpoint.items() if k in _CHECKPOINT_BASE},
+                "status": "running",
+                "owner": owner(),
+                "digests": file_digests(folder),
+            }
+            recorder.write_json("checkpoint.json", ctx.checkpoint)
             ctx.emit(
                 "run_resumed",
-                {"from_op": checkpoint["next_op"], "after": checkpoint.get("status")},
+                {
+                    "segment": segments + 1,
+                    "from_op": position.current,
+                    "after": status_of(checkpoint),
+                    "replayable_answers": len(pending),
+                    **({"dropped_torn_lines": recorder.torn} if recorder.torn else {}),
+                },
                 op=False,
             )
         except BaseException:
             _abandon(ctx)
             raise
         with gc_pacing(runner.settings.gc_pacing):
-            return await runner._walk(
-                ctx,
-                checkpoint["next_op"],
-                steps=int(checkpoint.get("steps", 0)),
-                visits={k: int(v) for k, v in checkpoint.get("visits", {}).items()},
-                op_seq=int(checkpoint.get("op_seq", 0)),
-            )
+            return await runner._walk(ctx, position)
 
     # -- secrets --------------------------------------------------------------------------
 
@@ -335,9 +394,15 @@ class Runner:
         *,
         seq: int,
         redact: Redactor | None,
+        recorded_answers: list[dict[str, Any]] | None = None,
     ) -> RunContext:
         for listener in self._state_listeners:
             state.subscribe(listener)
+        provider = self.provider
+        if recorder.run_dir is not None:
+            state.changes = []
+            provider = JournaledProvider(provider, recorder, recorded_answers or ())
+        state.limit(self.settings.state_limits)
         return RunContext(
             run_id=run_id,
             state=state,
@@ -345,7 +410,7 @@ class Runner:
             answers=copy.deepcopy(self.answers) if self.answers else {},
             ask_human=self.ask_human,
             listeners=self._event_listeners,
-            llm=self.settings.call_env(self.provider, usage=usage),
+            llm=self.settings.call_env(provider, usage=usage),
             http_pool=HttpClientPool(self.settings.http),
             tools=ToolSessions(
                 self.settings.mcp_servers,
@@ -356,18 +421,14 @@ class Runner:
             seq=seq,
         )
 
-    async def _walk(
-        self,
-        ctx: RunContext,
-        current: str | None,
-        *,
-        steps: int,
-        visits: dict[str, int],
-        op_seq: int,
-    ) -> RunResult:
+    async def _walk(self, ctx: RunContext, position: Position) -> RunResult:
         plan, limits = self._steps, self.limits
         state = ctx.state
-        output: Any = None
+        recorder = ctx.recorder
+        journaled = recorder.run_dir is not None
+        current = position.current
+        steps, visits, op_seq = position.steps, position.visits, position.op_seq
+        output: Any = position.output
         try:
             while current is not None:
                 step = plan[current]
@@ -377,16 +438,10 @@ class Runner:
                 visits[current] = count
                 ctx.current_op, ctx.current_node = current, step.node
                 if steps > limits.max_steps or count > limits.max_visits:
-                    which = "steps" if steps > limits.max_steps else f"visits of {current!r}"
-                    raise LatticeRunError(
-                        f"the run exceeded its limit of {which} "
-                        f"({limits.max_steps if steps > limits.max_steps else limits.max_visits}); "
-                        "a loop may not terminate (raise RunLimits if it is meant to run longer)",
-                        error_type="step_limit",
-                        details={"steps": steps, "visits": count},
-                    )
+                    raise _limit_error(limits, current, steps, count)
                 op_seq += 1
                 started = time.perf_counter()
+                calls_before = ctx.usage.requests
                 ctx.emit("op_started", {"kind": step.kind})
                 try:
                     outcome = await step.executor.run(ctx)
@@ -396,6 +451,8 @@ class Runner:
                     exc = _as_run_error(raised, current)
                     if FAILED_PORT not in step.edges:
                         self._record_op(ctx, op_seq, current, started, None, error=exc)
+                        if journaled:
+                            recorder.journal(_stopped_line(ctx, op_seq, current))
                         raise exc from (None if exc is raised else raised)
                     report = self._failure(ctx, exc, phase="op")
                     state.write(f"$vars.{step.node}.error", report.to_json())
@@ -404,29 +461,41 @@ class Runner:
                     state.clear_tmp()
                 self._record_op(ctx, op_seq, current, started, outcome)
                 if step.is_end:
+                    nxt = None
                     output = outcome.output
-                    break
-                nxt = step.edges.get(outcome.port)
-                if nxt is None and op.next and outcome.port != "default":
-                    raise LatticeRunError(
-                        f"op {current!r} left through port {outcome.port!r}, which leads nowhere",
-                        error_type="dead_end",
+                else:
+                    nxt = step.edges.get(outcome.port)
+                    if nxt is None and op.next and outcome.port != "default":
+                        raise LatticeRunError(
+                            f"op {current!r} left through port {outcome.port!r}, which leads nowhere",
+                            error_type="dead_end",
+                        )
+                    if nxt is None:  # a dead end (lowering warned): the run ends here
+                        output = ctx.state.read(ctx.last_result) if ctx.last_result else None
+                if journaled:
+                    recorder.journal(
+                        self._commit_line(
+                            ctx, step, op_seq, outcome, nxt, steps, calls_before, output
+                        )
                     )
-                if nxt is None:  # a dead end (lowering warned): the run ends here
-                    output = ctx.state.read(ctx.last_result) if ctx.last_result else None
+                    await recorder.commit()
+                if nxt is None:
+                    break
                 current = nxt
+                if ctx.stop_requested:
+                    raise Interrupted("the run was stopped at an op boundary, as asked")
             ctx.current_op = None
             return self._finish(ctx, "completed", output, None, None, steps, visits, op_seq)
         except HaltRun as halt:
+            if journaled:  # a halted op leaves no record: its number is used again
+                recorder.journal(_stopped_line(ctx, op_seq - 1, current))
             report = failure_report(
                 halt,
                 phase="run",
                 run_id=ctx.run_id,
                 op_id=ctx.current_op,
                 node_id=ctx.current_node,
-                recovery_action=halt.action.replace(
-                    "RUN_DIR", str(ctx.recorder.run_dir or "RUN_DIR")
-                ),
+                recovery_action=halt.action.replace("RUN_DIR", str(recorder.run_dir or "RUN_DIR")),
             )
             ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
             return self._finish(
@@ -440,21 +509,74 @@ class Runner:
                 op_seq - 1,
                 undo_visit=current,
             )
+        except Interrupted as stop:
+            ctx.current_op = ctx.current_node = None
+            report = self._failure(ctx, stop, phase="run")
+            ctx.emit("run_interrupted", {"reason": stop.message, "next_op": current}, op=False)
+            return self._finish(ctx, "interrupted", None, report, current, steps, visits, op_seq)
         except LatticeRunError as exc:
             report = self._failure(ctx, exc, phase="run")
             ctx.emit("run_failed", {"error_type": exc.error_type, "message": exc.message})
             return self._finish(
                 ctx, "failed", None, report, current, steps - 1, visits, op_seq, undo_visit=current
             )
+        except asyncio.CancelledError:
+            # Cancelled (Ctrl-C, a task cancelled): the folder says so, and stays resumable.
+            cancelled = Interrupted("the run was cancelled while an op was running")
+            ctx.emit("run_interrupted", {"reason": cancelled.message, "next_op": current}, op=False)
+            report = self._failure(ctx, cancelled, phase="run")
+            self._finish(ctx, "interrupted", None, report, current, steps - 1, visits, op_seq)
+            raise
         finally:
             try:
                 await ctx.aclose()
             finally:
-                ctx.recorder.close()
+                recorder.close()
                 ctx.detach()
 
+    def _commit_line(
+        self,
+        ctx: RunContext,
+        step: _Step,
+        op_seq: int,
+        outcome: Outcome,
+        nxt: str | None,
+        steps: int,
+        calls_before: int,
+        output: Any,
+    ) -> dict[str, Any]:
+        """The journal line that commits one op (``lattice.runs.journal``)."""
+        state = ctx.state
+        line: dict[str, Any] = {
+            "kind": "op",
+            "op_seq": op_seq,
+            "op_id": step.op.id,
+            "port": outcome.port,
+            "next": nxt,
+            "steps": steps,
+            "changes": state.changes,
+            "last_result": ctx.last_result,
+        }
+        state.changes = []
+        if ctx.usage.requests != calls_before:
+            line["usage"] = ctx.usage.to_json()
+        if step.kind == "ASK":
+            line["answers"] = ctx.answers
+        if nxt is None:
+            line["output"] = output
+        return line
+
     def _failure(self, ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:
-        folder = str(ctx.recorder.run_dir or "RUN_DIR")
+        folder = ctx.recorder.run_dir
+        if folder is None:
+            action = "fix the cause and run again (this run kept no folder to resume)"
+        elif isinstance(exc, Interrupted):
+            action = f"lattice resume {folder} (completed ops do not run again)"
+        else:
+            action = (
+                f"fix the cause, then: lattice resume {folder} "
+                "(the failed op runs again; completed ops do not)"
+            )
         return failure_report(
             exc,
             phase=phase,
@@ -462,8 +584,7 @@ class Runner:
             op_id=ctx.current_op,
             node_id=ctx.current_node,
             blocking=phase == "run",
-            recovery_action=f"fix the cause, then: lattice resume {folder} "
-            "(the failed op runs again; completed ops do not)",
+            recovery_action=action,
         )
 
     def _record_op(
@@ -556,13 +677,13 @@ class Runner:
         )
         if failure is not None:
             recorder.write_json("failure_report.json", failure.to_json())
-        elif recorder.run_dir is not None:  # a resumed run that now completed
+        else:  # a resumed run that now completed
             (recorder.run_dir / "failure_report.json").unlink(missing_ok=True)
         provider_state = getattr(self.provider, "checkpoint", None)
         recorder.write_json(
             "checkpoint.json",
             {
-                "run_id": ctx.run_id,
+                **ctx.checkpoint,
                 "status": status,
                 "next_op": next_op,
                 "steps": steps,
@@ -573,14 +694,34 @@ class Runner:
                 "usage": ctx.usage.to_json(),
                 "answers": ctx.answers,
                 "provider_state": provider_state() if callable(provider_state) else None,
-                "meta": self.meta,
-                "limits": {
-                    "max_steps": self.limits.max_steps,
-                    "max_visits": self.limits.max_visits,
-                },
             },
         )
         return result
+
+
+_CHECKPOINT_BASE = ("run_id", "started_at", "initial_answers", "meta", "limits")
+"""What a run's checkpoint keeps from its start through every resume."""
+
+
+def _limit_error(limits: RunLimits, op_id: str, steps: int, visits: int) -> LatticeRunError:
+    over_steps = steps > limits.max_steps
+    which = "steps" if over_steps else f"visits of {op_id!r}"
+    flag = "--max-steps" if over_steps else "--max-visits"
+    return LatticeRunError(
+        f"the run exceeded its limit of {which} "
+        f"({limits.max_steps if over_steps else limits.max_visits}); a loop may not "
+        f"terminate (if it is meant to run longer, raise {flag}, [runtime] "
+        f"{flag[2:].replace('-', '_')} or RunLimits)",
+        error_type="step_limit",
+        details={"steps": steps, "visits": visits},
+    )
+
+
+def _stopped_line(ctx: RunContext, op_seq: int, op_id: str | None) -> dict[str, Any]:
+    """The journal line of an op that failed or halted: no state changes, but what its
+    model calls cost."""
+    ctx.state.changes = []
+    return {"kind": "op_failed", "op_seq": op_seq, "op_id": op_id, "usage": ctx.usage.to_json()}
 
 
 def _abandon(ctx: RunContext) -> None:

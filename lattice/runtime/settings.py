@@ -13,6 +13,7 @@ from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
 from lattice.llm.base import LLMProvider
+from lattice.runtime.state import StateLimits
 from lattice.tools.http import HttpPolicy
 from lattice.tools.mcp import McpServerSpec, specs_from_config
 
@@ -49,6 +50,8 @@ class RuntimeSettings:
     """MCP servers from ``[mcp.servers]`` of the user's config, by server id."""
     gc_pacing: bool = True
     """Make full garbage collections rarer while runs are active (``lattice.runtime.gc_pacing``)."""
+    state_limits: StateLimits | None = field(default_factory=StateLimits)
+    """Bounds on one value and on a run's whole state (None: no bounds)."""
 
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
@@ -89,6 +92,10 @@ def settings_from_config(
         models={str(name): model for name, model in config.llm.models.items()},
         max_attempts=runtime.max_attempts,
         gc_pacing=runtime.gc_pacing,
+        retry=RetrySettings(max_retries=runtime.max_retries),
+        state_limits=StateLimits(
+            max_state_bytes=runtime.max_state_bytes, max_value_bytes=runtime.max_value_bytes
+        ),
         repo_root=repo_root,
         mcp_servers=specs_from_config(config.mcp.servers),
         policies=MappingProxyType(policies),

@@ -7,12 +7,18 @@
 
 Reads of missing paths raise ``MissingValueError`` naming the first missing key:
 a template never renders a silently empty string. Everything is JSON-serialisable.
+
+Two things a run may switch on: ``changes`` collects every change of ``$vars`` (the
+run folder's journal commits them op by op, and a resume replays them with
+``apply``), and ``limits`` bounds the size of one value and of the whole state
+(``state_limit``).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from lattice.errors import LatticeRunError
@@ -26,6 +32,27 @@ class MissingValueError(LatticeRunError):
     """A state path that has no value at run time."""
 
     error_type = "missing_value"
+
+
+@dataclass(frozen=True)
+class StateLimits:
+    """Bounds on what a run may hold, in bytes of its JSON text (estimated)."""
+
+    max_state_bytes: int = 10_000_000
+    """The whole of ``$in`` and ``$vars``."""
+    max_value_bytes: int = 10_000_000
+    """One value written to state."""
+
+
+def approx_size(value: Any) -> int:
+    """About the length of ``value``'s JSON text, without building it."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        return 2 + sum(len(str(k)) + 4 + approx_size(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return 2 + sum(approx_size(v) + 1 for v in value)
+    return 8
 
 
 def _child_for(
@@ -73,6 +100,19 @@ class StateStore:
         self.ctx: dict[str, Any] = dict(ctx or {})
         self._secrets = secrets
         self._listeners: list[StateListener] = []
+        self.changes: list[list[Any]] | None = None
+        """When a list, every change of ``$vars`` is appended to it: ``["set", path, value]``,
+        ``["add", path, item]`` (an append) or ``["del", path]``."""
+        self._limits: StateLimits | None = None
+        self._sizes: dict[str, int] = {}
+        self._total_size = 0
+
+    def limit(self, limits: StateLimits | None) -> None:
+        """Hold every later write to ``limits`` (None: no bounds)."""
+        self._limits = limits
+        if limits is not None:
+            self._sizes = {key: approx_size(value) for key, value in self.vars.items()}
+            self._total_size = approx_size(self.inputs) + sum(self._sizes.values())
 
     def subscribe(self, listener: StateListener) -> Callable[[], None]:
         """Call ``listener`` after every write; returns a function that unsubscribes."""
@@ -159,9 +199,74 @@ class StateStore:
             raise LatticeRunError(
                 f"cannot write {path.text}: index {last!r} does not exist", error_type="state_error"
             )
+        if self._limits is not None:
+            self._check_size(path, value)
         target[last] = value
+        if self._limits is not None and path.root == "$vars":
+            self._resize(str(keys[0]))
+        if self.changes is not None and path.root == "$vars":
+            self.changes.append(["set", path.text, value])
         for listener in self._listeners:
             listener(path.text, value)
+
+    def append(self, path: StatePath | str, item: Any) -> list[Any]:
+        """Append ``item`` to the list at ``path`` (a missing value or a non-list becomes
+        the first item of a new list); returns the new list."""
+        if isinstance(path, str):
+            path = parse_path(path)
+        current = self.get(path, [])
+        if not isinstance(current, list):
+            current = [current]
+        changes, self.changes = self.changes, None
+        try:
+            self.write(path, [*current, item])
+        finally:
+            self.changes = changes
+        if changes is not None and path.root == "$vars":
+            changes.append(["add", path.text, item])
+        return self.read(path)  # type: ignore[no-any-return]
+
+    def apply(self, change: list[Any]) -> None:
+        """Replay one entry of ``changes`` (resume)."""
+        kind, path = change[0], change[1]
+        if kind == "set":
+            self.write(path, change[2])
+        elif kind == "add":
+            self.append(path, change[2])
+        elif kind == "del":
+            self.delete(path)
+        else:
+            raise LatticeRunError(f"unknown state change {kind!r}", error_type="state_error")
+
+    def _check_size(self, path: StatePath, value: Any) -> None:
+        limits = self._limits
+        assert limits is not None
+        size = approx_size(value)
+        if size > limits.max_value_bytes:
+            raise LatticeRunError(
+                f"cannot write {path.text}: the value is about {size:,} bytes, over the limit "
+                f"of {limits.max_value_bytes:,} (--max-value-bytes, [runtime] max_value_bytes)",
+                error_type="state_limit",
+                details={
+                    "path": path.text,
+                    "bytes": size,
+                    "max_value_bytes": limits.max_value_bytes,
+                },
+            )
+
+    def _resize(self, key: str) -> None:
+        limits = self._limits
+        assert limits is not None
+        size = approx_size(self.vars[key]) if key in self.vars else 0
+        total = self._total_size = self._total_size + size - self._sizes.get(key, 0)
+        self._sizes[key] = size
+        if total > limits.max_state_bytes:
+            raise LatticeRunError(
+                f"the run's state is about {total:,} bytes, over the limit of "
+                f"{limits.max_state_bytes:,} (--max-state-bytes, [runtime] max_state_bytes)",
+                error_type="state_limit",
+                details={"bytes": total, "max_state_bytes": limits.max_state_bytes},
+            )
 
     def delete(self, path: StatePath | str) -> None:
         """Remove ``path`` if present."""
@@ -175,6 +280,10 @@ class StateStore:
         key = path.keys[-1]
         if isinstance(container, dict) and isinstance(key, str):
             container.pop(key, None)
+        if self._limits is not None and path.root == "$vars":
+            self._resize(str(path.keys[0]))
+        if self.changes is not None and path.root == "$vars":
+            self.changes.append(["del", path.text])
         for listener in self._listeners:
             listener(path.text, None)
 

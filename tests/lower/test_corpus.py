@@ -124,7 +124,7 @@ def test_cli_lower_emitters_and_output_file(
     assert cli.main(["lower", str(path), "--emit", "dot"]) == 0
     dot = capsys.readouterr().out
     assert dot.startswith("digraph ") and dot.rstrip().endswith("}")
-    target = tmp_path / "out" / "ir.json"
+    target = tmp_path / "ir.json"
     assert cli.main(["lower", str(path), "-o", str(target)]) == 0
     assert capsys.readouterr().out == ""
     assert target.read_text(encoding="utf-8") == ir_to_json(lower(path))

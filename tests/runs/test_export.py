@@ -290,7 +290,7 @@ def test_secrets_known_at_export_time_are_masked(
 def test_cli_writes_jsonl_and_a_summary(
     runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    target = tmp_path / "out" / "train.jsonl"
+    target = tmp_path / "train.jsonl"
     code = main(
         ["export", "sft", str(runs), "-o", str(target), "--node", "classify", "--include-repaired"]
     )

@@ -1,0 +1,70 @@
+"""The provider of a run that has a folder: every model answer goes to the run's journal
+as it arrives, and a resumed run gets the answers its op in flight had already paid for
+from the journal instead of asking the model again."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage
+from lattice.runs.store import RunRecorder
+
+
+class JournaledProvider:
+    """Wraps the run's provider (the same interface, like any provider wrapper)."""
+
+    def __init__(
+        self,
+        inner: LLMProvider,
+        recorder: RunRecorder,
+        recorded: Iterable[dict[str, Any]] = (),
+    ) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._recorder = recorder
+        self._checkpoint = getattr(inner, "checkpoint", None)
+        self._replay: dict[tuple[str | None, str], deque[dict[str, Any]]] = {}
+        for line in recorded:
+            key = (line.get("op_id"), str(line.get("prompt_hash")))
+            self._replay.setdefault(key, deque()).append(line)
+
+    @property
+    def replays_left(self) -> int:
+        return sum(len(queue) for queue in self._replay.values())
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        prompt_hash = request.prompt_hash()
+        if self._replay:
+            queue = self._replay.get((request.op_id, prompt_hash))
+            if queue:
+                line = queue.popleft()
+                if not queue:
+                    del self._replay[(request.op_id, prompt_hash)]
+                return LLMResponse(
+                    text=str(line.get("text", "")),
+                    usage=TokenUsage(
+                        input_tokens=int(line.get("input_tokens") or 0),
+                        output_tokens=int(line.get("output_tokens") or 0),
+                    ),
+                    model=str(line.get("model", "unknown")),
+                    latency_ms=float(line.get("latency_ms") or 0.0),
+                    finish_reason=line.get("finish_reason"),
+                )
+        response = await self.inner.complete(request)
+        line = {
+            "kind": "answer",
+            "op_id": request.op_id,
+            "prompt_hash": prompt_hash,
+            "text": response.text,
+            "model": response.model,
+            "input_tokens": response.usage.input_tokens,
+            "output_tokens": response.usage.output_tokens,
+            "finish_reason": response.finish_reason,
+            "latency_ms": round(response.latency_ms, 3),
+        }
+        if callable(self._checkpoint):
+            line["provider_state"] = self._checkpoint()
+        self._recorder.journal(line)
+        return response

@@ -1,0 +1,119 @@
+"""Where a run stands, read back from its folder: the position a resumed walk starts at."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lattice.contracts.usage import Usage
+from lattice.document.loader import read_json_file
+from lattice.errors import DocumentError, LatticeUserError
+from lattice.files import atomic_write_text
+from lattice.ir.models import ExecIR
+from lattice.ir.serialize import ir_from_json, ir_to_dict
+from lattice.lower import lower
+from lattice.runs.checkpoint import changed_files
+from lattice.runs.folder import read_run_json
+from lattice.runs.journal import JournalState
+
+
+@dataclass
+class Position:
+    """Where a walk starts (or goes on)."""
+
+    current: str | None
+    """The next op to run; None when the run had already reached its end."""
+    steps: int = 0
+    visits: dict[str, int] = field(default_factory=dict)
+    op_seq: int = 0
+    usage: Usage = field(default_factory=Usage)
+    last_result: str | None = None
+    output: Any = None
+    """The run's output, when the journal ends with the END op."""
+
+
+def journal_position(
+    ir: ExecIR, journal: JournalState, checkpoint: dict[str, Any]
+) -> tuple[Position, dict[str, Any]]:
+    """The position after the journal's last committed op, and the answers still queued."""
+    answers: dict[str, Any] = dict(
+        checkpoint.get("initial_answers") or checkpoint.get("answers") or {}
+    )
+    position = Position(ir.entry, op_seq=journal.last_op_seq)
+    position.usage = Usage.from_json(journal.usage)
+    for line in journal.ops:
+        op_id = str(line.get("op_id"))
+        position.visits[op_id] = position.visits.get(op_id, 0) + 1
+        if "answers" in line:
+            answers = dict(line["answers"])
+    last = journal.last
+    if last is not None:
+        position.current = last.get("next")
+        position.steps = int(last.get("steps", len(journal.ops)))
+        position.last_result = last.get("last_result")
+        position.output = last.get("output")
+    return position, answers
+
+
+def legacy_position(
+    folder: Path, checkpoint: dict[str, Any]
+) -> tuple[Position, dict[str, Any], dict[str, Any]]:
+    """Position, answers and state of a folder written before journals existed: its
+    checkpoint and ``state_final.json``, both written when the run stopped."""
+    if "next_op" not in checkpoint:
+        raise LatticeUserError(f"{folder} is not a resumable run folder (no position recorded)")
+    position = Position(
+        checkpoint["next_op"],
+        steps=int(checkpoint.get("steps", 0)),
+        visits={k: int(v) for k, v in checkpoint.get("visits", {}).items()},
+        op_seq=int(checkpoint.get("op_seq", 0)),
+        usage=Usage.from_json(checkpoint.get("usage")),
+        last_result=checkpoint.get("last_result"),
+    )
+    state = read_run_json(folder, "state_final.json")
+    return position, dict(checkpoint.get("answers") or {}), state
+
+
+def resumable_ir(
+    folder: Path,
+    checkpoint: dict[str, Any],
+    journal: JournalState | None,
+    *,
+    accept_changed: bool,
+) -> ExecIR:
+    """The folder's ExecIR. A changed ``workflow.json`` or ``execir.json`` is refused, or
+    with ``accept_changed`` the document is lowered again (``execir.json`` as it now
+    stands when the folder has no document) and must keep the ids of the completed ops."""
+    changed = changed_files(folder, checkpoint)
+    if not changed:
+        return ir_from_json(read_run_json(folder, "execir.json"))
+    if not accept_changed:
+        raise LatticeUserError(
+            f"run {folder.name}: {' and '.join(changed)} changed since the run started; "
+            "resume continues only the document it started with (to continue with the "
+            "changed document, pass --accept-changed: it is lowered again and must keep "
+            "the ids of the ops the run completed)"
+        )
+    if (folder / "workflow.json").is_file():
+        try:
+            ir = lower(read_json_file(folder / "workflow.json"), base_dir=folder)
+        except DocumentError as exc:
+            lines = "\n  ".join(d.format() for d in exc.diagnostics[:10])
+            raise LatticeUserError(
+                f"run {folder.name}: the changed workflow.json does not lower:\n  {lines}"
+            ) from None
+    else:
+        ir = ir_from_json(read_run_json(folder, "execir.json"))
+    done = {str(line.get("op_id")) for line in (journal.ops if journal else [])}
+    missing = sorted(done - set(ir.ops))
+    if missing:
+        raise LatticeUserError(
+            f"run {folder.name}: the changed document has no op(s) {', '.join(missing)}, "
+            "which the run completed; it cannot continue with it"
+        )
+    atomic_write_text(
+        folder / "execir.json", json.dumps(ir_to_dict(ir), indent=2, ensure_ascii=False) + "\n"
+    )
+    return ir
