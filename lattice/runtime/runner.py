@@ -130,11 +130,21 @@ class Runner:
         )
         self._event_listeners: list[EventListener] = []
         self._state_listeners: list[StateListener] = []
+        self._active: dict[str, RunContext] = {}
         check_answers(ir, self.answers)
 
     def subscribe(self, listener: EventListener) -> None:
         """Call ``listener(event)`` for every event of every run of this Runner."""
         self._event_listeners.append(listener)
+
+    def request_stop(self, run_id: str) -> bool:
+        """Ask the active run ``run_id`` to stop at its next op boundary (it ends
+        ``interrupted``, resumable); False when no such run is active."""
+        ctx = self._active.get(run_id)
+        if ctx is None:
+            return False
+        ctx.stop_requested = True
+        return True
 
     def subscribe_state(self, listener: StateListener) -> None:
         """Call ``listener(path, value)`` after every state write of every run."""
@@ -429,6 +439,7 @@ class Runner:
         current = position.current
         steps, visits, op_seq = position.steps, position.visits, position.op_seq
         output: Any = position.output
+        self._active[ctx.run_id] = ctx
         try:
             while current is not None:
                 step = plan[current]
@@ -528,6 +539,7 @@ class Runner:
             self._finish(ctx, "interrupted", None, report, current, steps - 1, visits, op_seq)
             raise
         finally:
+            self._active.pop(ctx.run_id, None)
             try:
                 await ctx.aclose()
             finally:
