@@ -168,7 +168,9 @@ def test_no_file_means_defaults() -> None:
     assert config.llm.provider is None
     assert config.llm.models == {}
     assert config.runtime.max_attempts == 3
-    assert config.runtime.max_calls == 200  # a default call budget: a loop cannot spend without bound
+    assert (
+        config.runtime.max_calls == 200
+    )  # a default call budget: a loop cannot spend without bound
     assert config.provider_config("openai").timeout == 60
 
 

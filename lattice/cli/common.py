@@ -14,8 +14,7 @@ from typing import Any
 from lattice.cli.main import EXIT_BY_STATUS
 from lattice.config import LatticeConfig
 from lattice.errors import Diagnostic, InputError
-from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
-from lattice.llm.base import LLMProvider
+from lattice.ir.models import AskOp
 from lattice.lower import lower_document
 from lattice.lower.compiler import LoweringResult
 from lattice.runs.redaction import make_redactor
@@ -138,6 +137,9 @@ def report(result: RunResult, progress: Progress, as_json: bool, settings: Runti
             redact(f"lattice: [{failure.category}] at {failure.node_id}: {failure.summary}"),
             file=sys.stderr,
         )
+        cause = _contract_cause(failure.attempts)
+        if cause:
+            print(redact(f"lattice: {cause}"), file=sys.stderr)
         if failure.recovery_action:
             print(f"lattice: next: {failure.recovery_action}", file=sys.stderr)
     payload = result.to_json() if as_json else result.output
@@ -147,23 +149,21 @@ def report(result: RunResult, progress: Progress, as_json: bool, settings: Runti
     return EXIT_BY_STATUS[result.status]
 
 
-def check_mock_covers(ir: ExecIR, provider: LLMProvider) -> None:
-    """A mock script must answer every LLM node of the workflow (or have a default)."""
-    covers = getattr(provider, "covers", None)
-    if not callable(covers):
-        return
-    missing = sorted(
-        {
-            op.source_node
-            for op in ir.ops.values()
-            if isinstance(op, LLMWriteOp) and not covers(op.source_node)
-        }
-    )
-    if missing:
-        raise InputError(
-            "the mock script has no responses (and no default) for LLM node(s): "
-            + ", ".join(missing)
-        )
+def _contract_cause(attempts: list[dict[str, Any]]) -> str | None:
+    """What the last answer that broke the contract got wrong, when the op went on
+    asking (a repair or an escalation) and then failed for another reason."""
+    if len(attempts) < 2:
+        return None
+    for attempt in reversed(attempts[:-1]):
+        violations = attempt.get("violations") or []
+        if violations:
+            listed = "; ".join(f"{v.get('pointer')}: {v.get('message')}" for v in violations[:3])
+            more = f" (and {len(violations) - 3} more)" if len(violations) > 3 else ""
+            return (
+                f"attempt {attempt.get('number')} broke the contract "
+                f"[{attempt.get('error_type')}]: {listed}{more}"
+            )
+    return None
 
 
 def provider_choice(args: argparse.Namespace) -> ProviderChoice:

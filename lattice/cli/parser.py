@@ -18,6 +18,17 @@ PASS_NAMES = ("project", "architecture", "scaffold", "test", "implementation", "
 building the parser imports nothing)."""
 
 
+def positive_int(text: str) -> int:
+    """An argument that must be a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``lattice`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -84,10 +95,16 @@ def add_provider_options(p: argparse.ArgumentParser) -> None:
         "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
     )
     p.add_argument(
-        "--max-calls", type=int, metavar="N", help="model calls per run, repairs included"
+        "--max-calls",
+        type=positive_int,
+        metavar="N",
+        help="model requests per run, repairs and retries included (default: config, else 200)",
     )
     p.add_argument(
-        "--max-tokens-total", type=int, metavar="N", help="tokens per run, repairs included"
+        "--max-tokens-total",
+        type=positive_int,
+        metavar="N",
+        help="tokens per run, repairs included",
     )
 
 
@@ -119,11 +136,14 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--no-record", action="store_true", help="keep the run in memory (no run folder)"
     )
     p.add_argument(
-        "--max-steps", type=int, metavar="N", help="ops per run (default: config, else 10000)"
+        "--max-steps",
+        type=positive_int,
+        metavar="N",
+        help="ops per run (default: config, else 10000)",
     )
     p.add_argument(
         "--max-visits",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="executions of one op, loops included (default 1000)",

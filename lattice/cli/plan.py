@@ -14,7 +14,6 @@ from typing import Any
 
 from lattice.cli.common import (
     Progress,
-    check_mock_covers,
     note,
     provider_choice,
     read_json_object,
@@ -92,7 +91,6 @@ def plan(args: argparse.Namespace) -> int:
             "max_tokens_total": args.max_tokens_total,
         },
     )
-    check_mock_covers(runner.ir, provider)
     progress = Progress(live=sys.stderr.isatty() and not args.json)
     runner.subscribe(progress)
     try:

@@ -10,7 +10,6 @@ from typing import Any
 
 from lattice.cli.common import (
     Progress,
-    check_mock_covers,
     lower_for_cli,
     note,
     parse_pairs,
@@ -72,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
     answers = read_json_object(args.answers, "answers file") if args.answers else {}
     choice = provider_choice(args)
     provider = choice.build(config)
-    check_mock_covers(ir, provider)
     settings = settings_from_config(
         config,
         max_calls=args.max_calls,

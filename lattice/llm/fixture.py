@@ -1,7 +1,7 @@
 """FixtureProvider: replay completions by prompt hash, or record them from a live provider.
 
 File format: JSONL, one ``{"prompt_hash", "completion", "meta", "prompt_preview"}`` per
-line (DESIGN.md §5). The prompt hash is ``LLMRequest.prompt_hash()``; a later line for
+line (docs/mocks.md). The prompt hash is ``LLMRequest.prompt_hash()``; a later line for
 the same hash wins. ``lattice hash-prompt`` computes hashes so fixtures can be written by hand.
 """
 

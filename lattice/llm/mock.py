@@ -1,12 +1,15 @@
 """MockProvider: scripted completions per node, for tests, examples and offline runs.
 
-Script format (DESIGN.md §5)::
+Script format (docs/mocks.md)::
 
     {"responses": {"<nodeId>": ["<text or JSON value>", ...]}, "default": "<optional>"}
 
 Each call made for node X takes the next item of X's list (JSON values are
-serialised to text); a call for an unlisted node takes ``default``; an exhausted
-list is a clear error. An item ``{"$error": "<error_type>", "message": ..., "retry_after": ...}``
+serialised to text); a call for an unlisted node takes ``default``; a node that is
+called with neither, or whose list is used up, fails that call with ``mock_exhausted``
+and a message showing an answer of the shape the node expects. A classifier (the
+``{"branch": <label>}`` op of a natural-language ifElse/switch) may be answered with
+its plain label. An item ``{"$error": "<error_type>", "message": ..., "retry_after": ...}``
 makes that call fail with that Lattice error type instead (to script provider failures).
 """
 
@@ -21,6 +24,7 @@ from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, estimate_tokens
+from lattice.llm.examples import branch_labels, example_value
 
 _UNSET: Any = object()
 
@@ -101,12 +105,13 @@ class MockProvider:
     def restore(self, cursor: Mapping[str, int]) -> None:
         self.cursor = {str(k): int(v) for k, v in cursor.items()}
 
-    def _next_item(self, node: str) -> Any:
+    def _next_item(self, node: str, request: LLMRequest) -> Any:
         items = self.responses.get(node)
         if items is None:
             if self.default is _UNSET:
                 raise LatticeRunError(
-                    f"the mock script has no responses for node {node!r} and no default",
+                    f"the mock script has no responses for node {node!r} and no default; "
+                    f"add one, for example: {_expected(node, request)}",
                     error_type="mock_exhausted",
                     node_id=node,
                 )
@@ -115,7 +120,8 @@ class MockProvider:
         if index >= len(items):
             raise LatticeRunError(
                 f"the mock script's responses for node {node!r} are used up "
-                f"({len(items)} given, call {index + 1} asked); add more and resume the run",
+                f"({len(items)} given, call {index + 1} asked); add more, for example "
+                f"{_expected(node, request)}, and resume the run",
                 error_type="mock_exhausted",
                 node_id=node,
             )
@@ -126,11 +132,11 @@ class MockProvider:
         if self.keep_calls:
             self.calls.append(request)
         started = time.perf_counter()
-        item = self._next_item(request.node_id or request.op_id or "")
+        item = self._next_item(request.node_id or request.op_id or "", request)
         if self.latency:
             await asyncio.sleep(self.latency)
         if isinstance(item, str):
-            text = item
+            text = _as_branch(item, request.response_schema)
         elif isinstance(item, Mapping) and "$error" in item:
             details = {k: v for k, v in item.items() if k not in ("$error", "message")}
             raise LatticeRunError(
@@ -147,3 +153,28 @@ class MockProvider:
             model=request.model or self.model,
             latency_ms=(time.perf_counter() - started) * 1000,
         )
+
+
+def _as_branch(text: str, schema: Any) -> str:
+    """A classifier's plain label as its ``{"branch": ...}`` answer; other text as it is."""
+    labels = branch_labels(schema)
+    if labels is None:
+        return text
+    wanted = text.strip()
+    for label in labels:
+        if wanted == label or wanted.lower() == label.lower():
+            return json.dumps({"branch": label}, ensure_ascii=False)
+    return text
+
+
+def _expected(node: str, request: LLMRequest) -> str:
+    """``"<node>": [<an answer of the shape the node expects>]``."""
+    labels = branch_labels(request.response_schema)
+    if labels is not None:
+        answer: Any = labels[0]
+        shape = f" (one of the labels {', '.join(repr(label) for label in labels)})"
+    elif request.response_schema is not None:
+        answer, shape = example_value(request.response_schema), " (a value of its output schema)"
+    else:
+        answer, shape = "some text", " (free text)"
+    return f'"{node}": [{json.dumps(answer, ensure_ascii=False)}]{shape}'

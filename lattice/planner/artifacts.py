@@ -46,7 +46,7 @@ def content_hash(content: Any) -> str:
 
 
 def load_schema(artifact_type: str) -> dict[str, Any]:
-    """The JSON Schema of an artifact type, from ``lattice/schemas``."""
+    """The JSON Schema of an artifact type, from ``lattice/planner/schemas``."""
     path = SCHEMAS_DIR / f"{artifact_type}.json"
     try:
         schema = json.loads(path.read_text(encoding="utf-8"))

@@ -54,7 +54,7 @@ def _dump(data: object) -> str:
 
 
 def synced_documents() -> dict[Path, str]:
-    """Each pass document's text with its LLM node's outputSchema copied from lattice/schemas."""
+    """Each pass document's text with its LLM node's outputSchema copied from lattice/planner/schemas."""
     out: dict[Path, str] = {}
     for spec in PASSES.values():
         document = json.loads(spec.workflow.read_text(encoding="utf-8"))

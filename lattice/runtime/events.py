@@ -1,6 +1,6 @@
 """A run's event log, kept compact while nobody reads it.
 
-An event (DESIGN.md §7) is ``{"seq", "ts", "run_id", "type", "op_id"?, "node_id"?,
+An event (docs/runs.md) is ``{"seq", "ts", "run_id", "type", "op_id"?, "node_id"?,
 "data"}``. A run that writes a folder or has listeners builds each dict as it is
 emitted; a run kept in memory with no listener (library use, tests, benchmarks)
 stores ``seq, time, type, op_id, node_id, data`` as six consecutive items of one

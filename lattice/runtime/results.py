@@ -25,7 +25,7 @@ class RunResult:
     usage: Usage
     failure: FailureReport | None = None
     events: EventsField = field(default=EventsField(), repr=False)
-    """The run's events (DESIGN.md §7), in order."""
+    """The run's events (docs/runs.md), in order."""
 
     @property
     def vars(self) -> dict[str, Any]:

@@ -289,7 +289,7 @@ def test_inputs_file_problems(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert_usage_error(code, err, runs, "object")
 
 
-def test_mock_script_missing_an_llm_node(
+def test_mock_script_missing_an_llm_node_fails_when_the_node_is_called(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs"
@@ -299,8 +299,28 @@ def test_mock_script_missing_an_llm_node(
     code, _, err = cli(
         capsys, "run", TRIAGE, "--mock", mock, "--inputs", TRIAGE_INPUTS, "--runs-dir", runs
     )
-    assert_usage_error(code, err, runs, "review")
-    assert not runs.exists()
+    assert code == 1
+    assert "[mock_exhausted] at review" in err
+    assert "no responses for node 'review'" in err and '"review": [{' in err
+    (folder,) = run_folders(runs)
+    script["responses"]["review"] = json.loads(TRIAGE_MOCK.read_text())["responses"]["review"]
+    write_json(mock, script)
+    code, _, err = cli(capsys, "resume", folder, "--mock", mock)
+    assert code == 0, err
+
+
+def test_mock_script_need_not_list_nodes_of_branches_not_taken(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    script = json.loads(TRIAGE_MOCK.read_text())
+    untaken = ["draft-bug", "draft-general"]  # the ticket is a billing one
+    for node_id in untaken:
+        del script["responses"][node_id]
+    mock = write_json(tmp_path / "short.mock.json", script)
+    code, _, err = cli(
+        capsys, "run", TRIAGE, "--mock", mock, "--inputs", TRIAGE_INPUTS, "--no-record"
+    )
+    assert code == 0, err
 
 
 def test_mock_script_problems(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

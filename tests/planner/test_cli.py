@@ -528,14 +528,15 @@ def test_answers_file_supplies_information_up_front(
     assert "It must also run on FreeBSD." in prompt_text(run_dirs(project)[0])
 
 
-def test_a_mock_without_the_plan_node_is_a_usage_error(
+def test_a_mock_without_the_plan_node_fails_its_call_showing_the_expected_answer(
     capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path
 ) -> None:
     mock = tmp_path / "m.json"
     mock.write_text(json.dumps({"responses": {"other": ["x"]}}))
     code, _, err = cli(capsys, "plan", "project", "--project", project, "--mock", mock)
-    assert code == 2
-    assert "plan" in err
+    assert code == 1
+    assert "[mock_exhausted]" in err
+    assert "no responses for node 'plan'" in err and '"plan": [{' in err
 
 
 # -- the documented chains run as written ------------------------------------------------------
@@ -544,7 +545,7 @@ def test_a_mock_without_the_plan_node_is_a_usage_error(
 def documented_chain(page: Path) -> list[list[str]]:
     """The ``lattice`` commands of the page's ```sh block that starts with ``P=…``."""
     text = page.read_text(encoding="utf-8")
-    start = text.index("P=workflows/examples/todo-app F=lattice/passes\n")
+    start = text.index("P=workflows/examples/todo-app F=lattice/planner/workflows\n")
     block = text[start : text.index("```", start)].replace("\\\n", " ")
     commands = []
     for line in block.splitlines()[1:]:
@@ -560,6 +561,7 @@ def documented_chain(page: Path) -> list[list[str]]:
 def test_the_documented_offline_chain_runs(
     capsys: pytest.CaptureFixture[str], project: Path, page: str
 ) -> None:
+    assert (REPO / "lattice" / "planner" / "workflows").resolve() == PASSES.resolve()
     values = {"$P": str(project), "$F": str(PASSES)}
     commands = documented_chain(REPO / page)
     assert sum(1 for c in commands if c[0] == "plan") == len(CHAIN)

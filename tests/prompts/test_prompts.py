@@ -309,7 +309,7 @@ def test_classifier_uses_the_classifier_template_and_picks_a_branch() -> None:
 
 
 def test_classifier_invalid_label_is_repaired() -> None:
-    provider = MockProvider({"route": [{"branch": "urgent"}, "Normal", {"branch": "Normal"}]})
+    provider = MockProvider({"route": [{"branch": "urgent"}, "Not sure", {"branch": "Normal"}]})
     result = run(classify_doc(), provider, {"ticket": "How do I change my avatar?"})
     assert result.status == "completed", result.failure
     assert result.output == "went Normal"
