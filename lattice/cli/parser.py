@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     _export_commands(sub)
     _plan_commands(sub)
     _mcp_commands(sub)
+    _mock_commands(sub)
     return parser
 
 
@@ -278,3 +279,27 @@ def _mcp_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     _handler(p, "lattice.cli.mcp:mcp_list")
+
+
+def _mock_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("mock", help="write a mock script that runs a workflow offline")
+    mock_sub = p.add_subparsers(dest="mock_action", metavar="ACTION", required=True)
+    p = mock_sub.add_parser(
+        "init",
+        help="a mock script (and answers file) for a workflow's model calls and questions",
+        description="One answer per LLM node of the shape it expects: a branch label for "
+        "classifiers (their first branch), an example of the output schema for structured "
+        "nodes, a short text otherwise; questions get their first option. Edit the answers "
+        "to steer the run.",
+    )
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help="write the mock script here (default: stdout)"
+    )
+    p.add_argument(
+        "--answers-output",
+        metavar="FILE",
+        help="write the answers file here (default with -o: beside it, <name>.answers.json)",
+    )
+    p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    _handler(p, "lattice.cli.mock:init")

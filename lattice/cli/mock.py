@@ -1,0 +1,47 @@
+"""``lattice mock init``: a mock script (and answers file) for a workflow."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lattice.cli.common import lower_for_cli, note
+from lattice.cli.main import EXIT_OK, EXIT_USAGE
+from lattice.config import load_config
+from lattice.files import write_output_file
+from lattice.service.mocks import answers_file, mock_script, needs_mcp
+
+
+def _dump(data: object) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def init(args: argparse.Namespace) -> int:
+    result = lower_for_cli(args.workflow, load_config(args.config))
+    if result.ir is None:
+        return EXIT_USAGE
+    ir = result.ir
+    script, answers = mock_script(ir), answers_file(ir)
+    answers_path = args.answers_output
+    if answers and answers_path is None and args.output:
+        name = Path(args.output).name.removesuffix(".json").removesuffix(".mock")
+        answers_path = str(Path(args.output).with_name(f"{name}.answers.json"))
+    if args.output:
+        write_output_file(Path(args.output), _dump(script))
+        note(f"wrote {args.output}: {len(script['responses'])} LLM node(s)")
+    else:
+        sys.stdout.write(_dump(script))
+    if answers_path:
+        write_output_file(Path(answers_path), _dump(answers))
+        note(f"wrote {answers_path}: {len(answers)} question(s)")
+    elif answers:
+        note(f"the workflow asks {len(answers)} question(s): add --answers-output FILE")
+    servers = needs_mcp(ir)
+    if servers:
+        note(f"it also calls MCP server(s) {', '.join(servers)}: configure them in lattice.toml")
+    mock = args.output or "MOCK_FILE"
+    extra = f" --answers {answers_path}" if answers_path else ""
+    note(f"run it: lattice run {args.workflow} --mock {mock}{extra}")
+    return EXIT_OK

@@ -1,0 +1,115 @@
+"""``lattice mock init``: a mock script (and answers file) that runs a document offline.
+
+Every LLM node gets one answer of the shape it expects: a branch label for the
+classifier of a natural-language ifElse/switch (its first branch), an example of its
+output schema for a structured node, a short text otherwise. Nodes inside a loop get a
+few answers, so that a loop that needs more than one pass can make them. Questions get
+their first option. Edit the answers to steer the run down other branches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lattice.ir.models import AskOp, ExecIR, LLMWriteOp, McpCall, ToolCallOp
+from lattice.llm.examples import example_value
+
+LOOP_ANSWERS = 3
+"""Answers given to a node that can run more than once (it sits on a cycle)."""
+
+
+def mock_script(ir: ExecIR) -> dict[str, Any]:
+    """The mock script: ``{"description", "responses": {node: [answers]}}``."""
+    looping = _on_cycles(ir)
+    responses: dict[str, list[Any]] = {}
+    for op in ir.ops.values():
+        if isinstance(op, LLMWriteOp):
+            times = LOOP_ANSWERS if op.id in looping else 1
+            responses.setdefault(op.source_node, []).extend([_answer(op)] * times)
+    return {
+        "description": f"Mock answers for {ir.workflow.name or ir.workflow.id}, made by "
+        "lattice mock init: classifiers take their first branch; edit to steer the run.",
+        "responses": responses,
+    }
+
+
+def answers_file(ir: ExecIR) -> dict[str, Any]:
+    """Answers for the document's questions: the first option of each (or a text)."""
+    answers: dict[str, Any] = {}
+    for op in ir.ops.values():
+        if isinstance(op, AskOp) and op.source_node not in answers:
+            first = op.options[0].label if op.options else "an answer"
+            answers[op.source_node] = [first] if op.multi_select else first
+    return answers
+
+
+def needs_mcp(ir: ExecIR) -> list[str]:
+    """The MCP servers the document's nodes call (they must be configured to run it)."""
+    servers = {
+        op.tool_server for op in ir.ops.values() if isinstance(op, LLMWriteOp) and op.tool_server
+    }
+    servers.update(
+        op.call.server_id
+        for op in ir.ops.values()
+        if isinstance(op, ToolCallOp) and isinstance(op.call, McpCall)
+    )
+    return sorted(servers)
+
+
+def _answer(op: LLMWriteOp) -> Any:
+    if op.purpose == "classify" and op.labels:
+        return op.labels[0]
+    if op.purpose in ("tool_arguments", "tool_selection"):
+        return {}  # the schema comes from the MCP server at run time
+    if op.output_schema is not None:
+        return example_value(op.output_schema)
+    return f"(mock answer of {op.name or op.source_node})"
+
+
+def _on_cycles(ir: ExecIR) -> set[str]:
+    """Ops that lie on a cycle of the op graph (Tarjan's strongly connected components)."""
+    graph = {op_id: [edge.to for edge in op.next] for op_id, op in ir.ops.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cyclic: set[str] = set()
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph[node]:
+                    cyclic.update(component)
+    return cyclic
