@@ -1,0 +1,84 @@
+"""``checkpoint.json``: what a run folder is, whose it is, and whether it can go on.
+
+Written when a run starts (status ``running``) and again when it stops (``completed``,
+``failed``, ``halted`` or ``interrupted``). It names the process that runs it, so that a
+folder whose process died without a word (``kill -9``, a power cut) reads as
+``interrupted``, and it records the digests of ``workflow.json`` and ``execir.json``, so
+that a resume refuses a folder whose document was changed since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from lattice.errors import LatticeUserError
+
+DIGESTED = ("workflow.json", "execir.json")
+STOPPED = frozenset({"completed", "failed", "halted", "interrupted"})
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """``sha256:<hex>`` of each of ``DIGESTED`` that the folder holds."""
+    digests = {}
+    for name in DIGESTED:
+        path = folder / name
+        if path.is_file():
+            digests[name] = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
+
+
+def changed_files(folder: Path, checkpoint: dict[str, Any]) -> list[str]:
+    """The digested files whose content no longer matches the checkpoint."""
+    recorded = checkpoint.get("digests")
+    if not isinstance(recorded, dict):
+        return []  # written before digests existed
+    now = file_digests(folder)
+    return [name for name in DIGESTED if recorded.get(name) != now.get(name)]
+
+
+def owner() -> dict[str, Any]:
+    """The process writing a run: ``{"pid", "host"}``."""
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def owner_alive(checkpoint: dict[str, Any]) -> bool:
+    """Whether the process named in a ``running`` checkpoint still runs (on this host; a
+    run owned by another host counts as alive, since it cannot be checked)."""
+    who = checkpoint.get("owner")
+    if not isinstance(who, dict) or not isinstance(who.get("pid"), int):
+        return False
+    if who.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(who["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def status_of(checkpoint: dict[str, Any] | None) -> str:
+    """``completed`` / ``failed`` / ``halted`` / ``interrupted`` / ``running``."""
+    if not checkpoint:
+        return "interrupted"
+    status = checkpoint.get("status")
+    if status in STOPPED:
+        return str(status)
+    return "running" if owner_alive(checkpoint) else "interrupted"
+
+
+def refuse_if_running(folder: Path, checkpoint: dict[str, Any]) -> None:
+    """A run that another live process is still running cannot be resumed (this process
+    may resume its own runs: it knows they stopped)."""
+    if checkpoint.get("status") == "running" and owner_alive(checkpoint):
+        who = checkpoint.get("owner") or {}
+        if who.get("pid") != os.getpid() or who.get("host") != socket.gethostname():
+            raise LatticeUserError(
+                f"run {folder.name} is still running (process {who.get('pid')} on "
+                f"{who.get('host')}); wait for it or stop it before resuming"
+            )

@@ -1,0 +1,124 @@
+"""A run's write-ahead journal (``journal.jsonl``) and reading JSON-lines files back.
+
+The runner appends one line when an op completes, before the next op starts, and one
+line for every model answer as soon as it arrives. A resume rebuilds the run from
+``state_initial.json`` and these lines alone, so a run killed at any moment loses at
+most the op in flight, and never the model answers that op had already paid for.
+
+Line kinds::
+
+    {"kind": "op", "op_seq", "op_id", "port", "next", "steps", "changes": [...],
+     "last_result", "usage"?, "answers"?, "output"?}
+    {"kind": "op_failed", "op_seq", "op_id", "usage"}   an op that failed or halted
+    {"kind": "answer", "op_seq", "op_id", "prompt_hash", "text", "model",
+     "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?}
+
+``changes`` are the op's changes of ``$vars`` (``StateStore.changes``); ``usage`` is
+the run's usage after the op, present when the op called a model; ``answers`` the
+answers still queued after an ASK; ``output`` the run's output when the op is END.
+A line cut short by a crash (no newline, or not JSON) is dropped when the folder is
+reopened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lattice.errors import LatticeUserError
+
+JOURNAL = "journal.jsonl"
+
+
+def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSON-lines file, and the byte length of its complete lines
+    (a torn last line, without its newline or not valid JSON, is left out)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    except OSError as exc:
+        raise LatticeUserError(f"cannot read {path}: {exc.strerror}") from exc
+    lines: list[dict[str, Any]] = []
+    good = 0
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        if end < 0:
+            break  # torn: the writer was killed before the newline
+        raw = data[start:end]
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError):
+            break  # torn inside: nothing after it can be trusted
+        if isinstance(value, dict):
+            lines.append(value)
+        good = start = end + 1
+    return lines, good
+
+
+def drop_torn_tail(path: Path) -> bool:
+    """Cut ``path`` back to its last complete line; True when something was cut."""
+    if not path.exists():
+        return False
+    _, good = read_lines(path)
+    if good == path.stat().st_size:
+        return False
+    with open(path, "r+b") as handle:
+        handle.truncate(good)
+    return True
+
+
+@dataclass
+class JournalState:
+    """What the journal of a run folder says: where the run stands."""
+
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    """The committed op lines, in order."""
+    last_op_seq: int = 0
+    """The highest op sequence number used (committed or failed)."""
+    pending_answers: list[dict[str, Any]] = field(default_factory=list)
+    """Model answers received after the last committed op (the op in flight)."""
+    provider_state: Any = None
+    """The provider's state after the last answer that recorded one."""
+    usage: Any = None
+    """The run's usage after the last op that called a model (committed, failed or halted)."""
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        return self.ops[-1] if self.ops else None
+
+
+def read_journal(folder: Path) -> JournalState | None:
+    """The journal of ``folder``, or None for a folder written before journals existed."""
+    path = folder / JOURNAL
+    if not path.exists():
+        return None
+    lines, _ = read_lines(path)
+    state = JournalState()
+    for line in lines:
+        kind = line.get("kind")
+        seq = line.get("op_seq")
+        if isinstance(seq, int):
+            state.last_op_seq = max(state.last_op_seq, seq)
+        if kind == "op":
+            state.ops.append(line)
+            state.pending_answers = []
+            state.usage = line.get("usage", state.usage)
+        elif kind == "answer":
+            state.pending_answers.append(line)
+            if "provider_state" in line:
+                state.provider_state = line["provider_state"]
+        elif kind == "op_failed":
+            state.pending_answers = []
+            state.usage = line.get("usage", state.usage)
+    return state
+
+
+def open_append(path: Path) -> Any:
+    """A text handle appending to ``path`` (created with the umask's permissions)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    return os.fdopen(fd, "a", encoding="utf-8")
