@@ -1,0 +1,380 @@
+"""What a run folder promises besides surviving kill -9 (tests/runs/test_crash.py): an
+interrupted run says so and resumes, a changed document is refused, budgets count what
+they say, state is bounded, files honour the umask, a torn line is dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lattice.cli import main
+from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.llm.base import LLMRequest, LLMResponse
+from lattice.llm.mock import MockProvider
+from lattice.lower import lower
+from lattice.runs.checkpoint import status_of
+from lattice.runs.view import list_runs
+from lattice.runtime import Runner, RunStore
+from lattice.runtime.settings import RuntimeSettings
+from lattice.runtime.state import StateLimits
+from tests.builders import chain, conn, node, workflow
+
+
+def three_calls() -> dict[str, Any]:
+    return chain(
+        node("a", "prompt", prompt="A"),
+        node("b", "prompt", prompt="B {{ $vars.a.result }}"),
+        node("c", "prompt", prompt="C {{ $vars.b.result }}"),
+    )
+
+
+def journal(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "journal.jsonl").read_text().splitlines()]
+
+
+def events(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+
+
+# -- interrupted runs ----------------------------------------------------------------------------
+
+
+class Blocking:
+    """A provider whose second call never answers (until cancelled)."""
+
+    name = "blocking"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.waiting = asyncio.Event()
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        self.calls += 1
+        if self.calls == 2:
+            self.waiting.set()
+            await asyncio.Event().wait()
+        return LLMResponse(text=f"answer {self.calls}")
+
+
+def test_a_cancelled_run_is_interrupted_and_resumes_without_repeating_ops(tmp_path: Path) -> None:
+    ir = lower(three_calls())
+    provider = Blocking()
+
+    async def cancel_mid_run() -> Path:
+        task = asyncio.create_task(Runner(ir, provider=provider, store=RunStore(tmp_path)).arun())
+        await provider.waiting.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        (folder,) = tmp_path.iterdir()
+        return folder
+
+    folder = asyncio.run(cancel_mid_run())
+    checkpoint = json.loads((folder / "checkpoint.json").read_text())
+    assert checkpoint["status"] == "interrupted" == status_of(checkpoint)
+    assert "interrupted" in list_runs(tmp_path)
+    assert [line["op_id"] for line in journal(folder) if line["kind"] == "op"] == ["start", "a"]
+    mock = MockProvider({"b": ["B!"], "c": ["C!"]})
+    resumed = Runner.resume(folder, provider=mock)
+    assert resumed.status == "completed"
+    assert resumed.vars["a"]["result"] == "answer 1"
+    assert [call.node_id for call in mock.calls] == ["b", "c"]
+
+
+def test_a_killed_runs_folder_reads_interrupted(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    checkpoint = {
+        "status": "running",
+        "owner": {"pid": int(dead.stdout), "host": os.uname().nodename},
+    }
+    assert status_of(checkpoint) == "interrupted"
+    assert (
+        status_of({**checkpoint, "owner": {"pid": os.getpid(), "host": os.uname().nodename}})
+        == "running"
+    )
+
+
+def test_stop_requested_ends_the_run_at_the_next_op_boundary(tmp_path: Path) -> None:
+    ir = lower(three_calls())
+    runner = Runner(ir, provider=MockProvider(default="ok"), store=RunStore(tmp_path))
+
+    def stop_after_a(event: dict[str, Any]) -> None:
+        if event["type"] == "op_finished" and event.get("op_id") == "a":
+            runner.request_stop(event["run_id"])
+
+    runner.subscribe(stop_after_a)
+    result = runner.run()
+    assert result.status == "interrupted"
+    assert result.failure is not None and "lattice resume" in result.failure.recovery_action
+    assert "b" not in result.vars
+    resumed = Runner.resume(result.run_dir, provider=MockProvider(default="ok"))  # type: ignore[arg-type]
+    assert resumed.status == "completed" and resumed.vars["c"]["result"] == "ok"
+
+
+def test_ctrl_c_of_lattice_run_leaves_a_resumable_interrupted_folder(tmp_path: Path) -> None:
+    slow = {"responses": {}, "default": "ok"}
+    (tmp_path / "mock.json").write_text(json.dumps(slow))
+    (tmp_path / "flow.json").write_text(json.dumps(three_calls()))
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_MOCK_RUN, str(tmp_path)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    runs = tmp_path / "runs"
+    while time.monotonic() < deadline and not (
+        runs.is_dir()
+        and any(
+            (f / "journal.jsonl").stat().st_size
+            for f in runs.iterdir()
+            if (f / "journal.jsonl").exists()
+        )
+    ):
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    (folder,) = runs.iterdir()
+    assert "lattice resume" in err and str(folder.name) in err
+    assert json.loads((folder / "checkpoint.json").read_text())["status"] == "interrupted"
+    assert (
+        main(
+            ["resume", folder.name, "--runs-dir", str(runs), "--mock", str(tmp_path / "mock.json")]
+        )
+        == 0
+    )
+
+
+_SLOW_MOCK_RUN = """
+import sys
+from lattice.cli.main import main
+from lattice.llm import mock
+original = mock.MockProvider.__init__
+def slow(self, *args, **kwargs):
+    kwargs["latency"] = 0.3
+    original(self, *args, **kwargs)
+mock.MockProvider.__init__ = slow
+sys.exit(main(["run", "flow.json", "--mock", "mock.json", "--runs-dir", "runs"]))
+"""
+
+
+# -- integrity -----------------------------------------------------------------------------------
+
+
+def failed_run(tmp_path: Path) -> Path:
+    doc = three_calls()
+    result = Runner(
+        lower(doc), provider=MockProvider({"a": ["A!"]}), store=RunStore(tmp_path), workflow=doc
+    ).run()
+    assert result.status == "failed" and result.run_dir is not None
+    return result.run_dir
+
+
+def test_resume_refuses_a_folder_whose_execir_changed(tmp_path: Path) -> None:
+    folder = failed_run(tmp_path)
+    execir = folder / "execir.json"
+    execir.write_text(execir.read_text().replace('"B {{', '"EVIL {{'))
+    with pytest.raises(LatticeUserError, match=r"execir\.json changed since the run started"):
+        Runner.resume(folder, provider=MockProvider(default="x"))
+    assert main(["resume", str(folder), "--mock", str(_mock_file(tmp_path))]) == 2
+
+
+def test_accept_changed_relowers_the_document_when_completed_ops_keep_their_ids(
+    tmp_path: Path,
+) -> None:
+    folder = failed_run(tmp_path)
+    document = json.loads((folder / "workflow.json").read_text())
+    document["nodes"][2]["data"]["prompt"] = "B, more politely: {{ $vars.a.result }}"
+    (folder / "workflow.json").write_text(json.dumps(document))
+    with pytest.raises(LatticeUserError, match=r"workflow\.json changed"):
+        Runner.resume(folder, provider=MockProvider(default="x"))
+    mock = MockProvider(default="x")
+    result = Runner.resume(folder, provider=mock, accept_changed=True)
+    assert result.status == "completed"
+    assert "more politely" in mock.calls[0].messages[-1].content
+    assert json.loads((folder / "execir.json").read_text())["ops"]["b"]["prompt"].startswith(
+        "B, more"
+    )
+
+
+def test_accept_changed_refuses_a_document_that_drops_a_completed_op(tmp_path: Path) -> None:
+    folder = failed_run(tmp_path)
+    document = json.loads((folder / "workflow.json").read_text())
+    document["nodes"][1]["id"] = "renamed"
+    for connection in document["connections"]:
+        connection["from"] = "renamed" if connection["from"] == "a" else connection["from"]
+        connection["to"] = "renamed" if connection["to"] == "a" else connection["to"]
+    document["nodes"][2]["data"]["prompt"] = "B {{ $vars.renamed.result }}"
+    (folder / "workflow.json").write_text(json.dumps(document))
+    with pytest.raises(LatticeUserError, match="has no op"):
+        Runner.resume(folder, provider=MockProvider(default="x"), accept_changed=True)
+
+
+def _mock_file(tmp_path: Path) -> Path:
+    path = tmp_path / "mock.json"
+    path.write_text(json.dumps({"responses": {}, "default": "x"}))
+    return path
+
+
+# -- torn lines ----------------------------------------------------------------------------------
+
+
+def test_a_torn_last_line_is_dropped_and_sequence_numbers_go_on(tmp_path: Path) -> None:
+    folder = failed_run(tmp_path)
+    last_seq = events(folder)[-1]["seq"]
+    with open(folder / "events.jsonl", "a") as handle:
+        handle.write('{"seq": 999, "type": "op_sta')
+    with open(folder / "journal.jsonl", "a") as handle:
+        handle.write('{"kind": "op", "op_id": "b", "chang')
+    result = Runner.resume(folder, provider=MockProvider(default="x"))
+    assert result.status == "completed"
+    seqs = [e["seq"] for e in events(folder)]
+    assert seqs == sorted(set(seqs)) and 999 not in seqs
+    resumed = next(e for e in events(folder) if e["type"] == "run_resumed")
+    assert resumed["seq"] == last_seq + 1
+    assert resumed["data"]["segment"] == 2
+    assert resumed["data"]["dropped_torn_lines"] == ["events.jsonl", "journal.jsonl"]
+
+
+# -- budgets -------------------------------------------------------------------------------------
+
+
+class Failing:
+    """Fails every call with the given error types in turn (all retryable)."""
+
+    name = "failing"
+
+    def __init__(self, *error_types: str) -> None:
+        self.error_types = error_types
+        self.calls = 0
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        kind = self.error_types[self.calls % len(self.error_types)]
+        self.calls += 1
+        raise LatticeRunError(f"{kind} #{self.calls}", error_type=kind)
+
+
+async def _no_sleep(seconds: float) -> None:
+    return None
+
+
+def test_retries_are_counted_per_call_not_per_error_type() -> None:
+    provider = Failing("rate_limit_error", "provider_error", "timeout_error")
+    ir = lower(chain(node("a", "prompt", prompt="A")))
+    result = Runner(
+        ir, provider=provider, store=RunStore(None), settings=RuntimeSettings(sleep=_no_sleep)
+    ).run()
+    assert result.status == "failed"
+    assert provider.calls == 4  # the first request and 3 retries, whatever the mix
+
+
+def test_every_request_sent_counts_toward_max_calls() -> None:
+    provider = Failing("provider_error")
+    ir = lower(three_calls())
+    settings = RuntimeSettings(sleep=_no_sleep, max_calls=2)
+    result = Runner(ir, provider=provider, store=RunStore(None), settings=settings).run()
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure.category == "budget_exceeded"
+    assert provider.calls == 2
+    assert result.usage.requests == 2 and result.usage.calls == 0
+    assert "--max-calls" in result.failure.summary
+
+
+def test_a_growing_value_stops_at_the_state_limit(tmp_path: Path) -> None:
+    doc = workflow(
+        [
+            node("start", "start"),
+            node("seed", "variableStore", operation="set", name="text", value="ab"),
+            node("double", "dataTransform", expression="join('', [vars.text, vars.text])"),
+            node(
+                "store", "variableStore", operation="set", name="text", value="$vars.double.result"
+            ),
+            node("end", "end"),
+        ],
+        [
+            conn("start", "seed"),
+            conn("seed", "double"),
+            conn("double", "store"),
+            conn("store", "double"),
+        ],
+    )
+    settings = RuntimeSettings(
+        state_limits=StateLimits(max_state_bytes=100_000, max_value_bytes=60_000)
+    )
+    result = Runner(lower(doc), store=RunStore(tmp_path), settings=settings).run()
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure.category == "state_limit"
+    assert result.run_dir is not None
+    size = sum(p.stat().st_size for p in result.run_dir.rglob("*") if p.is_file())
+    assert size < 2_000_000
+
+
+def test_the_config_sets_the_state_limits_and_retries(tmp_path: Path) -> None:
+    from lattice.config import load_config
+    from lattice.runtime.settings import settings_from_config
+
+    path = tmp_path / "lattice.toml"
+    path.write_text(
+        "[runtime]\nmax_state_bytes = 1000\nmax_value_bytes = 500\nmax_retries = 7\n[runs]\ndurability = 'os'\n"
+    )
+    config = load_config(path)
+    settings = settings_from_config(config)
+    assert settings.state_limits == StateLimits(max_state_bytes=1000, max_value_bytes=500)
+    assert settings.retry.max_retries == 7
+    assert config.runs.durability == "os"
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def test_run_files_honour_the_umask(tmp_path: Path) -> None:
+    result = Runner(
+        lower(three_calls()), provider=MockProvider(default="x"), store=RunStore(tmp_path)
+    ).run()
+    assert result.run_dir is not None
+    modes = {
+        p.name: stat.S_IMODE(p.stat().st_mode) for p in result.run_dir.rglob("*") if p.is_file()
+    }
+    from lattice.files import UMASK
+
+    assert {"events.jsonl", "journal.jsonl", "checkpoint.json", "state_final.json"} <= set(modes)
+    assert set(modes.values()) == {0o666 & ~UMASK}
+
+
+@pytest.mark.parametrize("durability", ["fsync", "os"])
+def test_both_durability_levels_resume_the_same(tmp_path: Path, durability: str) -> None:
+    doc = three_calls()
+    store = RunStore(tmp_path, durability=durability)  # type: ignore[arg-type]
+    failed = Runner(lower(doc), provider=MockProvider({"a": ["A!"]}), store=store).run()
+    assert failed.status == "failed" and failed.run_dir is not None
+    resumed = Runner.resume(failed.run_dir, provider=MockProvider(default="x"), store=store)
+    assert resumed.status == "completed" and resumed.vars["a"]["result"] == "A!"
+
+
+def test_resume_takes_a_run_id_and_explains_a_wrong_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = failed_run(tmp_path / "runs")
+    mock = str(_mock_file(tmp_path))
+    assert main(["resume", "nope", "--runs-dir", str(tmp_path / "runs"), "--mock", mock]) == 2
+    assert "no run folder nope" in capsys.readouterr().err
+    (tmp_path / "some.json").write_text("{}")
+    assert main(["resume", str(tmp_path / "some.json"), "--mock", mock]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
+    assert main(["resume", folder.name, "--runs-dir", str(tmp_path / "runs"), "--mock", mock]) == 0
