@@ -1,16 +1,22 @@
 """httpRequest TOOL_CALLs over httpx: one pooled AsyncClient per run, closed when the run ends.
 
 URL values are URL-encoded where they are inserted; query, headers and JSON body are
-rendered from templates. Responses bigger than the cap are refused. Status >= 400 is an
-``http_error`` (status + body excerpt); 429, 5xx, timeouts and connection errors are
-retried with backoff (Retry-After honoured) before failing. Hosts are checked against
-the user's ``[http] allow_hosts`` / ``deny_hosts`` before any connection (deny wins).
+rendered from templates.
+
+Where requests may go is decided by :mod:`lattice.tools.netguard`: the URL's host is
+checked against ``[http] allow_hosts`` / ``deny_hosts`` before anything is sent, and the
+connection itself is made by a network backend that resolves the host, refuses
+non-public addresses unless allowed, and connects only to addresses it checked.
+
+Responses bigger than the cap are refused. Status >= 400 is an ``http_error`` (status +
+body excerpt); 429, 5xx, timeouts and connection errors are retried with backoff
+(Retry-After honoured) before failing. Refused destinations fail at once (``tool_error``).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,39 +30,65 @@ from lattice.errors import LatticeRunError
 from lattice.ir.models import HttpCall, ToolCallOp
 from lattice.ir.templates import Ref, ValueTemplate, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
+from lattice.tools.netguard import DestinationRefused, GuardedTransport, HostRules
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
 class HttpPolicy:
-    """Where requests may go and how much they may bring back."""
+    """Where requests may go and how much they may bring back.
+
+    By default only public addresses are reached; ``allow_hosts`` entries that name a host
+    or address exactly (or a network) and ``allow_private`` open non-public ones (see
+    :mod:`lattice.tools.netguard`). An entry that is not a host, address or network raises
+    ValueError here.
+    """
 
     allow_hosts: Sequence[str] = ()
     deny_hosts: Sequence[str] = ()
+    allow_private: bool = False
     max_response_bytes: int = 5_000_000
     default_timeout_s: float = 30.0
     transport: httpx.AsyncBaseTransport | None = field(default=None, compare=False)
-    """Injectable transport (``httpx.MockTransport`` in tests)."""
+    """Injectable transport (``httpx.MockTransport`` in tests). It replaces the guarded
+    one, so only the checks on the URL itself (:meth:`check_host`) apply."""
+    rules: HostRules = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rules = HostRules(self.allow_hosts, self.deny_hosts, allow_private=self.allow_private)
+        object.__setattr__(self, "rules", rules)
 
     def check_host(self, url: str) -> None:
-        parts = urlsplit(url)
-        # "db.internal." is the same DNS name as "db.internal": match it without the dot.
-        host = (parts.hostname or "").lower().rstrip(".")
-        if parts.scheme.lower() not in ("http", "https") or not host:
+        """Refuse, before anything is sent, a URL that is not absolute http(s) or whose host
+        (or the address it spells) the rules refuse; resolved addresses are checked when
+        connecting."""
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            raise LatticeRunError(
+                f"{_safe_url(url)} cannot be sent: {exc}", error_type="tool_error"
+            ) from exc
+        host = parsed.raw_host.decode("ascii")
+        if parsed.scheme not in ("http", "https") or not host:
             raise LatticeRunError(f"not an absolute http(s) URL: {url!r}", error_type="tool_error")
-        if any(fnmatch.fnmatch(host, pattern.lower()) for pattern in self.deny_hosts):
-            raise LatticeRunError(
-                f"host {host!r} is denied by [http] deny_hosts",
-                error_type="tool_error",
-                details={"host": host},
-            )
-        if self.allow_hosts and not any(fnmatch.fnmatch(host, p.lower()) for p in self.allow_hosts):
-            raise LatticeRunError(
-                f"host {host!r} is not in [http] allow_hosts",
-                error_type="tool_error",
-                details={"host": host},
-            )
+        try:
+            self.rules.check_name(host)
+        except DestinationRefused as exc:
+            raise _refused(exc) from exc
+
+    def transport_for_run(self) -> httpx.AsyncBaseTransport:
+        """The injected transport, else a guarded one (a new pool for every run)."""
+        if self.transport is not None:
+            return self.transport
+        return GuardedTransport(self.rules)
+
+
+def _refused(exc: DestinationRefused) -> LatticeRunError:
+    details: dict[str, Any] = {"host": exc.host}
+    if exc.address is not None:
+        details["address"] = exc.address
+    return LatticeRunError(str(exc), error_type="tool_error", details=details)
 
 
 class HttpClientPool:
@@ -68,8 +100,10 @@ class HttpClientPool:
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
+            # Redirects are not followed: a Location header is the server's choice of
+            # destination, and it is returned to the document as part of the result.
             self._client = httpx.AsyncClient(
-                transport=self.policy.transport, follow_redirects=False
+                transport=self.policy.transport_for_run(), follow_redirects=False
             )
         return self._client
 
@@ -156,6 +190,8 @@ class HttpExecutor:
                         )
                     chunks.append(chunk)
                 raw = b"".join(chunks)
+        except DestinationRefused as exc:  # from the guarded backend, before connecting
+            raise _refused(exc) from exc
         except (httpx.InvalidURL, UnicodeEncodeError) as exc:  # raised before any connection
             raise LatticeRunError(
                 f"{where} cannot be sent: {exc}",
@@ -232,5 +268,8 @@ def _with_query(request: dict[str, Any]) -> dict[str, Any]:
 
 def _safe_url(url: str) -> str:
     """The URL without its query string (which may carry tokens)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _excerpt(re.split(r"[?#]", url, maxsplit=1)[0], 200)
     return f"{parts.scheme}://{parts.netloc}{parts.path}"

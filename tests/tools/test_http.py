@@ -3,7 +3,7 @@
 Most tests inject an ``httpx.MockTransport`` (``HttpPolicy(transport=...)``) that records
 every request and answers from a script; retries use a fake sleep that records the delays
 it was asked for. The last section drives a real ``ThreadingHTTPServer`` on 127.0.0.1
-through httpx's own transport.
+through the run's own guarded transport, with 127.0.0.1 in ``allow_hosts``.
 """
 
 from __future__ import annotations
@@ -904,7 +904,7 @@ def items_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[ItemsAPI]:
 def run_real(
     doc: dict[str, Any], sleep: FakeSleep, inputs: dict[str, Any] | None = None, **retry: Any
 ) -> RunResult:
-    settings = RuntimeSettings(  # no transport: httpx's own, over real sockets
+    settings = RuntimeSettings(  # no transport: the guarded one, over real sockets
         http=HttpPolicy(allow_hosts=("127.0.0.1",)),
         sleep=sleep,
         retry=RetrySettings(jitter=0.0, **retry),

@@ -1,5 +1,5 @@
 """lattice.tools.netguard on its own: address classes, host entries, the rules' decisions,
-and the backend's resolve-check-connect order.
+the backend's resolve-check-connect order, and the ``[http]`` configuration keys.
 
 Whole runs against real servers on 127.0.0.1 are in ``test_http_guard.py``.
 """
@@ -9,12 +9,16 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpcore
 import pytest
 
+from lattice.config import load_config
+from lattice.errors import LatticeUserError
+from lattice.runtime.settings import settings_from_config
 from lattice.tools.netguard import (
     METADATA_ADDRESSES,
     DestinationRefused,
@@ -348,3 +352,46 @@ def test_the_backend_never_opens_unix_sockets() -> None:
             await GuardedBackend(HostRules()).connect_unix_socket("/var/run/docker.sock")
 
     anyio.run(connect)
+
+
+# -- configuration --------------------------------------------------------------------------
+
+
+def test_http_config_reaches_the_policy(tmp_path: Path) -> None:
+    path = tmp_path / "lattice.toml"
+    path.write_text(
+        '[http]\nallow_hosts = ["127.0.0.1", "10.0.0.0/8", "*.example.com"]\n'
+        'deny_hosts = ["169.254.0.0/16"]\nallow_private = true\n',
+        encoding="utf-8",
+    )
+    policy = settings_from_config(load_config(path)).http
+    assert policy.allow_private is True
+    assert policy.allow_hosts == ("127.0.0.1", "10.0.0.0/8", "*.example.com")
+    assert policy.deny_hosts == ("169.254.0.0/16",)
+    assert policy.rules.allow_private
+
+
+def test_allow_private_is_off_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "lattice.toml"
+    path.write_text("[http]\nallow_hosts = []\n", encoding="utf-8")
+    assert settings_from_config(load_config(path)).http.allow_private is False
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ("https://api.example.com", "is a URL"),
+        ("10.0.0.0/33", "not an IP network"),
+        ("localhost:8000", "without a port"),
+        ("", "empty"),
+    ],
+)
+def test_a_bad_host_entry_is_a_config_error_naming_the_key(
+    tmp_path: Path, entry: str, problem: str
+) -> None:
+    path = tmp_path / "lattice.toml"
+    path.write_text(f'[http]\ndeny_hosts = ["{entry}"]\n', encoding="utf-8")
+    with pytest.raises(LatticeUserError) as caught:
+        load_config(path)
+    assert "http.deny_hosts" in str(caught.value)
+    assert problem in str(caught.value)
