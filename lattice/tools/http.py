@@ -1,7 +1,7 @@
 """httpRequest TOOL_CALLs over httpx: one pooled AsyncClient per run, closed when the run ends.
 
 URL values are URL-encoded where they are inserted; query, headers and JSON body are
-rendered from templates.
+rendered from templates; header values may not hold line breaks.
 
 Where requests may go is decided by :mod:`lattice.tools.netguard`: the URL's host is
 checked against ``[http] allow_hosts`` / ``deny_hosts`` before anything is sent, and the
@@ -10,7 +10,8 @@ non-public addresses unless allowed, and connects only to addresses it checked.
 
 Responses bigger than the cap are refused. Status >= 400 is an ``http_error`` (status +
 body excerpt); 429, 5xx, timeouts and connection errors are retried with backoff
-(Retry-After honoured) before failing. Refused destinations fail at once (``tool_error``).
+(Retry-After honoured) before failing, at most ``max_retries`` times in all per call.
+Refused destinations and requests that cannot be built fail at once (``tool_error``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ class HttpPolicy:
         host = parsed.raw_host.decode("ascii")
         if parsed.scheme not in ("http", "https") or not host:
             raise LatticeRunError(f"not an absolute http(s) URL: {url!r}", error_type="tool_error")
+        if parsed.port is not None and not 0 < parsed.port < 65536:
+            raise LatticeRunError(
+                f"{_safe_url(url)} cannot be sent: port {parsed.port} is out of range",
+                error_type="tool_error",
+            )
         try:
             self.rules.check_name(host)
         except DestinationRefused as exc:
@@ -117,6 +123,26 @@ def _excerpt(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _check_headers(headers: dict[str, str]) -> None:
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise LatticeRunError(
+                f"header name {name!r} is not a valid HTTP header name",
+                error_type="tool_error",
+                details={"header": name},
+            )
+        if any(c in value for c in "\r\n\0"):
+            raise LatticeRunError(  # the value itself is not shown: it may be a secret
+                f"the value of header {name!r} contains a line break or NUL (CR, LF or NUL), "
+                "which could smuggle extra headers; refused",
+                error_type="tool_error",
+                details={"header": name},
+            )
+
+
 class HttpExecutor:
     """Compiled once per op: URL, header, query and body templates and the output validator."""
 
@@ -137,6 +163,7 @@ class HttpExecutor:
     def render(self, resolve: Callable[[Ref], Any]) -> dict[str, Any]:
         url = self.url.render(lambda ref: quote(to_text(resolve(ref)), safe=""))
         headers = {k: to_text(t.render(resolve)) for k, t in self.headers.items()}
+        _check_headers(headers)
         query = {k: to_text(v) for k, v in (self.query.render(resolve) or {}).items()}
         request: dict[str, Any] = {
             "method": self.call.method,
@@ -158,19 +185,18 @@ class HttpExecutor:
         timeout = (
             (self.call.timeout_ms / 1000) if self.call.timeout_ms else pool.policy.default_timeout_s
         )
-        attempt = 0
+        retries = 0  # in all, whatever failed: a timeout then a 503 are two retries
         while True:
             try:
-                result = await self._send(pool, request, timeout)
+                return await self._send(pool, request, timeout)
             except LatticeRunError as exc:
-                retryable = exc.details.get("retryable", False)
-                if not retryable or attempt >= self.retry.max_retries:
+                if not exc.details.get("retryable", False) or retries >= self.retry.max_retries:
+                    if retries:
+                        exc.details["retries"] = retries
                     raise
-                delay = self.retry.delay(attempt, exc.details.get("retry_after"))
-                attempt += 1
+                delay = self.retry.delay(retries, exc.details.get("retry_after"))
+                retries += 1
                 await self.sleep(delay)
-                continue
-            return result
 
     async def _send(
         self, pool: HttpClientPool, request: dict[str, Any], timeout: float
@@ -192,7 +218,12 @@ class HttpExecutor:
                 raw = b"".join(chunks)
         except DestinationRefused as exc:  # from the guarded backend, before connecting
             raise _refused(exc) from exc
-        except (httpx.InvalidURL, UnicodeEncodeError) as exc:  # raised before any connection
+        except (
+            httpx.InvalidURL,
+            httpx.UnsupportedProtocol,
+            httpx.LocalProtocolError,  # a request h11 refuses to write
+            UnicodeEncodeError,
+        ) as exc:
             raise LatticeRunError(
                 f"{where} cannot be sent: {exc}",
                 error_type="tool_error",

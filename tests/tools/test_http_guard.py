@@ -1,4 +1,5 @@
-"""httpRequest's destination rules, through whole workflow runs.
+"""httpRequest's destination rules and requests that cannot be sent, through whole
+workflow runs.
 
 Most tests here use no injected transport: requests go through the guarded transport to a
 real ``ThreadingHTTPServer`` on 127.0.0.1 (and ::1 when the machine has IPv6) that counts
@@ -21,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from lattice.contracts.policies import RetrySettings
@@ -34,6 +36,7 @@ from tests.tools.test_http import (
     FakeSleep,
     Harness,
     assert_failed,
+    fail_with,
     http_node,
     respond,
     script,
@@ -410,6 +413,83 @@ def test_proxies_from_the_environment_are_not_used(
 
     assert result.status == "completed", result.failure
     assert len(local.seen) == 1
+
+
+# -- requests that cannot be sent fail at once ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a\r\nX-Injected: 1", "a\nX-Injected: 1", "a\rb", "a\x00b"],
+    ids=["crlf", "lf", "cr", "nul"],
+)
+def test_a_header_value_with_a_line_break_fails_at_once(
+    local: Local, dns: list[str], value: str
+) -> None:
+    sleep = FakeSleep()
+    result = run(
+        local.url("127.0.0.1"),
+        headers={"X-Note": "{{ $in.note }}"},
+        inputs={"note": value},
+        sleep=sleep,
+        allow_hosts=("127.0.0.1",),
+    )
+
+    summary = assert_refused(result, sleep, "X-Note", "line break")
+    assert "Injected" not in summary  # the value is not echoed (it may be a secret)
+    assert local.seen == []
+
+
+def test_a_bad_header_name_fails_at_once(local: Local, dns: list[str]) -> None:
+    sleep = FakeSleep()
+    result = run(
+        local.url("127.0.0.1"),
+        headers={"X Note": "1"},
+        sleep=sleep,
+        allow_hosts=("127.0.0.1",),
+    )
+
+    assert_refused(result, sleep, "not a valid HTTP header name")
+    assert local.seen == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1/x",
+        "http://127.0.0.1:99999/x",
+        "http:///x",
+        "mailto:ops@example.com",
+        "http://0177.0.0.1/x",  # httpx itself refuses a dotted form with a 4-digit part
+    ],
+    ids=["bracket", "port", "no-host", "not-http", "octal-dotted"],
+)
+def test_a_malformed_url_fails_at_once(local: Local, dns: list[str], url: str) -> None:
+    sleep = FakeSleep()
+    result = run(url, sleep=sleep, allow_private=True)
+
+    assert_failed(result, "tool_error")
+    assert sleep.delays == []
+    assert local.seen == []
+
+
+def test_retries_count_every_failure_of_a_call_in_total() -> None:
+    harness = Harness()
+    api = script(
+        harness,
+        fail_with(httpx.ReadTimeout),
+        respond(503, text="busy"),
+        fail_with(httpx.ConnectError),
+        respond(429, text="slow down"),
+        respond(200, json={"never": "reached"}),
+    )
+    result = harness.run(chain(http_node()), retry=RetrySettings(max_retries=3, jitter=0.0))
+
+    report = assert_failed(result, "http_error")
+    assert report["details"]["status"] == 429
+    assert report["details"]["retries"] == 3
+    assert len(api.requests) == 4  # the first try and 3 retries, whatever failed
+    assert harness.sleep.delays == [1.0, 2.0, 4.0]
 
 
 # -- TLS: certificate and SNI are the host name's -------------------------------------------
