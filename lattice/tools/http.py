@@ -1,7 +1,10 @@
 """httpRequest TOOL_CALLs over httpx: one pooled AsyncClient per run, closed when the run ends.
 
-URL values are URL-encoded where they are inserted; query, headers and JSON body are
-rendered from templates; header values may not hold line breaks.
+URL templates: a value inserted into the path is percent-encoded except for ``/`` and may
+not make a ``.`` or ``..`` segment; a value in the query string (or anywhere else) is
+percent-encoded whole; a template that STARTS the URL (``{{ $in.base }}/items``) is
+inserted as it is and must yield an absolute http(s) URL. Query, headers and JSON body
+are rendered from templates; header values may not hold line breaks.
 
 Where requests may go is decided by :mod:`lattice.tools.netguard`: the URL's host is
 checked against ``[http] allow_hosts`` / ``deny_hosts`` before anything is sent, and the
@@ -21,7 +24,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 import jsonschema
@@ -126,6 +129,98 @@ def _excerpt(text: str, limit: int = 500) -> str:
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
+class UrlTemplate:
+    """A URL template and the rules for the values it inserts.
+
+    Where a value lands decides how it is written: in the path it is percent-encoded
+    except for ``/`` (``pallets/flask`` stays two segments); in the query string, the
+    fragment or the host it is percent-encoded whole. A value that starts the URL is
+    inserted as it is and must be an absolute http(s) URL (a base URL from an input); one
+    ``/`` is dropped where a base ending in ``/`` meets a path starting with one. The
+    rendered path may not have ``.`` or ``..`` segments.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.template = parse_template(source)
+        parts = self.template.parts
+        first = next((i for i, p in enumerate(parts) if not _blank(p)), None)
+        self.base_index = first if first is not None and not isinstance(parts[first], str) else None
+
+    def render(self, resolve: Callable[[Ref], Any]) -> str:
+        parts = self.template.parts
+        base = self.base_index
+        out = ""
+        for index in range(base or 0, len(parts)):  # blanks before a base URL are dropped
+            part = parts[index]
+            if isinstance(part, str):
+                if base is not None and index == base + 1 and out.endswith("/"):
+                    part = part.removeprefix("/")
+                out += part
+            elif index == base:
+                out += self._base(to_text(resolve(part)), part, followed=index + 1 < len(parts))
+            else:
+                safe = "/" if _component(out) == "path" else ""
+                out += quote(to_text(resolve(part)), safe=safe)
+        _check_path(out)
+        return out
+
+    def _base(self, value: str, ref: Ref, *, followed: bool) -> str:
+        value = value.strip()
+        try:
+            parts = urlsplit(value)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+            raise LatticeRunError(
+                f"the URL starts with {{{{ {ref.text} }}}}, so that value must be an absolute "
+                f"http(s) URL; it is {_excerpt(value, 80)!r}",
+                error_type="tool_error",
+                details={"ref": ref.text},
+            )
+        if followed and (parts.query or parts.fragment or value.endswith(("?", "#"))):
+            raise LatticeRunError(
+                f"{{{{ {ref.text} }}}} starts the URL and more follows it, so it may not have "
+                f"a query string or fragment: {_excerpt(value, 80)!r}",
+                error_type="tool_error",
+                details={"ref": ref.text},
+            )
+        return value
+
+
+def _blank(part: str | Ref) -> bool:
+    return isinstance(part, str) and not part.strip()
+
+
+def _component(prefix: str) -> str:
+    """Which part of the URL text written so far ends in: path, query, fragment or other
+    (scheme or host). Inserted values cannot add ``?`` or ``#``, so the prefix tells."""
+    start = prefix.find("://")
+    if start < 0:
+        return "other"
+    rest = prefix[start + 3 :]
+    if "#" in rest:
+        return "fragment"
+    if "?" in rest:
+        return "query"
+    return "path" if "/" in rest else "other"
+
+
+def _check_path(url: str) -> None:
+    start = url.find("://")
+    rest = url[start + 3 :] if start >= 0 else url
+    slash = rest.find("/")
+    if slash < 0:
+        return
+    path = re.split(r"[?#]", rest[slash:], maxsplit=1)[0]
+    for segment in path.split("/"):
+        if unquote(segment) in (".", ".."):
+            raise LatticeRunError(
+                f"the URL path {_excerpt(path, 120)!r} has a {unquote(segment)!r} segment; "
+                "URL paths may not contain . or .. segments",
+                error_type="tool_error",
+            )
+
+
 def _check_headers(headers: dict[str, str]) -> None:
     for name, value in headers.items():
         if not _HEADER_NAME.fullmatch(name):
@@ -150,7 +245,7 @@ class HttpExecutor:
         assert isinstance(op.call, HttpCall)
         self.op = op
         self.call = op.call
-        self.url = parse_template(self.call.url)
+        self.url = UrlTemplate(self.call.url)
         self.headers = {k: ValueTemplate(v) for k, v in self.call.headers.items()}
         self.query = ValueTemplate(self.call.query)
         self.body = ValueTemplate(self.call.body) if self.call.body is not None else None
@@ -161,7 +256,7 @@ class HttpExecutor:
         self.sleep = sleep
 
     def render(self, resolve: Callable[[Ref], Any]) -> dict[str, Any]:
-        url = self.url.render(lambda ref: quote(to_text(resolve(ref)), safe=""))
+        url = self.url.render(resolve)
         headers = {k: to_text(t.render(resolve)) for k, t in self.headers.items()}
         _check_headers(headers)
         query = {k: to_text(v) for k, v in (self.query.render(resolve) or {}).items()}

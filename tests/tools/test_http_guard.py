@@ -1,5 +1,4 @@
-"""httpRequest's destination rules and requests that cannot be sent, through whole
-workflow runs.
+"""httpRequest's destination rules and URL templates, through whole workflow runs.
 
 Most tests here use no injected transport: requests go through the guarded transport to a
 real ``ThreadingHTTPServer`` on 127.0.0.1 (and ::1 when the machine has IPv6) that counts
@@ -33,9 +32,11 @@ from lattice.tools.netguard import GuardedTransport, HostRules
 from tests.builders import chain, lower_ok
 from tests.conftest import _real_getaddrinfo
 from tests.tools.test_http import (
+    API,
     FakeSleep,
     Harness,
     assert_failed,
+    echo,
     fail_with,
     http_node,
     respond,
@@ -490,6 +491,155 @@ def test_retries_count_every_failure_of_a_call_in_total() -> None:
     assert report["details"]["retries"] == 3
     assert len(api.requests) == 4  # the first try and 3 retries, whatever failed
     assert harness.sleep.delays == [1.0, 2.0, 4.0]
+
+
+# -- URL templates --------------------------------------------------------------------------
+
+
+def url_run(url: str, inputs: dict[str, Any], **policy: Any) -> tuple[RunResult, Harness]:
+    harness = Harness()
+    script(harness, echo)
+    return harness.run(chain(http_node(url=url)), inputs, **policy), harness
+
+
+def test_a_path_value_keeps_its_slashes() -> None:
+    result, harness = url_run(f"{API}/repos/{{{{ $in.repo }}}}/releases", {"repo": "pallets/flask"})
+
+    assert result.status == "completed", result.failure
+    [request] = harness.api.requests
+    assert request.url.raw_path == b"/repos/pallets/flask/releases"
+
+
+def test_a_path_value_has_its_other_reserved_characters_encoded() -> None:
+    result, harness = url_run(f"{API}/files/{{{{ $in.name }}}}", {"name": "a b?c#d&e=f%g;h+i@j"})
+
+    assert result.status == "completed", result.failure
+    [request] = harness.api.requests
+    assert request.url.raw_path == b"/files/a%20b%3Fc%23d%26e%3Df%25g%3Bh%2Bi%40j"
+    assert request.url.params == httpx.QueryParams()
+    assert result.output["body"]["path"] == "/files/a b?c#d&e=f%g;h+i@j"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["..", ".", "../admin", "a/../../admin", "a/./b", "a/.."],
+)
+def test_a_path_value_cannot_make_dot_segments(name: str) -> None:
+    result, harness = url_run(f"{API}/users/{{{{ $in.name }}}}/files", {"name": name})
+
+    report = assert_failed(result, "tool_error")
+    assert ". or .. segments" in report["summary"]
+    assert harness.api.requests == []
+    assert harness.sleep.delays == []
+
+
+@pytest.mark.parametrize(
+    ("name", "raw_path"),
+    [
+        ("...", b"/users/.../files"),
+        ("..a", b"/users/..a/files"),
+        (".hidden", b"/users/.hidden/files"),
+        ("%2e%2e", b"/users/%252e%252e/files"),  # a literal %: encoded, not a dot
+    ],
+)
+def test_dots_that_are_not_whole_segments_are_fine(name: str, raw_path: bytes) -> None:
+    result, harness = url_run(f"{API}/users/{{{{ $in.name }}}}/files", {"name": name})
+
+    assert result.status == "completed", result.failure
+    assert harness.api.requests[0].url.raw_path == raw_path
+
+
+def test_query_values_are_encoded_whole() -> None:
+    result, harness = url_run(
+        f"{API}/search?q={{{{ $in.q }}}}&path={{{{ $in.path }}}}&lang=en",
+        {"q": "a&b=c#d e+f", "path": "x/y"},
+    )
+
+    assert result.status == "completed", result.failure
+    [request] = harness.api.requests
+    assert dict(request.url.params) == {"q": "a&b=c#d e+f", "path": "x/y", "lang": "en"}
+    assert b"path=x%2Fy" in request.url.raw_path
+
+
+@pytest.mark.parametrize(
+    ("base", "expected"),
+    [
+        ("https://api.test", b"/items/7"),
+        ("https://api.test/v2", b"/v2/items/7"),
+        ("https://api.test/v2/", b"/v2/items/7"),
+        ("  https://api.test/v2  ", b"/v2/items/7"),
+    ],
+)
+def test_a_leading_template_is_a_base_url(base: str, expected: bytes) -> None:
+    result, harness = url_run("{{ $in.base }}/items/{{ $in.id }}", {"base": base, "id": 7})
+
+    assert result.status == "completed", result.failure
+    [request] = harness.api.requests
+    assert request.url.host == "api.test"
+    assert request.url.raw_path == expected
+
+
+def test_a_whole_url_from_an_input_keeps_its_query() -> None:
+    result, harness = url_run("{{ $in.url }}", {"url": "https://api.test/x?page=2&q=a%20b"})
+
+    assert result.status == "completed", result.failure
+    assert dict(harness.api.requests[0].url.params) == {"page": "2", "q": "a b"}
+
+
+@pytest.mark.parametrize(
+    ("base", "problem"),
+    [
+        ("api.test", "absolute http(s) URL"),
+        ("/items", "absolute http(s) URL"),
+        ("ftp://api.test", "absolute http(s) URL"),
+        ("javascript:alert(1)", "absolute http(s) URL"),
+        ("https://", "absolute http(s) URL"),
+        ("https://api.test/x?y=1", "query string or fragment"),
+        ("https://api.test/x#top", "query string or fragment"),
+        ("https://api.test/a/../admin", ". or .. segments"),
+    ],
+)
+def test_a_bad_base_url_is_a_tool_error(base: str, problem: str) -> None:
+    result, harness = url_run("{{ $in.base }}/items/{{ $in.id }}", {"base": base, "id": 7})
+
+    report = assert_failed(result, "tool_error")
+    assert problem in report["summary"]
+    assert harness.api.requests == []
+
+
+def test_a_base_url_is_held_to_the_host_rules() -> None:
+    result, harness = url_run(
+        "{{ $in.base }}/latest/meta-data", {"base": "http://169.254.169.254"}, allow_private=True
+    )
+
+    report = assert_failed(result, "tool_error")
+    assert "cloud metadata" in report["summary"]
+    assert harness.api.requests == []
+
+
+def test_a_value_in_the_host_cannot_change_the_host() -> None:
+    result, harness = url_run(
+        "https://{{ $in.tenant }}.api.test/x",
+        {"tenant": "evil.test/x?y=#"},
+        allow_hosts=("*.api.test",),
+    )
+
+    assert result.status == "completed", result.failure
+    [request] = harness.api.requests
+    assert request.url.host.endswith(".api.test")  # the value stayed inside the host name
+    assert request.url.path == "/x"
+    assert request.url.params == httpx.QueryParams()
+
+
+def test_a_base_url_from_an_input_reaches_a_local_server(local: Local, dns: list[str]) -> None:
+    result = run(
+        "{{ $in.base }}/items/{{ $in.id }}",
+        inputs={"base": f"http://127.0.0.1:{local.port}", "id": "a/b c"},
+        allow_hosts=("127.0.0.1",),
+    )
+
+    assert result.status == "completed", result.failure
+    assert [seen.path for seen in local.seen] == ["/items/a/b%20c"]
 
 
 # -- TLS: certificate and SNI are the host name's -------------------------------------------
