@@ -395,3 +395,14 @@ def test_a_bad_host_entry_is_a_config_error_naming_the_key(
         load_config(path)
     assert "http.deny_hosts" in str(caught.value)
     assert problem in str(caught.value)
+
+
+def test_the_documented_recipe_public_internet_plus_one_local_service() -> None:
+    rules = HostRules(["*", "127.0.0.1"])  # docs/tools.md
+    assert refusal(rules, "api.github.com", "140.82.112.6") is None
+    assert refusal(rules, "127.0.0.1", "127.0.0.1") is None
+    # the address is what is allowed, whatever name leads there; other addresses are not
+    assert refusal(rules, "localhost", "127.0.0.1") is None
+    assert "loopback" in (refusal(rules, "localhost", "127.0.0.1", "::1") or "")
+    assert "loopback" in (refusal(rules, "other.test", "127.0.0.2") or "")
+    assert "private" in (refusal(rules, "nas.test", "192.168.0.5") or "")
