@@ -429,7 +429,13 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         limits = limits or httpx.Limits()
         super().__init__(verify=context, limits=limits)
         # httpx 0.28's AsyncHTTPTransport takes no network backend; its requests all go
-        # through ``self._pool``, so build that pool again with ours.
+        # through ``self._pool``, so build that pool again with ours. Should a later httpx
+        # keep its pool elsewhere, fail here rather than send requests unguarded.
+        if not isinstance(getattr(self, "_pool", None), httpcore.AsyncConnectionPool):
+            raise RuntimeError(
+                f"httpx {httpx.__version__}: AsyncHTTPTransport keeps no connection pool in "
+                "_pool, so httpRequest cannot guard its connections"
+            )
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=context,
             max_connections=limits.max_connections,

@@ -23,6 +23,7 @@ from lattice.tools.netguard import (
     METADATA_ADDRESSES,
     DestinationRefused,
     GuardedBackend,
+    GuardedTransport,
     HostRules,
     address_class,
     embedded_ipv4,
@@ -406,3 +407,10 @@ def test_the_documented_recipe_public_internet_plus_one_local_service() -> None:
     assert "loopback" in (refusal(rules, "localhost", "127.0.0.1", "::1") or "")
     assert "loopback" in (refusal(rules, "other.test", "127.0.0.2") or "")
     assert "private" in (refusal(rules, "nas.test", "192.168.0.5") or "")
+
+
+def test_the_guarded_transport_sends_through_the_guarded_backend() -> None:
+    transport = GuardedTransport(HostRules())
+    pool = transport._pool
+    assert isinstance(pool, httpcore.AsyncConnectionPool)
+    assert isinstance(pool._network_backend, GuardedBackend)
