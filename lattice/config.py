@@ -34,9 +34,10 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     output = 0.6
     [secrets]
     allow = ["GITHUB_TOKEN"]
-    [http]
-    allow_hosts = []
-    deny_hosts = []
+    [http]                           # httpRequest reaches public addresses only, unless:
+    allow_hosts = []                 # hosts (globs), IPs, networks; exact ones may be private
+    deny_hosts = []                  # also matched against resolved addresses; deny wins
+    allow_private = false            # true: loopback, private, link-local, ... (not metadata)
     [mcp.servers.time]
     command = "mcp-server-time"
     args = []
@@ -44,6 +45,7 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -102,7 +104,29 @@ class SecretsConfig(_Strict):
 class HttpConfig(_Strict):
     allow_hosts: list[str] = Field(default_factory=list)
     deny_hosts: list[str] = Field(default_factory=list)
+    allow_private: bool = False
     max_response_bytes: int = Field(default=5_000_000, ge=1)
+
+    @field_validator("allow_hosts", "deny_hosts")
+    @classmethod
+    def _host_entries(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            value = entry.strip().strip("[]")
+            if not value:
+                raise ValueError("an empty host entry")
+            if "://" in value:
+                raise ValueError(f"{entry!r} is a URL: write the host name alone")
+            if "/" in value:
+                try:
+                    ipaddress.ip_network(value, strict=False)
+                except ValueError:
+                    raise ValueError(f"{entry!r} is not an IP network such as 10.0.0.0/8") from None
+            elif ":" in value:
+                try:
+                    ipaddress.ip_address(value)
+                except ValueError:
+                    raise ValueError(f"{entry!r}: write the host without a port") from None
+        return entries
 
 
 class McpServerConfig(_Strict):

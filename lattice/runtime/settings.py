@@ -106,6 +106,7 @@ def settings_from_config(
         http=HttpPolicy(
             allow_hosts=tuple(config.http.allow_hosts),
             deny_hosts=tuple(config.http.deny_hosts),
+            allow_private=config.http.allow_private,
             max_response_bytes=config.http.max_response_bytes,
         ),
         secrets_allow=tuple(config.secrets.allow),

@@ -1,20 +1,30 @@
 """httpRequest TOOL_CALLs over httpx: one pooled AsyncClient per run, closed when the run ends.
 
-URL values are URL-encoded where they are inserted; query, headers and JSON body are
-rendered from templates. Responses bigger than the cap are refused. Status >= 400 is an
-``http_error`` (status + body excerpt); 429, 5xx, timeouts and connection errors are
-retried with backoff (Retry-After honoured) before failing. Hosts are checked against
-the user's ``[http] allow_hosts`` / ``deny_hosts`` before any connection (deny wins).
+URL templates: a value inserted into the path is percent-encoded except for ``/`` and may
+not make a ``.`` or ``..`` segment; a value in the query string (or anywhere else) is
+percent-encoded whole; a template that STARTS the URL (``{{ $in.base }}/items``) is
+inserted as it is and must yield an absolute http(s) URL. Query, headers and JSON body
+are rendered from templates; header values may not hold line breaks.
+
+Where requests may go is decided by :mod:`lattice.tools.netguard`: the URL's host is
+checked against ``[http] allow_hosts`` / ``deny_hosts`` before anything is sent, and the
+connection itself is made by a network backend that resolves the host, refuses
+non-public addresses unless allowed, and connects only to addresses it checked.
+
+Responses bigger than the cap are refused. Status >= 400 is an ``http_error`` (status +
+body excerpt); 429, 5xx, timeouts and connection errors are retried with backoff
+(Retry-After honoured) before failing, at most ``max_retries`` times in all per call.
+Refused destinations and requests that cannot be built fail at once (``tool_error``).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 import jsonschema
@@ -24,39 +34,70 @@ from lattice.errors import LatticeRunError
 from lattice.ir.models import HttpCall, ToolCallOp
 from lattice.ir.templates import Ref, ValueTemplate, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
+from lattice.tools.netguard import DestinationRefused, GuardedTransport, HostRules
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
 class HttpPolicy:
-    """Where requests may go and how much they may bring back."""
+    """Where requests may go and how much they may bring back.
+
+    By default only public addresses are reached; ``allow_hosts`` entries that name a host
+    or address exactly (or a network) and ``allow_private`` open non-public ones (see
+    :mod:`lattice.tools.netguard`). An entry that is not a host, address or network raises
+    ValueError here.
+    """
 
     allow_hosts: Sequence[str] = ()
     deny_hosts: Sequence[str] = ()
+    allow_private: bool = False
     max_response_bytes: int = 5_000_000
     default_timeout_s: float = 30.0
     transport: httpx.AsyncBaseTransport | None = field(default=None, compare=False)
-    """Injectable transport (``httpx.MockTransport`` in tests)."""
+    """Injectable transport (``httpx.MockTransport`` in tests). It replaces the guarded
+    one, so only the checks on the URL itself (:meth:`check_host`) apply."""
+    rules: HostRules = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rules = HostRules(self.allow_hosts, self.deny_hosts, allow_private=self.allow_private)
+        object.__setattr__(self, "rules", rules)
 
     def check_host(self, url: str) -> None:
-        parts = urlsplit(url)
-        # "db.internal." is the same DNS name as "db.internal": match it without the dot.
-        host = (parts.hostname or "").lower().rstrip(".")
-        if parts.scheme.lower() not in ("http", "https") or not host:
+        """Refuse, before anything is sent, a URL that is not absolute http(s) or whose host
+        (or the address it spells) the rules refuse; resolved addresses are checked when
+        connecting."""
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            raise LatticeRunError(
+                f"{_safe_url(url)} cannot be sent: {exc}", error_type="tool_error"
+            ) from exc
+        host = parsed.raw_host.decode("ascii")
+        if parsed.scheme not in ("http", "https") or not host:
             raise LatticeRunError(f"not an absolute http(s) URL: {url!r}", error_type="tool_error")
-        if any(fnmatch.fnmatch(host, pattern.lower()) for pattern in self.deny_hosts):
+        if parsed.port is not None and not 0 < parsed.port < 65536:
             raise LatticeRunError(
-                f"host {host!r} is denied by [http] deny_hosts",
+                f"{_safe_url(url)} cannot be sent: port {parsed.port} is out of range",
                 error_type="tool_error",
-                details={"host": host},
             )
-        if self.allow_hosts and not any(fnmatch.fnmatch(host, p.lower()) for p in self.allow_hosts):
-            raise LatticeRunError(
-                f"host {host!r} is not in [http] allow_hosts",
-                error_type="tool_error",
-                details={"host": host},
-            )
+        try:
+            self.rules.check_name(host)
+        except DestinationRefused as exc:
+            raise _refused(exc) from exc
+
+    def transport_for_run(self) -> httpx.AsyncBaseTransport:
+        """The injected transport, else a guarded one (a new pool for every run)."""
+        if self.transport is not None:
+            return self.transport
+        return GuardedTransport(self.rules)
+
+
+def _refused(exc: DestinationRefused) -> LatticeRunError:
+    details: dict[str, Any] = {"host": exc.host}
+    if exc.address is not None:
+        details["address"] = exc.address
+    return LatticeRunError(str(exc), error_type="tool_error", details=details)
 
 
 class HttpClientPool:
@@ -68,8 +109,10 @@ class HttpClientPool:
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
+            # Redirects are not followed: a Location header is the server's choice of
+            # destination, and it is returned to the document as part of the result.
             self._client = httpx.AsyncClient(
-                transport=self.policy.transport, follow_redirects=False
+                transport=self.policy.transport_for_run(), follow_redirects=False
             )
         return self._client
 
@@ -83,6 +126,118 @@ def _excerpt(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+class UrlTemplate:
+    """A URL template and the rules for the values it inserts.
+
+    Where a value lands decides how it is written: in the path it is percent-encoded
+    except for ``/`` (``pallets/flask`` stays two segments); in the query string, the
+    fragment or the host it is percent-encoded whole. A value that starts the URL is
+    inserted as it is and must be an absolute http(s) URL (a base URL from an input); one
+    ``/`` is dropped where a base ending in ``/`` meets a path starting with one. The
+    rendered path may not have ``.`` or ``..`` segments.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.template = parse_template(source)
+        parts = self.template.parts
+        first = next((i for i, p in enumerate(parts) if not _blank(p)), None)
+        self.base_index = first if first is not None and not isinstance(parts[first], str) else None
+
+    def render(self, resolve: Callable[[Ref], Any]) -> str:
+        parts = self.template.parts
+        base = self.base_index
+        out = ""
+        for index in range(base or 0, len(parts)):  # blanks before a base URL are dropped
+            part = parts[index]
+            if isinstance(part, str):
+                if base is not None and index == base + 1 and out.endswith("/"):
+                    part = part.removeprefix("/")
+                out += part
+            elif index == base:
+                out += self._base(to_text(resolve(part)), part, followed=index + 1 < len(parts))
+            else:
+                safe = "/" if _component(out) == "path" else ""
+                out += quote(to_text(resolve(part)), safe=safe)
+        _check_path(out)
+        return out
+
+    def _base(self, value: str, ref: Ref, *, followed: bool) -> str:
+        value = value.strip()
+        try:
+            parts = urlsplit(value)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+            raise LatticeRunError(
+                f"the URL starts with {{{{ {ref.text} }}}}, so that value must be an absolute "
+                f"http(s) URL; it is {_excerpt(value, 80)!r}",
+                error_type="tool_error",
+                details={"ref": ref.text},
+            )
+        if followed and (parts.query or parts.fragment or value.endswith(("?", "#"))):
+            raise LatticeRunError(
+                f"{{{{ {ref.text} }}}} starts the URL and more follows it, so it may not have "
+                f"a query string or fragment: {_excerpt(value, 80)!r}",
+                error_type="tool_error",
+                details={"ref": ref.text},
+            )
+        return value
+
+
+def _blank(part: str | Ref) -> bool:
+    return isinstance(part, str) and not part.strip()
+
+
+def _component(prefix: str) -> str:
+    """Which part of the URL text written so far ends in: path, query, fragment or other
+    (scheme or host). Inserted values cannot add ``?`` or ``#``, so the prefix tells."""
+    start = prefix.find("://")
+    if start < 0:
+        return "other"
+    rest = prefix[start + 3 :]
+    if "#" in rest:
+        return "fragment"
+    if "?" in rest:
+        return "query"
+    return "path" if "/" in rest else "other"
+
+
+def _check_path(url: str) -> None:
+    start = url.find("://")
+    rest = url[start + 3 :] if start >= 0 else url
+    slash = rest.find("/")
+    if slash < 0:
+        return
+    path = re.split(r"[?#]", rest[slash:], maxsplit=1)[0]
+    for segment in path.split("/"):
+        if unquote(segment) in (".", ".."):
+            raise LatticeRunError(
+                f"the URL path {_excerpt(path, 120)!r} has a {unquote(segment)!r} segment; "
+                "URL paths may not contain . or .. segments",
+                error_type="tool_error",
+            )
+
+
+def _check_headers(headers: dict[str, str]) -> None:
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise LatticeRunError(
+                f"header name {name!r} is not a valid HTTP header name",
+                error_type="tool_error",
+                details={"header": name},
+            )
+        if any(c in value for c in "\r\n\0"):
+            raise LatticeRunError(  # the value itself is not shown: it may be a secret
+                f"the value of header {name!r} contains a line break or NUL (CR, LF or NUL), "
+                "which could smuggle extra headers; refused",
+                error_type="tool_error",
+                details={"header": name},
+            )
+
+
 class HttpExecutor:
     """Compiled once per op: URL, header, query and body templates and the output validator."""
 
@@ -90,7 +245,7 @@ class HttpExecutor:
         assert isinstance(op.call, HttpCall)
         self.op = op
         self.call = op.call
-        self.url = parse_template(self.call.url)
+        self.url = UrlTemplate(self.call.url)
         self.headers = {k: ValueTemplate(v) for k, v in self.call.headers.items()}
         self.query = ValueTemplate(self.call.query)
         self.body = ValueTemplate(self.call.body) if self.call.body is not None else None
@@ -101,8 +256,9 @@ class HttpExecutor:
         self.sleep = sleep
 
     def render(self, resolve: Callable[[Ref], Any]) -> dict[str, Any]:
-        url = self.url.render(lambda ref: quote(to_text(resolve(ref)), safe=""))
+        url = self.url.render(resolve)
         headers = {k: to_text(t.render(resolve)) for k, t in self.headers.items()}
+        _check_headers(headers)
         query = {k: to_text(v) for k, v in (self.query.render(resolve) or {}).items()}
         request: dict[str, Any] = {
             "method": self.call.method,
@@ -124,19 +280,18 @@ class HttpExecutor:
         timeout = (
             (self.call.timeout_ms / 1000) if self.call.timeout_ms else pool.policy.default_timeout_s
         )
-        attempt = 0
+        retries = 0  # in all, whatever failed: a timeout then a 503 are two retries
         while True:
             try:
-                result = await self._send(pool, request, timeout)
+                return await self._send(pool, request, timeout)
             except LatticeRunError as exc:
-                retryable = exc.details.get("retryable", False)
-                if not retryable or attempt >= self.retry.max_retries:
+                if not exc.details.get("retryable", False) or retries >= self.retry.max_retries:
+                    if retries:
+                        exc.details["retries"] = retries
                     raise
-                delay = self.retry.delay(attempt, exc.details.get("retry_after"))
-                attempt += 1
+                delay = self.retry.delay(retries, exc.details.get("retry_after"))
+                retries += 1
                 await self.sleep(delay)
-                continue
-            return result
 
     async def _send(
         self, pool: HttpClientPool, request: dict[str, Any], timeout: float
@@ -156,7 +311,14 @@ class HttpExecutor:
                         )
                     chunks.append(chunk)
                 raw = b"".join(chunks)
-        except (httpx.InvalidURL, UnicodeEncodeError) as exc:  # raised before any connection
+        except DestinationRefused as exc:  # from the guarded backend, before connecting
+            raise _refused(exc) from exc
+        except (
+            httpx.InvalidURL,
+            httpx.UnsupportedProtocol,
+            httpx.LocalProtocolError,  # a request h11 refuses to write
+            UnicodeEncodeError,
+        ) as exc:
             raise LatticeRunError(
                 f"{where} cannot be sent: {exc}",
                 error_type="tool_error",
@@ -232,5 +394,8 @@ def _with_query(request: dict[str, Any]) -> dict[str, Any]:
 
 def _safe_url(url: str) -> str:
     """The URL without its query string (which may carry tokens)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _excerpt(re.split(r"[?#]", url, maxsplit=1)[0], 200)
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
