@@ -16,6 +16,7 @@ through ``redact`` before it is written.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -25,8 +26,6 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from lattice.errors import LatticeUserError
-import asyncio
-
 from lattice.files import atomic_write_text, sync_directory
 from lattice.runs.journal import JOURNAL, drop_torn_tail, open_append, read_lines
 from lattice.runs.redaction import Redactor
