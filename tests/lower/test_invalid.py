@@ -16,7 +16,17 @@ import pytest
 from lattice import cli
 from lattice.errors import DocumentError, LatticeUserError, Severity
 from lattice.lower import LoweringResult, lower, lower_document
-from tests.builders import chain, conn, describe, find, node, only, workflow, wrap
+from tests.builders import (
+    chain,
+    conn,
+    describe,
+    find,
+    node,
+    only,
+    recursive_subflow,
+    workflow,
+    wrap,
+)
 
 
 @dataclass(frozen=True)
@@ -749,34 +759,12 @@ def test_subflow_id_of_the_wrong_type_is_a_diagnostic(flow_id: Any) -> None:
 
 
 def test_recursive_subflow_is_reported() -> None:
-    flow = {
-        "id": "loop",
-        "name": "loop",
-        "nodes": [
-            node("fs", "start"),
-            node("again", "subAgentFlow", subAgentFlowId="loop"),
-            node("fe", "end"),
-        ],
-        "connections": [conn("fs", "again"), conn("again", "fe")],
-    }
-    doc = chain(node("call", "subAgentFlow", subAgentFlowId="loop"), subAgentFlows=[flow])
-    result = lower_document(doc)
+    result = lower_document(recursive_subflow())
     d = only(result, "subflow-recursive")
     assert d.pointer == "/subAgentFlows/0/nodes/1"
     assert result.ir is None
 
 
 def test_recursive_subflow_has_no_knock_on_connection_errors() -> None:
-    flow = {
-        "id": "loop",
-        "name": "loop",
-        "nodes": [
-            node("fs", "start"),
-            node("again", "subAgentFlow", subAgentFlowId="loop"),
-            node("fe", "end"),
-        ],
-        "connections": [conn("fs", "again"), conn("again", "fe")],
-    }
-    doc = chain(node("call", "subAgentFlow", subAgentFlowId="loop"), subAgentFlows=[flow])
-    result = lower_document(doc)
+    result = lower_document(recursive_subflow())
     assert find(result, "connection-unknown-node") == [], describe(result.diagnostics)
