@@ -192,6 +192,8 @@ class Adapter:
     provider: Callable[..., SdkProvider]
     api: str
     """The API's base URL, as the SDK builds it."""
+    local: str
+    """The base URL of a local server speaking the same API."""
     path: str
     """The route of a completion, under ``api``."""
     model: str
@@ -226,6 +228,7 @@ OPENAI = Adapter(
     name="openai",
     provider=OpenAIProvider,
     api=OPENAI_API,
+    local="http://llm.local:8000/v1",
     path="/chat/completions",
     model="gpt-test",
     response_model="gpt-test-2025",
@@ -304,6 +307,7 @@ ANTHROPIC = Adapter(
     name="anthropic",
     provider=AnthropicProvider,
     api=ANTHROPIC_API,
+    local="http://claude.local:9000",
     path="/v1/messages",
     model="claude-test",
     response_model="claude-test-20260101",

@@ -97,19 +97,16 @@ def test_default_model_is_not_deprecated(
     assert not [w for w in caught if issubclass(w.category, DeprecationWarning)]
 
 
-LOCAL = "http://llm.local:8000/v1"
-
-
 def test_base_url_argument(adapter: Adapter) -> None:
-    with mock_api(LOCAL) as router:
+    with mock_api(adapter.local) as router:
         route = router.post(adapter.path).respond(200, json=adapter.success("{}"))
-        complete(adapter.provider(api_key=KEY, base_url=LOCAL), adapter.request())
+        complete(adapter.provider(api_key=KEY, base_url=adapter.local), adapter.request())
         assert route.call_count == 1
 
 
 def test_base_url_from_environment(adapter: Adapter, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(adapter.base_url_variable, LOCAL)
-    with mock_api(LOCAL) as router:
+    monkeypatch.setenv(adapter.base_url_variable, adapter.local)
+    with mock_api(adapter.local) as router:
         route = router.post(adapter.path).respond(200, json=adapter.success("{}"))
         complete(adapter.provider(api_key=KEY), adapter.request())
         assert route.call_count == 1
