@@ -72,6 +72,22 @@ def chain(
     return workflow([*sequence, *extra_nodes], [*connections, *extra_connections], **extra)
 
 
+def recursive_subflow() -> dict[str, Any]:
+    """``start → call → end`` where ``call`` runs sub-flow ``loop``, which calls itself from
+    its node ``again`` (``/subAgentFlows/0/nodes/1``)."""
+    flow = {
+        "id": "loop",
+        "name": "loop",
+        "nodes": [
+            node("fs", "start"),
+            node("again", "subAgentFlow", subAgentFlowId="loop"),
+            node("fe", "end"),
+        ],
+        "connections": [conn("fs", "again"), conn("again", "fe")],
+    }
+    return chain(node("call", "subAgentFlow", subAgentFlowId="loop"), subAgentFlows=[flow])
+
+
 def wrap(doc: dict[str, Any]) -> dict[str, Any]:
     """The ``{"meta", "workflow"}`` shape of cc-wf-studio's shipped samples."""
     return {"meta": {"title": "wrapped sample", "version": 1}, "workflow": copy.deepcopy(doc)}

@@ -75,6 +75,17 @@ def corpus_files() -> list[Path]:
     return sorted(CORPUS.glob("*.json")) if CORPUS.is_dir() else []
 
 
+def corpus_document(pattern: str) -> Path:
+    """The one corpus document whose name matches ``pattern`` (a glob); the calling test is
+    skipped, saying so, when the corpus (``../shared``, outside this repository) or that
+    document is missing."""
+    matches = sorted(CORPUS.glob(pattern)) if CORPUS.is_dir() else []
+    if not matches:
+        pytest.skip(f"corpus document not found: {CORPUS / pattern}")
+    assert len(matches) == 1, f"{pattern!r} matches several corpus documents: {matches}"
+    return matches[0]
+
+
 def example_files() -> list[Path]:
     return sorted(
         p

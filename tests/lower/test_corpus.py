@@ -38,6 +38,12 @@ def test_missing_corpus_gives_one_skipped_param(tmp_path: Path) -> None:
     assert "corpus" in mark.kwargs["reason"] and "nowhere" in mark.kwargs["reason"]
 
 
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus of real documents not found: {CORPUS}")
+def test_corpus_is_all_there() -> None:
+    """The corpus tests skip when ../shared is absent, but not when it is there and emptied."""
+    assert len(CORPUS_FILES) >= 14, CORPUS_FILES
+
+
 def test_execir_schema_is_a_valid_draft_2020_12_schema() -> None:
     schema = execir_json_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -70,6 +76,7 @@ def test_corpus_ir_matches_the_execir_json_schema(path: Path) -> None:
 def test_corpus_ops_carry_provenance(path: Path) -> None:
     ir = lower(path)
     node_ids = _document_node_ids(path)
+    assert ir.ops and node_ids
     for op_id, op in ir.ops.items():
         assert op.source_node in node_ids, f"{op_id} has no document node behind it"
         assert op_id == op.source_node or op_id.startswith(op.source_node + "#")
@@ -146,6 +153,7 @@ print(digest.hexdigest())
 def test_corpus_ir_is_identical_across_processes_and_hash_seeds() -> None:
     """Same document → byte-identical IR, even when set/dict hashing differs between runs."""
     expected = hashlib.sha256()
+    assert CORPUS_FILES
     for path in CORPUS_FILES:
         expected.update(ir_to_json(lower(path)).encode("utf-8"))
     for seed in ("1", "4242"):

@@ -2,21 +2,37 @@
 
 Most cases run twice, on a plain document and on the same document wrapped as
 ``{"meta": ..., "workflow": ...}``, whose pointers carry a ``/workflow`` prefix.
+
+Most cases have one shape: a document with one mistake gives exactly one error, at one
+node and pointer, saying something in particular, and no IR. Each such case is a builder
+registered with ``@located(...)`` and checked by ``test_error_is_located``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
 from lattice import cli
 from lattice.errors import DocumentError, LatticeUserError, Severity
 from lattice.lower import LoweringResult, lower, lower_document
-from tests.builders import chain, conn, describe, find, node, only, workflow, wrap
+from tests.builders import (
+    chain,
+    conn,
+    describe,
+    find,
+    node,
+    only,
+    recursive_subflow,
+    workflow,
+    wrap,
+)
 
 
 @dataclass(frozen=True)
@@ -43,64 +59,74 @@ def _if_else(node_id: str, **data: Any) -> dict[str, Any]:
     return node(node_id, "ifElse", evaluationTarget="$in.score", branches=branches, **data)
 
 
+@dataclass(frozen=True)
+class Located:
+    """The one error a document must give: its code, node id (``ANY``: not checked), pointer
+    (without the ``/workflow`` prefix) and words its message must contain."""
+
+    code: str
+    node_id: Any
+    pointer: str
+    says: tuple[str, ...] = ()
+
+
+Builder = Callable[[], dict[str, Any]]
+LOCATED: list[Any] = []
+"""``pytest.param(builder, Located)`` for every ``@located`` builder, id'd by its name."""
+
+
+def located(code: str, node_id: Any, pointer: str, *says: str) -> Callable[[Builder], Builder]:
+    def register(build: Builder) -> Builder:
+        expected = Located(code, node_id, pointer, says)
+        LOCATED.append(pytest.param(build, expected, id=build.__name__))
+        return build
+
+    return register
+
+
 # --- graph shape ---------------------------------------------------------------------------
 
 
-def test_start_missing(shape: Shape) -> None:
-    doc = workflow([node("p", "prompt", prompt="hi"), node("end", "end")], [conn("p", "end")])
-    result = shape.lower(doc)
-    d = only(result, "start-missing")
-    assert d.severity is Severity.ERROR
-    assert d.node_id is None
-    assert d.pointer == shape.prefix + "/nodes"
-    assert result.ir is None
+@located("start-missing", None, "/nodes")
+def start_missing() -> dict[str, Any]:
+    return workflow([node("p", "prompt", prompt="hi"), node("end", "end")], [conn("p", "end")])
 
 
-def test_start_multiple(shape: Shape) -> None:
-    doc = chain(
+@located("start-multiple", "start2", "/nodes/3", "'start'")
+def start_multiple() -> dict[str, Any]:
+    return chain(
         node("p", "prompt", prompt="hi"),
         extra_nodes=[node("start2", "start")],
         extra_connections=[conn("start2", "p")],
     )
-    result = shape.lower(doc)
-    d = only(result, "start-multiple")
-    assert d.node_id == "start2"
-    assert d.pointer == shape.prefix + "/nodes/3"
-    assert "'start'" in d.message
-    assert result.ir is None
 
 
-def test_end_missing(shape: Shape) -> None:
-    doc = workflow([node("start", "start"), node("p", "prompt", prompt="hi")], [conn("start", "p")])
-    result = shape.lower(doc)
-    d = only(result, "end-missing")
-    assert (d.node_id, d.pointer) == (None, shape.prefix + "/nodes")
-    assert result.ir is None
+@located("end-missing", None, "/nodes")
+def end_missing() -> dict[str, Any]:
+    return workflow(
+        [node("start", "start"), node("p", "prompt", prompt="hi")], [conn("start", "p")]
+    )
 
 
-def test_connection_to_unknown_node(shape: Shape) -> None:
+@located("connection-unknown-node", None, "/connections/1/to", "'ennd'", "did you mean 'end'")
+def connection_to_unknown_node() -> dict[str, Any]:
     doc = chain(node("p", "prompt", prompt="hi"))
     doc["connections"][1]["to"] = "ennd"
-    result = shape.lower(doc)
-    d = only(result, "connection-unknown-node")
-    assert d.node_id is None
-    assert d.pointer == shape.prefix + "/connections/1/to"
-    assert "'ennd'" in d.message and "did you mean 'end'" in d.message
-    assert result.ir is None
+    return doc
 
 
-def test_connection_from_unknown_node(shape: Shape) -> None:
+@located("connection-unknown-node", None, "/connections/1/from", "'ghost'")
+def connection_from_unknown_node() -> dict[str, Any]:
     doc = chain(node("p", "prompt", prompt="hi"))
     doc["connections"][1]["from"] = "ghost"
-    result = shape.lower(doc)
-    d = only(result, "connection-unknown-node")
-    assert d.pointer == shape.prefix + "/connections/1/from"
-    assert "'ghost'" in d.message
-    assert result.ir is None
+    return doc
 
 
-def test_connection_unknown_port(shape: Shape) -> None:
-    doc = workflow(
+@located(
+    "connection-unknown-port", "check", "/connections/3/fromPort", "branch-5", "branch-0, branch-1"
+)
+def connection_unknown_port() -> dict[str, Any]:
+    return workflow(
         [node("start", "start"), _if_else("check"), node("end", "end")],
         [
             conn("start", "check"),
@@ -109,19 +135,290 @@ def test_connection_unknown_port(shape: Shape) -> None:
             conn("check", "end", "branch-5"),
         ],
     )
-    result = shape.lower(doc)
-    d = only(result, "connection-unknown-port")
-    assert d.node_id == "check"
-    assert d.pointer == shape.prefix + "/connections/3/fromPort"
-    assert "branch-5" in d.message and "branch-0, branch-1" in d.message
+
+
+@located("connection-unknown-port", "p", "/connections/1/fromPort")
+def sequential_node_has_no_branch_port() -> dict[str, Any]:
+    doc = chain(node("p", "prompt", prompt="hi"))
+    doc["connections"][1]["fromPort"] = "branch-1"
+    return doc
+
+
+@located("node-duplicate-id", "a", "/nodes/2/id")
+def node_duplicate_id() -> dict[str, Any]:
+    return chain(node("a", "prompt", prompt="one"), node("a", "prompt", prompt="two"))
+
+
+@located("template-syntax", "a", "/nodes/1/data/prompt")
+def duplicate_ids_keep_each_nodes_own_pointer() -> dict[str, Any]:
+    return chain(node("a", "prompt", prompt="{{ broken"), node("a", "prompt", prompt="fine"))
+
+
+@located("template-syntax", "b", "/nodes/2/data/prompt")
+def pointers_after_an_invalid_node_item() -> dict[str, Any]:
+    doc = chain(node("a", "prompt", prompt="x"), node("b", "prompt", prompt="{{ oops"))
+    del doc["nodes"][1]["type"]
+    return doc
+
+
+@located("connection-group", "frame", "/connections/2/to")
+def group_node_cannot_be_connected() -> dict[str, Any]:
+    return chain(
+        node("p", "prompt", prompt="hi"),
+        extra_nodes=[node("frame", "group")],
+        extra_connections=[conn("p", "frame")],
+    )
+
+
+# --- templates and references --------------------------------------------------------------
+
+
+@located("template-ref-not-before", "a", "/nodes/1/data/prompt", "$vars.b.result")
+def template_ref_not_before() -> dict[str, Any]:
+    return chain(
+        node("a", "prompt", prompt="Summarise {{ $vars.b.result }}"),
+        node("b", "prompt", prompt="later"),
+    )
+
+
+@located("template-ref-not-before", "a", "/nodes/1/data/prompt")
+def template_reading_its_own_result_is_not_before() -> dict[str, Any]:
+    return chain(node("a", "prompt", prompt="{{ $vars.a.result }}"))
+
+
+@located(
+    "template-unknown-ref",
+    "answer",
+    "/nodes/2/data/prompt",
+    "'clasify'",
+    "did you mean 'classify'",
+)
+def template_unknown_ref_suggests_a_name() -> dict[str, Any]:
+    return chain(
+        node("classify", "prompt", prompt="label it"),
+        node("answer", "prompt", prompt="Label: {{ $vars.clasify.result }}"),
+    )
+
+
+@located("template-unknown-ref", "a", "/nodes/1/data/prompt", "did you mean 'run_id'")
+def template_unknown_ctx_key() -> dict[str, Any]:
+    return chain(node("a", "prompt", prompt="run {{ $ctx.run_id }} {{ $ctx.runid }}"))
+
+
+@located("template-unknown-property", "b", "/nodes/2/data/prompt", "'missing'")
+def template_unknown_property() -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "properties": {"label": {"type": "string"}, "score": {"type": "number"}},
+    }
+    return chain(
+        node("a", "prompt", prompt="classify", outputSchema=schema),
+        node("b", "prompt", prompt="{{ $vars.a.result.label }} {{ $vars.a.result.missing }}"),
+    )
+
+
+@located("template-unknown-property", "b", "/nodes/2/data/prompt", "'output'")
+def template_unknown_property_of_node_key() -> dict[str, Any]:
+    return chain(
+        node("a", "prompt", prompt="x"), node("b", "prompt", prompt="{{ $vars.a.output }}")
+    )
+
+
+@located("template-unknown-property", "a", "/nodes/1/data/prompt", "did you mean 'ticket'")
+def template_unknown_input_property_with_declared_inputs() -> dict[str, Any]:
+    doc = chain(node("a", "prompt", prompt="{{ $in.tickt }}"))
+    doc["nodes"][0]["data"]["inputs"] = {
+        "type": "object",
+        "properties": {"ticket": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    return doc
+
+
+@located("template-ref-no-result", "p", "/nodes/2/data/prompt")
+def template_ref_to_routing_node_has_no_result() -> dict[str, Any]:
+    return workflow(
+        [
+            node("start", "start"),
+            _if_else("check"),
+            node("p", "prompt", prompt="{{ $vars.check.result }}"),
+            node("end", "end"),
+        ],
+        [
+            conn("start", "check"),
+            conn("check", "p", "branch-0"),
+            conn("check", "p", "branch-1"),
+            conn("p", "end"),
+        ],
+    )
+
+
+@located("template-syntax", "a", "/nodes/1/data/prompt", "unclosed")
+def template_syntax_unclosed() -> dict[str, Any]:
+    return chain(node("a", "prompt", prompt="Hello {{ $in.name"))
+
+
+@located("template-syntax", "h", "/nodes/1/data/body")
+def template_syntax_in_a_nested_value() -> dict[str, Any]:
+    return chain(
+        node("h", "httpRequest", method="POST", url="https://example.test", body={"q": "{{ $in."})
+    )
+
+
+@located("template-ref-not-before", "p", "/nodes/1/data/prompt", "'counter'")
+def variable_ref_before_set_is_not_before() -> dict[str, Any]:
+    return chain(
+        node("p", "prompt", prompt="count is {{ $vars.counter }}"),
+        node("init", "variableStore", operation="set", name="counter", value=0),
+    )
+
+
+@located("variable-name-clash", "store", "/nodes/2/data/name")
+def variable_name_clashing_with_node_id() -> dict[str, Any]:
+    return chain(
+        node("a", "prompt", prompt="x"),
+        node("store", "variableStore", operation="set", name="a", value=1),
+    )
+
+
+# --- node data -----------------------------------------------------------------------------
+
+
+@located("schema-invalid", "a", "/nodes/1/data/outputSchema/type")
+def schema_invalid() -> dict[str, Any]:
+    return chain(node("a", "prompt", prompt="x", outputSchema={"type": "nope"}))
+
+
+@located("schema-invalid", "start", "/nodes/0/data/inputs/required")
+def start_inputs_schema_invalid() -> dict[str, Any]:
+    doc = chain(node("a", "prompt", prompt="x"))
+    doc["nodes"][0]["data"]["inputs"] = {"type": "object", "required": "ticket"}
+    return doc
+
+
+@located("jmespath-invalid", "t", "/nodes/1/data/expression")
+def jmespath_invalid() -> dict[str, Any]:
+    return chain(node("t", "dataTransform", expression="foo["))
+
+
+@located("unknown-node-type", "a", "/nodes/1/type", "did you mean 'prompt'")
+def unknown_node_type_suggests_the_closest() -> dict[str, Any]:
+    return chain(node("a", "promt", prompt="x"))
+
+
+@located("unknown-node-type", "a", "/nodes/1/type", "known types:", "prompt")
+def unknown_node_type_far_from_any_lists_known_types() -> dict[str, Any]:
+    return chain(node("a", "zzzzzzzz", prompt="x"))
+
+
+@located(
+    "condition-invalid",
+    "route",
+    "/nodes/1/data/branches/0/condition",
+    '"billing"',  # the message shows how to write it
+)
+def condition_invalid() -> dict[str, Any]:
+    sw = node(
+        "route",
+        "switch",
+        evaluationTarget="$in.category",
+        branches=[
+            {"label": "billing", "condition": "== billing"},
+            {"label": "other", "condition": "", "isDefault": True},
+        ],
+    )
+    return workflow(
+        [node("start", "start"), sw, node("end", "end")],
+        [
+            conn("start", "route"),
+            conn("route", "end", "branch-0"),
+            conn("route", "end", "branch-1"),
+        ],
+    )
+
+
+@located("missing-field", "a", "/nodes/1/data")
+def missing_required_field() -> dict[str, Any]:
+    return chain(node("a", "prompt"))
+
+
+@located("invalid-field", "a", "/nodes/1/data/temperature")
+def wrong_field_type() -> dict[str, Any]:
+    return chain(node("a", "prompt", prompt="x", temperature="hot"))
+
+
+@located("invalid-node", "a", "/nodes/1/type")
+def invalid_node_item() -> dict[str, Any]:
+    doc = chain(node("a", "prompt", prompt="x"))
+    del doc["nodes"][1]["type"]
+    return doc
+
+
+@located("subflow-unknown", "call", "/nodes/1/data/subAgentFlowId", "did you mean 'flow-y'")
+def subflow_unknown() -> dict[str, Any]:
+    doc = chain(node("call", "subAgentFlow", subAgentFlowId="flow-x"))
+    doc["subAgentFlows"] = [{"id": "flow-y", "name": "y", "nodes": [], "connections": []}]
+    return doc
+
+
+# --- sub-flows (bugs found while writing these tests) --------------------------------------
+
+
+def _subflow_doc() -> dict[str, Any]:
+    flow = {
+        "id": "flow-1",
+        "name": "inner flow",
+        "nodes": [
+            node("fs", "start"),
+            node("x", "prompt", prompt="x"),
+            node("y", "prompt", prompt="y"),
+            node("fe", "end"),
+        ],
+        "connections": [
+            conn("fs", "x"),
+            conn("fs", "y"),
+            conn("x", "fe"),
+            conn("y", "fe"),
+        ],
+    }
+    return chain(
+        node("call", "subAgentFlow", subAgentFlowId="flow-1"),
+        node("p", "prompt", prompt="p"),
+        subAgentFlows=[flow],
+    )
+
+
+@located("connection-unknown-port", "p", "/connections/2/fromPort")
+def connection_pointer_survives_subflow_inlining() -> dict[str, Any]:
+    doc = _subflow_doc()
+    doc["connections"][2]["fromPort"] = "bogus"  # p -> end
+    return doc
+
+
+@located("connection-unknown-port", ANY, "/subAgentFlows/0/connections/4/fromPort")
+def inner_subflow_connection_pointer() -> dict[str, Any]:
+    doc = _subflow_doc()
+    doc["subAgentFlows"][0]["connections"].append(conn("x", "y", "bogus"))
+    return doc
+
+
+@located("subflow-recursive", ANY, "/subAgentFlows/0/nodes/1")
+def recursive_subflow_is_reported() -> dict[str, Any]:
+    return recursive_subflow()
+
+
+@pytest.mark.parametrize(("build", "expected"), LOCATED)
+def test_error_is_located(shape: Shape, build: Builder, expected: Located) -> None:
+    result = shape.lower(build())
+    d = only(result, expected.code)
+    assert d.severity is Severity.ERROR
+    assert (d.node_id, d.pointer) == (expected.node_id, shape.prefix + expected.pointer)
+    for words in expected.says:
+        assert words in d.message, d.format()
     assert result.ir is None
 
 
-def test_sequential_node_has_no_branch_port(shape: Shape) -> None:
-    doc = chain(node("p", "prompt", prompt="hi"))
-    doc["connections"][1]["fromPort"] = "branch-1"
-    d = only(shape.lower(doc), "connection-unknown-port")
-    assert (d.node_id, d.pointer) == ("p", shape.prefix + "/connections/1/fromPort")
+# --- warnings ------------------------------------------------------------------------------
 
 
 def test_node_unreachable_is_a_warning(shape: Shape) -> None:
@@ -159,59 +456,10 @@ def test_node_dead_end_is_a_warning(shape: Shape) -> None:
     assert "stuck" in result.ir.ops
 
 
-def test_node_duplicate_id(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="one"), node("a", "prompt", prompt="two"))
-    result = shape.lower(doc)
-    d = only(result, "node-duplicate-id")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/2/id")
-    assert result.ir is None
+# --- documents without errors --------------------------------------------------------------
 
 
-def test_duplicate_ids_keep_each_nodes_own_pointer(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="{{ broken"), node("a", "prompt", prompt="fine"))
-    d = only(shape.lower(doc), "template-syntax")
-    assert d.pointer == shape.prefix + "/nodes/1/data/prompt"
-
-
-def test_pointers_after_an_invalid_node_item(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="x"), node("b", "prompt", prompt="{{ oops"))
-    del doc["nodes"][1]["type"]
-    d = only(shape.lower(doc), "template-syntax")
-    assert (d.node_id, d.pointer) == ("b", shape.prefix + "/nodes/2/data/prompt")
-
-
-def test_group_node_cannot_be_connected(shape: Shape) -> None:
-    doc = chain(
-        node("p", "prompt", prompt="hi"),
-        extra_nodes=[node("frame", "group")],
-        extra_connections=[conn("p", "frame")],
-    )
-    d = only(shape.lower(doc), "connection-group")
-    assert (d.node_id, d.pointer) == ("frame", shape.prefix + "/connections/2/to")
-
-
-# --- templates and references --------------------------------------------------------------
-
-
-def test_template_ref_not_before(shape: Shape) -> None:
-    doc = chain(
-        node("a", "prompt", prompt="Summarise {{ $vars.b.result }}"),
-        node("b", "prompt", prompt="later"),
-    )
-    result = shape.lower(doc)
-    d = only(result, "template-ref-not-before")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/data/prompt")
-    assert "$vars.b.result" in d.message
-    assert result.ir is None
-
-
-def test_template_reading_its_own_result_is_not_before(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="{{ $vars.a.result }}"))
-    d = only(shape.lower(doc), "template-ref-not-before")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/data/prompt")
-
-
-def test_template_ref_in_a_retry_loop_is_fine(shape: Shape) -> None:
+def _retry_loop() -> dict[str, Any]:
     """In a loop, a node may read a result produced later in the loop body."""
     check = node(
         "check",
@@ -219,7 +467,7 @@ def test_template_ref_in_a_retry_loop_is_fine(shape: Shape) -> None:
         evaluationTarget="$vars.draft.result.ok",
         branches=[{"label": "retry", "condition": "== false"}, {"label": "done", "condition": ""}],
     )
-    doc = workflow(
+    return workflow(
         [
             node("start", "start"),
             node("draft", "prompt", prompt="Improve {{ $vars.review.result }}"),
@@ -235,177 +483,34 @@ def test_template_ref_in_a_retry_loop_is_fine(shape: Shape) -> None:
             conn("check", "end", "branch-1"),
         ],
     )
-    result = shape.lower(doc)
-    assert result.errors == [], describe(result.diagnostics)
 
 
-def test_template_unknown_ref_suggests_a_name(shape: Shape) -> None:
-    doc = chain(
-        node("classify", "prompt", prompt="label it"),
-        node("answer", "prompt", prompt="Label: {{ $vars.clasify.result }}"),
-    )
-    d = only(shape.lower(doc), "template-unknown-ref")
-    assert (d.node_id, d.pointer) == ("answer", shape.prefix + "/nodes/2/data/prompt")
-    assert "'clasify'" in d.message
-    assert "did you mean 'classify'" in d.message
-
-
-def test_template_unknown_ctx_key(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="run {{ $ctx.run_id }} {{ $ctx.runid }}"))
-    d = only(shape.lower(doc), "template-unknown-ref")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/data/prompt")
-    assert "did you mean 'run_id'" in d.message
-
-
-def test_template_unknown_property(shape: Shape) -> None:
-    schema = {
-        "type": "object",
-        "properties": {"label": {"type": "string"}, "score": {"type": "number"}},
-    }
-    doc = chain(
-        node("a", "prompt", prompt="classify", outputSchema=schema),
-        node("b", "prompt", prompt="{{ $vars.a.result.label }} {{ $vars.a.result.missing }}"),
-    )
-    result = shape.lower(doc)
-    d = only(result, "template-unknown-property")
-    assert (d.node_id, d.pointer) == ("b", shape.prefix + "/nodes/2/data/prompt")
-    assert "'missing'" in d.message
-    assert result.ir is None
-
-
-def test_template_unknown_property_not_reported_for_open_schemas(shape: Shape) -> None:
+def _open_schema_property() -> dict[str, Any]:
+    """No template-unknown-property for schemas open to more properties."""
     schema = {"type": "object", "properties": {"x": {}}, "additionalProperties": True}
-    doc = chain(
+    return chain(
         node("a", "prompt", prompt="x", outputSchema=schema),
         node("b", "prompt", prompt="{{ $vars.a.result.anything }}"),
     )
-    assert shape.lower(doc).errors == []
 
 
-def test_template_unknown_property_of_node_key(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="x"), node("b", "prompt", prompt="{{ $vars.a.output }}"))
-    d = only(shape.lower(doc), "template-unknown-property")
-    assert (d.node_id, d.pointer) == ("b", shape.prefix + "/nodes/2/data/prompt")
-    assert "'output'" in d.message
-
-
-def test_template_unknown_input_property_with_declared_inputs(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="{{ $in.tickt }}"))
-    doc["nodes"][0]["data"]["inputs"] = {
-        "type": "object",
-        "properties": {"ticket": {"type": "string"}},
-        "additionalProperties": False,
-    }
-    d = only(shape.lower(doc), "template-unknown-property")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/data/prompt")
-    assert "did you mean 'ticket'" in d.message
-
-
-def test_template_ref_to_routing_node_has_no_result(shape: Shape) -> None:
-    doc = workflow(
-        [
-            node("start", "start"),
-            _if_else("check"),
-            node("p", "prompt", prompt="{{ $vars.check.result }}"),
-            node("end", "end"),
-        ],
-        [
-            conn("start", "check"),
-            conn("check", "p", "branch-0"),
-            conn("check", "p", "branch-1"),
-            conn("p", "end"),
-        ],
-    )
-    d = only(shape.lower(doc), "template-ref-no-result")
-    assert (d.node_id, d.pointer) == ("p", shape.prefix + "/nodes/2/data/prompt")
-
-
-def test_template_syntax_unclosed(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="Hello {{ $in.name"))
-    result = shape.lower(doc)
-    d = only(result, "template-syntax")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/data/prompt")
-    assert "unclosed" in d.message
-    assert result.ir is None
-
-
-def test_template_syntax_in_a_nested_value(shape: Shape) -> None:
-    doc = chain(
-        node("h", "httpRequest", method="POST", url="https://example.test", body={"q": "{{ $in."})
-    )
-    d = only(shape.lower(doc), "template-syntax")
-    assert (d.node_id, d.pointer) == ("h", shape.prefix + "/nodes/1/data/body")
-
-
-def test_variable_ref_after_set_is_fine(shape: Shape) -> None:
-    doc = chain(
+def _variable_ref_after_set() -> dict[str, Any]:
+    return chain(
         node("init", "variableStore", operation="set", name="counter", value=0),
         node("bump", "variableStore", operation="increment", name="counter"),
         node("p", "prompt", prompt="count is {{ $vars.counter }}"),
     )
-    result = shape.lower(doc)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [_retry_loop, _open_schema_property, _variable_ref_after_set],
+    ids=["template-ref-in-a-retry-loop", "open-schema-property", "variable-ref-after-set"],
+)
+def test_references_that_are_fine(shape: Shape, build: Builder) -> None:
+    result = shape.lower(build())
     assert result.errors == [], describe(result.diagnostics)
     assert result.ir is not None
-
-
-def test_variable_ref_before_set_is_not_before(shape: Shape) -> None:
-    doc = chain(
-        node("p", "prompt", prompt="count is {{ $vars.counter }}"),
-        node("init", "variableStore", operation="set", name="counter", value=0),
-    )
-    d = only(shape.lower(doc), "template-ref-not-before")
-    assert (d.node_id, d.pointer) == ("p", shape.prefix + "/nodes/1/data/prompt")
-    assert "'counter'" in d.message
-
-
-def test_variable_name_clashing_with_node_id(shape: Shape) -> None:
-    doc = chain(
-        node("a", "prompt", prompt="x"),
-        node("store", "variableStore", operation="set", name="a", value=1),
-    )
-    d = only(shape.lower(doc), "variable-name-clash")
-    assert (d.node_id, d.pointer) == ("store", shape.prefix + "/nodes/2/data/name")
-
-
-# --- node data -----------------------------------------------------------------------------
-
-
-def test_schema_invalid(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="x", outputSchema={"type": "nope"}))
-    result = shape.lower(doc)
-    d = only(result, "schema-invalid")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/data/outputSchema/type")
-    assert result.ir is None
-
-
-def test_start_inputs_schema_invalid(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="x"))
-    doc["nodes"][0]["data"]["inputs"] = {"type": "object", "required": "ticket"}
-    d = only(shape.lower(doc), "schema-invalid")
-    assert (d.node_id, d.pointer) == ("start", shape.prefix + "/nodes/0/data/inputs/required")
-
-
-def test_jmespath_invalid(shape: Shape) -> None:
-    doc = chain(node("t", "dataTransform", expression="foo["))
-    result = shape.lower(doc)
-    d = only(result, "jmespath-invalid")
-    assert (d.node_id, d.pointer) == ("t", shape.prefix + "/nodes/1/data/expression")
-    assert result.ir is None
-
-
-def test_unknown_node_type_suggests_the_closest(shape: Shape) -> None:
-    doc = chain(node("a", "promt", prompt="x"))
-    result = shape.lower(doc)
-    d = only(result, "unknown-node-type")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/type")
-    assert "did you mean 'prompt'" in d.message
-    assert result.ir is None
-
-
-def test_unknown_node_type_far_from_any_lists_known_types(shape: Shape) -> None:
-    doc = chain(node("a", "zzzzzzzz", prompt="x"))
-    d = only(shape.lower(doc), "unknown-node-type")
-    assert "known types:" in d.message and "prompt" in d.message
 
 
 def test_unknown_node_type_does_not_cascade_into_connection_errors() -> None:
@@ -413,58 +518,22 @@ def test_unknown_node_type_does_not_cascade_into_connection_errors() -> None:
     assert [d.code for d in result.errors] == ["unknown-node-type"], describe(result.errors)
 
 
-def test_condition_invalid(shape: Shape) -> None:
-    sw = node(
-        "route",
-        "switch",
-        evaluationTarget="$in.category",
-        branches=[
-            {"label": "billing", "condition": "== billing"},
-            {"label": "other", "condition": "", "isDefault": True},
-        ],
-    )
-    doc = workflow(
-        [node("start", "start"), sw, node("end", "end")],
-        [
-            conn("start", "route"),
-            conn("route", "end", "branch-0"),
-            conn("route", "end", "branch-1"),
-        ],
-    )
-    result = shape.lower(doc)
-    d = only(result, "condition-invalid")
-    assert (d.node_id, d.pointer) == ("route", shape.prefix + "/nodes/1/data/branches/0/condition")
-    assert '"billing"' in d.message  # the message shows how to write it
+@pytest.mark.parametrize("flow_id", [[], {"id": "flow-1"}, 3])
+def test_subflow_id_of_the_wrong_type_is_a_diagnostic(flow_id: Any) -> None:
+    doc = _subflow_doc()
+    doc["nodes"][1]["data"]["subAgentFlowId"] = flow_id
+    result = lower_document(doc)
+    d = only(result, "invalid-field")
+    assert (d.node_id, d.pointer) == ("call", "/nodes/1/data/subAgentFlowId")
     assert result.ir is None
 
 
-def test_missing_required_field(shape: Shape) -> None:
-    doc = chain(node("a", "prompt"))
-    d = only(shape.lower(doc), "missing-field")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/data")
+def test_recursive_subflow_has_no_knock_on_connection_errors() -> None:
+    result = lower_document(recursive_subflow())
+    assert find(result, "connection-unknown-node") == [], describe(result.diagnostics)
 
 
-def test_wrong_field_type(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="x", temperature="hot"))
-    d = only(shape.lower(doc), "invalid-field")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/data/temperature")
-
-
-def test_invalid_node_item(shape: Shape) -> None:
-    doc = chain(node("a", "prompt", prompt="x"))
-    del doc["nodes"][1]["type"]
-    result = shape.lower(doc)
-    d = only(result, "invalid-node")
-    assert (d.node_id, d.pointer) == ("a", shape.prefix + "/nodes/1/type")
-    assert result.ir is None
-
-
-def test_subflow_unknown(shape: Shape) -> None:
-    doc = chain(node("call", "subAgentFlow", subAgentFlowId="flow-x"))
-    doc["subAgentFlows"] = [{"id": "flow-y", "name": "y", "nodes": [], "connections": []}]
-    d = only(shape.lower(doc), "subflow-unknown")
-    assert (d.node_id, d.pointer) == ("call", shape.prefix + "/nodes/1/data/subAgentFlowId")
-    assert "did you mean 'flow-y'" in d.message
+# --- whole documents -----------------------------------------------------------------------
 
 
 def test_not_an_object_document(tmp_path: Path) -> None:
@@ -567,27 +636,27 @@ def test_invalid_json_file(tmp_path: Path) -> None:
         lower(bad)
 
 
-def test_unreadable_file(tmp_path: Path) -> None:
-    missing = tmp_path / "missing.json"
+UNREADABLE = {
+    "missing": lambda tmp: tmp / "missing.json",
+    "undecodable": lambda tmp: _written(tmp / "binary.json", b"\xff\xfe\x00garbage"),
+    "directory": lambda tmp: tmp,
+}
+
+
+def _written(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("make", list(UNREADABLE.values()), ids=list(UNREADABLE))
+def test_unreadable_file(tmp_path: Path, make: Callable[[Path], Path]) -> None:
+    path = make(tmp_path)
     with pytest.raises(DocumentError) as info:
-        lower_document(missing)
+        lower_document(path)
+    assert [d.code for d in info.value.diagnostics] == ["file-unreadable"]
     (d,) = info.value.diagnostics
-    assert d.code == "file-unreadable"
-    assert "missing.json" in d.message
-
-
-def test_undecodable_file(tmp_path: Path) -> None:
-    binary = tmp_path / "binary.json"
-    binary.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(DocumentError) as info:
-        lower_document(binary)
-    assert [d.code for d in info.value.diagnostics] == ["file-unreadable"]
-
-
-def test_directory_is_unreadable(tmp_path: Path) -> None:
-    with pytest.raises(DocumentError) as info:
-        lower_document(tmp_path)
-    assert [d.code for d in info.value.diagnostics] == ["file-unreadable"]
+    assert path.name in d.message
+    assert info.value.source == str(path)
 
 
 # --- CLI -----------------------------------------------------------------------------------
@@ -695,88 +764,3 @@ def test_cli_bad_usage_exits_two(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["lower", "x.json", "--emit", "svg"])
     assert info.value.code == 2
     assert "Traceback" not in capsys.readouterr().err
-
-
-# --- bugs found while writing these tests ---------------------------------------------------
-
-
-def _subflow_doc() -> dict[str, Any]:
-    flow = {
-        "id": "flow-1",
-        "name": "inner flow",
-        "nodes": [
-            node("fs", "start"),
-            node("x", "prompt", prompt="x"),
-            node("y", "prompt", prompt="y"),
-            node("fe", "end"),
-        ],
-        "connections": [
-            conn("fs", "x"),
-            conn("fs", "y"),
-            conn("x", "fe"),
-            conn("y", "fe"),
-        ],
-    }
-    return chain(
-        node("call", "subAgentFlow", subAgentFlowId="flow-1"),
-        node("p", "prompt", prompt="p"),
-        subAgentFlows=[flow],
-    )
-
-
-def test_connection_pointer_survives_subflow_inlining(shape: Shape) -> None:
-    doc = _subflow_doc()
-    doc["connections"][2]["fromPort"] = "bogus"  # p -> end
-    d = only(shape.lower(doc), "connection-unknown-port")
-    assert (d.node_id, d.pointer) == ("p", shape.prefix + "/connections/2/fromPort")
-
-
-def test_inner_subflow_connection_pointer(shape: Shape) -> None:
-    doc = _subflow_doc()
-    doc["subAgentFlows"][0]["connections"].append(conn("x", "y", "bogus"))
-    d = only(shape.lower(doc), "connection-unknown-port")
-    assert d.pointer == shape.prefix + "/subAgentFlows/0/connections/4/fromPort"
-
-
-@pytest.mark.parametrize("flow_id", [[], {"id": "flow-1"}, 3])
-def test_subflow_id_of_the_wrong_type_is_a_diagnostic(flow_id: Any) -> None:
-    doc = _subflow_doc()
-    doc["nodes"][1]["data"]["subAgentFlowId"] = flow_id
-    result = lower_document(doc)
-    d = only(result, "invalid-field")
-    assert (d.node_id, d.pointer) == ("call", "/nodes/1/data/subAgentFlowId")
-    assert result.ir is None
-
-
-def test_recursive_subflow_is_reported() -> None:
-    flow = {
-        "id": "loop",
-        "name": "loop",
-        "nodes": [
-            node("fs", "start"),
-            node("again", "subAgentFlow", subAgentFlowId="loop"),
-            node("fe", "end"),
-        ],
-        "connections": [conn("fs", "again"), conn("again", "fe")],
-    }
-    doc = chain(node("call", "subAgentFlow", subAgentFlowId="loop"), subAgentFlows=[flow])
-    result = lower_document(doc)
-    d = only(result, "subflow-recursive")
-    assert d.pointer == "/subAgentFlows/0/nodes/1"
-    assert result.ir is None
-
-
-def test_recursive_subflow_has_no_knock_on_connection_errors() -> None:
-    flow = {
-        "id": "loop",
-        "name": "loop",
-        "nodes": [
-            node("fs", "start"),
-            node("again", "subAgentFlow", subAgentFlowId="loop"),
-            node("fe", "end"),
-        ],
-        "connections": [conn("fs", "again"), conn("again", "fe")],
-    }
-    doc = chain(node("call", "subAgentFlow", subAgentFlowId="loop"), subAgentFlows=[flow])
-    result = lower_document(doc)
-    assert find(result, "connection-unknown-node") == [], describe(result.diagnostics)

@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 from lattice.document.models import Node
+from lattice.errors import Severity
 from lattice.ir import (
     AskOp,
     Edge,
@@ -504,7 +505,7 @@ def test_branch_labels_are_made_unique() -> None:
     assert "default" not in ports
 
 
-def test_bare_evaluation_target_with_deterministic_conditions() -> None:
+def test_bare_evaluation_target_warns_and_switches_on_the_incoming_result() -> None:
     route = node(
         "route",
         "switch",
@@ -515,10 +516,19 @@ def test_bare_evaluation_target_with_deterministic_conditions() -> None:
         ],
     )
     result = lower_document(_branching(route, ["end", "end"]))
-    if result.ir is not None and not result.diagnostics:
-        assert _op(result.ir, "route", SwitchOp).input == "$in.score"
-    else:
-        assert any("evaluationTarget" in d.pointer for d in result.diagnostics)
+    # A bare name is not read as $in.score: the switch tests the incoming result, with a
+    # warning that says how to write the path.
+    assert result.errors == [], describe(result.diagnostics)
+    d = only(result, "evaluation-target-not-path")
+    assert d.severity is Severity.WARNING
+    assert (d.node_id, d.pointer) == ("route", "/nodes/1/data/evaluationTarget")
+    assert "$in.score" in d.message
+    assert [x.code for x in result.diagnostics] == ["evaluation-target-not-path"]
+    assert result.ir is not None
+    switch = _op(result.ir, "route", SwitchOp)
+    assert switch.input == "$in"
+    assert [(c.port, c.test.op, c.test.value) for c in switch.cases] == [("high", "gt", 0.5)]
+    assert switch.default_port == "other"
 
 
 # --- askUserQuestion -----------------------------------------------------------------------

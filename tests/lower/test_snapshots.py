@@ -14,7 +14,7 @@ from syrupy.assertion import SnapshotAssertion
 from lattice.ir import ir_to_json
 from lattice.lower import lower_document
 from tests.builders import describe
-from tests.conftest import CORPUS
+from tests.conftest import corpus_document
 
 SNAPSHOT_DOCUMENTS = {
     # switch + ifElse with natural-language conditions, skills, mcp, subAgents
@@ -31,9 +31,7 @@ PREFIX = "breaking-brake__cc-wf-studio__"
 
 @pytest.mark.parametrize("name", sorted(SNAPSHOT_DOCUMENTS))
 def test_corpus_ir_snapshot(name: str, snapshot: SnapshotAssertion, tmp_path: Path) -> None:
-    path = CORPUS / (PREFIX + SNAPSHOT_DOCUMENTS[name])
-    if not path.is_file():
-        pytest.skip(f"corpus document not found: {path}")
+    path = corpus_document(PREFIX + SNAPSHOT_DOCUMENTS[name])
     # base_dir=tmp_path: skill lookup must not depend on .claude folders around the corpus.
     result = lower_document(path, base_dir=tmp_path)
     assert result.ir is not None, describe(result.diagnostics)

@@ -282,9 +282,9 @@ def test_ai_tool_selection_of_an_unknown_tool_is_repaired(http_url: str) -> None
 
 def test_corpus_pr_review_flow_runs_with_its_server_configured(http_url: str) -> None:
     from lattice.lower import lower
-    from tests.conftest import CORPUS
+    from tests.conftest import corpus_document
 
-    path = next(CORPUS.glob("*automated-pr-code-review-flow.json"))
+    path = corpus_document("*automated-pr-code-review-flow.json")
     ir = lower(path)
     mock = {
         "mcp-1766987094528": [{"owner": "acme", "repo": "shop", "pull_number": 7}],
