@@ -23,6 +23,7 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     max_calls = 200                  # model requests per run, repairs and retries included
     max_tokens_total = 500000
     max_retries = 3                  # retries of one model call, whatever the errors
+    max_parallel = 16                # ops that a run's parallel branches run at once
     max_state_bytes = 10000000       # $in and $vars of one run (about, as JSON)
     max_value_bytes = 10000000       # one value written to state
     [runs]
@@ -83,6 +84,7 @@ class RuntimeConfig(_Strict):
     max_calls: int | None = Field(default=200, ge=1)
     max_tokens_total: int | None = Field(default=None, ge=1)
     max_retries: int = Field(default=3, ge=0, le=100)
+    max_parallel: int = Field(default=16, ge=1, le=10_000)
     max_state_bytes: int = Field(default=10_000_000, ge=1)
     max_value_bytes: int = Field(default=10_000_000, ge=1)
     gc_pacing: bool = True

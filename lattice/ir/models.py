@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-IR_VERSION = "1"
+IR_VERSION = "2"
 """Bumped whenever the meaning of an existing field changes."""
 
 DEFAULT_PORT = "default"
@@ -229,8 +229,57 @@ class AskOp(OpBase):
     writes: str
 
 
+class ForkOp(OpBase):
+    """Start one branch per entry in ``branches``; they run concurrently, each over the
+    state as it was at the fork plus its own writes. When every branch has ended
+    (reached the JOIN, END, or a way that never reaches the JOIN), their writes are
+    merged and the walk goes on at the JOIN; with no JOIN, the run ends."""
+
+    kind: Literal["FORK"] = "FORK"
+    branches: list[str]
+    """Entry op of each branch, in document order."""
+    join: str | None = None
+    """The JOIN op where the branches meet (the fork's immediate post-dominator)."""
+    fail_fast: bool = True
+    """A failing branch stops its siblings at their next op boundary (False: they finish)."""
+
+
+class JoinOp(OpBase):
+    """Where the branches of ``fork`` meet; a branch that arrives here is done."""
+
+    kind: Literal["JOIN"] = "JOIN"
+    fork: str
+    """The FORK op whose branches meet here."""
+
+
+class ForEachOp(OpBase):
+    """Run the flow starting at ``body`` once per item of the list at ``items``, at most
+    ``max_concurrency`` at a time, each over the state at this op plus ``$vars.<node>.item``
+    and ``.index``; write the list of the flow's outputs, in item order, to ``writes``."""
+
+    kind: Literal["FOR_EACH"] = "FOR_EACH"
+    items: str
+    """A value template giving the list."""
+    body: str
+    """Entry op of the flow run per item (its END's output is the item's result)."""
+    max_concurrency: int = 8
+    on_item_error: Literal["fail", "collect"] = "fail"
+    """``fail``: a failing item fails the op; ``collect``: its FailureReport takes its slot."""
+    writes: str
+
+
 Op = Annotated[
-    StartOp | EndOp | LLMWriteOp | SwitchOp | ToolCallOp | StateOp | TransformOp | AskOp,
+    StartOp
+    | EndOp
+    | LLMWriteOp
+    | SwitchOp
+    | ToolCallOp
+    | StateOp
+    | TransformOp
+    | AskOp
+    | ForkOp
+    | JoinOp
+    | ForEachOp,
     Field(discriminator="kind"),
 ]
 

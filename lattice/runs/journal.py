@@ -13,6 +13,10 @@ Line kinds::
     {"kind": "answer", "op_seq", "op_id", "prompt_hash", "text", "model",
      "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?}
 
+Lines of an op that ran in a branch of a fork (or an item of a for-each) carry its
+``branch`` (``0005.2``); their ``op_seq`` counts within the branch, and their changes
+reach the main state through the fork's own line, written when its branches merged.
+
 ``changes`` are the op's changes of ``$vars`` (``StateStore.changes``); ``usage`` is
 the run's usage after the op, present when the op called a model; ``answers`` the
 answers still queued after an ASK; ``output`` the run's output when the op is END.
@@ -77,11 +81,14 @@ class JournalState:
     """What the journal of a run folder says: where the run stands."""
 
     ops: list[dict[str, Any]] = field(default_factory=list)
-    """The committed op lines, in order."""
+    """The committed op lines of the main walk, in order."""
+    branches: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Branch id → its committed op lines, in order."""
     last_op_seq: int = 0
-    """The highest op sequence number used (committed or failed)."""
-    pending_answers: list[dict[str, Any]] = field(default_factory=list)
-    """Model answers received after the last committed op (the op in flight)."""
+    """The highest op sequence number the main walk used (committed or failed)."""
+    pending: dict[str | None, list[dict[str, Any]]] = field(default_factory=dict)
+    """Model answers received after the last committed op of each branch (None: the main
+    walk): what its op in flight had already paid for."""
     provider_state: Any = None
     """The provider's state after the last answer that recorded one."""
     usage: Any = None
@@ -101,19 +108,23 @@ def read_journal(folder: Path) -> JournalState | None:
     state = JournalState()
     for line in lines:
         kind = line.get("kind")
+        branch = line.get("branch")
         seq = line.get("op_seq")
-        if isinstance(seq, int):
+        if isinstance(seq, int) and branch is None:
             state.last_op_seq = max(state.last_op_seq, seq)
         if kind == "op":
-            state.ops.append(line)
-            state.pending_answers = []
+            if branch is None:
+                state.ops.append(line)
+            else:
+                state.branches.setdefault(str(branch), []).append(line)
+            state.pending[branch] = []
             state.usage = line.get("usage", state.usage)
         elif kind == "answer":
-            state.pending_answers.append(line)
+            state.pending.setdefault(branch, []).append(line)
             if "provider_state" in line:
                 state.provider_state = line["provider_state"]
         elif kind == "op_failed":
-            state.pending_answers = []
+            state.pending[branch] = []
             state.usage = line.get("usage", state.usage)
     return state
 

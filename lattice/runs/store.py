@@ -100,7 +100,10 @@ class RunRecorder(Protocol):
 
     def append_event(self, event: dict[str, Any]) -> None: ...
 
-    def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None: ...
+    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
+        """Write an op's record as ``ops/<label>-<opId>.json`` (``label``: its sequence
+        number, ``0007``, or for an op of a branch ``0005.2.0003``)."""
+        ...
 
     def journal(self, line: dict[str, Any]) -> None:
         """Append a line to the run's journal (``lattice.runs.journal``)."""
@@ -125,7 +128,7 @@ class NullRecorder:
     def append_event(self, event: dict[str, Any]) -> None:
         pass
 
-    def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
         pass
 
     def journal(self, line: dict[str, Any]) -> None:
@@ -202,9 +205,9 @@ class FolderRecorder:
         self._events.write(self._redact(_line(event)) + "\n")
         self._events.flush()
 
-    def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
         text = _line(record) + "\n"
-        atomic_write_text(self._dir / f"ops/{seq:04d}-{safe_name(op_id)}.json", self._redact(text))
+        atomic_write_text(self._dir / f"ops/{label}-{safe_name(op_id)}.json", self._redact(text))
 
     def journal(self, line: dict[str, Any]) -> None:
         self._journal.write(self._redact(_line(line)) + "\n")

@@ -102,10 +102,48 @@ class RunContext:
         """Set to stop the run at the next op boundary (status ``interrupted``)."""
         self.checkpoint: dict[str, Any] = {}
         """The run's checkpoint as written when it started (or resumed)."""
+        self.counters: Any = None
+        """Steps and visits of every track of the run (``lattice.runtime.walk.Counters``)."""
+        self.limiter: Any = None
+        """Bounds the ops that branches run at once (``[runtime] max_parallel``)."""
+        self.base_provider: Any = None
+        """The run's provider itself (each branch wraps it for its own journal lines)."""
+        self.resume_branches: dict[str, Any] = {}
+        """Branch id → its progress in the journal, for a resumed run's forks."""
+        self.branch: str | None = None
+        """The branch this context walks (``0005.2``: the second branch of the fork that
+        was op 5), None for the run's main walk."""
+        self.cancelled = False
+        """Set when a sibling branch failed: this branch stops at its next op boundary."""
+        self._root: RunContext | None = None
+        """The run's main context (None in the main context itself)."""
+
+    def branch_context(self, state: StateStore, branch: str, llm: CallEnv) -> RunContext:
+        """A context for one branch: its own state, position and model-call events,
+        the run's events, usage, answers, sessions and folder."""
+        root = self.root
+        root._compact = False  # branch events carry their branch id: build them
+        child = object.__new__(RunContext)
+        child.__dict__.update(self.__dict__)
+        child.state = state
+        child.branch = branch
+        child.llm = llm
+        llm.emit = child.emit
+        child.current_op = child.current_node = None
+        child.cancelled = False
+        child._compact = False
+        child._root = root
+        return child
+
+    @property
+    def root(self) -> RunContext:
+        """The run's main context."""
+        return self._root or self
 
     def emit(self, type_: str, data: dict[str, Any] | None = None, *, op: bool = True) -> None:
         """Record an event (appended and flushed to events.jsonl, passed to listeners)."""
-        self.seq = seq = self.seq + 1
+        root = self._root or self
+        root.seq = seq = root.seq + 1
         if op and (op_id := self.current_op) is not None:
             node_id = self.current_node
         else:
@@ -116,6 +154,8 @@ class RunContext:
             self._keep((seq, time.time(), type_, op_id, node_id, data))
             return
         event = make_event(seq, utc_now(), self.run_id, type_, op_id, node_id, data)
+        if self.branch is not None:
+            event["branch"] = self.branch
         self.events.add_built(event)
         self._record(event)
         for listener in self._listeners:

@@ -15,7 +15,10 @@ from lattice.errors import LatticeRunError
 from lattice.ir.models import (
     AskOp,
     EndOp,
+    ForEachOp,
+    ForkOp,
     HttpCall,
+    JoinOp,
     LLMWriteOp,
     McpCall,
     Op,
@@ -42,6 +45,16 @@ class Executor:
 
 class StartExecutor(Executor):
     def __init__(self, op: StartOp) -> None:
+        self.op = op
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return Outcome()
+
+
+class JoinExecutor(Executor):
+    """Where branches met: the merge happened at their FORK; nothing is left to do."""
+
+    def __init__(self, op: JoinOp) -> None:
         self.op = op
 
     async def run(self, ctx: RunContext) -> Outcome:
@@ -319,11 +332,15 @@ EXECUTORS: dict[str, Callable[[Any], Executor]] = {
     "STATE": StateExecutor,
     "TRANSFORM": TransformExecutor,
     "ASK": AskExecutor,
+    "JOIN": JoinExecutor,
 }
 
 
-def build_executor(op: Op, settings: RuntimeSettings) -> Executor:
-    """The executor for ``op`` (compiles its templates, expressions and conditions)."""
+def build_executor(op: Op, settings: RuntimeSettings) -> Executor | None:
+    """The executor for ``op`` (compiles its templates, expressions and conditions);
+    None for FORK and FOR_EACH, which the walk runs itself."""
+    if isinstance(op, ForkOp | ForEachOp):
+        return None
     if isinstance(op, LLMWriteOp):
         return LLMWriteExecutor(op, settings)  # type: ignore[return-value]
     if isinstance(op, ToolCallOp):

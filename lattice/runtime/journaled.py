@@ -20,8 +20,11 @@ class JournaledProvider:
         inner: LLMProvider,
         recorder: RunRecorder,
         recorded: Iterable[dict[str, Any]] = (),
+        *,
+        branch: str | None = None,
     ) -> None:
         self.inner = inner
+        self.branch = branch
         self.name = inner.name
         self._recorder = recorder
         self._checkpoint = getattr(inner, "checkpoint", None)
@@ -64,6 +67,8 @@ class JournaledProvider:
             "finish_reason": response.finish_reason,
             "latency_ms": round(response.latency_ms, 3),
         }
+        if self.branch is not None:
+            line["branch"] = self.branch
         if callable(self._checkpoint):
             line["provider_state"] = self._checkpoint()
         self._recorder.journal(line)

@@ -17,6 +17,7 @@ from lattice.lower import lower
 from lattice.runs.checkpoint import changed_files
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState
+from lattice.runtime.walk import BranchResume
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Position:
     last_result: str | None = None
     output: Any = None
     """The run's output, when the journal ends with the END op."""
+    branches: dict[str, BranchResume] = field(default_factory=dict)
+    """The progress of the branches of a fork the run was in when it stopped."""
 
 
 def journal_position(
@@ -43,15 +46,22 @@ def journal_position(
     )
     position = Position(ir.entry, op_seq=journal.last_op_seq)
     position.usage = Usage.from_json(journal.usage)
-    for line in journal.ops:
+    for line in [*journal.ops, *(line for lines in journal.branches.values() for line in lines)]:
         op_id = str(line.get("op_id"))
         position.visits[op_id] = position.visits.get(op_id, 0) + 1
         if "answers" in line:
             answers = dict(line["answers"])
+    position.branches = {
+        branch: BranchResume(lines, journal.pending.get(branch, []))
+        for branch, lines in journal.branches.items()
+    }
+    for branch, received in journal.pending.items():
+        if branch is not None and branch not in position.branches and received:
+            position.branches[branch] = BranchResume([], received)
+    position.steps = sum(position.visits.values())
     last = journal.last
     if last is not None:
         position.current = last.get("next")
-        position.steps = int(last.get("steps", len(journal.ops)))
         position.last_result = last.get("last_result")
         position.output = last.get("output")
     return position, answers

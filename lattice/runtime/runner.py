@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +26,9 @@ import jsonschema
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.errors import InputError, LatticeRunError, LatticeUserError
-from lattice.ir.models import FAILED_PORT, AskOp, ExecIR, LLMWriteOp, Op
+from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
 from lattice.ir.serialize import ir_to_dict
-from lattice.ir.templates import StatePath, parse_path
+from lattice.ir.templates import parse_path
 from lattice.llm.base import LLMProvider
 from lattice.llm.disabled import DisabledProvider
 from lattice.runs.checkpoint import file_digests, owner, refuse_if_running, status_of
@@ -42,11 +41,10 @@ from lattice.runtime.context import (
     EventListener,
     HaltRun,
     Interrupted,
-    Outcome,
     RunContext,
 )
 from lattice.runtime.events import utc_now
-from lattice.runtime.executors import Executor, build_executor, normalize_answer
+from lattice.runtime.executors import build_executor, normalize_answer
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
 from lattice.runtime.journaled import JournaledProvider
@@ -54,6 +52,15 @@ from lattice.runtime.results import RunResult
 from lattice.runtime.resume import Position, journal_position, legacy_position, resumable_ir
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
+from lattice.runtime.walk import (
+    Counters,
+    Step,
+    Track,
+    Walker,
+    edge_table,
+    run_failure,
+    stopped_line,
+)
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.http import HttpClientPool
 from lattice.tools.mcp import ToolSessions
@@ -66,20 +73,6 @@ class RunLimits:
 
     max_steps: int = 10_000
     max_visits: int = 1_000
-
-
-class _Step:
-    """What the walk needs of one op, gathered once per Runner."""
-
-    __slots__ = ("edges", "executor", "is_end", "kind", "node", "op")
-
-    def __init__(self, op: Op, executor: Executor, edges: dict[str, str]) -> None:
-        self.op = op
-        self.executor = executor
-        self.edges = edges
-        self.node = op.source_node
-        self.kind = op.kind
-        self.is_end = op.kind == "END"
 
 
 class Runner:
@@ -115,14 +108,20 @@ class Runner:
         self.ask_human = ask_human
         self.workflow = dict(workflow) if workflow is not None else None
         self.meta = dict(meta or {})
-        self._steps = {
-            op_id: _Step(op, build_executor(op, self.settings), _edge_table(op.next))
-            for op_id, op in ir.ops.items()
-        }
-        self._reads = {
-            op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
-            for op_id, op in ir.ops.items()
-        }
+        self._walker = Walker(
+            ir,
+            {
+                op_id: Step(op, build_executor(op, self.settings), edge_table(op.next))
+                for op_id, op in ir.ops.items()
+            },
+            {
+                op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
+                for op_id, op in ir.ops.items()
+            },
+            max_steps=self.limits.max_steps,
+            max_visits=self.limits.max_visits,
+            max_parallel=self.settings.max_parallel,
+        )
         self._input_validator = jsonschema.Draft202012Validator(ir.inputs_schema or {})
         self._inputs_accepted = flat_object_check(ir.inputs_schema)
         self._model_classes = sorted(
@@ -298,7 +297,7 @@ class Runner:
         else:
             position, base_answers = journal_position(ir, journal, checkpoint)
             state_data = read_run_json(folder, "state_initial.json")
-            pending = journal.pending_answers
+            pending = journal.pending.get(None, [])
             provider_state = journal.provider_state
         multi = {
             op.source_node for op in ir.ops.values() if isinstance(op, AskOp) and op.multi_select
@@ -413,7 +412,7 @@ class Runner:
             state.changes = []
             provider = JournaledProvider(provider, recorder, recorded_answers or ())
         state.limit(self.settings.state_limits)
-        return RunContext(
+        ctx = RunContext(
             run_id=run_id,
             state=state,
             recorder=recorder,
@@ -430,76 +429,30 @@ class Runner:
             ),
             seq=seq,
         )
+        ctx.counters = Counters()
+        ctx.base_provider = self.provider
+        ctx.limiter = asyncio.Semaphore(self.settings.max_parallel)
+        ctx.resume_branches = {}
+        return ctx
 
     async def _walk(self, ctx: RunContext, position: Position) -> RunResult:
-        plan, limits = self._steps, self.limits
-        state = ctx.state
         recorder = ctx.recorder
-        journaled = recorder.run_dir is not None
-        current = position.current
-        steps, visits, op_seq = position.steps, position.visits, position.op_seq
-        output: Any = position.output
+        counters: Counters = ctx.counters
+        counters.steps, counters.visits = position.steps, position.visits
+        ctx.resume_branches = position.branches
+        track = Track(ctx, position.current, op_seq=position.op_seq)
         self._active[ctx.run_id] = ctx
         try:
-            while current is not None:
-                step = plan[current]
-                op = step.op
-                steps += 1
-                count = visits.get(current, 0) + 1
-                visits[current] = count
-                ctx.current_op, ctx.current_node = current, step.node
-                if steps > limits.max_steps or count > limits.max_visits:
-                    raise _limit_error(limits, current, steps, count)
-                op_seq += 1
-                started = time.perf_counter()
-                calls_before = ctx.usage.requests
-                ctx.emit("op_started", {"kind": step.kind})
-                try:
-                    outcome = await step.executor.run(ctx)
-                except HaltRun:
-                    raise
-                except Exception as raised:
-                    exc = _as_run_error(raised, current)
-                    if FAILED_PORT not in step.edges:
-                        self._record_op(ctx, op_seq, current, started, None, error=exc)
-                        if journaled:
-                            recorder.journal(_stopped_line(ctx, op_seq, current))
-                        raise exc from (None if exc is raised else raised)
-                    report = self._failure(ctx, exc, phase="op")
-                    state.write(f"$vars.{step.node}.error", report.to_json())
-                    outcome = Outcome(port=FAILED_PORT, record={"error": report.to_json()})
-                finally:
-                    state.clear_tmp()
-                self._record_op(ctx, op_seq, current, started, outcome)
-                if step.is_end:
-                    nxt = None
-                    output = outcome.output
-                else:
-                    nxt = step.edges.get(outcome.port)
-                    if nxt is None and op.next and outcome.port != "default":
-                        raise LatticeRunError(
-                            f"op {current!r} left through port {outcome.port!r}, which leads nowhere",
-                            error_type="dead_end",
-                        )
-                    if nxt is None:  # a dead end (lowering warned): the run ends here
-                        output = ctx.state.read(ctx.last_result) if ctx.last_result else None
-                if journaled:
-                    recorder.journal(
-                        self._commit_line(
-                            ctx, step, op_seq, outcome, nxt, steps, calls_before, output
-                        )
-                    )
-                    await recorder.commit()
-                if nxt is None:
-                    break
-                current = nxt
-                if ctx.stop_requested:
-                    raise Interrupted("the run was stopped at an op boundary, as asked")
+            if position.current is None:
+                output = position.output
+            else:
+                output = (await self._walker.run_track(track)).output
             ctx.current_op = None
-            return self._finish(ctx, "completed", output, None, None, steps, visits, op_seq)
+            return self._finish(ctx, "completed", output, None, None, counters, track.op_seq)
         except HaltRun as halt:
-            if journaled:  # a halted op leaves no record: its number is used again
-                recorder.journal(_stopped_line(ctx, op_seq - 1, current))
+            if recorder.run_dir is not None and ctx.branch is None:
+                # a halted op leaves no record: its number is used again
+                recorder.journal(stopped_line(ctx, track.op_seq - 1, track.current))
             report = failure_report(
                 halt,
                 phase="run",
@@ -514,29 +467,41 @@ class Runner:
                 "halted",
                 None,
                 report,
-                current,
-                steps - 1,
-                visits,
-                op_seq - 1,
-                undo_visit=current,
+                track.current,
+                counters,
+                track.op_seq - 1,
+                undo_visit=track.current,
             )
         except Interrupted as stop:
             ctx.current_op = ctx.current_node = None
-            report = self._failure(ctx, stop, phase="run")
-            ctx.emit("run_interrupted", {"reason": stop.message, "next_op": current}, op=False)
-            return self._finish(ctx, "interrupted", None, report, current, steps, visits, op_seq)
+            report = run_failure(ctx, stop, phase="run")
+            ctx.emit(
+                "run_interrupted", {"reason": stop.message, "next_op": track.current}, op=False
+            )
+            return self._finish(
+                ctx, "interrupted", None, report, track.current, counters, track.op_seq
+            )
         except LatticeRunError as exc:
-            report = self._failure(ctx, exc, phase="run")
+            report = run_failure(ctx, exc, phase="run")
             ctx.emit("run_failed", {"error_type": exc.error_type, "message": exc.message})
             return self._finish(
-                ctx, "failed", None, report, current, steps - 1, visits, op_seq, undo_visit=current
+                ctx,
+                "failed",
+                None,
+                report,
+                track.current,
+                counters,
+                track.op_seq,
+                undo_visit=track.current,
             )
         except asyncio.CancelledError:
             # Cancelled (Ctrl-C, a task cancelled): the folder says so, and stays resumable.
             cancelled = Interrupted("the run was cancelled while an op was running")
-            ctx.emit("run_interrupted", {"reason": cancelled.message, "next_op": current}, op=False)
-            report = self._failure(ctx, cancelled, phase="run")
-            self._finish(ctx, "interrupted", None, report, current, steps - 1, visits, op_seq)
+            ctx.emit(
+                "run_interrupted", {"reason": cancelled.message, "next_op": track.current}, op=False
+            )
+            report = run_failure(ctx, cancelled, phase="run")
+            self._finish(ctx, "interrupted", None, report, track.current, counters, track.op_seq)
             raise
         finally:
             self._active.pop(ctx.run_id, None)
@@ -546,109 +511,6 @@ class Runner:
                 recorder.close()
                 ctx.detach()
 
-    def _commit_line(
-        self,
-        ctx: RunContext,
-        step: _Step,
-        op_seq: int,
-        outcome: Outcome,
-        nxt: str | None,
-        steps: int,
-        calls_before: int,
-        output: Any,
-    ) -> dict[str, Any]:
-        """The journal line that commits one op (``lattice.runs.journal``)."""
-        state = ctx.state
-        line: dict[str, Any] = {
-            "kind": "op",
-            "op_seq": op_seq,
-            "op_id": step.op.id,
-            "port": outcome.port,
-            "next": nxt,
-            "steps": steps,
-            "changes": state.changes,
-            "last_result": ctx.last_result,
-        }
-        state.changes = []
-        if ctx.usage.requests != calls_before:
-            line["usage"] = ctx.usage.to_json()
-        if step.kind == "ASK":
-            line["answers"] = ctx.answers
-        if nxt is None:
-            line["output"] = output
-        return line
-
-    def _failure(self, ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:
-        folder = ctx.recorder.run_dir
-        if folder is None:
-            action = "fix the cause and run again (this run kept no folder to resume)"
-        elif isinstance(exc, Interrupted):
-            action = f"lattice resume {folder} (completed ops do not run again)"
-        else:
-            action = (
-                f"fix the cause, then: lattice resume {folder} "
-                "(the failed op runs again; completed ops do not)"
-            )
-        return failure_report(
-            exc,
-            phase=phase,
-            run_id=ctx.run_id,
-            op_id=ctx.current_op,
-            node_id=ctx.current_node,
-            blocking=phase == "run",
-            recovery_action=action,
-        )
-
-    def _record_op(
-        self,
-        ctx: RunContext,
-        seq: int,
-        op_id: str,
-        started: float,
-        outcome: Outcome | None,
-        *,
-        error: LatticeRunError | None = None,
-    ) -> None:
-        duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        if outcome is not None:
-            ctx.emit("op_finished", {"duration_ms": duration_ms, "port": outcome.port})
-        else:
-            error_type = error.error_type if error else "error"
-            ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error_type})
-        if ctx.recorder.run_dir is None:
-            return
-        op = self.ir.ops[op_id]
-        record: dict[str, Any] = {
-            "seq": seq,
-            "op_id": op_id,
-            "node_id": op.source_node,
-            "kind": op.kind,
-            "duration_ms": duration_ms,
-            "inputs": self._read_inputs(ctx, self._reads[op_id]),
-        }
-        if outcome is not None:
-            record.update(
-                {"port": outcome.port, "output": outcome.output, **(outcome.record or {})}
-            )
-        if error is not None:
-            record["error"] = {
-                "error_type": error.error_type,
-                "message": error.message,
-                **{k: v for k, v in error.details.items() if k != "attempts"},
-            }
-            record["attempts"] = error.details.get("attempts", [])
-        ctx.recorder.write_op(seq, op_id, record)
-
-    @staticmethod
-    def _read_inputs(ctx: RunContext, reads: list[StatePath]) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for path in reads:
-            try:
-                values[path.text] = ctx.state.read(path)
-            except LatticeRunError:
-                values[path.text] = None
-        return values
-
     def _finish(
         self,
         ctx: RunContext,
@@ -656,12 +518,13 @@ class Runner:
         output: Any,
         failure: FailureReport | None,
         next_op: str | None,
-        steps: int,
-        visits: dict[str, int],
+        counters: Counters,
         op_seq: int,
         *,
         undo_visit: str | None = None,
     ) -> RunResult:
+        visits = counters.visits
+        steps = counters.steps - (1 if undo_visit is not None else 0)
         if undo_visit is not None and visits.get(undo_visit):
             visits[undo_visit] -= 1  # the op will run again on resume
         if status == "completed":
@@ -715,41 +578,10 @@ _CHECKPOINT_BASE = ("run_id", "started_at", "initial_answers", "meta", "limits")
 """What a run's checkpoint keeps from its start through every resume."""
 
 
-def _limit_error(limits: RunLimits, op_id: str, steps: int, visits: int) -> LatticeRunError:
-    over_steps = steps > limits.max_steps
-    which = "steps" if over_steps else f"visits of {op_id!r}"
-    flag = "--max-steps" if over_steps else "--max-visits"
-    return LatticeRunError(
-        f"the run exceeded its limit of {which} "
-        f"({limits.max_steps if over_steps else limits.max_visits}); a loop may not "
-        f"terminate (if it is meant to run longer, raise {flag}, [runtime] "
-        f"{flag[2:].replace('-', '_')} or RunLimits)",
-        error_type="step_limit",
-        details={"steps": steps, "visits": visits},
-    )
-
-
-def _stopped_line(ctx: RunContext, op_seq: int, op_id: str | None) -> dict[str, Any]:
-    """The journal line of an op that failed or halted: no state changes, but what its
-    model calls cost."""
-    ctx.state.changes = []
-    return {"kind": "op_failed", "op_seq": op_seq, "op_id": op_id, "usage": ctx.usage.to_json()}
-
-
 def _abandon(ctx: RunContext) -> None:
     """Close a run that failed before its walk began (nothing was opened yet but the recorder)."""
     ctx.recorder.close()
     ctx.detach()
-
-
-def _as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
-    """``exc`` itself, or for a bug or an unwrapped library error, an ``internal_error``."""
-    if isinstance(exc, LatticeRunError):
-        return exc
-    return LatticeRunError(
-        f"internal error in op {op_id!r}: {type(exc).__name__}: {exc}",
-        error_type="internal_error",
-    )
 
 
 async def _closing_loop_clients(
@@ -762,13 +594,6 @@ async def _closing_loop_clients(
         close = getattr(provider, "aclose_loop_clients", None)
         if callable(close):
             await close()
-
-
-def _edge_table(edges: list[Any]) -> dict[str, str]:
-    table: dict[str, str] = {}
-    for edge in edges:
-        table.setdefault(edge.port, edge.to)  # fan-out: the first edge of a port wins
-    return table
 
 
 def _input_message(err: jsonschema.ValidationError) -> str:

@@ -50,6 +50,8 @@ class RuntimeSettings:
     """MCP servers from ``[mcp.servers]`` of the user's config, by server id."""
     gc_pacing: bool = True
     """Make full garbage collections rarer while runs are active (``lattice.runtime.gc_pacing``)."""
+    max_parallel: int = 16
+    """Ops that the branches of a run (forks, for-each items) run at once, at most."""
     state_limits: StateLimits | None = field(default_factory=StateLimits)
     """Bounds on one value and on a run's whole state (None: no bounds)."""
 
@@ -93,6 +95,7 @@ def settings_from_config(
         max_attempts=runtime.max_attempts,
         gc_pacing=runtime.gc_pacing,
         retry=RetrySettings(max_retries=runtime.max_retries),
+        max_parallel=runtime.max_parallel,
         state_limits=StateLimits(
             max_state_bytes=runtime.max_state_bytes, max_value_bytes=runtime.max_value_bytes
         ),

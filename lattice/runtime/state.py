@@ -103,9 +103,33 @@ class StateStore:
         self.changes: list[list[Any]] | None = None
         """When a list, every change of ``$vars`` is appended to it: ``["set", path, value]``,
         ``["add", path, item]`` (an append) or ``["del", path]``."""
+        self._inherited: set[str] = set()
+        """``$vars`` entries still shared with the store this one was forked from."""
         self._limits: StateLimits | None = None
         self._sizes: dict[str, int] = {}
         self._total_size = 0
+
+    def fork(self) -> StateStore:
+        """A store for one branch: it sees this store's state as it is now, and its own
+        writes, which this store does not see (``changes`` lists them, to merge later).
+        ``$vars`` entries are copied when the branch first changes inside one."""
+        branch = StateStore(secrets=self._secrets)
+        branch.inputs = self.inputs
+        branch.ctx = self.ctx
+        branch.vars = dict(self.vars)
+        branch._inherited = set(self.vars)
+        branch._listeners = self._listeners
+        branch.changes = []
+        branch.limit(self._limits)
+        return branch
+
+    def _own(self, key: Any, *, whole: bool) -> None:
+        """Copy the inherited entry ``key`` before a write inside it (not needed when the
+        write replaces it whole)."""
+        if key in self._inherited:
+            self._inherited.discard(key)
+            if not whole and key in self.vars:
+                self.vars[key] = copy.deepcopy(self.vars[key])
 
     def limit(self, limits: StateLimits | None) -> None:
         """Hold every later write to ``limits`` (None: no bounds)."""
@@ -183,6 +207,8 @@ class StateStore:
             raise LatticeRunError(f"{path.text} is read-only to ops", error_type="state_error")
         if not path.keys:
             raise LatticeRunError("cannot replace a whole state root", error_type="state_error")
+        if self._inherited and path.root == "$vars":
+            self._own(keys[0], whole=len(keys) == 1)
         target: Any = self._root(path.root)
         for depth, key in enumerate(keys[:-1]):
             target = _child_for(target, key, keys[depth + 1], path, depth)
@@ -273,6 +299,8 @@ class StateStore:
         if isinstance(path, str):
             path = parse_path(path)
         parent = StatePath(path.root, path.keys[:-1])
+        if self._inherited and path.root == "$vars" and path.keys:
+            self._own(path.keys[0], whole=len(path.keys) == 1)
         try:
             container = self.read(parent) if path.keys[:-1] else self._root(path.root)
         except MissingValueError:

@@ -1,0 +1,525 @@
+"""The walk: ops one after another along ``next`` edges, and branches that run at once.
+
+A *track* is one line of execution: the run's main walk, or one branch of a FORK (or one
+item of a FOR_EACH). ``Walker.run_track`` executes a track's ops until it ends (END, an
+op with no way on) or arrives at the JOIN its branch stops at. Each op is recorded
+(``ops/``), committed to the journal with the state changes it made, and only then is
+the next op started.
+
+A FORK starts one track per branch over a fork of the state (``StateStore.fork``), waits
+for all of them, and merges their changes in branch order: the result does not depend
+on which branch finished first. Two branches that changed the same variable are a
+``state_conflict``. A FOR_EACH runs its body once per item in the same way, at most
+``max_concurrency`` at a time, and keeps only each item's output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from lattice.contracts.calls import discard_event
+from lattice.contracts.report import FailureReport, failure_report
+from lattice.errors import LatticeRunError
+from lattice.ir.models import FAILED_PORT, ExecIR, ForEachOp, ForkOp, Op
+from lattice.ir.templates import StatePath, ValueTemplate
+from lattice.llm.base import LLMProvider
+from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
+from lattice.runtime.executors import Executor
+from lattice.runtime.journaled import JournaledProvider
+
+ENDED = "ended"
+"""The port a FORK leaves through when no branch reached its JOIN: the run ends there."""
+
+
+class Step:
+    """What the walk needs of one op, gathered once per Runner."""
+
+    __slots__ = ("control", "edges", "executor", "is_end", "kind", "node", "op")
+
+    def __init__(self, op: Op, executor: Executor | None, edges: dict[str, str]) -> None:
+        self.op = op
+        self.executor = executor
+        self.edges = edges
+        self.node = op.source_node
+        self.kind = op.kind
+        self.is_end = op.kind == "END"
+        self.control = isinstance(op, ForkOp | ForEachOp)
+        """The walk runs it itself: it starts tracks of its own."""
+
+
+@dataclass
+class Counters:
+    """Limits count across every track of a run."""
+
+    steps: int = 0
+    visits: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Track:
+    """One line of execution: the main walk, a branch of a fork or an item of a for-each."""
+
+    ctx: RunContext
+    current: str | None
+    op_seq: int = 0
+    stop_at: str | None = None
+    """The JOIN op the branch ends at."""
+    changes: list[list[Any]] = field(default_factory=list)
+    """A branch's state changes so far, in order (merged into the parent at the join)."""
+    writers: dict[str, str] = field(default_factory=dict)
+    """A branch's written ``$vars`` entries → the op that first wrote each."""
+    resumed_output: Any = None
+    """The output of a branch that had already ended when the run was resumed."""
+
+    @property
+    def label(self) -> str:
+        """The op records' prefix: ``0005.2.0003`` is op 3 of branch 2 of the fork at op 5."""
+        prefix = f"{self.ctx.branch}." if self.ctx.branch else ""
+        return f"{prefix}{self.op_seq:04d}"
+
+
+@dataclass
+class TrackEnd:
+    """How a track ended."""
+
+    how: Literal["end", "arrived"]
+    output: Any = None
+
+
+@dataclass
+class BranchResume:
+    """A branch's progress read back from the journal (``lattice.runtime.resume``)."""
+
+    lines: list[dict[str, Any]]
+    """Its committed op lines, in order."""
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    """Model answers its op in flight had received."""
+
+
+class Walker:
+    """Runs tracks over one Runner's compiled ops."""
+
+    def __init__(
+        self,
+        ir: ExecIR,
+        steps: dict[str, Step],
+        reads: dict[str, list[StatePath]],
+        *,
+        max_steps: int,
+        max_visits: int,
+        max_parallel: int,
+    ) -> None:
+        self.ir = ir
+        self.steps = steps
+        self.reads = reads
+        self.max_steps = max_steps
+        self.max_visits = max_visits
+        self.max_parallel = max_parallel
+
+    # -- one track -------------------------------------------------------------------
+
+    async def run_track(self, track: Track) -> TrackEnd:
+        ctx = track.ctx
+        root = ctx.root
+        counters: Counters = root.counters
+        state = ctx.state
+        recorder = ctx.recorder
+        journaled = recorder.run_dir is not None
+        in_branch = ctx.branch is not None
+        plan = self.steps
+        current = track.current
+        output: Any = None
+        while current is not None:
+            if current == track.stop_at:
+                return TrackEnd("arrived")
+            step = plan[current]
+            counters.steps += 1
+            count = counters.visits.get(current, 0) + 1
+            counters.visits[current] = count
+            ctx.current_op, ctx.current_node = current, step.node
+            if counters.steps > self.max_steps or count > self.max_visits:
+                raise _limit_error(self.max_steps, self.max_visits, current, counters.steps, count)
+            track.current = current
+            track.op_seq += 1
+            started = time.perf_counter()
+            calls_before = ctx.usage.requests
+            ctx.emit("op_started", {"kind": step.kind})
+            try:
+                if step.control:
+                    outcome = await self._control(track, step.op)
+                elif in_branch:
+                    async with root.limiter:
+                        outcome = await step.executor.run(ctx)  # type: ignore[union-attr]
+                else:
+                    outcome = await step.executor.run(ctx)  # type: ignore[union-attr]
+            except HaltRun as halt:
+                halt.op_id = halt.op_id or current
+                halt.node_id = halt.node_id or step.node
+                raise
+            except Exception as raised:
+                exc = _as_run_error(raised, current)
+                exc.op_id = exc.op_id or current
+                exc.node_id = exc.node_id or step.node
+                if FAILED_PORT not in step.edges or isinstance(exc, Interrupted):
+                    self.record_op(ctx, track.label, current, started, None, error=exc)
+                    if journaled:
+                        recorder.journal(stopped_line(ctx, track.op_seq, current))
+                    raise exc from (None if exc is raised else raised)
+                report = run_failure(ctx, exc, phase="op").to_json()
+                state.write(f"$vars.{step.node}.error", report)
+                outcome = Outcome(port=FAILED_PORT, record={"error": report})
+            finally:
+                state.clear_tmp()
+            self.record_op(ctx, track.label, current, started, outcome)
+            if step.is_end or outcome.port == ENDED:
+                nxt = None
+                output = outcome.output
+            else:
+                nxt = step.edges.get(outcome.port)
+                if nxt is None and step.op.next and outcome.port != "default":
+                    raise LatticeRunError(
+                        f"op {current!r} left through port {outcome.port!r}, which leads nowhere",
+                        error_type="dead_end",
+                        op_id=current,
+                        node_id=step.node,
+                    )
+                if nxt is None:  # a dead end (lowering warned): the track ends here
+                    output = state.read(ctx.last_result) if ctx.last_result else None
+            changes = state.changes
+            if in_branch and changes:
+                track.changes.extend(changes)
+                for change in changes:
+                    track.writers.setdefault(_entry(change[1]), current)
+            if journaled:
+                recorder.journal(
+                    _commit_line(
+                        ctx, step, track.op_seq, outcome, nxt, counters, calls_before, output
+                    )
+                )
+                await recorder.commit()
+            elif changes:
+                state.changes = []
+            if nxt is None:
+                return TrackEnd("end", output)
+            current = nxt
+            if root.stop_requested:
+                raise Interrupted("the run was stopped at an op boundary, as asked")
+            if ctx.cancelled:
+                raise Interrupted("a sibling branch failed, so this branch stopped")
+        return TrackEnd("end", output)
+
+    # -- forks and for-each ------------------------------------------------------------
+
+    async def _control(self, track: Track, op: Op) -> Outcome:
+        if isinstance(op, ForkOp):
+            return await self._fork(track, op)
+        assert isinstance(op, ForEachOp)
+        return await self._for_each(track, op)
+
+    async def _fork(self, track: Track, op: ForkOp) -> Outcome:
+        ctx = track.ctx
+        key = track.label
+        branches = [
+            self._branch(ctx, f"{key}.{i}", entry, stop_at=op.join)
+            for i, entry in enumerate(op.branches, 1)
+        ]
+        ctx.emit("fork_started", {"branches": [b.ctx.branch for b in branches]})
+        ends = await self._run_all(branches, fail_fast=op.fail_fast, concurrency=None)
+        owners: dict[str, tuple[str, str]] = {}
+        for branch in branches:
+            for entry, writer in branch.writers.items():
+                if entry in owners and owners[entry][0] != branch.ctx.branch:
+                    other_branch, other_op = owners[entry]
+                    raise LatticeRunError(
+                        f"branches {other_branch} and {branch.ctx.branch} both changed "
+                        f"$vars.{entry} (ops {other_op!r} and {writer!r}); give each branch "
+                        "its own variables",
+                        error_type="state_conflict",
+                        details={"variable": entry, "ops": [other_op, writer]},
+                    )
+                owners.setdefault(entry, (str(branch.ctx.branch), writer))
+        for branch in branches:
+            for change in branch.changes:
+                ctx.state.apply(change)
+        arrived = [
+            b.ctx.branch for b, end in zip(branches, ends, strict=True) if end.how == "arrived"
+        ]
+        ctx.emit("fork_joined", {"arrived": arrived, "ended": len(branches) - len(arrived)})
+        if arrived and op.join is not None:
+            return Outcome(output={"arrived": arrived})
+        ended = next((end.output for end in ends if end.how == "end"), None)
+        return Outcome(port=ENDED, output=ended)
+
+    async def _for_each(self, track: Track, op: ForEachOp) -> Outcome:
+        ctx = track.ctx
+        items = ValueTemplate(op.items).render(ctx.state.resolve)
+        if not isinstance(items, list):
+            raise LatticeRunError(
+                f"forEach {op.source_node!r}: {op.items} is not a list ({type(items).__name__})",
+                error_type="state_error",
+            )
+        key = track.label
+        node = op.source_node
+        bodies = []
+        for index, item in enumerate(items):
+            branch = self._branch(ctx, f"{key}.{index + 1}", op.body, stop_at=None)
+            branch.ctx.state.write(f"$vars.{node}.item", item)
+            branch.ctx.state.write(f"$vars.{node}.index", index)
+            branch.ctx.state.changes = []
+            bodies.append(branch)
+        ctx.emit("for_each_started", {"items": len(items), "max_concurrency": op.max_concurrency})
+        collect = op.on_item_error == "collect"
+        ends = await self._run_all(
+            bodies, fail_fast=not collect, concurrency=op.max_concurrency, collect=collect
+        )
+        results = [end.output if isinstance(end, TrackEnd) else end for end in ends]
+        ctx.write_result(op.writes, results)
+        return Outcome(output={"items": len(results)})
+
+    def _branch(self, ctx: RunContext, branch_id: str, entry: str, *, stop_at: str | None) -> Track:
+        """A track for one branch, over a fork of ``ctx``'s state, picking up where the
+        journal says it was when the run is a resumed one."""
+        root = ctx.root
+        resume: BranchResume | None = root.resume_branches.pop(branch_id, None)
+        state = ctx.state.fork()
+        provider: LLMProvider = root.base_provider
+        if ctx.recorder.run_dir is not None:
+            provider = JournaledProvider(
+                provider, ctx.recorder, resume.answers if resume else (), branch=branch_id
+            )
+        child = ctx.branch_context(state, branch_id, replace(root.llm, provider=provider))
+        track = Track(child, entry, stop_at=stop_at)
+        if resume is not None and resume.lines:
+            for line in resume.lines:
+                for change in line.get("changes") or ():
+                    state.apply(change)
+                    track.writers.setdefault(_entry(change[1]), str(line.get("op_id")))
+            last = resume.lines[-1]
+            track.op_seq = int(last.get("op_seq", len(resume.lines)))
+            track.current = last.get("next")
+            child.last_result = last.get("last_result")
+            track.resumed_output = last.get("output")
+        track.changes = list(state.changes or [])
+        state.changes = []
+        return track
+
+    async def _run_all(
+        self,
+        tracks: list[Track],
+        *,
+        fail_fast: bool,
+        concurrency: int | None,
+        collect: bool = False,
+    ) -> list[Any]:
+        """Run every track; their ends in track order. A failure fails the whole unless
+        ``collect`` (then its slot holds the FailureReport). With ``fail_fast`` the first
+        failure stops the others at their next op boundary."""
+        limit = asyncio.Semaphore(concurrency) if concurrency else None
+
+        async def one(track: Track) -> TrackEnd:
+            if track.current is None:  # resumed: it had already ended
+                return TrackEnd("end", track.resumed_output)
+            if limit is None:
+                return await self.run_track(track)
+            async with limit:
+                if track.ctx.cancelled:
+                    raise Interrupted("a sibling branch failed, so this branch stopped")
+                return await self.run_track(track)
+
+        tasks = [asyncio.ensure_future(one(track)) for track in tracks]
+        try:
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                failed = any(t.exception() is not None for t in done)
+                if failed and fail_fast:
+                    for track in tracks:
+                        track.ctx.cancelled = True
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for track in tracks:
+                track.ctx.llm.emit = discard_event  # no cycle between branch and its CallEnv
+        ends: list[Any] = []
+        first: BaseException | None = None
+        for track, task in zip(tracks, tasks, strict=True):
+            error = task.exception()
+            if error is None:
+                ends.append(task.result())
+            elif collect and isinstance(error, LatticeRunError) and not isinstance(error, HaltRun):
+                ends.append({"error": run_failure(track.ctx, error, phase="op").to_json()})
+            else:
+                ends.append(None)
+                if first is None or (
+                    isinstance(first, Interrupted) and not isinstance(error, Interrupted)
+                ):
+                    first = error
+        if first is not None:
+            raise first
+        return ends
+
+    # -- records -----------------------------------------------------------------------
+
+    def record_op(
+        self,
+        ctx: RunContext,
+        label: str,
+        op_id: str,
+        started: float,
+        outcome: Outcome | None,
+        *,
+        error: LatticeRunError | None = None,
+    ) -> None:
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        if outcome is not None:
+            ctx.emit("op_finished", {"duration_ms": duration_ms, "port": outcome.port})
+        else:
+            error_type = error.error_type if error else "error"
+            ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error_type})
+        if ctx.recorder.run_dir is None:
+            return
+        op = self.ir.ops[op_id]
+        record: dict[str, Any] = {
+            "seq": label if ctx.branch else int(label),
+            "op_id": op_id,
+            "node_id": op.source_node,
+            "kind": op.kind,
+            "duration_ms": duration_ms,
+            "inputs": _read_inputs(ctx, self.reads[op_id]),
+        }
+        if ctx.branch is not None:
+            record["branch"] = ctx.branch
+        if outcome is not None:
+            record.update(
+                {"port": outcome.port, "output": outcome.output, **(outcome.record or {})}
+            )
+        if error is not None:
+            record["error"] = {
+                "error_type": error.error_type,
+                "message": error.message,
+                **{k: v for k, v in error.details.items() if k != "attempts"},
+            }
+            record["attempts"] = error.details.get("attempts", [])
+        ctx.recorder.write_op(label, op_id, record)
+
+
+def run_failure(ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:
+    """The FailureReport of ``exc``: ``phase`` ``op`` for an op whose ``failed`` route is
+    taken, ``run`` when the run stops; its recovery action names the run's folder."""
+    folder = ctx.recorder.run_dir
+    if folder is None:
+        action = "fix the cause and run again (this run kept no folder to resume)"
+    elif isinstance(exc, Interrupted):
+        action = f"lattice resume {folder} (completed ops do not run again)"
+    else:
+        action = (
+            f"fix the cause, then: lattice resume {folder} "
+            "(the failed op runs again; completed ops do not)"
+        )
+    return failure_report(
+        exc,
+        phase=phase,
+        run_id=ctx.run_id,
+        op_id=ctx.current_op,
+        node_id=ctx.current_node,
+        blocking=phase == "run",
+        recovery_action=action,
+    )
+
+
+def _entry(path: str) -> str:
+    """The ``$vars`` entry a state path is under (``$vars.a.b`` → ``a``)."""
+    return path.split(".", 2)[1] if path.count(".") else path
+
+
+def _read_inputs(ctx: RunContext, reads: list[StatePath]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for path in reads:
+        try:
+            values[path.text] = ctx.state.read(path)
+        except LatticeRunError:
+            values[path.text] = None
+    return values
+
+
+def _commit_line(
+    ctx: RunContext,
+    step: Step,
+    op_seq: int,
+    outcome: Outcome,
+    nxt: str | None,
+    counters: Counters,
+    calls_before: int,
+    output: Any,
+) -> dict[str, Any]:
+    """The journal line that commits one op (``lattice.runs.journal``)."""
+    state = ctx.state
+    line: dict[str, Any] = {
+        "kind": "op",
+        "op_seq": op_seq,
+        "op_id": step.op.id,
+        "port": outcome.port,
+        "next": nxt,
+        "steps": counters.steps,
+        "changes": state.changes,
+        "last_result": ctx.last_result,
+    }
+    if ctx.branch is not None:
+        line["branch"] = ctx.branch
+    state.changes = []
+    if ctx.usage.requests != calls_before:
+        line["usage"] = ctx.usage.to_json()
+    if step.kind == "ASK":
+        line["answers"] = ctx.answers
+    if nxt is None:
+        line["output"] = output
+    return line
+
+
+def stopped_line(ctx: RunContext, op_seq: int, op_id: str | None) -> dict[str, Any]:
+    """The journal line of an op that failed or halted: no state changes, but what its
+    model calls cost."""
+    ctx.state.changes = []
+    line = {"kind": "op_failed", "op_seq": op_seq, "op_id": op_id, "usage": ctx.usage.to_json()}
+    if ctx.branch is not None:
+        line["branch"] = ctx.branch
+    return line
+
+
+def _limit_error(
+    max_steps: int, max_visits: int, op_id: str, steps: int, visits: int
+) -> LatticeRunError:
+    over_steps = steps > max_steps
+    which = "steps" if over_steps else f"visits of {op_id!r}"
+    flag = "--max-steps" if over_steps else "--max-visits"
+    return LatticeRunError(
+        f"the run exceeded its limit of {which} "
+        f"({max_steps if over_steps else max_visits}); a loop may not "
+        f"terminate (if it is meant to run longer, raise {flag}, [runtime] "
+        f"{flag[2:].replace('-', '_')} or RunLimits)",
+        error_type="step_limit",
+        details={"steps": steps, "visits": visits},
+    )
+
+
+def _as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
+    """``exc`` itself, or for a bug or an unwrapped library error, an ``internal_error``."""
+    if isinstance(exc, LatticeRunError):
+        return exc
+    return LatticeRunError(
+        f"internal error in op {op_id!r}: {type(exc).__name__}: {exc}",
+        error_type="internal_error",
+    )
+
+
+def edge_table(edges: list[Any]) -> dict[str, str]:
+    """Port → next op (lowering puts a FORK where several edges leave one port)."""
+    table: dict[str, str] = {}
+    for edge in edges:
+        table.setdefault(edge.port, edge.to)
+    return table
