@@ -2,7 +2,7 @@
 
 Order: load → inline sub-flows → lower each node through the registry → wire
 edges (checking ports) → reachability warnings → reference checks → inputs
-schema → assemble. Errors anywhere mean no IR; warnings travel with the IR.
+schema → forks and joins where connections fan out → assemble. Errors anywhere mean no IR; warnings travel with the IR.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from lattice.lower.flow_nodes import (
 )
 from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
 from lattice.lower.mcp_servers import unknown_mcp_servers
+from lattice.lower.parallel import insert_forks
 from lattice.lower.registry import LowererRegistry, LoweringContext, NodeLowering
 from lattice.lower.subflows import inline_subflows
 
@@ -116,6 +117,7 @@ class _Compiler:
                         "id",
                     )
                 ops[op.id] = op
+        ops = insert_forks(ops, self.ctx)
         if any(d.is_error for d in self.ctx.diagnostics):
             return LoweringResult(None, self.ctx.diagnostics)
         ir = ExecIR(

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Callable
 
-from lattice.ir.models import DEFAULT_PORT, ExecIR, Op
+from lattice.ir.models import DEFAULT_PORT, ExecIR, ForEachOp, ForkOp, Op
 from lattice.ir.serialize import ir_to_json
 
 _SHAPES = {  # kind -> (mermaid open, close)
@@ -16,7 +16,19 @@ _SHAPES = {  # kind -> (mermaid open, close)
     "ASK": ("[/", "/]"),
     "LLM_WRITE": ("[[", "]]"),
     "TOOL_CALL": ("[(", ")]"),
+    "FORK": ("[/", "\\]"),
+    "JOIN": ("[\\", "/]"),
+    "FOR_EACH": ("[[", "]]"),
 }
+
+
+def _branches(op: Op) -> list[str]:
+    """Where a FORK's branches (or a FOR_EACH's body) start."""
+    if isinstance(op, ForkOp):
+        return list(op.branches)
+    if isinstance(op, ForEachOp):
+        return [op.body]
+    return []
 
 
 def _label(op: Op) -> str:
@@ -36,10 +48,14 @@ def to_mermaid(ir: ExecIR) -> str:
         open_, close = _SHAPES.get(op.kind, ("[", "]"))
         lines.append(f'    {ids[op_id]}{open_}"{_mermaid_text(_label(op))}"{close}')
     for op_id, op in ir.ops.items():
+        for number, target in enumerate(_branches(op), 1):
+            lines.append(f'    {ids[op_id]} ==>|"branch {number}"| {ids[target]}')
         for edge in op.next:
             if edge.to not in ids:
                 continue
-            if edge.port == DEFAULT_PORT:
+            if isinstance(op, ForkOp):  # the walk goes on at the join once every branch ended
+                lines.append(f"    {ids[op_id]} -.->|\"joins\"| {ids[edge.to]}")
+            elif edge.port == DEFAULT_PORT:
                 lines.append(f"    {ids[op_id]} --> {ids[edge.to]}")
             else:
                 lines.append(f'    {ids[op_id]} -->|"{_mermaid_text(edge.port)}"| {ids[edge.to]}')
@@ -57,6 +73,9 @@ _DOT_SHAPES = {
     "ASK": "parallelogram",
     "LLM_WRITE": "box3d",
     "TOOL_CALL": "cylinder",
+    "FORK": "trapezium",
+    "JOIN": "invtrapezium",
+    "FOR_EACH": "box3d",
 }
 
 
@@ -68,7 +87,15 @@ def to_dot(ir: ExecIR) -> str:
         shape = _DOT_SHAPES.get(op.kind, "box")
         lines.append(f"  {_dot_text(op_id)} [label={_dot_text(_label(op))}, shape={shape}];")
     for op_id, op in ir.ops.items():
+        for number, target in enumerate(_branches(op), 1):
+            label = _dot_text(f"branch {number}")
+            lines.append(f"  {_dot_text(op_id)} -> {_dot_text(target)} [label={label}, penwidth=2];")
         for edge in op.next:
+            if isinstance(op, ForkOp):
+                lines.append(
+                    f'  {_dot_text(op_id)} -> {_dot_text(edge.to)} [label="joins", style=dashed];'
+                )
+                continue
             attrs = "" if edge.port == DEFAULT_PORT else f" [label={_dot_text(edge.port)}]"
             lines.append(f"  {_dot_text(op_id)} -> {_dot_text(edge.to)}{attrs};")
     lines.append("}")

@@ -1,0 +1,221 @@
+"""Fan-out: where several connections leave one port, the branches run in parallel.
+
+A pure pass over the wired ops. For every port of an op with more than one edge it
+puts a FORK op between the op and the branches, then a JOIN op where the branches
+meet: the fork's immediate post-dominator (every way from the fork to the end of the
+run goes through it; computed with networkx on the reversed graph, rooted at a
+virtual exit after every END op and every op with no way on). When a branch may also
+stop the run at an END op of its own (a switch that ends early), the fork has no
+post-dominator short of the exit; the join is then the op nearest the fork that two
+or more branches reach: the branches that go on meet there, and a branch that ends
+is finished for the join. Edges that reach that point from
+inside the fork's region go to the JOIN instead; the JOIN leads on to it. A fork whose
+branches never meet has no JOIN: the run ends when they have all ended.
+
+Forks are joined innermost first, so a fork nested in another's branch, meeting at the
+same point, hands over to the outer JOIN.
+
+Two branches of one fork must not write the same thing: a node that two branches can
+both reach before the join, or a variable that two branches can both set, is an error
+with both locations.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+import networkx as nx
+
+from lattice.ir.models import DEFAULT_PORT, Edge, ForkOp, JoinOp, Op, StateOp
+from lattice.lower.registry import LoweringContext
+
+_EXIT = "\x00exit"
+
+
+def insert_forks(ops: dict[str, Op], ctx: LoweringContext) -> dict[str, Op]:
+    """``ops`` with a FORK (and, where the branches meet, a JOIN) at every fan-out."""
+    forks: list[ForkOp] = []
+    result: dict[str, Op] = {}
+    for op_id, op in ops.items():
+        result[op_id] = op
+        targets_by_port: dict[str, list[str]] = {}
+        for edge in op.next:
+            targets = targets_by_port.setdefault(edge.port, [])
+            if edge.to not in targets:
+                targets.append(edge.to)
+        fanned = {port: targets for port, targets in targets_by_port.items() if len(targets) > 1}
+        if not fanned:
+            continue
+        node = ctx.nodes.get(op.source_node)
+        fail_fast = not (node is not None and node.data.get("failFast") is False)
+        edges: list[Edge] = []
+        for edge in op.next:
+            if edge.port not in fanned:
+                edges.append(edge)
+                continue
+            fork_id = f"{op_id}#fork" if edge.port == DEFAULT_PORT else f"{op_id}#fork.{edge.port}"
+            if any(e.to == fork_id for e in edges):
+                continue
+            edges.append(Edge(port=edge.port, to=fork_id))
+            fork = ForkOp(
+                id=fork_id,
+                source_node=op.source_node,
+                name=f"after {op.name or op.source_node}",
+                branches=fanned[edge.port],
+                fail_fast=fail_fast,
+            )
+            forks.append(fork)
+        result[op_id] = op.model_copy(update={"next": edges})
+        for fork in forks:
+            if fork.source_node == op.source_node and fork.id.startswith(op_id + "#fork"):
+                result[fork.id] = fork
+    if not forks:
+        return ops
+    _join(result, forks)
+    _check_branches(result, forks, ctx)
+    return result
+
+
+def _graph(ops: dict[str, Op]) -> nx.DiGraph:
+    """The op graph with a virtual exit after every END op and every op with no way on."""
+    graph = nx.DiGraph()
+    graph.add_node(_EXIT)
+    for op_id, op in ops.items():
+        graph.add_node(op_id)
+        targets = [t for t in _targets(op) if t in ops]
+        for target in targets:
+            graph.add_edge(op_id, target)
+        if op.kind == "END" or not targets:
+            graph.add_edge(op_id, _EXIT)
+    return graph
+
+
+def _meeting_points(ops: dict[str, Op], forks: list[ForkOp]) -> dict[str, str | None]:
+    """Where each fork's branches meet: its immediate post-dominator; when a branch may
+    end the run on its own (no post-dominator short of the exit), the op nearest the
+    fork that two or more branches reach, which the branches that go on meet at."""
+    post = nx.immediate_dominators(_graph(ops).reverse(copy=False), _EXIT)
+    meets: dict[str, str | None] = {}
+    for fork in forks:
+        meet = post.get(fork.id)
+        meets[fork.id] = meet if meet not in (None, _EXIT) else _first_shared(ops, fork)
+    return meets
+
+
+def _first_shared(ops: dict[str, Op], fork: ForkOp) -> str | None:
+    """The op two or more branches reach that is nearest to the fork (the farthest
+    branch's distance decides; ties go to the op lowered first)."""
+    distances: list[dict[str, int]] = []
+    for branch in fork.branches:
+        seen = {branch: 0}
+        queue = deque([branch])
+        while queue:
+            op_id = queue.popleft()
+            for target in _targets(ops[op_id]) if op_id in ops else ():
+                if target not in seen and target != fork.id:
+                    seen[target] = seen[op_id] + 1
+                    queue.append(target)
+        distances.append(seen)
+    order = {op_id: index for index, op_id in enumerate(ops)}
+    shared = [
+        (max(d[op_id] for d in distances if op_id in d), order.get(op_id, 0), op_id)
+        for op_id in ops
+        if sum(op_id in d for d in distances) >= 2
+    ]
+    return min(shared)[2] if shared else None
+
+
+def _targets(op: Op) -> list[str]:
+    if isinstance(op, ForkOp):
+        return list(op.branches)
+    return [edge.to for edge in op.next]
+
+
+def _region(ops: dict[str, Op], starts: Iterable[str], stop: str | None) -> set[str]:
+    """The ops reachable from ``starts`` without passing ``stop``."""
+    seen: set[str] = set()
+    queue = deque(s for s in starts if s != stop)
+    while queue:
+        op_id = queue.popleft()
+        if op_id in seen or op_id not in ops:
+            continue
+        seen.add(op_id)
+        queue.extend(t for t in _targets(ops[op_id]) if t != stop and t not in seen)
+    return seen
+
+
+def _join(ops: dict[str, Op], forks: list[ForkOp]) -> None:
+    """Give each fork its JOIN (innermost first), redirecting the edges that meet there."""
+    meets = _meeting_points(ops, forks)
+    order = sorted(
+        forks,
+        key=lambda f: len(_region(ops, f.branches, meets[f.id])),
+    )
+    for fork in order:
+        meet = meets[fork.id]
+        if meet is None:
+            continue
+        join_id = f"{fork.id}#join"
+        for op_id in _region(ops, fork.branches, meet):
+            op = ops[op_id]
+            if isinstance(op, ForkOp) or not any(e.to == meet for e in op.next):
+                continue
+            ops[op_id] = op.model_copy(
+                update={
+                    "next": [
+                        Edge(port=e.port, to=join_id) if e.to == meet else e for e in op.next
+                    ]
+                }
+            )
+        ops[join_id] = JoinOp(
+            id=join_id,
+            source_node=ops[meet].source_node,
+            name=f"before {ops[meet].name or ops[meet].source_node}",
+            fork=fork.id,
+            next=[Edge(to=meet)],
+        )
+        ops[fork.id] = ops[fork.id].model_copy(
+            update={"join": join_id, "next": [Edge(to=join_id)]}
+        )
+
+
+def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContext) -> None:
+    for original in forks:
+        fork = ops[original.id]
+        assert isinstance(fork, ForkOp)
+        stop = fork.join
+        reached: dict[str, str] = {}  # op → the first branch that reaches it
+        variables: dict[str, tuple[str, str]] = {}  # variable → (branch, node)
+        for branch in fork.branches:
+            region = _region(ops, [branch], stop)
+            for op_id in sorted(region, key=list(ops).index):
+                op = ops[op_id]
+                other = reached.setdefault(op_id, branch)
+                if other != branch and not isinstance(op, JoinOp | ForkOp):
+                    ctx.error(
+                        ctx.nodes.get(op.source_node),
+                        "parallel-shared-node",
+                        f"node {op.source_node!r} is reached by two branches of the fork after "
+                        f"{fork.source_node!r} (from {_node(ops, other)!r} and "
+                        f"{_node(ops, branch)!r}) before they meet; it would run once per "
+                        "branch: connect the branches to it after they meet, or give each "
+                        "branch its own node",
+                    )
+                if isinstance(op, StateOp) and op.operation != "get":
+                    owner = variables.setdefault(op.variable, (branch, op.source_node))
+                    if owner[0] != branch:
+                        ctx.error(
+                            ctx.nodes.get(op.source_node),
+                            "parallel-variable-conflict",
+                            f"variable {op.variable!r} is written by node {owner[1]!r} and "
+                            f"by node {op.source_node!r}, on two branches of the fork after "
+                            f"{fork.source_node!r} that run at once; give each branch its "
+                            "own variable",
+                            "data",
+                            "name",
+                        )
+
+
+def _node(ops: dict[str, Op], op_id: str) -> str:
+    return ops[op_id].source_node if op_id in ops else op_id
