@@ -92,6 +92,7 @@ class Progress:
         self.started = time.perf_counter()
         self.ops = 0
         self.calls = 0
+        self.branches = 0
         self.run_id: str | None = None
         self.status: Any = None
         if live:
@@ -107,11 +108,19 @@ class Progress:
             self.ops += 1
         elif kind == "llm_response":
             self.calls += 1
+        elif kind == "fork_started":
+            self.branches += len(event["data"].get("branches", ()))
+        elif kind == "for_each_started":
+            self.branches += int(event["data"].get("items", 0))
+        elif kind in ("fork_joined", "for_each_finished"):
+            self.branches -= int(event["data"].get("branches", 0))
         if self.status is not None and kind == "op_started":
             elapsed = time.perf_counter() - self.started
+            branch = f" in branch {event['branch']}" if event.get("branch") else ""
+            running = f" · {self.branches} branches" if self.branches else ""
             self.status.update(
-                f"[bold]{event.get('node_id')}[/bold] ({event['data'].get('kind')}) · "
-                f"{self.ops} ops · {self.calls} model calls · {elapsed:.1f}s"
+                f"[bold]{event.get('node_id')}[/bold] ({event['data'].get('kind')}){branch} · "
+                f"{self.ops} ops · {self.calls} model calls{running} · {elapsed:.1f}s"
             )
 
     def stop(self) -> None:

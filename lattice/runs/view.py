@@ -57,9 +57,13 @@ def show_run(folder: Path) -> str:
         if error:
             kind = error.get("error_type") or error.get("category")
             failed = f"  ✗ {kind}: {(error.get('message') or error.get('summary') or '')[:100]}"
+        seq = str(record.get("seq", 0))
+        depth = seq.count(".") // 2  # 0005.2.0003: op 3 of branch 2 of the fork at op 5
+        where = f"{'  ' * depth}{'↳ ' if depth else ''}{seq.rsplit('.', 1)[-1] if depth else seq}"
+        in_branch = f"  [branch {record['branch']}]" if record.get("branch") else ""
         lines.append(
-            f"  {record.get('seq', 0):>4}  {record.get('kind', '?'):<10} {record.get('op_id', '?'):<40}"
-            f" {record.get('duration_ms', 0):>9.2f} ms{calls}{branch}{failed}"
+            f"  {where:>6}  {record.get('kind', '?'):<10} {record.get('op_id', '?'):<40}"
+            f" {record.get('duration_ms', 0):>9.2f} ms{calls}{branch}{failed}{in_branch}"
         )
     usage = result.get("usage") or {}
     lines.append(

@@ -248,7 +248,10 @@ class Walker:
         arrived = [
             b.ctx.branch for b, end in zip(branches, ends, strict=True) if end.how == "arrived"
         ]
-        ctx.emit("fork_joined", {"arrived": arrived, "ended": len(branches) - len(arrived)})
+        ctx.emit(
+            "fork_joined",
+            {"branches": len(branches), "arrived": arrived, "ended": len(branches) - len(arrived)},
+        )
         if arrived and op.join is not None:
             return Outcome(output={"arrived": arrived})
         ended = next((end.output for end in ends if end.how == "end"), None)
@@ -277,6 +280,8 @@ class Walker:
             bodies, fail_fast=not collect, concurrency=op.max_concurrency, collect=collect
         )
         results = [end.output if isinstance(end, TrackEnd) else end for end in ends]
+        failed = sum(1 for end in ends if not isinstance(end, TrackEnd))
+        ctx.emit("for_each_finished", {"branches": len(ends), "failed": failed})
         ctx.write_result(op.writes, results)
         return Outcome(output={"items": len(results)})
 

@@ -453,3 +453,13 @@ def test_max_parallel_bounds_the_ops_branches_run_at_once() -> None:
     ).run({"topic": "t"})
     assert result.status == "completed"
     assert provider.most == 3
+
+
+def test_runs_show_lists_branch_ops_under_their_fork(tmp_path: Path) -> None:
+    from lattice.runs.view import show_run
+
+    result = run(fan_out(2), MockProvider(default="ok"), RunStore(tmp_path))
+    assert result.run_dir is not None
+    shown = show_run(result.run_dir)
+    assert "FORK" in shown and "[branch 0002.1]" in shown and "[branch 0002.2]" in shown
+    assert "↳ 0001" in shown
