@@ -24,7 +24,6 @@ only a user's mistake (bad construction arguments, a payload that is not JSON) r
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ from lattice.runtime.events import utc_now
 from lattice.runtime.llm_op import compose_messages
 from lattice.runtime.results import RunStatus
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
+from lattice.runtime.sync import run_sync
 from lattice.service.providers import make_provider
 
 __all__ = ["MODEL_CLASSES", "POLICY_WORDS", "LLMPrimitive", "ModelClass", "Response"]
@@ -363,11 +363,10 @@ class LLMPrimitive(Generic[OutputT]):
         """Synchronous ``arun`` (in its own event loop, whose provider clients it closes).
 
         Inside a running event loop use ``await block.arun(...)`` instead."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self._closing(self.arun(payload, context=context)))
-        _mistake("LLMPrimitive.run() cannot run inside an event loop; use `await block.arun(...)`")
+        return run_sync(
+            lambda: self._closing(self.arun(payload, context=context)),
+            what="await block.arun(...)",
+        )
 
     async def arun(
         self, payload: Any, *, context: Mapping[str, Any] | None = None

@@ -52,6 +52,7 @@ from lattice.runtime.results import RunResult
 from lattice.runtime.resume import Position, journal_position, legacy_position, resumable_ir
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
+from lattice.runtime.sync import run_sync
 from lattice.runtime.walk import (
     Counters,
     Step,
@@ -154,8 +155,12 @@ class Runner:
     def run(
         self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
     ) -> RunResult:
-        """Synchronous ``arun`` (in its own event loop, whose provider clients it closes)."""
-        return asyncio.run(_closing_loop_clients(self.provider, self.arun(inputs, run_id=run_id)))
+        """Synchronous ``arun``, on this thread's reused event loop (``lattice.runtime.sync``);
+        the provider's clients bound to that loop are closed after the run."""
+        return run_sync(
+            lambda: _closing_loop_clients(self.provider, self.arun(inputs, run_id=run_id)),
+            what="await runner.arun(...)",
+        )
 
     async def arun(
         self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
@@ -243,8 +248,8 @@ class Runner:
         store: RunStore | None = None,
     ) -> RunResult:
         """Continue a run that did not complete, from its folder (synchronous ``aresume``)."""
-        return asyncio.run(
-            _closing_loop_clients(
+        return run_sync(
+            lambda: _closing_loop_clients(
                 provider,
                 cls.aresume(
                     run_dir,
@@ -257,7 +262,8 @@ class Runner:
                     accept_changed=accept_changed,
                     store=store,
                 ),
-            )
+            ),
+            what="await Runner.aresume(...)",
         )
 
     @classmethod
