@@ -19,7 +19,7 @@ import networkx as nx
 from lattice.document.loader import parse_workflow, pointer_join, read_json_file
 from lattice.document.models import Workflow
 from lattice.errors import Diagnostic, DocumentError, did_you_mean
-from lattice.ir.models import Edge, ExecIR, IRDiagnostic, Op, WorkflowInfo
+from lattice.ir.models import Edge, ExecIR, ForEachOp, IRDiagnostic, Op, WorkflowInfo
 from lattice.lower.branch_nodes import AskUserQuestionLowerer, IfElseLowerer, SwitchLowerer
 from lattice.lower.checks import Reachability, ReferenceChecker, reachability_warnings
 from lattice.lower.flow_nodes import (
@@ -32,6 +32,7 @@ from lattice.lower.flow_nodes import (
     SubAgentFlowLowerer,
     VariableStoreLowerer,
 )
+from lattice.lower.foreach import BODY_KEY, ForEachLowerer, expand_for_each
 from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
 from lattice.lower.mcp_servers import unknown_mcp_servers
 from lattice.lower.parallel import insert_forks
@@ -58,6 +59,7 @@ def default_registry() -> LowererRegistry:
         SkillLowerer(),
         CodexLowerer(),
         GroupLowerer(),
+        ForEachLowerer(),
     ):
         registry.register(lowerer)
     return registry
@@ -90,10 +92,11 @@ class _Compiler:
             n.id: pointer_join(workflow.pointer_base, "nodes", i)
             for i, n in enumerate(workflow.nodes)
         }
-        self.workflow, inline_diags = inline_subflows(workflow, pointers)
+        expanded, foreach_diags = expand_for_each(workflow, pointers)
+        self.workflow, inline_diags = inline_subflows(expanded, pointers)
         self.registry = registry
         self.ctx = LoweringContext(self.workflow, base_dir=base_dir, node_pointers=pointers)
-        self.ctx.diagnostics.extend(inline_diags)
+        self.ctx.diagnostics.extend(foreach_diags + inline_diags)
         self.lowerings: dict[str, NodeLowering] = {}
         self.ports: dict[str, list[str] | None] = {}
         self.graph: nx.DiGraph = nx.DiGraph()
@@ -102,6 +105,7 @@ class _Compiler:
         start, ends = self._check_shape()
         self._lower_nodes()
         self._wire()
+        self._wire_bodies()
         reachability_warnings(self.ctx, self.graph, start, ends, self.workflow.nodes)
         inputs_schema = self._check_references(start)
         if any(d.is_error for d in self.ctx.diagnostics) or start is None:
@@ -117,7 +121,7 @@ class _Compiler:
                         "id",
                     )
                 ops[op.id] = op
-        ops = insert_forks(ops, self.ctx)
+        ops = insert_forks(self._resolve_bodies(ops), self.ctx)
         if any(d.is_error for d in self.ctx.diagnostics):
             return LoweringResult(None, self.ctx.diagnostics)
         ir = ExecIR(
@@ -141,6 +145,14 @@ class _Compiler:
             ],
         )
         return LoweringResult(ir, self.ctx.diagnostics)
+
+    def _resolve_bodies(self, ops: dict[str, Op]) -> dict[str, Op]:
+        """A FOR_EACH names its flow's first node; point it at that node's entry op."""
+        for op_id, op in ops.items():
+            if isinstance(op, ForEachOp) and op.body in self.lowerings:
+                entry = self.lowerings[op.body].entry or op.body
+                ops[op_id] = op.model_copy(update={"body": entry})
+        return ops
 
     def _check_shape(self) -> tuple[str | None, list[str]]:
         ctx, seen = self.ctx, set()
@@ -234,6 +246,13 @@ class _Compiler:
                 continue
             for op_id, ir_port in self.lowerings[conn.source].exits.get(conn.port, []):
                 ops_by_id[op_id].next.append(Edge(port=ir_port, to=target_entry))
+
+    def _wire_bodies(self) -> None:
+        """A forEach node comes before its flow's nodes (reachability, references)."""
+        for node in self.workflow.nodes:
+            body = node.data.get(BODY_KEY) if node.type == "forEach" else None
+            if isinstance(body, str) and body in self.graph:
+                self.graph.add_edge(node.id, body)
 
     def _check_references(self, start: str | None) -> dict[str, Any]:
         variables: dict[str, list[str]] = {}

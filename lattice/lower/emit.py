@@ -22,12 +22,12 @@ _SHAPES = {  # kind -> (mermaid open, close)
 }
 
 
-def _branches(op: Op) -> list[str]:
-    """Where a FORK's branches (or a FOR_EACH's body) start."""
+def _branches(op: Op) -> list[tuple[str, str]]:
+    """(label, first op) of each branch of a FORK, or of a FOR_EACH's body."""
     if isinstance(op, ForkOp):
-        return list(op.branches)
+        return [(f"branch {n}", target) for n, target in enumerate(op.branches, 1)]
     if isinstance(op, ForEachOp):
-        return [op.body]
+        return [("each item", op.body)]
     return []
 
 
@@ -48,13 +48,13 @@ def to_mermaid(ir: ExecIR) -> str:
         open_, close = _SHAPES.get(op.kind, ("[", "]"))
         lines.append(f'    {ids[op_id]}{open_}"{_mermaid_text(_label(op))}"{close}')
     for op_id, op in ir.ops.items():
-        for number, target in enumerate(_branches(op), 1):
-            lines.append(f'    {ids[op_id]} ==>|"branch {number}"| {ids[target]}')
+        for label, target in _branches(op):
+            lines.append(f'    {ids[op_id]} ==>|"{label}"| {ids[target]}')
         for edge in op.next:
             if edge.to not in ids:
                 continue
             if isinstance(op, ForkOp):  # the walk goes on at the join once every branch ended
-                lines.append(f"    {ids[op_id]} -.->|\"joins\"| {ids[edge.to]}")
+                lines.append(f'    {ids[op_id]} -.->|"joins"| {ids[edge.to]}')
             elif edge.port == DEFAULT_PORT:
                 lines.append(f"    {ids[op_id]} --> {ids[edge.to]}")
             else:
@@ -87,9 +87,10 @@ def to_dot(ir: ExecIR) -> str:
         shape = _DOT_SHAPES.get(op.kind, "box")
         lines.append(f"  {_dot_text(op_id)} [label={_dot_text(_label(op))}, shape={shape}];")
     for op_id, op in ir.ops.items():
-        for number, target in enumerate(_branches(op), 1):
-            label = _dot_text(f"branch {number}")
-            lines.append(f"  {_dot_text(op_id)} -> {_dot_text(target)} [label={label}, penwidth=2];")
+        for label, target in _branches(op):
+            lines.append(
+                f"  {_dot_text(op_id)} -> {_dot_text(target)} [label={_dot_text(label)}, penwidth=2];"
+            )
         for edge in op.next:
             if isinstance(op, ForkOp):
                 lines.append(

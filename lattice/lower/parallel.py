@@ -163,9 +163,7 @@ def _join(ops: dict[str, Op], forks: list[ForkOp]) -> None:
                 continue
             ops[op_id] = op.model_copy(
                 update={
-                    "next": [
-                        Edge(port=e.port, to=join_id) if e.to == meet else e for e in op.next
-                    ]
+                    "next": [Edge(port=e.port, to=join_id) if e.to == meet else e for e in op.next]
                 }
             )
         ops[join_id] = JoinOp(
@@ -175,9 +173,7 @@ def _join(ops: dict[str, Op], forks: list[ForkOp]) -> None:
             fork=fork.id,
             next=[Edge(to=meet)],
         )
-        ops[fork.id] = ops[fork.id].model_copy(
-            update={"join": join_id, "next": [Edge(to=join_id)]}
-        )
+        ops[fork.id] = ops[fork.id].model_copy(update={"join": join_id, "next": [Edge(to=join_id)]})
 
 
 def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContext) -> None:

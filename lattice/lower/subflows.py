@@ -136,3 +136,14 @@ def inline_subflows(
             c for c in connections if c.source not in dropped and c.target not in dropped
         ]
     return workflow.model_copy(update={"nodes": nodes, "connections": connections}), diagnostics
+
+
+def namespace_refs(value: Any, inner_ids: list[str], prefix: str) -> Any:
+    """``value`` with its references to the nodes ``inner_ids`` namespaced under
+    ``prefix`` (``$vars.x`` → ``$vars.<prefix>x``), as inlining does to inner nodes."""
+    if not inner_ids:
+        return value
+    names = "|".join(re.escape(i) for i in sorted(inner_ids, key=len, reverse=True))
+    pattern = re.compile(r'((?<![\w$])vars\.|\$vars\.)(")?(' + names + r")(?![\w-])")
+    return _rewrite(value, pattern, prefix)
+

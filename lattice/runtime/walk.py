@@ -165,7 +165,9 @@ class Walker:
                 exc.node_id = exc.node_id or step.node
                 if FAILED_PORT not in step.edges or isinstance(exc, Interrupted):
                     self.record_op(ctx, track.label, current, started, None, error=exc)
-                    if journaled:  # a failed fork's number is used again: its branches keep their ids
+                    if (
+                        journaled
+                    ):  # a failed fork's number is used again: its branches keep their ids
                         seq = track.op_seq - 1 if step.control else track.op_seq
                         recorder.journal(stopped_line(ctx, seq, current))
                     raise exc from (None if exc is raised else raised)

@@ -88,7 +88,7 @@ def test_mock_names_only_llm_nodes_of_the_document(path: Path) -> None:
         return
     assert mock_path.exists(), f"{path.name} has LLM nodes but no {mock_path.name}"
     mock = read_json(mock_path)
-    assert set(mock) <= {"responses", "default"}
+    assert set(mock) <= {"responses", "default", "description"}
     responses = mock["responses"]
     assert isinstance(responses, dict) and responses
 
@@ -98,7 +98,7 @@ def test_mock_names_only_llm_nodes_of_the_document(path: Path) -> None:
     llm_nodes = {op.source_node for op in llm_ops(ir)}
     for node_id, answers in responses.items():
         call, sep, inner = node_id.partition(NAMESPACE_SEPARATOR)
-        if sep and doc_nodes.get(call, {}).get("type") == "subAgentFlow":
+        if sep and doc_nodes.get(call, {}).get("type") in ("subAgentFlow", "forEach"):
             flow_id = doc_nodes[call]["data"].get("subAgentFlowId")
             assert inner in flows.get(flow_id, set()), f"{node_id}: no node {inner!r} in {flow_id}"
         else:

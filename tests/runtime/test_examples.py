@@ -86,7 +86,7 @@ def check_events(events: list[dict[str, Any]], run_id: str) -> None:
     assert seqs[0] == 1
     for event in events:
         assert set(event) >= EVENT_KEYS, event
-        assert set(event) <= EVENT_KEYS | {"op_id", "node_id"}, event
+        assert set(event) <= EVENT_KEYS | {"op_id", "node_id", "branch"}, event
         assert event["run_id"] == run_id
         assert TS.match(event["ts"]), event["ts"]
         assert isinstance(event["data"], dict)
@@ -96,7 +96,7 @@ def check_events(events: list[dict[str, Any]], run_id: str) -> None:
 
 
 def check_run_folder(result: RunResult, ir: ExecIR, inputs: dict[str, Any]) -> None:
-    """The files of DESIGN.md §7, consistent with the RunResult."""
+    """The files of a run folder (docs/runs.md), consistent with the RunResult."""
     run_dir = result.run_dir
     assert run_dir is not None and run_dir.is_dir()
     assert run_dir.name == result.run_id
@@ -136,10 +136,22 @@ def check_run_folder(result: RunResult, ir: ExecIR, inputs: dict[str, Any]) -> N
     assert finished, "no op finished (not even the start)"
     records = sorted((run_dir / "ops").glob("*.json"))
     assert len(records) == len(finished)
-    for i, (path, event) in enumerate(zip(records, finished, strict=True), start=1):
+    # ops of the main walk are numbered 0001, 0002, …; ops of a branch by branch: 0002.1.0001, …
+    counts: dict[str | None, int] = {}
+    labels = {}
+    for event in finished:
+        branch = event.get("branch")
+        counts[branch] = counts.get(branch, 0) + 1
+        label = f"{branch}.{counts[branch]:04d}" if branch else f"{counts[branch]:04d}"
+        labels[label] = event
+    by_label = {json.loads(p.read_text(encoding="utf-8"))["seq"]: p for p in records}
+    assert {str(k) if isinstance(k, str) else f"{k:04d}" for k in by_label} == set(labels)
+    for seq, path in by_label.items():
         record = json.loads(path.read_text(encoding="utf-8"))
-        assert path.name == f"{i:04d}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', record['op_id'])}.json"
-        assert record["seq"] == i
+        label = seq if isinstance(seq, str) else f"{seq:04d}"
+        event = labels[label]
+        assert path.name == f"{label}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', record['op_id'])}.json"
+        assert record.get("branch") == event.get("branch")
         assert record["op_id"] == event["op_id"]
         assert record["kind"] == ir.ops[record["op_id"]].kind
         assert record["node_id"] == ir.ops[record["op_id"]].source_node

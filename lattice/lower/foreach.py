@@ -1,0 +1,158 @@
+"""``forEach``: a sub-flow run once per item of a list, its results in item order.
+
+Lattice's own node type (like ``httpRequest``)::
+
+    {"type": "forEach", "data": {
+        "items": "$vars.fetch.result.body.tickets",   // a value template giving a list
+        "subAgentFlowId": "triage-one",              // the flow run per item
+        "maxConcurrency": 8,                         // items in flight at once (default 8)
+        "onItemError": "fail"                        // or "collect": its FailureReport in its slot
+    }}
+
+The flow's nodes are added to the document under the forEach node's namespace
+(``<forEach>__<inner>``, as sub-flows are inlined), with an END node of their own
+(``<forEach>__end``, the flow's end node's ``output``) that ends each item. Inside the
+flow, ``$vars.<forEach>.item`` and ``$vars.<forEach>.index`` are the item and its
+position; the node writes the list of the items' outputs to ``$vars.<forEach>.result``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from lattice.document.loader import pointer_join
+from lattice.document.models import SEQUENTIAL_PORT, Connection, Node, Workflow
+from lattice.errors import Diagnostic, did_you_mean
+from lattice.ir.models import FAILED_PORT, ForEachOp
+from lattice.lower.fields import get_number, get_str
+from lattice.lower.registry import LoweringContext, NodeLowering
+from lattice.lower.subflows import NAMESPACE_SEPARATOR, _expand_one, namespace_refs
+
+BODY_KEY = "\x00body"
+"""Where expansion leaves the id of a forEach node's first inner node (not a key a
+document can hold: documents come from JSON, whose keys never hold NUL here)."""
+MAX_CONCURRENCY = 1000
+
+
+def expand_for_each(
+    workflow: Workflow, pointers: dict[str, str]
+) -> tuple[Workflow, list[Diagnostic]]:
+    """Add each forEach node's flow, namespaced under it, to the document."""
+    users = [n for n in workflow.nodes if n.type == "forEach"]
+    if not users:
+        return workflow, []
+    flows = {
+        f.id: (f, pointer_join(workflow.pointer_base, "subAgentFlows", i))
+        for i, f in enumerate(workflow.sub_agent_flows)
+    }
+    diagnostics: list[Diagnostic] = []
+    nodes: list[Node] = []
+    connections = list(workflow.connections)
+    for node in workflow.nodes:
+        if node.type != "forEach":
+            nodes.append(node)
+            continue
+        flow_id = node.data.get("subAgentFlowId")
+        if not isinstance(flow_id, str) or flow_id not in flows:
+            nodes.append(node)  # the lowerer reports it
+            continue
+        flow, flow_pointer = flows[flow_id]
+        inner, edges, entries, exits = _expand_one(node, flow, flow_pointer, pointers)
+        ends = [n for n in flow.nodes if n.type == "end"]
+        end_id = f"{node.id}{NAMESPACE_SEPARATOR}end"
+        entry = next((e for e in entries if e), None)
+        if len([e for e in entries if e]) != 1:
+            diagnostics.append(
+                Diagnostic(
+                    "for-each-flow-start",
+                    f"the flow {flow_id!r} that forEach node {node.id!r} runs must start with "
+                    "exactly one node after its start node",
+                    node_id=node.id,
+                    pointer=flow_pointer,
+                )
+            )
+            nodes.append(node)
+            continue
+        prefix = node.id + NAMESPACE_SEPARATOR
+        end_data: dict[str, Any] = (
+            namespace_refs(dict(ends[0].data), [n.id for n in flow.nodes], prefix) if ends else {}
+        )
+        body_end = Node(id=end_id, type="end", name=f"{node.title} (item done)", data=end_data)
+        pointers[end_id] = pointers.get(node.id, "")
+        nodes.append(node.model_copy(update={"data": {**node.data, BODY_KEY: entry}}))
+        nodes += [*inner, body_end]
+        connections += edges
+        connections += [
+            Connection.model_validate(
+                {"id": f"{end_id}:{source}", "from": source, "to": end_id, "fromPort": port}
+            )
+            for source, port in exits
+        ]
+    return workflow.model_copy(update={"nodes": nodes, "connections": connections}), diagnostics
+
+
+class ForEachLowerer:
+    """``forEach``: FOR_EACH, running its flow once per item."""
+
+    node_type: ClassVar[str] = "forEach"
+
+    def ports(self, node: Node) -> list[str]:
+        return [SEQUENTIAL_PORT, FAILED_PORT]
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        items = get_str(ctx, node, "items", required=True) or ""
+        flow_id = get_str(ctx, node, "subAgentFlowId", required=True)
+        body = node.data.get(BODY_KEY)
+        if (
+            flow_id
+            and body is None
+            and not any(
+                d.node_id == node.id and d.code == "for-each-flow-start" for d in ctx.diagnostics
+            )
+        ):
+            known = [f.id for f in ctx.workflow.sub_agent_flows]
+            ctx.error(
+                node,
+                "subflow-unknown",
+                f"no subAgentFlow with id {flow_id!r}{did_you_mean(flow_id, known)}",
+                "data",
+                "subAgentFlowId",
+            )
+        concurrency = get_number(ctx, node, "maxConcurrency", integer=True, minimum=1)
+        if isinstance(concurrency, int) and concurrency > MAX_CONCURRENCY:
+            ctx.error(
+                node,
+                "invalid-field",
+                f"data.maxConcurrency must be at most {MAX_CONCURRENCY}",
+                "data",
+                "maxConcurrency",
+            )
+            concurrency = MAX_CONCURRENCY
+        on_error = get_str(ctx, node, "onItemError") or "fail"
+        if on_error not in ("fail", "collect"):
+            ctx.error(
+                node,
+                "invalid-field",
+                'data.onItemError is "fail" or "collect"',
+                "data",
+                "onItemError",
+            )
+            on_error = "fail"
+        reads = ctx.use_template(node, items, "data", "items")
+        op = ForEachOp(
+            id=node.id,
+            source_node=node.id,
+            name=node.title,
+            items=items,
+            body=str(body or ""),
+            max_concurrency=concurrency or 8,
+            on_item_error=on_error,  # type: ignore[arg-type]
+            writes=f"$vars.{node.id}.result",
+            reads=sorted(set(reads)),
+        )
+        return NodeLowering.single(
+            op,
+            ports=self.ports(node),
+            result_schema={"type": "array"},
+            produces=("result", "item", "index"),
+        )
