@@ -5,6 +5,10 @@ two entry points). Each attempt sends a request, records what came back and chec
 it (``lattice.contracts.validation``); after a failure, the first strategy of the
 error type's policy stack that can still apply (``lattice.contracts.recovery``)
 prepares the next attempt or ends the call.
+
+The request carries the schema twice over only on paper: ``response_schema`` for providers
+that send it natively, and in the prompt (``LLMRequest.prompt_schema`` names its text
+there, which such a provider takes out of the messages it sends).
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ class ContractEngine:
             max_attempts=contract.max_attempts,
             builtins=self._builtins,
         )
+        prompt_schema = None if contract.schema is None else self._builtins["schema"]
         while True:
             concrete = (
                 model
@@ -103,6 +108,7 @@ class ContractEngine:
                 top_p=sampling.top_p,
                 max_tokens=sampling.max_tokens,
                 response_schema=contract.schema,
+                prompt_schema=prompt_schema,
                 node_id=node_id,
                 op_id=op_id,
             )

@@ -11,6 +11,7 @@ import asyncio
 import json
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import anthropic
@@ -20,7 +21,7 @@ import respx
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.anthropic_provider import DEFAULT_MAX_TOKENS, AnthropicProvider
-from lattice.llm.base import LLMRequest, LLMResponse, Message
+from lattice.llm.base import SCHEMA_NOTE, LLMRequest, LLMResponse, Message
 from tests import respx_httpx2
 
 API = "https://api.anthropic.com"
@@ -379,3 +380,37 @@ def test_unrelated_400_mentioning_format_is_not_retried(
     error = failure(provider, request())
     assert error.error_type == "invalid_request"
     assert route.call_count == 1
+
+
+# -- the schema goes out once ----------------------------------------------------------------
+
+
+def test_output_config_sends_the_schema_once_and_the_fallback_puts_it_back(
+    api: respx.MockRouter, provider: AnthropicProvider
+) -> None:
+    schema_text = json.dumps(SCHEMA, ensure_ascii=False)
+    req = request(
+        messages=(
+            Message(
+                "system", f"Rules.\nThe artifact must conform to this JSON Schema:\n{schema_text}"
+            ),
+            Message("user", "Classify: x"),
+        ),
+        prompt_schema=schema_text,
+    )
+    route = api.post("/v1/messages").mock(
+        side_effect=[
+            httpx.Response(200, json=message('{"label": "bug"}')),
+            httpx.Response(400, json=error_body("output_config: Extra inputs are not permitted")),
+            httpx.Response(200, json=message('{"label": "bug"}')),
+        ]
+    )
+    complete(provider, req)
+    structured = body_of(route, 0)
+    assert structured["output_config"]["format"]["schema"] == SCHEMA
+    assert schema_text not in structured["system"]
+    assert structured["system"].endswith(SCHEMA_NOTE)
+    complete(provider, replace(req, model="claude-plain"))
+    plain = body_of(route, 2)
+    assert "output_config" not in plain
+    assert plain["system"].endswith(schema_text)
