@@ -46,6 +46,7 @@ from lattice.contracts.invariants import (
     bind_invariants,
     invariant_names,
 )
+from lattice.contracts.packets import REPAIR_CONTEXT_CHARS
 from lattice.contracts.policies import (
     ACTIONS,
     MODEL_LADDER,
@@ -123,6 +124,10 @@ class Response(Generic[OutputT]):
     """The events of this call, shaped like a run's events (``llm_request``, ``repair_attempt``, …)."""
     error: LatticeRunError | None = None
     failure: FailureReport | None = None
+    best_effort: Any = None
+    """On failure, the parsed JSON value of the attempt with the fewest violations (None when
+    no attempt held one); ``failure.details["best_effort"]`` has its attempt and violations.
+    Not validated: use it knowingly."""
 
     @property
     def ok(self) -> bool:
@@ -151,7 +156,11 @@ class LLMPrimitive(Generic[OutputT]):
     or ``{"name": ..., ...}`` objects as in workflow documents. ``repair`` is attempts per
     model class (first call included; default 3); ``escalation`` is True (up the ladder to
     large), False, or the highest class to try. ``policies`` overrides recovery stacks by
-    error type (``{"schema_error": ["repair", "fail"]}``).
+    error type (``{"schema_error": ["repair", "fail"]}``). ``max_attempts_total`` caps the
+    model calls of one call in all (default: ``repair`` per class × the ladder, 9 with the
+    defaults). ``strict_output=True`` makes prose around the JSON a violation
+    (``explanatory_text``) instead of salvaging a reply that holds exactly one valid JSON
+    value. ``repair_context_chars`` caps the input lines a repair packet quotes (0: none).
 
     ``provider`` defaults to the one ``lattice run`` would use (``lattice.toml`` /
     ``LATTICE_PROVIDER``, else disabled); ``settings`` (model map, retries, budgets,
@@ -205,6 +214,9 @@ class LLMPrimitive(Generic[OutputT]):
         repair: int | None = None,
         escalation: bool | ModelClass = True,
         policies: Mapping[str, Sequence[str]] | None = None,
+        max_attempts_total: int | None = None,
+        strict_output: bool = False,
+        repair_context_chars: int = REPAIR_CONTEXT_CHARS,
         provider: LLMProvider | None = None,
         settings: RuntimeSettings | None = None,
         config: LatticeConfig | str | Path | None = None,
@@ -230,6 +242,12 @@ class LLMPrimitive(Generic[OutputT]):
             _mistake("max_tokens must be an integer >= 1")
         if repair is not None and not _int_in(repair, 1, 10):
             _mistake("repair (attempts per model class) must be an integer from 1 to 10")
+        if max_attempts_total is not None and not _int_in(max_attempts_total, 1, None):
+            _mistake("max_attempts_total must be an integer >= 1 (model calls of one call in all)")
+        if not isinstance(strict_output, bool):
+            _mistake("strict_output must be True or False")
+        if not _int_in(repair_context_chars, 0, None):
+            _mistake("repair_context_chars must be an integer >= 0")
         if escalation is not True and escalation is not False and escalation not in MODEL_LADDER:
             _mistake(
                 f"escalation must be True, False or the highest class to try ({', '.join(MODEL_LADDER)})"
@@ -263,6 +281,9 @@ class LLMPrimitive(Generic[OutputT]):
                 enabled=escalation is not False,
             ),
             policies=MappingProxyType(overrides),
+            strict_output=strict_output,
+            max_attempts_total=max_attempts_total,
+            repair_context_chars=repair_context_chars,
         )
         init = object.__setattr__
         init(self, "name", name)
@@ -341,10 +362,12 @@ class LLMPrimitive(Generic[OutputT]):
         """
         contract = self.contract
         repairable = {*OUTPUT_ERRORS, *(inv.definition.error_type for inv in contract.invariants)}
+        single_call = contract.max_attempts_total == 1
         effective: list[str] = []
         for action in policy_stack(error_type, contract.policies, self.settings.policies):
             if (
-                (action == "escalate" and len(contract.ladder) < 2)
+                (single_call and action in ("escalate", "repair", "retry"))
+                or (action == "escalate" and len(contract.ladder) < 2)
                 or (
                     action == "repair"
                     and (contract.max_attempts < 2 or error_type not in repairable)
@@ -455,6 +478,7 @@ class LLMPrimitive(Generic[OutputT]):
                 exc.error_type, "fix the cause, then call the block again"
             ),
         )
+        best = report.details.get("best_effort")
         return Response(
             status="halted" if halted else "failed",
             call_id=call_id,
@@ -463,6 +487,7 @@ class LLMPrimitive(Generic[OutputT]):
             events=events,
             error=exc,
             failure=report,
+            best_effort=best.get("value") if isinstance(best, dict) else None,
         )
 
     async def _closing(self, coro: Awaitable[_T]) -> _T:

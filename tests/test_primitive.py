@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -54,6 +54,7 @@ LLM_EVENTS = {
     "repair_attempt",
     "escalated",
     "retry",
+    "output_salvaged",
 }
 
 
@@ -239,6 +240,90 @@ def test_exhausted_ladder_returns_a_failed_response_with_every_attempt(sleep: Fa
     with pytest.raises(LatticeRunError) as raised:
         response.unwrap()
     assert raised.value is response.error
+    # the last attempt with the fewest violations, parsed, to go on with knowingly
+    assert response.best_effort == INVALID
+    assert failure.best_effort == INVALID
+    assert failure.details["best_effort"] == {
+        "attempt": 4,
+        "error_type": "schema_error",
+        "violations": [{"pointer": "/count", "message": "'three' is not of type 'integer'"}],
+        "value": INVALID,
+    }
+
+
+def test_best_effort_is_the_attempt_with_the_fewest_violations(sleep: FakeSleep) -> None:
+    worst = {"title": 1, "count": "three"}
+    gen, _ = block([worst, INVALID, '{"title": "cut'], sleep, escalation=False)
+    response = gen.run("Q3 sales")
+    assert response.error_type == "json_error"
+    assert response.best_effort == INVALID
+    assert response.failure is not None
+    assert response.failure.details["best_effort"]["attempt"] == 2
+    nothing, _ = block(["no json"] * 3, sleep, escalation=False)
+    failed = nothing.run("Q3 sales")
+    assert failed.best_effort is None
+    assert failed.failure is not None and "best_effort" not in failed.failure.details
+
+
+def test_prose_around_a_valid_answer_is_salvaged_unless_strict(sleep: FakeSleep) -> None:
+    reply = "Here is the header:\n```json\n" + json.dumps(VALID) + "\n```"
+    gen, provider = block([reply], sleep)
+    response = gen.run("Q3 sales")
+    assert response.ok and response.data == Report(**VALID)
+    assert len(provider.calls) == 1
+    (salvaged,) = [e["data"] for e in response.events if e["type"] == "output_salvaged"]
+    assert salvaged["stripped"] == ["fence", "prose"]
+    assert response.attempts[0]["salvaged"] == {
+        "stripped": ["fence", "prose"],
+        "before": "Here is the header:\n```json",
+        "after": "```",
+        "chars": len("Here is the header:\n```json") + 3,
+    }
+    strict, strict_provider = block([reply, VALID], sleep, strict_output=True)
+    response = strict.run("Q3 sales")
+    assert response.ok
+    assert [a.get("error_type") for a in response.attempts] == ["explanatory_text", None]
+    assert "You repair a JSON artifact" in all_text(strict_provider.calls[1])
+
+
+def test_max_attempts_total_bounds_the_calls_of_one_call(sleep: FakeSleep) -> None:
+    gen, provider = block([INVALID] * 9, sleep, model_class="small", max_attempts_total=3)
+    response = gen.run("Q3 sales")
+    assert response.status == "failed"
+    assert len(provider.calls) == 3
+    assert response.failure is not None
+    assert response.failure.details["max_attempts_total"] == 3
+    single, _ = block([], sleep, model_class="small", max_attempts_total=1)
+    assert single.get_policy_stack("schema_error") == ("fail",)
+    assert single.get_policy_stack("rate_limit_error") == ("fail",)
+
+
+def test_a_repair_packet_quotes_the_input_lines_the_missing_field_needs(sleep: FakeSleep) -> None:
+    class Ticket(BaseModel):
+        category: Literal["billing", "outage", "other"]
+        summary: str
+
+    log = "\n".join(f"line {i}: customer wrote again" for i in range(100))
+    payload = log + "\nagent note: this is an outage of the checkout page\n" + log
+    gen, provider = block(
+        [{"summary": "checkout down"}, {"category": "outage", "summary": "checkout down"}],
+        sleep,
+        output_model=Ticket,
+    )
+    response = gen.run(payload)
+    assert response.ok
+    packet = user_text(provider.calls[1])
+    assert "- /: 'category' is a required property" in packet
+    assert "agent note: this is an outage of the checkout page" in packet
+    assert "line 5: customer wrote again" not in packet
+    small, small_provider = block(
+        [{"summary": "checkout down"}, {"category": "outage", "summary": "checkout down"}],
+        sleep,
+        output_model=Ticket,
+        repair_context_chars=0,
+    )
+    assert small.run(payload).ok
+    assert "agent note" not in user_text(small_provider.calls[1])
 
 
 def test_api_key_error_bubbles_after_one_call(sleep: FakeSleep) -> None:
@@ -439,7 +524,18 @@ def _through_workflow(
 
 SCENARIOS = {
     "valid": ([VALID], {}, {}),
-    "repaired": (["Sure! " + json.dumps(VALID), INVALID, VALID], {}, {}),
+    "salvaged": (["Sure! " + json.dumps(VALID) + "\nAnything else?"], {}, {}),
+    "repaired": (["Sure! " + json.dumps(INVALID), INVALID, VALID], {}, {}),
+    "strict": (
+        ["Sure! " + json.dumps(VALID), VALID],
+        {"strictOutput": True},
+        {"strict_output": True},
+    ),
+    "budget": (
+        [INVALID] * 5,
+        {"maxAttemptsTotal": 4, "repairContextChars": 0},
+        {"max_attempts_total": 4, "repair_context_chars": 0},
+    ),
     "escalated": ([INVALID, "not json", INVALID, VALID], {}, {}),
     "ladder-exhausted": (
         [INVALID] * 4,
@@ -584,6 +680,10 @@ def test_settings_policies_are_the_base_the_block_overrides(sleep: FakeSleep) ->
         ({"escalation": "huge"}, "escalation must be"),
         ({"temperature": -1}, "temperature"),
         ({"max_tokens": 0}, "max_tokens"),
+        ({"max_attempts_total": 0}, "max_attempts_total must be an integer >= 1"),
+        ({"max_attempts_total": 2.0}, "max_attempts_total must be an integer >= 1"),
+        ({"strict_output": "yes"}, "strict_output must be True or False"),
+        ({"repair_context_chars": -1}, "repair_context_chars must be an integer >= 0"),
         ({"provider": object()}, "provider must be"),
         ({"provider": MockProvider({"other": []})}, "no responses (and no default) for 'gen'"),
     ],

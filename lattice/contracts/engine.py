@@ -5,6 +5,13 @@ two entry points). Each attempt sends a request, records what came back and chec
 it (``lattice.contracts.validation``); after a failure, the first strategy of the
 error type's policy stack that can still apply (``lattice.contracts.recovery``)
 prepares the next attempt or ends the call.
+
+Unless the contract is strict (``strict_output``), a reply that holds exactly one JSON value
+with prose or fence markers around it is accepted without a round trip: the value is
+checked as if it had been sent alone and an ``output_salvaged`` event says what was taken
+away. The request carries the schema twice over only on paper: ``response_schema`` for
+providers that send it natively, and in the prompt (``LLMRequest.prompt_schema`` names its
+text there, which such a provider takes out of the messages it sends).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 from lattice.contracts.calls import DEFAULT_SAMPLING, CallEnv, Sampling
 from lattice.contracts.errors import OutputInvalid
 from lattice.contracts.invariants import BoundInvariant
+from lattice.contracts.packets import REPAIR_CONTEXT_CHARS
 from lattice.contracts.policies import policy_stack
 from lattice.contracts.recovery import RECOVERIES, CallState, Recovery
 from lattice.contracts.validation import OutputValidator
@@ -37,6 +45,13 @@ class Contract:
     """Model classes to try, in order (escalation moves one step)."""
     policies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Per-error-type overrides of the default policy stacks."""
+    strict_output: bool = False
+    """True: prose around the JSON is an ``explanatory_text`` violation (repaired like any
+    other); False: a reply holding exactly one valid JSON value is salvaged."""
+    max_attempts_total: int | None = None
+    """Requests of one call in all (None: ``max_attempts`` per class × the ladder)."""
+    repair_context_chars: int = REPAIR_CONTEXT_CHARS
+    """The cap on the input lines a repair packet quotes (0: none)."""
 
     def rules(self) -> str:
         lines = []
@@ -63,9 +78,12 @@ class ContractEngine:
         self._builtins = {"rules": contract.rules(), "schema": contract.schema_text()}
         self._schema_json = "null" if contract.schema is None else canonical_json(contract.schema)
 
-    def validate(self, text: str) -> Any:
-        """The artifact in ``text``, or OutputInvalid / NeedsHuman / LatticeRunError(invalid_request)."""
-        return self.checks.check(text)
+    def validate(self, text: str, *, salvage: bool = False) -> Any:
+        """The artifact in ``text``, or OutputInvalid / NeedsHuman / LatticeRunError(invalid_request).
+
+        Strict unless ``salvage``: any text around the JSON is reported (``run`` salvages
+        as the contract says)."""
+        return self.checks.check(text, salvage=salvage)
 
     def builtins(self) -> dict[str, str]:
         """The contract as prompt text: ``{"rules": ..., "schema": ...}``."""
@@ -88,7 +106,10 @@ class ContractEngine:
             ladder=contract.ladder,
             max_attempts=contract.max_attempts,
             builtins=self._builtins,
+            max_attempts_total=contract.max_attempts_total,
+            repair_context_chars=contract.repair_context_chars,
         )
+        prompt_schema = None if contract.schema is None else self._builtins["schema"]
         while True:
             concrete = (
                 model
@@ -103,6 +124,7 @@ class ContractEngine:
                 top_p=sampling.top_p,
                 max_tokens=sampling.max_tokens,
                 response_schema=contract.schema,
+                prompt_schema=prompt_schema,
                 node_id=node_id,
                 op_id=op_id,
             )
@@ -138,7 +160,18 @@ class ContractEngine:
             raise
         self._answered(request, response, env, attempt)
         state.in_class += 1
-        return self.checks.check(response.text)
+        checked = self.checks.inspect(response.text, salvage=not self.contract.strict_output)
+        if checked.salvaged is not None:
+            attempt["salvaged"] = checked.salvaged
+            env.emit(
+                "output_salvaged",
+                {
+                    "attempt": attempt["number"],
+                    "model_class": state.model_class,
+                    **checked.salvaged,
+                },
+            )
+        return checked.value
 
     @staticmethod
     def _failed(
@@ -160,6 +193,7 @@ class ContractEngine:
                 },
             )
             state.remember(attempt.get("completion", ""), violations)
+            state.remember_value(exc, attempt["number"])
 
     def _recovery(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> Recovery:
         """The first strategy of the error's policy stack that can still apply."""

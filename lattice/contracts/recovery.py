@@ -5,6 +5,11 @@ is one strategy here. After a failure the engine takes the first strategy of the
 error's stack that can still apply, and that strategy prepares the next attempt or
 ends the call. Adding an action is one new strategy in ``RECOVERIES`` (and its
 name in ``ACTIONS``), not a new branch in the engine.
+
+Every strategy that makes another request (retry, repair, escalate) applies only while
+the call's exhaustion budget (``CallState.max_attempts_total``) has attempts left; past
+it the stack falls through to ``fail``. A call that ends carries, beside its attempts, its
+best effort: the parsed value of the attempt with the fewest violations.
 """
 
 from __future__ import annotations
@@ -16,7 +21,13 @@ from typing import Any, Protocol
 
 from lattice.contracts.calls import CallEnv
 from lattice.contracts.errors import OutputInvalid
-from lattice.contracts.packets import Violation, escalation_messages, repair_messages
+from lattice.contracts.packets import (
+    REPAIR_CONTEXT_CHARS,
+    Violation,
+    escalation_messages,
+    repair_context,
+    repair_messages,
+)
 from lattice.errors import LatticeRunError
 from lattice.llm.base import Message
 
@@ -43,6 +54,14 @@ class CallState:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     best: tuple[str, list[Violation]] | None = None
     """The completion with the fewest violations so far, and its violations."""
+    max_attempts_total: int | None = None
+    """Requests of this call in all, whatever they are (None: only the per-class limit
+    and the ladder bound them)."""
+    repair_context_chars: int = REPAIR_CONTEXT_CHARS
+    """The cap on the input excerpts of a repair packet (0: none)."""
+    best_effort: dict[str, Any] | None = None
+    """The parsed value of the attempt with the fewest violations so far:
+    ``{"attempt", "error_type", "violations", "value"}``."""
 
     def __post_init__(self) -> None:
         self.request_messages = self.request_messages or self.messages
@@ -51,9 +70,27 @@ class CallState:
     def model_class(self) -> str:
         return self.ladder[self.class_index]
 
+    def attempts_left(self) -> bool:
+        """Whether the exhaustion budget allows another request."""
+        return self.max_attempts_total is None or len(self.attempts) < self.max_attempts_total
+
     def remember(self, completion: str, violations: list[Violation]) -> None:
         if self.best is None or len(violations) <= len(self.best[1]):
             self.best = (completion, violations)
+
+    def remember_value(self, exc: OutputInvalid, attempt: int) -> None:
+        """Keep ``exc``'s parsed value when it has the fewest violations so far (a later
+        attempt wins a tie: it answered a repair)."""
+        if not exc.has_value:
+            return
+        best = self.best_effort
+        if best is None or len(exc.violations) <= len(best["violations"]):
+            self.best_effort = {
+                "attempt": attempt,
+                "error_type": exc.error_type,
+                "violations": exc.violations,
+                "value": exc.value,
+            }
 
 
 class Recovery(Protocol):
@@ -72,7 +109,7 @@ class Retry:
     """The same request again after a backoff that honours Retry-After."""
 
     def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
-        return state.retries < env.retry.max_retries
+        return state.retries < env.retry.max_retries and state.attempts_left()
 
     async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
         count = state.retries = state.retries + 1
@@ -88,14 +125,18 @@ class Repair:
     """A fix-only repair packet to the same model class, while it has attempts left."""
 
     def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
-        return isinstance(exc, OutputInvalid) and state.in_class < state.max_attempts
+        return (
+            isinstance(exc, OutputInvalid)
+            and state.in_class < state.max_attempts
+            and state.attempts_left()
+        )
 
     async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
         assert isinstance(exc, OutputInvalid)
         failed = state.attempts[-1]
-        state.request_messages = repair_messages(
-            state.builtins, failed.get("completion", ""), exc.violations
-        )
+        output = exc.quoted if exc.quoted is not None else failed.get("completion", "")
+        context = repair_context(state.messages, exc.terms, state.repair_context_chars)
+        state.request_messages = repair_messages(state.builtins, output, exc.violations, context)
         state.kind = "repair"
         env.emit(
             "repair_attempt",
@@ -105,6 +146,7 @@ class Repair:
                 "error_type": exc.error_type,
                 "violations": exc.violations,
                 "request_chars": sum(len(m.content) for m in state.request_messages),
+                "context_chars": len(context),
             },
         )
 
@@ -113,7 +155,7 @@ class Escalate:
     """The original prompt, with what went wrong, to the next model class of the ladder."""
 
     def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
-        return state.class_index + 1 < len(state.ladder)
+        return state.class_index + 1 < len(state.ladder) and state.attempts_left()
 
     async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
         previous = state.model_class
@@ -138,6 +180,10 @@ class Stop:
     async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:
         exc.details["attempts"] = state.attempts
         exc.details["action"] = self.action
+        if not state.attempts_left():
+            exc.details["max_attempts_total"] = state.max_attempts_total
+        if self.action == "fail" and state.best_effort is not None:
+            exc.details["best_effort"] = state.best_effort
         raise exc
 
 

@@ -24,6 +24,14 @@ class FailureReport:
     blocking: bool = True
     recovery_action: str = ""
 
+    @property
+    def best_effort(self) -> Any:
+        """The parsed value of the attempt with the fewest violations, when the call ended
+        without a valid one (``details["best_effort"]`` holds it with its attempt number,
+        error type and violations); None otherwise."""
+        best = self.details.get("best_effort")
+        return best.get("value") if isinstance(best, dict) else None
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

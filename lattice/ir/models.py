@@ -100,6 +100,13 @@ class LLMWriteOp(OpBase):
     """False disables escalation; a dict may cap the ladder (``{"maxClass": "medium"}``)."""
     policies: dict[str, list[str]] = Field(default_factory=dict)
     """Per-error-type recovery stacks overriding the defaults (``{"schema_error": ["repair", "fail"]}``)."""
+    strict_output: bool | None = None
+    """True: prose around the JSON is an ``explanatory_text`` violation; otherwise a reply
+    holding exactly one valid JSON value is salvaged without a round trip."""
+    max_attempts_total: int | None = None
+    """Model calls of one visit in all (None: ``max_attempts`` per class × the ladder)."""
+    repair_context_chars: int | None = None
+    """Cap on the input lines a repair packet quotes (None: 2,000; 0: none)."""
     labels: list[str] | None = None
     """For classifiers: the branch labels the output's ``branch`` must be one of."""
     tool_server: str | None = None

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring as _quote
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Role = Literal["system", "user", "assistant"]
+
+SCHEMA_NOTE = "(given with this request as its structured-output schema)"
+"""What stands in a prompt for the schema when the provider sends the schema natively."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +31,12 @@ class LLMRequest:
 
     ``model`` is the concrete model (None lets the provider use its default);
     ``response_schema`` is a structured-output hint for providers that support one.
-    ``node_id``/``op_id`` say who asks (the mock provider scripts by node).
+    ``prompt_schema`` is how the messages spell that schema (the contract's ``{{ schema }}``):
+    a provider that sends ``response_schema`` natively sends the messages of
+    ``schema_sent_natively()``, with that text replaced by a short note, so the schema goes
+    out once. The prompt hash covers the messages as they are (schema in the prompt),
+    whichever way a provider sends them. ``node_id``/``op_id`` say who asks (the mock
+    provider scripts by node).
     """
 
     messages: tuple[Message, ...]
@@ -40,6 +48,19 @@ class LLMRequest:
     response_schema: dict[str, Any] | None = None
     node_id: str | None = None
     op_id: str | None = None
+    prompt_schema: str | None = None
+
+    def schema_sent_natively(self) -> LLMRequest:
+        """This request as a provider that sends ``response_schema`` natively sends it: each
+        occurrence of ``prompt_schema`` in the messages replaced by ``SCHEMA_NOTE``."""
+        text = self.prompt_schema
+        if not text or self.response_schema is None:
+            return self
+        messages = tuple(
+            Message(m.role, m.content.replace(text, SCHEMA_NOTE)) if text in m.content else m
+            for m in self.messages
+        )
+        return replace(self, messages=messages, prompt_schema=None)
 
     @property
     def system(self) -> str | None:

@@ -1,8 +1,10 @@
 """What the OpenAI and Anthropic adapters share.
 
 One SDK client per event loop (``LoopLocalClients``), structured output with a plain-prompt
-fallback for servers that reject it (remembered per model; the contract is in the prompt
-and validated anyway), and SDK errors mapped to Lattice error types at this boundary.
+fallback for servers that reject it (remembered per model; the contract is validated
+anyway), and SDK errors mapped to Lattice error types at this boundary. The schema goes out
+once: with structured output, the request's messages stand a short note where the prompt
+spelt the schema (``LLMRequest.schema_sent_natively``); without it, in the prompt.
 An adapter supplies its request body, its SDK call and how to read the response.
 """
 
@@ -74,9 +76,10 @@ class SdkProvider:
         model = request.model or self.default_model
         structured = request.response_schema is not None and model not in self._no_schema_models
         started = time.perf_counter()
+        sent = request.schema_sent_natively() if structured else request
         try:
             try:
-                raw = await self._create(self._body(request, model, structured=structured))
+                raw = await self._create(self._body(sent, model, structured=structured))
             except sdk.BadRequestError as exc:
                 if not structured or self.schema_field not in str(exc.message):
                     raise

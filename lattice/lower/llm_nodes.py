@@ -91,6 +91,13 @@ def llm_contract(ctx: LoweringContext, node: Node) -> dict[str, Any]:
             )
     invariants = _known_invariants(ctx, node, invariants)
     template = _checked_template(ctx, node)
+    strict = node.data.get("strictOutput")
+    if strict is not None and not isinstance(strict, bool):
+        ctx.error(
+            node, "invalid-field", "data.strictOutput must be true or false", "data", "strictOutput"
+        )
+        strict = None
+    total = get_number(ctx, node, "maxAttemptsTotal", integer=True, minimum=1)
     return {
         "output_schema": get_schema(ctx, node, "outputSchema"),
         "model_class": model_class,
@@ -103,6 +110,11 @@ def llm_contract(ctx: LoweringContext, node: Node) -> dict[str, Any]:
         "escalate": escalate,
         "template": template,
         "policies": _policies(ctx, node),
+        "strict_output": strict,
+        "max_attempts_total": total,
+        "repair_context_chars": get_number(
+            ctx, node, "repairContextChars", integer=True, minimum=0
+        ),
     }
 
 

@@ -58,6 +58,24 @@ Invalid output:
 Reply with the corrected artifact only.""",
 )
 
+REPAIR_WITH_CONTEXT = PromptTemplate(
+    id="repair",
+    version=2,
+    description="The fix-only repair packet: contract, invalid output, exact violations, and "
+    "the lines of the original input that the violated fields depend on (may be empty).",
+    variables=("output", "violations", "context"),
+    system=REPAIR.system,
+    user="""The previous output broke the contract.
+
+Violations:
+{{ violations }}
+{{ context }}
+Invalid output:
+{{ output }}
+
+Reply with the corrected artifact only.""",
+)
+
 FREE_TEXT = PromptTemplate(
     id="free-text",
     version=1,
@@ -68,7 +86,7 @@ FREE_TEXT = PromptTemplate(
 
 def builtin_registry() -> PromptTemplateRegistry:
     registry = PromptTemplateRegistry()
-    for template in (ARTIFACT_BUILDER, CLASSIFIER, REPAIR, FREE_TEXT):
+    for template in (ARTIFACT_BUILDER, CLASSIFIER, REPAIR, REPAIR_WITH_CONTEXT, FREE_TEXT):
         registry.register(template)
     return registry
 

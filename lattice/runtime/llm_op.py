@@ -16,6 +16,7 @@ from typing import Any
 from lattice.contracts.calls import Sampling
 from lattice.contracts.engine import Contract, ContractEngine
 from lattice.contracts.invariants import bind_invariants
+from lattice.contracts.packets import REPAIR_CONTEXT_CHARS
 from lattice.contracts.policies import ladder_from
 from lattice.errors import LatticeRunError
 from lattice.ir.models import LLMWriteOp
@@ -51,6 +52,11 @@ def contract_for(op: LLMWriteOp, settings: RuntimeSettings) -> Contract:
         max_attempts=op.max_attempts or settings.max_attempts,
         ladder=ladder_from(op.model_class, max_class=max_class, enabled=enabled),
         policies={k: tuple(v) for k, v in op.policies.items()},
+        strict_output=bool(op.strict_output),
+        max_attempts_total=op.max_attempts_total,
+        repair_context_chars=(
+            op.repair_context_chars if op.repair_context_chars is not None else REPAIR_CONTEXT_CHARS
+        ),
     )
 
 

@@ -196,7 +196,9 @@ def test_fenced_or_padded_json_is_accepted_without_repair(text: str, sleep: Fake
 def test_bad_output_is_classified_and_repaired(
     first: str, error_type: str, sleep: FakeSleep
 ) -> None:
-    result, provider = run_gen([first, VALID], sleep)
+    # strictOutput: prose around a valid artifact is a violation too (by default it is
+    # salvaged: tests/contracts/test_repair_packets.py)
+    result, provider = run_gen([first, VALID], sleep, doc=gen_doc(strictOutput=True))
     assert_completed(result)
     assert len(provider.calls) == 2
     assert classes(provider) == ["small", "small"]
@@ -216,11 +218,27 @@ def test_bad_output_is_classified_and_repaired(
 def test_prose_wrapped_repair_lists_schema_problems_of_the_extracted_value_too(
     sleep: FakeSleep,
 ) -> None:
-    result, provider = run_gen(["Sure! " + json.dumps(INVALID), VALID], sleep)
+    doc = gen_doc(strictOutput=True)
+    result, provider = run_gen(["Sure! " + json.dumps(INVALID), VALID], sleep, doc=doc)
     assert_completed(result)
     violations = events(result, "validation_failed")[0]["data"]["violations"]
     assert {v["pointer"] for v in violations} == {"/", "/count"}
     assert "- /count: 'three' is not of type 'integer'" in user_text(provider.calls[1])
+
+
+def test_salvaged_prose_with_schema_problems_is_a_schema_error_quoting_the_json_only(
+    sleep: FakeSleep,
+) -> None:
+    result, provider = run_gen(["Sure! " + json.dumps(INVALID) + "\nCheers", VALID], sleep)
+    assert_completed(result)
+    failed = events(result, "validation_failed")[0]["data"]
+    assert failed["error_type"] == "schema_error"
+    assert failed["violations"] == [
+        {"pointer": "/count", "message": "'three' is not of type 'integer'"}
+    ]
+    packet = user_text(provider.calls[1])
+    assert "Invalid output:\n" + json.dumps(INVALID) + "\n\nReply" in packet
+    assert "Sure!" not in packet and "Cheers" not in packet
 
 
 def test_schema_violations_repaired_on_second_and_third_attempts(sleep: FakeSleep) -> None:

@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 
 import anthropic
+import httpx
 import pytest
 import respx
 
 from lattice.llm.anthropic_provider import DEFAULT_MAX_TOKENS, AnthropicProvider
-from lattice.llm.base import Message
-from tests.llm.sdk_fakes import ANTHROPIC_API, KEY, SCHEMA, body_of, complete, mock_api
+from lattice.llm.base import SCHEMA_NOTE, Message
+from tests.llm.sdk_fakes import (
+    ANTHROPIC_API,
+    KEY,
+    SCHEMA,
+    anthropic_error,
+    body_of,
+    complete,
+    mock_api,
+)
 from tests.llm.sdk_fakes import anthropic_message as message
 from tests.llm.sdk_fakes import anthropic_request as request
 
@@ -119,3 +129,39 @@ def test_runtime_default_temperature_is_not_sent(
 def test_overloaded_is_a_server_error() -> None:
     """529 raises the SDK's OverloadedError (the shared status table names it exactly)."""
     assert issubclass(anthropic.OverloadedError, anthropic.InternalServerError)
+
+
+# -- the schema goes out once ----------------------------------------------------------------
+
+
+def test_output_config_sends_the_schema_once_and_the_fallback_puts_it_back(
+    api: respx.MockRouter, provider: AnthropicProvider
+) -> None:
+    schema_text = json.dumps(SCHEMA, ensure_ascii=False)
+    req = request(
+        messages=(
+            Message(
+                "system", f"Rules.\nThe artifact must conform to this JSON Schema:\n{schema_text}"
+            ),
+            Message("user", "Classify: x"),
+        ),
+        prompt_schema=schema_text,
+    )
+    route = api.post("/v1/messages").mock(
+        side_effect=[
+            httpx.Response(200, json=message('{"label": "bug"}')),
+            httpx.Response(
+                400, json=anthropic_error("output_config: Extra inputs are not permitted")
+            ),
+            httpx.Response(200, json=message('{"label": "bug"}')),
+        ]
+    )
+    complete(provider, req)
+    structured = body_of(route, 0)
+    assert structured["output_config"]["format"]["schema"] == SCHEMA
+    assert schema_text not in structured["system"]
+    assert structured["system"].endswith(SCHEMA_NOTE)
+    complete(provider, replace(req, model="claude-plain"))
+    plain = body_of(route, 2)
+    assert "output_config" not in plain
+    assert plain["system"].endswith(schema_text)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from lattice.cli import main
 from lattice.config import LatticeConfig
 from lattice.ir import ir_to_dict
-from lattice.llm.base import LLMRequest, Message
+from lattice.llm.base import SCHEMA_NOTE, LLMRequest, Message
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
 from lattice.service.providers import make_provider
@@ -124,6 +124,21 @@ def test_openai_run_end_to_end(
     responses = [e for e in events(folder) if e["type"] == "llm_response"]
     assert [e["node_id"] for e in responses] == ["outline", "summary"]
     assert all(e["data"]["model"] == "gpt-4o-mini" for e in responses)
+
+
+def test_openai_run_sends_each_schema_once(
+    capsys: pytest.CaptureFixture[str], openai_env: FakeLLMServer, doc: Path, tmp_path: Path
+) -> None:
+    code, _, err = cli(
+        capsys, "run", doc, "--provider", "openai", "--input", "topic=tides", "--runs-dir", tmp_path
+    )
+    assert code == 0, err
+    for received in openai_env.received:
+        schema = received.body["response_format"]["json_schema"]["schema"]
+        system = received.body["messages"][0]["content"]
+        assert json.dumps(schema, ensure_ascii=False) not in system
+        assert SCHEMA_NOTE in system
+        assert "It must validate against the JSON Schema below." in system
 
 
 def test_anthropic_run_end_to_end(

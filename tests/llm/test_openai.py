@@ -9,12 +9,21 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import respx
 
-from lattice.llm.base import LLMRequest, Message
+from lattice.llm.base import SCHEMA_NOTE, LLMRequest, Message
 from lattice.llm.openai_provider import DEFAULT_MODEL, OpenAIProvider, strict_compatible
-from tests.llm.sdk_fakes import CLOSED, KEY, OPENAI_API, body_of, complete, mock_api
+from tests.llm.sdk_fakes import (
+    CLOSED,
+    KEY,
+    OPENAI_API,
+    body_of,
+    complete,
+    mock_api,
+    openai_error,
+)
 from tests.llm.sdk_fakes import openai_completion as completion
 from tests.llm.sdk_fakes import openai_request as request
 
@@ -142,3 +151,63 @@ def test_local_server_needs_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
         route = router.post("/chat/completions").respond(200, json=completion("{}"))
         complete(OpenAIProvider(base_url="http://llm.local:8000/v1"), request())
         assert route.call_count == 1
+
+
+# -- the schema goes out once ----------------------------------------------------------------
+
+SCHEMA_TEXT = json.dumps(CLOSED, ensure_ascii=False)
+
+
+def with_prompt_schema(**overrides: Any) -> LLMRequest:
+    """A request whose system prompt spells the schema, as the contract's template does."""
+    system = f"Rules.\n\nThe artifact must conform to this JSON Schema:\n{SCHEMA_TEXT}"
+    return request(
+        messages=(Message("system", system), Message("user", "Classify: x")),
+        prompt_schema=SCHEMA_TEXT,
+        **overrides,
+    )
+
+
+def test_structured_output_sends_the_schema_once(
+    api: respx.MockRouter, provider: OpenAIProvider
+) -> None:
+    route = api.post("/chat/completions").respond(200, json=completion())
+    req = with_prompt_schema()
+    complete(provider, req)
+    body = body_of(route)
+    assert body["response_format"]["json_schema"]["schema"] == CLOSED
+    system = body["messages"][0]["content"]
+    assert SCHEMA_TEXT not in system
+    assert system == f"Rules.\n\nThe artifact must conform to this JSON Schema:\n{SCHEMA_NOTE}"
+    assert route.calls.last.request.content.count(b'"additionalProperties"') == 2  # one schema
+    # the request itself (what the prompt hash covers) is unchanged
+    assert SCHEMA_TEXT in (req.system or "")
+    assert req.schema_sent_natively().prompt_hash() != req.prompt_hash()
+
+
+def test_plain_prompting_keeps_the_schema_in_the_prompt(
+    api: respx.MockRouter, provider: OpenAIProvider
+) -> None:
+    route = api.post("/chat/completions").mock(
+        side_effect=[
+            httpx.Response(400, json=openai_error("response_format is not supported here")),
+            httpx.Response(200, json=completion()),
+            httpx.Response(200, json=completion()),
+        ]
+    )
+    complete(provider, with_prompt_schema())
+    first, second = body_of(route, 0), body_of(route, 1)
+    assert SCHEMA_TEXT not in first["messages"][0]["content"]
+    assert "response_format" not in second
+    assert SCHEMA_TEXT in second["messages"][0]["content"]  # the fallback puts it back
+    complete(provider, with_prompt_schema())  # remembered: plain at once, schema in the prompt
+    assert SCHEMA_TEXT in body_of(route)["messages"][0]["content"]
+
+
+def test_a_request_without_a_prompt_schema_is_sent_as_it_is(
+    api: respx.MockRouter, provider: OpenAIProvider
+) -> None:
+    route = api.post("/chat/completions").respond(200, json=completion())
+    system = f"Schema: {SCHEMA_TEXT}"
+    complete(provider, request(messages=(Message("system", system), Message("user", "x"))))
+    assert body_of(route)["messages"][0]["content"] == system

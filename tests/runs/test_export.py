@@ -84,7 +84,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_workflow(
         triage_doc(),
         {
-            "classify": ['Sure, it is a bug: {"label": "bug"}', '```json\n{"label": "bug"}\n```'],
+            "classify": ['Sure, it is a bug: {"label": "Bug"}', '```json\n{"label": "bug"}\n```'],
             "reply": ["Thanks, we are on it."],
         },
         root,

@@ -1,0 +1,218 @@
+"""Violation wording: the rule, the actual size, at most a short excerpt of the value.
+
+A violation is ``{"pointer": <JSON pointer>, "message": <text>}``; the same text goes into
+repair packets, escalation notes, ``validation_failed`` events and FailureReports. Messages
+are built from jsonschema's ``ValidationError`` fields (``validator``, ``validator_value``,
+``instance``) rather than its ``message``, which quotes the whole offending value: a list
+that is too long reads ``has 6 items, at most 4 allowed``, a long string
+``is 400 characters, at most 300 allowed ('The outage began at 09:12 when the…')``. Rules
+whose jsonschema wording already quotes nothing large keep it (``'x' is a required
+property``, ``'urgent' is not one of ['low', 'high']``).
+
+Each violation may also name *terms*: the words a repair needs to find in the original
+input (the missing property, the field whose value is wrong, an enum's options). They
+stay beside the violations (``SchemaProblems.terms``), never inside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema.exceptions import ValidationError, best_match
+
+Violation = dict[str, str]
+
+SHORT = 60
+"""Characters of a value a message quotes at most."""
+
+_NO_INPUT_NEEDED = frozenset(
+    {
+        "maxItems",
+        "maxLength",
+        "maxProperties",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "multipleOf",
+        "additionalProperties",
+        "unevaluatedProperties",
+        "uniqueItems",
+        "propertyNames",
+    }
+)
+"""Rules a model fixes from its own output (shorten, drop, round): no input excerpt helps."""
+
+
+def short(value: Any, limit: int = SHORT) -> str:
+    """``repr(value)`` when it is short; otherwise an excerpt (strings) or a description."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        return repr(value[: limit - 8]).rstrip("'\"") + "…'"
+    if isinstance(value, list):
+        return f"a list of {len(value)} items"
+    if isinstance(value, dict):
+        keys = ", ".join(repr(k) for k in list(value)[:4])
+        more = ", …" if len(value) > 4 else ""
+        return f"an object with keys {keys}{more}"
+    return text[: limit - 1] + "…"
+
+
+def _plural(count: int, noun: str) -> str:
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+
+
+def _options(values: Any) -> str:
+    if isinstance(values, list) and len(values) > 20:
+        return repr(values[:20])[:-1] + ", …]"
+    return repr(values)
+
+
+def message_of(error: ValidationError) -> str:
+    """The message of one jsonschema error, stating the rule and the actual size."""
+    rule, limit, value = error.validator, error.validator_value, error.instance
+    if rule == "maxItems" and isinstance(value, list):
+        return f"has {_plural(len(value), 'item')}, at most {limit} allowed"
+    if rule == "minItems" and isinstance(value, list):
+        return f"has {_plural(len(value), 'item')}, at least {limit} required"
+    if rule == "maxLength" and isinstance(value, str):
+        return f"is {_plural(len(value), 'character')}, at most {limit} allowed ({short(value)})"
+    if rule == "minLength" and isinstance(value, str):
+        return f"is {_plural(len(value), 'character')}, at least {limit} required ({short(value)})"
+    if rule == "maxProperties" and isinstance(value, dict):
+        return f"has {_plural(len(value), 'property')}, at most {limit} allowed"
+    if rule == "minProperties" and isinstance(value, dict):
+        return f"has {_plural(len(value), 'property')}, at least {limit} required"
+    if rule == "maximum":
+        return f"is {short(value)}, at most {limit} allowed"
+    if rule == "minimum":
+        return f"is {short(value)}, at least {limit} required"
+    if rule == "exclusiveMaximum":
+        return f"is {short(value)}, must be less than {limit}"
+    if rule == "exclusiveMinimum":
+        return f"is {short(value)}, must be greater than {limit}"
+    if rule == "multipleOf":
+        return f"is {short(value)}, must be a multiple of {limit}"
+    if rule == "enum":
+        return f"{short(value)} is not one of {_options(limit)}"
+    if rule == "const":
+        return f"must be {short(limit)}, not {short(value)}"
+    if rule == "type":
+        types = limit if isinstance(limit, list) else [limit]
+        return f"{short(value)} is not of type {', '.join(repr(t) for t in types)}"
+    if rule == "pattern":
+        return f"{short(value)} does not match the pattern {limit!r}"
+    if rule == "format":
+        return f"{short(value)} is not a valid {limit}"
+    if rule == "uniqueItems" and isinstance(value, list):
+        return f"has duplicate items ({_plural(len(value), 'item')}); every item must be unique"
+    if rule in ("anyOf", "oneOf") and error.context:
+        # the alternative of the value's own type says more than "is not of type 'null'"
+        typed = [e for e in error.context if e.validator != "type"]
+        closest = best_match(typed or error.context)
+        where = "/".join(str(p) for p in closest.relative_path)
+        prefix = f"at {where}: " if where else ""
+        return (
+            f"{short(value)} matches none of the allowed alternatives "
+            f"(closest: {prefix}{message_of(closest)})"
+        )
+    if rule in ("not", "oneOf", "anyOf"):
+        return f"{short(value)} is not allowed here (the schema's {rule} rule)"
+    if rule is None:  # a ``false`` schema
+        return f"{short(value)} is not allowed here"
+    return _shortened(error.message, value)
+
+
+def _shortened(message: str, value: Any) -> str:
+    """jsonschema's own message, with a long quoted value cut to an excerpt."""
+    quoted = repr(value)
+    if len(quoted) > SHORT and quoted in message:
+        return message.replace(quoted, short(value))
+    if len(message) > 300:
+        return message[:297] + "…"
+    return message
+
+
+def pointer_of(path: Iterable[Any]) -> str:
+    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _options_of(schema: Any, root: Any, depth: int = 0) -> list[str]:
+    """The enum options of ``schema`` (through a local ``$ref`` and ``anyOf``/``oneOf``)."""
+    if not isinstance(schema, dict) or depth > 5:
+        return []
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = (
+                target.get(part.replace("~1", "/").replace("~0", "~"))
+                if isinstance(target, dict)
+                else None
+            )
+        return _options_of(target, root, depth + 1)
+    if isinstance(schema.get("enum"), list):
+        return [str(v) for v in schema["enum"][:20] if isinstance(v, str | int)]
+    if "const" in schema and isinstance(schema["const"], str | int):
+        return [str(schema["const"])]
+    options: list[str] = []
+    for key in ("anyOf", "oneOf"):
+        for branch in schema.get(key) or []:
+            options += _options_of(branch, root, depth + 1)
+    return options
+
+
+def terms_of(error: ValidationError, root: Any = None) -> list[str]:
+    """The words whose mentions in the input a repair of this error needs: the field's name
+    first, then the values it may take (an enum's options)."""
+    rule = error.validator
+    if rule in _NO_INPUT_NEEDED:
+        return []
+    names = [p for p in error.absolute_path if isinstance(p, str)]
+    terms = names[-1:]
+    if rule == "required" and isinstance(error.instance, dict):
+        wanted = error.validator_value if isinstance(error.validator_value, list) else []
+        missing = [
+            p
+            for p in wanted
+            if isinstance(p, str) and p not in error.instance and repr(p) in error.message
+        ]
+        properties = error.schema.get("properties") if isinstance(error.schema, dict) else None
+        terms = list(missing)
+        for name in missing:
+            if isinstance(properties, dict):
+                terms += _options_of(properties.get(name), root)
+    elif rule == "enum" and isinstance(error.validator_value, list):
+        terms += [str(v) for v in error.validator_value[:20] if isinstance(v, str | int)]
+    elif rule == "const":
+        terms.append(str(error.validator_value))
+    return terms
+
+
+@dataclass
+class SchemaProblems:
+    """Every way a value breaks its schema, in document order, and the terms to look up."""
+
+    violations: list[Violation] = field(default_factory=list)
+    terms: list[str] = field(default_factory=list)
+
+    def add(self, error: ValidationError, root: Any = None) -> None:
+        pointer = pointer_of(error.absolute_path)
+        self.violations.append({"pointer": pointer, "message": message_of(error)})
+        for term in terms_of(error, root):
+            if term not in self.terms:
+                self.terms.append(term)
+
+
+def schema_problems(errors: Iterable[ValidationError], root: Any = None) -> SchemaProblems:
+    """The violations of ``errors`` in document order (``root``: the schema, for ``$ref``s)."""
+    problems = SchemaProblems()
+    for error in sorted(errors, key=lambda e: list(e.absolute_path)):
+        problems.add(error, root)
+    return problems
