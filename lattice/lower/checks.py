@@ -15,7 +15,7 @@ from typing import Any
 import networkx as nx
 
 from lattice.document.models import Node
-from lattice.errors import Diagnostic, Severity, did_you_mean
+from lattice.errors import Diagnostic, Severity, Suggester, did_you_mean
 from lattice.ir.models import FAILED_PORT
 from lattice.ir.templates import NameRef, StatePath
 from lattice.lower.registry import LoweringContext, NodeLowering, RefUse
@@ -33,6 +33,7 @@ CTX_KEYS = (
 
 
 SEARCH_BUDGET = 64
+"""Edges a backward search may look at before reachability falls back to a cached set."""
 
 
 class Reachability:
@@ -46,6 +47,9 @@ class Reachability:
         self._order = {c: i for i, c in enumerate(nx.topological_sort(condensed))}
         self._condensed = condensed
         self._descendants: dict[int, set[int]] = {}
+        self._ancestors: dict[int, set[int]] = {}
+        self._far_sources: dict[int, int] = {}
+        self._far_targets: dict[int, int] = {}
 
     def reaches(self, source: str, target: str) -> bool:
         """True when a path of one or more edges leads from ``source`` to ``target``."""
@@ -57,28 +61,43 @@ class Reachability:
         floor = self._order[a]
         if floor > self._order[b]:
             return False
-        cached = self._descendants.get(a)
-        if cached is not None:
-            return b in cached
+        if self._condensed.has_edge(a, b):
+            return True
+        descendants = self._descendants.get(a)
+        if descendants is not None:
+            return b in descendants
+        ancestors = self._ancestors.get(b)
+        if ancestors is not None:
+            return a in ancestors
         # A short backward search answers the common case (a nearby producer); past
-        # SEARCH_BUDGET steps, the source's descendants are computed once and reused,
-        # so many readers of one far-away producer cost O(nodes) in total, not each.
+        # SEARCH_BUDGET edges, one side's reachable set is computed once and reused: the
+        # source's descendants (many readers of one far-away producer) or, when a target
+        # has already needed that, the target's ancestors (one reader of many producers).
+        # Either way each query costs O(1) after at most two O(nodes) walks per endpoint.
         seen = {b}
         queue = deque([b])
-        steps = 0
+        looked = 0
         while queue:
             current = queue.popleft()
             for pred in self._condensed.predecessors(current):
                 if pred == a:
                     return True
+                looked += 1
+                if looked > SEARCH_BUDGET:
+                    return self._far(a, b)
                 if pred not in seen and self._order[pred] >= floor:
                     seen.add(pred)
                     queue.append(pred)
-            steps += 1
-            if steps > SEARCH_BUDGET:
-                self._descendants[a] = nx.descendants(self._condensed, a)
-                return b in self._descendants[a]
         return False
+
+    def _far(self, a: int, b: int) -> bool:
+        sources = self._far_sources[a] = self._far_sources.get(a, 0) + 1
+        targets = self._far_targets[b] = self._far_targets.get(b, 0) + 1
+        if targets > sources:
+            self._ancestors[b] = nx.ancestors(self._condensed, b)
+            return a in self._ancestors[b]
+        self._descendants[a] = nx.descendants(self._condensed, a)
+        return b in self._descendants[a]
 
 
 def reachability_warnings(
@@ -155,6 +174,21 @@ class ReferenceChecker:
         self.input_keys: set[str] = set()
         self.reads_all_inputs = False
         """True when something reads ``$in`` as a whole, so no key list can be inferred."""
+        self._names: Suggester | None = None
+        self._inputs: Suggester | None = None
+
+    def suggest_name(self, name: str) -> str:
+        """The hint for an unknown ``$vars`` name (nodes and variables), bounded in work."""
+        if self._names is None:
+            self._names = Suggester([*self.lowerings, *self.variables])
+        return self._names.hint(name)
+
+    def suggest_input(self, key: str) -> str:
+        """The hint for a key the inputs schema does not declare, bounded in work."""
+        if self._inputs is None:
+            properties = (self.inputs_schema or {}).get("properties")
+            self._inputs = Suggester(properties if isinstance(properties, dict) else ())
+        return self._inputs.hint(key)
 
     def _error(self, use: RefUse, code: str, message: str) -> None:
         self.ctx.diagnostics.append(
@@ -189,12 +223,11 @@ class ReferenceChecker:
         self.input_keys.add(ref.keys[0])
         missing = missing_property(self.inputs_schema, ref.keys)
         if self.inputs_schema is not None and missing is not None:
-            declared = list((self.inputs_schema.get("properties") or {}).keys())
             self._error(
                 use,
                 "template-unknown-property",
                 f"{ref.text}: the start node's inputs schema has no {missing!r}"
-                f"{did_you_mean(str(missing), declared)}",
+                f"{self.suggest_input(str(missing))}",
             )
 
     def _check_vars(self, use: RefUse, ref: StatePath) -> None:
@@ -212,11 +245,10 @@ class ReferenceChecker:
                     f"{ref.text}: no variableStore node that sets {name!r} can run before this node",
                 )
         else:
-            known = list(self.lowerings) + list(self.variables)
             self._error(
                 use,
                 "template-unknown-ref",
-                f"{ref.text}: no node or variable named {name!r}{did_you_mean(name, known)}",
+                f"{ref.text}: no node or variable named {name!r}{self.suggest_name(name)}",
             )
 
     def _check_node_ref(self, use: RefUse, ref: StatePath, name: str) -> None:
