@@ -196,7 +196,7 @@ class _Compiler:
                         Diagnostic(
                             "connection-unknown-node",
                             f"connection {conn.id or index} refers to unknown node {end!r}"
-                            f"{did_you_mean(end, ctx.nodes)}",
+                            f"{ctx.suggest_node(end)}",
                             pointer=pointer_join(where, key),
                         )
                     )

@@ -334,7 +334,8 @@ def test_template_syntax_in_a_nested_value(shape: Shape) -> None:
         node("h", "httpRequest", method="POST", url="https://example.test", body={"q": "{{ $in."})
     )
     d = only(shape.lower(doc), "template-syntax")
-    assert (d.node_id, d.pointer) == ("h", shape.prefix + "/nodes/1/data/body")
+    # The pointer names the string that breaks, not just the field holding it.
+    assert (d.node_id, d.pointer) == ("h", shape.prefix + "/nodes/1/data/body/q")
 
 
 def test_variable_ref_after_set_is_fine(shape: Shape) -> None:
