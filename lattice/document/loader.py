@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from lattice.document import limits
+import lattice.document.limits as document_limits
 from lattice.document.limits import (
     MAX_JSON_DEPTH,
     check_json_value,
@@ -51,7 +51,7 @@ def read_json_file(path: Path, *, max_bytes: int | None = None) -> Any:
     parser is reported with its line and column.
     """
     if max_bytes is None:
-        max_bytes = limits.MAX_DOCUMENT_BYTES
+        max_bytes = document_limits.MAX_DOCUMENT_BYTES
     try:
         with path.open("rb") as handle:
             raw = handle.read(max_bytes + 1)
