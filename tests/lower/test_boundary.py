@@ -479,3 +479,29 @@ def test_emitted_ir_of_a_large_document_parses_back() -> None:
     ir = lower_ok(_if_chain(300))
     assert check_ir(ir) == []
     assert ir_to_json(ir)
+
+
+def test_a_workflow_built_in_python_is_held_to_the_limits() -> None:
+    from lattice.document import Node, Workflow
+
+    workflow = Workflow(
+        nodes=[
+            Node(id="start", type="start"),
+            Node(
+                id="v",
+                type="variableStore",
+                data={"operation": "set", "name": "x", "value": _nested(200)},
+            ),
+            Node(id="end", type="end"),
+        ]
+    )
+    d = only(lower_document(workflow), "document-too-deep")
+    assert d.node_id == "v"
+    assert d.pointer.startswith("/nodes/1/data/value/k/0")
+
+
+def test_unknown_node_types_get_hints_within_the_budget() -> None:
+    doc = chain(node("a", "promt"), *[node(f"x{i}", f"garbage-type-{i}") for i in range(3_000)])
+    found = find(lower_document(doc), "unknown-node-type")
+    assert len(found) == 3_001
+    assert "(did you mean 'prompt'?)" in found[0].message
