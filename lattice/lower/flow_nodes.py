@@ -164,7 +164,7 @@ def parameters_schema(parameters: Any) -> dict[str, Any]:
         if isinstance(param.get("description"), str):
             prop["description"] = param["description"]
         properties[param["name"]] = prop
-        if param.get("required") is True:
+        if param.get("required") is True and param["name"] not in required:
             required.append(param["name"])
     return {"type": "object", "properties": properties, "required": required}
 
@@ -309,9 +309,21 @@ class McpLowerer:
         if not isinstance(parameters, list):
             ctx.error(node, "invalid-field", "data.parameters must be a list", "data", "parameters")
             return
+        seen: set[str] = set()
         for i, param in enumerate(parameters):
             if not isinstance(param, dict) or not isinstance(param.get("name"), str):
                 continue  # skipped, as cc-wf-studio files carry odd entries
+            if param["name"] in seen:
+                ctx.error(
+                    node,
+                    "invalid-field",
+                    f"parameter {param['name']!r} is listed twice",
+                    "data",
+                    "parameters",
+                    i,
+                    "name",
+                )
+            seen.add(param["name"])
             kind = param.get("type")
             if kind is not None and not isinstance(kind, str):
                 ctx.error(

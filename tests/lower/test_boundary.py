@@ -123,6 +123,15 @@ def test_mcp_parameter_type_that_is_a_list(
     assert "error[invalid-field] node 'm' at /nodes/1/data/parameters/0/type" in err
 
 
+def test_mcp_parameter_listed_twice() -> None:
+    # Found by bench/fuzz_documents.py: the arguments schema had "required": ["q", "q"],
+    # which is not a valid JSON Schema.
+    params = [{"name": "q", "required": True}, {"name": "q", "type": "string", "required": True}]
+    mcp = node("m", "mcp", serverId="s", toolName="t", mode="aiParameterConfig", parameters=params)
+    d = only(lower_document(chain(mcp)), "invalid-field")
+    assert (d.node_id, d.pointer) == ("m", "/nodes/1/data/parameters/1/name")
+
+
 def _if_else(condition: str, **data: Any) -> dict[str, Any]:
     return node(
         "b",
