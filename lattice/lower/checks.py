@@ -9,7 +9,7 @@ queries use the condensation's topological order to prune, so the common case
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import networkx as nx
@@ -34,22 +34,34 @@ CTX_KEYS = (
 
 SEARCH_BUDGET = 64
 """Edges a backward search may look at before reachability falls back to a cached set."""
+BATCH_SOURCES = 8
+"""Far-away sources above which ``prepare`` answers their queries in one pass."""
+BATCH_CHUNK = 256
+"""Sources answered per pass of ``prepare`` (one bit each in an integer per node)."""
 
 
 class Reachability:
-    """Answers "can node a run before node b" on a graph that may have cycles."""
+    """Answers "can node a run before node b" on a graph that may have cycles.
+
+    Most references read a nearby node, which a short backward search finds. For the rest
+    (far away), ``prepare`` answers all of a document's queries at once, 256 sources per
+    pass over the graph in topological order with one bit per source; queries it was not
+    asked about fall back to caching one endpoint's descendants or ancestors.
+    """
 
     def __init__(self, graph: nx.DiGraph) -> None:
         self.graph = graph
         condensed = nx.condensation(graph)
         self._scc: dict[str, int] = condensed.graph["mapping"]
         self._members = {c: len(condensed.nodes[c]["members"]) for c in condensed.nodes}
-        self._order = {c: i for i, c in enumerate(nx.topological_sort(condensed))}
+        self._topological = list(nx.topological_sort(condensed))
+        self._order = {c: i for i, c in enumerate(self._topological)}
         self._condensed = condensed
         self._descendants: dict[int, set[int]] = {}
         self._ancestors: dict[int, set[int]] = {}
         self._far_sources: dict[int, int] = {}
         self._far_targets: dict[int, int] = {}
+        self._answers: dict[tuple[int, int], bool] = {}
 
     def reaches(self, source: str, target: str) -> bool:
         """True when a path of one or more edges leads from ``source`` to ``target``."""
@@ -58,6 +70,16 @@ class Reachability:
         a, b = self._scc[source], self._scc[target]
         if a == b:
             return self._members[a] > 1 or self.graph.has_edge(source, source)
+        answer = self._answers.get((a, b))
+        if answer is None:
+            answer = self._near(a, b)
+        if answer is None:
+            answer = self._far(a, b)
+        return answer
+
+    def _near(self, a: int, b: int) -> bool | None:
+        """The answer for components ``a`` != ``b`` from their order, a direct edge, the
+        caches or a backward search of at most SEARCH_BUDGET edges; None past that."""
         floor = self._order[a]
         if floor > self._order[b]:
             return False
@@ -69,11 +91,6 @@ class Reachability:
         ancestors = self._ancestors.get(b)
         if ancestors is not None:
             return a in ancestors
-        # A short backward search answers the common case (a nearby producer); past
-        # SEARCH_BUDGET edges, one side's reachable set is computed once and reused: the
-        # source's descendants (many readers of one far-away producer) or, when a target
-        # has already needed that, the target's ancestors (one reader of many producers).
-        # Either way each query costs O(1) after at most two O(nodes) walks per endpoint.
         seen = {b}
         queue = deque([b])
         looked = 0
@@ -84,13 +101,15 @@ class Reachability:
                     return True
                 looked += 1
                 if looked > SEARCH_BUDGET:
-                    return self._far(a, b)
+                    return None
                 if pred not in seen and self._order[pred] >= floor:
                     seen.add(pred)
                     queue.append(pred)
         return False
 
     def _far(self, a: int, b: int) -> bool:
+        """Cache the source's descendants (many readers of one far-away producer) or, when a
+        target has already needed that, the target's ancestors (one reader of many)."""
         sources = self._far_sources[a] = self._far_sources.get(a, 0) + 1
         targets = self._far_targets[b] = self._far_targets.get(b, 0) + 1
         if targets > sources:
@@ -98,6 +117,37 @@ class Reachability:
             return a in self._ancestors[b]
         self._descendants[a] = nx.descendants(self._condensed, a)
         return b in self._descendants[a]
+
+    def prepare(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Answer ahead the ``(source, target)`` queries a short search cannot, together.
+
+        Answering each far query by walking the graph costs O(nodes) per distinct
+        endpoint, so n readers of n different far-away producers would cost n². Here the
+        far sources get one bit each, and one pass over the graph in topological order
+        (ORing each component's bits into its successors) answers 256 sources at once.
+        """
+        far: dict[int, set[int]] = {}
+        for source, target in pairs:
+            if source not in self._scc or target not in self._scc:
+                continue
+            a, b = self._scc[source], self._scc[target]
+            if a != b and b not in far.get(a, ()) and self._near(a, b) is None:
+                far.setdefault(a, set()).add(b)
+        if len(far) <= BATCH_SOURCES:
+            return
+        sources = sorted(far, key=self._order.__getitem__)
+        for start in range(0, len(sources), BATCH_CHUNK):
+            chunk = sources[start : start + BATCH_CHUNK]
+            bits = {a: 1 << i for i, a in enumerate(chunk)}
+            reached: dict[int, int] = {}
+            for component in self._topological[self._order[chunk[0]] :]:
+                out = reached.get(component, 0) | bits.get(component, 0)
+                if out:
+                    for successor in self._condensed.successors(component):
+                        reached[successor] = reached.get(successor, 0) | out
+            for a in chunk:
+                for b in far[a]:
+                    self._answers[(a, b)] = bool(reached.get(b, 0) & bits[a])
 
 
 def reachability_warnings(
@@ -196,6 +246,27 @@ class ReferenceChecker:
                 code, message, severity=Severity.ERROR, node_id=use.node_id, pointer=use.pointer
             )
         )
+
+    def check_all(self, uses: Iterable[RefUse]) -> None:
+        """Check every use, answering their reachability questions together first."""
+        uses = list(uses)
+        self.reach.prepare(self._reach_queries(uses))
+        for use in uses:
+            self.check(use)
+
+    def _reach_queries(self, uses: list[RefUse]) -> Iterator[tuple[str, str]]:
+        """The ``(producer, reader)`` pairs ``check`` will ask ``reaches`` about."""
+        for use in uses:
+            ref = use.ref
+            if isinstance(ref, NameRef) or ref.root != "$vars" or not ref.keys:
+                continue
+            name = str(ref.keys[0])
+            if name in self.lowerings:
+                if self.lowerings[name].produces:
+                    yield name, use.node_id
+            else:
+                for setter in self.variables.get(name, ()):
+                    yield setter, use.node_id
 
     def check(self, use: RefUse) -> None:
         ref = use.ref

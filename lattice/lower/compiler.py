@@ -262,8 +262,7 @@ class _Compiler:
         checker = ReferenceChecker(
             self.ctx, Reachability(self.graph), self.lowerings, variables, declared
         )
-        for use in self.ctx.ref_uses:
-            checker.check(use)
+        checker.check_all(self.ctx.ref_uses)
         if declared is not None:
             return declared
         keys = sorted(checker.input_keys)

@@ -445,6 +445,15 @@ def _fan_in(n: int) -> dict[str, Any]:
     )
 
 
+def _far_reads(n: int) -> dict[str, Any]:
+    """2n prompts in a row, the second half each reading its own far-away producer."""
+    prompts = [
+        node(f"p{i}", "prompt", prompt=f"{{{{ $vars.p{i - n}.result }}}}" if i >= n else "x")
+        for i in range(2 * n)
+    ]
+    return chain(*prompts)
+
+
 def _unknown_targets(n: int) -> dict[str, Any]:
     """n connections to nodes that do not exist (each a distinct name)."""
     doc = chain(node("p", "prompt", prompt="x"))
@@ -454,7 +463,15 @@ def _unknown_targets(n: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "build",
-    [_unknown_refs, _valid_chain, _if_chain, _many_variables, _fan_in, _unknown_targets],
+    [
+        _unknown_refs,
+        _valid_chain,
+        _if_chain,
+        _many_variables,
+        _fan_in,
+        _far_reads,
+        _unknown_targets,
+    ],
     ids=lambda f: f.__name__.strip("_"),
 )
 def test_lowering_work_grows_linearly(build: Callable[[int], dict[str, Any]]) -> None:
