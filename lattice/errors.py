@@ -143,3 +143,44 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     spelling of the hint in every message."""
     match = closest(word, choices)
     return f" (did you mean {match!r}?)" if match is not None and match != word else ""
+
+
+SUGGESTION_BUDGET = 20_000
+"""Most word-to-choice comparisons one Suggester makes: past it, hints are left out, so
+that a document full of unknown names costs time in proportion to its size."""
+
+
+class Suggester:
+    """``did_you_mean`` over one fixed set of choices, for many words.
+
+    The choices are indexed once; each distinct word is looked up once (cached); and
+    the fuzzy comparisons stop at ``budget`` in total, after which ``hint`` gives only
+    exact matches in another case. Use one per check over a document's names.
+    """
+
+    def __init__(self, choices: Iterable[str], *, budget: int = SUGGESTION_BUDGET) -> None:
+        self._by_lower: dict[str, str] = {}
+        for choice in choices:
+            self._by_lower[choice.lower()] = choice
+        self._lowered = list(self._by_lower)
+        self._cache: dict[str, str | None] = {}
+        self.budget = budget
+        self.compared = 0
+        """Word-to-choice comparisons made so far (for tests of the bound)."""
+
+    def closest(self, word: str) -> str | None:
+        if word in self._cache:
+            return self._cache[word]
+        lowered = word.lower()
+        match = self._by_lower.get(lowered)
+        if match is None and self.compared + len(self._lowered) <= self.budget:
+            self.compared += len(self._lowered)
+            found = difflib.get_close_matches(lowered, self._lowered, n=1, cutoff=0.6)
+            match = self._by_lower[found[0]] if found else None
+        self._cache[word] = match
+        return match
+
+    def hint(self, word: str) -> str:
+        """`` (did you mean 'x'?)`` when a choice is close to ``word``, else ``""``."""
+        match = self.closest(word)
+        return f" (did you mean {match!r}?)" if match is not None and match != word else ""

@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+import lattice.document.limits as document_limits
+from lattice.document.limits import (
+    MAX_JSON_DEPTH,
+    check_json_value,
+    node_id_at,
+    pointer_join,
+    text_depth_position,
+)
 from lattice.document.models import Connection, Node, SubAgentFlow, Workflow
 from lattice.errors import Diagnostic, DocumentError
 
 M = TypeVar("M", bound=BaseModel)
 
-
-def pointer_join(base: str, *parts: str | int) -> str:
-    """Append ``parts`` to JSON pointer ``base``, escaping ``~`` and ``/``."""
-    out = base
-    for part in parts:
-        out += "/" + str(part).replace("~", "~0").replace("/", "~1")
-    return out
+__all__ = ["load_workflow", "parse_workflow", "pointer_join", "read_json_file"]
 
 
 def pydantic_diagnostics(
@@ -39,10 +42,31 @@ def pydantic_diagnostics(
     return out
 
 
-def read_json_file(path: Path) -> Any:
-    """Parse a JSON file; unreadable or malformed files raise DocumentError with a location."""
+def read_json_file(path: Path, *, max_bytes: int | None = None) -> Any:
+    """Parse a JSON file; unreadable, oversized or malformed files raise DocumentError
+    with a location.
+
+    At most ``max_bytes + 1`` bytes are read (a device or a growing file cannot exhaust
+    memory; ``max_bytes`` defaults to MAX_DOCUMENT_BYTES); nesting too deep for the
+    parser is reported with its line and column.
+    """
+    if max_bytes is None:
+        max_bytes = document_limits.MAX_DOCUMENT_BYTES
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise DocumentError(
+                [
+                    Diagnostic(
+                        "document-too-large",
+                        f"{path} is larger than {max_bytes:,} bytes, the largest document "
+                        "Lattice reads",
+                    )
+                ],
+                source=str(path),
+            )
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise DocumentError(
@@ -54,6 +78,17 @@ def read_json_file(path: Path) -> Any:
         diag = Diagnostic(
             "invalid-json", f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         )
+        raise DocumentError([diag], source=str(path)) from exc
+    except RecursionError:
+        where = text_depth_position(text)
+        at = f" (line {where[0]}, column {where[1]})" if where else ""
+        diag = Diagnostic(
+            "document-too-deep",
+            f"objects and arrays are nested more than {MAX_JSON_DEPTH} levels deep{at}",
+        )
+        raise DocumentError([diag], source=str(path)) from None
+    except ValueError as exc:  # e.g. an integer literal past Python's digit limit
+        diag = Diagnostic("invalid-json", f"not valid JSON: {exc}")
         raise DocumentError([diag], source=str(path)) from exc
 
 
@@ -86,8 +121,14 @@ def _validate_items(
 def parse_workflow(raw: Any) -> tuple[Workflow | None, list[Diagnostic]]:
     """Build a Workflow from parsed JSON, returning it with every structural diagnostic.
 
-    The workflow is None only when the envelope itself is unusable.
+    The workflow is None when the envelope itself is unusable or the value breaks a
+    document limit (depth, numbers, strings; see ``lattice.document.limits``).
     """
+    if isinstance(raw, Mapping) and not isinstance(raw, dict):
+        raw = dict(raw)
+    problems = check_json_value(raw)
+    if problems:
+        return None, [replace(d, node_id=node_id_at(raw, d.pointer)) for d in problems]
     diagnostics: list[Diagnostic] = []
     base = ""
     if isinstance(raw, Mapping) and isinstance(raw.get("workflow"), Mapping) and "nodes" not in raw:

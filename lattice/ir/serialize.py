@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import jmespath
+import jsonschema
+from jmespath.exceptions import JMESPathError
 from pydantic import ValidationError
 
 from lattice.errors import LatticeUserError
-from lattice.ir.models import ExecIR
+from lattice.ir.models import (
+    AskOp,
+    Condition,
+    EndOp,
+    ExecIR,
+    HttpCall,
+    LLMWriteOp,
+    McpCall,
+    Op,
+    StateOp,
+    SwitchOp,
+    ToolCallOp,
+    TransformOp,
+)
+from lattice.ir.templates import TemplateSyntaxError, ValueTemplate, parse_path, parse_template
 
 
 def ir_to_dict(ir: ExecIR) -> dict[str, Any]:
@@ -26,15 +45,147 @@ def ir_to_json(ir: ExecIR) -> str:
 
 
 def ir_from_json(text: str | bytes | dict[str, Any]) -> ExecIR:
-    """Parse ExecIR from JSON text or a dict; a malformed IR is a LatticeUserError."""
+    """Parse ExecIR from JSON text or a dict; a malformed IR is a LatticeUserError.
+
+    Beyond its shape, the IR is held to what running it needs (``check_ir``): an IR file
+    is input like a document, and a Runner built from it must not fail on a template,
+    path, condition or schema it cannot read.
+    """
     try:
         if isinstance(text, dict):
-            return ExecIR.model_validate(text)
-        return ExecIR.model_validate_json(text)
-    except ValidationError as exc:
+            ir = ExecIR.model_validate(text)
+        else:
+            ir = ExecIR.model_validate_json(text)
+    except (ValidationError, RecursionError) as exc:
+        reason = str(exc) if isinstance(exc, ValidationError) else "nested too deeply"
         raise LatticeUserError(
-            f"not a valid ExecIR document: {exc}", error_type="invalid_ir"
-        ) from exc
+            f"not a valid ExecIR document: {reason}", error_type="invalid_ir"
+        ) from None
+    problems = check_ir(ir)
+    if problems:
+        raise LatticeUserError(
+            "not a valid ExecIR document:\n  " + "\n  ".join(problems), error_type="invalid_ir"
+        )
+    return ir
+
+
+def check_ir(ir: ExecIR) -> list[str]:
+    """Every problem that would stop a Runner from being built for ``ir`` or from walking
+    it: unknown entry or edge targets, and templates, state paths, conditions, JMESPath
+    expressions and JSON Schemas that do not compile. Each names the op and its field.
+    Lowering never emits such an IR; an IR read from a file may hold anything."""
+    problems: list[str] = []
+    if ir.entry not in ir.ops:
+        problems.append(f"entry: no op {ir.entry!r}")
+    for op_id, op in ir.ops.items():
+        if op.id != op_id:
+            problems.append(f"ops[{op_id!r}]: its id is {op.id!r}")
+        for index, edge in enumerate(op.next):
+            if edge.to not in ir.ops:
+                problems.append(f"ops[{op_id!r}].next[{index}]: no op {edge.to!r}")
+        for field, check in _op_checks(op):
+            try:
+                check()
+            except (TemplateSyntaxError, ValueError, RecursionError) as exc:
+                reason = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
+                problems.append(f"ops[{op_id!r}].{field}: {reason}")
+    return problems
+
+
+def _path(text: str | None) -> Callable[[], object]:
+    return lambda: parse_path(text) if text is not None else None
+
+
+def _template(value: Any) -> Callable[[], object]:
+    return lambda: ValueTemplate(value)
+
+
+def _schema(schema: dict[str, Any] | None) -> Callable[[], object]:
+    def check() -> None:
+        if schema is not None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"invalid JSON Schema: {exc.message}") from None
+
+    return check
+
+
+def _jmespath(expression: str) -> Callable[[], object]:
+    def check() -> None:
+        try:
+            jmespath.compile(expression)
+        except JMESPathError as exc:
+            raise ValueError(f"invalid JMESPath: {exc}") from None
+
+    return check
+
+
+def _condition(condition: Condition) -> Callable[[], object]:
+    def check() -> None:
+        op, value = condition.op, condition.value
+        if op == "matches":
+            if not isinstance(value, str):
+                raise ValueError("matches needs a regular expression")
+            try:
+                re.compile(value)
+            except (re.error, OverflowError) as exc:
+                raise ValueError(f"invalid regular expression: {exc}") from None
+        elif op == "jmespath":
+            if not isinstance(value, str):
+                raise ValueError("jmespath needs an expression")
+            _jmespath(value)()
+        elif op in ("in", "not_in") and not isinstance(value, list):
+            raise ValueError(f"{op} needs a list")
+        elif op in ("gt", "ge", "lt", "le") and (
+            not isinstance(value, int | float) or isinstance(value, bool)
+        ):
+            raise ValueError(f"{op} needs a number")
+
+    return check
+
+
+def _op_checks(op: Op) -> Iterator[tuple[str, Callable[[], object]]]:
+    """``(field, check)`` for each part of ``op`` the runtime compiles."""
+    for index, read in enumerate(op.reads):
+        if not read.startswith("$secrets"):
+            yield f"reads[{index}]", _path(read)
+    if isinstance(op, EndOp):
+        yield "output", _template(op.output)
+    elif isinstance(op, LLMWriteOp):
+        yield "prompt", lambda: parse_template(op.prompt)
+        yield "variables", _template(op.variables)
+        for index, path in enumerate(op.context):
+            yield f"context[{index}]", _path(path)
+        yield "writes", _path(op.writes)
+        yield "outputSchema", _schema(op.output_schema)
+    elif isinstance(op, SwitchOp):
+        yield "input", _path(op.input)
+        for index, case in enumerate(op.cases):
+            yield f"cases[{index}].test", _condition(case.test)
+    elif isinstance(op, StateOp):
+        yield "variable", _path("$vars." + op.variable)
+        yield "value", _template(op.value)
+        yield "writes", _path(op.writes)
+    elif isinstance(op, TransformOp):
+        yield "expression", _jmespath(op.expression)
+        yield "input", _path(op.input)
+        yield "writes", _path(op.writes)
+    elif isinstance(op, AskOp):
+        yield "question", _template(op.question)
+        yield "writes", _path(op.writes)
+    elif isinstance(op, ToolCallOp):
+        call = op.call
+        yield "writes", _path(op.writes)
+        yield "outputSchema", _schema(op.output_schema)
+        if isinstance(call, HttpCall):
+            yield "call.url", lambda: parse_template(call.url)
+            yield "call.headers", _template(call.headers)
+            yield "call.query", _template(call.query)
+            yield "call.body", _template(call.body)
+        elif isinstance(call, McpCall):
+            yield "call.arguments", _template(call.arguments)
+            yield "call.argumentsFrom", _path(call.arguments_from)
 
 
 def execir_json_schema() -> dict[str, Any]:

@@ -29,8 +29,9 @@ ROOTS = ("$in", "$vars", "$tmp", "$ctx", "$secrets")
 _KEY = r"[A-Za-z0-9_][A-Za-z0-9_\-]*"
 _SEGMENT = re.compile(rf"\.({_KEY})|\[(-?\d+)\]|\[(\"(?:[^\"\\]|\\.)*\")\]")
 _ROOT = re.compile(r"\$(in|vars|tmp|ctx|secrets)\b")
-_NAME = re.compile(rf"^{_KEY}$")
-_TAG = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+_NAME = re.compile(rf"{_KEY}\Z")
+SECRETS_ROOT = "$secrets"
+"""The root of secret references: values from the environment, never stored in state."""
 
 
 class TemplateSyntaxError(ValueError):
@@ -65,6 +66,17 @@ class StatePath:
         return self.text
 
 
+def path_text(root: str, *keys: str | int) -> str:
+    """The text of the path ``root`` + ``keys``, quoting keys that are not plain names
+    (``path_text("$vars", "a b", "result")`` is ``$vars["a b"].result``)."""
+    return StatePath(root, keys).text
+
+
+def is_secret(ref: Ref) -> bool:
+    """True when ``ref`` reads ``$secrets``."""
+    return isinstance(ref, StatePath) and ref.root == SECRETS_ROOT
+
+
 @functools.lru_cache(maxsize=4096)
 def parse_path(text: str) -> StatePath:
     """Parse a complete ``$``-path; raise TemplateSyntaxError saying where it breaks."""
@@ -89,7 +101,14 @@ def parse_path(text: str) -> StatePath:
         elif seg.group(2) is not None:
             keys.append(int(seg.group(2)))
         else:
-            keys.append(json.loads(seg.group(3)))
+            try:
+                keys.append(json.loads(seg.group(3)))
+            except ValueError:  # an escape JSON does not know, such as \'
+                raise TemplateSyntaxError(
+                    f"cannot read path {text!r} at offset {pos}: the quoted key is not a JSON string",
+                    text=text,
+                    position=pos,
+                ) from None
         pos = seg.end()
     return StatePath("$" + root.group(1), tuple(keys))
 
@@ -175,16 +194,20 @@ def parse_template(text: str) -> Template:
     """Parse ``{{ }}`` tags in ``text``; an unclosed ``{{`` or a bad ref raises TemplateSyntaxError."""
     parts: list[str | Ref] = []
     pos = 0
-    for tag in _TAG.finditer(text):
-        if tag.start() > pos:
-            parts.append(text[pos : tag.start()])
-        parts.append(_parse_ref(tag.group(1), text=text, position=tag.start()))
-        pos = tag.end()
+    # Scanning with find keeps this linear: a regex search for each "{{" without a
+    # closing "}}" would rescan the rest of the text every time.
+    while True:
+        start = text.find("{{", pos)
+        if start < 0:
+            break
+        end = text.find("}}", start + 2)
+        if end < 0:
+            raise TemplateSyntaxError("unclosed '{{' in template", text=text, position=start)
+        if start > pos:
+            parts.append(text[pos:start])
+        parts.append(_parse_ref(text[start + 2 : end], text=text, position=start))
+        pos = end + 2
     rest = text[pos:]
-    if "{{" in rest:
-        raise TemplateSyntaxError(
-            "unclosed '{{' in template", text=text, position=pos + rest.index("{{")
-        )
     if rest:
         parts.append(rest)
     # A lone ref with only whitespace around it still counts as a single value.

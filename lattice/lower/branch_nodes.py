@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from lattice.document.models import SEQUENTIAL_PORT, Node
 from lattice.ir.models import AskOp, AskOption, Case, Condition, Edge, LLMWriteOp, SwitchOp
-from lattice.ir.templates import TemplateSyntaxError, parse_path
+from lattice.ir.templates import TemplateSyntaxError, parse_path, path_text
 from lattice.lower.conditions import ConditionError, ParsedCondition, parse_condition
 from lattice.lower.fields import get_list, get_str
 from lattice.lower.llm_nodes import llm_contract
@@ -23,11 +23,13 @@ def branch_ports(count: int) -> list[str]:
 def unique_labels(raw: list[str]) -> list[str]:
     """Branch labels as IR port names: blank → ``branch-N``, repeats get `` (N)``."""
     out: list[str] = []
+    taken: set[str] = set()
     for i, label in enumerate(raw):
         name = label.strip() or f"branch-{i}"
-        if name in out or name == SEQUENTIAL_PORT:
+        if name in taken or name == SEQUENTIAL_PORT:
             name = f"{name} ({i})"
         out.append(name)
+        taken.add(name)
     return out
 
 
@@ -193,30 +195,43 @@ class _BranchLowerer:
         contract["template"] = contract["template"] or "classifier@1"
         conditions = [str(b.get("condition") or "") for b in branches]
         context = [target_path] if target_path else ctx.upstream_results(node.id)
+        # The classifier's prompt is a template at run time: the document text built into
+        # it (what to evaluate, labels, conditions) is checked where it is written.
+        piece_reads: list[str] = []
+        mark = ctx.template_errors
+        if target and not target_path:
+            piece_reads += ctx.use_text(node, target, "data", "evaluationTarget")
+        for i, (label, condition) in enumerate(zip(labels, conditions, strict=True)):
+            dumped = json.dumps(label, ensure_ascii=False)
+            piece_reads += ctx.use_text(node, dumped, "data", "branches", i, "label")
+            piece_reads += ctx.use_text(node, condition, "data", "branches", i, "condition")
+        prompt = classifier_prompt(
+            None if target_path else target, list(zip(labels, conditions, strict=True))
+        )
+        ctx.check_prompt(node, prompt, "data", "branches", since=mark)
+        branch = path_text("$vars", node.id, "result", "branch")
         classify = LLMWriteOp(
             id=node.id,
             source_node=node.id,
             name=node.title,
             purpose="classify",
-            prompt=classifier_prompt(
-                None if target_path else target, list(zip(labels, conditions, strict=True))
-            ),
+            prompt=prompt,
             context=context,
             labels=labels,
-            writes=f"$vars.{node.id}.result",
-            reads=context,
+            writes=path_text("$vars", node.id, "result"),
+            reads=context + [r for r in dict.fromkeys(piece_reads) if r not in context],
             **contract,
         )
         switch = SwitchOp(
             id=node.id + SWITCH_SUFFIX,
             source_node=node.id,
             name=node.title,
-            input=f"$vars.{node.id}.result.branch",
+            input=branch,
             cases=[
                 Case(port=label, test=Condition(op="eq", value=label), source=cond)
                 for label, cond in zip(labels, conditions, strict=True)
             ],
-            reads=[f"$vars.{node.id}.result.branch"],
+            reads=[branch],
         )
         classify.next.append(Edge(to=switch.id))
         return NodeLowering(
@@ -300,21 +315,22 @@ class AskUserQuestionLowerer:
             question=question,
             options=options,
             multi_select=multi,
-            writes=f"$vars.{node.id}.result",
+            writes=path_text("$vars", node.id, "result"),
         )
         if not self._branching(node):
             return NodeLowering.single(ask, result_schema=ASK_RESULT_SCHEMA)
         labels = unique_labels([o.label for o in options])
+        chosen = path_text("$vars", node.id, "result", "label")
         switch = SwitchOp(
             id=node.id + SWITCH_SUFFIX,
             source_node=node.id,
             name=node.title,
-            input=f"$vars.{node.id}.result.label",
+            input=chosen,
             cases=[
                 Case(port=p, test=Condition(op="eq", value=o.label), source=o.label)
                 for p, o in zip(labels, options, strict=True)
             ],
-            reads=[f"$vars.{node.id}.result.label"],
+            reads=[chosen],
         )
         ask.next.append(Edge(to=switch.id))
         exits = {f"branch-{i}": [(switch.id, label)] for i, label in enumerate(labels)}

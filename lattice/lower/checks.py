@@ -9,13 +9,13 @@ queries use the condensation's topological order to prune, so the common case
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import networkx as nx
 
 from lattice.document.models import Node
-from lattice.errors import Diagnostic, Severity, did_you_mean
+from lattice.errors import Diagnostic, Severity, Suggester, did_you_mean
 from lattice.ir.models import FAILED_PORT
 from lattice.ir.templates import NameRef, StatePath
 from lattice.lower.registry import LoweringContext, NodeLowering, RefUse
@@ -33,19 +33,35 @@ CTX_KEYS = (
 
 
 SEARCH_BUDGET = 64
+"""Edges a backward search may look at before reachability falls back to a cached set."""
+BATCH_SOURCES = 8
+"""Far-away sources above which ``prepare`` answers their queries in one pass."""
+BATCH_CHUNK = 256
+"""Sources answered per pass of ``prepare`` (one bit each in an integer per node)."""
 
 
 class Reachability:
-    """Answers "can node a run before node b" on a graph that may have cycles."""
+    """Answers "can node a run before node b" on a graph that may have cycles.
+
+    Most references read a nearby node, which a short backward search finds. For the rest
+    (far away), ``prepare`` answers all of a document's queries at once, 256 sources per
+    pass over the graph in topological order with one bit per source; queries it was not
+    asked about fall back to caching one endpoint's descendants or ancestors.
+    """
 
     def __init__(self, graph: nx.DiGraph) -> None:
         self.graph = graph
         condensed = nx.condensation(graph)
         self._scc: dict[str, int] = condensed.graph["mapping"]
         self._members = {c: len(condensed.nodes[c]["members"]) for c in condensed.nodes}
-        self._order = {c: i for i, c in enumerate(nx.topological_sort(condensed))}
+        self._topological = list(nx.topological_sort(condensed))
+        self._order = {c: i for i, c in enumerate(self._topological)}
         self._condensed = condensed
         self._descendants: dict[int, set[int]] = {}
+        self._ancestors: dict[int, set[int]] = {}
+        self._far_sources: dict[int, int] = {}
+        self._far_targets: dict[int, int] = {}
+        self._answers: dict[tuple[int, int], bool] = {}
 
     def reaches(self, source: str, target: str) -> bool:
         """True when a path of one or more edges leads from ``source`` to ``target``."""
@@ -54,31 +70,84 @@ class Reachability:
         a, b = self._scc[source], self._scc[target]
         if a == b:
             return self._members[a] > 1 or self.graph.has_edge(source, source)
+        answer = self._answers.get((a, b))
+        if answer is None:
+            answer = self._near(a, b)
+        if answer is None:
+            answer = self._far(a, b)
+        return answer
+
+    def _near(self, a: int, b: int) -> bool | None:
+        """The answer for components ``a`` != ``b`` from their order, a direct edge, the
+        caches or a backward search of at most SEARCH_BUDGET edges; None past that."""
         floor = self._order[a]
         if floor > self._order[b]:
             return False
-        cached = self._descendants.get(a)
-        if cached is not None:
-            return b in cached
-        # A short backward search answers the common case (a nearby producer); past
-        # SEARCH_BUDGET steps, the source's descendants are computed once and reused,
-        # so many readers of one far-away producer cost O(nodes) in total, not each.
+        if self._condensed.has_edge(a, b):
+            return True
+        descendants = self._descendants.get(a)
+        if descendants is not None:
+            return b in descendants
+        ancestors = self._ancestors.get(b)
+        if ancestors is not None:
+            return a in ancestors
         seen = {b}
         queue = deque([b])
-        steps = 0
+        looked = 0
         while queue:
             current = queue.popleft()
             for pred in self._condensed.predecessors(current):
                 if pred == a:
                     return True
+                looked += 1
+                if looked > SEARCH_BUDGET:
+                    return None
                 if pred not in seen and self._order[pred] >= floor:
                     seen.add(pred)
                     queue.append(pred)
-            steps += 1
-            if steps > SEARCH_BUDGET:
-                self._descendants[a] = nx.descendants(self._condensed, a)
-                return b in self._descendants[a]
         return False
+
+    def _far(self, a: int, b: int) -> bool:
+        """Cache the source's descendants (many readers of one far-away producer) or, when a
+        target has already needed that, the target's ancestors (one reader of many)."""
+        sources = self._far_sources[a] = self._far_sources.get(a, 0) + 1
+        targets = self._far_targets[b] = self._far_targets.get(b, 0) + 1
+        if targets > sources:
+            self._ancestors[b] = nx.ancestors(self._condensed, b)
+            return a in self._ancestors[b]
+        self._descendants[a] = nx.descendants(self._condensed, a)
+        return b in self._descendants[a]
+
+    def prepare(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Answer ahead the ``(source, target)`` queries a short search cannot, together.
+
+        Answering each far query by walking the graph costs O(nodes) per distinct
+        endpoint, so n readers of n different far-away producers would cost n². Here the
+        far sources get one bit each, and one pass over the graph in topological order
+        (ORing each component's bits into its successors) answers 256 sources at once.
+        """
+        far: dict[int, set[int]] = {}
+        for source, target in pairs:
+            if source not in self._scc or target not in self._scc:
+                continue
+            a, b = self._scc[source], self._scc[target]
+            if a != b and b not in far.get(a, ()) and self._near(a, b) is None:
+                far.setdefault(a, set()).add(b)
+        if len(far) <= BATCH_SOURCES:
+            return
+        sources = sorted(far, key=self._order.__getitem__)
+        for start in range(0, len(sources), BATCH_CHUNK):
+            chunk = sources[start : start + BATCH_CHUNK]
+            bits = {a: 1 << i for i, a in enumerate(chunk)}
+            reached: dict[int, int] = {}
+            for component in self._topological[self._order[chunk[0]] :]:
+                out = reached.get(component, 0) | bits.get(component, 0)
+                if out:
+                    for successor in self._condensed.successors(component):
+                        reached[successor] = reached.get(successor, 0) | out
+            for a in chunk:
+                for b in far[a]:
+                    self._answers[(a, b)] = bool(reached.get(b, 0) & bits[a])
 
 
 def reachability_warnings(
@@ -155,6 +224,21 @@ class ReferenceChecker:
         self.input_keys: set[str] = set()
         self.reads_all_inputs = False
         """True when something reads ``$in`` as a whole, so no key list can be inferred."""
+        self._names: Suggester | None = None
+        self._inputs: Suggester | None = None
+
+    def suggest_name(self, name: str) -> str:
+        """The hint for an unknown ``$vars`` name (nodes and variables), bounded in work."""
+        if self._names is None:
+            self._names = Suggester([*self.lowerings, *self.variables])
+        return self._names.hint(name)
+
+    def suggest_input(self, key: str) -> str:
+        """The hint for a key the inputs schema does not declare, bounded in work."""
+        if self._inputs is None:
+            properties = (self.inputs_schema or {}).get("properties")
+            self._inputs = Suggester(properties if isinstance(properties, dict) else ())
+        return self._inputs.hint(key)
 
     def _error(self, use: RefUse, code: str, message: str) -> None:
         self.ctx.diagnostics.append(
@@ -162,6 +246,27 @@ class ReferenceChecker:
                 code, message, severity=Severity.ERROR, node_id=use.node_id, pointer=use.pointer
             )
         )
+
+    def check_all(self, uses: Iterable[RefUse]) -> None:
+        """Check every use, answering their reachability questions together first."""
+        uses = list(uses)
+        self.reach.prepare(self._reach_queries(uses))
+        for use in uses:
+            self.check(use)
+
+    def _reach_queries(self, uses: list[RefUse]) -> Iterator[tuple[str, str]]:
+        """The ``(producer, reader)`` pairs ``check`` will ask ``reaches`` about."""
+        for use in uses:
+            ref = use.ref
+            if isinstance(ref, NameRef) or ref.root != "$vars" or not ref.keys:
+                continue
+            name = str(ref.keys[0])
+            if name in self.lowerings:
+                if self.lowerings[name].produces:
+                    yield name, use.node_id
+            else:
+                for setter in self.variables.get(name, ()):
+                    yield setter, use.node_id
 
     def check(self, use: RefUse) -> None:
         ref = use.ref
@@ -189,12 +294,11 @@ class ReferenceChecker:
         self.input_keys.add(ref.keys[0])
         missing = missing_property(self.inputs_schema, ref.keys)
         if self.inputs_schema is not None and missing is not None:
-            declared = list((self.inputs_schema.get("properties") or {}).keys())
             self._error(
                 use,
                 "template-unknown-property",
                 f"{ref.text}: the start node's inputs schema has no {missing!r}"
-                f"{did_you_mean(str(missing), declared)}",
+                f"{self.suggest_input(str(missing))}",
             )
 
     def _check_vars(self, use: RefUse, ref: StatePath) -> None:
@@ -212,11 +316,10 @@ class ReferenceChecker:
                     f"{ref.text}: no variableStore node that sets {name!r} can run before this node",
                 )
         else:
-            known = list(self.lowerings) + list(self.variables)
             self._error(
                 use,
                 "template-unknown-ref",
-                f"{ref.text}: no node or variable named {name!r}{did_you_mean(name, known)}",
+                f"{ref.text}: no node or variable named {name!r}{self.suggest_name(name)}",
             )
 
     def _check_node_ref(self, use: RefUse, ref: StatePath, name: str) -> None:

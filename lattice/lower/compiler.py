@@ -10,15 +10,16 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
+from lattice.document.limits import check_json_value
 from lattice.document.loader import parse_workflow, pointer_join, read_json_file
 from lattice.document.models import Workflow
-from lattice.errors import Diagnostic, DocumentError, did_you_mean
+from lattice.errors import Diagnostic, DocumentError, Suggester, did_you_mean
 from lattice.ir.models import Edge, ExecIR, ForEachOp, IRDiagnostic, Op, WorkflowInfo
 from lattice.lower.branch_nodes import AskUserQuestionLowerer, IfElseLowerer, SwitchLowerer
 from lattice.lower.checks import Reachability, ReferenceChecker, reachability_warnings
@@ -100,6 +101,7 @@ class _Compiler:
         self.lowerings: dict[str, NodeLowering] = {}
         self.ports: dict[str, list[str] | None] = {}
         self.graph: nx.DiGraph = nx.DiGraph()
+        self._types: Suggester | None = None
 
     def run(self) -> LoweringResult:
         start, ends = self._check_shape()
@@ -180,7 +182,9 @@ class _Compiler:
         for node in self.workflow.nodes:
             lowerer = self.registry.get(node.type)
             if lowerer is None:
-                hint = did_you_mean(node.type, self.registry.types())
+                if self._types is None:
+                    self._types = Suggester(self.registry.types())
+                hint = self._types.hint(node.type)
                 self.ctx.error(
                     node,
                     "unknown-node-type",
@@ -210,7 +214,7 @@ class _Compiler:
                         Diagnostic(
                             "connection-unknown-node",
                             f"connection {conn.id or index} refers to unknown node {end!r}"
-                            f"{did_you_mean(end, ctx.nodes)}",
+                            f"{ctx.suggest_node(end)}",
                             pointer=pointer_join(where, key),
                         )
                     )
@@ -279,8 +283,7 @@ class _Compiler:
         checker = ReferenceChecker(
             self.ctx, Reachability(self.graph), self.lowerings, variables, declared
         )
-        for use in self.ctx.ref_uses:
-            checker.check(use)
+        checker.check_all(self.ctx.ref_uses)
         if declared is not None:
             return declared
         keys = sorted(checker.input_keys)
@@ -318,6 +321,24 @@ def lower_workflow(
         return _Compiler(workflow, registry or DEFAULT_REGISTRY, base_dir).run()
 
 
+def _beyond_limits(workflow: Workflow) -> list[Diagnostic]:
+    """The document limits for a Workflow built in Python (a file or dict is checked by
+    ``parse_workflow``): node ids and data must be plain, bounded JSON values."""
+    found: list[Diagnostic] = []
+    groups = [(workflow.nodes, pointer_join(workflow.pointer_base, "nodes"))]
+    groups += [
+        (flow.nodes, pointer_join(workflow.pointer_base, "subAgentFlows", k, "nodes"))
+        for k, flow in enumerate(workflow.sub_agent_flows)
+    ]
+    for nodes, base in groups:
+        for index, node in enumerate(nodes):
+            where = node._pointer or pointer_join(base, index)
+            problems = check_json_value(node.id, pointer_join(where, "id"))
+            problems += check_json_value(node.data, pointer_join(where, "data"))
+            found += [replace(d, node_id=node.id) for d in problems]
+    return found
+
+
 def lower_document(
     source: str | Path | Mapping[str, Any] | Workflow,
     *,
@@ -332,6 +353,9 @@ def lower_document(
     DocumentError (nothing to lower).
     """
     if isinstance(source, Workflow):
+        problems = _beyond_limits(source)
+        if problems:
+            return LoweringResult(None, problems)
         return lower_workflow(source, registry=registry, base_dir=base_dir)
     if isinstance(source, Mapping):
         raw: Any = source

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import jmespath
 from jmespath.exceptions import JMESPathError
 
+from lattice.document.limits import check_json_value
 from lattice.ir.models import Condition
 
 _UNARY = {
@@ -82,6 +83,10 @@ def parse_condition(text: str) -> ParsedCondition:
             jmespath.compile(expression)
         except JMESPathError as exc:
             raise ConditionError(f"invalid JMESPath in condition {text!r}: {exc}") from None
+        except RecursionError:
+            raise ConditionError(
+                f"the JMESPath in condition {_short(text)} is nested too deeply"
+            ) from None
         return ParsedCondition(text, Condition(op="jmespath", value=expression))
     for token, op in _BINARY:
         if token[0].isalpha():
@@ -97,10 +102,14 @@ def parse_condition(text: str) -> ParsedCondition:
     return ParsedCondition(text, None)
 
 
+def _short(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
 def _is_json(text: str) -> bool:
     try:
         _strict_json(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
@@ -110,14 +119,19 @@ def _reject_constant(name: str) -> object:
 
 
 def _strict_json(text: str) -> object:
-    """JSON as the standard defines it: NaN and Infinity are not values."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """JSON as the standard defines it (NaN and Infinity are not values), within the
+    document limits (nesting, numbers, strings); a ValueError otherwise."""
+    value = json.loads(text, parse_constant=_reject_constant)
+    problems = check_json_value(value)
+    if problems:
+        raise ValueError(problems[0].message)
+    return value
 
 
 def _parse_operand(op: str, rhs: str, text: str) -> object:
     try:
         value = _strict_json(rhs)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ConditionError(
             f"cannot read the value in condition {text!r}: write it as JSON "
             f'(strings in double quotes, e.g. == "billing")'
@@ -135,4 +149,8 @@ def _parse_operand(op: str, rhs: str, text: str) -> object:
             re.compile(value)
         except re.error as exc:
             raise ConditionError(f"invalid regular expression in {text!r}: {exc}") from None
+        except (RecursionError, OverflowError):
+            raise ConditionError(
+                f"the regular expression in {_short(text)} is too complex to compile"
+            ) from None
     return value

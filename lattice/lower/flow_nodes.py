@@ -9,7 +9,6 @@ import jmespath
 from jmespath.exceptions import JMESPathError
 
 from lattice.document.models import SEQUENTIAL_PORT, Node
-from lattice.errors import did_you_mean
 from lattice.ir.models import (
     FAILED_PORT,
     Edge,
@@ -22,7 +21,7 @@ from lattice.ir.models import (
     ToolCallOp,
     TransformOp,
 )
-from lattice.ir.templates import TemplateSyntaxError, parse_path
+from lattice.ir.templates import TemplateSyntaxError, parse_path, path_text
 from lattice.lower.fields import get_dict, get_number, get_schema, get_str
 from lattice.lower.llm_nodes import llm_contract
 from lattice.lower.registry import LoweringContext, NodeLowering
@@ -33,7 +32,7 @@ HTTP_RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"status": {"type": "integer"}, "headers": {"type": "object"}, "body": {}},
 }
-VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*\Z")
 
 
 class StartLowerer:
@@ -115,10 +114,11 @@ class HttpRequestLowerer:
                 "responseType",
             )
             response_type = "auto"
-        reads = ctx.use_template(node, url, "data", "url")
-        reads += ctx.use_template(node, headers, "data", "headers")
-        reads += ctx.use_template(node, query, "data", "query")
-        reads += ctx.use_template(node, body, "data", "body")
+        # The secret lane: what these four hold leaves the process for the destination.
+        reads = ctx.use_text(node, url, "data", "url", secrets=True)
+        reads += ctx.use_template(node, headers, "data", "headers", secrets=True)
+        reads += ctx.use_template(node, query, "data", "query", secrets=True)
+        reads += ctx.use_template(node, body, "data", "body", secrets=True)
         schema = get_schema(ctx, node, "outputSchema")
         call = HttpCall(
             method=method,  # type: ignore[arg-type]
@@ -135,7 +135,7 @@ class HttpRequestLowerer:
             name=node.title,
             call=call,
             output_schema=schema,
-            writes=f"$vars.{node.id}.result",
+            writes=path_text("$vars", node.id, "result"),
             reads=sorted(set(reads)),
         )
         result_schema = dict(HTTP_RESULT_SCHEMA)
@@ -158,12 +158,13 @@ def parameters_schema(parameters: Any) -> dict[str, Any]:
         if not isinstance(param, dict) or not isinstance(param.get("name"), str):
             continue
         prop: dict[str, Any] = {}
-        if param.get("type") in _JSON_TYPES:
-            prop["type"] = param["type"]
+        kind = param.get("type")
+        if isinstance(kind, str) and kind in _JSON_TYPES:
+            prop["type"] = kind
         if isinstance(param.get("description"), str):
             prop["description"] = param["description"]
         properties[param["name"]] = prop
-        if param.get("required") is True:
+        if param.get("required") is True and param["name"] not in required:
             required.append(param["name"])
     return {"type": "object", "properties": properties, "required": required}
 
@@ -207,7 +208,7 @@ class McpLowerer:
                 source_node=node.id,
                 name=node.title,
                 call=call,
-                writes=f"$vars.{node.id}.result",
+                writes=path_text("$vars", node.id, "result"),
                 reads=sorted(set(reads)),
             )
             return NodeLowering.single(op, ports=TOOL_PORTS)
@@ -217,18 +218,25 @@ class McpLowerer:
         self, node: Node, ctx: LoweringContext, server_id: str, tool_name: str | None, mode: str
     ) -> NodeLowering:
         contract = llm_contract(ctx, node)
+        # Document text built into the prompt is a template at run time: each piece is
+        # checked (and its references recorded) where it is written.
+        mark = ctx.template_errors
+        piece_reads = ctx.use_text(node, repr(server_id), "data", "serverId")
         if mode == "aiParameterConfig":
             config = get_dict(ctx, node, "aiParameterConfig") or {}
             task = config.get("description") if isinstance(config.get("description"), str) else ""
+            description = node.data.get("toolDescription")
+            piece_reads += ctx.use_text(node, repr(tool_name), "data", "toolName")
+            if isinstance(description, str):
+                piece_reads += ctx.use_text(node, description, "data", "toolDescription")
+            if task:
+                piece_reads += ctx.use_text(node, task, "data", "aiParameterConfig", "description")
             prompt = (
                 f"Produce the arguments for the MCP tool {tool_name!r} of server {server_id!r}"
-                + (
-                    f" ({node.data['toolDescription']})"
-                    if isinstance(node.data.get("toolDescription"), str)
-                    else ""
-                )
+                + (f" ({description})" if isinstance(description, str) else "")
                 + (f".\nTask: {task}" if task else ".")
             )
+            self._check_parameters(ctx, node)
             contract["output_schema"] = parameters_schema(node.data.get("parameters"))
             purpose = "tool_arguments"
         else:
@@ -238,6 +246,10 @@ class McpLowerer:
                 if isinstance(config.get("taskDescription"), str)
                 else ""
             )
+            if task:
+                piece_reads += ctx.use_text(
+                    node, task, "data", "aiToolSelectionConfig", "taskDescription"
+                )
             prompt = (
                 f"Choose one tool of MCP server {server_id!r} and its arguments for this task."
                 + (f"\nTask: {task}" if task else "")
@@ -249,8 +261,9 @@ class McpLowerer:
                 "additionalProperties": False,
             }
             purpose = "tool_selection"
+        ctx.check_prompt(node, prompt, "data", since=mark)
         context = ctx.upstream_results(node.id)
-        args_path = f"$vars.{node.id}.arguments"
+        args_path = path_text("$vars", node.id, "arguments")
         llm = LLMWriteOp(
             id=node.id,
             source_node=node.id,
@@ -261,7 +274,7 @@ class McpLowerer:
             prompt=prompt,
             context=context,
             writes=args_path,
-            reads=context,
+            reads=context + [r for r in dict.fromkeys(piece_reads) if r not in context],
             **contract,
         )
         call = McpCall(
@@ -275,7 +288,7 @@ class McpLowerer:
             source_node=node.id,
             name=node.title,
             call=call,
-            writes=f"$vars.{node.id}.result",
+            writes=path_text("$vars", node.id, "result"),
             reads=[args_path],
         )
         llm.next.append(Edge(to=tool.id))
@@ -286,6 +299,42 @@ class McpLowerer:
         return NodeLowering(
             ops=[llm, tool], entry=llm.id, exits=exits, produces=("result", "arguments")
         )
+
+    @staticmethod
+    def _check_parameters(ctx: LoweringContext, node: Node) -> None:
+        """cc-wf-studio's ``parameters``: a list of ``{name, type?, description?, required?}``."""
+        parameters = node.data.get("parameters")
+        if parameters is None:
+            return
+        if not isinstance(parameters, list):
+            ctx.error(node, "invalid-field", "data.parameters must be a list", "data", "parameters")
+            return
+        seen: set[str] = set()
+        for i, param in enumerate(parameters):
+            if not isinstance(param, dict) or not isinstance(param.get("name"), str):
+                continue  # skipped, as cc-wf-studio files carry odd entries
+            if param["name"] in seen:
+                ctx.error(
+                    node,
+                    "invalid-field",
+                    f"parameter {param['name']!r} is listed twice",
+                    "data",
+                    "parameters",
+                    i,
+                    "name",
+                )
+            seen.add(param["name"])
+            kind = param.get("type")
+            if kind is not None and not isinstance(kind, str):
+                ctx.error(
+                    node,
+                    "invalid-field",
+                    f"a parameter's type is a string ({', '.join(sorted(_JSON_TYPES))})",
+                    "data",
+                    "parameters",
+                    i,
+                    "type",
+                )
 
 
 class VariableStoreLowerer:
@@ -333,7 +382,7 @@ class VariableStoreLowerer:
             )
         reads = ctx.use_template(node, value, "data", "value") if value is not None else []
         if operation in ("get", "increment", "delete"):  # append records only the item
-            reads.append(f"$vars.{name}")
+            reads.append(path_text("$vars", name))
         op = StateOp(
             id=node.id,
             source_node=node.id,
@@ -341,7 +390,7 @@ class VariableStoreLowerer:
             operation=operation,  # type: ignore[arg-type]
             variable=name,
             value=value,
-            writes=f"$vars.{node.id}.result" if operation == "get" else None,
+            writes=path_text("$vars", node.id, "result") if operation == "get" else None,
             reads=reads,
         )
         return NodeLowering.single(op, produces=("result",) if operation == "get" else ())
@@ -368,6 +417,14 @@ class DataTransformLowerer:
                     "data",
                     "expression",
                 )
+            except RecursionError:
+                ctx.error(
+                    node,
+                    "jmespath-invalid",
+                    "the JMESPath expression is nested too deeply to compile",
+                    "data",
+                    "expression",
+                )
         source = get_str(ctx, node, "input")
         reads: list[str] = []
         if source is not None:
@@ -383,7 +440,7 @@ class DataTransformLowerer:
             name=node.title,
             expression=expression,
             input=source,
-            writes=f"$vars.{node.id}.result",
+            writes=path_text("$vars", node.id, "result"),
             reads=reads,
         )
         return NodeLowering.single(op, ports=[SEQUENTIAL_PORT, FAILED_PORT])
@@ -403,11 +460,10 @@ class SubAgentFlowLowerer:
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
         flow_id = get_str(ctx, node, "subAgentFlowId", required=True)
         if flow_id:
-            known = [f.id for f in ctx.workflow.sub_agent_flows]
             ctx.error(
                 node,
                 "subflow-unknown",
-                f"no subAgentFlow with id {flow_id!r}{did_you_mean(flow_id, known)}",
+                f"no subAgentFlow with id {flow_id!r}{ctx.suggest_flow(flow_id)}",
                 "data",
                 "subAgentFlowId",
             )

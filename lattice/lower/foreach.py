@@ -26,7 +26,12 @@ from lattice.errors import Diagnostic, did_you_mean
 from lattice.ir.models import FAILED_PORT, ForEachOp
 from lattice.lower.fields import get_number, get_str
 from lattice.lower.registry import LoweringContext, NodeLowering
-from lattice.lower.subflows import NAMESPACE_SEPARATOR, _expand_one, namespace_refs
+from lattice.lower.subflows import (
+    MAX_INLINED_DATA,
+    MAX_INLINED_ITEMS,
+    NAMESPACE_SEPARATOR,
+    copy_flow,
+)
 
 BODY_KEY = "\x00body"
 """Where expansion leaves the id of a forEach node's first inner node (not a key a
@@ -48,6 +53,7 @@ def expand_for_each(
     diagnostics: list[Diagnostic] = []
     nodes: list[Node] = []
     connections = list(workflow.connections)
+    copied_items = copied_data = 0
     for node in workflow.nodes:
         if node.type != "forEach":
             nodes.append(node)
@@ -57,36 +63,40 @@ def expand_for_each(
             nodes.append(node)  # the lowerer reports it
             continue
         flow, flow_pointer = flows[flow_id]
-        inner, edges, entries, exits = _expand_one(node, flow, flow_pointer, pointers)
-        ends = [n for n in flow.nodes if n.type == "end"]
-        end_id = f"{node.id}{NAMESPACE_SEPARATOR}end"
-        entry = next((e for e in entries if e), None)
-        if len([e for e in entries if e]) != 1:
+        copy = copy_flow(node, flow, flow_pointer, pointers)
+        copied_items += copy.size[0]
+        copied_data += copy.size[1]
+        entries = [e for e in copy.entries if e]
+        problem = None
+        if copied_items > MAX_INLINED_ITEMS or copied_data > MAX_INLINED_DATA:
+            problem = (
+                "subflow-expansion-too-large",
+                f"the flows that forEach nodes run add more than {MAX_INLINED_ITEMS:,} nodes "
+                f"and connections or {MAX_INLINED_DATA:,} characters of data",
+            )
+        elif len(entries) != 1:
+            problem = (
+                "for-each-flow-start",
+                f"the flow {flow_id!r} that forEach node {node.id!r} runs must start with "
+                "exactly one node after its start node",
+            )
+        if problem is not None:
             diagnostics.append(
-                Diagnostic(
-                    "for-each-flow-start",
-                    f"the flow {flow_id!r} that forEach node {node.id!r} runs must start with "
-                    "exactly one node after its start node",
-                    node_id=node.id,
-                    pointer=flow_pointer,
-                )
+                Diagnostic(problem[0], problem[1], node_id=node.id, pointer=flow_pointer)
             )
             nodes.append(node)
             continue
-        prefix = node.id + NAMESPACE_SEPARATOR
-        end_data: dict[str, Any] = (
-            namespace_refs(dict(ends[0].data), [n.id for n in flow.nodes], prefix) if ends else {}
-        )
-        body_end = Node(id=end_id, type="end", name=f"{node.title} (item done)", data=end_data)
+        end_id = f"{node.id}{NAMESPACE_SEPARATOR}end"
+        body_end = Node(id=end_id, type="end", name=f"{node.title} (item done)", data=copy.end_data)
         pointers[end_id] = pointers.get(node.id, "")
-        nodes.append(node.model_copy(update={"data": {**node.data, BODY_KEY: entry}}))
-        nodes += [*inner, body_end]
-        connections += edges
+        nodes.append(node.model_copy(update={"data": {**node.data, BODY_KEY: entries[0]}}))
+        nodes += [*copy.nodes, body_end]
+        connections += copy.connections
         connections += [
             Connection.model_validate(
                 {"id": f"{end_id}:{source}", "from": source, "to": end_id, "fromPort": port}
             )
-            for source, port in exits
+            for source, port in copy.exits
         ]
     return workflow.model_copy(update={"nodes": nodes, "connections": connections}), diagnostics
 
@@ -107,7 +117,9 @@ class ForEachLowerer:
             flow_id
             and body is None
             and not any(
-                d.node_id == node.id and d.code == "for-each-flow-start" for d in ctx.diagnostics
+                d.node_id == node.id
+            and d.code in ("for-each-flow-start", "subflow-expansion-too-large")
+            for d in ctx.diagnostics
             )
         ):
             known = [f.id for f in ctx.workflow.sub_agent_flows]

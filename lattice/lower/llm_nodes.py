@@ -11,6 +11,7 @@ from lattice.contracts.policies import ACTIONS
 from lattice.document.models import SEQUENTIAL_PORT, Node
 from lattice.errors import did_you_mean
 from lattice.ir.models import FAILED_PORT, LLMWriteOp
+from lattice.ir.templates import path_text
 from lattice.lower.fields import get_dict, get_list, get_number, get_schema, get_str
 from lattice.lower.registry import LoweringContext, NodeLowering
 from lattice.prompts.builtin import TEMPLATES
@@ -188,24 +189,44 @@ def _policies(ctx: LoweringContext, node: Node) -> dict[str, list[str]]:
     return out
 
 
-def _already_read(path: str, reads: list[str]) -> bool:
-    """True when the prompt already references ``path`` (or part of it), so context need not repeat it."""
-    return any(
-        read == path or read.startswith(path + ".") or read.startswith(path + "[") for read in reads
-    )
+def _read_prefixes(reads: list[str]) -> set[str]:
+    """Every read and each of its parents (``$vars.a.result.x`` gives ``$vars.a.result``,
+    ``$vars.a``, ``$vars``): a path is already read when it is in this set."""
+    out: set[str] = set()
+    for read in reads:
+        out.add(read)
+        for i, char in enumerate(read):
+            if char in ".[":
+                out.add(read[:i])
+    return out
 
 
 def _llm_op(
-    ctx: LoweringContext, node: Node, *, prompt: str, system: str | None, prompt_key: str | None
+    ctx: LoweringContext,
+    node: Node,
+    *,
+    prompt: str,
+    system: str | None,
+    prompt_key: str | None,
+    pieces: tuple[tuple[str, tuple[str | int, ...]], ...] = (),
 ) -> NodeLowering:
+    """One LLM_WRITE. ``prompt_key`` names the data field the prompt is (read as a text
+    template, as the runtime reads it); ``pieces`` are document texts a built prompt
+    embeds, each with its place, checked the same way."""
     contract = llm_contract(ctx, node)
     variables = get_dict(ctx, node, "variables") or {}
     reads: list[str] = []
     if prompt_key is not None:
-        reads += ctx.use_template(node, prompt, "data", prompt_key)
+        reads += ctx.use_text(node, prompt, "data", prompt_key)
+    mark = ctx.template_errors
+    for text, where in pieces:
+        reads += ctx.use_text(node, text, *where)
+    if pieces:
+        ctx.check_prompt(node, prompt, "data", since=mark)
     for name, value in variables.items():
         reads += ctx.use_template(node, value, "data", "variables", name)
-    context = [p for p in ctx.upstream_results(node.id) if not _already_read(p, reads)]
+    already = _read_prefixes(reads)
+    context = [p for p in ctx.upstream_results(node.id) if p not in already]
     op = LLMWriteOp(
         id=node.id,
         source_node=node.id,
@@ -215,7 +236,7 @@ def _llm_op(
         variables=variables,
         context=context,
         reads=sorted(set(reads) | set(context)),
-        writes=f"$vars.{node.id}.result",
+        writes=path_text("$vars", node.id, "result"),
         **contract,
     )
     return NodeLowering.single(op, ports=LLM_PORTS, result_schema=contract["output_schema"])
@@ -308,13 +329,18 @@ class SkillLowerer:
                 "data",
             )
         own_prompt = get_str(ctx, node, "prompt")
-        prompt = own_prompt or (
+        if own_prompt:
+            return _llm_op(ctx, node, prompt=own_prompt, system=system, prompt_key="prompt")
+        prompt = (
             f"Apply the skill {name!r}"
             + (f" ({description})" if description else "")
             + " to the input."
         )
-        key = "prompt" if own_prompt else None
-        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key=key)
+        pieces: tuple[tuple[str, tuple[str | int, ...]], ...] = (
+            (repr(name), ("data", "name")),
+            (description, ("data", "description")),
+        )
+        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key=None, pieces=pieces)
 
 
 class CodexLowerer:

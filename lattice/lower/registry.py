@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from lattice.document.loader import pointer_join
 from lattice.document.models import SEQUENTIAL_PORT, Node, Workflow
-from lattice.errors import Diagnostic, Severity, closest
+from lattice.errors import Diagnostic, Severity, Suggester, closest
 from lattice.ir.models import Op
-from lattice.ir.templates import NameRef, Ref, TemplateSyntaxError, iter_value_refs
+from lattice.ir.templates import (
+    NameRef,
+    Ref,
+    TemplateSyntaxError,
+    is_path,
+    is_secret,
+    parse_path,
+    parse_template,
+    path_text,
+)
 
 PRODUCER_TYPES = frozenset(
     {
@@ -28,6 +38,50 @@ PRODUCER_TYPES = frozenset(
 """Node types whose ``$vars.<id>.result`` carries content worth passing downstream."""
 ROUTING_TYPES = frozenset({"ifElse", "switch", "askUserQuestion", "variableStore"})
 """Node types that context wiring looks through to find the content before them."""
+SECRET_LANE = "an httpRequest node's url, headers, query or body"
+"""Where ``$secrets`` may be read: the places whose values leave the process for the
+request's destination (and nothing else: no prompt, state, output or condition)."""
+
+UPSTREAM_MEMO_LIMIT = 64
+"""Longest list of upstream results that is memoised and reused along a chain."""
+
+Where = tuple[str | int, ...]
+
+
+def _value_refs(value: Any, where: Where) -> Iterator[tuple[Where, Ref | TemplateSyntaxError]]:
+    """Every ref of a value template with its place, as ``ValueTemplate`` reads it (a
+    string that is exactly a path is a ref; other strings are text templates); a string
+    that does not parse yields its TemplateSyntaxError instead. Values are at most
+    MAX_JSON_DEPTH deep (the document limits), so this recursion is bounded."""
+    if isinstance(value, str):
+        if "{{" in value:
+            try:
+                refs = parse_template(value).refs
+            except TemplateSyntaxError as exc:
+                yield where, exc
+                return
+            for ref in refs:
+                yield where, ref
+        elif is_path(value):
+            yield where, parse_path(value)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _value_refs(item, (*where, index))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _value_refs(item, (*where, key))
+
+
+def _text_refs(text: str) -> Iterator[tuple[Where, Ref | TemplateSyntaxError]]:
+    """Every ref of a text template, as ``parse_template`` reads it (a string that is
+    exactly a path stays text)."""
+    try:
+        refs = parse_template(text).refs
+    except TemplateSyntaxError as exc:
+        yield (), exc
+        return
+    for ref in refs:
+        yield (), ref
 
 
 @dataclass
@@ -86,6 +140,25 @@ class LoweringContext:
         self.incoming: dict[str, list[str]] = {}
         for conn in workflow.connections:
             self.incoming.setdefault(conn.target, []).append(conn.source)
+        self._flow_names: Suggester | None = None
+        self._node_names: Suggester | None = None
+        self._upstream_memo: dict[str, list[tuple[str, str]]] = {}
+        self.template_errors = 0
+        """``template-syntax`` diagnostics so far (``check_prompt`` reports only new ground)."""
+
+    def suggest_node(self, node_id: str) -> str:
+        """`` (did you mean 'x'?)`` for an unknown node id (computed once per distinct id,
+        within a budget, so a document full of unknown ids still checks in linear time)."""
+        if self._node_names is None:
+            self._node_names = Suggester(self.nodes)
+        return self._node_names.hint(node_id)
+
+    def suggest_flow(self, flow_id: str) -> str:
+        """`` (did you mean 'x'?)`` for an unknown sub-flow id (suggestions computed once
+        per distinct id, within a budget)."""
+        if self._flow_names is None:
+            self._flow_names = Suggester(f.id for f in self.workflow.sub_agent_flows)
+        return self._flow_names.hint(flow_id)
 
     def upstream_results(self, node_id: str) -> list[str]:
         """Paths of the results that flow into ``node_id``, for an LLM op's context.
@@ -93,24 +166,87 @@ class LoweringContext:
         Walks back through routing nodes (branches, questions, variable writes)
         to the nearest value-producing nodes; the start node contributes ``$in``.
         """
-        out: list[str] = []
+        return [text for _, text in self._upstream(node_id)]
+
+    def _contribution(self, node: Node) -> str | None:
+        if node.type == "start":
+            return "$in"
+        if node.type in PRODUCER_TYPES or (
+            node.type == "variableStore" and node.data.get("operation") == "get"
+        ):
+            return path_text("$vars", node.id, "result")
+        return None
+
+    def _sources(self, node_id: str) -> list[str]:
+        """The distinct known nodes with an edge into ``node_id`` (itself excluded), in order."""
+        return [
+            s
+            for s in dict.fromkeys(self.incoming.get(node_id, ()))
+            if s in self.nodes and s != node_id
+        ]
+
+    def _walk(self, node_id: str) -> list[tuple[str, str]]:
+        """``(node, path)`` of what flows into ``node_id``: a breadth-first walk back."""
+        out: list[tuple[str, str]] = []
         seen = {node_id}
-        queue = list(self.incoming.get(node_id, []))
+        queue = deque(self.incoming.get(node_id, []))
         while queue:
-            source = queue.pop(0)
+            source = queue.popleft()
             if source in seen or source not in self.nodes:
                 continue
             seen.add(source)
             node = self.nodes[source]
-            if node.type == "start":
-                out.append("$in")
-            elif node.type in PRODUCER_TYPES or (
-                node.type == "variableStore" and node.data.get("operation") == "get"
-            ):
-                out.append(f"$vars.{source}.result")
+            text = self._contribution(node)
+            if text is not None:
+                out.append((source, text))
             if node.type in ROUTING_TYPES:
                 queue.extend(self.incoming.get(source, []))
         return out
+
+    def _upstream(self, node_id: str) -> list[tuple[str, str]]:
+        """``_walk(node_id)``, memoised along chains of routing nodes.
+
+        A node whose one source ``s`` is a routing node sees what ``s`` contributes, then
+        what ``s`` sees (less its own contribution): the walk from the node continues
+        exactly as the walk from ``s`` does. Lowering asks for every branch and LLM node,
+        so a chain of n branches would cost n walks of up to n nodes each; this reuses
+        the answer of the node before. Answers longer than UPSTREAM_MEMO_LIMIT are walked
+        afresh instead (copying them along a chain would cost as much again).
+        """
+        memo = self._upstream_memo
+        if node_id in memo:
+            return memo[node_id]
+        chain = [node_id]
+        on_chain = {node_id}
+        base: list[tuple[str, str]] | None = None
+        while True:
+            current = chain[-1]
+            sources = self._sources(current)
+            if len(sources) != 1 or self.nodes[sources[0]].type not in ROUTING_TYPES:
+                base = memo[current] = self._walk(current)
+                chain.pop()
+                break
+            source = sources[0]
+            if source in memo:
+                base = memo[source]
+                break
+            if source in on_chain:  # a loop of single-source routing nodes: walk it
+                base = memo[current] = self._walk(current)
+                chain.pop()
+                break
+            chain.append(source)
+            on_chain.add(source)
+        # Unwind: each node on the chain from its one source, the nearest first.
+        previous = base
+        for current in reversed(chain):
+            source = self._sources(current)[0]
+            text = self._contribution(self.nodes[source])
+            head = [(source, text)] if text is not None else []
+            answer = head + [pair for pair in previous if pair[0] != current]
+            if len(answer) > UPSTREAM_MEMO_LIMIT:
+                return self._walk(node_id)
+            memo[current] = previous = answer
+        return memo[node_id]
 
     def pointer(self, node: Node, *parts: str | int) -> str:
         """JSON pointer of ``node`` (or a field inside it) in the file as read."""
@@ -145,21 +281,54 @@ class LoweringContext:
                 )
             )
 
-    def use_template(self, node: Node, value: Any, *parts: str | int) -> list[str]:
-        """Record every reference in a value template at ``data/<parts>``; return their texts.
+    def use_template(
+        self, node: Node, value: Any, *parts: str | int, secrets: bool = False
+    ) -> list[str]:
+        """Record every reference in a value template at ``<node>/<parts>``; return their texts.
 
-        Syntax errors become diagnostics; the returned list feeds the op's ``reads``.
+        The value is read as ``ValueTemplate`` reads it at run time. Syntax errors become
+        ``template-syntax`` diagnostics at the string that breaks; a ``$secrets`` reference
+        is ``secret-outside-lane`` unless ``secrets`` (only the SECRET_LANE passes it).
+        The returned list feeds the op's ``reads``.
         """
-        pointer = self.pointer(node, *parts)
-        try:
-            refs = list(iter_value_refs(value))
-        except TemplateSyntaxError as exc:
-            self.error(node, "template-syntax", str(exc), *parts)
-            return []
+        return self._use(node, _value_refs(value, ()), parts, secrets)
+
+    def use_text(
+        self, node: Node, text: str, *parts: str | int, secrets: bool = False
+    ) -> list[str]:
+        """Like ``use_template`` for a text template (an LLM prompt, a URL, document text
+        built into a prompt), read as ``parse_template`` reads it at run time."""
+        return self._use(node, _text_refs(text), parts, secrets)
+
+    def _use(
+        self,
+        node: Node,
+        found: Iterable[tuple[Where, Ref | TemplateSyntaxError]],
+        parts: tuple[str | int, ...],
+        secrets: bool,
+    ) -> list[str]:
         variables = node.data.get("variables")
         texts = []
-        for ref in refs:
-            self.ref_uses.append(RefUse(node.id, ref, pointer))
+        for where, ref in found:
+            if isinstance(ref, TemplateSyntaxError):
+                self.error(node, "template-syntax", str(ref), *parts, *where)
+                self.template_errors += 1
+                continue
+            if is_secret(ref):
+                if not secrets:
+                    self.error(
+                        node,
+                        "secret-outside-lane",
+                        f"{ref.text}: a secret may be read only in {SECRET_LANE}, where it "
+                        f"leaves for the request's destination; here ({node.type} node) it "
+                        "would reach a model, the run's state or its output",
+                        *parts,
+                        *where,
+                    )
+                    continue
+                texts.append(ref.text)
+                continue
+            self.ref_uses.append(RefUse(node.id, ref, self.pointer(node, *parts, *where)))
             if isinstance(ref, NameRef):
                 if isinstance(variables, dict) and ref.name in variables:
                     continue
@@ -167,6 +336,25 @@ class LoweringContext:
             else:
                 texts.append(ref.text)
         return texts
+
+    def check_prompt(self, node: Node, prompt: str, *parts: str | int, since: int) -> None:
+        """Report a prompt assembled from document text that would not parse at run time.
+
+        Each piece is checked where it is written (``use_text``); this catches what only
+        the whole shows, so that ``check`` accepts nothing ``run`` cannot start. ``since``
+        is ``template_errors`` before the pieces were checked: when a piece already failed,
+        the whole is not reported again."""
+        if self.template_errors > since:
+            return
+        try:
+            parse_template(prompt)
+        except TemplateSyntaxError as exc:
+            self.error(
+                node,
+                "template-syntax",
+                f"the prompt built from this node's fields is not a valid template: {exc}",
+                *parts,
+            )
 
 
 class Lowerer(Protocol):

@@ -332,3 +332,48 @@ def test_value_template_compiles_once_and_renders_many_times() -> None:
 def test_value_template_syntax_error_at_compile_time() -> None:
     with pytest.raises(TemplateSyntaxError):
         ValueTemplate({"a": "{{ $in.x"})
+
+
+# --- untrusted text ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ['$in["it\\\'s"]', '$vars["\\x"].result', '$in["\\u12"]'])
+def test_a_quoted_key_that_is_not_json_is_a_syntax_error(text: str) -> None:
+    with pytest.raises(TemplateSyntaxError, match="quoted key is not a JSON string"):
+        parse_path(text)
+    with pytest.raises(TemplateSyntaxError):
+        parse_template("{{ " + text + " }}")
+
+
+def test_open_tags_are_found_in_linear_time() -> None:
+    import time
+
+    text = "{{" * 200_000  # a regex search per "{{" made this quadratic (minutes)
+    started = time.perf_counter()
+    with pytest.raises(TemplateSyntaxError) as caught:
+        parse_template(text)
+    assert caught.value.position == 0
+    assert time.perf_counter() - started < 2
+    with pytest.raises(TemplateSyntaxError) as later:
+        parse_template("a {{ $in.x }} b {{ c")
+    assert later.value.position == 16
+
+
+def test_path_text_quotes_what_is_not_a_plain_key() -> None:
+    from lattice.ir.templates import path_text
+
+    assert path_text("$vars", "node-1", "result") == "$vars.node-1.result"
+    assert path_text("$vars", "a.b", "result") == '$vars["a.b"].result'
+    assert path_text("$vars", "x y", "result") == '$vars["x y"].result'
+    assert path_text("$vars", "abc\n", "result") == '$vars["abc\\n"].result'
+    for key in ("a.b", "x y", "abc\n", "{{", "é", "a#call"):
+        text = path_text("$vars", key, "result")
+        assert parse_path(text) == StatePath("$vars", (key, "result"))
+
+
+def test_is_secret() -> None:
+    from lattice.ir.templates import is_secret
+
+    assert is_secret(parse_path("$secrets.TOKEN"))
+    assert not is_secret(parse_path("$in.secrets"))
+    assert not is_secret(NameRef("secrets"))

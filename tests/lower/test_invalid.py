@@ -258,7 +258,7 @@ def template_syntax_unclosed() -> dict[str, Any]:
     return chain(node("a", "prompt", prompt="Hello {{ $in.name"))
 
 
-@located("template-syntax", "h", "/nodes/1/data/body")
+@located("template-syntax", "h", "/nodes/1/data/body/q")  # the string that breaks
 def template_syntax_in_a_nested_value() -> dict[str, Any]:
     return chain(
         node("h", "httpRequest", method="POST", url="https://example.test", body={"q": "{{ $in."})

@@ -90,7 +90,7 @@ def test_end_output_template_is_checked_and_read() -> None:
     assert end.reads == ["$vars.a.result"]
     doc["nodes"][2]["data"]["output"] = {"answer": "{{ $vars.b.result }}"}
     d = only(lower_document(doc), "template-unknown-ref")
-    assert (d.node_id, d.pointer) == ("end", "/nodes/2/data/output")
+    assert (d.node_id, d.pointer) == ("end", "/nodes/2/data/output/answer")
 
 
 # --- prompt / subAgent / codex -------------------------------------------------------------
