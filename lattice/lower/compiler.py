@@ -19,7 +19,7 @@ import networkx as nx
 from lattice.document.limits import check_json_value
 from lattice.document.loader import parse_workflow, pointer_join, read_json_file
 from lattice.document.models import Workflow
-from lattice.errors import Diagnostic, DocumentError, Suggester, did_you_mean
+from lattice.errors import Diagnostic, DocumentError, Suggester
 from lattice.ir.models import Edge, ExecIR, ForEachOp, IRDiagnostic, Op, WorkflowInfo
 from lattice.lower.branch_nodes import AskUserQuestionLowerer, IfElseLowerer, SwitchLowerer
 from lattice.lower.checks import Reachability, ReferenceChecker, reachability_warnings
@@ -35,6 +35,7 @@ from lattice.lower.flow_nodes import (
 )
 from lattice.lower.foreach import BODY_KEY, ForEachLowerer, expand_for_each
 from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
+from lattice.lower.loops import loop_diagnostics
 from lattice.lower.mcp_servers import unknown_mcp_servers
 from lattice.lower.parallel import insert_forks
 from lattice.lower.registry import LowererRegistry, LoweringContext, NodeLowering
@@ -124,6 +125,7 @@ class _Compiler:
                     )
                 ops[op.id] = op
         ops = insert_forks(self._resolve_bodies(ops), self.ctx)
+        loop_diagnostics(ops, self.ctx)
         if any(d.is_error for d in self.ctx.diagnostics):
             return LoweringResult(None, self.ctx.diagnostics)
         ir = ExecIR(

@@ -18,7 +18,7 @@ position; the node writes the list of the items' outputs to ``$vars.<forEach>.re
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from lattice.document.loader import pointer_join
 from lattice.document.models import SEQUENTIAL_PORT, Connection, Node, Workflow
@@ -118,8 +118,8 @@ class ForEachLowerer:
             and body is None
             and not any(
                 d.node_id == node.id
-            and d.code in ("for-each-flow-start", "subflow-expansion-too-large")
-            for d in ctx.diagnostics
+                and d.code in ("for-each-flow-start", "subflow-expansion-too-large")
+                for d in ctx.diagnostics
             )
         ):
             known = [f.id for f in ctx.workflow.sub_agent_flows]

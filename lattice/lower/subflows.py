@@ -356,7 +356,9 @@ class FlowCopy:
     """(nodes and connections, characters of data) copied: what it costs."""
 
 
-def copy_flow(call: Node, flow: SubAgentFlow, flow_pointer: str, pointers: dict[str, str]) -> FlowCopy:
+def copy_flow(
+    call: Node, flow: SubAgentFlow, flow_pointer: str, pointers: dict[str, str]
+) -> FlowCopy:
     """``flow``'s nodes and connections namespaced under ``call`` (``<call>__<inner>``), as
     inlining does, with its end node's data; ``pointers`` gets the copies' locations."""
     prepared = _prepare(flow, flow_pointer)
@@ -365,5 +367,9 @@ def copy_flow(call: Node, flow: SubAgentFlow, flow_pointer: str, pointers: dict[
     end_data: dict[str, Any] = {}
     if end is not None:
         prefix = call.id + NAMESPACE_SEPARATOR
-        end_data = _rewrite(dict(end.data), prepared.pattern, prefix) if prepared.pattern else dict(end.data)
+        end_data = (
+            _rewrite(dict(end.data), prepared.pattern, prefix)
+            if prepared.pattern
+            else dict(end.data)
+        )
     return FlowCopy(nodes, edges, entries, exits, end_data, (prepared.nodes, prepared.data))
