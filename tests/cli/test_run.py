@@ -225,9 +225,23 @@ def test_run_step_limit_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path)
         [
             node("start", "start"),
             node("inc", "variableStore", operation="increment", name="n"),
+            node(
+                "again",
+                "ifElse",
+                evaluationTarget="$vars.n",
+                branches=[
+                    {"label": "more", "condition": "< 1000000"},
+                    {"label": "done", "condition": "", "isDefault": True},
+                ],
+            ),
             node("end", "end"),
         ],
-        [conn("start", "inc"), conn("inc", "inc")],
+        [
+            conn("start", "inc"),
+            conn("inc", "again"),
+            conn("again", "inc", "branch-0"),
+            conn("again", "end", "branch-1"),
+        ],
     )
     path = write_json(tmp_path / "loop.json", doc)
     code, out, _ = cli(

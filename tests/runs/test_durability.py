@@ -305,13 +305,24 @@ def test_a_growing_value_stops_at_the_state_limit(tmp_path: Path) -> None:
             node(
                 "store", "variableStore", operation="set", name="text", value="$vars.double.result"
             ),
+            node(
+                "enough",
+                "ifElse",
+                evaluationTarget="$vars.text",
+                branches=[
+                    {"label": "long", "condition": "jmespath:length(@) > `100000000`"},
+                    {"label": "more", "condition": "", "isDefault": True},
+                ],
+            ),
             node("end", "end"),
         ],
         [
             conn("start", "seed"),
             conn("seed", "double"),
             conn("double", "store"),
-            conn("store", "double"),
+            conn("store", "enough"),
+            conn("enough", "end", "branch-0"),
+            conn("enough", "double", "branch-1"),
         ],
     )
     settings = RuntimeSettings(
