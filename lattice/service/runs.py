@@ -151,10 +151,12 @@ def prepare_run(
     workflow: Mapping[str, Any] | None = None,
     runs_dir: Path | None,
     ask_human: AskHuman | None = None,
+    store_type: type[RunStore] = RunStore,
 ) -> PreparedRun:
     """Build the run of ``ir``: provider, settings, store (``runs_dir``; None keeps the run
-    in memory), limits and metadata. Raises a LatticeUserError for a bad provider choice,
-    InputError for answers or inputs that do not fit the workflow."""
+    in memory; ``store_type`` builds it), limits and metadata. Raises a LatticeUserError
+    for a bad provider choice, InputError for answers or inputs that do not fit the
+    workflow."""
     provider = options.provider.build(config)
     settings = settings_from_config(
         config,
@@ -165,7 +167,7 @@ def prepare_run(
     runner = Runner(
         ir,
         provider=provider,
-        store=RunStore(runs_dir, durability=config.runs.durability),
+        store=store_type(runs_dir, durability=config.runs.durability),
         limits=RunLimits(
             max_steps=options.max_steps or config.runtime.max_steps,
             max_visits=options.max_visits or config.runtime.max_visits,
@@ -200,15 +202,14 @@ class PreparedResume:
     provider: LLMProvider
     settings: RuntimeSettings
     answers: dict[str, Any]
+    store: RunStore
+    """How the folder is written on (its durability)."""
     accept_changed: bool = False
     ask_human: AskHuman | None = None
 
     @property
     def run_id(self) -> str:
         return str(self.checkpoint.get("run_id") or self.folder.name)
-
-    def _store(self) -> RunStore:
-        return RunStore(self.folder.parent, durability=self.config.runs.durability)
 
     def run(self, *, on_event: EventListener | None = None) -> RunResult:
         """Continue the run to its end in a private event loop (the CLI)."""
@@ -220,7 +221,7 @@ class PreparedResume:
             ask_human=self.ask_human,
             on_event=on_event,
             accept_changed=self.accept_changed,
-            store=self._store(),
+            store=self.store,
         )
 
     async def arun(
@@ -241,7 +242,7 @@ class PreparedResume:
                     ask_human=self.ask_human,
                     on_event=on_event,
                     accept_changed=self.accept_changed,
-                    store=self._store(),
+                    store=self.store,
                 )
         finally:
             await close_loop_clients(self.provider)
@@ -257,6 +258,7 @@ def prepare_resume(
     config_path: str | None = None,
     repo: str | None = None,
     ask_human: AskHuman | None = None,
+    store_type: type[RunStore] = RunStore,
 ) -> PreparedResume:
     """Get ready to continue the run in ``folder``. What is not given is taken from the
     run's checkpoint: the provider (``provider`` that gives nothing counts as not given),
@@ -280,6 +282,7 @@ def prepare_resume(
         provider=built,
         settings=settings,
         answers=dict(answers or {}),
+        store=store_type(folder.parent, durability=config.runs.durability),
         accept_changed=accept_changed,
         ask_human=ask_human,
     )
