@@ -115,6 +115,8 @@ def serve_in_process(
         yield server
     finally:
         server.stop()
+        drain.join(TIMEOUT)
+        process.stderr.close()
 
 
 @dataclass
