@@ -45,9 +45,24 @@ def event_line(event: dict[str, Any]) -> str:
 
 class EventChannel:
     """The live events of one run this server is running: a Runner listener that keeps
-    ``(seq, masked JSON, emitted at)`` and wakes the watchers."""
+    ``(seq, masked JSON, emitted at)`` and wakes the watchers.
 
-    __slots__ = ("_changed", "_first", "_items", "_redact", "run_id", "status")
+    Watchers mostly stand at the same place (the last event), so the SSE bytes of what
+    follows a place are built once per wake-up and shared (``batch``). One timer per
+    channel wakes the watchers for a keep-alive comment after ``PING_SECONDS`` of quiet.
+    """
+
+    __slots__ = (
+        "_batches",
+        "_changed",
+        "_first",
+        "_items",
+        "_pinger",
+        "_redact",
+        "pinged",
+        "run_id",
+        "status",
+    )
 
     def __init__(self, run_id: str, redact: Redactor) -> None:
         self.run_id = run_id
@@ -56,6 +71,10 @@ class EventChannel:
         self._first = 0
         """Index in ``_items`` of the oldest event still kept."""
         self._changed = asyncio.Event()
+        self._batches: dict[tuple[int, bool], tuple[bytes, int]] = {}
+        self._pinger: asyncio.TimerHandle | None = None
+        self.pinged = 0
+        """How many keep-alive wake-ups there have been."""
         self.status: str | None = None
         """The run's status once it has stopped (the channel is then closed)."""
 
@@ -82,9 +101,20 @@ class EventChannel:
     def close(self, status: str) -> None:
         """The run stopped: watchers send what is left and end their streams."""
         self.status = status
+        if self._pinger is not None:
+            self._pinger.cancel()
+            self._pinger = None
         self._wake()
 
     def _wake(self) -> None:
+        if self._batches:
+            self._batches.clear()
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _ping(self) -> None:
+        self.pinged += 1
+        self._pinger = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -101,19 +131,35 @@ class EventChannel:
             return []
         return items[first + cursor + 1 - oldest :]
 
+    def batch(self, cursor: int, timing: bool) -> tuple[bytes, int] | None:
+        """The SSE messages of the kept events after ``cursor`` and the last one's seq
+        (``(b"", cursor)`` when there are none yet); None when they must be read from
+        the folder."""
+        key = (cursor, timing)
+        found = self._batches.get(key)
+        if found is not None:
+            return found
+        items = self.since(cursor)
+        if items is None:
+            return None
+        if not items:
+            return b"", cursor
+        if timing:
+            text = "".join(message(seq, line, at) for seq, line, at in items)
+        else:
+            text = "".join(message(seq, line) for seq, line, _ in items)
+        found = self._batches[key] = (text.encode(), items[-1][0])
+        return found
+
     def oldest(self) -> int | None:
         """The sequence number of the oldest event kept (None before the first)."""
         return self._items[self._first][0] if len(self._items) > self._first else None
 
-    async def changed(self, timeout: float) -> bool:
-        """Wait for a new event or the end of the run; False after ``timeout`` seconds
-        without either."""
-        try:
-            async with asyncio.timeout(timeout):
-                await self._changed.wait()
-        except TimeoutError:
-            return False
-        return True
+    async def changed(self) -> None:
+        """Wait for a new event, the end of the run, or a keep-alive wake-up."""
+        if self._pinger is None and not self.closed:
+            self._pinger = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
+        await self._changed.wait()
 
 
 def message(seq: int, line: str, emitted: float | None = None) -> str:
@@ -138,6 +184,9 @@ def read_events(folder: Path, after: int) -> list[tuple[int, str]]:
     ]
 
 
+PING = b": ping\n\n"
+
+
 async def stream(
     folder: Path,
     cursor: int,
@@ -147,7 +196,7 @@ async def stream(
     timing: bool = False,
     redact: Redactor | None = None,
     closing: Callable[[], bool] = lambda: False,
-) -> AsyncIterator[str]:
+) -> AsyncIterator[bytes]:
     """The SSE messages of a run after event ``cursor``, until the run stops.
 
     ``channel()`` is the run's live channel while this server runs it; ``status()`` the
@@ -156,43 +205,53 @@ async def stream(
     ``closing()`` says the server is shutting down (a followed run of another process
     then ends the stream with its status as it stands)."""
     live: EventChannel | None = None
+    polled = time.monotonic()
     while True:
         if live is None:
             live = channel()
-        batch = live.since(cursor) if live is not None else None
+        batch = live.batch(cursor, timing) if live is not None else None
         if batch is None:
             # What the channel does not hold comes from the folder: events before the
             # watcher came, a finished run, a run of another process.
             replay = await asyncio.to_thread(read_events, folder, cursor)
             if replay:
                 text = "".join(message(seq, line) for seq, line in replay)
-                yield redact(text) if redact is not None else text
+                yield (redact(text) if redact is not None else text).encode()
                 cursor = replay[-1][0]
+                polled = time.monotonic()
                 continue
             if live is None:
                 state = status()
                 if state != "running" or closing():
-                    yield end_message(state)
+                    # It may have written its last events after the read above.
+                    last = await asyncio.to_thread(read_events, folder, cursor)
+                    text = "".join(message(seq, line) for seq, line in last)
+                    if redact is not None:
+                        text = redact(text)
+                    yield (text + end_message(state)).encode()
                     return
+                if time.monotonic() - polled > PING_SECONDS:
+                    polled = time.monotonic()
+                    yield PING
                 await asyncio.sleep(POLL_SECONDS)  # a run of another process
                 continue
-            batch = live.since(cursor)
+            batch = live.batch(cursor, timing)
             if batch is None:
                 oldest = live.oldest()
                 if oldest is not None and not live.closed:
                     cursor = oldest - 1  # cut from the file meanwhile: go on from the channel
                     continue
-                batch = []
-        if batch:
-            if timing:
-                yield "".join(message(seq, line, at) for seq, line, at in batch)
-            else:
-                yield "".join(message(seq, line) for seq, line, _ in batch)
-            cursor = batch[-1][0]
+                batch = b"", cursor
+        data, last = batch
+        if data:
+            yield data
+            cursor = last
             continue
         if live is not None:
             if live.closed:
-                yield end_message(live.status or status())
+                yield end_message(live.status or status()).encode()
                 return
-            if not await live.changed(PING_SECONDS):
-                yield ": ping\n\n"
+            pinged = live.pinged
+            await live.changed()
+            if live.pinged != pinged and live.batch(cursor, timing) == (b"", cursor):
+                yield PING

@@ -259,13 +259,15 @@ class RunManager:
         failure = None
         if stopped and status in ("failed", "halted", "interrupted"):
             failure = read_json(folder / "failure_report.json") or result.get("failure")
+            if isinstance(failure, dict):  # what to do next, said in this API's terms
+                failure = {**failure, "recovery_action": next_step(run_id, status)}
         elif status == "interrupted":
             failure = {
                 "phase": "run",
                 "run_id": run_id,
                 "category": "interrupted",
                 "summary": "the process that ran it stopped while it was running",
-                "recovery_action": f"POST /v1/runs/{run_id}/resume (completed ops do not run again)",
+                "recovery_action": next_step(run_id, status),
             }
         out: dict[str, Any] = {
             "run_id": run_id,
@@ -356,6 +358,18 @@ class RunManager:
                 break
             items.append(item)
         return {"runs": items, "next": next_page}
+
+
+def next_step(run_id: str, status: str) -> str:
+    """What a client does about a run that stopped with ``status``."""
+    if status == "halted":
+        return f'POST /v1/runs/{run_id}/answers {{"answers": {{"<nodeId>": "<answer>"}}}}'
+    if status == "failed":
+        return (
+            f"fix the cause, then POST /v1/runs/{run_id}/resume (the failed op runs again; "
+            "completed ops do not)"
+        )
+    return f"POST /v1/runs/{run_id}/resume (completed ops do not run again)"
 
 
 def question(run_id: str, failure: Any) -> dict[str, Any] | None:

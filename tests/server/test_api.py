@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -219,6 +222,7 @@ def test_a_halted_question_is_answered_and_the_run_completes(client: httpx.Clien
     assert question["options"] == ["Send", "Discard"]
     assert question["answer"]["href"] == f"/v1/runs/{run_id}/answers"
     assert run["failure"]["category"] == "waiting_for_answer"
+    assert run["failure"]["recovery_action"].startswith(f"POST /v1/runs/{run_id}/answers")
 
     bad = client.post(f"/v1/runs/{run_id}/answers", json={"answers": {"approve": "Maybe"}})
     body = assert_error(bad, 422)
@@ -255,6 +259,8 @@ def test_a_failed_run_resumes_without_asking_a_model_again(
     run = client.get(f"/v1/runs/{run_id}").json()
     assert run["failure"]["category"] == "mock_exhausted"
     assert run["failure"]["node_id"] == "s1"
+    assert f"POST /v1/runs/{run_id}/resume" in run["failure"]["recovery_action"]
+    assert str(space) not in json.dumps(run), "no server path in the answer"
     assert run["usage"]["calls"] == 1
 
     resumed = client.post(f"/v1/runs/{run_id}/resume", json={"mock_script": script(3)})
@@ -531,3 +537,50 @@ def test_more_active_runs_than_allowed_is_429(client: httpx.Client) -> None:
     for run_id in running:
         wait_for_status(client, run_id, ("interrupted",))
     start_steps(client, 1)
+
+
+def test_a_run_of_another_process_is_followed_until_it_stops(
+    client: httpx.Client, space: Path
+) -> None:
+    """A run another process is running (``lattice run``) streams by following its
+    folder's events.jsonl."""
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        folder = space / "runs" / "20260101T000000-0123abcd"
+        folder.mkdir(parents=True)
+        checkpoint = {
+            "run_id": folder.name,
+            "status": "running",
+            "owner": {"pid": owner.pid, "host": socket.gethostname()},
+            "meta": {"workflow": "elsewhere"},
+        }
+        (folder / "checkpoint.json").write_text(json.dumps(checkpoint))
+
+        def event(seq: int, kind: str) -> str:
+            return json.dumps(
+                {"seq": seq, "ts": "t", "run_id": folder.name, "type": kind, "data": {}}
+            )
+
+        (folder / "events.jsonl").write_text(event(1, "run_started") + "\n")
+        assert client.get(f"/v1/runs/{folder.name}").json()["status"] == "running"
+        assert_error(client.post(f"/v1/runs/{folder.name}/resume"), 409, "conflict")
+        assert_error(client.post(f"/v1/runs/{folder.name}/cancel"), 409, "conflict")
+
+        def finish_later() -> None:
+            time.sleep(0.4)
+            with (folder / "events.jsonl").open("a") as handle:
+                handle.write(event(2, "op_started") + "\n" + event(3, "run_finished") + "\n")
+                handle.write('{"seq": 4, "torn')
+            (folder / "checkpoint.json").write_text(
+                json.dumps({**checkpoint, "status": "completed"})
+            )
+
+        writer = threading.Thread(target=finish_later)
+        writer.start()
+        events, status = follow(client, folder.name)
+        writer.join()
+        assert status == "completed"
+        assert [e["seq"] for e in events] == [1, 2, 3], "a torn last line is not sent"
+    finally:
+        owner.kill()
+        owner.wait()
