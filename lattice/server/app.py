@@ -228,7 +228,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     """The ``lattice serve`` application for ``settings``."""
     config = settings.config
     redact: Redactor = make_redactor(settings_from_config(config).secret_names())
-    manager = RunManager(settings.runs_dir, max_active_runs=settings.max_active_runs, redact=redact)
+    manager = RunManager(settings.runs_dir, max_active_runs=settings.max_active_runs)
     library = WorkflowLibrary(settings.workflows_dir, list(config.mcp.servers))
 
     def respond(status: int, data: Any, headers: Mapping[str, str] | None = None) -> Response:
@@ -336,6 +336,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
                     }
                 ],
             )
+        async with manager.starting:
+            return await _start(body)
+
+    async def _start(body: StartRun) -> Response:
         manager.check_capacity()
         meta: dict[str, Any] = {}
         if body.workflow is not None:
@@ -439,10 +443,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
     )
     async def answer_run(run_id: str, body: AnswerRun) -> Response:
         folder = manager.folder(run_id)
-        manager.check_resumable(
-            run_id, ("halted",), "only a halted run waits for answers (see its question)"
-        )
-        return await _resume(run_id, folder, ProviderSpec(), body.answers, False)
+        async with manager.starting:
+            manager.check_resumable(
+                run_id, ("halted",), "only a halted run waits for answers (see its question)"
+            )
+            return await _resume(run_id, folder, ProviderSpec(), body.answers, False)
 
     @app.post(
         "/v1/runs/{run_id}/resume",
@@ -453,13 +458,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def resume_run(run_id: str, body: Annotated[ResumeRun | None, Body()] = None) -> Response:
         body = body or ResumeRun()
         folder = manager.folder(run_id)
-        manager.check_resumable(
-            run_id,
-            ("failed", "interrupted"),
-            "only a failed or interrupted run can be resumed (a halted one is answered: "
-            f"POST /v1/runs/{run_id}/answers)",
-        )
-        return await _resume(run_id, folder, body.spec(library), body.answers, body.accept_changed)
+        spec = body.spec(library)
+        async with manager.starting:
+            manager.check_resumable(
+                run_id,
+                ("failed", "interrupted"),
+                "only a failed or interrupted run can be resumed (a halted one is answered: "
+                f"POST /v1/runs/{run_id}/answers)",
+            )
+            return await _resume(run_id, folder, spec, body.answers, body.accept_changed)
 
     async def _resume(
         run_id: str,

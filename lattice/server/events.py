@@ -10,9 +10,10 @@ A client that reconnects with ``Last-Event-ID: 7`` (or ``?last_event_id=7``) get
 events after 7, then the live ones. When the run stops (completed, failed, halted,
 interrupted) the stream ends with ``event: end`` and ``data: {"status": "…"}``.
 
-Cost: a run this server is running has one ``EventChannel``, a listener of its Runner
-that serialises and masks each event once and keeps the recent ones in memory; any number
-of watchers read from it and sleep on one ``asyncio.Event`` between events. The folder's
+Cost: a run this server is running has one ``EventChannel``, fed by the run's recorder
+with each event's line as it is written (serialised and masked once, for the file and
+every watcher alike), which keeps the recent ones in memory; any number of watchers read
+from it and sleep on one ``asyncio.Event`` between events. The folder's
 ``events.jsonl`` is read only to replay what the channel no longer (or never) held: a
 watcher that starts late, a finished run, a run of another process (followed by polling
 the file until that run stops).
@@ -44,8 +45,9 @@ def event_line(event: dict[str, Any]) -> str:
 
 
 class EventChannel:
-    """The live events of one run this server is running: a Runner listener that keeps
-    ``(seq, masked JSON, emitted at)`` and wakes the watchers.
+    """The live events of one run this server is running: fed by its recorder with each
+    event's line as ``events.jsonl`` gets it, it keeps ``(seq, line, emitted at)`` and
+    wakes the watchers.
 
     Watchers mostly stand at the same place (the last event), so the SSE bytes of what
     follows a place are built once per wake-up and shared (``batch``). One timer per
@@ -58,15 +60,13 @@ class EventChannel:
         "_first",
         "_items",
         "_pinger",
-        "_redact",
         "pinged",
         "run_id",
         "status",
     )
 
-    def __init__(self, run_id: str, redact: Redactor) -> None:
+    def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self._redact = redact
         self._items: list[tuple[int, str, float]] = []
         self._first = 0
         """Index in ``_items`` of the oldest event still kept."""
@@ -87,10 +87,9 @@ class EventChannel:
     def closed(self) -> bool:
         return self.status is not None
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        if event.get("run_id") != self.run_id:
-            return
-        self._items.append((event["seq"], self._redact(event_line(event)), time.time()))
+    def add(self, seq: int, line: str) -> None:
+        """An event of the run, as its line in ``events.jsonl`` (``LoopStore.on_line``)."""
+        self._items.append((seq, line, time.time()))
         if len(self._items) - self._first > KEEP:
             self._first += 1
             if self._first >= KEEP:
@@ -224,8 +223,8 @@ async def stream(
                 state = status()
                 if state != "running" or closing():
                     # It may have written its last events after the read above.
-                    last = await asyncio.to_thread(read_events, folder, cursor)
-                    text = "".join(message(seq, line) for seq, line in last)
+                    tail = await asyncio.to_thread(read_events, folder, cursor)
+                    text = "".join(message(seq, line) for seq, line in tail)
                     if redact is not None:
                         text = redact(text)
                     yield (text + end_message(state)).encode()
@@ -242,10 +241,10 @@ async def stream(
                     cursor = oldest - 1  # cut from the file meanwhile: go on from the channel
                     continue
                 batch = b"", cursor
-        data, last = batch
+        data, through = batch
         if data:
             yield data
-            cursor = last
+            cursor = through
             continue
         if live is not None:
             if live.closed:

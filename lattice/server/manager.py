@@ -22,7 +22,6 @@ from typing import Any
 
 from lattice.errors import LatticeUserError
 from lattice.runs.checkpoint import status_of
-from lattice.runs.redaction import Redactor
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.results import RunResult
 from lattice.runtime.runner import Runner
@@ -75,13 +74,16 @@ def links(run_id: str) -> dict[str, str]:
 class RunManager:
     """Starts, resumes and stops runs on the running event loop; reads run folders."""
 
-    def __init__(self, runs_dir: Path, *, max_active_runs: int, redact: Redactor) -> None:
+    def __init__(self, runs_dir: Path, *, max_active_runs: int) -> None:
         self.runs_dir = runs_dir.resolve()
         self.max_active_runs = max_active_runs
-        self.redact = redact
         self.active: dict[str, ActiveRun] = {}
         self.closing = False
         """Set when the server shuts down."""
+        self.starting = asyncio.Semaphore(1)
+        """Held while a run is prepared and started (lowering, the Runner, the folder's
+        first files): a burst of starts takes turns with the runs and streams already
+        going, instead of queueing all its work ahead of theirs."""
         self._summaries: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
 
     # -- folders and statuses ---------------------------------------------------------
@@ -139,9 +141,8 @@ class RunManager:
         run_id = new_run_id()
         while run_id in self.active or (self.runs_dir / run_id).exists():
             run_id = new_run_id()
-        active = ActiveRun(run_id, self.runs_dir / run_id, EventChannel(run_id, self.redact))
+        active = ActiveRun(run_id, self.runs_dir / run_id, EventChannel(run_id))
         active.runner = prepared.runner
-        prepared.runner.subscribe(active.channel)
         self._launch(active, prepared.arun(run_id=run_id), prepared.runner.store)
         await self._started(active)
         return active
@@ -149,20 +150,22 @@ class RunManager:
     async def resume(self, run_id: str, prepared: PreparedResume) -> ActiveRun:
         """Continue a run folder under the runs folder in the background."""
         self.check_capacity()
-        active = ActiveRun(run_id, prepared.folder, EventChannel(run_id, self.redact))
+        active = ActiveRun(run_id, prepared.folder, EventChannel(run_id))
 
         def attach(runner: Runner) -> None:
             active.runner = runner
 
-        self._launch(
-            active, prepared.arun(on_event=active.channel, on_runner=attach), prepared.store
-        )
+        self._launch(active, prepared.arun(on_runner=attach), prepared.store)
         await self._started(active)
         return active
 
     def _launch(
         self, active: ActiveRun, run: Coroutine[Any, Any, RunResult], store: RunStore
     ) -> None:
+        if not isinstance(store, LoopStore):
+            run.close()
+            raise TypeError("runs of the server are written through a LoopStore")
+        store.on_line = active.channel.add
         self.active[active.run_id] = active
         active.task = asyncio.create_task(
             self._drive(active, run, store), name=f"run {active.run_id}"
@@ -187,7 +190,7 @@ class RunManager:
                 )
 
     async def _drive(
-        self, active: ActiveRun, run: Coroutine[Any, Any, RunResult], store: RunStore
+        self, active: ActiveRun, run: Coroutine[Any, Any, RunResult], store: LoopStore
     ) -> None:
         status: str | None = None
         try:
@@ -203,8 +206,7 @@ class RunManager:
             log.exception("run %s stopped on an internal error", active.run_id)
         finally:
             try:
-                if isinstance(store, LoopStore):
-                    await store.settle()  # the folder says how the run stopped, on disk
+                await store.settle()  # the folder says how the run stopped, on disk
             except Exception:
                 log.exception("run %s: its folder could not be forced to disk", active.run_id)
             finally:

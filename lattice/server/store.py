@@ -10,21 +10,35 @@ disk: a dozen fsyncs of files and folders).
 ``LoopStore`` writes the same files the same way, but hands each of those fsyncs to a
 worker thread, and the run's next journal commit (the end of its first op, for the
 files written at its start) waits for them before the run moves on: as with the CLI,
-a power cut loses at most the op in flight. ``settle()`` waits for the fsyncs of the
-files a run wrote when it stopped.
+a power cut loses at most the op in flight. Op records (``ops/<seq>-<opId>.json``,
+which describe a run but are not what a resume reads) are serialised on the loop, as
+the op ends, and written to their files by a worker thread. Events are appended to
+``events.jsonl`` once per step of the run rather than once per event (a step emits three
+to five), always before the journal line that commits their op; ``on_line`` is handed
+each event's line exactly as the file gets it. ``settle()`` waits for all of it: the
+server reports a run stopped only once its folder says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from lattice.runs.journal import JOURNAL
+from lattice.files import atomic_write_text
+from lattice.runs.journal import JOURNAL, open_append
 from lattice.runs.redaction import Redactor
-from lattice.runs.store import DURABLE_FILES, Durability, FolderRecorder, RunRecorder, RunStore
-from lattice.runs.store import safe_name as _safe_name
+from lattice.runs.store import (
+    DURABLE_FILES,
+    Durability,
+    FolderRecorder,
+    RunRecorder,
+    RunStore,
+    safe_name,
+)
 
 
 def _force(path: Path, *, folder: bool) -> None:
@@ -38,8 +52,13 @@ def _force(path: Path, *, folder: bool) -> None:
         _force(path.parent, folder=False)
 
 
+EventLine = Callable[[int, str], None]
+"""Called with an event's seq and its line in ``events.jsonl`` (masked, no newline)."""
+
+
 class LoopRecorder(FolderRecorder):
-    """A FolderRecorder whose fsyncs outside the journal commit run in worker threads."""
+    """A FolderRecorder for a shared loop: fsyncs, op record files and event lines are
+    written off the loop's critical path (see the module docstring)."""
 
     def __init__(
         self,
@@ -48,12 +67,20 @@ class LoopRecorder(FolderRecorder):
         redact: Redactor | None = None,
         resume: bool = False,
         durability: Durability = "fsync",
+        on_line: EventLine | None = None,
     ) -> None:
         # Opened as "os" so that creating the folder does not force it to disk here.
         super().__init__(run_dir, redact=redact, resume=resume, durability="os")
         self.durability = durability
         self.pending: list[asyncio.Future[None]] = []
+        """fsyncs the next commit waits for."""
+        self.background: list[asyncio.Future[None]] = []
+        """Op records being written."""
+        self._mask = redact or (lambda text: text)
         self._journal_written = False
+        self.on_line = on_line
+        self._lines: list[str] = []
+        self._event_file: IO[str] | None = None
         if durability == "fsync" and not resume:
             self._later(run_dir, folder=True)
 
@@ -73,16 +100,59 @@ class LoopRecorder(FolderRecorder):
         assert self.run_dir is not None
         self._later(self.run_dir / name, folder=True)
 
+    def append_event(self, event: dict[str, Any]) -> None:
+        line = self._mask(json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str))
+        if not self._lines:
+            asyncio.get_running_loop().call_soon(self._write_events)
+        self._lines.append(line)
+        if self.on_line is not None:
+            self.on_line(event["seq"], line)
+
+    def _write_events(self) -> None:
+        """Append the lines emitted since the last call to ``events.jsonl``."""
+        if not self._lines:
+            return
+        if self._event_file is None:
+            assert self.run_dir is not None
+            self._event_file = open_append(self.run_dir / "events.jsonl")
+        self._event_file.write("\n".join(self._lines) + "\n")
+        self._event_file.flush()
+        self._lines = []
+
+    def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None:
+        # The same file as FolderRecorder.write_op, serialised now (the record holds live
+        # state values), written by a worker thread.
+        assert self.run_dir is not None
+        text = self._mask(
+            json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+        )
+        path = self.run_dir / "ops" / f"{seq:04d}-{safe_name(op_id)}.json"
+        loop = asyncio.get_running_loop()
+        self.background.append(loop.run_in_executor(None, atomic_write_text, path, text + "\n"))
+        if len(self.background) > 64:
+            done = [f for f in self.background if f.done()]
+            self.background = [f for f in self.background if not f.done()]
+            for future in done:
+                if future.exception() is not None:
+                    self.background.append(future)  # settle() raises it
+
     def journal(self, line: dict[str, Any]) -> None:
+        self._write_events()  # an op's events are in the file before its commit
         super().journal(line)
         self._journal_written = True
 
     async def commit(self) -> None:
-        await self.settle()
+        while self.pending:
+            pending, self.pending = self.pending, []
+            await asyncio.gather(*pending)
         self._journal_written = False
         await super().commit()
 
     def close(self) -> None:
+        self._write_events()
+        if self._event_file is not None:
+            self._event_file.close()
+            self._event_file = None
         durability, self.durability = self.durability, "os"
         try:
             super().close()
@@ -93,9 +163,10 @@ class LoopRecorder(FolderRecorder):
             self._later(self.run_dir / JOURNAL, folder=False)
 
     async def settle(self) -> None:
-        """Wait until every file written so far is on disk."""
-        while self.pending:
-            pending, self.pending = self.pending, []
+        """Wait until every file written so far is written (and forced to disk)."""
+        while self.pending or self.background:
+            pending, self.pending = self.pending + self.background, []
+            self.background = []
             await asyncio.gather(*pending)
 
 
@@ -108,24 +179,32 @@ class LoopStore(RunStore):
         *,
         redact: Redactor | None = None,
         durability: Durability = "fsync",
+        on_line: EventLine | None = None,
     ) -> None:
         super().__init__(root, redact=redact, durability=durability)
         self.recorders: list[LoopRecorder] = []
+        self.on_line = on_line
+        """Handed to every recorder of this store (set it before the run starts)."""
 
     def open(self, run_id: str, *, redact: Redactor | None = None) -> RunRecorder:
         if self.root is None:
             return super().open(run_id, redact=redact)
         recorder = LoopRecorder(
-            self.root / _safe_name(run_id),
+            self.root / safe_name(run_id),
             redact=redact or self.redact,
             durability=self.durability,
+            on_line=self.on_line,
         )
         self.recorders.append(recorder)
         return recorder
 
     def reopen(self, run_dir: Path, *, redact: Redactor | None = None) -> FolderRecorder:
         recorder = LoopRecorder(
-            run_dir, redact=redact or self.redact, resume=True, durability=self.durability
+            run_dir,
+            redact=redact or self.redact,
+            resume=True,
+            durability=self.durability,
+            on_line=self.on_line,
         )
         self.recorders.append(recorder)
         return recorder
