@@ -14,6 +14,9 @@ runs folder, a workflows folder holding two generated documents), then measures:
    p50/p95 of the start request's latency (until its 202), the peak of active runs
    (``GET /healthz``), and that every run completed.
 3. Event delivery under load: phase 1 again while phase 2's burst runs.
+4. Concurrency: ``--runs`` runs whose mock calls sleep ``--hold-ms`` (long enough for
+   all of them to be active at once). Reported: the peak of active runs, the time until
+   the last one ended, and that every run completed.
 
 At the end: the server's peak RSS (``VmHWM`` of /proc/<pid>/status).
 
@@ -253,12 +256,14 @@ async def watched_run(
     return watchers.delays, watchers.counts
 
 
-async def burst(client: httpx.AsyncClient, args: argparse.Namespace) -> dict[str, Any]:
-    """Phase 2: many runs started at once; returns its figures."""
+async def burst(
+    client: httpx.AsyncClient, args: argparse.Namespace, latency_ms: float | None = None
+) -> dict[str, Any]:
+    """Phase 2 (and 4): many runs started at once; returns its figures."""
     body = {
         "workflow": "burst.json",
         "mock_script": mock_script(args.calls),
-        "mock_latency_ms": args.latency_ms,
+        "mock_latency_ms": args.latency_ms if latency_ms is None else latency_ms,
     }
     latencies: list[float] = []
     peak = 0
@@ -354,6 +359,13 @@ async def measure(server: Server, args: argparse.Namespace) -> list[str]:
             delivery_line(f"same, during {args.runs} runs", delays, counts, args)
             + f"  [burst: {loaded['runs_per_s']:.1f} runs/s, peak active {loaded['peak_active']}]"
         )
+
+        held = await burst(client, args, latency_ms=args.hold_ms)
+        lines.append(
+            f"{args.runs} runs held {args.calls} x {args.hold_ms:g} ms  peak active "
+            f"{held['peak_active']} at once; all ended after {held['wall_s']:.2f} s "
+            f"(ideal {args.calls * args.hold_ms / 1000:.2f} s)  statuses {held['statuses']}"
+        )
     lines.append(f"server peak RSS {server.peak_rss_mb():.0f} MB")
     return lines
 
@@ -365,6 +377,9 @@ def main() -> None:
     parser.add_argument("--watchers", type=int, default=50, help="watchers of one run (50)")
     parser.add_argument("--watch-ops", type=int, default=50, help="LLM ops of the watched run (50)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="per mock call (20)")
+    parser.add_argument(
+        "--hold-ms", type=float, default=1000.0, help="per mock call in phase 4 (1000)"
+    )
     parser.add_argument("--durability", choices=["fsync", "os"], default="fsync")
     parser.add_argument("--quick", action="store_true", help="40 runs, 10 watchers, 20 ops")
     args = parser.parse_args()

@@ -584,3 +584,19 @@ def test_a_run_of_another_process_is_followed_until_it_stops(
     finally:
         owner.kill()
         owner.wait()
+
+
+def test_lattice_resume_continues_a_run_started_over_http(
+    client: httpx.Client, space: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = start(client, document=steps(2), mock_script=script(2, given=1))
+    wait_for_status(client, run_id, ("failed",))
+    folder = space / "runs" / run_id
+    assert main(["resume", str(folder)]) == 1, "the run's own inline script, still short"
+    fuller = tmp_path / "fuller.mock.json"
+    fuller.write_text(json.dumps(script(2)))
+    assert main(["resume", run_id, "--runs-dir", str(space / "runs"), "--mock", str(fuller)]) == 0
+    assert json.loads(capsys.readouterr().out) == "answer 1"
+    run = client.get(f"/v1/runs/{run_id}").json()
+    assert run["status"] == "completed"
+    assert requests_by_node(file_events(folder)) == {"s0": 1, "s1": 3}
