@@ -26,7 +26,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"runtime"}),
     frozenset({"service"}),
     frozenset({"primitive", "planner"}),
-    frozenset({"cli"}),
+    frozenset({"cli", "server"}),
 )
 """Lowest first. ``lattice/__init__.py`` (the public facade) may import anything."""
 

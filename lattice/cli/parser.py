@@ -18,6 +18,17 @@ PASS_NAMES = ("project", "architecture", "scaffold", "test", "implementation", "
 building the parser imports nothing)."""
 
 
+def port_number(text: str) -> int:
+    """A TCP port (0: any free port)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is between 0 and 65535, not {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An argument that must be a whole number of at least 1."""
     try:
@@ -43,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     _plan_commands(sub)
     _mcp_commands(sub)
     _mock_commands(sub)
+    _serve_commands(sub)
     return parser
 
 
@@ -303,3 +315,57 @@ def _mock_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     _handler(p, "lattice.cli.mock:init")
+
+
+def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="an HTTP API to start, watch, answer and resume runs (needs lattice-lre[server])",
+        description="Serve runs over HTTP (docs/server.md): POST /v1/runs starts one, "
+        "GET /v1/runs/{id}/events streams its events, POST .../answers answers a halted "
+        "question, POST .../resume and .../cancel resume and stop runs. Every run is an "
+        "ordinary run folder under --runs-dir. API docs at /docs.",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1; any other needs a token)",
+    )
+    p.add_argument(
+        "--port", type=port_number, default=8600, help="port (default: 8600; 0: any free port)"
+    )
+    p.add_argument(
+        "--runs-dir", default="runs", metavar="DIR", help="where run folders go (default: runs)"
+    )
+    p.add_argument(
+        "--workflows",
+        metavar="DIR",
+        help="the workflows clients may run by name (paths relative to DIR); mock scripts "
+        "and fixtures they name are read from here too",
+    )
+    p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    p.add_argument(
+        "--token",
+        help="bearer token every route but /healthz requires (default: $LATTICE_SERVER_TOKEN)",
+    )
+    p.add_argument(
+        "--max-active-runs",
+        type=positive_int,
+        default=64,
+        metavar="N",
+        help="runs at once; more are refused with 429 (default: 64)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        default=1024 * 1024,
+        metavar="N",
+        help="largest request body; larger ones get 413 (default: 1 MiB)",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        default="warning",
+        help="server log level (info logs every request; default: warning)",
+    )
+    _handler(p, "lattice.cli.serve:serve")

@@ -19,17 +19,21 @@ from lattice.cli.common import (
     terminal_asker,
 )
 from lattice.cli.main import EXIT_USAGE
-from lattice.config import LatticeConfig, load_config
+from lattice.config import load_config
 from lattice.document.loader import read_json_file
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
-from lattice.runs.folder import read_run_json
 from lattice.runs.store import RunStore
 from lattice.runs.view import list_runs, show_run
-from lattice.runtime.runner import RunLimits, Runner
-from lattice.runtime.settings import settings_from_config
-from lattice.service.providers import ProviderChoice
+from lattice.runtime.runner import Runner
+from lattice.service.runs import (
+    ProviderSpec,
+    RunOptions,
+    prepare_resume,
+    prepare_run,
+    repo_root,
+)
 
 
 def _coerce(raw: str, schema: Any) -> Any:
@@ -51,16 +55,6 @@ def collect_inputs(args: argparse.Namespace, ir: ExecIR) -> dict[str, Any]:
     return inputs
 
 
-def repo_root(path: str | None) -> Path | None:
-    """The ``--repo`` directory, resolved; a missing or non-directory path is a user error."""
-    if not path:
-        return None
-    root = Path(path).resolve()
-    if not root.is_dir():
-        raise InputError(f"--repo {path}: not a directory")
-    return root
-
-
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     result = lower_for_cli(args.workflow, config)
@@ -69,44 +63,32 @@ def run(args: argparse.Namespace) -> int:
     ir = result.ir
     inputs = collect_inputs(args, ir)
     answers = read_json_object(args.answers, "answers file") if args.answers else {}
-    choice = provider_choice(args)
-    provider = choice.build(config)
-    settings = settings_from_config(
-        config,
-        max_calls=args.max_calls,
-        max_tokens_total=args.max_tokens_total,
-        repo_root=repo_root(args.repo),
-    )
     interactive = not args.answers and sys.stdin.isatty()
-    runner = Runner(
+    prepared = prepare_run(
         ir,
-        provider=provider,
-        store=RunStore(
-            None if args.no_record else Path(args.runs_dir), durability=config.runs.durability
+        config=config,
+        options=RunOptions(
+            provider=ProviderSpec(provider_choice(args)),
+            config_path=args.config,
+            max_calls=args.max_calls,
+            max_tokens_total=args.max_tokens_total,
+            max_steps=args.max_steps,
+            max_visits=args.max_visits,
+            repo=repo_root(args.repo),
         ),
-        limits=RunLimits(
-            max_steps=args.max_steps or config.runtime.max_steps,
-            max_visits=args.max_visits or config.runtime.max_visits,
-        ),
+        inputs=inputs,
         answers=answers,
-        ask_human=terminal_asker if interactive else None,
         workflow=read_json_file(Path(args.workflow)),
-        meta={
-            **choice.to_meta(),
-            "config": args.config,
-            "max_calls": args.max_calls,
-            "max_tokens_total": args.max_tokens_total,
-            "repo": str(Path(args.repo).resolve()) if args.repo else None,
-        },
-        settings=settings,
+        runs_dir=None if args.no_record else Path(args.runs_dir),
+        ask_human=terminal_asker if interactive else None,
     )
-    runner.validate_inputs(inputs)
+    runner = prepared.runner
     if args.dry_run:
         return _dry_run(runner, inputs)
     progress = Progress(live=sys.stderr.isatty() and not args.json)
     runner.subscribe(progress)
     try:
-        outcome = runner.run(inputs)
+        outcome = prepared.run()
     except KeyboardInterrupt:
         progress.stop()
         if progress.run_id is not None and not args.no_record:
@@ -116,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         progress.stop()
-    return report(outcome, progress, args.json, settings)
+    return report(outcome, progress, args.json, prepared.settings)
 
 
 def _dry_run(runner: Runner, inputs: dict[str, Any]) -> int:
@@ -157,36 +139,25 @@ def run_folder(run: str, runs_dir: str) -> Path:
 
 def resume(args: argparse.Namespace) -> int:
     folder = run_folder(args.run_dir, args.runs_dir)
-    checkpoint = read_run_json(folder, "checkpoint.json")
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
-    meta = checkpoint.get("meta") or {}
-    config: LatticeConfig = load_config(args.config or meta.get("config"))
-    choice = provider_choice(args)
-    provider = (choice if choice.given else ProviderChoice.from_meta(meta)).build(config)
-    progress = Progress(live=sys.stderr.isatty() and not args.json)
     interactive = sys.stdin.isatty() and not args.answer
-    settings = settings_from_config(
-        config,
-        max_calls=meta.get("max_calls"),
-        max_tokens_total=meta.get("max_tokens_total"),
-        repo_root=repo_root(args.repo or meta.get("repo")),
+    prepared = prepare_resume(
+        folder,
+        provider=ProviderSpec(provider_choice(args)),
+        answers=answers,
+        accept_changed=args.accept_changed,
+        config_path=args.config,
+        repo=args.repo,
+        ask_human=terminal_asker if interactive else None,
     )
+    progress = Progress(live=sys.stderr.isatty() and not args.json)
     try:
-        result = Runner.resume(
-            folder,
-            answers=answers,
-            provider=provider,
-            settings=settings,
-            ask_human=terminal_asker if interactive else None,
-            on_event=progress,
-            accept_changed=args.accept_changed,
-            store=RunStore(folder.parent, durability=config.runs.durability),
-        )
+        result = prepared.run(on_event=progress)
     except KeyboardInterrupt:
         progress.stop()
         note(f"interrupted; continue with: lattice resume {folder}")
         raise
-    return report(result, progress, args.json, settings)
+    return report(result, progress, args.json, prepared.settings)
 
 
 def runs(args: argparse.Namespace) -> int:

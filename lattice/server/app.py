@@ -1,0 +1,551 @@
+"""The FastAPI application of ``lattice serve``: routes, request bodies, errors and the
+guard (bearer token, body size) in front of them. docs/server.md documents each route."""
+
+from __future__ import annotations
+
+import gc
+import hmac
+import inspect
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Body, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+from starlette.responses import Response, StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lattice.config import LatticeConfig
+from lattice.errors import LatticeUserError
+from lattice.runs.redaction import Redactor, make_redactor
+from lattice.runtime.settings import settings_from_config
+from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
+from lattice.server.events import stream
+from lattice.server.manager import RunManager, links
+from lattice.server.store import LoopStore
+from lattice.server.workflows import WorkflowLibrary
+from lattice.service.providers import ProviderChoice
+from lattice.service.runs import ProviderSpec, RunOptions, prepare_resume, prepare_run
+
+log = logging.getLogger("lattice.server")
+
+VERSION = "0.1.0"
+DEFAULT_MAX_BODY = 1024 * 1024
+DEFAULT_MAX_ACTIVE = 64
+
+
+_NO_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+"""Recent FastAPI versions trace every request with OpenTelemetry unless told not to."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What ``lattice serve`` was started with."""
+
+    runs_dir: Path = Path("runs")
+    workflows_dir: Path | None = None
+    config: LatticeConfig = field(default_factory=LatticeConfig)
+    config_path: str | None = None
+    token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    max_active_runs: int = DEFAULT_MAX_ACTIVE
+
+
+# -- request bodies -----------------------------------------------------------------------
+
+
+class ProviderOptions(BaseModel):
+    """The provider of a run, as ``lattice run`` takes it (files relative to ``--workflows``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: Literal["openai", "anthropic", "mock", "fixture", "disabled"] | None = Field(
+        default=None, description="default: the server's config, else disabled"
+    )
+    mock: str | None = Field(
+        default=None, description="a mock script file, relative to --workflows"
+    )
+    mock_script: dict[str, Any] | None = Field(
+        default=None, description='a mock script given inline: {"responses": {"<node>": [...]}}'
+    )
+    mock_latency_ms: float | None = Field(
+        default=None,
+        ge=0,
+        le=60_000,
+        description="a pause before each mock answer (demos, benchmarks)",
+    )
+    fixtures: str | None = Field(
+        default=None, description="a fixtures file, relative to --workflows"
+    )
+
+    def spec(self, library: WorkflowLibrary) -> ProviderSpec:
+        mock = str(library.resolve(self.mock, what="mock script")) if self.mock else None
+        fixtures = (
+            str(library.resolve(self.fixtures, what="fixtures file")) if self.fixtures else None
+        )
+        return ProviderSpec(
+            ProviderChoice(name=self.provider, mock=mock, fixtures=fixtures),
+            script=self.mock_script,
+            latency=(self.mock_latency_ms or 0.0) / 1000,
+        )
+
+
+class StartRun(ProviderOptions):
+    """``POST /v1/runs``: a workflow by name, or a document, with its inputs and answers."""
+
+    workflow: str | None = Field(
+        default=None, description="a workflow file, relative to --workflows"
+    )
+    document: dict[str, Any] | None = Field(default=None, description="an inline workflow document")
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    answers: dict[str, Any] = Field(
+        default_factory=dict, description='answers to questions: {"<nodeId>": "<option>"}'
+    )
+    max_calls: int | None = Field(default=None, ge=1)
+    max_tokens_total: int | None = Field(default=None, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)
+    max_visits: int | None = Field(default=None, ge=1)
+
+
+class AnswerRun(BaseModel):
+    """``POST /v1/runs/{id}/answers``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answers: dict[str, Any] = Field(
+        min_length=1, description='{"<nodeId>": "<option label or index, or text>"}'
+    )
+
+
+class ResumeRun(ProviderOptions):
+    """``POST /v1/runs/{id}/resume``: the run's own provider unless another is given."""
+
+    answers: dict[str, Any] = Field(default_factory=dict)
+    accept_changed: bool = False
+
+
+class CheckDocument(BaseModel):
+    """``POST /v1/check``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    document: dict[str, Any]
+
+
+# -- the guard ----------------------------------------------------------------------------
+
+
+class Guard:
+    """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``)
+    and the body size limit (413 before the body is read past the limit)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        max_body: int,
+        respond: Callable[[int, dict[str, Any], Mapping[str, str]], Response],
+    ) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode() if token else None
+        self.max_body = max_body
+        self.respond = respond
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        if self.expected is not None and scope["path"] != "/healthz":
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                error = "missing_token" if not given else "invalid_token"
+                await self.respond(
+                    401,
+                    {"error": error, "message": "this server needs Authorization: Bearer <token>"},
+                    {"WWW-Authenticate": "Bearer"},
+                )(scope, receive, send)
+                return
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            length = headers.get(b"content-length")
+            if length is not None and (not length.isdigit() or int(length) > self.max_body):
+                await self._too_large(scope, receive, send)
+                return
+            chunks: list[bytes] = []
+            size = 0
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body:
+                    await self._too_large(scope, receive, send)
+                    return
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+            body = b"".join(chunks)
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.respond(
+            413,
+            {
+                "error": "body_too_large",
+                "message": f"the request body is over the limit of {self.max_body} bytes",
+            },
+            {"Connection": "close"},
+        )(scope, receive, send)
+
+
+# -- the application -----------------------------------------------------------------------
+
+
+def create_app(settings: ServerSettings) -> FastAPI:
+    """The ``lattice serve`` application for ``settings``."""
+    config = settings.config
+    redact: Redactor = make_redactor(settings_from_config(config).secret_names())
+    manager = RunManager(settings.runs_dir, max_active_runs=settings.max_active_runs)
+    library = WorkflowLibrary(settings.workflows_dir, list(config.mcp.servers))
+
+    def respond(status: int, data: Any, headers: Mapping[str, str] | None = None) -> Response:
+        text = json.dumps(data, ensure_ascii=False, default=str)
+        return Response(
+            redact(text), status_code=status, headers=headers, media_type="application/json"
+        )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # What is alive now (the modules, the app, its routes and schemas) lives as long
+        # as the server: out of the cycle collector's sight, a full collection walks only
+        # what runs and requests made since (a full walk of it all paused every run and
+        # stream for tens of milliseconds).
+        gc.collect()
+        gc.freeze()
+        yield
+        await manager.shutdown()
+
+    app = FastAPI(
+        title="Lattice",
+        version=VERSION,
+        description="Start, watch, answer and resume Lattice runs (docs/server.md).",
+        lifespan=lifespan,
+        **_NO_TELEMETRY,
+    )
+    app.state.manager = manager
+    app.state.library = library
+
+    # -- errors: JSON, never a stack trace --
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return respond(exc.status, exc.body(), exc.headers)
+
+    async def invalid_request(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        problems = list(exc.errors())
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return respond(
+                400, {"error": "invalid_json", "message": "the request body is not valid JSON"}
+            )
+        diagnostics = [_request_diagnostic(p) for p in problems]
+        return respond(
+            422,
+            {
+                "error": "invalid_request",
+                "message": "; ".join(f"{d['pointer'] or '/'}: {d['message']}" for d in diagnostics),
+                "diagnostics": diagnostics,
+            },
+        )
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return respond(
+            exc.status_code, {"error": kind, "message": str(exc.detail)}, exc.headers or None
+        )
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        return respond(
+            500, {"error": "internal_error", "message": "internal error; see the server's log"}
+        )
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, internal_error)
+    app.add_middleware(
+        Guard,
+        token=settings.token,
+        max_body=settings.max_body_bytes,
+        respond=respond,
+    )
+
+    # -- routes --
+
+    @app.get("/healthz", tags=["server"], summary="liveness (no token needed)")
+    async def healthz() -> Response:
+        return respond(
+            200,
+            {
+                "status": "ok",
+                "version": VERSION,
+                "active_runs": len(manager.active),
+                "max_active_runs": manager.max_active_runs,
+            },
+        )
+
+    @app.post("/v1/runs", status_code=202, tags=["runs"], summary="start a run")
+    async def start_run(body: StartRun) -> Response:
+        if (body.workflow is None) == (body.document is None):
+            raise ApiError(
+                422,
+                "invalid_request",
+                "give either workflow (a file under the workflows folder) or document "
+                "(an inline workflow document)",
+                diagnostics=[
+                    {
+                        "code": "invalid-request",
+                        "severity": "error",
+                        "message": "exactly one of workflow and document",
+                        "pointer": "/workflow",
+                    }
+                ],
+            )
+        async with manager.starting:
+            return await _start(body)
+
+    async def _start(body: StartRun) -> Response:
+        manager.check_capacity()
+        meta: dict[str, Any] = {}
+        if body.workflow is not None:
+            loaded = library.load(body.workflow)
+            lowered, document = loaded.lowered, loaded.document
+            meta["workflow_name"] = body.workflow
+            where = f"workflow {body.workflow!r}"
+        else:
+            assert body.document is not None
+            lowered, document = library.lower_inline(body.document), body.document
+            where = "the document"
+        if lowered.ir is None:
+            raise document_error(lowered.diagnostics, where=where)
+        try:
+            prepared = prepare_run(
+                lowered.ir,
+                config=config,
+                options=RunOptions(
+                    provider=body.spec(library),
+                    config_path=settings.config_path,
+                    max_calls=body.max_calls,
+                    max_tokens_total=body.max_tokens_total,
+                    max_steps=body.max_steps,
+                    max_visits=body.max_visits,
+                    meta=meta,
+                ),
+                inputs=body.inputs,
+                answers=body.answers,
+                workflow=document,
+                runs_dir=manager.runs_dir,
+                store_type=LoopStore,
+            )
+        except LatticeUserError as exc:
+            raise from_user_error(exc) from None
+        active = await manager.start(prepared)
+        return respond(
+            202,
+            {
+                "run_id": active.run_id,
+                "status": manager.status(active.run_id),
+                "warnings": diagnostics_json(lowered.warnings),
+                "links": links(active.run_id),
+            },
+            {"Location": f"/v1/runs/{active.run_id}"},
+        )
+
+    @app.get("/v1/runs", tags=["runs"], summary="list runs, newest first")
+    async def list_runs(
+        status: Annotated[
+            Literal["running", "completed", "failed", "halted", "interrupted"] | None, Query()
+        ] = None,
+        workflow: Annotated[str | None, Query(description="workflow id or file name")] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        before: Annotated[str | None, Query(description="the previous page's next")] = None,
+    ) -> Response:
+        page = manager.list_runs(status=status, workflow=workflow, limit=limit, before=before)
+        return respond(200, page)
+
+    @app.get("/v1/runs/{run_id}", tags=["runs"], summary="one run")
+    async def get_run(run_id: str) -> Response:
+        return respond(200, manager.describe(run_id))
+
+    @app.get(
+        "/v1/runs/{run_id}/events",
+        tags=["runs"],
+        summary="the run's events as Server-Sent Events",
+        response_class=StreamingResponse,
+    )
+    async def run_events(
+        run_id: str,
+        last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+        last_event_id: Annotated[int | None, Query(ge=0)] = None,
+        timing: Annotated[bool, Query(description="emission time before each event")] = False,
+    ) -> Response:
+        folder = manager.folder(run_id)
+        cursor = last_event_id or 0
+        if last_event_id_header is not None:
+            if not last_event_id_header.strip().isdigit():
+                raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be an event's seq")
+            cursor = int(last_event_id_header)
+        messages = stream(
+            folder,
+            cursor,
+            channel=lambda: manager.channel(run_id),
+            status=lambda: manager.status(run_id),
+            timing=timing,
+            redact=redact,
+            closing=lambda: manager.closing,
+        )
+        return StreamingResponse(
+            messages,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.post(
+        "/v1/runs/{run_id}/answers",
+        status_code=202,
+        tags=["runs"],
+        summary="answer a halted run's question and resume it",
+    )
+    async def answer_run(run_id: str, body: AnswerRun) -> Response:
+        folder = manager.folder(run_id)
+        async with manager.starting:
+            manager.check_resumable(
+                run_id, ("halted",), "only a halted run waits for answers (see its question)"
+            )
+            return await _resume(run_id, folder, ProviderSpec(), body.answers, False)
+
+    @app.post(
+        "/v1/runs/{run_id}/resume",
+        status_code=202,
+        tags=["runs"],
+        summary="resume a failed or interrupted run",
+    )
+    async def resume_run(run_id: str, body: Annotated[ResumeRun | None, Body()] = None) -> Response:
+        body = body or ResumeRun()
+        folder = manager.folder(run_id)
+        spec = body.spec(library)
+        async with manager.starting:
+            manager.check_resumable(
+                run_id,
+                ("failed", "interrupted"),
+                "only a failed or interrupted run can be resumed (a halted one is answered: "
+                f"POST /v1/runs/{run_id}/answers)",
+            )
+            return await _resume(run_id, folder, spec, body.answers, body.accept_changed)
+
+    async def _resume(
+        run_id: str,
+        folder: Path,
+        spec: ProviderSpec,
+        answers: dict[str, Any],
+        accept_changed: bool,
+    ) -> Response:
+        manager.check_capacity()
+        try:
+            prepared = prepare_resume(
+                folder,
+                provider=spec,
+                answers=answers,
+                accept_changed=accept_changed,
+                config=config,
+                store_type=LoopStore,
+            )
+        except LatticeUserError as exc:
+            raise from_user_error(exc) from None
+        active = await manager.resume(run_id, prepared)
+        return respond(
+            202,
+            {"run_id": run_id, "status": manager.status(active.run_id), "links": links(run_id)},
+            {"Location": f"/v1/runs/{run_id}"},
+        )
+
+    @app.post(
+        "/v1/runs/{run_id}/cancel",
+        status_code=202,
+        tags=["runs"],
+        summary="stop a run at its next op boundary (it ends interrupted, resumable)",
+    )
+    async def cancel_run(run_id: str) -> Response:
+        manager.folder(run_id)
+        manager.cancel(run_id)
+        return respond(
+            202, {"run_id": run_id, "status": "running", "stopping": True, "links": links(run_id)}
+        )
+
+    @app.get("/v1/workflows", tags=["workflows"], summary="the workflows under --workflows")
+    async def list_workflows() -> Response:
+        return respond(200, {"workflows": library.listing()})
+
+    @app.get(
+        "/v1/workflows/{name:path}",
+        tags=["workflows"],
+        summary="a workflow: its document, ExecIR and diagnostics",
+    )
+    async def get_workflow(name: str) -> Response:
+        return respond(200, library.load(name).describe(full=True))
+
+    @app.post("/v1/check", tags=["workflows"], summary="the diagnostics of an inline document")
+    async def check(body: CheckDocument) -> Response:
+        lowered = library.lower_inline(body.document)
+        return respond(
+            200,
+            {
+                "valid": lowered.ir is not None,
+                "diagnostics": diagnostics_json(lowered.diagnostics),
+            },
+        )
+
+    return app
+
+
+def _request_diagnostic(problem: Mapping[str, Any]) -> dict[str, Any]:
+    """A request body problem found by FastAPI, located by a JSON pointer into the body
+    (``?name`` for a query parameter)."""
+    loc = [str(part) for part in problem.get("loc", ())]
+    if loc and loc[0] == "body":
+        pointer = "".join(f"/{part}" for part in loc[1:])
+    elif loc and loc[0] in ("query", "header", "path"):
+        pointer = f"?{'.'.join(loc[1:])}" if loc[0] == "query" else ".".join(loc[1:])
+    else:
+        pointer = "".join(f"/{part}" for part in loc)
+    return {
+        "code": "invalid-request",
+        "severity": "error",
+        "message": str(problem.get("msg", "invalid")),
+        "pointer": pointer,
+    }

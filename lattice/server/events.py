@@ -1,0 +1,256 @@
+"""A run's events as Server-Sent Events.
+
+Each SSE message is one event of the run's ``events.jsonl`` (the same JSON object, masked
+the same way) with its sequence number as the message id::
+
+    id: 7
+    data: {"seq":7,"ts":"…","run_id":"…","type":"op_finished",…}
+
+A client that reconnects with ``Last-Event-ID: 7`` (or ``?last_event_id=7``) gets the
+events after 7, then the live ones. When the run stops (completed, failed, halted,
+interrupted) the stream ends with ``event: end`` and ``data: {"status": "…"}``.
+
+Cost: a run this server is running has one ``EventChannel``, fed by the run's recorder
+with each event's line as it is written (serialised and masked once, for the file and
+every watcher alike), which keeps the recent ones in memory; any number of watchers read
+from it and sleep on one ``asyncio.Event`` between events. The folder's
+``events.jsonl`` is read only to replay what the channel no longer (or never) held: a
+watcher that starts late, a finished run, a run of another process (followed by polling
+the file until that run stops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from lattice.runs.journal import read_lines
+from lattice.runs.redaction import Redactor
+
+KEEP = 1024
+"""Events a channel keeps in memory (at most twice this many between trims)."""
+PING_SECONDS = 15.0
+"""A comment line is sent after this long without an event (keeps proxies from closing)."""
+POLL_SECONDS = 0.25
+"""How often a run of another process is looked at for new events."""
+
+
+def event_line(event: dict[str, Any]) -> str:
+    """An event as ``events.jsonl`` holds it (before masking)."""
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class EventChannel:
+    """The live events of one run this server is running: fed by its recorder with each
+    event's line as ``events.jsonl`` gets it, it keeps ``(seq, line, emitted at)`` and
+    wakes the watchers.
+
+    Watchers mostly stand at the same place (the last event), so the SSE bytes of what
+    follows a place are built once per wake-up and shared (``batch``). One timer per
+    channel wakes the watchers for a keep-alive comment after ``PING_SECONDS`` of quiet.
+    """
+
+    __slots__ = (
+        "_batches",
+        "_changed",
+        "_first",
+        "_items",
+        "_pinger",
+        "pinged",
+        "run_id",
+        "status",
+    )
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._items: list[tuple[int, str, float]] = []
+        self._first = 0
+        """Index in ``_items`` of the oldest event still kept."""
+        self._changed = asyncio.Event()
+        self._batches: dict[tuple[int, bool], tuple[bytes, int]] = {}
+        self._pinger: asyncio.TimerHandle | None = None
+        self.pinged = 0
+        """How many keep-alive wake-ups there have been."""
+        self.status: str | None = None
+        """The run's status once it has stopped (the channel is then closed)."""
+
+    @property
+    def started(self) -> bool:
+        """Whether the run has emitted its first event."""
+        return bool(self._items)
+
+    @property
+    def closed(self) -> bool:
+        return self.status is not None
+
+    def add(self, seq: int, line: str) -> None:
+        """An event of the run, as its line in ``events.jsonl`` (``LoopStore.on_line``)."""
+        self._items.append((seq, line, time.time()))
+        if len(self._items) - self._first > KEEP:
+            self._first += 1
+            if self._first >= KEEP:
+                del self._items[: self._first]
+                self._first = 0
+        self._wake()
+
+    def close(self, status: str) -> None:
+        """The run stopped: watchers send what is left and end their streams."""
+        self.status = status
+        if self._pinger is not None:
+            self._pinger.cancel()
+            self._pinger = None
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._batches:
+            self._batches.clear()
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _ping(self) -> None:
+        self.pinged += 1
+        self._pinger = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def since(self, cursor: int) -> list[tuple[int, str, float]] | None:
+        """The kept events after ``cursor``; None when some of them are no longer (or not
+        yet) kept, so that they must be read from the folder."""
+        items, first = self._items, self._first
+        if len(items) == first:
+            return None
+        oldest = items[first][0]
+        if cursor + 1 < oldest:
+            return None
+        if cursor >= items[-1][0]:
+            return []
+        return items[first + cursor + 1 - oldest :]
+
+    def batch(self, cursor: int, timing: bool) -> tuple[bytes, int] | None:
+        """The SSE messages of the kept events after ``cursor`` and the last one's seq
+        (``(b"", cursor)`` when there are none yet); None when they must be read from
+        the folder."""
+        key = (cursor, timing)
+        found = self._batches.get(key)
+        if found is not None:
+            return found
+        items = self.since(cursor)
+        if items is None:
+            return None
+        if not items:
+            return b"", cursor
+        if timing:
+            text = "".join(message(seq, line, at) for seq, line, at in items)
+        else:
+            text = "".join(message(seq, line) for seq, line, _ in items)
+        found = self._batches[key] = (text.encode(), items[-1][0])
+        return found
+
+    def oldest(self) -> int | None:
+        """The sequence number of the oldest event kept (None before the first)."""
+        return self._items[self._first][0] if len(self._items) > self._first else None
+
+    async def changed(self) -> None:
+        """Wait for a new event, the end of the run, or a keep-alive wake-up."""
+        if self._pinger is None and not self.closed:
+            self._pinger = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
+        await self._changed.wait()
+
+
+def message(seq: int, line: str, emitted: float | None = None) -> str:
+    """One SSE message (with ``: emitted <unix time>`` first when timing was asked for)."""
+    if emitted is not None:
+        return f": emitted {emitted:.6f}\nid: {seq}\ndata: {line}\n\n"
+    return f"id: {seq}\ndata: {line}\n\n"
+
+
+def end_message(status: str) -> str:
+    return f'event: end\ndata: {{"status": "{status}"}}\n\n'
+
+
+def read_events(folder: Path, after: int) -> list[tuple[int, str]]:
+    """The events of ``folder/events.jsonl`` after sequence number ``after`` (a torn last
+    line, being written or cut by a crash, is left out)."""
+    events, _ = read_lines(folder / "events.jsonl")
+    return [
+        (seq, event_line(event))
+        for event in events
+        if isinstance(seq := event.get("seq"), int) and seq > after
+    ]
+
+
+PING = b": ping\n\n"
+
+
+async def stream(
+    folder: Path,
+    cursor: int,
+    *,
+    channel: Callable[[], EventChannel | None],
+    status: Callable[[], str],
+    timing: bool = False,
+    redact: Redactor | None = None,
+    closing: Callable[[], bool] = lambda: False,
+) -> AsyncIterator[bytes]:
+    """The SSE messages of a run after event ``cursor``, until the run stops.
+
+    ``channel()`` is the run's live channel while this server runs it; ``status()`` the
+    run's status read from its folder (for runs it does not run); ``redact`` masks what
+    is replayed from the folder (which its run masked already, with its own settings);
+    ``closing()`` says the server is shutting down (a followed run of another process
+    then ends the stream with its status as it stands)."""
+    live: EventChannel | None = None
+    polled = time.monotonic()
+    while True:
+        if live is None:
+            live = channel()
+        batch = live.batch(cursor, timing) if live is not None else None
+        if batch is None:
+            # What the channel does not hold comes from the folder: events before the
+            # watcher came, a finished run, a run of another process.
+            replay = await asyncio.to_thread(read_events, folder, cursor)
+            if replay:
+                text = "".join(message(seq, line) for seq, line in replay)
+                yield (redact(text) if redact is not None else text).encode()
+                cursor = replay[-1][0]
+                polled = time.monotonic()
+                continue
+            if live is None:
+                state = status()
+                if state != "running" or closing():
+                    # It may have written its last events after the read above.
+                    tail = await asyncio.to_thread(read_events, folder, cursor)
+                    text = "".join(message(seq, line) for seq, line in tail)
+                    if redact is not None:
+                        text = redact(text)
+                    yield (text + end_message(state)).encode()
+                    return
+                if time.monotonic() - polled > PING_SECONDS:
+                    polled = time.monotonic()
+                    yield PING
+                await asyncio.sleep(POLL_SECONDS)  # a run of another process
+                continue
+            batch = live.batch(cursor, timing)
+            if batch is None:
+                oldest = live.oldest()
+                if oldest is not None and not live.closed:
+                    cursor = oldest - 1  # cut from the file meanwhile: go on from the channel
+                    continue
+                batch = b"", cursor
+        data, through = batch
+        if data:
+            yield data
+            cursor = through
+            continue
+        if live is not None:
+            if live.closed:
+                yield end_message(live.status or status()).encode()
+                return
+            pinged = live.pinged
+            await live.changed()
+            if live.pinged != pinged and live.batch(cursor, timing) == (b"", cursor):
+                yield PING

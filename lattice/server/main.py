@@ -1,0 +1,120 @@
+"""``lattice serve``: run the HTTP gateway with uvicorn.
+
+It listens on 127.0.0.1 unless told otherwise; on any other address it needs a bearer
+token (``--token`` or ``$LATTICE_SERVER_TOKEN``). Stopping it (Ctrl-C, SIGTERM) stops
+the runs it is running at once: each ends ``interrupted``, resumable by the next server
+or by ``lattice resume``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from lattice.config import load_config
+from lattice.errors import LatticeUserError
+from lattice.server.app import ServerSettings, create_app
+from lattice.server.manager import RunManager
+
+TOKEN_VARIABLE = "LATTICE_SERVER_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is an address only this machine can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def settings_from_args(args: argparse.Namespace) -> ServerSettings:
+    """The server's settings; a non-loopback address without a token is refused."""
+    token = args.token or os.environ.get(TOKEN_VARIABLE) or None
+    if not is_loopback(args.host) and not token:
+        raise LatticeUserError(
+            f"refusing to listen on {args.host} without a token: anyone who can reach it "
+            f"could run workflows; give --token TOKEN or set ${TOKEN_VARIABLE} "
+            "(or listen on 127.0.0.1)"
+        )
+    workflows = Path(args.workflows) if args.workflows else None
+    if workflows is not None and not workflows.is_dir():
+        raise LatticeUserError(f"--workflows {args.workflows}: not a directory")
+    runs_dir = Path(args.runs_dir)
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise LatticeUserError(f"--runs-dir {args.runs_dir}: not a directory")
+    return ServerSettings(
+        runs_dir=runs_dir,
+        workflows_dir=workflows,
+        config=load_config(args.config),
+        config_path=str(Path(args.config).resolve()) if args.config else None,
+        token=token,
+        max_body_bytes=args.max_body_bytes,
+        max_active_runs=args.max_active_runs,
+    )
+
+
+def serve(args: argparse.Namespace) -> int:
+    """The ``lattice serve`` command."""
+    settings = settings_from_args(args)
+    app = create_app(settings)
+    level = args.log_level.upper()
+    logging.basicConfig(level=level, format="lattice serve: %(levelname)s %(name)s: %(message)s")
+    server = LatticeServer(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            access_log=args.log_level in ("info", "debug"),
+            timeout_graceful_shutdown=5,
+            server_header=False,
+        ),
+        manager=app.state.manager,
+        announce=True,
+    )
+    server.run()
+    return 0 if server.started else 2
+
+
+class LatticeServer(uvicorn.Server):
+    """uvicorn's Server that stops the runs first when it shuts down (so that streams of
+    their events end and the shutdown does not wait for them), and says where it
+    listens once it does."""
+
+    def __init__(
+        self, config: uvicorn.Config, *, manager: RunManager, announce: bool = False
+    ) -> None:
+        super().__init__(config)
+        self.manager = manager
+        self.announce = announce
+        self.port: int | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.started:
+            return
+        for server in self.servers:
+            for sock in server.sockets:
+                self.port = sock.getsockname()[1]
+                break
+        if self.announce:
+            where = f"http://{self.config.host}:{self.port}"
+            print(
+                f"lattice: serving on {where} (runs in {self.manager.runs_dir}; API docs at "
+                f"{where}/docs)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.manager.shutdown()
+        await super().shutdown(sockets)

@@ -1,0 +1,402 @@
+"""The runs of a server: those it is running on its event loop, and every run folder
+under its runs folder (whoever started them).
+
+A run started or resumed over HTTP is an ordinary run folder, prepared by
+``lattice.service.runs`` exactly as the CLI prepares its runs, and driven by one asyncio
+task on the server's loop. Its status is its folder's (``checkpoint.json``), except that
+a run this process is running reads ``running`` and one this process owned but no longer
+runs (a bug stopped its task) reads ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lattice.errors import LatticeUserError
+from lattice.runs.checkpoint import status_of
+from lattice.runs.store import RunStore, new_run_id
+from lattice.runtime.results import RunResult
+from lattice.runtime.runner import Runner
+from lattice.server.errors import ApiError, from_user_error, not_found
+from lattice.server.events import EventChannel
+from lattice.server.store import LoopStore
+from lattice.service.runs import PreparedResume, PreparedRun
+
+log = logging.getLogger("lattice.server")
+
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+"""What a run id in a URL may look like (run folders are named so)."""
+QUESTION_CATEGORIES = ("waiting_for_answer", "missing_information")
+"""Failure categories of a run halted until a person answers."""
+
+
+@dataclass(eq=False)
+class ActiveRun:
+    """A run this server is running: its task, its event channel and its Runner."""
+
+    run_id: str
+    folder: Path
+    channel: EventChannel
+    runner: Runner | None = None
+    task: asyncio.Task[None] | None = None
+    error: BaseException | None = None
+    """What stopped the task other than the run's end (a refusal, or a bug)."""
+    stop_asked: bool = field(default=False)
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file of a run folder, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def links(run_id: str) -> dict[str, str]:
+    base = f"/v1/runs/{run_id}"
+    return {
+        "self": base,
+        "events": f"{base}/events",
+        "answers": f"{base}/answers",
+        "resume": f"{base}/resume",
+        "cancel": f"{base}/cancel",
+    }
+
+
+class RunManager:
+    """Starts, resumes and stops runs on the running event loop; reads run folders."""
+
+    def __init__(self, runs_dir: Path, *, max_active_runs: int) -> None:
+        self.runs_dir = runs_dir.resolve()
+        self.max_active_runs = max_active_runs
+        self.active: dict[str, ActiveRun] = {}
+        self.closing = False
+        """Set when the server shuts down."""
+        self.starting = asyncio.Semaphore(1)
+        """Held while a run is prepared and started (lowering, the Runner, the folder's
+        first files): a burst of starts takes turns with the runs and streams already
+        going, instead of queueing all its work ahead of theirs."""
+        self._summaries: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+    # -- folders and statuses ---------------------------------------------------------
+
+    def folder(self, run_id: str) -> Path:
+        """The folder of run ``run_id``; 404 when there is none."""
+        if RUN_ID.match(run_id) and run_id in self.active:
+            return self.active[run_id].folder
+        folder = self.runs_dir / run_id
+        if not RUN_ID.match(run_id) or not folder.is_dir():
+            raise not_found(f"no run {run_id!r}")
+        return folder
+
+    def channel(self, run_id: str) -> EventChannel | None:
+        active = self.active.get(run_id)
+        return active.channel if active is not None else None
+
+    def status(self, run_id: str, checkpoint: Any = None) -> str:
+        """``running`` while this server runs it, else what its folder says."""
+        if run_id in self.active:
+            return "running"
+        if checkpoint is None:
+            checkpoint = read_json(self.runs_dir / run_id / "checkpoint.json")
+        status = status_of(checkpoint if isinstance(checkpoint, dict) else None)
+        if status == "running" and (checkpoint.get("owner") or {}).get("pid") == os.getpid():
+            return "interrupted"  # this process owned it and does not run it any more
+        return status
+
+    def check_capacity(self) -> None:
+        if len(self.active) >= self.max_active_runs:
+            raise ApiError(
+                429,
+                "too_many_active_runs",
+                f"{len(self.active)} runs are active (the limit is {self.max_active_runs}); "
+                "try again later",
+                headers={"Retry-After": "1"},
+            )
+
+    def check_resumable(self, run_id: str, allowed: tuple[str, ...], hint: str) -> None:
+        """409 unless the run's status is one of ``allowed``."""
+        status = self.status(run_id)
+        if status not in allowed:
+            raise ApiError(
+                409,
+                "conflict",
+                f"run {run_id} is {status}; {hint}",
+                extra={"status": status},
+            )
+
+    # -- starting, resuming, stopping ------------------------------------------------
+
+    async def start(self, prepared: PreparedRun) -> ActiveRun:
+        """Start a new run; it goes on in the background. Answers once it has started."""
+        self.check_capacity()
+        run_id = new_run_id()
+        while run_id in self.active or (self.runs_dir / run_id).exists():
+            run_id = new_run_id()
+        active = ActiveRun(run_id, self.runs_dir / run_id, EventChannel(run_id))
+        active.runner = prepared.runner
+        self._launch(active, prepared.arun(run_id=run_id), prepared.runner.store)
+        await self._started(active)
+        return active
+
+    async def resume(self, run_id: str, prepared: PreparedResume) -> ActiveRun:
+        """Continue a run folder under the runs folder in the background."""
+        self.check_capacity()
+        active = ActiveRun(run_id, prepared.folder, EventChannel(run_id))
+
+        def attach(runner: Runner) -> None:
+            active.runner = runner
+
+        self._launch(active, prepared.arun(on_runner=attach), prepared.store)
+        await self._started(active)
+        return active
+
+    def _launch(
+        self, active: ActiveRun, run: Coroutine[Any, Any, RunResult], store: RunStore
+    ) -> None:
+        if not isinstance(store, LoopStore):
+            run.close()
+            raise TypeError("runs of the server are written through a LoopStore")
+        store.on_line = active.channel.add
+        self.active[active.run_id] = active
+        active.task = asyncio.create_task(
+            self._drive(active, run, store), name=f"run {active.run_id}"
+        )
+
+    async def _started(self, active: ActiveRun) -> None:
+        """Wait until the run has emitted its first event or stopped; a run refused
+        before it began (a LatticeUserError) is an API error."""
+        task = active.task
+        assert task is not None
+        for _ in range(10_000):
+            if active.channel.started or task.done():
+                break
+            await asyncio.sleep(0)
+        if not active.channel.started and task.done():
+            error = active.error
+            if isinstance(error, LatticeUserError):
+                raise from_user_error(error)
+            if error is not None:
+                raise ApiError(
+                    500, "internal_error", "the run could not start; see the server's log"
+                )
+
+    async def _drive(
+        self, active: ActiveRun, run: Coroutine[Any, Any, RunResult], store: LoopStore
+    ) -> None:
+        status: str | None = None
+        try:
+            result = await run
+            status = result.status
+        except asyncio.CancelledError:
+            status = "interrupted"
+            raise
+        except LatticeUserError as exc:
+            active.error = exc
+        except Exception as exc:
+            active.error = exc
+            log.exception("run %s stopped on an internal error", active.run_id)
+        finally:
+            try:
+                await store.settle()  # the folder says how the run stopped, on disk
+            except Exception:
+                log.exception("run %s: its folder could not be forced to disk", active.run_id)
+            finally:
+                if self.active.get(active.run_id) is active:
+                    del self.active[active.run_id]
+                active.channel.close(status or self.status(active.run_id))
+
+    def cancel(self, run_id: str) -> None:
+        """Stop a run this server runs at its next op boundary (it ends interrupted)."""
+        active = self.active.get(run_id)
+        if active is None:
+            status = self.status(run_id)
+            hint = (
+                "it runs in another process; stop it there"
+                if status == "running"
+                else "only a running run can be cancelled"
+            )
+            raise ApiError(
+                409, "conflict", f"run {run_id} is {status}; {hint}", extra={"status": status}
+            )
+        active.stop_asked = True
+        if active.runner is None or not active.runner.request_stop(run_id):
+            raise ApiError(
+                409, "conflict", f"run {run_id} is ending already", extra={"status": "running"}
+            )
+
+    async def shutdown(self) -> None:
+        """Cancel every run this server runs (each ends interrupted, resumable) and wait
+        for their folders to say so."""
+        self.closing = True
+        tasks = [a.task for a in self.active.values() if a.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- reading runs back -----------------------------------------------------------
+
+    def describe(self, run_id: str) -> dict[str, Any]:
+        """Everything the API says about one run."""
+        folder = self.folder(run_id)
+        checkpoint = read_json(folder / "checkpoint.json")
+        checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
+        status = self.status(run_id, checkpoint)
+        # A run killed while running left the result.json and failure report of an
+        # earlier stop, if any: they are read only when the checkpoint says it stopped.
+        stopped = checkpoint.get("status") != "running"
+        result = read_json(folder / "result.json") if stopped else None
+        result = result if isinstance(result, dict) else {}
+        meta = checkpoint.get("meta") or {}
+        usage = result.get("usage") or checkpoint.get("usage")
+        failure = None
+        if stopped and status in ("failed", "halted", "interrupted"):
+            failure = read_json(folder / "failure_report.json") or result.get("failure")
+            if isinstance(failure, dict):  # what to do next, said in this API's terms
+                failure = {**failure, "recovery_action": next_step(run_id, status)}
+        elif status == "interrupted":
+            failure = {
+                "phase": "run",
+                "run_id": run_id,
+                "category": "interrupted",
+                "summary": "the process that ran it stopped while it was running",
+                "recovery_action": next_step(run_id, status),
+            }
+        out: dict[str, Any] = {
+            "run_id": run_id,
+            "status": status,
+            "workflow": meta.get("workflow") or result.get("workflow"),
+            "workflow_name": meta.get("workflow_name"),
+            "started_at": checkpoint.get("started_at"),
+            "finished_at": result.get("finished_at") if status != "running" else None,
+            "output": result.get("output") if status == "completed" else None,
+            "usage": usage,
+            "cost_usd": (usage or {}).get("estimated_cost_usd"),
+            "failure": failure,
+            "question": question(run_id, failure) if status == "halted" else None,
+            "links": links(run_id),
+        }
+        active = self.active.get(run_id)
+        if active is not None and active.stop_asked:
+            out["stopping"] = True
+        return out
+
+    def summary(self, run_id: str) -> dict[str, Any]:
+        """A run as ``GET /v1/runs`` lists it (cached until its folder's files change)."""
+        folder = self.runs_dir / run_id
+        key = (_mtime(folder / "checkpoint.json"), _mtime(folder / "result.json"))
+        cached = self._summaries.get(run_id)
+        if cached is None or cached[0] != key:
+            checkpoint = read_json(folder / "checkpoint.json")
+            checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
+            result = read_json(folder / "result.json")
+            result = result if isinstance(result, dict) else {}
+            meta = checkpoint.get("meta") or {}
+            usage = result.get("usage") or checkpoint.get("usage") or {}
+            failure = result.get("failure") or {}
+            base = {
+                "run_id": run_id,
+                "workflow": meta.get("workflow") or result.get("workflow"),
+                "workflow_name": meta.get("workflow_name"),
+                "started_at": checkpoint.get("started_at"),
+                "finished_at": result.get("finished_at"),
+                "calls": usage.get("calls", 0),
+                "failure_category": failure.get("category"),
+                "links": {"self": f"/v1/runs/{run_id}", "events": f"/v1/runs/{run_id}/events"},
+                "_checkpoint": checkpoint,
+            }
+            cached = (key, base)
+            self._summaries[run_id] = cached
+        base = cached[1]
+        status = self.status(run_id, base["_checkpoint"])
+        out = {k: v for k, v in base.items() if k != "_checkpoint"}
+        out["status"] = status
+        if base["_checkpoint"].get("status") == "running":  # result.json is a former stop's
+            out["finished_at"] = None
+            out["failure_category"] = "interrupted" if status == "interrupted" else None
+        return out
+
+    def list_runs(
+        self,
+        *,
+        status: str | None,
+        workflow: str | None,
+        limit: int,
+        before: str | None,
+    ) -> dict[str, Any]:
+        """Runs newest first (run ids sort by start time), ``limit`` at a time; ``before``
+        is the ``next`` of the previous page."""
+        try:
+            names = [
+                entry.name
+                for entry in os.scandir(self.runs_dir)
+                if entry.is_dir() and RUN_ID.match(entry.name)
+            ]
+        except FileNotFoundError:
+            names = []
+        names.extend(run_id for run_id in self.active if run_id not in names)
+        names.sort(reverse=True)
+        items: list[dict[str, Any]] = []
+        next_page = None
+        for name in names:
+            if before is not None and name >= before:
+                continue
+            item = self.summary(name)
+            if status is not None and item["status"] != status:
+                continue
+            if workflow is not None and workflow not in (item["workflow"], item["workflow_name"]):
+                continue
+            if len(items) == limit:
+                next_page = items[-1]["run_id"]
+                break
+            items.append(item)
+        return {"runs": items, "next": next_page}
+
+
+def next_step(run_id: str, status: str) -> str:
+    """What a client does about a run that stopped with ``status``."""
+    if status == "halted":
+        return f'POST /v1/runs/{run_id}/answers {{"answers": {{"<nodeId>": "<answer>"}}}}'
+    if status == "failed":
+        return (
+            f"fix the cause, then POST /v1/runs/{run_id}/resume (the failed op runs again; "
+            "completed ops do not)"
+        )
+    return f"POST /v1/runs/{run_id}/resume (completed ops do not run again)"
+
+
+def question(run_id: str, failure: Any) -> dict[str, Any] | None:
+    """The question a halted run waits on, and how to answer it."""
+    if not isinstance(failure, dict) or failure.get("category") not in QUESTION_CATEGORIES:
+        return None
+    details = failure.get("details") or {}
+    node = failure.get("node_id")
+    options = details.get("options") or []
+    return {
+        "node_id": node,
+        "kind": failure.get("category"),
+        "question": details.get("question") or failure.get("summary"),
+        "options": options,
+        "multi_select": bool(details.get("multiSelect")),
+        "answer": {
+            "method": "POST",
+            "href": f"/v1/runs/{run_id}/answers",
+            "body": {"answers": {node: options[0] if options else "<your answer>"}},
+        },
+    }
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0

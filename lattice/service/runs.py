@@ -1,0 +1,321 @@
+"""The run service: one way to turn a user's options into a run or a resume, shared by
+every front door (``lattice run`` / ``lattice resume`` and ``lattice serve``).
+
+A front door reads its options (command-line flags, an HTTP body), lowers the document,
+and asks this module for a ``PreparedRun`` (a new run) or a ``PreparedResume`` (a run
+folder to continue). Both build the provider, the runtime settings, the store and the
+limits the same way, record the same metadata in ``checkpoint.json`` (so that a run
+started by one front door can be resumed by the other), and run either synchronously
+(the CLI) or on the caller's event loop (the server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lattice.config import LatticeConfig, load_config
+from lattice.errors import InputError, LatticeUserError
+from lattice.ir.models import ExecIR
+from lattice.llm.base import LLMProvider
+from lattice.llm.mock import MockProvider
+from lattice.runs.folder import read_run_json
+from lattice.runs.store import RunStore
+from lattice.runtime.context import AskHuman, EventListener
+from lattice.runtime.results import RunResult
+from lattice.runtime.runner import RunLimits, Runner
+from lattice.runtime.settings import RuntimeSettings, settings_from_config
+from lattice.service.providers import ProviderChoice
+
+MAX_MOCK_LATENCY = 60.0
+"""The longest pause (seconds) a mock script may ask for per call."""
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    """The provider of a run: the command-line choice (``--provider``, ``--mock FILE``,
+    ``--fixtures FILE``, ``--record``), or a mock script given as a JSON object (the
+    server's inline scripts), with an optional pause per mock call (``latency``, seconds;
+    for demos and benchmarks of many concurrent runs)."""
+
+    choice: ProviderChoice = field(default_factory=ProviderChoice)
+    script: Mapping[str, Any] | None = None
+    latency: float = 0.0
+
+    @property
+    def given(self) -> bool:
+        return self.choice.given or self.script is not None
+
+    def build(self, config: LatticeConfig) -> LLMProvider:
+        if not 0 <= self.latency <= MAX_MOCK_LATENCY:
+            raise LatticeUserError(
+                f"mock latency must be between 0 and {MAX_MOCK_LATENCY:g} seconds",
+                error_type="mock_error",
+            )
+        if self.script is not None:
+            choice = self.choice
+            if choice.name not in (None, "mock") or choice.mock or choice.fixtures or choice.record:
+                raise LatticeUserError(
+                    "an inline mock script is used alone (it implies provider mock)",
+                    error_type="mock_error",
+                )
+            return MockProvider.from_script(self.script, latency=self.latency, keep_calls=False)
+        provider = self.choice.build(config)
+        if self.latency:
+            if not isinstance(provider, MockProvider):
+                raise LatticeUserError(
+                    "mock latency applies to mock scripts only", error_type="mock_error"
+                )
+            provider.latency = self.latency
+        return provider
+
+    def to_meta(self) -> dict[str, Any]:
+        """The spec as saved in a run's metadata (``checkpoint.json``)."""
+        meta = self.choice.to_meta()
+        if self.script is not None:
+            meta["mock_script"] = dict(self.script)
+        if self.latency:
+            meta["mock_latency"] = self.latency
+        return meta
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> ProviderSpec:
+        script = meta.get("mock_script")
+        latency = meta.get("mock_latency")
+        return cls(
+            choice=ProviderChoice.from_meta(meta),
+            script=script if isinstance(script, Mapping) else None,
+            latency=float(latency) if isinstance(latency, int | float) else 0.0,
+        )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a user may choose about a new run besides its document, inputs and answers."""
+
+    provider: ProviderSpec = field(default_factory=ProviderSpec)
+    config_path: str | None = None
+    """The configuration file the run was given (recorded; a resume reads it again)."""
+    max_calls: int | None = None
+    max_tokens_total: int | None = None
+    max_steps: int | None = None
+    max_visits: int | None = None
+    repo: Path | None = None
+    """The repository root (``repo_root``), already checked."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Extra metadata a front door records (the server: the workflow's name)."""
+
+
+def repo_root(path: str | None) -> Path | None:
+    """The ``--repo`` directory, resolved; a missing or non-directory path is a user error."""
+    if not path:
+        return None
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise InputError(f"--repo {path}: not a directory")
+    return root
+
+
+@dataclass
+class PreparedRun:
+    """A new run, checked and ready: its Runner (inputs and answers checked), settings
+    and inputs."""
+
+    runner: Runner
+    settings: RuntimeSettings
+    inputs: dict[str, Any]
+
+    def run(self, *, run_id: str | None = None) -> RunResult:
+        """Run to its end in a private event loop (the CLI)."""
+        return self.runner.run(self.inputs, run_id=run_id)
+
+    async def arun(self, *, run_id: str | None = None) -> RunResult:
+        """Run on the caller's event loop, then close the provider's clients bound to it."""
+        try:
+            return await self.runner.arun(self.inputs, run_id=run_id)
+        finally:
+            await close_loop_clients(self.runner.provider)
+
+
+def prepare_run(
+    ir: ExecIR,
+    *,
+    config: LatticeConfig,
+    options: RunOptions,
+    inputs: Mapping[str, Any],
+    answers: Mapping[str, Any] | None = None,
+    workflow: Mapping[str, Any] | None = None,
+    runs_dir: Path | None,
+    ask_human: AskHuman | None = None,
+    store_type: type[RunStore] = RunStore,
+) -> PreparedRun:
+    """Build the run of ``ir``: provider, settings, store (``runs_dir``; None keeps the run
+    in memory; ``store_type`` builds it), limits and metadata. Raises a LatticeUserError
+    for a bad provider choice, InputError for answers or inputs that do not fit the
+    workflow."""
+    provider = options.provider.build(config)
+    settings = settings_from_config(
+        config,
+        max_calls=options.max_calls,
+        max_tokens_total=options.max_tokens_total,
+        repo_root=options.repo,
+    )
+    runner = Runner(
+        ir,
+        provider=provider,
+        store=store_type(runs_dir, durability=config.runs.durability),
+        limits=RunLimits(
+            max_steps=options.max_steps or config.runtime.max_steps,
+            max_visits=options.max_visits or config.runtime.max_visits,
+        ),
+        answers=answers,
+        ask_human=ask_human,
+        workflow=workflow,
+        meta={
+            **options.provider.to_meta(),
+            "config": options.config_path,
+            "max_calls": options.max_calls,
+            "max_tokens_total": options.max_tokens_total,
+            "repo": str(options.repo) if options.repo else None,
+            "workflow": ir.workflow.id,
+            **options.meta,
+        },
+        settings=settings,
+    )
+    inputs = dict(inputs)
+    runner.validate_inputs(inputs)
+    return PreparedRun(runner, settings, inputs)
+
+
+@dataclass
+class PreparedResume:
+    """A run folder to continue, with the provider, settings and configuration it goes on
+    with (the run's own unless the caller chose others)."""
+
+    folder: Path
+    checkpoint: dict[str, Any]
+    config: LatticeConfig
+    provider: LLMProvider
+    settings: RuntimeSettings
+    answers: dict[str, Any]
+    store: RunStore
+    """How the folder is written on (its durability)."""
+    accept_changed: bool = False
+    ask_human: AskHuman | None = None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.checkpoint.get("run_id") or self.folder.name)
+
+    def run(self, *, on_event: EventListener | None = None) -> RunResult:
+        """Continue the run to its end in a private event loop (the CLI)."""
+        return Runner.resume(
+            self.folder,
+            answers=self.answers,
+            provider=self.provider,
+            settings=self.settings,
+            ask_human=self.ask_human,
+            on_event=on_event,
+            accept_changed=self.accept_changed,
+            store=self.store,
+        )
+
+    async def arun(
+        self,
+        *,
+        on_event: EventListener | None = None,
+        on_runner: Callable[[Runner], None] | None = None,
+    ) -> RunResult:
+        """Continue the run on the caller's event loop. ``on_runner`` is given the Runner
+        that continues it as soon as it exists (to ``request_stop`` the run)."""
+        try:
+            with _runners_created(on_runner):
+                return await _TrackedRunner.aresume(
+                    self.folder,
+                    answers=self.answers,
+                    provider=self.provider,
+                    settings=self.settings,
+                    ask_human=self.ask_human,
+                    on_event=on_event,
+                    accept_changed=self.accept_changed,
+                    store=self.store,
+                )
+        finally:
+            await close_loop_clients(self.provider)
+
+
+def prepare_resume(
+    folder: Path,
+    *,
+    provider: ProviderSpec | None = None,
+    answers: Mapping[str, Any] | None = None,
+    accept_changed: bool = False,
+    config: LatticeConfig | None = None,
+    config_path: str | None = None,
+    repo: str | None = None,
+    ask_human: AskHuman | None = None,
+    store_type: type[RunStore] = RunStore,
+) -> PreparedResume:
+    """Get ready to continue the run in ``folder``. What is not given is taken from the
+    run's checkpoint: the provider (``provider`` that gives nothing counts as not given),
+    the configuration file (unless ``config`` is given), the budgets and the repository."""
+    checkpoint = read_run_json(folder, "checkpoint.json")
+    meta = checkpoint.get("meta") or {}
+    if config is None:
+        config = load_config(config_path or meta.get("config"))
+    spec = provider if provider is not None and provider.given else ProviderSpec.from_meta(meta)
+    built = spec.build(config)
+    settings = settings_from_config(
+        config,
+        max_calls=meta.get("max_calls"),
+        max_tokens_total=meta.get("max_tokens_total"),
+        repo_root=repo_root(repo or meta.get("repo")),
+    )
+    return PreparedResume(
+        folder=folder,
+        checkpoint=checkpoint,
+        config=config,
+        provider=built,
+        settings=settings,
+        answers=dict(answers or {}),
+        store=store_type(folder.parent, durability=config.runs.durability),
+        accept_changed=accept_changed,
+        ask_human=ask_human,
+    )
+
+
+async def close_loop_clients(provider: LLMProvider | None) -> None:
+    """Close the provider's HTTP clients bound to the running event loop (a run on a
+    long-lived loop builds its provider for itself, and releases it when it ends)."""
+    close = getattr(provider, "aclose_loop_clients", None)
+    if callable(close):
+        await close()
+
+
+_ON_RUNNER: ContextVar[Callable[[Runner], None] | None] = ContextVar(
+    "lattice_on_runner", default=None
+)
+
+
+@contextmanager
+def _runners_created(hook: Callable[[Runner], None] | None) -> Iterator[None]:
+    token = _ON_RUNNER.set(hook)
+    try:
+        yield
+    finally:
+        _ON_RUNNER.reset(token)
+
+
+class _TrackedRunner(Runner):
+    """A Runner that hands itself to the hook of the resume that builds it
+    (``Runner.aresume`` builds the Runner that continues a folder)."""
+
+    def __init__(self, ir: ExecIR, **kwargs: Any) -> None:
+        super().__init__(ir, **kwargs)
+        hook = _ON_RUNNER.get()
+        if hook is not None:
+            hook(self)

@@ -1,0 +1,113 @@
+"""The bearer token, and the rules ``lattice serve`` starts under."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lattice.cli import main
+from lattice.cli.parser import build_parser
+from lattice.errors import LatticeUserError
+from lattice.server.app import ServerSettings
+from lattice.server.main import is_loopback, settings_from_args
+from tests.conftest import REPO
+from tests.server.helpers import TIMEOUT, script, serve_in_thread, steps, wait_for_status
+
+TOKEN = "s3cret-token-for-tests"
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    runs = tmp_path_factory.mktemp("token") / "runs"
+    with serve_in_thread(ServerSettings(runs_dir=runs, token=TOKEN)) as url:
+        yield url
+
+
+def test_every_route_but_healthz_needs_the_token(base_url: str) -> None:
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT) as anonymous:
+        assert anonymous.get("/healthz").status_code == 200
+        for method, path in [
+            ("GET", "/v1/runs"),
+            ("POST", "/v1/runs"),
+            ("GET", "/v1/runs/x/events"),
+            ("GET", "/v1/workflows"),
+            ("POST", "/v1/check"),
+            ("GET", "/docs"),
+            ("GET", "/openapi.json"),
+        ]:
+            response = anonymous.request(method, path)
+            assert response.status_code == 401, (method, path)
+            assert response.json()["error"] == "missing_token"
+            assert response.headers["www-authenticate"] == "Bearer"
+        for wrong in (f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", TOKEN, "Basic abc"):
+            response = anonymous.get("/v1/runs", headers={"Authorization": wrong})
+            assert response.status_code == 401
+            assert response.json()["error"] == "invalid_token"
+
+
+def test_with_the_token_everything_works(base_url: str) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=TIMEOUT) as client:
+        assert client.get("/v1/runs").json() == {"runs": [], "next": None}
+        assert client.get("/openapi.json").json()["info"]["title"] == "Lattice"
+        assert client.get("/docs").status_code == 200
+        started = client.post("/v1/runs", json={"document": steps(2), "mock_script": script(2)})
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        assert wait_for_status(client, run_id, ("completed",))["output"] == "answer 1"
+        # a token sent before the body: a refused request costs no body read
+        assert client.post("/v1/check", json={"document": steps(1)}).status_code == 200
+
+
+def args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["serve", *argv])
+
+
+def test_any_other_address_needs_a_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("LATTICE_SERVER_TOKEN", raising=False)
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
+    assert not is_loopback("example.com")
+    with pytest.raises(LatticeUserError, match="without a token"):
+        settings_from_args(args("--host", "0.0.0.0"))
+    assert main(["serve", "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert "without a token" in capsys.readouterr().err
+    assert settings_from_args(args("--host", "0.0.0.0", "--token", "t")).token == "t"
+    monkeypatch.setenv("LATTICE_SERVER_TOKEN", "from-env")
+    assert settings_from_args(args("--host", "0.0.0.0")).token == "from-env"
+    assert settings_from_args(args()).token == "from-env", "a token set applies on 127.0.0.1 too"
+
+
+def test_serve_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--workflows", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["serve", "--runs-dir", str(tmp_path / "file")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--port", "70000"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--max-active-runs", "0"])
+
+
+def test_help_imports_no_server_package() -> None:
+    probe = (
+        "import sys, json\n"
+        "from lattice.cli.parser import build_parser\n"
+        "build_parser().format_help()\n"
+        "print(json.dumps(sorted(m for m in ('fastapi', 'uvicorn', 'starlette', 'lattice.server')"
+        " if m in sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert json.loads(out.stdout) == []
