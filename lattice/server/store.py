@@ -119,14 +119,14 @@ class LoopRecorder(FolderRecorder):
         self._event_file.flush()
         self._lines = []
 
-    def write_op(self, seq: int, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
         # The same file as FolderRecorder.write_op, serialised now (the record holds live
         # state values), written by a worker thread.
         assert self.run_dir is not None
         text = self._mask(
             json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
         )
-        path = self.run_dir / "ops" / f"{seq:04d}-{safe_name(op_id)}.json"
+        path = self.run_dir / "ops" / f"{label}-{safe_name(op_id)}.json"
         loop = asyncio.get_running_loop()
         self.background.append(loop.run_in_executor(None, atomic_write_text, path, text + "\n"))
         if len(self.background) > 64:
