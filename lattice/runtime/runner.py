@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from lattice.llm.base import LLMProvider
 from lattice.llm.disabled import DisabledProvider
 from lattice.runs.checkpoint import file_digests, owner, refuse_if_running, status_of
 from lattice.runs.folder import read_run_json
-from lattice.runs.journal import read_journal
+from lattice.runs.journal import JournalState, read_journal
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, new_run_id
 from lattice.runtime.context import (
@@ -289,6 +289,36 @@ class Runner:
         completed must keep its id). ``store`` sets the durability of the writes (the
         folder itself stays where it is).
         """
+        reopened = cls.reopen(
+            run_dir,
+            answers=answers,
+            provider=provider,
+            ask_human=ask_human,
+            limits=limits,
+            settings=settings,
+            accept_changed=accept_changed,
+            store=store,
+        )
+        if on_event is not None:
+            reopened.runner.subscribe(on_event)
+        return await reopened.arun()
+
+    @classmethod
+    def reopen(
+        cls,
+        run_dir: Path | str,
+        *,
+        answers: Mapping[str, Any] | None = None,
+        provider: LLMProvider | None = None,
+        ask_human: AskHuman | None = None,
+        limits: RunLimits | None = None,
+        settings: RuntimeSettings | None = None,
+        accept_changed: bool = False,
+        store: RunStore | None = None,
+    ) -> ReopenedRun:
+        """Read a run folder back and build the Runner that continues it, without running
+        it yet: subscribe to it or keep it (to ``request_stop`` the run), then
+        ``await reopened.arun()``. The arguments are ``aresume``'s."""
         folder = Path(run_dir)
         checkpoint = read_run_json(folder, "checkpoint.json")
         if checkpoint.get("status") == "completed":
@@ -319,21 +349,37 @@ class Runner:
             meta=checkpoint.get("meta"),
             settings=settings,
         )
-        if on_event is not None:
-            runner.subscribe(on_event)
         restore = getattr(runner.provider, "restore", None)
         if callable(restore) and provider_state is not None:
             restore(provider_state)
-        state = StateStore.from_snapshot(state_data, secrets=runner._read_secret)
+
+        async def go() -> RunResult:
+            return await runner._continue(
+                folder, checkpoint, journal, position, state_data, pending
+            )
+
+        return ReopenedRun(runner, go)
+
+    async def _continue(
+        self,
+        folder: Path,
+        checkpoint: dict[str, Any],
+        journal: JournalState | None,
+        position: Position,
+        state_data: dict[str, Any],
+        pending: list[dict[str, Any]],
+    ) -> RunResult:
+        """Rebuild a reopened run's state and context, then walk on from its position."""
+        state = StateStore.from_snapshot(state_data, secrets=self._read_secret)
         if journal is not None:
             for line in journal.ops:
                 for change in line.get("changes") or ():
                     state.apply(change)
         state.clear_tmp()
-        redact = runner._redactor()
-        recorder = runner.store.reopen(folder, redact=redact)
+        redact = self._redactor()
+        recorder = self.store.reopen(folder, redact=redact)
         last_seq, segments = recorder.event_summary()
-        ctx = runner._context(
+        ctx = self._context(
             checkpoint.get("run_id", folder.name),
             state,
             recorder,
@@ -365,8 +411,8 @@ class Runner:
         except BaseException:
             _abandon(ctx)
             raise
-        with gc_pacing(runner.settings.gc_pacing):
-            return await runner._walk(ctx, position)
+        with gc_pacing(self.settings.gc_pacing):
+            return await self._walk(ctx, position)
 
     # -- secrets --------------------------------------------------------------------------
 
@@ -578,6 +624,19 @@ class Runner:
             },
         )
         return result
+
+
+@dataclass
+class ReopenedRun:
+    """A run folder read back, ready to go on (``Runner.reopen``)."""
+
+    runner: Runner
+    """The Runner that continues it (subscribe to it, or ``request_stop`` the run)."""
+    _go: Callable[[], Awaitable[RunResult]]
+
+    async def arun(self) -> RunResult:
+        """Continue the run to its end (or its next halt or failure)."""
+        return await self._go()
 
 
 _CHECKPOINT_BASE = ("run_id", "started_at", "initial_answers", "meta", "limits")

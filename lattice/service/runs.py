@@ -11,9 +11,7 @@ started by one front door can be resumed by the other), and run either synchrono
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,17 +231,20 @@ class PreparedResume:
         """Continue the run on the caller's event loop. ``on_runner`` is given the Runner
         that continues it as soon as it exists (to ``request_stop`` the run)."""
         try:
-            with _runners_created(on_runner):
-                return await _TrackedRunner.aresume(
-                    self.folder,
-                    answers=self.answers,
-                    provider=self.provider,
-                    settings=self.settings,
-                    ask_human=self.ask_human,
-                    on_event=on_event,
-                    accept_changed=self.accept_changed,
-                    store=self.store,
-                )
+            reopened = Runner.reopen(
+                self.folder,
+                answers=self.answers,
+                provider=self.provider,
+                settings=self.settings,
+                ask_human=self.ask_human,
+                accept_changed=self.accept_changed,
+                store=self.store,
+            )
+            if on_event is not None:
+                reopened.runner.subscribe(on_event)
+            if on_runner is not None:
+                on_runner(reopened.runner)
+            return await reopened.arun()
         finally:
             await close_loop_clients(self.provider)
 
@@ -294,28 +295,3 @@ async def close_loop_clients(provider: LLMProvider | None) -> None:
     close = getattr(provider, "aclose_loop_clients", None)
     if callable(close):
         await close()
-
-
-_ON_RUNNER: ContextVar[Callable[[Runner], None] | None] = ContextVar(
-    "lattice_on_runner", default=None
-)
-
-
-@contextmanager
-def _runners_created(hook: Callable[[Runner], None] | None) -> Iterator[None]:
-    token = _ON_RUNNER.set(hook)
-    try:
-        yield
-    finally:
-        _ON_RUNNER.reset(token)
-
-
-class _TrackedRunner(Runner):
-    """A Runner that hands itself to the hook of the resume that builds it
-    (``Runner.aresume`` builds the Runner that continues a folder)."""
-
-    def __init__(self, ir: ExecIR, **kwargs: Any) -> None:
-        super().__init__(ir, **kwargs)
-        hook = _ON_RUNNER.get()
-        if hook is not None:
-            hook(self)
