@@ -255,6 +255,9 @@ class Walker:
             {"branches": len(branches), "arrived": arrived, "ended": len(branches) - len(arrived)},
         )
         if arrived and op.join is not None:
+            last = [b for b, end in zip(branches, ends, strict=True) if end.how == "arrived"][-1]
+            if last.ctx.last_result is not None:  # "the last result" after the join
+                ctx.last_result = last.ctx.last_result
             return Outcome(output={"arrived": arrived})
         ended = next((end.output for end in ends if end.how == "end"), None)
         return Outcome(port=ENDED, output=ended)

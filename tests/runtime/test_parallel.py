@@ -463,3 +463,14 @@ def test_runs_show_lists_branch_ops_under_their_fork(tmp_path: Path) -> None:
     shown = show_run(result.run_dir)
     assert "FORK" in shown and "[branch 0002.1]" in shown and "[branch 0002.2]" in shown
     assert "↳ 0001" in shown
+
+
+def test_after_the_join_the_last_result_is_the_last_arrived_branchs() -> None:
+    doc = fan_out(2)
+    doc["nodes"] = [n for n in doc["nodes"] if n["id"] != "merge"]
+    doc["connections"] = [
+        c for c in doc["connections"] if c["from"] != "merge" and c["to"] != "merge"
+    ] + [conn("b1", "end"), conn("b2", "end")]
+    result = run(doc, MockProvider({"b1": ["one"], "b2": ["two"]}))
+    assert result.status == "completed"
+    assert result.output == "two"
