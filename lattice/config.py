@@ -26,6 +26,7 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     max_parallel = 16                # ops that a run's parallel branches run at once
     max_state_bytes = 10000000       # $in and $vars of one run (about, as JSON)
     max_value_bytes = 10000000       # one value written to state
+    stream = "auto"                  # stream answers: "auto" (when a listener shows them), true, false
     [runs]
     durability = "fsync"             # or "os": see docs/runs.md
     [policies]
@@ -88,6 +89,7 @@ class RuntimeConfig(_Strict):
     max_state_bytes: int = Field(default=10_000_000, ge=1)
     max_value_bytes: int = Field(default=10_000_000, ge=1)
     gc_pacing: bool = True
+    stream: bool | Literal["auto"] = "auto"
 
 
 class RunsConfig(_Strict):

@@ -662,3 +662,15 @@ def test_config_temperature_is_the_default_sampling_temperature() -> None:
     )
     assert runner.run({"topic": "t"}).status == "completed"
     assert [call.temperature for call in provider.calls] == [0.7, 0.7]
+
+
+@pytest.mark.parametrize(("value", "stream"), [('"auto"', None), ("true", True), ("false", False)])
+def test_runtime_stream(tmp_path: Path, value: str, stream: bool | None) -> None:
+    config = load_config(write(tmp_path / "lattice.toml", f"[runtime]\nstream = {value}\n"))
+    assert settings_from_config(config).stream is stream
+    assert settings_from_config(LatticeConfig()).stream is None
+
+
+def test_runtime_stream_is_validated(tmp_path: Path) -> None:
+    with pytest.raises(LatticeUserError, match=r"runtime\.stream"):
+        load_config(write(tmp_path / "lattice.toml", '[runtime]\nstream = "sometimes"\n'))

@@ -54,6 +54,9 @@ class RuntimeSettings:
     """Ops that the branches of a run (forks, for-each items) run at once, at most."""
     state_limits: StateLimits | None = field(default_factory=StateLimits)
     """Bounds on one value and on a run's whole state (None: no bounds)."""
+    stream: bool | None = None
+    """Stream model answers (``llm_delta`` events to listeners). None: when a listener of
+    the run takes deltas; True: always (a provider that can stream does); False: never."""
 
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
@@ -71,6 +74,7 @@ class RuntimeSettings:
             sleep=self.sleep,
             models=self.models,
             base_policies=self.policies,
+            stream=self.stream,
         )
 
     def secret_names(self) -> tuple[str, ...]:
@@ -94,6 +98,7 @@ def settings_from_config(
         models={str(name): model for name, model in config.llm.models.items()},
         max_attempts=runtime.max_attempts,
         gc_pacing=runtime.gc_pacing,
+        stream=None if runtime.stream == "auto" else runtime.stream,
         retry=RetrySettings(max_retries=runtime.max_retries),
         max_parallel=runtime.max_parallel,
         state_limits=StateLimits(
