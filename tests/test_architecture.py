@@ -23,6 +23,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"tools"}),
     frozenset({"lower"}),
     frozenset({"runs"}),
+    frozenset({"telemetry"}),
     frozenset({"runtime"}),
     frozenset({"service"}),
     frozenset({"primitive", "planner"}),
