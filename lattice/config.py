@@ -15,6 +15,7 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     large = "anthropic:claude-opus-4-1"
     [providers.openai]
     base_url = "http://localhost:11434/v1"   # Ollama, vLLM, llama.cpp, LM Studio
+    # [providers.litellm] takes the same keys (base_url is LiteLLM's api_base)
     timeout = 60
     max_concurrency = 8
     requests_per_minute = 0          # 0: no client-side limit
@@ -200,9 +201,11 @@ class LatticeConfig(_Strict):
     @field_validator("providers")
     @classmethod
     def _known_providers(cls, value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
-        unknown = sorted(set(value) - {"openai", "anthropic"})
+        unknown = sorted(set(value) - {"openai", "anthropic", "litellm"})
         if unknown:
-            raise ValueError(f"unknown provider table(s) {unknown}; known: openai, anthropic")
+            raise ValueError(
+                f"unknown provider table(s) {unknown}; known: openai, anthropic, litellm"
+            )
         return value
 
     @field_validator("policies")

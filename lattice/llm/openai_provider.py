@@ -8,6 +8,7 @@ one place (``map_openai_error``).
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -166,7 +167,7 @@ async def read_chat_stream(stream: Any, on_delta: DeltaSink, model: str) -> LLMR
     finish: str | None = None
     usage: Any = None
     answered_by = model
-    async with stream:
+    try:
         async for chunk in stream:
             answered_by = getattr(chunk, "model", None) or answered_by
             usage = getattr(chunk, "usage", None) or usage
@@ -180,6 +181,8 @@ async def read_chat_stream(stream: Any, on_delta: DeltaSink, model: str) -> LLMR
                     on_delta(text)
                 if choice.finish_reason:
                     finish = choice.finish_reason
+    finally:
+        await close_stream(stream)
     if finish is None:
         raise StreamBroken("no finish reason")
     return LLMResponse(
@@ -190,3 +193,13 @@ async def read_chat_stream(stream: Any, on_delta: DeltaSink, model: str) -> LLMR
         model=answered_by,
         finish_reason=finish,
     )
+
+
+async def close_stream(stream: Any) -> None:
+    """Close a stream read to its end or abandoned (``close`` of the OpenAI SDK's,
+    ``aclose`` of LiteLLM's), releasing its connection."""
+    close = getattr(stream, "aclose", None) or getattr(stream, "close", None)
+    if callable(close):
+        result = close()
+        if inspect.isawaitable(result):
+            await result
