@@ -13,6 +13,7 @@ from lattice.config import LatticeConfig
 from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
+from lattice.errors import LatticeUserError
 from lattice.llm.base import LLMProvider
 from lattice.runtime.state import StateLimits
 from lattice.telemetry.settings import TelemetrySettings, telemetry_from_config
@@ -88,7 +89,14 @@ class RuntimeSettings:
         listener when ``telemetry`` is set (OpenTelemetry is imported only then)."""
         if self.telemetry is None or not self.telemetry.enabled:
             return []
-        from lattice.telemetry.spans import TraceListener
+        try:
+            from lattice.telemetry.spans import TraceListener
+        except ImportError as exc:
+            raise LatticeUserError(
+                "tracing is configured ([telemetry] or OTEL_EXPORTER_OTLP_ENDPOINT) but "
+                "OpenTelemetry is not installed: pip install 'lattice-lre[otel]'",
+                error_type="config_error",
+            ) from exc
 
         return [
             TraceListener(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from lattice.errors import LatticeUserError
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runtime import Runner, RunStore
@@ -385,3 +387,14 @@ def test_a_traced_run_does_not_stream(provider: TracerProvider) -> None:
 def test_no_telemetry_means_no_listener() -> None:
     runner = Runner(lower(greeter()), provider=MockProvider({}), store=RunStore(None))
     assert runner._event_listeners == []
+
+
+def test_tracing_without_opentelemetry_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "lattice.telemetry.spans", raising=False)
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if not installed
+    settings = RuntimeSettings(
+        telemetry=TelemetrySettings(traces_url="http://127.0.0.1:9/v1/traces")
+    )
+    with pytest.raises(LatticeUserError, match=r"pip install 'lattice-lre\[otel\]'") as info:
+        Runner(lower(greeter()), provider=MockProvider({}), store=RunStore(None), settings=settings)
+    assert info.value.error_type == "config_error"
