@@ -1,7 +1,9 @@
 """Testing workflows with pytest (docs/testing.md).
 
-Installed with Lattice as a pytest plugin (the ``pytest11`` entry point ``lattice``), it
-gives tests the ``lattice_run`` fixture::
+Installed with Lattice as a pytest plugin (the ``pytest11`` entry point
+``lattice.testing``, named after the module so that ``-p lattice.testing`` or
+``pytest_plugins = ["lattice.testing"]`` next to it does not register it twice), it gives
+tests the ``lattice_run`` fixture::
 
     def test_billing_tickets_get_a_refund(lattice_run):
         result = lattice_run("flows/triage.json", inputs={...}, mock={"classify": [...]})

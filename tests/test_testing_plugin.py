@@ -179,20 +179,27 @@ def test_relative_paths_are_found_next_to_the_test(pytester: pytest.Pytester) ->
 
 
 def test_the_entry_point_is_declared() -> None:
+    """Named after its module: a suite that also names the module (``-p lattice.testing``,
+    ``pytest_plugins``) must not have it registered twice under two names, which pytest
+    refuses ("Plugin already registered under a different name")."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    assert pyproject["project"]["entry-points"]["pytest11"] == {"lattice": "lattice.testing"}
+    assert pyproject["project"]["entry-points"]["pytest11"] == {
+        "lattice.testing": "lattice.testing"
+    }
 
 
 def test_the_installed_entry_point_loads_the_plugin() -> None:
     """Where the installed distribution is this tree's, pytest finds the plugin by itself
     (an install made before the plugin existed has no entry point: reinstall)."""
-    points = [p for p in importlib.metadata.entry_points(group="pytest11") if p.name == "lattice"]
+    points = [
+        p for p in importlib.metadata.entry_points(group="pytest11") if p.value == "lattice.testing"
+    ]
     if not points:
         pytest.skip(
             "the installed lattice-lre predates its pytest11 entry point (pip install -e .)"
         )
     (point,) = points
-    assert point.value == "lattice.testing"
+    assert point.name == "lattice.testing"
     import lattice.testing
 
     assert point.load() is lattice.testing
