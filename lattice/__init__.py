@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from lattice.llm.base import LLMProvider
     from lattice.llm.disabled import DisabledProvider
     from lattice.llm.fixture import FixtureProvider
+    from lattice.llm.litellm_provider import LiteLLMProvider
     from lattice.llm.mock import MockProvider
     from lattice.llm.openai_provider import OpenAIProvider
     from lattice.lower import LowererRegistry, lower, lower_document
@@ -58,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "LatticeError": "lattice.errors",
     "LatticeRunError": "lattice.errors",
     "LatticeUserError": "lattice.errors",
+    "LiteLLMProvider": "lattice.llm.litellm_provider",
     "LowererRegistry": "lattice.lower",
     "MockProvider": "lattice.llm.mock",
     "OpenAIProvider": "lattice.llm.openai_provider",
@@ -95,6 +97,7 @@ __all__ = [
     "LatticeError",
     "LatticeRunError",
     "LatticeUserError",
+    "LiteLLMProvider",
     "LowererRegistry",
     "MockProvider",
     "OpenAIProvider",

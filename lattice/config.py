@@ -15,6 +15,7 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     large = "anthropic:claude-opus-4-1"
     [providers.openai]
     base_url = "http://localhost:11434/v1"   # Ollama, vLLM, llama.cpp, LM Studio
+    # [providers.litellm] takes the same keys (base_url is LiteLLM's api_base)
     timeout = 60
     max_concurrency = 8
     requests_per_minute = 0          # 0: no client-side limit
@@ -26,6 +27,7 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     max_parallel = 16                # ops that a run's parallel branches run at once
     max_state_bytes = 10000000       # $in and $vars of one run (about, as JSON)
     max_value_bytes = 10000000       # one value written to state
+    stream = "auto"                  # stream answers: "auto" (when a listener shows them), true, false
     [runs]
     durability = "fsync"             # or "os": see docs/runs.md
     [policies]
@@ -42,6 +44,10 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     [mcp.servers.time]
     command = "mcp-server-time"
     args = []
+    [telemetry]                      # OpenTelemetry traces (pip install 'lattice-lre[otel]')
+    otlp_endpoint = "http://localhost:4318"  # OTLP/HTTP collector (env OTEL_EXPORTER_OTLP_ENDPOINT)
+    capture_content = false          # prompts and answers on the spans (masked)
+    service_name = "lattice"         # env OTEL_SERVICE_NAME
 """
 
 from __future__ import annotations
@@ -88,6 +94,7 @@ class RuntimeConfig(_Strict):
     max_state_bytes: int = Field(default=10_000_000, ge=1)
     max_value_bytes: int = Field(default=10_000_000, ge=1)
     gc_pacing: bool = True
+    stream: bool | Literal["auto"] = "auto"
 
 
 class RunsConfig(_Strict):
@@ -149,6 +156,33 @@ class McpConfig(_Strict):
     servers: dict[str, McpServerConfig] = Field(default_factory=dict)
 
 
+class TelemetryConfig(_Strict):
+    otlp_endpoint: str | None = None
+    capture_content: bool = False
+    service_name: str = Field(default="lattice", min_length=1)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme, sep, rest = value.strip().partition("://")
+        if not sep or scheme not in ("http", "https") or not rest.strip("/"):
+            raise ValueError(
+                f"{value!r} is not an http(s) URL such as http://localhost:4318 "
+                "(the collector's OTLP/HTTP address)"
+            )
+        return value.strip()
+
+    def traces_url(self) -> str | None:
+        """Where spans are posted: ``otlp_endpoint`` plus ``/v1/traces`` (a URL that
+        already ends with it is taken as it is), None when tracing is off."""
+        if self.otlp_endpoint is None:
+            return None
+        base = self.otlp_endpoint.rstrip("/")
+        return base if base.endswith("/v1/traces") else base + "/v1/traces"
+
+
 class LatticeConfig(_Strict):
     """The whole ``lattice.toml``."""
 
@@ -161,14 +195,17 @@ class LatticeConfig(_Strict):
     secrets: SecretsConfig = Field(default_factory=SecretsConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     source: str | None = Field(default=None, exclude=True)
 
     @field_validator("providers")
     @classmethod
     def _known_providers(cls, value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
-        unknown = sorted(set(value) - {"openai", "anthropic"})
+        unknown = sorted(set(value) - {"openai", "anthropic", "litellm"})
         if unknown:
-            raise ValueError(f"unknown provider table(s) {unknown}; known: openai, anthropic")
+            raise ValueError(
+                f"unknown provider table(s) {unknown}; known: openai, anthropic, litellm"
+            )
         return value
 
     @field_validator("policies")
@@ -213,6 +250,33 @@ def _apply_env(data: dict[str, Any]) -> dict[str, Any]:
         llm["models"] = models
     if llm:
         data = {**data, "llm": llm}
+    return _apply_otel_env(data)
+
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def _apply_otel_env(data: dict[str, Any]) -> dict[str, Any]:
+    """The OpenTelemetry variables: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (the full URL)
+    or ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the collector's base URL) turn tracing on,
+    ``OTEL_SDK_DISABLED=true`` turns it off, ``OTEL_SERVICE_NAME`` names the service and
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` sets ``capture_content``."""
+    env = os.environ
+    telemetry = dict(data.get("telemetry") or {})
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if endpoint:
+        telemetry["otlp_endpoint"] = endpoint
+    if env.get("OTEL_SERVICE_NAME"):
+        telemetry["service_name"] = env["OTEL_SERVICE_NAME"]
+    capture = env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+    if capture:
+        telemetry["capture_content"] = capture.strip().lower() in _TRUE
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() in _TRUE:
+        telemetry["otlp_endpoint"] = None
+    if telemetry:
+        data = {**data, "telemetry": telemetry}
     return data
 
 

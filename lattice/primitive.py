@@ -37,7 +37,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from typing_extensions import TypeVar as DefaultTypeVar
 
 from lattice.config import LatticeConfig, load_config
-from lattice.contracts.calls import Emit, Sampling
+from lattice.contracts.calls import TRANSIENT_EVENTS, Emit, Sampling, wants_content, wants_deltas
 from lattice.contracts.engine import Contract, ContractEngine
 from lattice.contracts.invariants import (
     BoundInvariant,
@@ -402,6 +402,10 @@ class LLMPrimitive(Generic[OutputT]):
         env = self.settings.call_env(
             self.provider, usage=usage, emit=self._emitter(call_id, events)
         )
+        listeners = () if self.on_event is None else (self.on_event,)
+        if env.stream is None:
+            env.stream = wants_deltas(listeners)
+        env.content = wants_content(listeners)
         try:
             value, attempts = await self._engine.run(
                 messages,
@@ -446,8 +450,9 @@ class LLMPrimitive(Generic[OutputT]):
         name = self.name
 
         def emit(type_: str, data: dict[str, Any]) -> dict[str, Any]:
+            transient = type_ in TRANSIENT_EVENTS  # to the listener only, not kept
             event = {
-                "seq": len(events) + 1,
+                "seq": len(events) + (0 if transient else 1),
                 "ts": utc_now(),
                 "run_id": call_id,
                 "type": type_,
@@ -455,7 +460,8 @@ class LLMPrimitive(Generic[OutputT]):
                 "node_id": name,
                 "data": data,
             }
-            events.append(event)
+            if not transient:
+                events.append(event)
             if listener is not None:
                 listener(event)
             return event

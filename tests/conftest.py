@@ -69,6 +69,17 @@ def _no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """Live API keys never leak into tests by accident."""
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+    for name in OTEL_VARIABLES:  # nor does a developer's collector
+        monkeypatch.delenv(name, raising=False)
+
+
+OTEL_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_SDK_DISABLED",
+    "OTEL_SERVICE_NAME",
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+)
 
 
 def corpus_files() -> list[Path]:

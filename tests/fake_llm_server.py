@@ -4,6 +4,16 @@ It implements ``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (
 records every request (path, headers, JSON body) and answers with the text that
 ``answer(body)`` returns for the request. ``failures`` (a list of ``(status, JSON body,
 headers)``) makes the next calls fail, one item per call; ``fail_with`` makes every call fail.
+
+A request with ``"stream": true`` is answered as the API streams: server-sent events
+(OpenAI's chat-completion chunks ending in ``data: [DONE]``, or Anthropic's
+``message_start`` … ``message_stop``), the text in pieces of ``piece_chars`` characters.
+``cuts`` (a list of ``(pieces, style)``) cuts the next streams short, one item per
+streamed call, after that many pieces of text: ``"chunked"`` stops in the middle of a
+chunked body (the client sees a broken connection), ``"eof"`` closes a body that has no
+declared length (the stream just ends, without its closing events). ``gate``, when
+set, is waited for (5 s at most) after the first piece: a test can hold the answer until
+its listener has seen that piece.
 """
 
 from __future__ import annotations
@@ -59,6 +69,11 @@ class FakeLLMServer:
         self.replies: list[dict[str, Any]] = []  # every successful answer, in order
         self.failures: list[tuple[int, dict[str, Any], dict[str, str]]] = []
         self.fail_with: tuple[int, dict[str, Any], dict[str, str]] | None = None
+        self.piece_chars = 8
+        self.cuts: list[tuple[int, str]] = []
+        self.gate: threading.Event | None = None
+        self.gate_was_open: bool | None = None
+        """After a gated stream: whether the gate opened before the rest was sent."""
         self.open_connections = 0  # client connections the server still holds
         self._lock = threading.Lock()
         server = self
@@ -96,6 +111,14 @@ class FakeLLMServer:
                 if failure is not None:
                     status, payload, headers = failure
                     self._send(status, payload, headers)
+                elif body.get("stream") and path in ("/v1/chat/completions", "/v1/messages"):
+                    with server._lock:
+                        cut = server.cuts.pop(0) if server.cuts else None
+                    if path == "/v1/messages":
+                        events = server._anthropic_events(body)
+                    else:
+                        events = server._openai_events(body)
+                    self._send_stream(events, cut)
                 elif path == "/v1/chat/completions":
                     self._send(200, server._openai(body))
                 elif path == "/v1/messages":
@@ -119,6 +142,37 @@ class FakeLLMServer:
                     self.close_connection = True
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _send_stream(
+                self, events: list[tuple[str | None, Any, bool]], cut: tuple[int, str] | None
+            ) -> None:
+                """Server-sent events; each item is (event name, data, is a piece of text)."""
+                style = cut[1] if cut else "chunked"
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                if style == "chunked":
+                    self.send_header("transfer-encoding", "chunked")
+                self.send_header("connection", "close")
+                self.close_connection = True
+                self.end_headers()
+                pieces = 0
+                for name, data, is_piece in events:
+                    if cut is not None and is_piece and pieces == cut[0]:
+                        self.wfile.flush()
+                        return  # cut: the connection closes with the body unfinished
+                    text = data if isinstance(data, str) else json.dumps(data)
+                    frame = (f"event: {name}\n" if name else "") + f"data: {text}\n\n"
+                    raw = frame.encode("utf-8")
+                    if style == "chunked":
+                        raw = f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
+                    self.wfile.write(raw)
+                    self.wfile.flush()
+                    if is_piece:
+                        pieces += 1
+                        if pieces == 1 and server.gate is not None:
+                            server.gate_was_open = server.gate.wait(5)
+                if style == "chunked":
+                    self.wfile.write(b"0\r\n\r\n")
 
         self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
@@ -168,6 +222,79 @@ class FakeLLMServer:
         }
         self.replies.append(reply)
         return reply
+
+    def _pieces(self, text: str) -> list[str]:
+        size = self.piece_chars
+        return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+    def _openai_events(self, body: dict[str, Any]) -> list[tuple[str | None, Any, bool]]:
+        reply = self._openai(body)
+        text = reply["choices"][0]["message"]["content"]
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {
+                "id": reply["id"],
+                "object": "chat.completion.chunk",
+                "created": reply["created"],
+                "model": reply["model"],
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+
+        events: list[tuple[str | None, Any, bool]] = [
+            (None, chunk({"role": "assistant", "content": ""}), False)
+        ]
+        events += [(None, chunk({"content": piece}), True) for piece in self._pieces(text)]
+        events.append((None, chunk({}, "stop"), False))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = {**chunk({}), "choices": [], "usage": reply["usage"]}
+            events.append((None, usage, False))
+        events.append((None, "[DONE]", False))
+        return events
+
+    def _anthropic_events(self, body: dict[str, Any]) -> list[tuple[str | None, Any, bool]]:
+        reply = self._anthropic(body)
+        text = reply["content"][0]["text"]
+        start = {**reply, "content": [], "stop_reason": None}
+        start["usage"] = {"input_tokens": reply["usage"]["input_tokens"], "output_tokens": 1}
+        events: list[tuple[str | None, Any, bool]] = [
+            ("message_start", {"type": "message_start", "message": start}, False),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                False,
+            ),
+            ("ping", {"type": "ping"}, False),
+        ]
+        events += [
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": piece},
+                },
+                True,
+            )
+            for piece in self._pieces(text)
+        ]
+        events += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}, False),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": reply["usage"]["output_tokens"]},
+                },
+                False,
+            ),
+            ("message_stop", {"type": "message_stop"}, False),
+        ]
+        return events
 
     def start(self) -> None:
         self._thread = threading.Thread(

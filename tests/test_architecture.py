@@ -23,9 +23,10 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"tools"}),
     frozenset({"lower"}),
     frozenset({"runs"}),
+    frozenset({"telemetry"}),
     frozenset({"runtime"}),
     frozenset({"service"}),
-    frozenset({"primitive", "planner"}),
+    frozenset({"primitive", "planner", "testing"}),
     frozenset({"cli", "server"}),
 )
 """Lowest first. ``lattice/__init__.py`` (the public facade) may import anything."""

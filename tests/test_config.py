@@ -662,3 +662,69 @@ def test_config_temperature_is_the_default_sampling_temperature() -> None:
     )
     assert runner.run({"topic": "t"}).status == "completed"
     assert [call.temperature for call in provider.calls] == [0.7, 0.7]
+
+
+@pytest.mark.parametrize(("value", "stream"), [('"auto"', None), ("true", True), ("false", False)])
+def test_runtime_stream(tmp_path: Path, value: str, stream: bool | None) -> None:
+    config = load_config(write(tmp_path / "lattice.toml", f"[runtime]\nstream = {value}\n"))
+    assert settings_from_config(config).stream is stream
+    assert settings_from_config(LatticeConfig()).stream is None
+
+
+def test_runtime_stream_is_validated(tmp_path: Path) -> None:
+    with pytest.raises(LatticeUserError, match=r"runtime\.stream"):
+        load_config(write(tmp_path / "lattice.toml", '[runtime]\nstream = "sometimes"\n'))
+
+
+TELEMETRY = """
+[telemetry]
+otlp_endpoint = "http://collector:4318/"
+capture_content = true
+service_name = "support-bot"
+"""
+
+
+def test_telemetry_section(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path / "lattice.toml", TELEMETRY))
+    assert config.telemetry.traces_url() == "http://collector:4318/v1/traces"
+    telemetry = settings_from_config(config).telemetry
+    assert telemetry is not None
+    assert telemetry.traces_url == "http://collector:4318/v1/traces"
+    assert telemetry.capture_content is True
+    assert telemetry.service_name == "support-bot"
+    assert settings_from_config(LatticeConfig()).telemetry is None  # off by default
+
+
+def test_a_traces_url_is_taken_as_it_is(tmp_path: Path) -> None:
+    text = '[telemetry]\notlp_endpoint = "https://otel.example/v1/traces"\n'
+    config = load_config(write(tmp_path / "lattice.toml", text))
+    assert config.telemetry.traces_url() == "https://otel.example/v1/traces"
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["localhost:4318", "grpc://collector:4317", "http://", "", "ftp://x"]
+)
+def test_telemetry_endpoint_is_validated(tmp_path: Path, endpoint: str) -> None:
+    text = f'[telemetry]\notlp_endpoint = "{endpoint}"\n'
+    with pytest.raises(LatticeUserError, match=r"telemetry\.otlp_endpoint"):
+        load_config(write(tmp_path / "lattice.toml", text))
+
+
+def test_telemetry_unknown_key_is_named(tmp_path: Path) -> None:
+    with pytest.raises(LatticeUserError, match=r"telemetry\.endpoint"):
+        load_config(write(tmp_path / "lattice.toml", '[telemetry]\nendpoint = "http://x"\n'))
+
+
+def test_the_otel_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env-collector:4318")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    config = load_config(write(tmp_path / "lattice.toml", TELEMETRY.replace("true", "false")))
+    assert config.telemetry.traces_url() == "http://env-collector:4318/v1/traces"
+    assert config.telemetry.service_name == "from-env"
+    assert config.telemetry.capture_content is True
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces-only:4318/v1/traces")
+    assert load_config().telemetry.traces_url() == "http://traces-only:4318/v1/traces"
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert load_config().telemetry.traces_url() is None
+    assert settings_from_config(load_config()).telemetry is None

@@ -48,3 +48,22 @@ def test_python_md_examples_run(clean_cwd: Path, capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "billing True" in out
     assert (clean_cwd / "greeter.json").is_file()
+
+
+def test_telemetry_md_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/telemetry.md's Python example (an in-memory exporter), from the repository root."""
+    monkeypatch.chdir(REPO)
+    page = REPO / "docs" / "telemetry.md"
+    blocks = python_blocks(page.read_text(encoding="utf-8"))
+    assert blocks
+    namespace: dict[str, object] = {"__name__": "docs_telemetry_md"}
+    for number, block in enumerate(blocks, start=1):
+        code = compile(block, f"{page.name}[python block {number}]", "exec", dont_inherit=True)
+        exec(code, namespace)
+    assert namespace["names"] == [
+        "START start",
+        "chat",
+        "LLM_WRITE greet",
+        "END end",
+        "invoke_workflow hello-world",
+    ]

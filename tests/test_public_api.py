@@ -15,7 +15,8 @@ import pytest
 import lattice
 from tests.conftest import REPO
 
-SDKS = ("openai", "anthropic", "mcp")
+SDKS = ("openai", "anthropic", "mcp", "opentelemetry", "litellm")
+"""Heavy optional dependencies that only the features using them may import."""
 KEYWORD_ONLY = {"LLMPrimitive": 0, "Response": 0, "Runner": 1}
 """Public classes → how many leading positional parameters they take (``Runner(ir, ...)``)."""
 
@@ -97,6 +98,44 @@ def test_import_lattice_does_not_import_the_sdks() -> None:
 def test_using_the_public_api_does_not_import_the_sdks() -> None:
     """Even a star import (every public name, provider classes included) stays SDK-free."""
     assert _sdks_after("from lattice import *") == []
+
+
+def test_lattice_help_does_not_import_them() -> None:
+    code = (
+        "import contextlib, io\n"
+        "from lattice.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['run', '--help'])"
+    )
+    assert _sdks_after(code) == []
+
+
+RUN_HELLO = (
+    "from lattice import MockProvider, Runner, RunStore, lower\n"
+    "from lattice.runtime.settings import RuntimeSettings, settings_from_config\n"
+    "from lattice.config import load_config\n"
+    "ir = lower('workflows/examples/hello-world.json')\n"
+    "mock = MockProvider.from_file('workflows/examples/hello-world.mock.json')\n"
+    "settings = settings_from_config(load_config())\n"
+    "runner = Runner(ir, provider=mock, store=RunStore(None), settings=settings)\n"
+    "runner.subscribe(lambda event: None)\n"
+    "assert runner.run({'name': 'Ada'}).status == 'completed'\n"
+)
+
+
+def test_a_run_without_tracing_imports_none_of_them() -> None:
+    """Not configured, tracing costs nothing: OpenTelemetry is not even imported (and a
+    listener on a mock run streams nothing)."""
+    assert _sdks_after(RUN_HELLO) == []
+
+
+def test_a_traced_run_imports_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe above would see it: configured, a run loads the SDK (and nothing else)."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "0.2")  # nothing listens there
+    assert _sdks_after(RUN_HELLO) == ["opentelemetry"]
 
 
 def test_the_probe_would_see_an_sdk() -> None:

@@ -68,6 +68,13 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def escape(text: str) -> str:
+    """``text`` with rich's markup characters escaped (rich is imported on first use)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def terminal_asker(ask: AskOp) -> Any:
     """Ask an ASK op's question on the terminal; an empty answer halts the run."""
     from rich.console import Console
@@ -86,7 +93,14 @@ def terminal_asker(ask: AskOp) -> Any:
 
 
 class Progress:
-    """Live progress on stderr (a rich status line) while a run goes on a terminal."""
+    """Live progress on stderr (a rich status line) while a run goes on a terminal, with
+    the answer of the model call in flight as it streams in.
+
+    A listener that takes ``llm_delta`` events makes the run stream its model answers;
+    this one takes them only when it shows them (``wants_deltas``)."""
+
+    TAIL = 96
+    """Characters of the streaming answer shown (its end, on one line)."""
 
     def __init__(self, live: bool) -> None:
         self.started = time.perf_counter()
@@ -95,6 +109,12 @@ class Progress:
         self.branches = 0
         self.run_id: str | None = None
         self.status: Any = None
+        self.wants_deltas = live
+        self.line = ""
+        """The status line without the streaming answer."""
+        self.streamed = ""
+        """The end of the answer streaming in (whitespace folded)."""
+        self.streaming_node: str | None = None
         if live:
             from rich.console import Console
 
@@ -104,10 +124,16 @@ class Progress:
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         self.run_id = event["run_id"]
+        if kind == "llm_delta":
+            if self.status is not None:
+                self._stream(event)
+            return
         if kind == "op_finished":
             self.ops += 1
         elif kind == "llm_response":
             self.calls += 1
+        elif kind == "llm_request":
+            self.streamed = ""  # a new attempt: its answer starts over
         elif kind == "fork_started":
             self.branches += len(event["data"].get("branches", ()))
         elif kind == "for_each_started":
@@ -118,10 +144,24 @@ class Progress:
             elapsed = time.perf_counter() - self.started
             branch = f" in branch {event['branch']}" if event.get("branch") else ""
             running = f" · {self.branches} branches" if self.branches else ""
-            self.status.update(
-                f"[bold]{event.get('node_id')}[/bold] ({event['data'].get('kind')}){branch} · "
-                f"{self.ops} ops · {self.calls} model calls{running} · {elapsed:.1f}s"
+            self.line = (
+                f"[bold]{escape(str(event.get('node_id')))}[/bold] ({event['data'].get('kind')})"
+                f"{branch} · {self.ops} ops · {self.calls} model calls{running} · {elapsed:.1f}s"
             )
+            self.streamed = ""
+            self.status.update(self.line)
+
+    def _stream(self, event: dict[str, Any]) -> None:
+        node = event.get("node_id")
+        if node != self.streaming_node:
+            self.streaming_node, self.streamed = node, ""
+        text = " ".join((self.streamed + event["data"].get("text", "")).split())
+        if event["data"].get("text", "")[-1:].isspace():
+            text += " "
+        self.streamed = text[-self.TAIL :]
+        self.status.update(
+            f"{self.line}\n  [dim]{escape(str(node))} ▸ {escape(self.streamed)}[/dim]"
+        )
 
     def stop(self) -> None:
         if self.status is not None:

@@ -95,7 +95,7 @@ def add_provider_options(p: argparse.ArgumentParser) -> None:
     (lattice run, lattice plan)."""
     p.add_argument(
         "--provider",
-        help="openai, anthropic, mock, fixture or disabled (default: config, else disabled)",
+        help="openai, anthropic, litellm, mock, fixture or disabled (default: config, else disabled)",
     )
     p.add_argument("--mock", metavar="FILE", help="mock script (implies --provider mock)")
     p.add_argument("--fixtures", metavar="FILE", help="replay recorded completions (JSONL)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,12 @@ from lattice.llm.base import LLMProvider
 
 Emit = Callable[[str, dict[str, Any]], Any]
 Sleep = Callable[[float], Awaitable[None]]
+
+TRANSIENT_EVENTS = frozenset({"llm_delta", "llm_content"})
+"""Events that go to listeners only: never written to ``events.jsonl`` nor kept with the
+run's events. ``llm_delta`` is a piece of a streamed answer (``CallEnv.stream``);
+``llm_content`` the messages of a request and the text of its answer, for a listener
+that asked for them (``CallEnv.content``: tracing with ``capture_content``)."""
 
 
 def discard_event(type_: str, data: dict[str, Any]) -> None:
@@ -35,6 +41,22 @@ class CallEnv:
     models: Mapping[str, str | None] = field(default_factory=dict)
     """Model class → concrete model (None: the provider's default)."""
     base_policies: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: DEFAULT_POLICIES)
+    stream: bool | None = None
+    """Ask providers to stream, with an ``llm_delta`` event per piece of text. None: the
+    run decides (on when one of its listeners wants deltas; see ``wants_deltas``)."""
+    content: bool = False
+    """Emit ``llm_content`` events (a request's messages, its answer's text)."""
+
+
+def wants_deltas(listeners: Iterable[object]) -> bool:
+    """Whether any of ``listeners`` takes ``llm_delta`` events: a listener says no with
+    an attribute ``wants_deltas = False``; one that says nothing takes them."""
+    return any(getattr(listener, "wants_deltas", True) for listener in listeners)
+
+
+def wants_content(listeners: Iterable[object]) -> bool:
+    """Whether any of ``listeners`` asks for ``llm_content`` events (``wants_content = True``)."""
+    return any(getattr(listener, "wants_content", False) for listener in listeners)
 
 
 @dataclass(frozen=True)

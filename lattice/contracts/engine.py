@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +127,9 @@ class ContractEngine:
                 prompt_schema=prompt_schema,
                 node_id=node_id,
                 op_id=op_id,
+                on_delta=_delta_sink(env, len(state.attempts) + 1, state.model_class)
+                if env.stream
+                else None,
             )
             attempt: dict[str, Any] = {
                 "number": len(state.attempts) + 1,
@@ -218,6 +221,8 @@ class ContractEngine:
                 "prompt_preview": request.preview(),
             },
         )
+        if env.content:
+            env.emit("llm_content", {"attempt": attempt["number"], "messages": attempt["messages"]})
 
     @staticmethod
     def _answered(
@@ -244,3 +249,23 @@ class ContractEngine:
                 "finish_reason": response.finish_reason,
             },
         )
+        if env.content:
+            env.emit(
+                "llm_content",
+                {
+                    "attempt": attempt["number"],
+                    "completion": response.text,
+                    "finish_reason": response.finish_reason,
+                },
+            )
+
+
+def _delta_sink(env: CallEnv, attempt: int, model_class: str) -> Callable[[str], None]:
+    """``LLMRequest.on_delta`` of one attempt: an ``llm_delta`` event per piece of text
+    (through ``env.emit`` as it is when the piece arrives)."""
+
+    def on_delta(text: str) -> None:
+        if text:
+            env.emit("llm_delta", {"attempt": attempt, "model_class": model_class, "text": text})
+
+    return on_delta

@@ -12,9 +12,9 @@ import os
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse, TokenUsage
 from lattice.llm.errors import LoopLocalClients, map_sdk_error
-from lattice.llm.sdk_provider import SdkProvider
+from lattice.llm.sdk_provider import SdkProvider, StreamBroken
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_MAX_TOKENS = 4096
@@ -112,6 +112,45 @@ class AnthropicProvider(SdkProvider):
             model=raw.model or model,
             latency_ms=latency_ms,
             finish_reason=raw.stop_reason,
+        )
+
+    async def _open_stream(self, body: dict[str, Any]) -> Any:
+        return await self.client.messages.create(**body, stream=True)
+
+    async def _read_stream(self, stream: Any, on_delta: DeltaSink, model: str) -> LLMResponse:
+        """The Messages API's event stream: ``message_start`` (model, input tokens),
+        ``content_block_delta`` (text), ``message_delta`` (stop reason, output tokens),
+        ``message_stop`` (the answer is complete)."""
+        parts: list[str] = []
+        answered_by = model
+        input_tokens = output_tokens = 0
+        stop_reason: str | None = None
+        complete = False
+        async with stream:
+            async for event in stream:
+                kind = getattr(event, "type", "")
+                if kind == "content_block_delta":
+                    text = getattr(event.delta, "text", None)
+                    if text:
+                        parts.append(text)
+                        on_delta(text)
+                elif kind == "message_start":
+                    answered_by = event.message.model or answered_by
+                    input_tokens = event.message.usage.input_tokens or 0
+                    output_tokens = event.message.usage.output_tokens or 0
+                elif kind == "message_delta":
+                    stop_reason = event.delta.stop_reason or stop_reason
+                    output_tokens = event.usage.output_tokens or output_tokens
+                    input_tokens = getattr(event.usage, "input_tokens", None) or input_tokens
+                elif kind == "message_stop":
+                    complete = True
+        if not complete:
+            raise StreamBroken("no message_stop")
+        return LLMResponse(
+            text="".join(parts),
+            usage=TokenUsage(input_tokens, output_tokens),
+            model=answered_by,
+            finish_reason=stop_reason,
         )
 
     def _map_error(self, exc: Exception, model: str, node_id: str | None) -> LatticeRunError:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring as _quote
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Role = Literal["system", "user", "assistant"]
+
+DeltaSink = Callable[[str], None]
+"""Receives each piece of a streamed answer's text as it arrives."""
 
 SCHEMA_NOTE = "(given with this request as its structured-output schema)"
 """What stands in a prompt for the schema when the provider sends the schema natively."""
@@ -37,6 +41,11 @@ class LLMRequest:
     out once. The prompt hash covers the messages as they are (schema in the prompt),
     whichever way a provider sends them. ``node_id``/``op_id`` say who asks (the mock
     provider scripts by node).
+
+    ``on_delta``, when set, asks for the answer as a stream: a provider that can stream
+    calls it with each piece of text as it arrives and still returns the whole answer
+    (an answer cut short is an error, never a response); one that cannot (mock, fixtures)
+    ignores it. It is not part of the request's identity: not compared, not hashed.
     """
 
     messages: tuple[Message, ...]
@@ -49,6 +58,7 @@ class LLMRequest:
     node_id: str | None = None
     op_id: str | None = None
     prompt_schema: str | None = None
+    on_delta: DeltaSink | None = field(default=None, compare=False, repr=False)
 
     def schema_sent_natively(self) -> LLMRequest:
         """This request as a provider that sends ``response_schema`` natively sends it: each

@@ -7,7 +7,7 @@ from lattice.llm.base import LLMRequest, LLMResponse
 
 HOW_TO_CONFIGURE = (
     "no LLM provider is configured. Run offline with --provider mock --mock FILE "
-    "(or --fixtures FILE), or choose a real provider with --provider openai|anthropic "
+    "(or --fixtures FILE), or choose a real provider with --provider openai|anthropic|litellm "
     "(keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY)"
 )
 

@@ -8,13 +8,14 @@ one place (``map_openai_error``).
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse, TokenUsage
 from lattice.llm.errors import LoopLocalClients, map_sdk_error
-from lattice.llm.sdk_provider import SdkProvider
+from lattice.llm.sdk_provider import SdkProvider, StreamBroken
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -145,5 +146,60 @@ class OpenAIProvider(SdkProvider):
             finish_reason=choice.finish_reason if choice is not None else None,
         )
 
+    async def _open_stream(self, body: dict[str, Any]) -> Any:
+        return await self.client.chat.completions.create(
+            **body, stream=True, stream_options={"include_usage": True}
+        )
+
+    async def _read_stream(self, stream: Any, on_delta: DeltaSink, model: str) -> LLMResponse:
+        return await read_chat_stream(stream, on_delta, model)
+
     def _map_error(self, exc: Exception, model: str, node_id: str | None) -> LatticeRunError:
         return map_openai_error(exc, model=model, node_id=node_id)
+
+
+async def read_chat_stream(stream: Any, on_delta: DeltaSink, model: str) -> LLMResponse:
+    """Read a stream of chat-completion chunks (the OpenAI format, which LiteLLM speaks
+    too): text to ``on_delta`` as it comes, the whole answer at the end. The usage comes
+    in the last chunk (``stream_options.include_usage``); a stream whose choice never
+    got a finish reason was cut short."""
+    parts: list[str] = []
+    finish: str | None = None
+    usage: Any = None
+    answered_by = model
+    try:
+        async for chunk in stream:
+            answered_by = getattr(chunk, "model", None) or answered_by
+            usage = getattr(chunk, "usage", None) or usage
+            for choice in chunk.choices or ():
+                if getattr(choice, "index", 0) != 0:
+                    continue
+                delta = choice.delta
+                text = getattr(delta, "content", None) if delta is not None else None
+                if text:
+                    parts.append(text)
+                    on_delta(text)
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+    finally:
+        await close_stream(stream)
+    if finish is None:
+        raise StreamBroken("no finish reason")
+    return LLMResponse(
+        text="".join(parts),
+        usage=TokenUsage(
+            getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0
+        ),
+        model=answered_by,
+        finish_reason=finish,
+    )
+
+
+async def close_stream(stream: Any) -> None:
+    """Close a stream read to its end or abandoned (``close`` of the OpenAI SDK's,
+    ``aclose`` of LiteLLM's), releasing its connection."""
+    close = getattr(stream, "aclose", None) or getattr(stream, "close", None)
+    if callable(close):
+        result = close()
+        if inspect.isawaitable(result):
+            await result

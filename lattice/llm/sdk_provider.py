@@ -5,7 +5,14 @@ fallback for servers that reject it (remembered per model; the contract is valid
 anyway), and SDK errors mapped to Lattice error types at this boundary. The schema goes out
 once: with structured output, the request's messages stand a short note where the prompt
 spelt the schema (``LLMRequest.schema_sent_natively``); without it, in the prompt.
-An adapter supplies its request body, its SDK call and how to read the response.
+An adapter supplies its request body, its SDK call and how to read the response, and
+for a request with ``on_delta`` how to read the stream.
+
+Streaming: a request with ``on_delta`` is sent with ``stream=True`` (structured output
+too); each piece of text goes to ``on_delta`` as it arrives and the whole answer is
+returned as usual. A stream that ends before the server said the answer was complete
+(no finish reason, no ``message_stop``), or breaks off, is a ``provider_error``: the
+policies retry it, and the part received is never taken for an answer.
 """
 
 from __future__ import annotations
@@ -16,8 +23,12 @@ from types import ModuleType
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.llm.base import LLMRequest, LLMResponse
+from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse
 from lattice.llm.errors import LoopLocalClients, provider_error
+
+
+class StreamBroken(Exception):
+    """A streamed answer that ended, or broke off, before it was complete."""
 
 
 class SdkProvider:
@@ -66,10 +77,51 @@ class SdkProvider:
     def _response(self, raw: Any, model: str, latency_ms: float) -> LLMResponse:
         raise NotImplementedError
 
+    async def _open_stream(self, body: dict[str, Any]) -> Any:
+        """Send ``body`` as a streaming request; the SDK's stream once the server answered."""
+        raise NotImplementedError
+
+    async def _read_stream(self, stream: Any, on_delta: DeltaSink, model: str) -> LLMResponse:
+        """Read ``stream``, passing each piece of text to ``on_delta``; the whole answer
+        (its latency is set by the caller). Raise StreamBroken when the stream ends
+        before the answer is complete."""
+        raise NotImplementedError
+
+    def _errors(self, sdk: ModuleType) -> tuple[type[Exception], ...]:
+        """The SDK exceptions that ``_map_error`` translates."""
+        return (getattr(sdk, self.sdk_error),)
+
     def _map_error(self, exc: Exception, model: str, node_id: str | None) -> LatticeRunError:
         raise NotImplementedError
 
     # -- the call ---------------------------------------------------------------------------
+
+    async def _call(self, body: dict[str, Any], request: LLMRequest, model: str) -> Any:
+        on_delta = request.on_delta
+        if on_delta is None:
+            return await self._create(body)
+        stream = await self._open_stream(body)  # errors before the answer: mapped as usual
+        try:
+            return await self._read_stream(stream, on_delta, model)
+        except Exception as exc:
+            if isinstance(exc, StreamBroken | LatticeRunError) or not self._broke_off(exc):
+                raise  # an error the API sent in the stream is mapped as usual
+            raise StreamBroken(f"{type(exc).__name__}: {exc}") from exc
+
+    def _broke_off(self, exc: Exception) -> bool:
+        """Whether ``exc``, raised while a stream was read, means the stream broke off:
+        anything but an API error (SDKs report a lost connection as a connection error,
+        or let their HTTP library's error through); a timeout stays a timeout."""
+        sdk = self._sdk()
+        if not isinstance(exc, self._errors(sdk)):
+            return True
+        connection = getattr(sdk, "APIConnectionError", None)
+        timeout = getattr(sdk, "APITimeoutError", None)
+        return (
+            connection is not None
+            and isinstance(exc, connection)
+            and not (timeout is not None and isinstance(exc, timeout))
+        )
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         sdk = self._sdk()
@@ -79,13 +131,22 @@ class SdkProvider:
         sent = request.schema_sent_natively() if structured else request
         try:
             try:
-                raw = await self._create(self._body(sent, model, structured=structured))
+                raw = await self._call(
+                    self._body(sent, model, structured=structured), request, model
+                )
             except sdk.BadRequestError as exc:
                 if not structured or self.schema_field not in str(exc.message):
                     raise
                 self._no_schema_models.add(model)
-                raw = await self._create(self._body(request, model, structured=False))
-        except getattr(sdk, self.sdk_error) as exc:
+                raw = await self._call(self._body(request, model, structured=False), request, model)
+        except StreamBroken as exc:
+            raise provider_error(
+                "provider_error",
+                f"{self.label} ({model}): the answer's stream ended before it was complete ({exc})",
+                exc,
+                request.node_id,
+            ) from exc
+        except self._errors(sdk) as exc:
             raise self._map_error(exc, model, request.node_id) from exc
         except (ValueError, TypeError, KeyError) as exc:  # e.g. a 200 whose body is not JSON
             raise provider_error(
@@ -94,4 +155,8 @@ class SdkProvider:
                 exc,
                 request.node_id,
             ) from exc
-        return self._response(raw, model, (time.perf_counter() - started) * 1000)
+        latency_ms = (time.perf_counter() - started) * 1000
+        if isinstance(raw, LLMResponse):  # streamed: read as it came
+            raw.latency_ms = latency_ms
+            return raw
+        return self._response(raw, model, latency_ms)

@@ -8,7 +8,23 @@ from collections.abc import Callable
 
 Redactor = Callable[[str], str]
 
-PROVIDER_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+PROVIDER_KEY_VARIABLES = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    # the keys of backends commonly reached through LiteLLM
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+    "COHERE_API_KEY",
+    "OPENROUTER_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "TOGETHERAI_API_KEY",
+    "XAI_API_KEY",
+)
 """Environment variables whose values are always masked."""
 
 

@@ -7,7 +7,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lattice.contracts.calls import CallEnv, discard_event
+from lattice.contracts.calls import (
+    TRANSIENT_EVENTS,
+    CallEnv,
+    discard_event,
+    wants_content,
+    wants_deltas,
+)
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
 from lattice.ir.models import AskOp
@@ -84,6 +90,9 @@ class RunContext:
         self.llm = llm
         """What LLM_WRITE ops call through: provider, usage, budget, retries (one per run)."""
         llm.emit = self.emit
+        if llm.stream is None:  # streaming is on when a listener takes the deltas
+            llm.stream = wants_deltas(listeners)
+        llm.content = llm.content or wants_content(listeners)
         self.usage: Usage = llm.usage
         self.http_pool = http_pool
         self.tools = tools
@@ -141,7 +150,13 @@ class RunContext:
         return self._root or self
 
     def emit(self, type_: str, data: dict[str, Any] | None = None, *, op: bool = True) -> None:
-        """Record an event (appended and flushed to events.jsonl, passed to listeners)."""
+        """Record an event (appended and flushed to events.jsonl, passed to listeners).
+
+        A transient event (``llm_delta``, ``llm_content``) goes to the listeners only, with
+        the number of the last recorded event: the recorded numbers stay gapless."""
+        if type_ in TRANSIENT_EVENTS:
+            self._transient(type_, data or {})
+            return
         root = self._root or self
         root.seq = seq = root.seq + 1
         if op and (op_id := self.current_op) is not None:
@@ -159,6 +174,19 @@ class RunContext:
         self.events.add_built(event)
         self._record(event)
         for listener in self._listeners:
+            listener(event)
+
+    def _transient(self, type_: str, data: dict[str, Any]) -> None:
+        listeners = self._listeners
+        if not listeners:
+            return
+        op_id, node_id = self.current_op, self.current_node
+        if op_id is None:
+            node_id = None
+        event = make_event(self.root.seq, utc_now(), self.run_id, type_, op_id, node_id, data)
+        if self.branch is not None:
+            event["branch"] = self.branch
+        for listener in listeners:
             listener(event)
 
     async def aclose(self) -> None:

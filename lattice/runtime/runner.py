@@ -128,7 +128,9 @@ class Runner:
         self._model_classes = sorted(
             {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
         )
-        self._event_listeners: list[EventListener] = []
+        self._event_listeners: list[EventListener] = self.settings.run_listeners(
+            self.provider, workflow=ir.workflow.id
+        )
         self._state_listeners: list[StateListener] = []
         self._active: dict[str, RunContext] = {}
         check_answers(ir, self.answers)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from lattice.config import LatticeConfig
 from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
+from lattice.errors import LatticeUserError
 from lattice.llm.base import LLMProvider
 from lattice.runtime.state import StateLimits
+from lattice.telemetry.settings import TelemetrySettings, telemetry_from_config
 from lattice.tools.http import HttpPolicy
 from lattice.tools.mcp import McpServerSpec, specs_from_config
 
@@ -54,6 +57,11 @@ class RuntimeSettings:
     """Ops that the branches of a run (forks, for-each items) run at once, at most."""
     state_limits: StateLimits | None = field(default_factory=StateLimits)
     """Bounds on one value and on a run's whole state (None: no bounds)."""
+    stream: bool | None = None
+    """Stream model answers (``llm_delta`` events to listeners). None: when a listener of
+    the run takes deltas; True: always (a provider that can stream does); False: never."""
+    telemetry: TelemetrySettings | None = None
+    """Trace every run (OpenTelemetry spans, ``lattice.telemetry``); None: no tracing."""
 
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
@@ -71,7 +79,33 @@ class RuntimeSettings:
             sleep=self.sleep,
             models=self.models,
             base_policies=self.policies,
+            stream=self.stream,
         )
+
+    def run_listeners(
+        self, provider: LLMProvider, *, workflow: str | None = None
+    ) -> list[Callable[[dict[str, Any]], None]]:
+        """The event listeners a Runner with these settings starts with: the tracing
+        listener when ``telemetry`` is set (OpenTelemetry is imported only then)."""
+        if self.telemetry is None or not self.telemetry.enabled:
+            return []
+        try:
+            from lattice.telemetry.spans import TraceListener
+        except ImportError as exc:
+            raise LatticeUserError(
+                "tracing is configured ([telemetry] or OTEL_EXPORTER_OTLP_ENDPOINT) but "
+                "OpenTelemetry is not installed: pip install 'lattice-lre[otel]'",
+                error_type="config_error",
+            ) from exc
+
+        return [
+            TraceListener(
+                self.telemetry,
+                provider=str(getattr(provider, "name", "unknown")),
+                workflow=workflow,
+                secret_names=self.secret_names(),
+            )
+        ]
 
     def secret_names(self) -> tuple[str, ...]:
         """Environment variables whose values are masked in run folders and output: the
@@ -94,6 +128,8 @@ def settings_from_config(
         models={str(name): model for name, model in config.llm.models.items()},
         max_attempts=runtime.max_attempts,
         gc_pacing=runtime.gc_pacing,
+        stream=None if runtime.stream == "auto" else runtime.stream,
+        telemetry=telemetry_from_config(config),
         retry=RetrySettings(max_retries=runtime.max_retries),
         max_parallel=runtime.max_parallel,
         state_limits=StateLimits(

@@ -15,7 +15,7 @@ from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
 from lattice.llm.wrappers import LimitedProvider, RouterProvider
 
-LIVE_PROVIDERS = ("openai", "anthropic")
+LIVE_PROVIDERS = ("openai", "anthropic", "litellm")
 PROVIDER_NAMES = (*LIVE_PROVIDERS, "mock", "fixture", "disabled")
 
 
@@ -31,6 +31,10 @@ def live_provider(name: str, config: LatticeConfig) -> LLMProvider:
         from lattice.llm.anthropic_provider import AnthropicProvider
 
         provider = AnthropicProvider(base_url=settings.base_url, timeout=settings.timeout)
+    elif name == "litellm":
+        from lattice.llm.litellm_provider import LiteLLMProvider
+
+        provider = LiteLLMProvider(api_base=settings.base_url, timeout=settings.timeout)
     else:
         raise LatticeUserError(
             f"unknown provider {name!r}; choose one of: {', '.join(PROVIDER_NAMES)}"
@@ -100,7 +104,9 @@ def make_provider(
             return FixtureProvider(fixtures)
         live = name or config.llm.provider
         if live not in LIVE_PROVIDERS:
-            raise LatticeUserError("--record needs a live provider: --provider openai|anthropic")
+            raise LatticeUserError(
+                f"--record needs a live provider: --provider {'|'.join(LIVE_PROVIDERS)}"
+            )
         return FixtureProvider(fixtures, record_with=_routed(live, config))
     if record:
         raise LatticeUserError("--record needs --fixtures FILE to record into")
