@@ -1,13 +1,15 @@
 """What the example tests share: the example services (``workflows/examples/services.py``),
 started once per test process on a free port of 127.0.0.1, and the environment the
-documented commands expect (the repository root as the working directory, this Python's
-``bin`` on ``PATH`` as an activated virtual environment would put it)."""
+documented commands expect (the repository root as the working directory; ``python``
+and ``mcp-server-time`` on ``PATH``, as an activated virtual environment puts them)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import sys
+import sysconfig
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,12 +43,25 @@ def services() -> Iterator[Any]:
         thread.join(timeout=10)
 
 
+@pytest.fixture(scope="session")
+def venv_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``PATH`` as an activated virtual environment of this Python has it: ``python`` is
+    this interpreter (a shim, whatever its file is called) and the environment's scripts
+    (``mcp-server-time``) come next."""
+    shims = tmp_path_factory.mktemp("bin")
+    python = shims / "python"
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n', encoding="utf-8")
+    python.chmod(0o755)
+    scripts = sysconfig.get_path("scripts")
+    return os.pathsep.join([str(shims), scripts, os.environ.get("PATH", "")])
+
+
 @pytest.fixture
-def repo_root_with_venv(monkeypatch: pytest.MonkeyPatch) -> Path:
+def repo_root_with_venv(monkeypatch: pytest.MonkeyPatch, venv_path: str) -> Path:
     """Run from the repository root (the example configs name ``workflows/examples/…``)
-    with ``python`` and ``mcp-server-time`` of this environment first on ``PATH``."""
+    with the virtual environment's ``PATH`` and no ``LATTICE_*`` settings."""
     monkeypatch.chdir(REPO)
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", venv_path)
     for name in ("LATTICE_CONFIG", "LATTICE_PROVIDER"):
         monkeypatch.delenv(name, raising=False)
     return REPO
