@@ -233,12 +233,21 @@ def main(argv: list[str] | None = None) -> int:
     thread.start()
     command = [a.replace("{url}", server.url).replace("{port}", str(server.port)) for a in command]
     try:
-        return subprocess.call(command)
+        process = subprocess.Popen(command)
     except FileNotFoundError:
+        server.shutdown()
+        server.server_close()
         print(f"services.py: command not found: {command[0]}", file=sys.stderr)
         return 127
-    except KeyboardInterrupt:
-        return 130
+    try:
+        return process.wait()
+    except KeyboardInterrupt:  # the command got the same Ctrl-C: let it finish and report
+        try:
+            return process.wait(timeout=10)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
+            return 130
     finally:
         server.shutdown()
         server.server_close()
