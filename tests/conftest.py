@@ -82,6 +82,29 @@ OTEL_VARIABLES = (
 )
 
 
+SLOW_FIRST = (
+    "tests/runs/test_crash.py",  # kill -9 of 50 lattice processes
+    "tests/test_typing.py",  # mypy --strict over the package (20-50 s with a cold cache)
+    "tests/fuzz/",
+    "tests/lower/test_equivalence.py",
+    "tests/examples/",  # starts MCP servers
+)
+"""Tests that take longest, by node id prefix, slowest first."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the slowest tests first: with several workers (pytest-xdist, ``-n auto`` in
+    pyproject.toml) they then overlap the rest instead of trailing behind it."""
+
+    def rank(item: pytest.Item) -> int:
+        return next(
+            (i for i, prefix in enumerate(SLOW_FIRST) if item.nodeid.startswith(prefix)),
+            len(SLOW_FIRST),
+        )
+
+    items.sort(key=rank)  # stable: the order within each group is kept
+
+
 def corpus_files() -> list[Path]:
     return sorted(CORPUS.glob("*.json")) if CORPUS.is_dir() else []
 

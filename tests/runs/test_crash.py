@@ -7,20 +7,29 @@ Each run is killed with SIGKILL at a random moment once its folder exists, then 
 uninterrupted run reaches, no request whose answer the folder had recorded is sent
 again, and ``events.jsonl`` has strictly increasing sequence numbers with one marked
 segment per resume.
+
+The killed processes are forked from a server process that has already imported
+``lattice`` and the OpenAI SDK (``multiprocessing``'s forkserver, preloaded): each is its
+own process running ``lattice.cli.main.main(argv)`` in its own folder and environment,
+killed with SIGKILL like any other, but without a second of imports before it does
+anything, so the kills land in the run or the resume rather than in its start-up. The
+reference run is a plain ``python -m lattice.cli.main`` subprocess.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -105,30 +114,106 @@ def configure(work: Path, server: FakeLLMServer) -> Path:
     return config
 
 
-def lattice(work: Path, config: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = {
+def environment(config: Path) -> dict[str, str]:
+    return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("LATTICE_", "OPENAI_"))},
         "OPENAI_API_KEY": "sk-test",
         "LATTICE_CONFIG": str(config),
     }
+
+
+def lattice_subprocess(work: Path, config: Path, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "lattice.cli.main", *args],
         cwd=work,
-        env=env,
+        env=environment(config),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
 
 
-def finish(process: subprocess.Popen[bytes]) -> tuple[int, str]:
+PRELOAD = ["lattice.cli.main", "lattice.cli.run", "lattice.llm.openai_provider", "openai"]
+"""What ``lattice run`` and ``lattice resume`` with the openai provider import."""
+
+
+def _lattice_main(args: list[str], work: str, env: dict[str, str], out: str, err: str) -> None:
+    """A forked child: ``lattice ARGS`` in ``work`` with exactly ``env``, its stdout and
+    stderr going to the files ``out`` and ``err`` (stdin is /dev/null already)."""
+    os.chdir(work)
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, out), (2, err)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+    from lattice.cli.main import main
+
+    sys.exit(main(args))
+
+
+class Lattice:
+    """A ``lattice`` process forked from the preloaded server, with the part of
+    ``subprocess.Popen``'s interface these tests use."""
+
+    def __init__(
+        self, context: Any, work: Path, config: Path, args: tuple[str, ...], number: int
+    ) -> None:
+        self.err = work / f"stderr-{os.getpid()}-{number}.txt"
+        self.process = context.Process(
+            target=_lattice_main,
+            args=(list(args), str(work), environment(config), os.devnull, str(self.err)),
+        )
+        self.process.start()
+        self.pid = self.process.pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.process.exitcode
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def communicate(self, timeout: float) -> tuple[bytes, bytes]:
+        self.process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired("lattice", timeout)
+        return b"", self.err.read_bytes() if self.err.exists() else b""
+
+
+class Forker:
+    """Starts ``lattice`` processes from a forkserver that preloaded ``PRELOAD``."""
+
+    def __init__(self) -> None:
+        self.context = multiprocessing.get_context("forkserver")
+        self.context.set_forkserver_preload(PRELOAD)
+        self.started = 0
+        self.lock = threading.Lock()  # the scenarios start processes from three threads
+
+    def __call__(self, work: Path, config: Path, *args: str) -> Lattice:
+        with self.lock:
+            self.started += 1
+            return Lattice(self.context, work, config, args, self.started)
+
+
+@pytest.fixture(scope="module")
+def lattice() -> Iterator[Forker]:
+    yield Forker()
+
+
+Process = subprocess.Popen[bytes] | Lattice
+
+
+def finish(process: Process) -> tuple[int, str]:
     _, err = process.communicate(timeout=60)
+    assert process.returncode is not None
     return process.returncode, err.decode()
 
 
-def kill_at_random(
-    process: subprocess.Popen[bytes], ready: Callable[[], bool], rng: random.Random
-) -> bool:
+def kill_at_random(process: Process, ready: Callable[[], bool], rng: random.Random) -> bool:
     """SIGKILL ``process`` at a random moment once ``ready()``; False if it ended first."""
     deadline = time.monotonic() + 30
     while not ready() and process.poll() is None and time.monotonic() < deadline:
@@ -179,7 +264,7 @@ def check_events(folder: Path, resumes: int) -> None:
 def reference(workdir: Path) -> dict[str, Any]:
     with serve(answer, latency=LATENCY) as server:
         config = configure(workdir, server)
-        process = lattice(
+        process = lattice_subprocess(
             workdir, config, "run", "flow.json", "--input", "topic=tides", "--runs-dir", "ref"
         )
         code, err = finish(process)
@@ -196,7 +281,13 @@ def resent_calls(server: FakeLLMServer, start: int, known: set[str]) -> list[str
 
 
 def resume_until_done(
-    work: Path, config: Path, folder: Path, server: FakeLLMServer, rng: random.Random, kills: int
+    lattice: Forker,
+    work: Path,
+    config: Path,
+    folder: Path,
+    server: FakeLLMServer,
+    rng: random.Random,
+    kills: int,
 ) -> int:
     """Resume ``folder`` (killing the first ``kills`` resumes) until it completes; the
     number of resumes."""
@@ -215,7 +306,7 @@ def resume_until_done(
             return resumes
 
 
-def scenario(work: Path, reference: dict[str, Any], number: int) -> bool:
+def scenario(lattice: Forker, work: Path, reference: dict[str, Any], number: int) -> bool:
     """Run, kill, resume (killing the first resume when ``number`` is below RESUME_KILLS)
     and check; False when the run ended before the kill."""
     rng = random.Random(number)
@@ -230,7 +321,7 @@ def scenario(work: Path, reference: dict[str, Any], number: int) -> bool:
             return False
         (folder,) = runs.iterdir()
         kills = 1 if number < RESUME_KILLS else 0
-        resumes = resume_until_done(work, config, folder, server, rng, kills)
+        resumes = resume_until_done(lattice, work, config, folder, server, rng, kills)
         final = json.loads((folder / "state_final.json").read_text())
         assert final["vars"] == reference["vars"]
         sent = Counter(requests_of(server, 0))
@@ -241,9 +332,9 @@ def scenario(work: Path, reference: dict[str, Any], number: int) -> bool:
 
 
 def test_kill_9_of_run_and_of_resume_loses_nothing_recorded(
-    workdir: Path, reference: dict[str, Any]
+    lattice: Forker, workdir: Path, reference: dict[str, Any]
 ) -> None:
     with ThreadPoolExecutor(max_workers=3) as pool:
-        outcomes = list(pool.map(lambda n: scenario(workdir, reference, n), range(KILLS)))
+        outcomes = list(pool.map(lambda n: scenario(lattice, workdir, reference, n), range(KILLS)))
     killed = sum(outcomes)
     assert killed >= KILLS * 3 // 4, f"only {killed} of {KILLS} runs were killed mid-way"

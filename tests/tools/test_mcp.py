@@ -316,47 +316,6 @@ def test_corpus_pr_review_flow_runs_with_its_server_configured(http_url: str) ->
     assert "Fix race in shop cache" in switch_call.messages[-1].content
 
 
-# -- the shipped example: a local HTTP API and the MCP time server ---------------------
-
-
-def test_world_clock_example_runs_with_its_config(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import importlib.util
-    import threading
-
-    from lattice.config import load_config
-    from lattice.runtime.settings import settings_from_config
-
-    examples = REPO / "workflows" / "examples"
-    spec = importlib.util.spec_from_file_location("team_api", examples / "team_api.py")
-    assert spec is not None and spec.loader is not None
-    team_api = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(team_api)
-    server = team_api.make_server(0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    # the config names the console script mcp-server-time; it lives beside this Python
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{__import__('os').environ['PATH']}")
-    try:
-        config = load_config(examples / "world-clock.lattice.toml")
-        runner = Runner(
-            lower_ok(json.loads((examples / "world-clock.json").read_text())),
-            provider=MockProvider.from_file(examples / "world-clock.mock.json"),
-            store=RunStore(tmp_path),
-            settings=settings_from_config(config),
-        )
-        inputs = json.loads((examples / "world-clock.inputs.json").read_text())
-        result = runner.run({**inputs, "port": server.server_port})
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert result.status == "completed", result.failure
-    assert result.output["member"] == "Ana"
-    assert result.output["local_time"].endswith(("+00:00", "+01:00"))  # Europe/Lisbon
-    assert result.output["advice"]["verdict"] == "call now"
-    assert [e["data"]["tool"] for e in types(result, "tool_result")] == ["http", "mcp"]
-
-
 # -- command line -------------------------------------------------------------------------
 
 
