@@ -125,6 +125,13 @@ class Runner:
         )
         self._input_validator = jsonschema.Draft202012Validator(ir.inputs_schema or {})
         self._inputs_accepted = flat_object_check(ir.inputs_schema)
+        properties = (ir.inputs_schema or {}).get("properties")
+        self._input_defaults = {
+            name: copy.deepcopy(prop["default"])
+            for name, prop in (properties.items() if isinstance(properties, dict) else ())
+            if isinstance(prop, dict) and "default" in prop
+        }
+        """Values of the inputs schema's top-level ``default``s, for inputs not given."""
         self._model_classes = sorted(
             {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
         )
@@ -168,7 +175,7 @@ class Runner:
         self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
     ) -> RunResult:
         """Run from the entry op. Inputs that fail the inputs schema raise InputError before anything is written."""
-        inputs = dict(inputs or {})
+        inputs = {**self._input_defaults, **(inputs or {})}
         self.validate_inputs(inputs)
         redact = self._redactor() if self.store.root is not None else None
         run_id, recorder = self._open_recorder(run_id, redact)

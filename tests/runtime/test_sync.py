@@ -72,3 +72,19 @@ def test_run_inside_a_running_loop_names_the_async_call() -> None:
     with pytest.raises(LatticeUserError, match=r"await runner\.arun"):
         asyncio.run(inside())
     assert spy.loops == []
+
+
+def test_inputs_take_the_defaults_of_the_inputs_schema() -> None:
+    from lattice.llm.mock import MockProvider
+
+    doc = chain(node("a", "prompt", prompt="{{ $in.name }} in {{ $in.city }}"))
+    doc["nodes"][0]["data"]["inputs"] = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "city": {"type": "string", "default": "Oslo"}},
+        "required": ["name", "city"],
+    }
+    provider = MockProvider(default="ok")
+    subject = Runner(lower(doc), provider=provider, store=RunStore(None))
+    assert subject.run({"name": "Ada"}).state["in"] == {"name": "Ada", "city": "Oslo"}
+    assert subject.run({"name": "Ada", "city": "Rome"}).state["in"]["city"] == "Rome"
+    assert provider.calls[0].messages[-1].content.startswith("Ada in Oslo")
