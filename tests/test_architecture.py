@@ -25,7 +25,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"runs"}),
     frozenset({"runtime"}),
     frozenset({"service"}),
-    frozenset({"primitive", "planner"}),
+    frozenset({"primitive", "planner", "batch"}),
     frozenset({"cli", "server"}),
 )
 """Lowest first. ``lattice/__init__.py`` (the public facade) may import anything."""
