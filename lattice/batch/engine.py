@@ -5,7 +5,7 @@ Resuming is planning: the results file says what happened to each row before.
 
 | the row's last line | this invocation |
 |---|---|
-| none | runs the row |
+| none | runs the row (with the answers given for every row, its own, and those given for it) |
 | ``completed`` | skips it |
 | ``failed`` | skips it; with ``retry_failed``, resumes its run folder (or runs it again) |
 | ``halted`` | skips it, unless the answers given answer the question it waits on: then resumes its run folder with them (or runs it again with them) |
@@ -196,8 +196,9 @@ def prepare(options: BatchOptions) -> Prepared:
                     f"mock script {options.mock} is not valid JSON: {exc}", error_type="mock_error"
                 ) from None
         mock = BatchMock.from_data(mock_data, latency=options.mock_latency)
-        if mock.rows or isinstance(options.mock, Mapping):
-            # rows of their own: each run folder records the script it ran against
+        if "rows" in mock_data or isinstance(options.mock, Mapping):
+            # each run folder records the script it ran against (lattice run cannot read
+            # a script with rows)
             meta = ProviderSpec(script=mock.script, latency=options.mock_latency).to_meta()
         else:
             meta = ProviderSpec(
@@ -292,7 +293,7 @@ def plan(
     for row in rows:
         previous = latest.get(row.key)
         if previous is None:
-            tasks.append(RowTask(row.id, row.line, row.inputs, row.answers))
+            tasks.append(RowTask(row.id, row.line, row.inputs, given.merged(row)))
             continue
         status = previous.get("status")
         run_dir = previous.get("run_dir")
@@ -309,7 +310,7 @@ def plan(
             if not resume_answers or (node is not None and node not in resume_answers):
                 skipped["halted"] += 1
                 continue
-        answers = {**row.answers, **(resume_answers or {})}
+        answers = {**given.merged(row), **(resume_answers or {})}
         if run_dir:
             tasks.append(
                 RowTask(

@@ -159,7 +159,15 @@ class GivenAnswers:
         return bool(self.every_row or self.by_row)
 
     def for_row(self, key: str) -> dict[str, Any]:
+        """The answers given for row ``key`` (those for it by id over those for every row)."""
         return {**self.every_row, **self.by_row.get(key, {})}
+
+    def merged(self, row: Row) -> dict[str, Any]:
+        """A row's answers: those for every row, then the row's own (its inputs line),
+        then those given for it by id."""
+        if not self:
+            return row.answers
+        return {**self.every_row, **row.answers, **self.by_row.get(row.key, {})}
 
 
 def read_answers(path: Path) -> GivenAnswers:
