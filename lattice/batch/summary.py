@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lattice.batch.limits import BUDGET_ERROR
 from lattice.batch.rows import InvalidLine, Row
 
 STATUSES = ("completed", "failed", "halted", "interrupted")
@@ -59,6 +58,8 @@ class BatchSummary:
     """True when the batch was interrupted (Ctrl-C) before its end."""
     limiter: dict[str, Any] | None = None
     dropped_torn_line: bool = False
+    interrupted_example: Any = None
+    """A row the budget interrupted (they go on with the next batch)."""
 
     @property
     def rows_per_second(self) -> float | None:
@@ -101,6 +102,7 @@ class BatchSummary:
             "interrupted": self.interrupted,
             "limiter": self.limiter,
             "dropped_torn_line": self.dropped_torn_line,
+            "interrupted_example": self.interrupted_example,
             "exit_code": self.exit_code,
         }
 
@@ -144,8 +146,11 @@ class BatchSummary:
                     f"    {node}  {info['count']:>5}  e.g. row {info['example']!r}: "
                     f"{_short(info.get('message'))}"
                 )
-        if rows.get("interrupted") and not self.stopped:
-            out.append(f"  {rows['interrupted']} rows interrupted: they run again next time")
+        if rows.get("interrupted"):
+            out.append(
+                f"  {rows['interrupted']} rows interrupted by the budget (e.g. row "
+                f"{self.interrupted_example!r}): they go on where they stopped next time"
+            )
         latency = self.latency_ms
         if latency.get("p50") is not None:
             out.append(
@@ -240,15 +245,18 @@ def summarize(
     usage = {"calls": 0, "requests": 0, "input_tokens": 0, "output_tokens": 0}
     cost = 0.0
     priced = 0
+    interrupted_example: Any = None
     for line in lines:
         status = str(line.get("status"))
         counts[status] = counts.get(status, 0) + 1
-        if status == "failed" or (status == "interrupted" and line.get("error_type")):
+        if status == "failed":
             error_type = str(line.get("error_type") or "unknown")
             info = failures.setdefault(
                 error_type, {"count": 0, "example": line.get("id"), "message": line.get("error")}
             )
             info["count"] += 1
+        elif status == "interrupted" and interrupted_example is None:
+            interrupted_example = line.get("id")
         elif status == "halted":
             node = str(line.get("node_id") or "?")
             info = halts.setdefault(
@@ -267,8 +275,6 @@ def summarize(
             priced += 1
     counts["not_run"] = not_run
     counts["invalid"] = len(invalid)
-    if BUDGET_ERROR in failures and stopped is None:
-        failures[BUDGET_ERROR]["message"] = "stopped by the batch's budget; runs again next time"
     return BatchSummary(
         workflow=workflow,
         output=output,
@@ -298,4 +304,5 @@ def summarize(
         interrupted=interrupted,
         limiter=limiter,
         dropped_torn_line=dropped_torn_line,
+        interrupted_example=interrupted_example,
     )
