@@ -113,6 +113,17 @@ class RowActor:
     async def run_rows(self, tasks: list[RowTask]) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(self.worker.run_row(task) for task in tasks)))
 
+    async def stats(self) -> dict[str, float]:
+        """This actor's process: CPU seconds and peak resident memory (MiB)."""
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return {
+            "pid": os.getpid(),
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024,
+        }
+
 
 class RayEngine:
     """Runs rows on Ray actors; the driver keeps ``concurrency`` rows in flight per actor."""
@@ -142,6 +153,8 @@ class RayEngine:
         self._limiter: Any = None
         self._workers: list[Any] = []
         self._stopped = False
+        self.worker_stats: list[dict[str, float]] = []
+        """Each actor's CPU seconds and peak memory, read when the engine closes."""
 
     async def start(self) -> None:
         ray = import_ray()
@@ -231,6 +244,13 @@ class RayEngine:
         try:
             if self._limiter is not None:
                 snapshot = await self._limiter.snapshot.remote()
+            if self._workers:
+                try:
+                    self.worker_stats = list(
+                        await asyncio.gather(*(worker.stats.remote() for worker in self._workers))
+                    )
+                except Exception:  # a worker that died has no figures to give
+                    self.worker_stats = []
         finally:
             for worker in self._workers:
                 ray.kill(worker)
