@@ -400,3 +400,33 @@ def test_usage_errors_name_the_problem(
     assert code == 2 and "'nope' is not a question node" in err
     code, _, err = batch(capsys, flow, inputs, "missing-dir/out.jsonl", "--mock", mock)
     assert code == 2 and "does not exist" in err
+
+
+def test_the_shipped_tickets_run_as_docs_batch_md_shows(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    examples = Path(__file__).resolve().parents[2] / "workflows" / "examples"
+    out = no_terminal / "triage.jsonl"
+    code, _, err = batch(
+        capsys,
+        examples / "support-triage.json",
+        examples / "support-triage.tickets.jsonl",
+        out,
+        "--mock",
+        examples / "support-triage.batch.mock.json",
+        "--no-record",
+        "--concurrency",
+        "32",
+    )
+    assert code == 1, err
+    assert "200 rows: 199 completed, 1 failed" in err
+    assert "e.g. row 't-137': the model refused" in err
+    rows = by_id(out)
+    assert rows["t-001"]["result"]["category"] == "billing"
+    assert rows["t-002"]["result"]["category"] == "bug"
+    assert rows["t-025"]["result"]["revisions"] == 1
+    assert {line["result"]["category"] for line in rows.values() if line["result"]} == {
+        "billing",
+        "bug",
+        "other",
+    }
