@@ -158,12 +158,12 @@ class RayEngine:
 
     async def start(self) -> None:
         ray = import_ray()
-        if not ray.is_initialized():
+        if not ray.is_initialized():  # joined or started here: left (stopped) at the end
             if self.address:
                 ray.init(address=self.address, log_to_driver=False, **self.init)
             else:
                 start_local_ray(**self.init)
-                self._owns = True
+            self._owns = True
         self._ray = ray
         cpus = float(ray.cluster_resources().get("CPU", 1.0)) or 1.0
         count = self.actors or max(1, int(cpus))

@@ -15,6 +15,7 @@ from lattice.cli.common import lower_for_cli, note
 from lattice.cli.main import EXIT_INTERRUPTED, EXIT_USAGE
 from lattice.config import load_config
 from lattice.document.loader import read_json_file
+from lattice.errors import LatticeError
 from lattice.runtime.sync import run_sync
 
 SHOWN_INVALID = 20
@@ -79,6 +80,10 @@ def batch(args: argparse.Namespace) -> int:
             print(f"lattice: {run.summary.render()}", file=sys.stderr)
         note("interrupted; run the same command again to go on where it stopped")
         return EXIT_INTERRUPTED
+    except LatticeError:
+        if run.summary is not None and run.summary.ran:
+            print(f"lattice: {run.summary.render()}", file=sys.stderr)
+        raise
     print(f"lattice: {summary.render()}", file=sys.stderr)
     return summary.exit_code
 

@@ -430,3 +430,56 @@ def test_the_shipped_tickets_run_as_docs_batch_md_shows(
         "bug",
         "other",
     }
+
+
+def test_fixtures_replay_every_row_and_travel_as_text_to_a_worker_without_the_file(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    import asyncio
+
+    from lattice.batch.engine import BatchOptions, prepare
+    from lattice.batch.worker import BatchWorker, RowTask
+
+    flow, inputs, mock = dataset(no_terminal, 3, fail=False, halt=False)
+    plain = json.loads(mock.read_text())
+    del plain["rows"]  # lattice run reads plain scripts
+    mock.write_text(json.dumps(plain))
+    fixtures = no_terminal / "flow.fixtures.jsonl"
+    for i in range(3):  # record each row's prompts once, from the mock script
+        code, _, err = cli(
+            capsys,
+            "run",
+            flow,
+            "--input",
+            f"text=row {i}",
+            "--answers",
+            write_answers(no_terminal),
+            "--mock",
+            mock,
+            "--fixtures",
+            fixtures,
+            "--record",
+            "--no-record",
+        )
+        assert code == 0, err
+    out = no_terminal / "results.jsonl"
+    code, _, err = batch(capsys, flow, inputs, out, "--fixtures", fixtures, "--no-record")
+    assert code == 0, err
+    assert {line["result"] for line in read_results(out)} == {"Dear customer"}
+
+    prepared = prepare(
+        BatchOptions(
+            workflow=flow, inputs=inputs, output=out, fixtures=fixtures, engine="ray", runs_dir=None
+        )
+    )
+    assert prepared.spec.fixtures_text == fixtures.read_text()
+    fixtures.rename(no_terminal / "elsewhere.jsonl")  # as on another machine
+    worker = BatchWorker(prepared.spec)
+    line = asyncio.run(worker.run_row(RowTask("w", 1, {"text": "row 2"}, dict(ASK_ANSWER))))
+    assert line["status"] == "completed" and line["result"] == "Dear customer"
+
+
+def write_answers(folder: Path) -> Path:
+    path = folder / "answers.json"
+    path.write_text(json.dumps(ASK_ANSWER))
+    return path
