@@ -9,7 +9,7 @@ Resuming is planning: the results file says what happened to each row before.
 | ``completed`` | skips it |
 | ``failed`` | skips it; with ``retry_failed``, resumes its run folder (or runs it again) |
 | ``halted`` | skips it, unless the answers given answer the question it waits on: then resumes its run folder with them (or runs it again with them) |
-| ``interrupted`` (the budget stopped it) | resumes its run folder (or runs it again) |
+| ``interrupted`` (the budget, or the batch, stopped it) | resumes its run folder (or runs it again) |
 
 Engines (``Engine``): ``local`` (``lattice.batch.local``) and ``ray``
 (``lattice.batch.ray_engine``, imported only when chosen). Only the driver writes the
@@ -23,7 +23,7 @@ import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -32,7 +32,14 @@ from lattice.batch.limits import BUDGET_ERROR, BatchLimits
 from lattice.batch.mocks import BatchMock
 from lattice.batch.progress import ProgressView, Tracker, choose_view
 from lattice.batch.results import ResultsFile
-from lattice.batch.rows import GivenAnswers, InvalidLine, Row, read_answers, read_rows
+from lattice.batch.rows import (
+    GivenAnswers,
+    InvalidLine,
+    Row,
+    read_answers,
+    read_rows,
+    row_key,
+)
 from lattice.batch.summary import BatchSummary, summarize
 from lattice.batch.worker import RowTask, WorkerSpec
 from lattice.config import LatticeConfig, RunsConfig, load_config
@@ -43,7 +50,7 @@ from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_to_dict
 from lattice.llm.base import LLMProvider
 from lattice.lower import lower
-from lattice.runs.store import RunStore
+from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.runner import Runner, check_answers
 from lattice.runtime.settings import settings_from_config
 from lattice.service.providers import ProviderChoice
@@ -328,6 +335,48 @@ def plan(
     return tasks, skipped
 
 
+def _dispatched(
+    tasks: Iterable[RowTask], in_flight: dict[str, RowTask], runs_dir: str | None
+) -> Iterator[RowTask]:
+    """The tasks as the engine takes them: a new run gets its folder's id now (so that the
+    driver can name the folder of a row it had to interrupt), and counts as in flight
+    until its line comes back."""
+    for task in tasks:
+        if runs_dir is not None and (
+            task.resume_dir is None or not (Path(task.resume_dir) / "checkpoint.json").is_file()
+        ):
+            task.run_id = new_run_id()  # unless the row resumes a folder
+        in_flight[row_key(task.id)] = task
+        yield task
+
+
+def _interrupted_line(task: RowTask, runs_dir: str | None) -> dict[str, Any]:
+    """The line of a row that was running when the batch was interrupted: its folder (if
+    it has one) is resumed by the next batch."""
+    folders = [task.resume_dir]
+    if runs_dir is not None and task.run_id is not None:
+        folders.insert(0, str(Path(runs_dir) / task.run_id))
+    known = [f for f in folders if f is not None]
+    run_dir = next((f for f in known if (Path(f) / "checkpoint.json").is_file()), None)
+    run_dir = run_dir or (known[0] if known else None)
+    carried = task.carried or {}
+    return {
+        "id": task.id,
+        "status": "interrupted",
+        "result": None,
+        "error_type": "interrupted",
+        "error": "the batch stopped while this row ran; the next batch goes on with it",
+        "node_id": None,
+        "usage": None,
+        "run_dir": run_dir,
+        "line": task.line,
+        "latency_ms": None,
+        "repairs": carried.get("repairs", 0),
+        "escalations": carried.get("escalations", 0),
+        "retries": carried.get("retries", 0),
+    }
+
+
 def make_engine(options: BatchOptions, prepared: Prepared) -> Engine:
     if options.engine == "ray":
         from lattice.batch.ray_engine import RayEngine
@@ -397,6 +446,8 @@ class BatchRun:
             )
             engine = self.engine or make_engine(options, prepared)
             tracker = Tracker(len(tasks))
+            in_flight: dict[str, RowTask] = {}
+            runs_dir = prepared.spec.runs_dir
             ticker: asyncio.Task[None] | None = None
             try:
                 if tasks:
@@ -405,8 +456,11 @@ class BatchRun:
                     ticker = asyncio.create_task(self._tick())
                     started = time.perf_counter()
                     tracker.started = tracker.clock()
-                    async with contextlib.aclosing(engine.run(tasks)) as lines:
+                    async with contextlib.aclosing(
+                        engine.run(_dispatched(tasks, in_flight, runs_dir))
+                    ) as lines:
                         async for line in lines:
+                            in_flight.pop(row_key(line["id"]), None)
                             results.append(line)
                             tracker.add(line)
                             ran += 1
@@ -424,6 +478,8 @@ class BatchRun:
                     ticker.cancel()
                 self.view.stop()
                 limiter = await engine.close()
+                for task in in_flight.values():  # stopped part-way: resumed next time
+                    results.append(_interrupted_line(task, runs_dir))
         except asyncio.CancelledError:
             interrupted = True
             raise

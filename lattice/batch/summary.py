@@ -59,7 +59,7 @@ class BatchSummary:
     limiter: dict[str, Any] | None = None
     dropped_torn_line: bool = False
     interrupted_example: Any = None
-    """A row the budget interrupted (they go on with the next batch)."""
+    """An interrupted row (by the budget, or a batch stopped while it ran)."""
 
     @property
     def rows_per_second(self) -> float | None:
@@ -148,7 +148,7 @@ class BatchSummary:
                 )
         if rows.get("interrupted"):
             out.append(
-                f"  {rows['interrupted']} rows interrupted by the budget (e.g. row "
+                f"  {rows['interrupted']} rows interrupted (e.g. row "
                 f"{self.interrupted_example!r}): they go on where they stopped next time"
             )
         latency = self.latency_ms

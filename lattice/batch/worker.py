@@ -83,6 +83,9 @@ class RowTask:
     resume_dir: str | None = None
     resume_answers: dict[str, Any] | None = None
     """Answers for the resumed run's next questions."""
+    run_id: str | None = None
+    """The id of a new run's folder (chosen by the driver, which can then name the folder
+    of a row it interrupted)."""
     carried: dict[str, int] | None = None
     """Repairs, escalations and retries of the run's earlier attempts (a resumed row)."""
 
@@ -277,22 +280,24 @@ class BatchWorker:
         token = _ROW.set(state)
         started = time.perf_counter()
         try:
-            if (
-                task.resume_dir is not None
-                and (Path(task.resume_dir) / "checkpoint.json").is_file()
-            ):
+            folder = Path(task.resume_dir) if task.resume_dir is not None else None
+            if folder is not None and _completed(folder):
+                # the run ended after the batch last saw it (an interrupted batch)
+                result = _result_of(folder)
+            elif folder is not None and (folder / "checkpoint.json").is_file():
                 result = await Runner.aresume(
-                    Path(task.resume_dir),
+                    folder,
                     answers=task.resume_answers,
                     provider=self.provider,
                     settings=self.settings,
                     store=self.store
                     if self.store.root is not None
-                    else RunStore(Path(task.resume_dir).parent, durability=self.store.durability),
+                    else RunStore(folder.parent, durability=self.store.durability),
                 )
             else:
                 runner = self.runner_for(task.id, task.answers)
-                result = await runner.arun(task.inputs)
+                run_id = task.run_id if self.store.root is not None else None
+                result = await runner.arun(task.inputs, run_id=run_id)
         except LatticeError as exc:
             return self._error_line(task, exc, started, state)
         except Exception as exc:  # a bug must not end the batch: the row says what it was
@@ -370,3 +375,24 @@ class BatchWorker:
         text = json.dumps(line, ensure_ascii=False, default=str)
         masked = self._redact(text)
         return line if masked == text else dict(json.loads(masked))
+
+
+def _completed(folder: Path) -> bool:
+    try:
+        checkpoint = json.loads((folder / "checkpoint.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(checkpoint, dict) and checkpoint.get("status") == "completed"
+
+
+def _result_of(folder: Path) -> RunResult:
+    """The result a completed run folder recorded (``result.json``)."""
+    data = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+    return RunResult(
+        status="completed",
+        output=data.get("output"),
+        state={"vars": data.get("vars") or {}},
+        run_id=str(data.get("run_id") or folder.name),
+        run_dir=folder,
+        usage=Usage.from_json(data.get("usage")),
+    )

@@ -94,3 +94,39 @@ def test_lattice_batch_stays_the_function_after_its_subpackage_is_imported() -> 
 
     assert lattice.batch is batch and callable(lattice.batch)
     assert lattice.abatch is abatch
+
+
+def test_an_interrupted_batch_names_the_folders_of_its_rows_in_flight_and_resumes_them(
+    tmp_path: Path,
+) -> None:
+    flow, inputs, mock = dataset(tmp_path, 40, fail=False, halt=False)
+    out, runs = tmp_path / "out.jsonl", tmp_path / "runs"
+    options = {"mock": mock, "runs_dir": runs, "durability": "os", "concurrency": 5}
+
+    async def interrupted() -> None:
+        running = asyncio.create_task(
+            abatch(flow, inputs, output=out, mock_latency=0.05, **options)  # type: ignore[arg-type]
+        )
+        while not out.exists() or len(out.read_text().splitlines()) < 10:
+            await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(interrupted())
+    lines = read_results(out)
+    stopped = [line for line in lines if line["status"] == "interrupted"]
+    assert 1 <= len(stopped) <= 5
+    for line in stopped:
+        assert line["error_type"] == "interrupted"
+        checkpoint = json.loads((Path(line["run_dir"]) / "checkpoint.json").read_text())
+        assert checkpoint["status"] in ("interrupted", "completed")  # may have just ended
+    folders = len(list(runs.iterdir()))
+
+    summary = batch(flow, inputs, output=out, **options)  # type: ignore[arg-type]
+    assert summary.rows["completed"] == 40 and summary.exit_code == 0
+    final = {line["id"]: line for line in read_results(out)}
+    assert len(final) == 40
+    for line in stopped:  # resumed in their own folders
+        assert final[line["id"]]["run_dir"] == line["run_dir"]
+    assert len(list(runs.iterdir())) == folders + 40 - len(lines)

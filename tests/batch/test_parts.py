@@ -206,3 +206,13 @@ def test_percentiles_take_the_nearest_rank() -> None:
     assert percentile(values, 95) == 95.0
     assert percentile([], 50) is None
     assert percentile([3.0], 95) == 3.0
+
+
+def test_the_ray_engine_says_how_to_install_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from lattice.batch.ray_engine import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
+    with pytest.raises(LatticeUserError, match=r"pip install 'lattice-lre\[ray\]'"):
+        import_ray()
