@@ -24,7 +24,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -53,7 +53,7 @@ from lattice.lower import lower
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.runner import Runner, check_answers
 from lattice.runtime.settings import settings_from_config
-from lattice.service.providers import ProviderChoice
+from lattice.service.providers import LIVE_PROVIDERS, ProviderChoice
 from lattice.service.runs import ProviderSpec, repo_root
 
 EngineName = Literal["local", "ray"]
@@ -126,6 +126,9 @@ class Prepared:
     prices: dict[str, tuple[float, float]]
     check: Callable[[Row], None]
     given: GivenAnswers
+    limits: BatchLimits = field(default_factory=BatchLimits)
+    """The batch's limits: the options', and on Ray the provider's configured
+    ``requests_per_minute`` (each worker's own provider only holds itself to it)."""
 
 
 def _lowered(options: BatchOptions) -> tuple[ExecIR, Mapping[str, Any] | None]:
@@ -262,7 +265,14 @@ def prepare(options: BatchOptions) -> Prepared:
             check_answers(ir, row.answers)
 
     given = _given_answers(options.answers, ir)
-    return Prepared(ir, config, spec, provider, dict(settings.prices), check, given)
+    limits = options.limits
+    if options.engine == "ray" and limits.requests_per_minute is None and choice is not None:
+        live = choice.name or config.llm.provider
+        if live in LIVE_PROVIDERS and config.provider_config(live).requests_per_minute:
+            limits = replace(
+                limits, requests_per_minute=config.provider_config(live).requests_per_minute
+            )
+    return Prepared(ir, config, spec, provider, dict(settings.prices), check, given, limits)
 
 
 def _given_answers(answers: Mapping[str, Any] | str | Path | None, ir: ExecIR) -> GivenAnswers:
@@ -384,7 +394,7 @@ def make_engine(options: BatchOptions, prepared: Prepared) -> Engine:
         return RayEngine(
             prepared.spec,
             concurrency=options.concurrency,
-            limits=options.limits,
+            limits=prepared.limits,
             prices=prepared.prices,
             address=options.ray_address,
             actors=options.ray_actors,

@@ -216,3 +216,30 @@ def test_the_ray_engine_says_how_to_install_ray(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
     with pytest.raises(LatticeUserError, match=r"pip install 'lattice-lre\[ray\]'"):
         import_ray()
+
+
+def test_on_ray_the_providers_configured_rpm_holds_the_whole_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lattice.batch.engine import BatchOptions, prepare
+    from tests.batch.helpers import flow_document
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    config = tmp_path / "lattice.toml"
+    config.write_text("[providers.openai]\nrequests_per_minute = 90\n")
+
+    def limits(engine: str, **extra: object) -> BatchLimits:
+        options = BatchOptions(
+            workflow=flow_document(),
+            inputs=[],
+            output=tmp_path / "out.jsonl",
+            provider="openai",
+            config=config,
+            engine=engine,  # type: ignore[arg-type]
+            **extra,  # type: ignore[arg-type]
+        )
+        return prepare(options).limits
+
+    assert limits("ray").requests_per_minute == 90  # each worker's provider holds only itself
+    assert limits("local").requests_per_minute is None  # one provider holds every row
+    assert limits("ray", limits=BatchLimits(requests_per_minute=30)).requests_per_minute == 30
