@@ -2,8 +2,9 @@
 
 Public names are imported lazily (PEP 562) so that ``import lattice`` and the
 ``lattice`` command start fast; ``from lattice import lower`` works as usual.
-``lattice.lower`` is always the function, even after the subpackage of the same name
-has been imported; import from the subpackage with ``from lattice.lower import ...``.
+``lattice.lower`` and ``lattice.batch`` are always the functions, even after the subpackages
+of the same names have been imported; import from a subpackage with
+``from lattice.lower import ...``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from lattice.batch.api import abatch, batch
+    from lattice.batch.summary import BatchSummary
     from lattice.config import LatticeConfig, load_config
     from lattice.contracts.report import FailureReport
     from lattice.contracts.usage import Usage
@@ -46,6 +49,7 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "AnthropicProvider": "lattice.llm.anthropic_provider",
+    "BatchSummary": "lattice.batch.summary",
     "Diagnostic": "lattice.errors",
     "DisabledProvider": "lattice.llm.disabled",
     "DocumentError": "lattice.errors",
@@ -71,6 +75,8 @@ _EXPORTS: dict[str, str] = {
     "RuntimeSettings": "lattice.runtime.settings",
     "Usage": "lattice.contracts.usage",
     "Workflow": "lattice.document",
+    "abatch": "lattice.batch.api",
+    "batch": "lattice.batch.api",
     "execir_json_schema": "lattice.ir",
     "ir_from_json": "lattice.ir",
     "ir_to_json": "lattice.ir",
@@ -84,6 +90,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AnthropicProvider",
+    "BatchSummary",
     "Diagnostic",
     "DisabledProvider",
     "DocumentError",
@@ -110,6 +117,8 @@ __all__ = [
     "Usage",
     "Workflow",
     "__version__",
+    "abatch",
+    "batch",
     "execir_json_schema",
     "ir_from_json",
     "ir_to_json",

@@ -26,7 +26,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"telemetry"}),
     frozenset({"runtime"}),
     frozenset({"service"}),
-    frozenset({"primitive", "planner", "testing"}),
+    frozenset({"primitive", "planner", "testing", "batch"}),
     frozenset({"cli", "server"}),
 )
 """Lowest first. ``lattice/__init__.py`` (the public facade) may import anything."""

@@ -65,6 +65,9 @@ def test_the_names_a_user_needs_are_exported() -> None:
         "MockProvider",
         "FixtureProvider",
         "make_provider",
+        "batch",
+        "abatch",
+        "BatchSummary",
     }
     assert wanted <= set(lattice.__all__)
 

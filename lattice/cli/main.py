@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lattice.cli.parser import build_parser
+from lattice.cli.parser import build_batch_diff_parser, build_parser
 from lattice.errors import DocumentError, LatticeRunError, LatticeUserError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HALTED = 0, 1, 2, 3
@@ -33,7 +33,11 @@ def _handler(target: str) -> Callable[[Any], int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lattice`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:2] == ["batch", "diff"]:  # ``lattice batch WORKFLOW`` has a sub-command too
+        args = build_batch_diff_parser().parse_args(words[2:])
+    else:
+        args = build_parser().parse_args(words)
     try:
         return int(_handler(args.handler)(args))
     except DocumentError as exc:

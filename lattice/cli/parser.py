@@ -40,6 +40,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argument that must be a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argument that must be a number of at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``lattice`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -50,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _compile_commands(sub)
     _run_commands(sub)
+    _batch_commands(sub)
     _export_commands(sub)
     _plan_commands(sub)
     _mcp_commands(sub)
@@ -192,11 +215,157 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--json", action="store_true", help="print the whole result")
     _handler(p, "lattice.cli.run:resume")
 
-    p = sub.add_parser("runs", help="list runs or show one")
-    p.add_argument("action", nargs="?", choices=["list", "show"], default="list")
-    p.add_argument("run_dir", nargs="?", help="run folder for 'show'")
+    p = sub.add_parser(
+        "runs",
+        help="list runs, show one, or compare two",
+        description="lattice runs [list]; lattice runs show RUN; lattice runs diff RUN_A RUN_B "
+        "(status, output, the path taken, each node's outputs and model calls). A RUN is a "
+        "run folder or a run id under --runs-dir.",
+    )
+    p.add_argument("action", nargs="?", choices=["list", "show", "diff"], default="list")
+    p.add_argument("run_dir", nargs="?", help="run folder for 'show'; the first run for 'diff'")
+    p.add_argument("other", nargs="?", metavar="RUN_B", help="the second run for 'diff'")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="diff: print the differences as JSON")
     _handler(p, "lattice.cli.run:runs")
+
+
+BATCH_DESCRIPTION = """\
+Run WORKFLOW once per line of --inputs (JSON lines: an inputs object, or
+{"id", "inputs", "answers"}) and append one line per row to -o FILE:
+{"id", "status", "result", "error_type", "error", "node_id", "usage", "run_dir", ...}.
+Running the same command again skips the rows already there (a killed batch loses no
+finished row); --retry-failed runs failed rows again and --answers answers halted ones.
+Lines that are not JSON or do not fit the workflow are reported by line number and
+skipped. A mock script serves every row from its start (docs/batch.md).
+Compare two results files with: lattice batch diff OLD.jsonl NEW.jsonl
+Exit codes: 0 every row completed, 1 a row failed, a line was invalid or a budget
+stopped the batch, 3 rows wait for answers, 130 interrupted."""
+
+
+def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "batch",
+        help="run a workflow over a dataset (JSON lines), resumable; "
+        "lattice batch diff OLD NEW compares two results",
+        usage="lattice batch WORKFLOW --inputs FILE -o FILE [options]\n"
+        "       lattice batch diff OLD.jsonl NEW.jsonl [--json] [--all]",
+        description=BATCH_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument("--inputs", required=True, metavar="FILE", help="the rows (JSON lines)")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="the results (JSON lines, appended)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=16,
+        metavar="N",
+        help="rows in flight at once (with --engine ray: per Ray actor; default 16)",
+    )
+    p.add_argument(
+        "--runs-dir", default="runs", metavar="DIR", help="where run folders go (default: runs)"
+    )
+    p.add_argument(
+        "--no-record",
+        action="store_true",
+        help="keep runs in memory: no run folders (failed and halted rows then run again from "
+        "their start)",
+    )
+    p.add_argument(
+        "--durability",
+        choices=["fsync", "os"],
+        help="how hard run folders and the results file are forced to disk (default: [runs] "
+        "durability, else fsync; os: a killed batch still loses nothing, a power cut may)",
+    )
+    p.add_argument(
+        "--answers",
+        metavar="FILE",
+        help='answers for halted rows: {"<nodeId>": "<option>"} for every row, or a .jsonl '
+        'file of {"id", "answers"} lines',
+    )
+    p.add_argument(
+        "--retry-failed", action="store_true", help="run the rows that failed again (resumed)"
+    )
+    add_provider_options(p)
+    p.add_argument(
+        "--mock-latency-ms",
+        type=non_negative_float,
+        default=0.0,
+        metavar="MS",
+        help="with --mock: each mock call waits this long (demos, benchmarks)",
+    )
+    p.add_argument("--repo", metavar="DIR", help="repository root (as lattice run --repo)")
+    p.add_argument("--max-steps", type=positive_int, metavar="N", help="ops per run")
+    p.add_argument("--max-visits", type=positive_int, metavar="N", help="executions of one op")
+    limits = p.add_argument_group("limits of the whole batch (every run in flight shares them)")
+    limits.add_argument(
+        "--max-calls-total",
+        type=positive_int,
+        metavar="N",
+        help="model requests of the whole batch; then it stops",
+    )
+    limits.add_argument(
+        "--max-cost",
+        type=positive_float,
+        metavar="USD",
+        help="estimated cost of the whole batch ([prices] in lattice.toml); then it stops",
+    )
+    limits.add_argument(
+        "--rpm", type=positive_int, metavar="N", help="model requests per minute, at most"
+    )
+    limits.add_argument("--tpm", type=positive_int, metavar="N", help="tokens per minute, at most")
+    engine = p.add_argument_group("engine")
+    engine.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this process; ray: Ray actors (needs lattice-lre[ray])",
+    )
+    engine.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="a Ray cluster (ray://host:10001, or auto); default: a local Ray on 127.0.0.1",
+    )
+    engine.add_argument(
+        "--ray-actors",
+        type=positive_int,
+        metavar="N",
+        help="Ray actors running rows (default: the cluster's CPUs)",
+    )
+    p.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON")
+    p.add_argument(
+        "--progress",
+        choices=["auto", "rich", "plain", "none"],
+        default="auto",
+        help="auto: a live line on a terminal, else a line every --progress-interval seconds",
+    )
+    p.add_argument(
+        "--progress-interval",
+        type=positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds between plain progress lines (default 10)",
+    )
+    _handler(p, "lattice.cli.batch:batch")
+
+
+def build_batch_diff_parser() -> argparse.ArgumentParser:
+    """``lattice batch diff OLD NEW`` (``lattice.cli.main`` sends ``batch diff …`` here)."""
+    p = argparse.ArgumentParser(
+        prog="lattice batch diff",
+        description="The rows whose status, error type or result changed between two results "
+        "files of lattice batch (by row id), with a JSON difference per row and counts. "
+        "Exit code 0 when nothing changed, 1 when something did.",
+    )
+    p.add_argument("old", metavar="OLD.jsonl")
+    p.add_argument("new", metavar="NEW.jsonl")
+    p.add_argument("--json", action="store_true", help="print the differences as JSON")
+    p.add_argument("--all", action="store_true", help="list every changed row (default: 50)")
+    _handler(p, "lattice.cli.batch:diff")
+    return p
 
 
 def _export_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

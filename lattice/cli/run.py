@@ -161,6 +161,8 @@ def resume(args: argparse.Namespace) -> int:
 
 
 def runs(args: argparse.Namespace) -> int:
+    if args.action == "diff":
+        return runs_diff(args)
     if args.action == "show":
         if not args.run_dir:
             raise LatticeUserError("lattice runs show RUN_DIR")
@@ -168,3 +170,19 @@ def runs(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(list_runs(Path(args.runs_dir)))
     return 0
+
+
+def runs_diff(args: argparse.Namespace) -> int:
+    """``lattice runs diff RUN_A RUN_B``: exit 0 when the runs agree, 1 when they differ."""
+    from lattice.batch.diff import diff_runs
+
+    if not args.run_dir or not args.other:
+        raise LatticeUserError("lattice runs diff RUN_A RUN_B")
+    result = diff_runs(
+        run_folder(args.run_dir, args.runs_dir), run_folder(args.other, args.runs_dir)
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(result.render())
+    return 1 if result.changed else 0

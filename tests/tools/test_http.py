@@ -972,12 +972,12 @@ def test_end_to_end_against_a_local_server(items_api: ItemsAPI) -> None:
 
 
 def test_end_to_end_a_real_timeout(items_api: ItemsAPI) -> None:
-    doc = chain(http_node(url=f"{items_api.base_url}/slow", timeoutMs=50))
+    doc = chain(http_node(url=f"{items_api.base_url}/slow", timeoutMs=200))
     sleep = FakeSleep()
     result = run_real(doc, sleep, max_retries=1)
 
     report = assert_failed(result, "timeout_error")
-    assert "timed out after 0.05s" in report["summary"]
+    assert "timed out after 0.2s" in report["summary"]
     assert sleep.delays == [1.0]
     assert [path for _, path, _ in items_api.seen] == ["/slow", "/slow"]
 

@@ -1,0 +1,262 @@
+"""The ``ray`` engine: a batch's rows spread over Ray actors (``pip install 'lattice-lre[ray]'``).
+
+The driver (the ``lattice batch`` process) starts ``--ray-actors`` actors (default: one
+per CPU of the cluster); each holds a ``BatchWorker`` built from the batch's
+``WorkerSpec`` (the ExecIR, the document, the configuration, the mock script or the
+fixtures' text travel with it, so workers need no files of the driver's machine) and
+runs up to ``--concurrency`` rows at once on its own event loop. The driver sends rows
+in small chunks to the actor with the most room and writes each chunk's results lines
+as it comes back: only the driver writes the results file and shows progress.
+
+One ``LimiterActor`` holds the batch's limits (calls, cost, requests and tokens per
+minute) for every worker: a worker asks it before each model call (a delay to wait, or a
+refusal) and tells it the answer's tokens afterwards.
+
+Without ``--ray-address`` a local Ray instance is started, listening on 127.0.0.1 only;
+with one, the driver joins that cluster (``auto``, ``ray://host:10001``, ``host:6379``).
+Ray is imported only here, and only when this engine is chosen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import sys
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from typing import Any
+
+from lattice.batch.limits import BatchLimits, Limiter
+from lattice.batch.worker import BatchWorker, RowTask, WorkerSpec
+from lattice.errors import LatticeUserError
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Set to ``0`` before Ray is imported, Ray takes 127.0.0.1 as the node's address (as it
+does on macOS and Windows), so a local instance listens on the loopback only."""
+
+CHUNK = 50
+"""Rows sent to an actor in one call, at most (a quarter of its concurrency when less)."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a LatticeUserError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise LatticeUserError(
+            "the ray engine needs Ray: pip install 'lattice-lre[ray]' (or pip install ray)",
+            error_type="usage_error",
+        ) from None
+    return ray
+
+
+def start_local_ray(**init: Any) -> Any:
+    """Start a Ray instance on this machine (or keep the one this process has), listening
+    on 127.0.0.1 only; ``init`` goes to ``ray.init`` (``num_cpus=2``)."""
+    if "ray" not in sys.modules:
+        os.environ.setdefault(LOOPBACK_ENV, "0")
+    ray = import_ray()
+    if not ray.is_initialized():
+        ray.init(
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            **init,
+        )
+    return ray
+
+
+class RayGate:
+    """A worker's way to the batch's ``LimiterActor``."""
+
+    def __init__(self, limiter: Any) -> None:
+        self.limiter = limiter
+
+    async def acquire(self, estimated_tokens: int) -> float | None:
+        delay: float | None = await self.limiter.acquire.remote(estimated_tokens)
+        return delay
+
+    def record(
+        self, model: str, input_tokens: int, output_tokens: int, estimated_tokens: int
+    ) -> None:
+        self.limiter.record.remote(model, input_tokens, output_tokens, estimated_tokens)
+
+
+class LimiterActor:
+    """The batch's ``Limiter`` as a Ray actor (one for the whole job)."""
+
+    def __init__(self, limits: BatchLimits, prices: Mapping[str, tuple[float, float]]) -> None:
+        self.limiter = Limiter(limits, prices)
+
+    async def acquire(self, estimated_tokens: int) -> float | None:
+        return self.limiter.acquire(estimated_tokens)
+
+    async def record(
+        self, model: str, input_tokens: int, output_tokens: int, estimated_tokens: int
+    ) -> None:
+        self.limiter.record(model, input_tokens, output_tokens, estimated_tokens)
+
+    async def snapshot(self) -> dict[str, Any]:
+        return self.limiter.snapshot()
+
+
+class RowActor:
+    """Runs chunks of rows (each row in its own task) with a ``BatchWorker``."""
+
+    def __init__(self, spec: WorkerSpec, limiter: Any) -> None:
+        self.worker = BatchWorker(spec, gate=RayGate(limiter) if limiter is not None else None)
+
+    async def ready(self) -> int:
+        return os.getpid()
+
+    async def run_rows(self, tasks: list[RowTask]) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(self.worker.run_row(task) for task in tasks)))
+
+    async def stats(self) -> dict[str, float]:
+        """This actor's process: CPU seconds and peak resident memory (MiB)."""
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return {
+            "pid": os.getpid(),
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024,
+        }
+
+
+class RayEngine:
+    """Runs rows on Ray actors; the driver keeps ``concurrency`` rows in flight per actor."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        *,
+        concurrency: int,
+        limits: BatchLimits,
+        prices: Mapping[str, tuple[float, float]],
+        address: str | None = None,
+        actors: int | None = None,
+        init: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.concurrency = concurrency
+        self.limits = limits
+        self.prices = dict(prices)
+        self.address = address
+        self.actors = actors
+        self.init = dict(init or {})
+        self._ray: Any = None
+        self._owns = False
+        self._limiter: Any = None
+        self._workers: list[Any] = []
+        self._stopped = False
+        self.worker_stats: list[dict[str, float]] = []
+        """Each actor's CPU seconds and peak memory, read when the engine closes."""
+
+    async def start(self) -> None:
+        ray = import_ray()
+        if not ray.is_initialized():  # joined or started here: left (stopped) at the end
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False, **self.init)
+            else:
+                start_local_ray(**self.init)
+            self._owns = True
+        self._ray = ray
+        cpus = float(ray.cluster_resources().get("CPU", 1.0)) or 1.0
+        count = self.actors or max(1, int(cpus))
+        if self.limits:
+            self._limiter = (
+                ray.remote(LimiterActor).options(num_cpus=0).remote(self.limits, self.prices)
+            )
+        actor = ray.remote(RowActor).options(num_cpus=min(1.0, cpus / count))
+        self._workers = [actor.remote(self.spec, self._limiter) for _ in range(count)]
+        try:
+            await asyncio.gather(*(worker.ready.remote() for worker in self._workers))
+        except Exception as exc:
+            raise LatticeUserError(f"the Ray workers could not start: {exc}") from None
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    async def stop_reason(self) -> str | None:
+        if self._limiter is None:
+            return None
+        snapshot: dict[str, Any] = await self._limiter.snapshot.remote()
+        spent: str | None = snapshot.get("spent")
+        return spent
+
+    async def run(self, tasks: Iterable[RowTask]) -> AsyncGenerator[dict[str, Any], None]:
+        pending = iter(tasks)
+        chunk = max(1, min(CHUNK, self.concurrency // 4))
+        inflight = [0] * len(self._workers)
+        finished: asyncio.Queue[tuple[int, int, list[dict[str, Any]] | BaseException]] = (
+            asyncio.Queue()
+        )
+        calls: set[asyncio.Task[None]] = set()
+
+        async def call(index: int, rows: list[RowTask]) -> None:
+            try:
+                lines = await self._workers[index].run_rows.remote(rows)
+            except Exception as exc:
+                finished.put_nowait((index, len(rows), exc))
+            else:
+                finished.put_nowait((index, len(rows), lines))
+
+        more = True
+        try:
+            while True:
+                while more and not self._stopped:
+                    index = min(range(len(inflight)), key=inflight.__getitem__)
+                    room = self.concurrency - inflight[index]
+                    if room <= 0:
+                        break
+                    rows = list(itertools.islice(pending, min(chunk, room)))
+                    if not rows:
+                        more = False
+                        break
+                    inflight[index] += len(rows)
+                    sent = asyncio.create_task(call(index, rows))
+                    calls.add(sent)
+                    sent.add_done_callback(calls.discard)
+                if not any(inflight):
+                    return
+                index, count, outcome = await finished.get()
+                inflight[index] -= count
+                if isinstance(outcome, BaseException):
+                    raise LatticeUserError(
+                        f"a Ray worker failed (the rows it had in flight run again next time): "
+                        f"{outcome}"
+                    )
+                for line in outcome:
+                    yield line
+        finally:
+            for sent in list(calls):
+                sent.cancel()
+
+    async def close(self) -> dict[str, Any] | None:
+        ray = self._ray
+        snapshot: dict[str, Any] | None = None
+        if ray is None:
+            return None
+        try:
+            if self._limiter is not None:
+                snapshot = await self._limiter.snapshot.remote()
+            if self._workers:
+                try:
+                    self.worker_stats = list(
+                        await asyncio.gather(*(worker.stats.remote() for worker in self._workers))
+                    )
+                except Exception:  # a worker that died has no figures to give
+                    self.worker_stats = []
+        finally:
+            for worker in self._workers:
+                ray.kill(worker)
+            if self._limiter is not None:
+                ray.kill(self._limiter)
+            self._workers, self._limiter = [], None
+            if self._owns:
+                ray.shutdown()
+        return snapshot

@@ -1,0 +1,193 @@
+"""The results file of a batch: one JSON line per finished row.
+
+A row's line is written (one ``write`` of the whole line, appended) as soon as its run
+ends, so a batch killed at any moment, ``kill -9`` included, keeps every row it had
+finished; a line cut short by the kill is dropped when the file is opened again. With
+``durability="fsync"`` a thread forces the file to disk behind the writer, one
+``fdatasync`` for every line written since the last one (a power cut loses at most the
+lines of the last few milliseconds; their rows run again).
+
+A row may have several lines (a failed row retried, a halted row answered): the last
+one counts. A batch that ends (not killed) rewrites the file with one line per row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from lattice.batch.rows import row_key
+from lattice.errors import LatticeUserError
+from lattice.files import atomic_write_text
+from lattice.runs.journal import drop_torn_tail, read_lines
+
+try:  # POSIX: one batch at a time writes a results file
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+OUTPUT_KEYS = ("id", "status", "result", "error_type", "error", "node_id", "usage", "run_dir")
+"""The keys every results line starts with (then ``line``, ``latency_ms``, ``repairs``,
+``escalations``, ``retries``)."""
+
+
+def dumps_line(line: dict[str, Any]) -> str:
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+
+
+def latest_lines(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Row key → the last line of each row (lines without an id are left out)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        if "id" in line:
+            latest[row_key(line["id"])] = line
+    return latest
+
+
+def read_results(path: Path) -> dict[str, dict[str, Any]]:
+    """The rows of a results file (the last line of each), without changing the file;
+    a torn last line is left out. A missing file is a LatticeUserError."""
+    if not path.is_file():
+        raise LatticeUserError(f"no results file {path}")
+    lines, _ = read_lines(path)
+    return latest_lines(lines)
+
+
+def _check_tail(path: Path) -> bool:
+    """Drop a torn last line; True when one was dropped. More than one bad line is not
+    a crash's doing: refuse, naming the first."""
+    lines, good = read_lines(path)
+    size = path.stat().st_size
+    if good == size:
+        return False
+    with open(path, "rb") as handle:
+        handle.seek(good)
+        tail = handle.read()
+    if b"\n" in tail.rstrip(b"\n"):
+        raise LatticeUserError(
+            f"{path}:{len(lines) + 1}: not a results line (not JSON), and lines follow it; "
+            "fix or remove that line"
+        )
+    return drop_torn_tail(path)
+
+
+class _Syncer(threading.Thread):
+    """Forces a file to disk behind its writer: one fdatasync covers every line written
+    since the previous one."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(name="lattice-batch-fsync", daemon=True)
+        self.fd = fd
+        self.cond = threading.Condition()
+        self.dirty = False
+        self.closing = False
+        self.error: OSError | None = None
+
+    def mark(self) -> None:
+        with self.cond:
+            self.dirty = True
+            self.cond.notify()
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.dirty and not self.closing:
+                    self.cond.wait()
+                if not self.dirty:
+                    return
+                self.dirty = False
+            try:
+                os.fdatasync(self.fd)
+            except OSError as exc:  # reported by close()
+                self.error = exc
+                return
+
+    def close(self) -> None:
+        with self.cond:
+            self.closing = True
+            self.cond.notify()
+        self.join()
+
+
+class ResultsFile:
+    """The results file a batch appends to (``durability``: ``"fsync"`` or ``"os"``)."""
+
+    def __init__(self, path: Path, *, durability: str = "fsync") -> None:
+        self.path = path
+        if path.is_dir():
+            raise LatticeUserError(f"the results file {path} is a directory")
+        if not path.parent.is_dir():
+            raise LatticeUserError(
+                f"cannot write {path}: the directory {path.parent} does not exist"
+            )
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise LatticeUserError(f"cannot write {path}: {exc.strerror}") from exc
+        try:
+            self._lock()
+            self.dropped_torn_line = _check_tail(path)
+            lines, _ = read_lines(path)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.latest = latest_lines(lines)
+        self.needs_compaction = len(self.latest) != len(lines)
+        self.written = 0
+        self._syncer: _Syncer | None = None
+        if durability == "fsync":
+            self._syncer = _Syncer(self.fd)
+            self._syncer.start()
+
+    def _lock(self) -> None:
+        if fcntl is None:  # pragma: no cover - Windows
+            return
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise LatticeUserError(
+                f"another batch is writing {self.path}; wait for it or choose another -o FILE"
+            ) from None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.latest.values())
+
+    def append(self, line: dict[str, Any]) -> None:
+        """Write one row's line (whole, appended); the row counts as done from now on."""
+        data = dumps_line(line).encode("utf-8")
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+        key = row_key(line["id"])
+        if key in self.latest:
+            self.needs_compaction = True
+        self.latest[key] = line
+        self.written += 1
+        if self._syncer is not None:
+            self._syncer.mark()
+
+    def close(self, *, compact: bool = True) -> None:
+        """Force what was written to disk; with ``compact``, rewrite a file that holds
+        more than one line for a row with the last line of each (atomically)."""
+        if self.fd < 0:
+            return
+        try:
+            if self._syncer is not None:
+                self._syncer.close()
+                if self._syncer.error is not None:
+                    raise LatticeUserError(
+                        f"cannot force {self.path} to disk: {self._syncer.error.strerror}"
+                    )
+                os.fdatasync(self.fd)
+            if compact and self.needs_compaction:
+                text = "".join(dumps_line(line) for line in self.latest.values())
+                atomic_write_text(self.path, text, durable=self._syncer is not None)
+                self.needs_compaction = False
+        finally:
+            os.close(self.fd)  # releases the lock
+            self.fd = -1

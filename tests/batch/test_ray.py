@@ -1,0 +1,112 @@
+"""The ray engine on a local Ray (``ray.init(num_cpus=2)``, 127.0.0.1 only): the same
+results as the local engine, and one budget for every worker.
+
+Ray takes about ten seconds to start here, so one instance serves this whole module,
+and its checks sit in one test (pytest-xdist would otherwise start Ray in each worker).
+Skipped, saying so, when Ray is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lattice.batch.ray_engine import start_local_ray
+from tests.batch.helpers import cli, dataset, no_terminal, read_results
+
+__all__ = ["no_terminal"]
+
+ray = pytest.importorskip(
+    "ray", reason="Ray is not installed: pip install 'lattice-lre[ray]' to test the ray engine"
+)
+
+STABLE = ("id", "status", "result", "error_type", "error", "node_id", "usage", "line")
+"""Fields of a results line that do not depend on the engine (not run_dir, not latency)."""
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[Any]:
+    started = start_local_ray(num_cpus=2)
+    try:
+        yield started
+    finally:
+        started.shutdown()
+
+
+def stable(path: Path) -> list[dict[str, Any]]:
+    lines = read_results(path)
+    return sorted(
+        ({k: line.get(k) for k in STABLE} for line in lines), key=lambda line: str(line["id"])
+    )
+
+
+def test_the_ray_engine_gives_the_local_engines_results_and_shares_one_budget(
+    local_ray: Any, capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    flow, inputs, mock = dataset(no_terminal, 300)
+    common = ("--inputs", inputs, "--mock", mock, "--no-record", "--progress", "none")
+    local_out, ray_out = no_terminal / "local.jsonl", no_terminal / "ray.jsonl"
+    code, _, err = cli(capsys, "batch", flow, "-o", local_out, *common, "--concurrency", "20")
+    assert code == 1, err
+    summary_file = no_terminal / "ray-summary.json"
+    code, _, err = cli(
+        capsys,
+        "batch",
+        flow,
+        "-o",
+        ray_out,
+        *common,
+        "--engine",
+        "ray",
+        "--concurrency",
+        "20",
+        "--summary-json",
+        summary_file,
+    )
+    assert code == 1, err
+    assert stable(ray_out) == stable(local_out)
+    summary = json.loads(summary_file.read_text())
+    assert summary["engine"] == "ray"
+    assert summary["rows"]["completed"] == 240 and summary["rows"]["failed"] == 30
+    code, out, _ = cli(capsys, "batch", "diff", local_out, ray_out)
+    assert code == 0, out
+    assert local_ray.is_initialized(), "the engine leaves a Ray it did not start running"
+
+    # one limiter actor for both workers: the batch stops at exactly the budget
+    flow, inputs, mock = dataset(no_terminal, 100, fail=False, halt=False)
+    budget_out = no_terminal / "budget.jsonl"
+    budget_summary = no_terminal / "budget-summary.json"
+    code, _, err = cli(
+        capsys,
+        "batch",
+        flow,
+        "--inputs",
+        inputs,
+        "--mock",
+        mock,
+        "--no-record",
+        "--progress",
+        "none",
+        "-o",
+        budget_out,
+        "--engine",
+        "ray",
+        "--ray-actors",
+        "2",
+        "--concurrency",
+        "5",
+        "--max-calls-total",
+        "61",
+        "--summary-json",
+        budget_summary,
+    )
+    assert code == 1, err
+    assert "stopped: the batch's call budget of 61 model requests is spent" in err
+    summary = json.loads(budget_summary.read_text())
+    assert summary["limiter"]["requests"] == 61
+    assert summary["usage"]["calls"] == 61
+    assert summary["rows"]["completed"] <= 30
