@@ -9,7 +9,8 @@ Line kinds::
 
     {"kind": "op", "op_seq", "op_id", "port", "next", "steps", "changes": [...],
      "last_result", "usage"?, "answers"?, "output"?}
-    {"kind": "op_failed", "op_seq", "op_id", "usage"}   an op that failed or halted
+    {"kind": "op_failed", "op_seq", "op_id", "usage", "provider_state"?}   an op that
+                                                    failed or halted
     {"kind": "answer", "op_seq", "op_id", "prompt_hash", "text", "model",
      "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?}
 
@@ -126,6 +127,8 @@ def read_journal(folder: Path) -> JournalState | None:
         elif kind == "op_failed":
             state.pending[branch] = []
             state.usage = line.get("usage", state.usage)
+            if "provider_state" in line:
+                state.provider_state = line["provider_state"]
     return state
 
 

@@ -494,11 +494,20 @@ def _commit_line(
 
 def stopped_line(ctx: RunContext, op_seq: int, op_id: str | None) -> dict[str, Any]:
     """The journal line of an op that failed or halted: no state changes, but what its
-    model calls cost."""
+    model calls cost, and where a scripted provider stands after them (its failures
+    included: a resume goes on after them)."""
     ctx.state.changes = []
-    line = {"kind": "op_failed", "op_seq": op_seq, "op_id": op_id, "usage": ctx.usage.to_json()}
+    line: dict[str, Any] = {
+        "kind": "op_failed",
+        "op_seq": op_seq,
+        "op_id": op_id,
+        "usage": ctx.usage.to_json(),
+    }
     if ctx.branch is not None:
         line["branch"] = ctx.branch
+    checkpoint = getattr(ctx.root.base_provider, "checkpoint", None)
+    if callable(checkpoint):
+        line["provider_state"] = checkpoint()
     return line
 
 

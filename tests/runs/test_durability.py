@@ -389,3 +389,19 @@ def test_resume_takes_a_run_id_and_explains_a_wrong_one(
     assert main(["resume", str(tmp_path / "some.json"), "--mock", mock]) == 2
     assert "is not a run folder" in capsys.readouterr().err
     assert main(["resume", folder.name, "--runs-dir", str(tmp_path / "runs"), "--mock", mock]) == 0
+
+
+def test_resume_goes_on_after_a_scripted_failure(tmp_path: Path) -> None:
+    script = {
+        "a": ["A!"],
+        "b": [{"$error": "api_key_error", "message": "bad key"}, "B!"],
+        "c": ["C!"],
+    }
+    failed = Runner(
+        lower(three_calls()), provider=MockProvider(script), store=RunStore(tmp_path)
+    ).run()
+    assert failed.status == "failed" and failed.failure is not None
+    assert failed.failure.category == "api_key_error"
+    resumed = Runner.resume(failed.run_dir, provider=MockProvider(script))  # type: ignore[arg-type]
+    assert resumed.status == "completed", resumed.failure
+    assert resumed.vars["b"]["result"] == "B!" and resumed.vars["c"]["result"] == "C!"
