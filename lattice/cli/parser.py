@@ -192,10 +192,31 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--json", action="store_true", help="print the whole result")
     _handler(p, "lattice.cli.run:resume")
 
-    p = sub.add_parser("runs", help="list runs or show one")
-    p.add_argument("action", nargs="?", choices=["list", "show"], default="list")
-    p.add_argument("run_dir", nargs="?", help="run folder for 'show'")
+    p = sub.add_parser(
+        "runs",
+        help="list runs, show one, or open one in the execution panel",
+        description="list: one line per run folder; show RUN_DIR: its ops in order; "
+        "open RUN_DIR: the run in the execution panel of lattice serve (docs/panel.md), "
+        "in a browser (a server on --port that sees the run is used, else one is "
+        "started here until Ctrl-C).",
+    )
+    p.add_argument("action", nargs="?", choices=["list", "show", "open"], default="list")
+    p.add_argument("run_dir", nargs="?", help="run folder (or run id) for 'show' and 'open'")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=8600,
+        help="open: the port of the panel's server (default: 8600; 0: start one on any free port)",
+    )
+    p.add_argument(
+        "--workflows",
+        metavar="DIR",
+        help="open: when a server is started, the workflows its new-run form offers",
+    )
+    p.add_argument(
+        "--no-browser", action="store_true", help="open: print the URL without opening a browser"
+    )
     _handler(p, "lattice.cli.run:runs")
 
 
