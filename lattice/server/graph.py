@@ -8,10 +8,11 @@ also says which node each op belongs to (``sourceNode``, else the id before ``__
 inlined sub-flow or before ``#`` of an op lowering added) and which drawn connection
 each op edge travels along (the edge that lights up when the op leaves by that port).
 
-A document whose nodes lack positions, or whose boxes overlap, is laid out here in
-layers (longest path from the start, loops' back edges left out; each layer ordered by
-the average place of its neighbours); a run without a document (ExecIR only) is drawn
-op by op the same way.
+A document whose nodes lack positions, or where two nodes sit on each other, is laid out in
+layers here (longest path from the start, loops' back edges left out; each layer
+ordered by the average place of its neighbours); a run without a document (ExecIR
+only) is drawn op by op the same way. Nodes placed by the document are as wide as the
+room to their right on the same row allows.
 """
 
 from __future__ import annotations
@@ -245,8 +246,28 @@ def layered_positions(
     return out
 
 
-def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    return abs(a[0] - b[0]) < NODE_WIDTH and abs(a[1] - b[1]) < NODE_HEIGHT
+MIN_WIDTH = 96
+CROWDED = (48.0, 24.0)
+"""Two nodes closer than this (x, y) sit on each other: the positions are not usable."""
+
+
+def _crowded(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return abs(a[0] - b[0]) < CROWDED[0] and abs(a[1] - b[1]) < CROWDED[1]
+
+
+def widths(points: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Each node as wide as it can be without reaching the next node to its right on the
+    same row (the editor draws some nodes narrower than others)."""
+    out = {}
+    for node, (x, y) in points.items():
+        gaps = [
+            ox - x
+            for other, (ox, oy) in points.items()
+            if other != node and ox > x and abs(oy - y) < NODE_HEIGHT
+        ]
+        room = min(gaps, default=NODE_WIDTH + 24) - 24
+        out[node] = float(max(MIN_WIDTH, min(NODE_WIDTH, room)))
+    return out
 
 
 def _placed(nodes: list[Mapping[str, Any]]) -> dict[str, tuple[float, float]] | None:
@@ -347,7 +368,7 @@ def document_graph(document: Any, ir: Mapping[str, Any] | None = None) -> dict[s
     layout = "document"
     if placed is not None:
         points = [placed[n["id"]] for n in drawn_in]
-        if any(_overlap(a, b) for i, a in enumerate(points) for b in points[i + 1 :]):
+        if any(_crowded(a, b) for i, a in enumerate(points) for b in points[i + 1 :]):
             placed = None
     if placed is None:
         layout = "layered"
@@ -361,6 +382,11 @@ def document_graph(document: Any, ir: Mapping[str, Any] | None = None) -> dict[s
         if entry["node"] is not None:
             ops_by_node[entry["node"]].append(op_id)
 
+    sizes = (
+        widths({n["id"]: placed[n["id"]] for n in drawn_in})
+        if layout == "document"
+        else dict.fromkeys(drawn_ids, float(NODE_WIDTH))
+    )
     nodes = []
     for n in drawn_in:
         x, y = placed[n["id"]]
@@ -372,7 +398,7 @@ def document_graph(document: Any, ir: Mapping[str, Any] | None = None) -> dict[s
                 "label": _title(n),
                 "x": x,
                 "y": y,
-                "w": NODE_WIDTH,
+                "w": sizes[n["id"]],
                 "h": NODE_HEIGHT,
                 "group": parent if isinstance(parent, str) and parent in by_id else None,
                 "ops": ops_by_node.get(n["id"], []),

@@ -88,15 +88,17 @@ function edgePath(a, b) {
   const sy = a.y + a.h / 2;
   const tx = b.x;
   const ty = b.y + b.h / 2;
-  if (tx >= sx + 20) {
-    const dx = Math.max(40, (tx - sx) / 2);
-    const d = `M${sx},${sy} C${sx + dx},${sy} ${tx - dx},${ty} ${tx},${ty}`;
-    return { d, lx: (sx + tx) / 2, ly: (sy + ty) / 2 };
+  if (tx < sx && Math.abs(ty - sy) < (a.h + b.h) / 2 + 12) {
+    // A loop back along the same row: out to the right, under both nodes, in from the left.
+    const below = Math.max(a.y + a.h, b.y + b.h) + 34;
+    const d = `M${sx},${sy} C${sx + 60},${sy} ${sx + 60},${below} ${sx},${below} L${tx},${below} C${tx - 60},${below} ${tx - 60},${ty} ${tx},${ty}`;
+    return { d, lx: (sx + tx) / 2, ly: below };
   }
-  // A back edge (a loop): out to the right, under both nodes, in from the left.
-  const below = Math.max(a.y + a.h, b.y + b.h) + 34;
-  const d = `M${sx},${sy} C${sx + 60},${sy} ${sx + 60},${below} ${sx},${below} L${tx},${below} C${tx - 60},${below} ${tx - 60},${ty} ${tx},${ty}`;
-  return { d, lx: (sx + tx) / 2, ly: below };
+  // The editor's (React Flow's) bezier from a right handle to a left handle.
+  const offset = (distance) => (distance >= 0 ? 0.5 * distance : 0.25 * 25 * Math.sqrt(-distance));
+  const k = Math.max(offset(tx - sx), 24);
+  const d = `M${sx},${sy} C${sx + k},${sy} ${tx - k},${ty} ${tx},${ty}`;
+  return { d, lx: (sx + tx) / 2, ly: (sy + ty) / 2 };
 }
 
 export class Canvas {
@@ -109,6 +111,7 @@ export class Canvas {
     this.nodeEls = new Map();
     this.edgeEls = [];
     this.selected = null;
+    this.follow = true;
     this.byId = new Map(graph.nodes.map((n) => [n.id, n]));
     this.order = [...graph.nodes].sort((p, q) => p.x - q.x || p.y - q.y).map((n) => n.id);
     this.focusId = this.order.find((id) => /start/i.test(this.byId.get(id).type)) || this.order[0] || null;
@@ -128,12 +131,12 @@ export class Canvas {
         {},
         s(
           "marker",
-          { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+          { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 11, markerHeight: 11, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
           s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow" }),
         ),
         s(
           "marker",
-          { id: "arrow-taken", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+          { id: "arrow-taken", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 11, markerHeight: 11, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
           s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow-taken" }),
         ),
       ),
@@ -150,6 +153,11 @@ export class Canvas {
         button("−", "Zoom out", () => this.zoom(1 / 1.25)),
         button("+", "Zoom in", () => this.zoom(1.25)),
         button("Fit", "Fit the workflow to the view", () => this.fit()),
+        (this.followButton = h(
+          "button",
+          { type: "button", class: "tool", "aria-pressed": "true", title: "Keep the running nodes in view", onclick: () => this.setFollow(!this.follow) },
+          "Follow",
+        )),
         h("span", { class: "layout-note" }, graph.layout === "layered" ? "layout: computed (the document has no usable positions)" : ""),
       ),
       this.svg,
@@ -225,7 +233,7 @@ export class Canvas {
         title,
         s("rect", { class: "focus-ring", x: -5, y: -5, width: n.w + 10, height: n.h + 10, rx: 12 }),
         shape(category, n.w, n.h),
-        s("text", { class: "title", x: category === "branch" || category === "ask" ? 20 : 14, y: 22 }, truncate(n.label, 21)),
+        s("text", { class: "title", x: category === "branch" || category === "ask" ? 20 : 14, y: 22 }, truncate(n.label, Math.max(8, Math.floor((n.w - 44) / 7.4)))),
         s("text", { class: "kind", x: category === "branch" || category === "ask" ? 20 : 14, y: 40 }, n.type),
         glyph,
         visits,
@@ -253,6 +261,7 @@ export class Canvas {
         svg.classList.add("panning");
       }
       if (drag.moved) {
+        this.setFollow(false);
         this.tx = drag.tx + dx;
         this.ty = drag.ty + dy;
         this.apply();
@@ -274,6 +283,7 @@ export class Canvas {
       "wheel",
       (e) => {
         e.preventDefault();
+        this.setFollow(false);
         const rect = svg.getBoundingClientRect();
         this.zoom(Math.exp(-e.deltaY * 0.0015), e.clientX - rect.left, e.clientY - rect.top);
       },
@@ -352,6 +362,18 @@ export class Canvas {
       }
     }
     return best;
+  }
+
+  setFollow(on) {
+    this.follow = on;
+    this.followButton.setAttribute("aria-pressed", String(on));
+  }
+
+  /** While following, pan so that the node that started last is in view. */
+  keepInView(model) {
+    if (!this.follow || !model.lastStarted) return;
+    const state = model.nodes.get(model.lastStarted);
+    if (state && state.status === "running") this.reveal(model.lastStarted);
   }
 
   setFocus(id, move) {

@@ -40,6 +40,7 @@ export class RunModel {
     this.applied = 0;
     this.lastSeq = 0;
     this.lastEdge = null;
+    this.lastStarted = null;
     this.usage = { calls: 0, input_tokens: 0, output_tokens: 0 };
     this.finishedUsage = null;
     this.dirtyNodes = new Set();
@@ -100,6 +101,7 @@ export class RunModel {
         this.resumeFrom = null;
         this.trackLast.set(track, id);
         node.running.add(`${ev.op_id}|${track}`);
+        this.lastStarted = id;
         node.status = "running";
         this.dirtyNodes.add(id);
         break;

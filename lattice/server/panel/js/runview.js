@@ -357,6 +357,7 @@ export class RunView {
       this.cursor = to;
       t2 = performance.now();
       this.canvas.update(this.model, this.model.takeDirty());
+      this.canvas.keepInView(this.model);
     }
     const t3 = performance.now();
     this.slider.max = String(to);
