@@ -479,3 +479,27 @@ def test_parallel_branches_run_at_once_on_the_canvas(
     assert status(page, "answer_all") == "completed"
     taken = page.execute_script("return [...document.querySelectorAll('.edge.taken')].length")
     assert taken == 9  # every connection of this run's path
+
+
+def test_keyboard_focus_survives_live_updates(
+    page: Any, base_url: str, client: httpx.Client, triage: str
+) -> None:
+    """The header ticks every second, the runs list refreshes every two: neither takes
+    the focus away from the control a keyboard user is on."""
+    run_id = start_via_api(client, document=steps(4), mock_script=script(4), mock_latency_ms=800)
+    open_run(page, base_url, run_id)
+    until(
+        lambda: page.execute_script("return !!document.getElementById('cancel-run')"), "no Cancel"
+    )
+    page.execute_script("document.getElementById('cancel-run').focus()")
+    time.sleep(2.2)
+    assert page.execute_script("return document.activeElement.id") == "cancel-run"
+    page.get(f"{base_url}/")
+    link = f"tr[data-run='{triage}'] a"
+    until(
+        lambda: page.execute_script("return !!document.querySelector(arguments[0])", link), "no row"
+    )
+    page.execute_script("document.querySelector(arguments[0]).focus()", link)
+    time.sleep(4.5)  # two refreshes, one of them while a run is running
+    assert page.execute_script("return document.activeElement.closest('tr')?.dataset.run") == triage
+    wait_for_status(client, run_id, ("completed",))

@@ -166,7 +166,7 @@ function recordView(record, definition, open) {
   if (failure) body.push(failure);
   return h(
     "details",
-    { class: "record", open, "data-op": record.op_id, "data-label": record.label },
+    { class: "record", open, "data-op": record.op_id, "data-label": record.label, "data-keep": `record-${record.label}` },
     h("summary", {}, h("span", { class: "label-seq" }, `#${record.label}`), " ", h("strong", {}, record.op_id), ` · ${record.kind}`, record.port ? ` → ${record.port}` : "", " ", badges),
     h("div", { class: "record-body" }, body),
   );
@@ -193,7 +193,8 @@ export class Inspector {
   show(nodeId) {
     this.nodeId = nodeId;
     this.records = null;
-    this.render();
+    this.draw();
+    this.el.scrollTop = 0;
     this.load();
   }
 
@@ -255,6 +256,20 @@ export class Inspector {
   }
 
   render() {
+    // What the reader opened or closed, and where they were, survive a redraw.
+    const scroll = this.el.scrollTop;
+    const kept = new Map();
+    for (const d of this.el.querySelectorAll("details[data-keep]")) kept.set(d.dataset.keep, d.open);
+    const focusKeep = document.activeElement?.closest?.("details[data-keep]")?.dataset.keep;
+    this.draw();
+    for (const d of this.el.querySelectorAll("details[data-keep]")) {
+      if (kept.has(d.dataset.keep)) d.open = kept.get(d.dataset.keep);
+    }
+    if (focusKeep) this.el.querySelector(`details[data-keep="${CSS.escape(focusKeep)}"] > summary`)?.focus();
+    this.el.scrollTop = scroll;
+  }
+
+  draw() {
     const el = clear(this.el);
     const node = this.graph.nodes.find((n) => n.id === this.nodeId);
     if (!node) {
@@ -278,7 +293,7 @@ export class Inspector {
     el.append(
       h(
         "details",
-        { class: "ops-def" },
+        { class: "ops-def", "data-keep": "ops-def" },
         h("summary", {}, `ExecIR ops (${ops.length})`),
         h(
           "ul",

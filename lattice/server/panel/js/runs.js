@@ -98,6 +98,11 @@ export class HomeView {
   }
 
   renderRuns(runs) {
+    const signature = JSON.stringify(runs.map((r) => [r.run_id, r.status, r.calls, r.tokens, r.cost_usd, r.finished_at]));
+    const running = runs.some((r) => r.status === "running");
+    if (signature === this.signature && !running) return;
+    this.signature = signature;
+    const focused = this.tbody.contains(document.activeElement) ? document.activeElement.closest("tr")?.dataset.run : null;
     const rows = runs.map((run) => {
       const href = `#/runs/${encodeURIComponent(run.run_id)}`;
       const name = run.workflow_name || run.workflow || "(unnamed)";
@@ -114,6 +119,7 @@ export class HomeView {
       );
     });
     clear(this.tbody).append(...rows);
+    if (focused) this.tbody.querySelector(`tr[data-run="${CSS.escape(focused)}"] a`)?.focus();
   }
 
   async loadWorkflows() {

@@ -132,41 +132,65 @@ export class RunView {
     this.renderState(true);
   }
 
+  /** The header: built once; its facts are updated in place and its buttons only
+   * when the status changes, so that keyboard focus is not lost. */
   renderHead() {
     if (!this.head || !this.run) return;
     const run = this.run;
     const status = run.status;
     const usage = run.status === "running" || !run.usage ? this.model.usage : run.usage;
     const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
-    const actions = [];
-    if (status === "running") actions.push(h("button", { type: "button", id: "cancel-run", onclick: () => this.cancel() }, "Cancel"));
-    if (status === "failed" || status === "interrupted") actions.push(h("button", { type: "button", id: "resume-run", class: "primary", onclick: () => this.resume() }, "Resume"));
-    clear(this.head).append(
-      h(
-        "div",
-        { class: "title-row" },
-        h("h1", {}, this.graph.workflow?.name || run.workflow || "Run"),
-        statusBadge(status),
-        this.conn,
-      ),
-      h(
-        "dl",
-        { class: "run-facts" },
-        h("dt", {}, "run"),
-        h("dd", {}, h("code", {}, run.run_id)),
-        h("dt", {}, "started"),
-        h("dd", {}, fmtTime(run.started_at)),
-        h("dt", {}, "duration"),
-        h("dd", {}, fmtMs(duration(run.started_at, status === "running" ? null : run.finished_at))),
-        h("dt", {}, "calls"),
-        h("dd", { id: "run-calls" }, fmtInt(usage.calls || 0)),
-        h("dt", {}, "tokens"),
-        h("dd", { id: "run-tokens" }, fmtInt(tokens)),
-        h("dt", {}, "cost"),
-        h("dd", {}, fmtCost(run.cost_usd)),
-      ),
-      h("div", { class: "actions" }, actions, h("a", { href: "#/", class: "back" }, "All runs")),
-    );
+    if (!this.facts) {
+      const dd = (id) => h("dd", { id });
+      this.facts = {
+        badge: h("span"),
+        duration: dd("run-duration"),
+        calls: dd("run-calls"),
+        tokens: dd("run-tokens"),
+        cost: dd("run-cost"),
+        actions: h("div", { class: "actions" }),
+      };
+      const f = this.facts;
+      clear(this.head).append(
+        h("div", { class: "title-row" }, h("h1", {}, this.graph.workflow?.name || run.workflow || "Run"), f.badge, this.conn),
+        h(
+          "dl",
+          { class: "run-facts" },
+          h("dt", {}, "run"),
+          h("dd", {}, h("code", {}, run.run_id)),
+          h("dt", {}, "started"),
+          h("dd", {}, fmtTime(run.started_at)),
+          h("dt", {}, "duration"),
+          f.duration,
+          h("dt", {}, "calls"),
+          f.calls,
+          h("dt", {}, "tokens"),
+          f.tokens,
+          h("dt", {}, "cost"),
+          f.cost,
+        ),
+        f.actions,
+      );
+    }
+    const f = this.facts;
+    const set = (el, text) => {
+      if (el.textContent !== text) el.textContent = text;
+    };
+    set(f.duration, fmtMs(duration(run.started_at, status === "running" ? null : run.finished_at)));
+    set(f.calls, fmtInt(usage.calls || 0));
+    set(f.tokens, fmtInt(tokens));
+    set(f.cost, fmtCost(run.cost_usd));
+    if (f.status !== status) {
+      f.status = status;
+      f.badge.replaceWith((f.badge = statusBadge(status)));
+      const focused = f.actions.contains(document.activeElement);
+      const actions = [];
+      if (status === "running") actions.push(h("button", { type: "button", id: "cancel-run", onclick: () => this.cancel() }, "Cancel"));
+      if (status === "failed" || status === "interrupted") actions.push(h("button", { type: "button", id: "resume-run", class: "primary", onclick: () => this.resume() }, "Resume"));
+      const back = h("a", { href: "#/", class: "back" }, "All runs");
+      clear(f.actions).append(...actions, back);
+      if (focused) (actions[0] || back).focus();
+    }
   }
 
   renderNotice() {
@@ -472,9 +496,11 @@ export class RunView {
     const state = this.timeline.at(this.events, this.cursor);
     const ev = this.cursor > 0 ? this.events[this.cursor - 1] : null;
     const highlight = ev && ev.type === "state_write" ? ev.data?.path : null;
+    const scroll = this.stateTree.scrollTop;
     const box = clear(this.stateTree);
     for (const root of ["in", "vars", "tmp", "ctx"]) {
       box.append(tree(state[root], `$${root}`, { open: this.openPaths, depth: root === "vars" || root === "in" ? 1 : 0, highlight, path: `$${root}` }));
     }
+    box.scrollTop = scroll;
   }
 }
