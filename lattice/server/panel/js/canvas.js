@@ -163,8 +163,19 @@ export class Canvas {
       this.svg,
       h("p", { id: helpId, class: "sr-only" }, "Arrow keys move between nodes; Enter or Space opens the focused node in the inspector; plus and minus zoom; 0 fits the drawing."),
     );
+    this.size = { width: 0, height: 0 };
     this.draw();
     this.bind();
+  }
+
+  /** The SVG's size, kept by a ResizeObserver: reading it never forces a layout (the
+   * canvas pans while batches of events are applied). */
+  viewSize() {
+    if (!this.size.width) {
+      const rect = this.svg.getBoundingClientRect();
+      this.size = { width: rect.width, height: rect.height };
+    }
+    return this.size;
   }
 
   draw() {
@@ -246,6 +257,10 @@ export class Canvas {
 
   bind() {
     const svg = this.svg;
+    new ResizeObserver((entries) => {
+      const box = entries[entries.length - 1].contentRect;
+      this.size = { width: box.width, height: box.height };
+    }).observe(svg);
     let drag = null;
     svg.addEventListener("pointerdown", (e) => {
       if (e.button !== 0) return;
@@ -408,7 +423,7 @@ export class Canvas {
   /** Pan so that node `id` is in view (when it is not). */
   reveal(id) {
     const n = this.byId.get(id);
-    const rect = this.svg.getBoundingClientRect();
+    const rect = this.viewSize();
     if (!n || !rect.width) return;
     const left = n.x * this.scale + this.tx;
     const top = n.y * this.scale + this.ty;

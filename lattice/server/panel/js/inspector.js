@@ -257,7 +257,6 @@ export class Inspector {
 
   render() {
     // What the reader opened or closed, and where they were, survive a redraw.
-    const scroll = this.el.scrollTop;
     const kept = new Map();
     for (const d of this.el.querySelectorAll("details[data-keep]")) kept.set(d.dataset.keep, d.open);
     const focusKeep = document.activeElement?.closest?.("details[data-keep]")?.dataset.keep;
@@ -266,7 +265,6 @@ export class Inspector {
       if (kept.has(d.dataset.keep)) d.open = kept.get(d.dataset.keep);
     }
     if (focusKeep) this.el.querySelector(`details[data-keep="${CSS.escape(focusKeep)}"] > summary`)?.focus();
-    this.el.scrollTop = scroll;
   }
 
   draw() {

@@ -78,6 +78,7 @@ export class RunView {
     this.stream?.close();
     clearInterval(this.clock);
     clearTimeout(this.stateTimer);
+    this.visibility?.disconnect();
   }
 
   // -- layout -------------------------------------------------------------------------
@@ -129,7 +130,12 @@ export class RunView {
     );
     this.renderHead();
     this.renderNotice();
-    this.renderState(true);
+    this.renderState();
+    this.visibility = new IntersectionObserver((entries) => {
+      this.stateVisible = entries[entries.length - 1].isIntersecting;
+      if (this.stateVisible && this.stateStale) this.renderState();
+    });
+    this.visibility.observe(this.stateTree);
   }
 
   /** The header: built once; its facts are updated in place and its buttons only
@@ -389,7 +395,7 @@ export class RunView {
     this.renderPosition();
     this.renderHeadSoon();
     this.inspector.touched(this.events.slice(from, to));
-    this.renderState(false);
+    this.stateSoon();
     const t4 = performance.now();
     recordBatch(size, t4 - t0, { parse: t1 - t0, fold: t2 - t1, draw: t3 - t2, rest: t4 - t3 });
     if (this.queueHead < this.queue.length) this.schedule();
@@ -417,7 +423,7 @@ export class RunView {
       }
       this.renderHead();
       this.renderNotice();
-      this.renderState(true);
+      this.renderState();
     };
     drain();
   }
@@ -443,7 +449,7 @@ export class RunView {
     this.canvas.update(this.model, this.model.takeDirty());
     this.slider.value = String(count);
     this.renderPosition();
-    this.renderState(true);
+    this.renderState();
   }
 
   goLive() {
@@ -480,27 +486,33 @@ export class RunView {
     this.stateView.classList.toggle("past", !this.live);
   }
 
-  renderState(now) {
-    if (!this.timeline) return;
-    const elapsed = performance.now() - this.lastStateRender;
-    if (!now && elapsed < STATE_RENDER_MS) {
-      if (!this.stateTimer) {
-        this.stateTimer = setTimeout(() => {
-          this.stateTimer = null;
-          this.renderState(true);
-        }, STATE_RENDER_MS - elapsed);
+  /** Redraw the state tree after the batch, at most every STATE_RENDER_MS, and only
+   * while it is on screen (it is drawn when it comes into view). */
+  stateSoon() {
+    if (this.stateTimer) return;
+    const wait = Math.max(0, STATE_RENDER_MS - (performance.now() - this.lastStateRender));
+    this.stateTimer = setTimeout(() => {
+      this.stateTimer = null;
+      if (this.stateVisible === false) {
+        this.stateStale = true;
+        return;
       }
-      return;
-    }
+      this.renderState();
+    }, wait);
+  }
+
+  renderState() {
+    if (!this.timeline || this.dead) return;
     this.lastStateRender = performance.now();
+    this.stateStale = false;
     const state = this.timeline.at(this.events, this.cursor);
     const ev = this.cursor > 0 ? this.events[this.cursor - 1] : null;
     const highlight = ev && ev.type === "state_write" ? ev.data?.path : null;
-    const scroll = this.stateTree.scrollTop;
-    const box = clear(this.stateTree);
-    for (const root of ["in", "vars", "tmp", "ctx"]) {
-      box.append(tree(state[root], `$${root}`, { open: this.openPaths, depth: root === "vars" || root === "in" ? 1 : 0, highlight, path: `$${root}` }));
-    }
-    box.scrollTop = scroll;
+    // replaceChildren keeps the box's scroll position (no layout in between)
+    this.stateTree.replaceChildren(
+      ...["in", "vars", "tmp", "ctx"].map((root) =>
+        tree(state[root], `$${root}`, { open: this.openPaths, depth: root === "vars" || root === "in" ? 1 : 0, highlight, path: `$${root}` }),
+      ),
+    );
   }
 }

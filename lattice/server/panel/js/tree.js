@@ -2,9 +2,9 @@
 // the keyboard opens and closes them: Tab to a summary, Enter or Space), leaves are
 // one line each. Which branches are open is remembered by path across redraws.
 
-import { h, preview } from "./dom.js";
+import { h } from "./dom.js";
 
-const MAX_CHILDREN = 500;
+const FIRST_CHILDREN = 100;
 const MAX_STRING = 4000;
 
 function leaf(value) {
@@ -21,6 +21,34 @@ function leaf(value) {
     default:
       return h("span", { class: "v-other" }, String(value));
   }
+}
+
+/** A one-line preview of `value` that stops as soon as it is long enough (it never
+ * serialises a whole large value). */
+function brief(value, max) {
+  let out = "";
+  const add = (text) => {
+    out += text;
+    return out.length < max;
+  };
+  const walk = (v, depth) => {
+    if (v === null || typeof v !== "object") {
+      return add(typeof v === "string" ? JSON.stringify(v.length > max ? v.slice(0, max) : v) : String(v));
+    }
+    if (depth > 2) return add(Array.isArray(v) ? "[…]" : "{…}");
+    const isArray = Array.isArray(v);
+    if (!add(isArray ? "[" : "{")) return false;
+    let first = true;
+    for (const key of isArray ? v.keys() : Object.keys(v)) {
+      if (!first && !add(",")) return false;
+      first = false;
+      if (!isArray && !add(`${JSON.stringify(key)}:`)) return false;
+      if (!walk(v[key], depth + 1)) return false;
+    }
+    return add(isArray ? "]" : "}");
+  };
+  walk(value, 0);
+  return out.length > max ? `${out.slice(0, max - 1)}…` : out;
 }
 
 function keyLabel(key) {
@@ -59,7 +87,7 @@ export function tree(value, label, opts = {}) {
     keyLabel(label),
     h("span", { class: "sep" }, ": "),
     h("span", { class: "t-meta" }, isArray ? `[${keys.length}]` : `{${keys.length}}`),
-    isOpen ? null : h("span", { class: "t-preview" }, ` ${preview(value, 60)}`),
+    isOpen ? null : h("span", { class: "t-preview" }, ` ${brief(value, 60)}`),
   );
   details.append(summary);
   let filled = false;
@@ -67,11 +95,28 @@ export function tree(value, label, opts = {}) {
     if (filled) return;
     filled = true;
     const box = h("div", { class: "t-children" });
-    for (const key of keys.slice(0, MAX_CHILDREN)) {
+    const child = (key) => {
       const childPath = isArray ? `${path}[${key}]` : /^[A-Za-z0-9_][A-Za-z0-9_-]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
-      box.append(tree(value[key], key, { ...opts, path: childPath, level: level + 1 }));
+      return tree(value[key], key, { ...opts, path: childPath, level: level + 1 });
+    };
+    const all = open.has(`*${path}`);
+    const shown = all ? keys : keys.slice(0, FIRST_CHILDREN);
+    box.append(...shown.map(child));
+    if (shown.length < keys.length) {
+      const more = h(
+        "button",
+        {
+          type: "button",
+          class: "t-more link",
+          onclick: () => {
+            open.add(`*${path}`);
+            more.replaceWith(...keys.slice(shown.length).map(child));
+          },
+        },
+        `show the other ${keys.length - shown.length}`,
+      );
+      box.append(more);
     }
-    if (keys.length > MAX_CHILDREN) box.append(h("div", { class: "t-more" }, `… ${keys.length - MAX_CHILDREN} more`));
     details.append(box);
   };
   if (isOpen) fillChildren();
