@@ -130,8 +130,7 @@ def all_applied(page: Any) -> bool:
     return bool(
         page.execute_script(
             "const v = window.latticePanel.view;"
-            "return !!(v && v.events && v.queue.length > 0 && v.queueHead === v.queue.length"
-            " && v.events.length === v.queue.length);"
+            "return !!(v && v.events && v.events.length > 0 && v.idle());"
         )
     )
 

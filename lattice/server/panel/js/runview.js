@@ -372,6 +372,7 @@ export class RunView {
       } catch {
         /* a line that is not JSON: skipped */
       }
+      this.queue[i] = null;
     }
     const t1 = performance.now();
     const size = end - this.queueHead;
@@ -399,6 +400,11 @@ export class RunView {
     const t4 = performance.now();
     recordBatch(size, t4 - t0, { parse: t1 - t0, fold: t2 - t1, draw: t3 - t2, rest: t4 - t3 });
     if (this.queueHead < this.queue.length) this.schedule();
+  }
+
+  /** Whether every event received so far has been applied (the browser tests ask). */
+  idle() {
+    return this.queueHead === this.queue.length;
   }
 
   renderHeadSoon() {
