@@ -217,16 +217,36 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     p = sub.add_parser(
         "runs",
-        help="list runs, show one, or compare two",
+        help="list runs, show one, compare two, or open one in the execution panel",
         description="lattice runs [list]; lattice runs show RUN; lattice runs diff RUN_A RUN_B "
-        "(status, output, the path taken, each node's outputs and model calls). A RUN is a "
-        "run folder or a run id under --runs-dir.",
+        "(status, output, the path taken, each node's outputs and model calls); lattice runs "
+        "open RUN: the run in the execution panel of lattice serve (docs/panel.md), in a "
+        "browser (a server on --port that sees the run is used, else one is started here "
+        "until Ctrl-C). A RUN is a run folder or a run id under --runs-dir.",
     )
-    p.add_argument("action", nargs="?", choices=["list", "show", "diff"], default="list")
-    p.add_argument("run_dir", nargs="?", help="run folder for 'show'; the first run for 'diff'")
+    p.add_argument("action", nargs="?", choices=["list", "show", "diff", "open"], default="list")
+    p.add_argument(
+        "run_dir",
+        nargs="?",
+        help="run folder (or run id) for 'show' and 'open'; the first for 'diff'",
+    )
     p.add_argument("other", nargs="?", metavar="RUN_B", help="the second run for 'diff'")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
     p.add_argument("--json", action="store_true", help="diff: print the differences as JSON")
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=8600,
+        help="open: the port of the panel's server (default: 8600; 0: start one on any free port)",
+    )
+    p.add_argument(
+        "--workflows",
+        metavar="DIR",
+        help="open: when a server is started, the workflows its new-run form offers",
+    )
+    p.add_argument(
+        "--no-browser", action="store_true", help="open: print the URL without opening a browser"
+    )
     _handler(p, "lattice.cli.run:runs")
 
 

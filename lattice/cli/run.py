@@ -163,6 +163,10 @@ def resume(args: argparse.Namespace) -> int:
 def runs(args: argparse.Namespace) -> int:
     if args.action == "diff":
         return runs_diff(args)
+    if args.action == "open":
+        from lattice.cli.panel import open_run  # the server extra, needed only here
+
+        return open_run(args)
     if args.action == "show":
         if not args.run_dir:
             raise LatticeUserError("lattice runs show RUN_DIR")

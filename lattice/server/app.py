@@ -28,6 +28,7 @@ from lattice.runtime.settings import settings_from_config
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
 from lattice.server.events import stream
 from lattice.server.manager import RunManager, links
+from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.providers import ProviderChoice
@@ -146,8 +147,9 @@ class CheckDocument(BaseModel):
 
 
 class Guard:
-    """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``)
-    and the body size limit (413 before the body is read past the limit)."""
+    """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``
+    and the panel's page and static files, which hold no run data) and the body size
+    limit (413 before the body is read past the limit)."""
 
     def __init__(
         self,
@@ -167,7 +169,11 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if self.expected is not None and scope["path"] != "/healthz":
+        if (
+            self.expected is not None
+            and scope["path"] != "/healthz"
+            and not (scope["method"] in ("GET", "HEAD") and is_public(scope["path"]))
+        ):
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
                 error = "missing_token" if not given else "invalid_token"
@@ -530,6 +536,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             },
         )
 
+    add_panel_routes(app, manager=manager, library=library, respond=respond)
     return app
 
 

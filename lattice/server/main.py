@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -64,22 +65,37 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
 
 def serve(args: argparse.Namespace) -> int:
     """The ``lattice serve`` command."""
-    settings = settings_from_args(args)
+    return run_server(
+        settings_from_args(args), host=args.host, port=args.port, log_level=args.log_level
+    )
+
+
+def run_server(
+    settings: ServerSettings,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "warning",
+    on_started: Callable[[str], None] | None = None,
+) -> int:
+    """Serve ``settings`` until stopped (Ctrl-C, SIGTERM); 2 when it could not start."""
     app = create_app(settings)
-    level = args.log_level.upper()
-    logging.basicConfig(level=level, format="lattice serve: %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), format="lattice serve: %(levelname)s %(name)s: %(message)s"
+    )
     server = LatticeServer(
         uvicorn.Config(
             app,
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            access_log=args.log_level in ("info", "debug"),
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=log_level in ("info", "debug"),
             timeout_graceful_shutdown=5,
             server_header=False,
         ),
         manager=app.state.manager,
         announce=True,
+        on_started=on_started,
     )
     server.run()
     return 0 if server.started else 2
@@ -91,11 +107,18 @@ class LatticeServer(uvicorn.Server):
     listens once it does."""
 
     def __init__(
-        self, config: uvicorn.Config, *, manager: RunManager, announce: bool = False
+        self,
+        config: uvicorn.Config,
+        *,
+        manager: RunManager,
+        announce: bool = False,
+        on_started: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(config)
         self.manager = manager
         self.announce = announce
+        self.on_started = on_started
+        """Called with the server's URL once it listens (``lattice runs open``)."""
         self.port: int | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -106,8 +129,10 @@ class LatticeServer(uvicorn.Server):
             for sock in server.sockets:
                 self.port = sock.getsockname()[1]
                 break
+        where = f"http://{self.config.host}:{self.port}"
+        if self.on_started is not None:
+            self.on_started(where)
         if self.announce:
-            where = f"http://{self.config.host}:{self.port}"
             print(
                 f"lattice: serving on {where} (runs in {self.manager.runs_dir}; API docs at "
                 f"{where}/docs)",

@@ -310,6 +310,8 @@ class RunManager:
                 "started_at": checkpoint.get("started_at"),
                 "finished_at": result.get("finished_at"),
                 "calls": usage.get("calls", 0),
+                "tokens": (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0),
+                "cost_usd": usage.get("estimated_cost_usd"),
                 "failure_category": failure.get("category"),
                 "links": {"self": f"/v1/runs/{run_id}", "events": f"/v1/runs/{run_id}/events"},
                 "_checkpoint": checkpoint,

@@ -322,16 +322,17 @@ def test_a_halted_run_ends_its_spans(
 def test_a_resumed_run_is_a_trace_of_its_own(
     provider: TracerProvider, exporter: InMemorySpanExporter, tmp_path: Path
 ) -> None:
-    mock = MockProvider({"greet": [{"$error": "api_key_error", "message": "bad key"}]})
+    script = {"greet": [{"$error": "api_key_error", "message": "bad key"}, {"greeting": "Hi"}]}
     first = Runner(
-        lower(greeter()), provider=mock, store=RunStore(tmp_path), settings=traced(provider)
+        lower(greeter()),
+        provider=MockProvider(script),
+        store=RunStore(tmp_path),
+        settings=traced(provider),
     ).run({"name": "Ada"})
     assert first.status == "failed"
     assert first.run_dir is not None
-    resumed = Runner.resume(
-        first.run_dir,
-        provider=MockProvider({"greet": [{"greeting": "Hi"}]}),
-        settings=traced(provider),
+    resumed = Runner.resume(  # the script goes on after the failure it scripted
+        first.run_dir, provider=MockProvider(script), settings=traced(provider)
     )
     assert resumed.status == "completed"
     roots = [s for s in exporter.get_finished_spans() if s.parent is None]

@@ -1,0 +1,256 @@
+"""The execution panel: the web page ``lattice serve`` answers at ``/`` (docs/panel.md),
+its static files under ``/panel/``, and the JSON it needs beyond the run API.
+
+The page and its files ship inside the package (``lattice/server/panel/``) and hold no
+run data, so they are served without the bearer token (the page asks for it and sends
+it with every API call); everything else below needs the token like any API route:
+
+- ``GET /v1/runs/{id}/graph``: the canvas of the run's workflow (``graph.py``);
+- ``GET /v1/runs/{id}/state``: the state the run started from (``?at=final``: where it
+  stopped), for the state view's time travel;
+- ``GET /v1/runs/{id}/ops``: the run's op records (``ops/``), an index, or with
+  ``?node=ID`` the full records of one node's ops (inputs, attempts, output);
+- ``GET /v1/forms/{name}``: what the new-run form of a workflow needs (its inputs
+  schema, example inputs, the mock scripts under ``--workflows``, its canvas);
+- ``POST /v1/graph``: the canvas of an inline document.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import FileResponse, Response
+
+from lattice.ir.serialize import ir_to_dict
+from lattice.runs.store import safe_name
+from lattice.server.errors import ApiError, diagnostics_json, not_found
+from lattice.server.graph import document_graph, run_graph
+from lattice.server.manager import RunManager, read_json
+from lattice.server.workflows import WorkflowLibrary
+
+PANEL_DIR = Path(__file__).resolve().parent / "panel"
+"""The page, its ES modules and styles (package data)."""
+
+MEDIA_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".txt": "text/plain; charset=utf-8",
+}
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+"""The page loads nothing from elsewhere (no CDN): every asset is in the package."""
+PAGE_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+MAX_RECORDS = 200
+"""Op records of one node answered at most (the latest ones)."""
+
+Respond = Callable[..., Response]
+
+
+def is_public(path: str) -> bool:
+    """The panel's page and static files: served without the token (no run data)."""
+    return path == "/" or path.startswith("/panel/")
+
+
+class GraphRequest(BaseModel):
+    """``POST /v1/graph``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    document: dict[str, Any]
+
+
+def label_key(label: str) -> tuple[int, ...]:
+    """The order of op record labels (``0003``, ``0003.1.0001``, ``10000``)."""
+    try:
+        return tuple(int(part) for part in label.split("."))
+    except ValueError:
+        return (1 << 62,)
+
+
+def op_files(folder: Path) -> list[tuple[str, str, Path]]:
+    """``(label, op id as in the file name, path)`` of a run's op records, in op order."""
+    try:
+        entries = list(os.scandir(folder / "ops"))
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        name = entry.name
+        if not name.endswith(".json") or "-" not in name:
+            continue
+        label, _, rest = name[: -len(".json")].partition("-")
+        out.append((label, rest, Path(entry.path)))
+    out.sort(key=lambda item: label_key(item[0]))
+    return out
+
+
+def mock_scripts(library: WorkflowLibrary) -> list[str]:
+    """The mock scripts under the workflows folder (relative names)."""
+    root = library.root
+    if root is None:
+        return []
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for file in sorted(files):
+            if file.endswith(".mock.json"):
+                path = Path(folder) / file
+                if path.resolve().is_relative_to(root):
+                    found.append(path.relative_to(root).as_posix())
+    return found
+
+
+def _side_file(library: WorkflowLibrary, name: str, suffix: str) -> str | None:
+    """``flow.json`` → ``flow<suffix>`` when it exists beside it."""
+    if not name.endswith(".json"):
+        return None
+    side = name[: -len(".json")] + suffix
+    try:
+        library.resolve(side, what="file")
+    except ApiError:
+        return None
+    return side
+
+
+def add_panel_routes(
+    app: FastAPI,
+    *,
+    manager: RunManager,
+    library: WorkflowLibrary,
+    respond: Respond,
+) -> None:
+    """Serve the panel from ``app``."""
+
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+    async def page() -> Response:
+        return FileResponse(
+            PANEL_DIR / "index.html", media_type=MEDIA_TYPES[".html"], headers=PAGE_HEADERS
+        )
+
+    @app.api_route("/panel/{path:path}", methods=["GET", "HEAD"], include_in_schema=False)
+    async def asset(path: str) -> Response:
+        file = (PANEL_DIR / path).resolve()
+        media = MEDIA_TYPES.get(file.suffix)
+        if (
+            media is None
+            or "\x00" in path
+            or not file.is_relative_to(PANEL_DIR)
+            or not file.is_file()
+        ):
+            raise not_found(f"no panel file {path!r}")
+        return FileResponse(file, media_type=media, headers=PAGE_HEADERS)
+
+    @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
+    async def graph_of_run(run_id: str) -> Response:
+        folder = manager.folder(run_id)
+        document = read_json(folder / "workflow.json")
+        ir = read_json(folder / "execir.json")
+        if document is None and ir is None:
+            raise not_found(f"run {run_id} has neither workflow.json nor execir.json")
+        return respond(200, run_graph(document, ir))
+
+    @app.get("/v1/runs/{run_id}/state", tags=["panel"], summary="the state a run started from")
+    async def state_of_run(
+        run_id: str,
+        at: Annotated[str, Query(pattern="^(initial|final)$")] = "initial",
+    ) -> Response:
+        folder = manager.folder(run_id)
+        state = read_json(folder / f"state_{at}.json")
+        if state is None:
+            raise not_found(f"run {run_id} has no state_{at}.json (yet)")
+        return respond(200, state)
+
+    @app.get("/v1/runs/{run_id}/ops", tags=["panel"], summary="a run's op records")
+    async def ops_of_run(
+        run_id: str,
+        node: Annotated[str | None, Query(description="only the ops of this node")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_RECORDS)] = 50,
+    ) -> Response:
+        folder = manager.folder(run_id)
+        files = op_files(folder)
+        if node is None:
+            index = []
+            for label, _name, path in files:
+                record = read_json(path)
+                if isinstance(record, dict):
+                    index.append(_summary(label, record))
+            return respond(200, {"ops": index})
+        graph = run_graph(read_json(folder / "workflow.json"), read_json(folder / "execir.json"))
+        mine = {safe_name(op_id) for op_id, entry in graph["ops"].items() if entry["node"] == node}
+        chosen = [(label, path) for label, name, path in files if name in mine]
+        records = []
+        for label, path in chosen[-limit:]:
+            record = read_json(path)
+            if isinstance(record, dict):
+                records.append({"label": label, **record})
+        return respond(200, {"node": node, "total": len(chosen), "records": records})
+
+    @app.get("/v1/forms/{name:path}", tags=["panel"], summary="the new-run form of a workflow")
+    async def form(name: str) -> Response:
+        loaded = library.load(name)
+        ir = ir_to_dict(loaded.lowered.ir) if loaded.lowered.ir is not None else None
+        example_inputs = _side_file(library, name, ".inputs.json")
+        example_answers = _side_file(library, name, ".answers.json")
+        out = loaded.describe(full=False)
+        out.update(
+            {
+                "diagnostics": diagnostics_json(loaded.lowered.diagnostics),
+                "inputs_schema": (ir or {}).get("inputsSchema"),
+                "example_inputs": _read_side(library, example_inputs),
+                "example_answers": _read_side(library, example_answers),
+                "mocks": mock_scripts(library),
+                "default_mock": _side_file(library, name, ".mock.json"),
+                "graph": document_graph(loaded.document, ir),
+            }
+        )
+        return respond(200, out)
+
+    @app.post("/v1/graph", tags=["panel"], summary="the canvas of an inline document")
+    async def graph_of_document(body: GraphRequest) -> Response:
+        lowered = library.lower_inline(body.document)
+        ir = ir_to_dict(lowered.ir) if lowered.ir is not None else None
+        graph = document_graph(body.document, ir)
+        graph["diagnostics"] = diagnostics_json(lowered.diagnostics)
+        return respond(200, graph)
+
+
+def _read_side(library: WorkflowLibrary, name: str | None) -> Any:
+    if name is None:
+        return None
+    try:
+        return json.loads(library.resolve(name, what="file").read_text(encoding="utf-8"))
+    except (OSError, ValueError, ApiError):
+        return None
+
+
+def _summary(label: str, record: Mapping[str, Any]) -> dict[str, Any]:
+    attempts = record.get("attempts")
+    error = record.get("error")
+    return {
+        "label": label,
+        "op_id": record.get("op_id"),
+        "node_id": record.get("node_id"),
+        "kind": record.get("kind"),
+        "branch": record.get("branch"),
+        "port": record.get("port"),
+        "duration_ms": record.get("duration_ms"),
+        "attempts": len(attempts) if isinstance(attempts, list) else 0,
+        "error": error.get("category") if isinstance(error, Mapping) else None,
+    }

@@ -1,0 +1,190 @@
+"""The panel's routes on a real ``lattice serve`` (uvicorn in a thread): the page and its
+files, and the JSON the page reads (a run's canvas, op records and initial state, the
+new-run form of a workflow, the canvas of an inline document)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lattice.config import LatticeConfig, RunsConfig
+from lattice.server.app import ServerSettings
+from lattice.server.panel_api import PANEL_DIR
+from tests.conftest import EXAMPLES
+from tests.panel.helpers import workflows_folder
+from tests.server.helpers import TIMEOUT, approval, serve_in_thread, wait_for_status
+
+TOKEN = "panel-token-for-tests"
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("panel")
+    workflows_folder(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def base_url(space: Path) -> Iterator[str]:
+    settings = ServerSettings(
+        runs_dir=space / "runs",
+        workflows_dir=space / "workflows",
+        config=LatticeConfig(runs=RunsConfig(durability="os")),
+    )
+    with serve_in_thread(settings) as url:
+        yield url
+
+
+@pytest.fixture
+def client(base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def triage(base_url: str) -> str:
+    """A completed support-triage run whose classification was repaired."""
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
+        inputs = json.loads((EXAMPLES / "support-triage.inputs.json").read_text())
+        response = client.post(
+            "/v1/runs",
+            json={
+                "workflow": "support-triage.json",
+                "mock": "support-triage-repair.mock.json",
+                "inputs": inputs,
+            },
+        )
+        assert response.status_code == 202, response.text
+        run_id = str(response.json()["run_id"])
+        assert wait_for_status(client, run_id, ("completed",))["status"] == "completed"
+        return run_id
+
+
+def test_the_page_and_its_files_are_served(client: httpx.Client) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "connect-src 'self'" in policy
+    assert 'src="panel/js/main.js"' in page.text
+    assert client.head("/").status_code == 200
+    for name in sorted(p.relative_to(PANEL_DIR).as_posix() for p in PANEL_DIR.rglob("*.*")):
+        response = client.get(f"/panel/{name}")
+        assert response.status_code == 200, name
+    assert client.get("/panel/js/main.js").headers["content-type"].startswith("text/javascript")
+    assert client.get("/panel/panel.css").headers["content-type"].startswith("text/css")
+
+
+def test_the_page_loads_nothing_from_elsewhere() -> None:
+    """No CDN: every URL the page's files name is relative to the server."""
+    for path in PANEL_DIR.rglob("*.*"):
+        text = path.read_text(encoding="utf-8")
+        for scheme in ("http://", "https://", "//cdn", "@import"):
+            hits = [line for line in text.splitlines() if scheme in line and "w3.org" not in line]
+            assert not hits, (path.name, hits)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/panel/..%2Fpanel_api.py", "/panel/..%2F..%2Fserver%2Fapp.py", "/panel/nope.js", "/panel/js"],
+)
+def test_nothing_but_the_panel_files_is_served(client: httpx.Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+def test_a_run_is_drawn_on_its_workflow(client: httpx.Client, triage: str) -> None:
+    graph = client.get(f"/v1/runs/{triage}/graph").json()
+    assert graph["layout"] == "document"
+    assert graph["workflow"]["id"] == "support-triage"
+    classify = next(n for n in graph["nodes"] if n["id"] == "classify")
+    assert (classify["x"], classify["y"], classify["ops"]) == (300, 300, ["classify"])
+    assert graph["ops"]["classify"]["definition"]["writes"] == "$vars.classify.result"
+    assert graph["inputs_schema"]["required"] == ["ticket"]
+    assert client.get("/v1/runs/nope/graph").status_code == 404
+
+
+def test_a_node_s_op_records_say_what_it_read_wrote_and_tried(
+    client: httpx.Client, triage: str
+) -> None:
+    index = client.get(f"/v1/runs/{triage}/ops").json()["ops"]
+    assert [o["op_id"] for o in index[:3]] == ["start", "classify", "init-revisions"]
+    assert index[1]["attempts"] == 3
+    classify = client.get(f"/v1/runs/{triage}/ops", params={"node": "classify"}).json()
+    assert classify["total"] == 1
+    record = classify["records"][0]
+    assert record["label"] == "0002"
+    assert record["inputs"] == {
+        "$in.ticket": json.loads((EXAMPLES / "support-triage.inputs.json").read_text())["ticket"]
+    }
+    assert record["output"] == {"category": "billing", "urgency": 4}
+    kinds = [a["kind"] for a in record["attempts"]]
+    assert kinds == ["initial", "repair", "escalation"]
+    assert record["attempts"][0]["violations"] == [
+        {"pointer": "/urgency", "message": "is 9, at most 5 allowed"}
+    ]
+    assert "broke the contract" in record["attempts"][1]["messages"][-1]["content"]
+    route = client.get(f"/v1/runs/{triage}/ops", params={"node": "route"}).json()
+    assert [r["port"] for r in route["records"]] == ["Billing", "Billing"]
+    last = client.get(f"/v1/runs/{triage}/ops", params={"node": "route", "limit": 1}).json()
+    assert (last["total"], len(last["records"]), last["records"][0]["label"]) == (2, 1, "0013")
+    assert client.get(f"/v1/runs/{triage}/ops", params={"node": "zz"}).json()["records"] == []
+
+
+def test_the_state_a_run_started_from(client: httpx.Client, triage: str) -> None:
+    initial = client.get(f"/v1/runs/{triage}/state").json()
+    assert initial["vars"] == {} and initial["ctx"]["run_id"] == triage
+    final = client.get(f"/v1/runs/{triage}/state", params={"at": "final"}).json()
+    assert final["vars"]["revisions"] == 1
+    assert client.get(f"/v1/runs/{triage}/state", params={"at": "middle"}).status_code == 422
+
+
+def test_the_runs_list_says_tokens_and_cost(client: httpx.Client, triage: str) -> None:
+    run = next(r for r in client.get("/v1/runs").json()["runs"] if r["run_id"] == triage)
+    assert run["calls"] == 7 and run["tokens"] > 0 and "cost_usd" in run
+
+
+def test_the_form_of_a_workflow(client: httpx.Client) -> None:
+    form = client.get("/v1/forms/support-triage.json").json()
+    assert form["inputs_schema"]["properties"]["ticket"]["type"] == "string"
+    assert form["example_inputs"]["ticket"].startswith("Hello")
+    assert form["mocks"] == [
+        "analyst-panel.mock.json",
+        "approval.mock.json",
+        "support-triage-repair.mock.json",
+        "support-triage.mock.json",
+    ]
+    assert form["default_mock"] == "support-triage.mock.json"
+    assert len(form["graph"]["nodes"]) == 16
+    bare = client.get("/v1/forms/approval.json").json()
+    assert (bare["example_inputs"], bare["default_mock"]) == (None, "approval.mock.json")
+    assert bare["graph"]["layout"] == "layered"
+    assert client.get("/v1/forms/..%2Foutside.json").status_code in (400, 404)
+    assert client.get("/v1/forms/missing.json").status_code == 404
+
+
+def test_the_canvas_of_an_inline_document(client: httpx.Client) -> None:
+    graph = client.post("/v1/graph", json={"document": approval()}).json()
+    assert graph["layout"] == "layered" and graph["diagnostics"] == []
+    assert graph["ops"]["approve#switch"]["node"] == "approve"
+    broken = client.post("/v1/graph", json={"document": {"nodes": [{"id": "a", "type": "promt"}]}})
+    assert broken.status_code == 200
+    assert {d["code"] for d in broken.json()["diagnostics"]} >= {"unknown-node-type"}
+    assert client.post("/v1/graph", json={"nodes": []}).status_code == 422
+
+
+def test_with_a_token_only_the_page_is_public(space: Path) -> None:
+    settings = ServerSettings(runs_dir=space / "runs", token=TOKEN)
+    with serve_in_thread(settings) as url, httpx.Client(base_url=url, timeout=TIMEOUT) as anon:
+        assert anon.get("/").status_code == 200
+        assert anon.get("/panel/js/api.js").status_code == 200
+        for path in ("/v1/runs", "/v1/runs/x/graph", "/v1/runs/x/ops", "/v1/forms/a.json"):
+            assert anon.get(path).status_code == 401, path
+        assert anon.post("/", json={}).status_code == 401  # only GET and HEAD are public
+        authorised = anon.get("/v1/runs", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert authorised.status_code == 200
