@@ -14,8 +14,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
-
 from lattice.document.limits import check_json_value
 from lattice.document.loader import parse_workflow, pointer_join, read_json_file
 from lattice.document.models import Workflow
@@ -34,6 +32,7 @@ from lattice.lower.flow_nodes import (
     VariableStoreLowerer,
 )
 from lattice.lower.foreach import BODY_KEY, ForEachLowerer, expand_for_each
+from lattice.lower.graph import DiGraph
 from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
 from lattice.lower.loops import loop_diagnostics
 from lattice.lower.mcp_servers import unknown_mcp_servers
@@ -101,7 +100,7 @@ class _Compiler:
         self.ctx.diagnostics.extend(foreach_diags + inline_diags)
         self.lowerings: dict[str, NodeLowering] = {}
         self.ports: dict[str, list[str] | None] = {}
-        self.graph: nx.DiGraph = nx.DiGraph()
+        self.graph: DiGraph[str] = DiGraph()
         self._types: Suggester | None = None
 
     def run(self) -> LoweringResult:

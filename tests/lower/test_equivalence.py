@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from lattice.document.loader import parse_workflow
 from lattice.document.models import SEQUENTIAL_PORT, Connection, Node, Workflow
 from lattice.lower.checks import Reachability
+from lattice.lower.graph import DiGraph
 from lattice.lower.registry import PRODUCER_TYPES, ROUTING_TYPES, LoweringContext
 from lattice.lower.subflows import NAMESPACE_SEPARATOR, inline_subflows
 from tests.builders import node
@@ -230,7 +231,12 @@ def test_reachability_matches_networkx(rnd: random.Random, size: int) -> None:
         for source in rnd.sample(range(size), min(size, 80)):
             graph.add_edge(source, target)
     named = nx.relabel_nodes(graph, {i: f"n{i}" for i in range(size)})
-    reach = Reachability(named)
+    ours: DiGraph[str] = DiGraph()
+    for name in named:
+        ours.add_node(name)
+    for a, b in named.edges:
+        ours.add_edge(a, b)
+    reach = Reachability(ours)
     queries = [(f"n{rnd.randrange(size)}", f"n{rnd.randrange(size)}") for _ in range(300)]
     if rnd.random() < 0.5:  # answered together ahead (some of them), or one by one
         reach.prepare(queries[: rnd.randrange(len(queries))])
