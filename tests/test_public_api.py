@@ -16,6 +16,8 @@ import lattice
 from tests.conftest import REPO
 
 SDKS = ("openai", "anthropic", "mcp")
+HEAVY = ("networkx", "httpx", "httpcore", "jsonschema", "rich", "anyio", *SDKS)
+"""Modules that a run, a lowering or an HTTP call imports when it needs them, never an import."""
 KEYWORD_ONLY = {"LLMPrimitive": 0, "Response": 0, "Runner": 1}
 """Public classes → how many leading positional parameters they take (``Runner(ir, ...)``)."""
 
@@ -73,14 +75,14 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
         _ = lattice.Lowerer  # type: ignore[attr-defined]
 
 
-def _sdks_after(code: str) -> list[str]:
+def _sdks_after(code: str, watched: tuple[str, ...] = SDKS) -> list[str]:
     out = subprocess.run(
         [
             sys.executable,
             "-c",
             code
             + "\nimport json, sys\n"
-            + f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(SDKS)!r}))))",
+            + f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(watched)!r}))))",
         ],
         capture_output=True,
         text=True,
@@ -97,6 +99,37 @@ def test_import_lattice_does_not_import_the_sdks() -> None:
 def test_using_the_public_api_does_not_import_the_sdks() -> None:
     """Even a star import (every public name, provider classes included) stays SDK-free."""
     assert _sdks_after("from lattice import *") == []
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import lattice",
+        "import lattice; lattice.Runner",
+        "from lattice import Runner, lower, RunStore, MockProvider, RuntimeSettings",
+        "import lattice.runtime.runner, lattice.lower, lattice.runs.store",
+    ],
+)
+def test_importing_the_runtime_and_the_compiler_loads_no_heavy_module(code: str) -> None:
+    """networkx is gone; httpx, jsonschema and the SDKs are imported lazily, when a run,
+    a lowering or an HTTP call needs them (bench/compare_langgraph.py times the import)."""
+    assert _sdks_after(code, HEAVY) == []
+
+
+def test_the_heavy_modules_come_when_needed() -> None:
+    """The probe above can fail: a schema and an HTTP request's transport bring theirs."""
+    document = {
+        "nodes": [
+            {"id": "s", "type": "start"},
+            {"id": "p", "type": "prompt", "data": {"prompt": "hi", "outputSchema": {}}},
+            {"id": "e", "type": "end"},
+        ],
+        "connections": [{"from": "s", "to": "p"}, {"from": "p", "to": "e"}],
+    }
+    schema = f"from lattice import lower\nlower({document!r})"
+    assert _sdks_after(schema, HEAVY) == ["jsonschema"]
+    http = "from lattice.tools.http import HttpPolicy\nHttpPolicy().transport_for_run()"
+    assert _sdks_after(http, HEAVY) == ["anyio", "httpcore", "httpx", "rich"]
 
 
 def test_the_probe_would_see_an_sdk() -> None:

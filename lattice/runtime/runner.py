@@ -19,9 +19,7 @@ import os
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
@@ -65,6 +63,9 @@ from lattice.runtime.walk import (
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.http import HttpClientPool
 from lattice.tools.mcp import ToolSessions
+
+if TYPE_CHECKING:
+    import jsonschema
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,8 @@ class Runner:
             max_visits=self.limits.max_visits,
             max_parallel=self.settings.max_parallel,
         )
-        self._input_validator = jsonschema.Draft202012Validator(ir.inputs_schema or {})
+        self._input_validator: jsonschema.Draft202012Validator | None = None
+        """Made when an input first needs jsonschema (a heavy import; flat schemas never do)."""
         self._inputs_accepted = flat_object_check(ir.inputs_schema)
         self._model_classes = sorted(
             {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
@@ -221,11 +223,17 @@ class Runner:
     def validate_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Raise InputError listing every way ``inputs`` breaks the inputs schema."""
         accepted = self._inputs_accepted
-        if (accepted is not None and accepted(inputs)) or self._input_validator.is_valid(inputs):
+        if accepted is not None and accepted(inputs):
             return
-        errors = sorted(
-            self._input_validator.iter_errors(dict(inputs)), key=lambda e: list(e.absolute_path)
-        )
+        validator = self._input_validator
+        if validator is None:
+            import jsonschema
+
+            validator = jsonschema.Draft202012Validator(self.ir.inputs_schema or {})
+            self._input_validator = validator
+        if validator.is_valid(inputs):
+            return
+        errors = sorted(validator.iter_errors(dict(inputs)), key=lambda e: list(e.absolute_path))
         if errors:
             lines = []
             for err in errors:
