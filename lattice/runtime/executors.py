@@ -123,6 +123,7 @@ class StateExecutor(Executor):
     def __init__(self, op: StateOp) -> None:
         self.op = op
         self.path = f"$vars.{op.variable}"
+        self.parsed = parse_path(self.path)
         self.value = ValueTemplate(op.value) if op.value is not None else None
 
     async def run(self, ctx: RunContext) -> Outcome:
@@ -137,14 +138,16 @@ class StateExecutor(Executor):
         elif op.operation == "append":
             appended = value
             # Records and events carry the appended item, not the whole list (linear growth).
-            value = state.append(self.path, appended)
+            value = state.append(self.parsed, appended)
             ctx.last_result = self.path
             ctx.emit("state_write", {"path": self.path, "appended": appended, "length": len(value)})
             return Outcome(output={"appended": appended, "length": len(value)})
         elif op.operation == "increment":
-            current = state.get(self.path, 0)
+            current = state.get(self.parsed, 0)
             step = 1 if value is None else value
-            if not _is_number(current) or not _is_number(step):
+            if not (type(current) in _NUMBERS and type(step) in _NUMBERS) and not (
+                _is_number(current) and _is_number(step)
+            ):
                 raise LatticeRunError(
                     f"cannot increment {self.path}: {_excerpt(current)} + {_excerpt(step)} are not both numbers",
                     error_type="state_error",
@@ -156,6 +159,10 @@ class StateExecutor(Executor):
             ctx.emit("state_write", {"path": self.path, "deleted": True})
             value = None
         return Outcome(output=value)
+
+
+_NUMBERS = (int, float)
+"""The exact types of most numbers (``_is_number`` decides for the rest: subclasses, bool)."""
 
 
 def _is_number(value: Any) -> bool:

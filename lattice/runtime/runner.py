@@ -445,7 +445,6 @@ class Runner:
         )
         ctx.counters = Counters()
         ctx.base_provider = self.provider
-        ctx.limiter = asyncio.Semaphore(self.settings.max_parallel)
         ctx.resume_branches = {}
         return ctx
 
