@@ -33,7 +33,7 @@ from lattice.runs.checkpoint import file_digests, owner, refuse_if_running, stat
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import read_journal
 from lattice.runs.redaction import Redactor, make_redactor
-from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, new_run_id
+from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, file_text, new_run_id
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -133,6 +133,7 @@ class Runner:
         self._event_listeners: list[EventListener] = []
         self._state_listeners: list[StateListener] = []
         self._active: dict[str, RunContext] = {}
+        self._execir_text: str | None = None
         check_answers(ir, self.answers)
 
     def subscribe(self, listener: EventListener) -> None:
@@ -160,7 +161,9 @@ class Runner:
         """Synchronous ``arun``, on this thread's reused event loop (``lattice.runtime.sync``);
         the provider's clients bound to that loop are closed after the run."""
         return run_sync(
-            lambda: _closing_loop_clients(self.provider, self.arun(inputs, run_id=run_id)),
+            lambda: _closing_loop_clients(
+                self.provider, self._start(inputs, run_id, own_loop=True)
+            ),
             what="await runner.arun(...)",
         )
 
@@ -168,6 +171,13 @@ class Runner:
         self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
     ) -> RunResult:
         """Run from the entry op. Inputs that fail the inputs schema raise InputError before anything is written."""
+        return await self._start(inputs, run_id, own_loop=False)
+
+    async def _start(
+        self, inputs: Mapping[str, Any] | None, run_id: str | None, *, own_loop: bool
+    ) -> RunResult:
+        """``arun``; ``own_loop``: the loop runs nothing but this run (``run``), so the
+        journal is forced to disk on the loop's thread instead of a worker's."""
         inputs = dict(inputs or {})
         self.validate_inputs(inputs)
         redact = self._redactor() if self.store.root is not None else None
@@ -178,15 +188,19 @@ class Runner:
             if recorder.run_dir is not None:
                 if self.workflow is not None:
                     recorder.write_json("workflow.json", self.workflow)
-                recorder.write_json("execir.json", ir_to_dict(self.ir))
+                if self._execir_text is None:  # the same for every run
+                    self._execir_text = file_text(ir_to_dict(self.ir))
+                recorder.write_text("execir.json", self._execir_text)
                 recorder.write_json("input.json", inputs)
                 recorder.write_json("state_initial.json", state.snapshot())
                 ctx.checkpoint = self._started(ctx, recorder.run_dir)
                 recorder.write_json("checkpoint.json", ctx.checkpoint)
+                await recorder.sync_started()
             ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
         except BaseException:
             _abandon(ctx)
             raise
+        ctx.commit_here = own_loop
         with gc_pacing(self.settings.gc_pacing):
             return await self._walk(ctx, Position(self.ir.entry))
 

@@ -208,7 +208,7 @@ class Walker:
                         ctx, step, track.op_seq, outcome, nxt, counters, calls_before, output
                     )
                 )
-                await recorder.commit()
+                await recorder.commit(here=root.commit_here and not in_branch)
             elif changes:
                 state.changes = []
             if nxt is None:
