@@ -122,6 +122,10 @@ class Reachability:
         endpoint, so n readers of n different far-away producers would cost n². Here the
         far sources get one bit each, and one pass over the graph in topological order
         (ORing each component's bits into its successors) answers 256 sources at once.
+        A query goes with its source when the source has at least as many far targets as
+        the target has far sources; otherwise the target gets the bit, in a pass backwards
+        through predecessors: the many setters of a variable that one node reads, and one
+        producer that many nodes read, each take one bit, not thousands.
         """
         far: dict[int, set[int]] = {}
         for source, target in pairs:
@@ -132,20 +136,45 @@ class Reachability:
                 far.setdefault(a, set()).add(b)
         if len(far) <= BATCH_SOURCES:
             return
-        sources = sorted(far)  # topological order
-        successors = self._condensed.succ
-        for start in range(0, len(sources), BATCH_CHUNK):
-            chunk = sources[start : start + BATCH_CHUNK]
+        sources_of: dict[int, int] = {}
+        for targets in far.values():
+            for b in targets:
+                sources_of[b] = sources_of.get(b, 0) + 1
+        forward: dict[int, set[int]] = {}
+        backward: dict[int, set[int]] = {}
+        for a, targets in far.items():
+            for b in targets:
+                if len(targets) >= sources_of[b]:
+                    forward.setdefault(a, set()).add(b)
+                else:
+                    backward.setdefault(b, set()).add(a)
+        for a, b, answer in self._passes(forward, self._condensed.succ, forward=True):
+            self._answers[(a, b)] = answer
+        for b, a, answer in self._passes(backward, self._condensed.pred, forward=False):
+            self._answers[(a, b)] = answer
+
+    @staticmethod
+    def _passes(
+        queries: dict[int, set[int]], neighbours: list[set[int]], *, forward: bool
+    ) -> Iterator[tuple[int, int, bool]]:
+        """For each start component of ``queries`` and each of its ends: whether a path
+        through ``neighbours`` leads from the start to the end. Starts get one bit each,
+        ``BATCH_CHUNK`` per pass over the components in topological order (``forward``,
+        following successors) or its reverse (following predecessors)."""
+        starts = sorted(queries, reverse=not forward)  # in the order of the pass
+        for first in range(0, len(starts), BATCH_CHUNK):
+            chunk = starts[first : first + BATCH_CHUNK]
             bits = {a: 1 << i for i, a in enumerate(chunk)}
             got: dict[int, int] = {}
-            for component in range(chunk[0], len(successors)):
+            order = range(chunk[0], len(neighbours)) if forward else range(chunk[0], -1, -1)
+            for component in order:
                 out = got.get(component, 0) | bits.get(component, 0)
                 if out:
-                    for successor in successors[component]:
-                        got[successor] = got.get(successor, 0) | out
+                    for nxt in neighbours[component]:
+                        got[nxt] = got.get(nxt, 0) | out
             for a in chunk:
-                for b in far[a]:
-                    self._answers[(a, b)] = bool(got.get(b, 0) & bits[a])
+                for b in queries[a]:
+                    yield a, b, bool(got.get(b, 0) & bits[a])
 
 
 def reachability_warnings(
