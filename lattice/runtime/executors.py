@@ -8,7 +8,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import jmespath
 from jmespath.exceptions import JMESPathError
 
 from lattice.errors import LatticeRunError
@@ -29,7 +28,7 @@ from lattice.ir.models import (
     TransformOp,
 )
 from lattice.ir.templates import ValueTemplate, parse_path
-from lattice.runtime.conditions import compile_condition
+from lattice.runtime.conditions import compile_condition, compile_jmespath
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import RuntimeSettings
@@ -174,13 +173,13 @@ class TransformExecutor(Executor):
 
     def __init__(self, op: TransformOp) -> None:
         self.op = op
-        self.expression = jmespath.compile(op.expression)
+        self.search = compile_jmespath(op.expression)
         self.input = parse_path(op.input) if op.input else None
 
     async def run(self, ctx: RunContext) -> Outcome:
         data = ctx.state.read(self.input) if self.input is not None else ctx.state.readable()
         try:
-            value = self.expression.search(data)
+            value = self.search(data)
         except JMESPathError as exc:
             raise LatticeRunError(
                 f"JMESPath {self.op.expression!r} failed: {exc}", error_type="transform_error"
