@@ -16,13 +16,14 @@ body excerpt); 429, 5xx, timeouts and connection errors are retried with backoff
 (Retry-After honoured) before failing, at most ``max_retries`` times in all per call.
 Refused destinations and requests that cannot be built fail at once (``tool_error``).
 
-httpx (with the guarded transport of :mod:`lattice.tools.guarded`) and jsonschema are
-imported when a run first needs them (lazy imports of heavy modules, so that importing
+httpx (with the guarded transport of :mod:`lattice.tools.guarded`), the host rules and
+jsonschema are imported when a run first needs them (lazy imports of heavy modules, so that importing
 the runtime stays fast: httpx alone, which pulls in rich and click, cost about 95 ms).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -35,11 +36,12 @@ from lattice.errors import LatticeRunError
 from lattice.ir.models import HttpCall, ToolCallOp
 from lattice.ir.templates import Ref, ValueTemplate, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
-from lattice.tools.netguard import DestinationRefused, HostRules
 
 if TYPE_CHECKING:
     import httpx
     import jsonschema
+
+    from lattice.tools.netguard import DestinationRefused, HostRules
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -62,11 +64,17 @@ class HttpPolicy:
     transport: httpx.AsyncBaseTransport | None = field(default=None, compare=False)
     """Injectable transport (``httpx.MockTransport`` in tests). It replaces the guarded
     one, so only the checks on the URL itself (:meth:`check_host`) apply."""
-    rules: HostRules = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        rules = HostRules(self.allow_hosts, self.deny_hosts, allow_private=self.allow_private)
-        object.__setattr__(self, "rules", rules)
+        if self.allow_hosts or self.deny_hosts:
+            _ = self.rules  # entries are checked now, not at the first request
+
+    @functools.cached_property
+    def rules(self) -> HostRules:
+        """The parsed rules (made on first use, or when the policy is made if it lists hosts)."""
+        from lattice.tools.netguard import HostRules
+
+        return HostRules(self.allow_hosts, self.deny_hosts, allow_private=self.allow_private)
 
     def check_host(self, url: str) -> None:
         """Refuse, before anything is sent, a URL that is not absolute http(s) or whose host
@@ -88,6 +96,8 @@ class HttpPolicy:
                 f"{_safe_url(url)} cannot be sent: port {parsed.port} is out of range",
                 error_type="tool_error",
             )
+        from lattice.tools.netguard import DestinationRefused
+
         try:
             self.rules.check_name(host)
         except DestinationRefused as exc:
@@ -310,6 +320,8 @@ class HttpExecutor:
         self, pool: HttpClientPool, request: dict[str, Any], timeout: float
     ) -> dict[str, Any]:
         import httpx
+
+        from lattice.tools.netguard import DestinationRefused
 
         limit = pool.policy.max_response_bytes
         where = f"{request['method']} {_safe_url(request['url'])}"
