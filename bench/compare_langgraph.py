@@ -522,6 +522,7 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
     try:
         saver_sqlite, pragma = _sqlite_saver(base / "checkpoints.sqlite")
         print(f"\npersist: files under {base} (SqliteSaver: {pragma})")
+        sizes: list[list[str]] = []
         for gc_mode in gc_modes:
             rows = []
             for kind in ("counter", "append"):
@@ -576,6 +577,7 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
                                 fmt_spread(pair.ratios("cpu")),
                             ]
                         )
+                    sizes.append(_bytes_per_op(base, ir, kind, n, counter))
                     for d in ("fsync", "os"):  # keep the directory small between sizes
                         shutil.rmtree(base / f"runs-{d}", ignore_errors=True)
             table(
@@ -596,9 +598,31 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
                 ],
                 rows,
             )
+        table(
+            "persist: bytes stored per run and per op (Lattice: every file of the run folder; "
+            "LangGraph: the checkpoint and write blobs SqliteSaver stored for the run)",
+            ["op", "N", "Lattice bytes/run", "bytes/op", "LangGraph bytes/run", "bytes/op"],
+            sizes[: len(sizes) // len(gc_modes)],
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return out
+
+
+def _bytes_per_op(base: Path, ir: Any, kind: str, n: int, ids: itertools.count[int]) -> list[str]:
+    """One run on each side, its stored bytes: Lattice's folder, LangGraph's blobs."""
+    result = Runner(ir, store=RunStore(base / "bytes", durability="os")).run({})
+    assert result.run_dir is not None
+    mine = sum(p.stat().st_size for p in result.run_dir.rglob("*") if p.is_file())
+    saver, _ = _sqlite_saver(base / f"bytes-{kind}-{n}.sqlite")
+    lg_call(lg_chain(n, kind, saver), "sync", lg_input(kind), n, ids)()
+    conn = saver.conn
+    theirs = conn.execute(
+        "SELECT coalesce(sum(length(checkpoint)) + sum(length(metadata)), 0) FROM checkpoints"
+    ).fetchone()[0]
+    theirs += conn.execute("SELECT coalesce(sum(length(value)), 0) FROM writes").fetchone()[0]
+    conn.close()
+    return [kind, f"{n:,}", f"{mine:,}", f"{mine / n:,.0f}", f"{theirs:,}", f"{theirs / n:,.0f}"]
 
 
 Burst = tuple[float, float]
@@ -656,12 +680,12 @@ def section_concurrent(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
             rows = []
             for c in plan.concurrency:
                 walls: dict[str, list[float]] = {"lattice": [], "lg": [], "floor": []}
-                cpus: dict[str, list[float]] = {"lattice": [], "lg": []}
+                cpus: dict[str, list[float]] = {"lattice": [], "lg": [], "floor": []}
                 bind = functools.partial
                 jobs: list[Job] = [
                     ("lattice", bind(_lattice_burst, slow, c), bind(_lattice_burst, fast, c)),
                     ("lg", bind(_lg_burst, lg_slow, c), bind(_lg_burst, lg_fast, c)),
-                    ("floor", bind(_floor_burst, c, LATENCY), None),
+                    ("floor", bind(_floor_burst, c, LATENCY), bind(_floor_burst, c, 0.0)),
                 ]
                 for trial in range(plan.trials):
                     order = jobs[trial % 3 :] + jobs[: trial % 3]
@@ -680,6 +704,7 @@ def section_concurrent(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
                         fmt_spread(ratio),
                         us(med(cpus["lattice"])),
                         us(med(cpus["lg"])),
+                        us(med(cpus["floor"])),
                     ]
                 )
             table(
@@ -694,6 +719,7 @@ def section_concurrent(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
                     "LG ÷ Lattice wall",
                     "Lattice CPU/run",
                     "LG CPU/run",
+                    "floor CPU/run",
                 ],
                 rows,
             )

@@ -8,7 +8,7 @@ parse + lower + every static check), reporting the best and the median of a few
 repetitions. Growth should be linear: the per-node time at the largest size divided
 by the per-node time at the smallest should stay near 1.0.
 
-    python bench/lower_bench.py                      # 1,000 and 10,000 nodes
+    python bench/lower_bench.py                      # 1,000, 10,000 and 50,000 nodes
     python bench/lower_bench.py --sizes 1000 5000 20000 --repeat 5
     python bench/lower_bench.py --profile            # cProfile of the largest size
 
@@ -283,7 +283,7 @@ def count_calls(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], metavar="N")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 50000], metavar="N")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per size (default 5)")
     parser.add_argument(
         "--no-far-refs",
