@@ -67,7 +67,7 @@ MODEL_CLASSES = ("small", "medium", "large", "default")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # validators built on first use
 
 
 class ProviderConfig(_Strict):

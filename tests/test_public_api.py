@@ -17,6 +17,8 @@ from tests.conftest import REPO
 
 SDKS = ("openai", "anthropic", "mcp", "opentelemetry", "litellm")
 """Heavy optional dependencies that only the features using them may import."""
+HEAVY = ("networkx", "httpx", "httpcore", "jsonschema", "rich", "anyio", *SDKS)
+"""Modules that a run, a lowering or an HTTP call imports when it needs them, never an import."""
 KEYWORD_ONLY = {"LLMPrimitive": 0, "Response": 0, "Runner": 1}
 """Public classes → how many leading positional parameters they take (``Runner(ir, ...)``)."""
 
@@ -77,14 +79,14 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
         _ = lattice.Lowerer  # type: ignore[attr-defined]
 
 
-def _sdks_after(code: str) -> list[str]:
+def _sdks_after(code: str, watched: tuple[str, ...] = SDKS) -> list[str]:
     out = subprocess.run(
         [
             sys.executable,
             "-c",
             code
             + "\nimport json, sys\n"
-            + f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(SDKS)!r}))))",
+            + f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(watched)!r}))))",
         ],
         capture_output=True,
         text=True,
@@ -141,6 +143,37 @@ def test_a_traced_run_imports_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> 
     assert _sdks_after(RUN_HELLO) == ["opentelemetry"]
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import lattice",
+        "import lattice; lattice.Runner",
+        "from lattice import Runner, lower, RunStore, MockProvider, RuntimeSettings",
+        "import lattice.runtime.runner, lattice.lower, lattice.runs.store",
+    ],
+)
+def test_importing_the_runtime_and_the_compiler_loads_no_heavy_module(code: str) -> None:
+    """networkx is gone; httpx, jsonschema and the SDKs are imported lazily, when a run,
+    a lowering or an HTTP call needs them (bench/compare_langgraph.py times the import)."""
+    assert _sdks_after(code, HEAVY) == []
+
+
+def test_the_heavy_modules_come_when_needed() -> None:
+    """The probe above can fail: a schema and an HTTP request's transport bring theirs."""
+    document = {
+        "nodes": [
+            {"id": "s", "type": "start"},
+            {"id": "p", "type": "prompt", "data": {"prompt": "hi", "outputSchema": {}}},
+            {"id": "e", "type": "end"},
+        ],
+        "connections": [{"from": "s", "to": "p"}, {"from": "p", "to": "e"}],
+    }
+    schema = f"from lattice import lower\nlower({document!r})"
+    assert _sdks_after(schema, HEAVY) == ["jsonschema"]
+    http = "from lattice.tools.http import HttpPolicy\nHttpPolicy().transport_for_run()"
+    assert _sdks_after(http, HEAVY) == ["anyio", "httpcore", "httpx", "rich"]
+
+
 def test_the_probe_would_see_an_sdk() -> None:
     """The subprocess check above can fail: importing a provider's SDK shows up."""
     assert _sdks_after("import lattice, openai") == ["openai"]
@@ -167,7 +200,7 @@ def test_lower_stays_the_function_after_its_subpackage_is_imported() -> None:
         "import lattice, lattice.lower.compiler\n"
         "from lattice.lower import lower_document\n"
         "assert lower is lattice.lower and callable(lower), lower\n"
-        "assert lower.__module__ == 'lattice.lower.compiler', lower\n"
+        "assert lower.__module__ == 'lattice.lower', lower\n"
         "print('ok')\n"
     )
     out = subprocess.run(

@@ -12,6 +12,9 @@ The pipeline, each failure with its own error type:
 Free-text contracts (no schema) skip 1-3. Without ``strict``, a reply that holds exactly one
 JSON value with prose (or prose and fence markers) around it is *salvaged*: the value goes
 through 2-4 as if it had been sent alone, and ``Checked.salvaged`` says what was taken away.
+
+jsonschema is imported when the first contract with a schema is compiled (a lazy import
+of a heavy module: about 65 ms that a free-text workflow never needs).
 """
 
 from __future__ import annotations
@@ -19,15 +22,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.errors import NeedsHuman, OutputInvalid
 from lattice.contracts.extract import Extracted, ExtractionError, explanatory_message, extract
 from lattice.contracts.invariants import BoundInvariant
 from lattice.contracts.violations import SchemaProblems, Violation, schema_problems
 from lattice.errors import LatticeRunError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 __all__ = ["Checked", "OutputValidator", "Violation"]
 
@@ -49,9 +53,11 @@ class OutputValidator:
     def __init__(self, schema: dict[str, Any] | None, invariants: Sequence[BoundInvariant]) -> None:
         self.schema = schema
         self.invariants = tuple(invariants)
-        self.schema_validator = (
-            jsonschema.Draft202012Validator(schema) if schema is not None else None
-        )
+        self.schema_validator: jsonschema.Draft202012Validator | None = None
+        if schema is not None:
+            import jsonschema
+
+            self.schema_validator = jsonschema.Draft202012Validator(schema)
 
     def check(self, text: str, *, salvage: bool = False) -> Any:
         """The artifact in ``text``, or OutputInvalid / NeedsHuman / LatticeRunError(invalid_request)."""

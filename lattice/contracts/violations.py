@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema.exceptions import ValidationError, best_match
+if TYPE_CHECKING:  # jsonschema is imported by whoever made the errors (lazily)
+    from jsonschema.exceptions import ValidationError
 
 Violation = dict[str, str]
 
@@ -115,6 +116,8 @@ def message_of(error: ValidationError) -> str:
     if rule in ("anyOf", "oneOf") and error.context:
         # the alternative of the value's own type says more than "is not of type 'null'"
         typed = [e for e in error.context if e.validator != "type"]
+        from jsonschema.exceptions import best_match
+
         closest = best_match(typed or error.context)
         where = "/".join(str(p) for p in closest.relative_path)
         prefix = f"at {where}: " if where else ""

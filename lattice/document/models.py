@@ -2,7 +2,8 @@
 
 Only the envelope, nodes and connections are modelled here; each node type's
 ``data`` is checked by its lowerer (see ``lattice.document.nodes``), so that one
-bad node does not hide the problems of the others.
+bad node does not hide the problems of the others. The models build their validators on
+first use (``defer_build``), not when ``lattice`` is imported.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def normalize_port(port: str | None) -> str:
 class Position(BaseModel):
     """Where the editor drew a node; meaningless to Lattice but kept."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     x: float = 0
     y: float = 0
 
@@ -44,7 +45,7 @@ class Position(BaseModel):
 class Node(BaseModel):
     """One node of a workflow: ``{id, type, name, position, data, parentId?}``."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
     id: str = Field(min_length=1)
     type: str = Field(min_length=1)
     name: str = ""
@@ -66,7 +67,7 @@ class Node(BaseModel):
 class Connection(BaseModel):
     """An edge ``from`` → ``to``; ports are normalised by ``normalize_port``."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
     id: str | None = None
     source: str = Field(alias="from", min_length=1)
     target: str = Field(alias="to", min_length=1)
@@ -85,7 +86,7 @@ class Connection(BaseModel):
 class SubAgentFlow(BaseModel):
     """A reusable sub-flow referenced by ``subAgentFlow`` nodes."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     id: str = Field(min_length=1)
     name: str = ""
     nodes: list[Node] = Field(default_factory=list)
@@ -99,7 +100,7 @@ class Workflow(BaseModel):
     (``/workflow`` for wrapped samples), so diagnostics point into the real file.
     """
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
     id: str = ""
     name: str = ""
     description: str | None = None

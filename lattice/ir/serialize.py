@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jmespath
-import jsonschema
 from jmespath.exceptions import JMESPathError
 from pydantic import ValidationError
 
@@ -103,6 +102,8 @@ def _template(value: Any) -> Callable[[], object]:
 def _schema(schema: dict[str, Any] | None) -> Callable[[], object]:
     def check() -> None:
         if schema is not None:
+            import jsonschema  # heavy: imported when an IR's schema is first checked
+
             try:
                 jsonschema.Draft202012Validator.check_schema(schema)
             except jsonschema.SchemaError as exc:

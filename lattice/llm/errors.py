@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -30,6 +29,8 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    import email.utils  # an HTTP date is rare; the email package costs an import
+
     try:
         parsed = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

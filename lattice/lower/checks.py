@@ -1,9 +1,9 @@
 """Static checks over the lowered graph: reachability, dead ends and template references.
 
-References are checked against a node-level ``networkx.DiGraph``: ``$vars.X``
-read by node R is valid only when X can run before R (X reaches R). Reachability
-queries use the condensation's topological order to prune, so the common case
-(a reference to a nearby upstream node) costs a few steps, not a graph walk.
+References are checked against the node graph (``lattice.lower.graph.DiGraph``):
+``$vars.X`` read by node R is valid only when X can run before R (X reaches R).
+Reachability queries use the condensation's topological order to prune, so the common
+case (a reference to a nearby upstream node) costs a few steps, not a graph walk.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import networkx as nx
-
 from lattice.document.models import Node
 from lattice.errors import Diagnostic, Severity, Suggester, did_you_mean
 from lattice.ir.models import FAILED_PORT
 from lattice.ir.templates import NameRef, StatePath
+from lattice.lower.graph import Condensation, DiGraph, ancestors, descendants, reached
 from lattice.lower.registry import LoweringContext, NodeLowering, RefUse
 
 CTX_KEYS = (
@@ -49,14 +48,11 @@ class Reachability:
     asked about fall back to caching one endpoint's descendants or ancestors.
     """
 
-    def __init__(self, graph: nx.DiGraph) -> None:
+    def __init__(self, graph: DiGraph[str]) -> None:
         self.graph = graph
-        condensed = nx.condensation(graph)
-        self._scc: dict[str, int] = condensed.graph["mapping"]
-        self._members = {c: len(condensed.nodes[c]["members"]) for c in condensed.nodes}
-        self._topological = list(nx.topological_sort(condensed))
-        self._order = {c: i for i, c in enumerate(self._topological)}
-        self._condensed = condensed
+        self._condensed: Condensation[str] = Condensation(graph)
+        self._scc: dict[str, int] = self._condensed.component
+        """Node → its component; components are numbered in topological order."""
         self._descendants: dict[int, set[int]] = {}
         self._ancestors: dict[int, set[int]] = {}
         self._far_sources: dict[int, int] = {}
@@ -69,7 +65,7 @@ class Reachability:
             return False
         a, b = self._scc[source], self._scc[target]
         if a == b:
-            return self._members[a] > 1 or self.graph.has_edge(source, source)
+            return self._condensed.size[a] > 1 or self.graph.has_edge(source, source)
         answer = self._answers.get((a, b))
         if answer is None:
             answer = self._near(a, b)
@@ -80,10 +76,10 @@ class Reachability:
     def _near(self, a: int, b: int) -> bool | None:
         """The answer for components ``a`` != ``b`` from their order, a direct edge, the
         caches or a backward search of at most SEARCH_BUDGET edges; None past that."""
-        floor = self._order[a]
-        if floor > self._order[b]:
+        if a > b:  # numbered in topological order: a later component reaches no earlier one
             return False
-        if self._condensed.has_edge(a, b):
+        condensed = self._condensed
+        if b in condensed.succ[a]:
             return True
         descendants = self._descendants.get(a)
         if descendants is not None:
@@ -96,13 +92,13 @@ class Reachability:
         looked = 0
         while queue:
             current = queue.popleft()
-            for pred in self._condensed.predecessors(current):
+            for pred in condensed.pred[current]:
                 if pred == a:
                     return True
                 looked += 1
                 if looked > SEARCH_BUDGET:
                     return None
-                if pred not in seen and self._order[pred] >= floor:
+                if pred not in seen and pred >= a:
                     seen.add(pred)
                     queue.append(pred)
         return False
@@ -112,10 +108,11 @@ class Reachability:
         target has already needed that, the target's ancestors (one reader of many)."""
         sources = self._far_sources[a] = self._far_sources.get(a, 0) + 1
         targets = self._far_targets[b] = self._far_targets.get(b, 0) + 1
+        condensed = self._condensed
         if targets > sources:
-            self._ancestors[b] = nx.ancestors(self._condensed, b)
+            self._ancestors[b] = reached(condensed.pred, b)
             return a in self._ancestors[b]
-        self._descendants[a] = nx.descendants(self._condensed, a)
+        self._descendants[a] = reached(condensed.succ, a)
         return b in self._descendants[a]
 
     def prepare(self, pairs: Iterable[tuple[str, str]]) -> None:
@@ -125,6 +122,10 @@ class Reachability:
         endpoint, so n readers of n different far-away producers would cost n². Here the
         far sources get one bit each, and one pass over the graph in topological order
         (ORing each component's bits into its successors) answers 256 sources at once.
+        A query goes with its source when the source has at least as many far targets as
+        the target has far sources; otherwise the target gets the bit, in a pass backwards
+        through predecessors: the many setters of a variable that one node reads, and one
+        producer that many nodes read, each take one bit, not thousands.
         """
         far: dict[int, set[int]] = {}
         for source, target in pairs:
@@ -135,34 +136,62 @@ class Reachability:
                 far.setdefault(a, set()).add(b)
         if len(far) <= BATCH_SOURCES:
             return
-        sources = sorted(far, key=self._order.__getitem__)
-        for start in range(0, len(sources), BATCH_CHUNK):
-            chunk = sources[start : start + BATCH_CHUNK]
+        sources_of: dict[int, int] = {}
+        for targets in far.values():
+            for b in targets:
+                sources_of[b] = sources_of.get(b, 0) + 1
+        forward: dict[int, set[int]] = {}
+        backward: dict[int, set[int]] = {}
+        for a, targets in far.items():
+            for b in targets:
+                if len(targets) >= sources_of[b]:
+                    forward.setdefault(a, set()).add(b)
+                else:
+                    backward.setdefault(b, set()).add(a)
+        for a, b, answer in self._passes(forward, self._condensed.succ, forward=True):
+            self._answers[(a, b)] = answer
+        for b, a, answer in self._passes(backward, self._condensed.pred, forward=False):
+            self._answers[(a, b)] = answer
+
+    @staticmethod
+    def _passes(
+        queries: dict[int, set[int]], neighbours: list[set[int]], *, forward: bool
+    ) -> Iterator[tuple[int, int, bool]]:
+        """For each start component of ``queries`` and each of its ends: whether a path
+        through ``neighbours`` leads from the start to the end. Starts get one bit each,
+        ``BATCH_CHUNK`` per pass over the components in topological order (``forward``,
+        following successors) or its reverse (following predecessors)."""
+        starts = sorted(queries, reverse=not forward)  # in the order of the pass
+        for first in range(0, len(starts), BATCH_CHUNK):
+            chunk = starts[first : first + BATCH_CHUNK]
             bits = {a: 1 << i for i, a in enumerate(chunk)}
-            reached: dict[int, int] = {}
-            for component in self._topological[self._order[chunk[0]] :]:
-                out = reached.get(component, 0) | bits.get(component, 0)
+            got: dict[int, int] = {}
+            order = range(chunk[0], len(neighbours)) if forward else range(chunk[0], -1, -1)
+            for component in order:
+                out = got.get(component, 0) | bits.get(component, 0)
                 if out:
-                    for successor in self._condensed.successors(component):
-                        reached[successor] = reached.get(successor, 0) | out
+                    for nxt in neighbours[component]:
+                        got[nxt] = got.get(nxt, 0) | out
             for a in chunk:
-                for b in far[a]:
-                    self._answers[(a, b)] = bool(reached.get(b, 0) & bits[a])
+                for b in queries[a]:
+                    yield a, b, bool(got.get(b, 0) & bits[a])
 
 
 def reachability_warnings(
     ctx: LoweringContext,
-    graph: nx.DiGraph,
+    graph: DiGraph[str],
     start: str | None,
     ends: list[str],
     nodes: Iterable[Node],
 ) -> None:
     """Warn about nodes start cannot reach and nodes from which no end is reachable."""
-    reachable = nx.descendants(graph, start) | {start} if start in graph else set()
+    reachable = (
+        descendants(graph, start) | {start} if start is not None and start in graph else set()
+    )
     can_finish: set[str] = set()
     for end in ends:
         if end in graph and end not in can_finish:
-            can_finish |= nx.ancestors(graph, end) | {end}
+            can_finish |= ancestors(graph, end) | {end}
     for node in nodes:
         if node.id not in graph:
             continue

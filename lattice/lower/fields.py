@@ -6,8 +6,6 @@ import functools
 import json
 from typing import Any
 
-import jsonschema
-
 from lattice.document.models import Node
 from lattice.lower.registry import LoweringContext
 
@@ -16,7 +14,10 @@ MISSING: Any = object()
 
 @functools.lru_cache(maxsize=1024)
 def _check_schema(canonical: str) -> None:
-    """Meta-schema check, cached by canonical JSON (documents repeat their schemas)."""
+    """Meta-schema check, cached by canonical JSON (documents repeat their schemas);
+    jsonschema, a heavy module, is imported by the first document that has a schema."""
+    import jsonschema
+
     jsonschema.Draft202012Validator.check_schema(json.loads(canonical))
 
 
@@ -94,6 +95,8 @@ def get_schema(ctx: LoweringContext, node: Node, key: str) -> dict[str, Any] | N
     schema = get_dict(ctx, node, key)
     if schema is None:
         return None
+    import jsonschema
+
     try:
         _check_schema(json.dumps(schema, sort_keys=True))
     except jsonschema.SchemaError as exc:

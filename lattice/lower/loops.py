@@ -10,9 +10,8 @@ says so: a warning (``loop-exit-by-model``) naming the limits that stop it other
 
 from __future__ import annotations
 
-import networkx as nx
-
 from lattice.ir.models import ForEachOp, ForkOp, LLMWriteOp, Op, SwitchOp
+from lattice.lower.graph import DiGraph, strongly_connected_components
 from lattice.lower.registry import LoweringContext
 
 MAX_VISITS = 1_000
@@ -21,7 +20,7 @@ MAX_CALLS = 200
 
 def loop_diagnostics(ops: dict[str, Op], ctx: LoweringContext) -> None:
     """Report loops without a way out (errors) and loops only a model can end (warnings)."""
-    graph = nx.DiGraph()
+    graph: DiGraph[str] = DiGraph()
     for op_id, op in ops.items():
         graph.add_node(op_id)
         for target in _targets(op):
@@ -31,7 +30,7 @@ def loop_diagnostics(ops: dict[str, Op], ctx: LoweringContext) -> None:
         f"$vars.{op.source_node}." for op in ops.values() if isinstance(op, LLMWriteOp)
     }
     order = {op_id: i for i, op_id in enumerate(ops)}
-    for component in nx.strongly_connected_components(graph):
+    for component in strongly_connected_components(graph.succ):
         members = sorted(component, key=order.__getitem__)
         if len(members) == 1 and not graph.has_edge(members[0], members[0]):
             continue

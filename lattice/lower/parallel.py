@@ -3,7 +3,7 @@
 A pure pass over the wired ops. For every port of an op with more than one edge it
 puts a FORK op between the op and the branches, then a JOIN op where the branches
 meet: the fork's immediate post-dominator (every way from the fork to the end of the
-run goes through it; computed with networkx on the reversed graph, rooted at a
+run goes through it; computed on the reversed graph (``lattice.lower.graph``), rooted at a
 virtual exit after every END op and every op with no way on). When a branch may also
 stop the run at an END op of its own (a switch that ends early), the fork has no
 post-dominator short of the exit; the join is then the op nearest the fork that two
@@ -25,9 +25,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-import networkx as nx
-
 from lattice.ir.models import DEFAULT_PORT, Edge, ForkOp, JoinOp, Op, StateOp
+from lattice.lower.graph import DiGraph, immediate_dominators
 from lattice.lower.registry import LoweringContext
 
 _EXIT = "\x00exit"
@@ -77,9 +76,9 @@ def insert_forks(ops: dict[str, Op], ctx: LoweringContext) -> dict[str, Op]:
     return result
 
 
-def _graph(ops: dict[str, Op]) -> nx.DiGraph:
+def _graph(ops: dict[str, Op]) -> DiGraph[str]:
     """The op graph with a virtual exit after every END op and every op with no way on."""
-    graph = nx.DiGraph()
+    graph: DiGraph[str] = DiGraph()
     graph.add_node(_EXIT)
     for op_id, op in ops.items():
         graph.add_node(op_id)
@@ -95,7 +94,8 @@ def _meeting_points(ops: dict[str, Op], forks: list[ForkOp]) -> dict[str, str | 
     """Where each fork's branches meet: its immediate post-dominator; when a branch may
     end the run on its own (no post-dominator short of the exit), the op nearest the
     fork that two or more branches reach, which the branches that go on meet at."""
-    post = nx.immediate_dominators(_graph(ops).reverse(copy=False), _EXIT)
+    graph = _graph(ops)
+    post = immediate_dominators(graph.pred, graph.succ, _EXIT)  # dominators of the reversed graph
     meets: dict[str, str | None] = {}
     for fork in forks:
         meet = post.get(fork.id)

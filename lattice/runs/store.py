@@ -10,8 +10,9 @@ JSON files are written atomically; ``events.jsonl`` and ``journal.jsonl`` are
 append-only and flushed per line, so a process killed at any moment leaves every line
 it wrote on the OS. With ``durability="fsync"`` (the default) the files a resume needs
 (``state_initial.json``, ``execir.json``, ``checkpoint.json``, the journal) also reach
-the disk before the run moves on: the journal at every op boundary. Every text passes
-through ``redact`` before it is written.
+the disk before the run moves on: a new run's folder and first files together, before
+its first op (``sync_started``), then the journal at every op boundary. Every text
+passes through ``redact`` before it is written.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from lattice.errors import LatticeUserError
-from lattice.files import atomic_write_text, sync_directory
+from lattice.files import atomic_write_text, write_replacing
 from lattice.runs.journal import JOURNAL, drop_torn_tail, open_append, read_lines
 from lattice.runs.redaction import Redactor
 
@@ -69,7 +70,8 @@ def safe_name(text: str) -> str:
     return _UNSAFE.sub("_", text).strip("._") or "_"
 
 
-def _dump(data: Any) -> str:
+def file_text(data: Any) -> str:
+    """The text of a JSON file in a run folder: indented, non-ASCII kept, a final newline."""
     return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
 
 
@@ -98,6 +100,11 @@ class RunRecorder(Protocol):
 
     def write_json(self, name: str, data: Any) -> None: ...
 
+    def write_text(self, name: str, text: str) -> None:
+        """``write_json`` of data already in ``file_text`` form (``execir.json``, which is
+        the same for every run of a Runner)."""
+        ...
+
     def append_event(self, event: dict[str, Any]) -> None: ...
 
     def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
@@ -109,8 +116,13 @@ class RunRecorder(Protocol):
         """Append a line to the run's journal (``lattice.runs.journal``)."""
         ...
 
-    async def commit(self) -> None:
-        """Make the journal durable before the next op starts."""
+    async def sync_started(self) -> None:
+        """Make a new run's folder and the files it has written so far durable."""
+        ...
+
+    async def commit(self, *, here: bool = False) -> None:
+        """Make the journal durable before the next op starts; ``here``: on this thread,
+        for a caller whose event loop has nothing else to do meanwhile (a synchronous run)."""
         ...
 
     def close(self) -> None: ...
@@ -125,6 +137,9 @@ class NullRecorder:
     def write_json(self, name: str, data: Any) -> None:
         pass
 
+    def write_text(self, name: str, text: str) -> None:
+        pass
+
     def append_event(self, event: dict[str, Any]) -> None:
         pass
 
@@ -134,7 +149,10 @@ class NullRecorder:
     def journal(self, line: dict[str, Any]) -> None:
         pass
 
-    async def commit(self) -> None:
+    async def sync_started(self) -> None:
+        pass
+
+    async def commit(self, *, here: bool = False) -> None:
         pass
 
     def close(self) -> None:
@@ -179,13 +197,14 @@ class FolderRecorder:
                 ]
             (run_dir / "ops").mkdir(exist_ok=True)
             self._journal: IO[str] = open_append(run_dir / JOURNAL)
-            if durability == "fsync" and not resume:
-                sync_directory(run_dir)
-                sync_directory(run_dir.parent)
         except OSError as exc:
             raise LatticeUserError(f"cannot create run folder {run_dir}: {exc.strerror}") from exc
         self._events: IO[str] | None = None
         self._unsynced = False
+        self._ops = run_dir / "ops"
+        self._starting: list[int] | None = [] if durability == "fsync" and not resume else None
+        """A new folder's first durable files, still open: ``sync_started`` forces them to
+        disk together with the folder (one round of parallel syncs, not two per file)."""
 
     def event_summary(self) -> tuple[int, int]:
         """The highest event sequence number in ``events.jsonl`` (0 when none) and how
@@ -196,8 +215,18 @@ class FolderRecorder:
         return last, segments
 
     def write_json(self, name: str, data: Any) -> None:
-        durable = self.durability == "fsync" and name in DURABLE_FILES
-        atomic_write_text(self._dir / name, self._redact(_dump(data)), durable=durable)
+        self.write_text(name, file_text(data))
+
+    def write_text(self, name: str, text: str) -> None:
+        text = self._redact(text)
+        if self.durability != "fsync" or name not in DURABLE_FILES:
+            write_replacing(self._dir / name, text)
+        elif self._starting is not None:  # new files: forced to disk by sync_started
+            fd = write_replacing(self._dir / name, text, keep_open=True)
+            assert fd is not None
+            self._starting.append(fd)
+        else:
+            atomic_write_text(self._dir / name, text, durable=True)
 
     def append_event(self, event: dict[str, Any]) -> None:
         if self._events is None:
@@ -207,21 +236,46 @@ class FolderRecorder:
 
     def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
         text = _line(record) + "\n"
-        atomic_write_text(self._dir / f"ops/{label}-{safe_name(op_id)}.json", self._redact(text))
+        write_replacing(self._ops / f"{label}-{safe_name(op_id)}.json", self._redact(text))
 
     def journal(self, line: dict[str, Any]) -> None:
         self._journal.write(self._redact(_line(line)) + "\n")
         self._journal.flush()
         self._unsynced = True
 
-    async def commit(self) -> None:
+    async def sync_started(self) -> None:
+        """Force the new folder (its entry in the runs directory, its own entries) and the
+        durable files written so far to disk: in parallel, so that the file system commits
+        them together."""
+        fds, self._starting = self._starting, None
+        if fds is None:
+            return
+        fds += [os.open(self._dir, os.O_RDONLY), os.open(self._dir.parent, os.O_RDONLY)]
+        loop = asyncio.get_running_loop()
+        syncs = asyncio.gather(
+            *(loop.run_in_executor(None, os.fsync, fd) for fd in fds), return_exceptions=True
+        )
+        # closed once every sync has returned, even if this run is cancelled meanwhile
+        syncs.add_done_callback(lambda _: _close_all(fds))
+        results = await asyncio.shield(syncs)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def commit(self, *, here: bool = False) -> None:
         if self.durability != "fsync" or not self._unsynced:
             return
         self._unsynced = False
         fd = self._journal.fileno()
-        await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fd)
+        if here:
+            os.fdatasync(fd)
+        else:
+            await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fd)
 
     def close(self) -> None:
+        if self._starting:  # the run stopped before sync_started
+            _close_all(self._starting)
+            self._starting = None
         if self._events is not None:
             self._events.close()
             self._events = None
@@ -229,6 +283,11 @@ class FolderRecorder:
             if self._unsynced and self.durability == "fsync":
                 os.fdatasync(self._journal.fileno())
             self._journal.close()
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 class RunStore:

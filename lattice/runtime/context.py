@@ -124,6 +124,9 @@ class RunContext:
         was op 5), None for the run's main walk."""
         self.cancelled = False
         """Set when a sibling branch failed: this branch stops at its next op boundary."""
+        self.commit_here = False
+        """The main walk forces the journal to disk on the loop's thread: the loop is the
+        run's own (``Runner.run``) and waits for nothing else meanwhile."""
         self._root: RunContext | None = None
         """The run's main context (None in the main context itself)."""
 

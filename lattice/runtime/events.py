@@ -13,7 +13,6 @@ CPython does not track); what a reader sees is the same.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Iterable
 from typing import Any, overload
@@ -43,7 +42,7 @@ class _UtcClock:
         second = millis // 1000
         cached_second, second_text = self.last_second
         if second != cached_second:
-            second_text = dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+            second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             self.last_second = (second, second_text)
         text = f"{second_text}.{millis % 1000:03d}Z"
         self.last_millis = (millis, text)

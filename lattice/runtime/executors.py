@@ -8,7 +8,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import jmespath
 from jmespath.exceptions import JMESPathError
 
 from lattice.errors import LatticeRunError
@@ -29,7 +28,7 @@ from lattice.ir.models import (
     TransformOp,
 )
 from lattice.ir.templates import ValueTemplate, parse_path
-from lattice.runtime.conditions import compile_condition
+from lattice.runtime.conditions import compile_condition, compile_jmespath
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import RuntimeSettings
@@ -123,6 +122,7 @@ class StateExecutor(Executor):
     def __init__(self, op: StateOp) -> None:
         self.op = op
         self.path = f"$vars.{op.variable}"
+        self.parsed = parse_path(self.path)
         self.value = ValueTemplate(op.value) if op.value is not None else None
 
     async def run(self, ctx: RunContext) -> Outcome:
@@ -137,14 +137,16 @@ class StateExecutor(Executor):
         elif op.operation == "append":
             appended = value
             # Records and events carry the appended item, not the whole list (linear growth).
-            value = state.append(self.path, appended)
+            value = state.append(self.parsed, appended)
             ctx.last_result = self.path
             ctx.emit("state_write", {"path": self.path, "appended": appended, "length": len(value)})
             return Outcome(output={"appended": appended, "length": len(value)})
         elif op.operation == "increment":
-            current = state.get(self.path, 0)
+            current = state.get(self.parsed, 0)
             step = 1 if value is None else value
-            if not _is_number(current) or not _is_number(step):
+            if not (type(current) in _NUMBERS and type(step) in _NUMBERS) and not (
+                _is_number(current) and _is_number(step)
+            ):
                 raise LatticeRunError(
                     f"cannot increment {self.path}: {_excerpt(current)} + {_excerpt(step)} are not both numbers",
                     error_type="state_error",
@@ -158,6 +160,10 @@ class StateExecutor(Executor):
         return Outcome(output=value)
 
 
+_NUMBERS = (int, float)
+"""The exact types of most numbers (``_is_number`` decides for the rest: subclasses, bool)."""
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -167,13 +173,13 @@ class TransformExecutor(Executor):
 
     def __init__(self, op: TransformOp) -> None:
         self.op = op
-        self.expression = jmespath.compile(op.expression)
+        self.search = compile_jmespath(op.expression)
         self.input = parse_path(op.input) if op.input else None
 
     async def run(self, ctx: RunContext) -> Outcome:
         data = ctx.state.read(self.input) if self.input is not None else ctx.state.readable()
         try:
-            value = self.expression.search(data)
+            value = self.search(data)
         except JMESPathError as exc:
             raise LatticeRunError(
                 f"JMESPath {self.op.expression!r} failed: {exc}", error_type="transform_error"

@@ -1,4 +1,7 @@
-"""Where a run stands, read back from its folder: the position a resumed walk starts at."""
+"""Where a run stands, read back from its folder: the position a resumed walk starts at.
+
+The compiler is imported only when a changed document is lowered again
+(``accept_changed``): importing the runtime does not import ``lattice.lower``."""
 
 from __future__ import annotations
 
@@ -8,12 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from lattice.contracts.usage import Usage
-from lattice.document.loader import read_json_file
 from lattice.errors import DocumentError, LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json, ir_to_dict
-from lattice.lower import lower
 from lattice.runs.checkpoint import changed_files
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState
@@ -107,6 +108,9 @@ def resumable_ir(
             "the ids of the ops the run completed)"
         )
     if (folder / "workflow.json").is_file():
+        from lattice.document.loader import read_json_file
+        from lattice.lower import lower
+
         try:
             ir = lower(read_json_file(folder / "workflow.json"), base_dir=folder)
         except DocumentError as exc:

@@ -19,9 +19,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
@@ -35,7 +33,7 @@ from lattice.runs.checkpoint import file_digests, owner, refuse_if_running, stat
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState, read_journal
 from lattice.runs.redaction import Redactor, make_redactor
-from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, new_run_id
+from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, file_text, new_run_id
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -65,6 +63,9 @@ from lattice.runtime.walk import (
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.http import HttpClientPool
 from lattice.tools.mcp import ToolSessions
+
+if TYPE_CHECKING:
+    import jsonschema
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,8 @@ class Runner:
             max_visits=self.limits.max_visits,
             max_parallel=self.settings.max_parallel,
         )
-        self._input_validator = jsonschema.Draft202012Validator(ir.inputs_schema or {})
+        self._input_validator: jsonschema.Draft202012Validator | None = None
+        """Made when an input first needs jsonschema (a heavy import; flat schemas never do)."""
         self._inputs_accepted = flat_object_check(ir.inputs_schema)
         properties = (ir.inputs_schema or {}).get("properties")
         self._input_defaults = {
@@ -140,6 +142,7 @@ class Runner:
         )
         self._state_listeners: list[StateListener] = []
         self._active: dict[str, RunContext] = {}
+        self._execir_text: str | None = None
         check_answers(ir, self.answers)
 
     def subscribe(self, listener: EventListener) -> None:
@@ -167,7 +170,9 @@ class Runner:
         """Synchronous ``arun``, on this thread's reused event loop (``lattice.runtime.sync``);
         the provider's clients bound to that loop are closed after the run."""
         return run_sync(
-            lambda: _closing_loop_clients(self.provider, self.arun(inputs, run_id=run_id)),
+            lambda: _closing_loop_clients(
+                self.provider, self._start(inputs, run_id, own_loop=True)
+            ),
             what="await runner.arun(...)",
         )
 
@@ -175,6 +180,13 @@ class Runner:
         self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
     ) -> RunResult:
         """Run from the entry op. Inputs that fail the inputs schema raise InputError before anything is written."""
+        return await self._start(inputs, run_id, own_loop=False)
+
+    async def _start(
+        self, inputs: Mapping[str, Any] | None, run_id: str | None, *, own_loop: bool
+    ) -> RunResult:
+        """``arun``; ``own_loop``: the loop runs nothing but this run (``run``), so the
+        journal is forced to disk on the loop's thread instead of a worker's."""
         inputs = {**self._input_defaults, **(inputs or {})}
         self.validate_inputs(inputs)
         redact = self._redactor() if self.store.root is not None else None
@@ -185,15 +197,19 @@ class Runner:
             if recorder.run_dir is not None:
                 if self.workflow is not None:
                     recorder.write_json("workflow.json", self.workflow)
-                recorder.write_json("execir.json", ir_to_dict(self.ir))
+                if self._execir_text is None:  # the same for every run
+                    self._execir_text = file_text(ir_to_dict(self.ir))
+                recorder.write_text("execir.json", self._execir_text)
                 recorder.write_json("input.json", inputs)
                 recorder.write_json("state_initial.json", state.snapshot())
                 ctx.checkpoint = self._started(ctx, recorder.run_dir)
                 recorder.write_json("checkpoint.json", ctx.checkpoint)
+                await recorder.sync_started()
             ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
         except BaseException:
             _abandon(ctx)
             raise
+        ctx.commit_here = own_loop
         with gc_pacing(self.settings.gc_pacing):
             return await self._walk(ctx, Position(self.ir.entry))
 
@@ -230,11 +246,17 @@ class Runner:
     def validate_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Raise InputError listing every way ``inputs`` breaks the inputs schema."""
         accepted = self._inputs_accepted
-        if (accepted is not None and accepted(inputs)) or self._input_validator.is_valid(inputs):
+        if accepted is not None and accepted(inputs):
             return
-        errors = sorted(
-            self._input_validator.iter_errors(dict(inputs)), key=lambda e: list(e.absolute_path)
-        )
+        validator = self._input_validator
+        if validator is None:
+            import jsonschema
+
+            validator = jsonschema.Draft202012Validator(self.ir.inputs_schema or {})
+            self._input_validator = validator
+        if validator.is_valid(inputs):
+            return
+        errors = sorted(validator.iter_errors(dict(inputs)), key=lambda e: list(e.absolute_path))
         if errors:
             lines = []
             for err in errors:
@@ -492,7 +514,6 @@ class Runner:
         )
         ctx.counters = Counters()
         ctx.base_provider = self.provider
-        ctx.limiter = asyncio.Semaphore(self.settings.max_parallel)
         ctx.resume_branches = {}
         return ctx
 

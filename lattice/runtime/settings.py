@@ -7,9 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lattice.config import LatticeConfig
 from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
@@ -19,6 +18,9 @@ from lattice.runtime.state import StateLimits
 from lattice.telemetry.settings import TelemetrySettings, telemetry_from_config
 from lattice.tools.http import HttpPolicy
 from lattice.tools.mcp import McpServerSpec, specs_from_config
+
+if TYPE_CHECKING:  # settings_from_config takes a config; the runtime itself needs none
+    from lattice.config import LatticeConfig
 
 
 @dataclass(frozen=True)

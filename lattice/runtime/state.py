@@ -198,8 +198,9 @@ class StateStore:
         marker = object()
         return self.get(path, marker) is not marker
 
-    def write(self, path: StatePath | str, value: Any) -> None:
-        """Set ``path`` (under ``$vars`` or ``$tmp``), creating objects on the way."""
+    def write(self, path: StatePath | str, value: Any, *, size: int | None = None) -> None:
+        """Set ``path`` (under ``$vars`` or ``$tmp``), creating objects on the way.
+        ``size``: ``approx_size(value)`` when the caller knows it already."""
         if isinstance(path, str):
             path = parse_path(path)
         keys = path.keys
@@ -225,11 +226,16 @@ class StateStore:
             raise LatticeRunError(
                 f"cannot write {path.text}: index {last!r} does not exist", error_type="state_error"
             )
-        if self._limits is not None:
-            self._check_size(path, value)
+        limits = self._limits
+        if limits is not None:
+            if size is None:
+                size = approx_size(value)
+            if size > limits.max_value_bytes:
+                self._check_size(path, size)
         target[last] = value
-        if self._limits is not None and path.root == "$vars":
-            self._resize(str(keys[0]))
+        if limits is not None and path.root == "$vars":
+            # a whole entry ($vars.x) is the value itself: its size is known
+            self._resize(str(keys[0]), size if len(keys) == 1 else None)
         if self.changes is not None and path.root == "$vars":
             self.changes.append(["set", path.text, value])
         for listener in self._listeners:
@@ -241,11 +247,18 @@ class StateStore:
         if isinstance(path, str):
             path = parse_path(path)
         current = self.get(path, [])
-        if not isinstance(current, list):
+        size = None
+        if isinstance(current, list):
+            if self._limits is not None and path.root == "$vars" and len(path.keys) == 1:
+                # the list's size so far is known: measure the item alone (not the list again)
+                known = self._sizes.get(str(path.keys[0])) if current else 2
+                if known is not None:
+                    size = known + approx_size(item) + 1
+        else:
             current = [current]
         changes, self.changes = self.changes, None
         try:
-            self.write(path, [*current, item])
+            self.write(path, [*current, item], size=size)
         finally:
             self.changes = changes
         if changes is not None and path.root == "$vars":
@@ -264,10 +277,9 @@ class StateStore:
         else:
             raise LatticeRunError(f"unknown state change {kind!r}", error_type="state_error")
 
-    def _check_size(self, path: StatePath, value: Any) -> None:
+    def _check_size(self, path: StatePath, size: int) -> None:
         limits = self._limits
         assert limits is not None
-        size = approx_size(value)
         if size > limits.max_value_bytes:
             raise LatticeRunError(
                 f"cannot write {path.text}: the value is about {size:,} bytes, over the limit "
@@ -280,10 +292,12 @@ class StateStore:
                 },
             )
 
-    def _resize(self, key: str) -> None:
+    def _resize(self, key: str, size: int | None = None) -> None:
+        """Account for the new size of the entry ``$vars.<key>`` (``size``, when known)."""
         limits = self._limits
         assert limits is not None
-        size = approx_size(self.vars[key]) if key in self.vars else 0
+        if size is None:
+            size = approx_size(self.vars[key]) if key in self.vars else 0
         total = self._total_size = self._total_size + size - self._sizes.get(key, 0)
         self._sizes[key] = size
         if total > limits.max_state_bytes:

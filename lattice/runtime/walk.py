@@ -130,6 +130,9 @@ class Walker:
         journaled = recorder.run_dir is not None
         in_branch = ctx.branch is not None
         plan = self.steps
+        visits = counters.visits
+        max_steps, max_visits = self.max_steps, self.max_visits
+        emit, clock = ctx.emit, time.perf_counter
         current = track.current
         output: Any = None
         while current is not None:
@@ -137,20 +140,22 @@ class Walker:
                 return TrackEnd("arrived")
             step = plan[current]
             counters.steps += 1
-            count = counters.visits.get(current, 0) + 1
-            counters.visits[current] = count
+            count = visits.get(current, 0) + 1
+            visits[current] = count
             ctx.current_op, ctx.current_node = current, step.node
-            if counters.steps > self.max_steps or count > self.max_visits:
-                raise _limit_error(self.max_steps, self.max_visits, current, counters.steps, count)
+            if counters.steps > max_steps or count > max_visits:
+                raise _limit_error(max_steps, max_visits, current, counters.steps, count)
             track.current = current
             track.op_seq += 1
-            started = time.perf_counter()
+            started = clock()
             calls_before = ctx.usage.requests
-            ctx.emit("op_started", {"kind": step.kind})
+            emit("op_started", {"kind": step.kind})
             try:
                 if step.control:
                     outcome = await self._control(track, step.op)
                 elif in_branch:
+                    if root.limiter is None:  # made by the first branch (most runs have none)
+                        root.limiter = asyncio.Semaphore(self.max_parallel)
                     async with root.limiter:
                         outcome = await step.executor.run(ctx)  # type: ignore[union-attr]
                 else:
@@ -164,7 +169,7 @@ class Walker:
                 exc.op_id = exc.op_id or current
                 exc.node_id = exc.node_id or step.node
                 if FAILED_PORT not in step.edges or isinstance(exc, Interrupted):
-                    self.record_op(ctx, track.label, current, started, None, error=exc)
+                    self.record_op(ctx, track, current, started, None, error=exc)
                     if (
                         journaled
                     ):  # a failed fork's number is used again: its branches keep their ids
@@ -175,8 +180,9 @@ class Walker:
                 state.write(f"$vars.{step.node}.error", report)
                 outcome = Outcome(port=FAILED_PORT, record={"error": report})
             finally:
-                state.clear_tmp()
-            self.record_op(ctx, track.label, current, started, outcome)
+                if state.tmp:
+                    state.clear_tmp()
+            self.record_op(ctx, track, current, started, outcome)
             if step.is_end or outcome.port == ENDED:
                 nxt = None
                 output = outcome.output
@@ -202,7 +208,7 @@ class Walker:
                         ctx, step, track.op_seq, outcome, nxt, counters, calls_before, output
                     )
                 )
-                await recorder.commit()
+                await recorder.commit(here=root.commit_here and not in_branch)
             elif changes:
                 state.changes = []
             if nxt is None:
@@ -379,7 +385,7 @@ class Walker:
     def record_op(
         self,
         ctx: RunContext,
-        label: str,
+        track: Track,
         op_id: str,
         started: float,
         outcome: Outcome | None,
@@ -394,6 +400,7 @@ class Walker:
             ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error_type})
         if ctx.recorder.run_dir is None:
             return
+        label = track.label
         op = self.ir.ops[op_id]
         record: dict[str, Any] = {
             "seq": label if ctx.branch else int(label),

@@ -141,12 +141,12 @@ class LoopRecorder(FolderRecorder):
         super().journal(line)
         self._journal_written = True
 
-    async def commit(self) -> None:
+    async def commit(self, *, here: bool = False) -> None:
         while self.pending:
             pending, self.pending = self.pending, []
             await asyncio.gather(*pending)
         self._journal_written = False
-        await super().commit()
+        await super().commit(here=here)
 
     def close(self) -> None:
         self._write_events()

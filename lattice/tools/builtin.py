@@ -3,6 +3,7 @@
 A document calls them like any MCP tool (``"serverId": "lattice"``). They can only
 touch what the user handed to the run: ``retrieve_context`` reads files under the
 repository root given with ``--repo`` (``RuntimeSettings.repo_root``) and nothing else.
+The search itself (``lattice.tools.retrieve``) is imported when a run first uses it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from lattice.tools.mcp import BUILTIN_SERVER_ID, ToolSpec, tool_error
-from lattice.tools.retrieve import RETRIEVE_CONTEXT_TOOL, retrieve_context
 
 
 class BuiltinTools:
@@ -22,7 +22,8 @@ class BuiltinTools:
         self.repo_root = repo_root
 
     async def list_tools(self) -> list[ToolSpec]:
-        tool = RETRIEVE_CONTEXT_TOOL
+        from lattice.tools.retrieve import RETRIEVE_CONTEXT_TOOL as tool
+
         return [ToolSpec(tool["name"], tool["description"], tool["inputSchema"])]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
@@ -35,6 +36,8 @@ class BuiltinTools:
                 "(RuntimeSettings(repo_root=...) from Python)",
                 tool=name,
             )
+        from lattice.tools.retrieve import retrieve_context
+
         return await asyncio.to_thread(retrieve_context, self.repo_root, arguments)
 
     async def aclose(self) -> None:

@@ -15,26 +15,33 @@ Responses bigger than the cap are refused. Status >= 400 is an ``http_error`` (s
 body excerpt); 429, 5xx, timeouts and connection errors are retried with backoff
 (Retry-After honoured) before failing, at most ``max_retries`` times in all per call.
 Refused destinations and requests that cannot be built fail at once (``tool_error``).
+
+httpx (with the guarded transport of :mod:`lattice.tools.guarded`), the host rules and
+jsonschema are imported when a run first needs them (lazy imports of heavy modules, so that importing
+the runtime stays fast: httpx alone, which pulls in rich and click, cost about 95 ms).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
-
-import httpx
-import jsonschema
 
 from lattice.contracts.policies import RetrySettings
 from lattice.errors import LatticeRunError
 from lattice.ir.models import HttpCall, ToolCallOp
 from lattice.ir.templates import Ref, ValueTemplate, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
-from lattice.tools.netguard import DestinationRefused, GuardedTransport, HostRules
+
+if TYPE_CHECKING:
+    import httpx
+    import jsonschema
+
+    from lattice.tools.netguard import DestinationRefused, HostRules
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -57,16 +64,24 @@ class HttpPolicy:
     transport: httpx.AsyncBaseTransport | None = field(default=None, compare=False)
     """Injectable transport (``httpx.MockTransport`` in tests). It replaces the guarded
     one, so only the checks on the URL itself (:meth:`check_host`) apply."""
-    rules: HostRules = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        rules = HostRules(self.allow_hosts, self.deny_hosts, allow_private=self.allow_private)
-        object.__setattr__(self, "rules", rules)
+        if self.allow_hosts or self.deny_hosts:
+            _ = self.rules  # entries are checked now, not at the first request
+
+    @functools.cached_property
+    def rules(self) -> HostRules:
+        """The parsed rules (made on first use, or when the policy is made if it lists hosts)."""
+        from lattice.tools.netguard import HostRules
+
+        return HostRules(self.allow_hosts, self.deny_hosts, allow_private=self.allow_private)
 
     def check_host(self, url: str) -> None:
         """Refuse, before anything is sent, a URL that is not absolute http(s) or whose host
         (or the address it spells) the rules refuse; resolved addresses are checked when
         connecting."""
+        import httpx
+
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL as exc:
@@ -81,6 +96,8 @@ class HttpPolicy:
                 f"{_safe_url(url)} cannot be sent: port {parsed.port} is out of range",
                 error_type="tool_error",
             )
+        from lattice.tools.netguard import DestinationRefused
+
         try:
             self.rules.check_name(host)
         except DestinationRefused as exc:
@@ -90,6 +107,8 @@ class HttpPolicy:
         """The injected transport, else a guarded one (a new pool for every run)."""
         if self.transport is not None:
             return self.transport
+        from lattice.tools.guarded import GuardedTransport
+
         return GuardedTransport(self.rules)
 
 
@@ -109,6 +128,8 @@ class HttpClientPool:
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
+            import httpx
+
             # Redirects are not followed: a Location header is the server's choice of
             # destination, and it is returned to the document as part of the result.
             self._client = httpx.AsyncClient(
@@ -249,9 +270,11 @@ class HttpExecutor:
         self.headers = {k: ValueTemplate(v) for k, v in self.call.headers.items()}
         self.query = ValueTemplate(self.call.query)
         self.body = ValueTemplate(self.call.body) if self.call.body is not None else None
-        self.validator = (
-            jsonschema.Draft202012Validator(op.output_schema) if op.output_schema else None
-        )
+        self.validator: jsonschema.Draft202012Validator | None = None
+        if op.output_schema:
+            import jsonschema
+
+            self.validator = jsonschema.Draft202012Validator(op.output_schema)
         self.retry = retry
         self.sleep = sleep
 
@@ -296,6 +319,10 @@ class HttpExecutor:
     async def _send(
         self, pool: HttpClientPool, request: dict[str, Any], timeout: float
     ) -> dict[str, Any]:
+        import httpx
+
+        from lattice.tools.netguard import DestinationRefused
+
         limit = pool.policy.max_response_bytes
         where = f"{request['method']} {_safe_url(request['url'])}"
         try:
@@ -388,6 +415,8 @@ def _with_query(request: dict[str, Any]) -> dict[str, Any]:
     request = dict(request)
     params = request.pop("params")
     if params:
+        import httpx
+
         request["url"] = httpx.URL(request["url"]).copy_merge_params(params)
     return request
 

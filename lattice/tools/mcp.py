@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-import jsonschema
-
 from lattice.errors import LatticeRunError
 
 BUILTIN_SERVER_ID = "lattice"
@@ -352,6 +350,8 @@ def argument_violations(schema: Mapping[str, Any], arguments: Any) -> list[dict[
     """Every way ``arguments`` breaks ``schema`` (a tool's inputSchema), with JSON pointers."""
     if not schema:
         return []
+    import jsonschema  # a heavy module, imported when a tool call is first checked
+
     validator_class = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
     try:
         validator = validator_class(schema)

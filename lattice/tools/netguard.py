@@ -7,7 +7,8 @@ refused, as are cloud metadata endpoints (:data:`METADATA_ADDRESSES`). IPv4 addr
 inside IPv6 ones (IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible, NAT64 ``64:ff9b::/96``,
 6to4) count as the IPv4 address they carry.
 
-The check runs where the connection is made: :class:`GuardedBackend`, an httpcore network
+The check runs where the connection is made: ``GuardedBackend`` (in
+:mod:`lattice.tools.guarded`, with the httpx transport built on it), an httpcore network
 backend, resolves the host name itself, checks every address it gets, and connects to one
 of those checked addresses (never to the name), so numeric spellings (``2130706433``,
 ``0x7f000001``, ``127.1``), Unicode dots, names that resolve inside and DNS rebinding
@@ -32,15 +33,8 @@ import fnmatch
 import ipaddress
 import re
 import socket
-import ssl
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import anyio
-import anyio.to_thread
-import httpcore
-import httpx
-import idna
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -225,6 +219,8 @@ def parse_entry(text: str) -> HostEntry:
 def _idna_label(label: str) -> str:
     if label.isascii():
         return label
+    import idna  # only for a non-ASCII name in the rules
+
     try:
         return idna.encode(label, uts46=True).decode("ascii")
     except idna.IDNAError as exc:
@@ -335,111 +331,3 @@ def _subject(name: str, ip: IPAddress) -> str:
     if spelled:
         return f"host {shown}"
     return f"host {name!r} resolves to {shown}, which"
-
-
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """An httpcore network backend that connects only to addresses the rules allow.
-
-    ``connect_tcp`` resolves the host, checks every address (one refused address refuses
-    the connection, raising :class:`DestinationRefused`), then connects to the checked
-    addresses in the resolver's order until one answers. Connection pooling is per host
-    name, so a reused connection is one that was checked when it was opened.
-    """
-
-    def __init__(self, rules: HostRules, inner: httpcore.AsyncNetworkBackend | None = None):
-        self.rules = rules
-        self.inner = inner if inner is not None else httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        self.rules.check_name(host)
-        deadline = None if timeout is None else anyio.current_time() + timeout
-        addresses = await self.resolve(host, port, timeout)
-        self.rules.check_addresses(host, addresses)
-        failure: Exception | None = None
-        for ip in addresses:
-            left = None if deadline is None else max(deadline - anyio.current_time(), 0.0)
-            try:
-                return await self.inner.connect_tcp(
-                    str(ip),
-                    port,
-                    timeout=left,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                failure = exc
-        assert failure is not None  # resolve() returns at least one address
-        raise failure
-
-    async def resolve(self, host: str, port: int, timeout: float | None) -> list[IPAddress]:
-        """The addresses of ``host``, in the resolver's order, without duplicates."""
-        try:
-            with anyio.fail_after(timeout):
-                # The system resolver in a worker thread, as asyncio's getaddrinfo does;
-                # ``host`` is already ASCII (httpx IDNA-encodes it).
-                found = await anyio.to_thread.run_sync(
-                    socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM, abandon_on_cancel=True
-                )
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"resolving {host!r} timed out") from exc
-        except (OSError, UnicodeError) as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host!r}: {exc}") from exc
-        addresses: dict[IPAddress, None] = {}
-        for _family, _type, _proto, _name, sockaddr in found:
-            addresses[ipaddress.ip_address(sockaddr[0])] = None
-        if not addresses:
-            raise httpcore.ConnectError(f"{host!r} resolves to no address")
-        return list(addresses)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise DestinationRefused("Unix sockets are not reachable from httpRequest", host=path)
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
-
-
-class GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx's own transport (no proxies) whose connections go through :class:`GuardedBackend`.
-
-    Proxies from the environment are not used: a proxy would resolve and connect for us,
-    out of reach of the address check.
-    """
-
-    def __init__(
-        self,
-        rules: HostRules,
-        *,
-        verify: ssl.SSLContext | bool = True,
-        limits: httpx.Limits | None = None,
-        backend: httpcore.AsyncNetworkBackend | None = None,
-    ) -> None:
-        context = httpx.create_ssl_context(verify=verify)
-        limits = limits or httpx.Limits()
-        super().__init__(verify=context, limits=limits)
-        # httpx 0.28's AsyncHTTPTransport takes no network backend; its requests all go
-        # through ``self._pool``, so build that pool again with ours. Should a later httpx
-        # keep its pool elsewhere, fail here rather than send requests unguarded.
-        if not isinstance(getattr(self, "_pool", None), httpcore.AsyncConnectionPool):
-            raise RuntimeError(
-                f"httpx {httpx.__version__}: AsyncHTTPTransport keeps no connection pool in "
-                "_pool, so httpRequest cannot guard its connections"
-            )
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=GuardedBackend(rules, backend),
-        )

@@ -13,12 +13,14 @@ import random
 from typing import Any
 
 import networkx as nx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lattice.document.loader import parse_workflow
 from lattice.document.models import SEQUENTIAL_PORT, Connection, Node, Workflow
 from lattice.lower.checks import Reachability
+from lattice.lower.graph import DiGraph
 from lattice.lower.registry import PRODUCER_TYPES, ROUTING_TYPES, LoweringContext
 from lattice.lower.subflows import NAMESPACE_SEPARATOR, inline_subflows
 from tests.builders import node
@@ -230,11 +232,65 @@ def test_reachability_matches_networkx(rnd: random.Random, size: int) -> None:
         for source in rnd.sample(range(size), min(size, 80)):
             graph.add_edge(source, target)
     named = nx.relabel_nodes(graph, {i: f"n{i}" for i in range(size)})
-    reach = Reachability(named)
+    ours: DiGraph[str] = DiGraph()
+    for name in named:
+        ours.add_node(name)
+    for a, b in named.edges:
+        ours.add_edge(a, b)
+    reach = Reachability(ours)
     queries = [(f"n{rnd.randrange(size)}", f"n{rnd.randrange(size)}") for _ in range(300)]
+    shape = rnd.random()
+    if shape < 0.25:  # many setters of one variable, read by a few nodes: a backward pass
+        readers = [f"n{rnd.randrange(size)}" for _ in range(3)]
+        queries = [(f"n{rnd.randrange(size)}", rnd.choice(readers)) for _ in range(300)]
+    elif shape < 0.5:  # one producer read by many nodes: a forward pass
+        producers = [f"n{rnd.randrange(size)}" for _ in range(3)]
+        queries = [(rnd.choice(producers), f"n{rnd.randrange(size)}") for _ in range(300)]
     if rnd.random() < 0.5:  # answered together ahead (some of them), or one by one
         reach.prepare(queries[: rnd.randrange(len(queries))])
     for a, b in queries:
         # "a can run before b": a path of one or more edges from a to b.
         expected = any(nx.has_path(named, s, b) for s in named.successors(a))
+        assert reach.reaches(a, b) == expected, (a, b)
+
+
+def test_far_queries_are_answered_together_in_both_directions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many far sources of one target take one backward pass, one source of many far
+    targets one forward pass; every answer is networkx's."""
+    rnd = random.Random(7)
+    graph: nx.DiGraph = nx.DiGraph()
+    width, depth = 10, 40  # layers joined all-to-all: a short backward search gives up
+    for layer in range(depth - 1):
+        for i in range(width):
+            for j in range(width):
+                if rnd.random() < 0.8:
+                    graph.add_edge(f"n{layer}.{i}", f"n{layer + 1}.{j}")
+    graph.add_edge("n20.3", "n20.3")  # and a loop
+    graph.add_node("alone")
+    ours: DiGraph[str] = DiGraph()
+    for name in graph:
+        ours.add_node(name)
+    for a, b in graph.edges:
+        ours.add_edge(a, b)
+    passes: list[bool] = []
+    real = Reachability._passes
+
+    def spy(queries: Any, neighbours: Any, *, forward: bool) -> Any:
+        if queries:
+            passes.append(forward)
+        return real(queries, neighbours, forward=forward)
+
+    monkeypatch.setattr(Reachability, "_passes", staticmethod(spy))
+    early = [f"n{layer}.{i}" for layer in range(3) for i in range(width)]
+    late = [f"n{layer}.{i}" for layer in range(depth - 3, depth) for i in range(width)]
+    queries = [(source, "n39.5") for source in early]  # many setters, one reader
+    queries += [("n1.1", target) for target in late]  # one producer, many readers
+    queries += [(source, "alone") for source in late] + [("alone", t) for t in early]
+    reach = Reachability(ours)
+    reach.prepare(queries)
+    assert sorted(passes) == [False, True]
+    for a, b in queries:
+        expected = any(nx.has_path(graph, s, b) for s in graph.successors(a))
         assert reach.reaches(a, b) == expected, (a, b)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from lattice.errors import LatticeRunError
 from lattice.ir.templates import NameRef, parse_path
 from lattice.runtime import MissingValueError, StateStore
+from lattice.runtime.state import StateLimits, approx_size
 
 
 def make_store() -> StateStore:
@@ -273,3 +274,39 @@ def test_snapshot_stays_json_serialisable_after_any_writes(
         snap = store.snapshot()
         assert json.loads(json.dumps(snap)) == snap
         assert store.read(path) == value
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["set", "append", "append", "delete"]),
+            st.sampled_from(["$vars.a", "$vars.b", "$vars.a.x", "$vars.c.list"]),
+            _json,
+        ),
+        max_size=12,
+    )
+)
+def test_sizes_kept_as_writes_go_equal_sizes_measured_afresh(
+    steps: list[tuple[str, str, Any]],
+) -> None:
+    """Appends and whole-entry writes account sizes from what they know (linear time);
+    the figures stay those of measuring every entry again."""
+    store = StateStore({"q": "input"})
+    store.limit(StateLimits())
+    for kind, path, value in steps:
+        try:
+            if kind == "set":
+                store.write(path, value)
+            elif kind == "append":
+                store.append(path, value)
+            else:
+                store.delete(path)
+        except LatticeRunError:
+            continue  # writing under a non-object, for example
+        assert store._sizes == {k: approx_size(v) for k, v in store.vars.items()} | {
+            k: 0 for k in store._sizes if k not in store.vars
+        }
+        assert store._total_size == approx_size(store.inputs) + sum(
+            approx_size(v) for v in store.vars.values()
+        )

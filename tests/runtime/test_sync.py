@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import json
+import os
+import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,3 +93,94 @@ def test_inputs_take_the_defaults_of_the_inputs_schema() -> None:
     assert subject.run({"name": "Ada"}).state["in"] == {"name": "Ada", "city": "Oslo"}
     assert subject.run({"name": "Ada", "city": "Rome"}).state["in"]["city"] == "Rome"
     assert provider.calls[0].messages[-1].content.startswith("Ada in Oslo")
+
+
+# -- what each call keeps from asyncio.Runner.run -------------------------------------------
+
+
+class Interrupting:
+    """Sends this process SIGINT (Ctrl-C) from inside its first call, then waits."""
+
+    name = "interrupting"
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(5)
+        return LLMResponse(text="too late")
+
+
+def test_ctrl_c_during_a_sync_run_interrupts_it_and_raises_keyboard_interrupt(
+    tmp_path: Path,
+) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    subject = Runner(
+        lower(chain(node("a", "prompt", prompt="A"))),
+        provider=Interrupting(),
+        store=RunStore(tmp_path),
+    )
+    with pytest.raises(KeyboardInterrupt):
+        subject.run()
+    (folder,) = tmp_path.iterdir()
+    assert json.loads((folder / "checkpoint.json").read_text())["status"] == "interrupted"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert runner(LoopSpy()).run().status == "completed"  # the loop is usable again
+
+
+def test_a_handler_of_the_host_application_is_left_alone() -> None:
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        spy = LoopSpy()
+        assert runner(spy).run().status == "completed"
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        os.kill(os.getpid(), signal.SIGINT)
+        assert seen == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_sync_call_from_inside_a_run_names_the_async_call() -> None:
+    """Re-entrancy: a listener (called on the run's loop) cannot start a synchronous run."""
+    subject = runner(LoopSpy())
+    inner = runner(LoopSpy())
+    errors: list[LatticeUserError] = []
+
+    def listener(event: dict[str, Any]) -> None:
+        if event["type"] == "run_started":
+            try:
+                inner.run()
+            except LatticeUserError as exc:
+                errors.append(exc)
+
+    subject.subscribe(listener)
+    assert subject.run().status == "completed"
+    assert len(errors) == 1 and "await runner.arun" in errors[0].message
+
+
+CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="unset")
+
+
+class ContextSpy:
+    name = "context"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        self.seen.append(CALLER.get())
+        CALLER.set("changed inside the run")
+        return LLMResponse(text="ok")
+
+
+def test_each_call_runs_in_a_copy_of_the_callers_context() -> None:
+    spy = ContextSpy()
+    subject = runner(spy)
+    token = CALLER.set("first")
+    try:
+        subject.run()
+        CALLER.set("second")
+        subject.run()
+        assert CALLER.get() == "second"  # what the run set stays inside it
+    finally:
+        CALLER.reset(token)
+    assert spy.seen == ["first", "second"]

@@ -27,8 +27,9 @@ import pytest
 from lattice.contracts.policies import RetrySettings
 from lattice.runtime import Runner, RunResult, RunStore
 from lattice.runtime.settings import RuntimeSettings
+from lattice.tools.guarded import GuardedTransport
 from lattice.tools.http import HttpPolicy
-from lattice.tools.netguard import GuardedTransport, HostRules
+from lattice.tools.netguard import HostRules
 from tests.builders import chain, lower_ok
 from tests.conftest import _real_getaddrinfo
 from tests.tools.test_http import (

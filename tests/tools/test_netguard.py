@@ -19,11 +19,10 @@ import pytest
 from lattice.config import load_config
 from lattice.errors import LatticeUserError
 from lattice.runtime.settings import settings_from_config
+from lattice.tools.guarded import GuardedBackend, GuardedTransport
 from lattice.tools.netguard import (
     METADATA_ADDRESSES,
     DestinationRefused,
-    GuardedBackend,
-    GuardedTransport,
     HostRules,
     address_class,
     embedded_ipv4,
