@@ -10,16 +10,6 @@ from pathlib import Path
 from lattice.errors import LatticeUserError
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-UMASK = _umask()
-"""The process's umask, read once at import (reading it means setting it)."""
-
-
 def atomic_write_text(path: Path, text: str, *, durable: bool = False) -> None:
     """Write ``text`` to ``path`` so readers see the old file or the new one, never half.
 
@@ -32,7 +22,8 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = False) -> None:
 
 
 _temporary = itertools.count()
-"""Numbers the temporary files of this process (with its pid, they are unique)."""
+"""Numbers the temporary files of this process (with its pid and a random part, unique)."""
+_TEMPORARY_ATTEMPTS = 100
 
 
 def write_replacing(
@@ -47,21 +38,27 @@ def write_replacing(
     older version lost); otherwise None.
 
     The temporary file is created with ``O_EXCL`` and mode 0666, so the umask applies as
-    for a plain ``open``; a missing parent directory is made. (``tempfile.mkstemp`` with
-    ``fchmod``, and a ``mkdir`` before every write, cost several system calls more, on
-    every op of a recorded run.)
+    for a plain ``open``; a missing parent directory is made.
     """
     data = text.encode("utf-8")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        tmp = f"{path.parent}/.{path.name}.{os.getpid()}-{next(_temporary)}.tmp"
+    made_parent = False
+    for _ in range(_TEMPORARY_ATTEMPTS):
+        tmp = (
+            f"{path.parent}/.{path.name}.{os.getpid()}-{next(_temporary)}-{os.urandom(3).hex()}.tmp"
+        )
         try:
             fd = os.open(tmp, flags, 0o666)
             break
         except FileExistsError:
-            continue  # left by a process that had this pid
+            continue
         except FileNotFoundError:
+            if made_parent:
+                raise
             path.parent.mkdir(parents=True, exist_ok=True)
+            made_parent = True
+    else:
+        raise FileExistsError(f"no free temporary name beside {path}")
     try:
         view = memoryview(data)
         while view:

@@ -3,10 +3,9 @@
 Lowering asks five questions of its node and op graphs: strongly connected components
 (loops), the condensation of a graph into its components in topological order
 (reachability of template references), the nodes a node reaches or is reached from
-(dead ends), and immediate dominators (where the branches of a fork meet). networkx
-answered them for 80 ms of import time on every ``import lattice.lower``; these
-iterative versions answer them in a few dozen lines, without recursion, in linear
-time (dominators: the Cooper–Harvey–Kennedy iteration, as networkx does).
+(dead ends), and immediate dominators (where the branches of a fork meet). These
+iterative versions answer them without recursion, in linear time (dominators: the
+Cooper–Harvey–Kennedy iteration, as networkx does), and without networkx's import.
 ``tests/lower/test_graph.py`` holds them to networkx on random graphs.
 """
 
@@ -52,17 +51,8 @@ class DiGraph(Generic[N]):
     def successors(self, node: N) -> Iterable[N]:
         return self.succ[node].keys()
 
-    def predecessors(self, node: N) -> Iterable[N]:
-        return self.pred[node].keys()
-
     def __contains__(self, node: object) -> bool:
         return node in self.succ
-
-    def __iter__(self) -> Iterator[N]:
-        return iter(self.succ)
-
-    def __len__(self) -> int:
-        return len(self.succ)
 
 
 def strongly_connected_components(succ: Mapping[N, Iterable[N]]) -> Iterator[set[N]]:
@@ -143,9 +133,6 @@ class Condensation(Generic[N]):
                 if a != b:
                     self.succ[a].add(b)
                     self.pred[b].add(a)
-
-    def __len__(self) -> int:
-        return len(self.size)
 
 
 def reached(neighbours: Adjacency[N], start: N) -> set[N]:

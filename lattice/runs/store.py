@@ -250,7 +250,12 @@ class FolderRecorder:
         fds, self._starting = self._starting, None
         if fds is None:
             return
-        fds += [os.open(self._dir, os.O_RDONLY), os.open(self._dir.parent, os.O_RDONLY)]
+        try:
+            for folder in (self._dir, self._dir.parent):
+                fds.append(os.open(folder, os.O_RDONLY))
+        except OSError as exc:
+            _close_all(fds)
+            raise LatticeUserError(f"cannot sync run folder {self._dir}: {exc.strerror}") from exc
         loop = asyncio.get_running_loop()
         syncs = asyncio.gather(
             *(loop.run_in_executor(None, os.fsync, fd) for fd in fds), return_exceptions=True
@@ -259,6 +264,10 @@ class FolderRecorder:
         syncs.add_done_callback(lambda _: _close_all(fds))
         results = await asyncio.shield(syncs)
         for result in results:
+            if isinstance(result, OSError):
+                raise LatticeUserError(
+                    f"cannot sync run folder {self._dir}: {result.strerror}"
+                ) from result
             if isinstance(result, BaseException):
                 raise result
 

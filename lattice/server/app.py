@@ -230,6 +230,26 @@ class Guard:
 # -- the application -----------------------------------------------------------------------
 
 
+def load_what_runs_use() -> None:
+    """Import and build now what a process loads on first use (jsonschema, the guarded
+    HTTP transport, the document and ExecIR models' validators), so that the first run
+    does not pay for it on the loop every run shares."""
+    import jsonschema  # noqa: F401
+
+    import lattice.tools.guarded  # noqa: F401
+    from lattice.document import models as document_models
+    from lattice.ir import models as ir_models
+
+    for module in (document_models, ir_models):
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseModel)
+                and value.__module__ == module.__name__
+            ):
+                value.model_rebuild()
+
+
 def create_app(settings: ServerSettings) -> FastAPI:
     """The ``lattice serve`` application for ``settings``."""
     config = settings.config
@@ -249,6 +269,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         # as the server: out of the cycle collector's sight, a full collection walks only
         # what runs and requests made since (a full walk of it all paused every run and
         # stream for tens of milliseconds).
+        load_what_runs_use()
         gc.collect()
         gc.freeze()
         yield

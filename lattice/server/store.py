@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from lattice.files import atomic_write_text
+from lattice.files import atomic_write_text, sync_directory
 from lattice.runs.journal import JOURNAL, open_append
 from lattice.runs.redaction import Redactor
 from lattice.runs.store import (
@@ -42,14 +41,11 @@ from lattice.runs.store import (
 
 
 def _force(path: Path, *, folder: bool) -> None:
-    """fsync ``path`` (a file, or a folder's entries)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """fsync ``path`` (a file, or a folder's entries) and, with ``folder``, its parent's
+    entry for it."""
+    sync_directory(path)  # an fsync of any file opened read-only
     if folder:
-        _force(path.parent, folder=False)
+        sync_directory(path.parent)
 
 
 EventLine = Callable[[int, str], None]
@@ -88,13 +84,13 @@ class LoopRecorder(FolderRecorder):
         loop = asyncio.get_running_loop()
         self.pending.append(loop.run_in_executor(None, lambda: _force(path, folder=folder)))
 
-    def write_json(self, name: str, data: Any) -> None:
+    def write_text(self, name: str, text: str) -> None:
         if self.durability != "fsync" or name not in DURABLE_FILES:
-            super().write_json(name, data)
+            super().write_text(name, text)
             return
         self.durability = "os"
         try:
-            super().write_json(name, data)
+            super().write_text(name, text)
         finally:
             self.durability = "fsync"
         assert self.run_dir is not None

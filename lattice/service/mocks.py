@@ -13,6 +13,7 @@ from typing import Any
 
 from lattice.ir.models import AskOp, ExecIR, LLMWriteOp, McpCall, ToolCallOp
 from lattice.llm.examples import example_value
+from lattice.lower.graph import strongly_connected_components
 
 LOOP_ANSWERS = 3
 """Answers given to a node that can run more than once (it sits on a cycle)."""
@@ -67,49 +68,12 @@ def _answer(op: LLMWriteOp) -> Any:
 
 
 def _on_cycles(ir: ExecIR) -> set[str]:
-    """Ops that lie on a cycle of the op graph (Tarjan's strongly connected components)."""
-    graph = {op_id: [edge.to for edge in op.next] for op_id, op in ir.ops.items()}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
+    """Ops that lie on a cycle of the op graph."""
+    graph = {
+        op_id: [edge.to for edge in op.next if edge.to in ir.ops] for op_id, op in ir.ops.items()
+    }
     cyclic: set[str] = set()
-    counter = 0
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, iter(graph[root]))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in graph:
-                    continue
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(graph[child])))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1 or node in graph[node]:
-                    cyclic.update(component)
+    for component in strongly_connected_components(graph):
+        if len(component) > 1 or any(op_id in graph[op_id] for op_id in component):
+            cyclic |= component
     return cyclic

@@ -59,7 +59,7 @@ def test_condensation_is_numbered_in_topological_order(rnd: random.Random, size:
             assert condensed.component[b] in condensed.succ[condensed.component[a]]
             assert condensed.component[a] in condensed.pred[condensed.component[b]]
     theirs_condensed = nx.condensation(theirs)
-    assert len(condensed) == theirs_condensed.number_of_nodes()
+    assert len(condensed.size) == theirs_condensed.number_of_nodes()
     assert sorted(condensed.size) == sorted(
         len(m) for _, m in theirs_condensed.nodes(data="members")
     )

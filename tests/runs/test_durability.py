@@ -362,10 +362,11 @@ def test_run_files_honour_the_umask(tmp_path: Path) -> None:
     modes = {
         p.name: stat.S_IMODE(p.stat().st_mode) for p in result.run_dir.rglob("*") if p.is_file()
     }
-    from lattice.files import UMASK
+    mask = os.umask(0)
+    os.umask(mask)
 
     assert {"events.jsonl", "journal.jsonl", "checkpoint.json", "state_final.json"} <= set(modes)
-    assert set(modes.values()) == {0o666 & ~UMASK}
+    assert set(modes.values()) == {0o666 & ~mask}
 
 
 @pytest.mark.parametrize("durability", ["fsync", "os"])

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lattice.errors import LatticeUserError
 from lattice.lower import lower
 from lattice.runs.store import FolderRecorder
 from lattice.runtime import Runner, RunStore
@@ -133,10 +135,29 @@ def test_os_durability_waits_for_no_disk(tmp_path: Path, monkeypatch: pytest.Mon
     assert log.synced() == []
 
 
-def test_a_run_stopped_before_its_first_sync_leaves_no_descriptor_open(tmp_path: Path) -> None:
+def test_a_run_stopped_before_its_first_sync_leaves_no_descriptor_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     recorder = FolderRecorder(tmp_path / "run", durability="fsync")
     recorder.write_json("checkpoint.json", {"status": "running"})
     (kept,) = recorder._starting or []
+    closed: list[int] = []
+    real_close = os.close
+    monkeypatch.setattr(os, "close", lambda fd: (closed.append(fd), real_close(fd))[1])
     recorder.close()
-    with pytest.raises(OSError):
-        os.fstat(kept)
+    assert kept in closed
+
+
+def test_a_folder_gone_before_its_first_sync_is_a_clear_error_and_closes_what_was_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = FolderRecorder(tmp_path / "run", durability="fsync")
+    recorder.write_json("checkpoint.json", {"status": "running"})
+    (kept,) = recorder._starting or []
+    shutil.rmtree(tmp_path / "run")
+    closed: list[int] = []
+    real_close = os.close
+    monkeypatch.setattr(os, "close", lambda fd: (closed.append(fd), real_close(fd))[1])
+    with pytest.raises(LatticeUserError, match="cannot sync run folder"):
+        asyncio.run(recorder.sync_started())
+    assert kept in closed

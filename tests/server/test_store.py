@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from lattice.runs.store import RunStore
 from lattice.runs.view import show_run
 from lattice.server.store import LoopStore
 from lattice.service.runs import ProviderSpec, RunOptions, prepare_resume, prepare_run
+from tests.runs.test_fsync import SyncLog
 from tests.server.helpers import script, steps
 
 VOLATILE = {
@@ -93,3 +96,57 @@ def test_a_loop_store_writes_what_a_run_store_writes(tmp_path: Path, durability:
     assert plain == loop
     assert "ops/0002-s0.json" in loop
     assert "s2" in show_run(folders[LoopStore])
+
+
+def test_a_loop_store_never_syncs_on_the_loops_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's runs share one event loop: every fsync of their folders (the first
+    files, execir.json included, the journal, the checkpoint) runs on a worker thread."""
+    log = SyncLog(monkeypatch)
+    config = LatticeConfig(runs=RunsConfig(durability="fsync"))
+
+    async def go() -> Path:
+        prepared = prepare_run(
+            lower(steps(3)),
+            config=config,
+            options=RunOptions(provider=ProviderSpec(script=script(3))),
+            inputs={},
+            runs_dir=tmp_path,
+            store_type=LoopStore,
+        )
+        prepared.runner.subscribe(log.listener)
+        result = await prepared.arun()
+        assert isinstance(prepared.runner.store, LoopStore)
+        await prepared.runner.store.settle()
+        assert result.status == "completed" and result.run_dir is not None
+        return result.run_dir
+
+    run_dir = asyncio.run(go())
+    on_the_loop = [target for kind, target, main in log.entries if kind != "op" and main]
+    assert on_the_loop == []
+    synced = " ".join(Path(target).name for target in log.synced())
+    for name in ("execir.json", "checkpoint.json", "journal.jsonl", run_dir.name):
+        assert name in synced
+
+
+def test_the_server_loads_what_runs_use_before_it_serves(tmp_path: Path) -> None:
+    """A bare import defers jsonschema, the guarded transport and the models' validators
+    to first use; the server loads them at start-up instead of on the shared loop."""
+    code = (
+        "import sys, asyncio\n"
+        "from pathlib import Path\n"
+        "from lattice.server.app import ServerSettings, create_app\n"
+        "from lattice.ir.models import ExecIR\n"
+        "app = create_app(ServerSettings(runs_dir=Path(sys.argv[1])))\n"
+        "before = ('jsonschema' in sys.modules, ExecIR.__pydantic_complete__)\n"
+        "async def start():\n"
+        "    async with app.router.lifespan_context(app):\n"
+        "        return ('jsonschema' in sys.modules and 'lattice.tools.guarded' in sys.modules,\n"
+        "                ExecIR.__pydantic_complete__)\n"
+        "print(before, asyncio.run(start()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["(False,", "False)", "(True,", "True)"]
