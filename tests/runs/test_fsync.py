@@ -161,3 +161,4 @@ def test_a_folder_gone_before_its_first_sync_is_a_clear_error_and_closes_what_wa
     with pytest.raises(LatticeUserError, match="cannot sync run folder"):
         asyncio.run(recorder.sync_started())
     assert kept in closed
+    recorder.close()
