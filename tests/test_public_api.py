@@ -210,3 +210,13 @@ def test_lower_stays_the_function_after_its_subpackage_is_imported() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("name", ["lower", "lower_document"])
+def test_the_packages_entry_points_keep_the_compilers_signatures(name: str) -> None:
+    """``lattice.lower.lower`` stands in for ``compiler.lower`` (so that importing the
+    package does not load the compiler): their parameters must not drift apart."""
+    package = importlib.import_module("lattice.lower")
+    compiler = importlib.import_module("lattice.lower.compiler")
+    ours, theirs = getattr(package, name), getattr(compiler, name)
+    assert inspect.signature(ours) == inspect.signature(theirs)
