@@ -23,6 +23,7 @@ import asyncio
 import atexit
 import contextlib
 import functools
+import os
 import signal
 import threading
 from collections.abc import Callable, Coroutine
@@ -108,6 +109,20 @@ class ThreadLoop:
 _local = threading.local()
 _all: set[ThreadLoop] = set()
 _lock = threading.Lock()
+_inherited: list[ThreadLoop] = []
+"""A forked child's copies of its parent's loops: kept, never closed (closing one would
+take its wake-up pipe out of the epoll set the child shares with the parent)."""
+
+
+def _after_fork_in_child() -> None:
+    global _local, _lock
+    _inherited.extend(_all)
+    _all.clear()
+    _local = threading.local()
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def run_sync(make: Callable[[], Coroutine[Any, Any, T]], *, what: str) -> T:

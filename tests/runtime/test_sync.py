@@ -7,6 +7,8 @@ import contextvars
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -184,3 +186,39 @@ def test_each_call_runs_in_a_copy_of_the_callers_context() -> None:
     finally:
         CALLER.reset(token)
     assert spy.seen == ["first", "second"]
+
+
+FORK_THEN_WAIT = """
+import asyncio, os, sys, time
+from lattice.runtime.sync import run_sync
+
+async def nothing():
+    return None
+
+async def wait_for_a_worker():
+    loop = asyncio.get_running_loop()  # no timer pending: only the wake-up pipe wakes it
+    return await loop.run_in_executor(None, time.sleep, 0.05)
+
+run_sync(nothing, what="x")          # the parent's loop exists before the fork
+pid = os.fork()
+if pid == 0:
+    run_sync(nothing, what="x")      # the child's own loop; exit runs atexit
+    sys.exit(0)
+os.waitpid(pid, 0)
+run_sync(wait_for_a_worker, what="x")
+print("woken")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_leaves_the_parents_loop_working() -> None:
+    """A child inherits the parent's thread loop; closing it at the child's exit took its
+    wake-up pipe out of the epoll set both share, and the parent's loop no longer woke
+    for results from worker threads."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", FORK_THEN_WAIT], capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the parent's loop was never woken by its worker thread")
+    assert done.stdout.strip() == "woken", done.stderr
