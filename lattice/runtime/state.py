@@ -108,6 +108,8 @@ class StateStore:
         self._limits: StateLimits | None = None
         self._sizes: dict[str, int] = {}
         self._total_size = 0
+        self._bounded: set[str] = set()
+        """``$vars`` entries whose ``_sizes`` is an upper bound (written inside, not measured)."""
 
     def fork(self) -> StateStore:
         """A store for one branch: it sees this store's state as it is now, and its own
@@ -134,6 +136,7 @@ class StateStore:
     def limit(self, limits: StateLimits | None) -> None:
         """Hold every later write to ``limits`` (None: no bounds)."""
         self._limits = limits
+        self._bounded = set()
         if limits is not None:
             self._sizes = {key: approx_size(value) for key, value in self.vars.items()}
             self._total_size = approx_size(self.inputs) + sum(self._sizes.values())
@@ -234,8 +237,13 @@ class StateStore:
                 self._check_size(path, size)
         target[last] = value
         if limits is not None and path.root == "$vars":
-            # a whole entry ($vars.x) is the value itself: its size is known
-            self._resize(str(keys[0]), size if len(keys) == 1 else None)
+            assert size is not None  # (measured above)
+            key = str(keys[0])
+            if len(keys) == 1:  # a whole entry ($vars.x) is the value itself: its size is known
+                self._resize(key, size)
+            else:  # the entry grew by at most the value and the objects made on its way
+                grown = size + sum([len(str(k)) + 6 for k in keys[1:]])
+                self._resize(key, self._sizes.get(key, 0) + grown, bound=True)
         if self.changes is not None and path.root == "$vars":
             self.changes.append(["set", path.text, value])
         for listener in self._listeners:
@@ -251,7 +259,8 @@ class StateStore:
         if isinstance(current, list):
             if self._limits is not None and path.root == "$vars" and len(path.keys) == 1:
                 # the list's size so far is known: measure the item alone (not the list again)
-                known = self._sizes.get(str(path.keys[0])) if current else 2
+                key = str(path.keys[0])
+                known = (None if key in self._bounded else self._sizes.get(key)) if current else 2
                 if known is not None:
                     size = known + approx_size(item) + 1
         else:
@@ -292,14 +301,29 @@ class StateStore:
                 },
             )
 
-    def _resize(self, key: str, size: int | None = None) -> None:
-        """Account for the new size of the entry ``$vars.<key>`` (``size``, when known)."""
+    def _resize(self, key: str, size: int | None = None, *, bound: bool = False) -> None:
+        """Account for the new size of the entry ``$vars.<key>`` (``size``, when known).
+
+        With ``bound``, ``size`` is an upper bound (a write inside the entry): the entries
+        known that way are measured only when the total comes over the limit, so a write
+        costs its own value's size, not its entry's."""
         limits = self._limits
         assert limits is not None
         if size is None:
             size = approx_size(self.vars[key]) if key in self.vars else 0
+        if bound:
+            self._bounded.add(key)
+        elif self._bounded:
+            self._bounded.discard(key)
         total = self._total_size = self._total_size + size - self._sizes.get(key, 0)
         self._sizes[key] = size
+        if total > limits.max_state_bytes and self._bounded:
+            for entry in self._bounded:
+                exact = approx_size(self.vars[entry]) if entry in self.vars else 0
+                total += exact - self._sizes[entry]
+                self._sizes[entry] = exact
+            self._bounded.clear()
+            self._total_size = total
         if total > limits.max_state_bytes:
             raise LatticeRunError(
                 f"the run's state is about {total:,} bytes, over the limit of "

@@ -291,7 +291,8 @@ def test_sizes_kept_as_writes_go_equal_sizes_measured_afresh(
     steps: list[tuple[str, str, Any]],
 ) -> None:
     """Appends and whole-entry writes account sizes from what they know (linear time);
-    the figures stay those of measuring every entry again."""
+    the figures stay those of measuring every entry again, except for entries written
+    inside (``_bounded``), whose figure is an upper bound until the total nears the limit."""
     store = StateStore({"q": "input"})
     store.limit(StateLimits())
     for kind, path, value in steps:
@@ -304,9 +305,51 @@ def test_sizes_kept_as_writes_go_equal_sizes_measured_afresh(
                 store.delete(path)
         except LatticeRunError:
             continue  # writing under a non-object, for example
-        assert store._sizes == {k: approx_size(v) for k, v in store.vars.items()} | {
+        exact = {k: approx_size(v) for k, v in store.vars.items()} | {
             k: 0 for k in store._sizes if k not in store.vars
         }
-        assert store._total_size == approx_size(store.inputs) + sum(
-            approx_size(v) for v in store.vars.values()
-        )
+        bounded = store._bounded
+        assert {k: v for k, v in store._sizes.items() if k not in bounded} == {
+            k: v for k, v in exact.items() if k not in bounded
+        }
+        assert all(store._sizes[k] >= exact[k] for k in bounded)
+        assert store._total_size == approx_size(store.inputs) + sum(store._sizes.values())
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["set", "append", "delete"]),
+            st.sampled_from(["$vars.a", "$vars.a.x", "$vars.a.x.y", "$vars.b.list"]),
+            _json,
+        ),
+        max_size=12,
+    ),
+    limit=st.integers(min_value=20, max_value=120),  # the inputs alone take 14
+)
+def test_state_limit_raised_exactly_when_the_measured_total_is_over(
+    steps: list[tuple[str, str, Any]], limit: int
+) -> None:
+    """Sizes kept as upper bounds never change the verdict: a change fails with
+    ``state_limit`` exactly when the state, measured afresh, is over the limit."""
+    store = StateStore({"q": "input"})
+    store.limit(StateLimits(max_state_bytes=limit))
+    for kind, path, value in steps:
+        try:
+            if kind == "set":
+                store.write(path, value)
+            elif kind == "append":
+                store.append(path, value)
+            else:
+                store.delete(path)
+        except LatticeRunError as exc:
+            if exc.error_type != "state_limit":
+                continue  # writing under a non-object, for example
+            over = True
+        else:
+            over = False
+        measured = approx_size(store.inputs) + sum(approx_size(v) for v in store.vars.values())
+        assert over == (measured > limit)
+        if over:
+            break  # (the change stays made: the state is over from here on)
