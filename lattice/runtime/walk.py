@@ -133,6 +133,7 @@ class Walker:
         visits = counters.visits
         max_steps, max_visits = self.max_steps, self.max_visits
         emit, clock = ctx.emit, time.perf_counter
+        task = asyncio.current_task()
         current = track.current
         output: Any = None
         while current is not None:
@@ -216,6 +217,10 @@ class Walker:
             current = nxt
             if root.stop_requested:
                 raise Interrupted("the run was stopped at an op boundary, as asked")
+            if task is not None and task.cancelling():
+                # Cancelled (Ctrl-C) during ops that never wait: the cancellation is
+                # delivered at an await, and a loop of deterministic ops may have none.
+                raise asyncio.CancelledError
             if ctx.cancelled:
                 raise Interrupted("a sibling branch failed, so this branch stopped")
         return TrackEnd("end", output)

@@ -222,3 +222,29 @@ def test_a_forked_child_leaves_the_parents_loop_working() -> None:
     except subprocess.TimeoutExpired:
         pytest.fail("the parent's loop was never woken by its worker thread")
     assert done.stdout.strip() == "woken", done.stderr
+
+
+def test_ctrl_c_stops_a_run_whose_ops_never_wait(tmp_path: Path) -> None:
+    """A loop of deterministic ops never awaits, so the cancellation Ctrl-C requests
+    would wait for the step limit; the walk takes it at the next op boundary."""
+    from lattice.runtime import RunLimits
+    from tests.runtime.test_ops import infinite_loop
+
+    subject = Runner(
+        lower(infinite_loop()),
+        store=RunStore(tmp_path),
+        limits=RunLimits(max_steps=200_000, max_visits=100_000),
+    )
+
+    def listener(event: dict[str, Any]) -> None:
+        if event["type"] == "op_started" and event["op_id"] == "inc" and event["seq"] > 100:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    subject.subscribe(listener)
+    with pytest.raises(KeyboardInterrupt):
+        subject.run()
+    (folder,) = tmp_path.iterdir()
+    checkpoint = json.loads((folder / "checkpoint.json").read_text())
+    assert checkpoint["status"] == "interrupted"
+    state = json.loads((folder / "state_final.json").read_text())
+    assert state["vars"]["n"] < 100  # stopped near where it was asked, not at a limit
