@@ -93,6 +93,8 @@ def sync_directory(path: Path) -> None:
 def write_output_file(path: Path, text: str) -> None:
     """Write a command's output file (``-o FILE``); a path that cannot be written is a
     LatticeUserError with one clear line, and a missing parent directory is not created."""
+    if path.parent.exists() and not path.parent.is_dir():
+        raise LatticeUserError(f"cannot write {path}: {path.parent} is not a directory")
     if not path.parent.is_dir():
         raise LatticeUserError(f"cannot write {path}: the directory {path.parent} does not exist")
     if path.is_dir():

@@ -39,9 +39,10 @@ def test_output_file_problems_are_one_line(
         capsys.readouterr()
     (tmp_path / "file").write_text("x")
     for target, words in [
-        (tmp_path / "file" / "out.json", "does not exist"),
+        (tmp_path / "file" / "out.json", "is not a directory"),
         (tmp_path / "missing" / "out.json", "does not exist"),
         (tmp_path, "is a directory"),
+        *([(Path("/proc/out.json"), "No such file")] if Path("/proc/self").is_dir() else []),
     ]:
         assert main([*command, "-o", str(target)]) == 2
         err = capsys.readouterr().err
