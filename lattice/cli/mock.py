@@ -11,6 +11,7 @@ from lattice.cli.common import lower_for_cli, note
 from lattice.cli.main import EXIT_OK, EXIT_USAGE
 from lattice.config import load_config
 from lattice.files import write_output_file
+from lattice.ir.models import ExecIR
 from lattice.service.mocks import answers_file, mock_script, needs_mcp
 
 
@@ -43,5 +44,25 @@ def init(args: argparse.Namespace) -> int:
         note(f"it also calls MCP server(s) {', '.join(servers)}: configure them in lattice.toml")
     mock = args.output or "MOCK_FILE"
     extra = f" --answers {answers_path}" if answers_path else ""
-    note(f"run it: lattice run {args.workflow} --mock {mock}{extra}")
+    note(
+        f"run it: lattice run {args.workflow} --mock {mock}{extra}{_inputs_hint(args.workflow, ir)}"
+    )
     return EXIT_OK
+
+
+def _inputs_hint(workflow: str, ir: ExecIR) -> str:
+    """The inputs a run needs: the example inputs file beside the workflow when there is
+    one, else an ``--input NAME=…`` per required input without a default."""
+    schema = ir.inputs_schema or {}
+    properties = schema.get("properties") or {}
+    needed = [
+        name
+        for name in schema.get("required") or []
+        if not (isinstance(properties.get(name), dict) and "default" in properties[name])
+    ]
+    if not needed:
+        return ""
+    beside = Path(workflow).with_name(Path(workflow).name.removesuffix(".json") + ".inputs.json")
+    if beside.is_file():
+        return f" --inputs {beside}"
+    return "".join(f" --input {name}=…" for name in needed)

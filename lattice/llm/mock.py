@@ -121,7 +121,7 @@ class MockProvider:
             raise LatticeRunError(
                 f"the mock script's responses for node {node!r} are used up "
                 f"({len(items)} given, call {index + 1} asked); add more, for example "
-                f"{_expected(node, request)}, and resume the run",
+                f"{_expected(node, request)}",
                 error_type="mock_exhausted",
                 node_id=node,
             )

@@ -48,8 +48,9 @@ def loop_diagnostics(ops: dict[str, Op], ctx: LoweringContext) -> None:
                 first,
                 "loop-no-exit",
                 f"the loop through {shown} has no way out: every run that reaches it goes "
-                f"round until a limit stops it (max_visits {MAX_VISITS:,} per op, the call "
-                "budget for model calls); add a branch that leaves it",
+                f"round until a limit stops it (max_visits {MAX_VISITS:,} per op, "
+                "--max-visits; the call budget for model calls, --max-calls); add a branch "
+                "that leaves it",
             )
             continue
         deciders = {source for source, _ in exits}

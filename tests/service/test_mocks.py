@@ -92,3 +92,17 @@ def test_questions_get_their_first_option(
     asks = [op for op in ir.ops.values() if op.kind == "ASK"]
     assert answers == {ask.source_node: ask.options[0].label for ask in asks}  # type: ignore[attr-defined]
     assert "--answers" in capsys.readouterr().err
+
+
+def test_the_run_hint_names_the_inputs_a_run_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    triage = REPO / "workflows" / "examples" / "support-triage.json"
+    assert main(["mock", "init", str(triage), "-o", str(tmp_path / "t.mock.json")]) == 0
+    hint = capsys.readouterr().err.splitlines()[-1]
+    assert hint.endswith(f"--inputs {triage.with_name('support-triage.inputs.json')}")
+    copy = tmp_path / "triage.json"  # no inputs file beside it
+    copy.write_text(triage.read_text())
+    assert main(["mock", "init", str(copy), "-o", str(tmp_path / "c.mock.json")]) == 0
+    hint = capsys.readouterr().err.splitlines()[-1]
+    assert "--input ticket=…" in hint and "--inputs" not in hint
