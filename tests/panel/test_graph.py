@@ -24,7 +24,8 @@ from lattice.server.graph import (
     run_graph,
 )
 from tests.builders import chain, conn, node, workflow
-from tests.conftest import EXAMPLES, corpus_files, example_files
+from tests.builders import corpus_params
+from tests.conftest import CORPUS, EXAMPLES, corpus_files, example_files
 from tests.server.helpers import approval, steps
 
 
@@ -76,7 +77,7 @@ def test_every_example_is_drawn_with_its_ops_on_it(path: Path) -> None:
                 assert (n["x"], n["y"]) == (source["position"]["x"], source["position"]["y"])
 
 
-@pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.name[-60:])
+@pytest.mark.parametrize("path", corpus_params(corpus_files(), CORPUS))
 def test_editor_documents_are_drawn(path: Path) -> None:
     graph = graph_of(path)
     check_ops_land_on_the_drawing(graph)
