@@ -23,8 +23,7 @@ from lattice.server.graph import (
     node_of,
     run_graph,
 )
-from tests.builders import chain, conn, node, workflow
-from tests.builders import corpus_params
+from tests.builders import chain, conn, corpus_params, node, workflow
 from tests.conftest import CORPUS, EXAMPLES, corpus_files, example_files
 from tests.server.helpers import approval, steps
 
