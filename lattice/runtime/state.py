@@ -191,11 +191,19 @@ class StateStore:
         return self.read(ref)
 
     def get(self, path: StatePath | str, default: Any = None) -> Any:
-        """The value at ``path``, or ``default`` when it is missing (one walk, no exception raised)."""
-        try:
-            return self.read(path)
-        except MissingValueError:
-            return default
+        """The value at ``path``, or ``default`` when it is missing (one walk, no error
+        built: an increment's first read of its counter is a miss)."""
+        if isinstance(path, str):
+            path = parse_path(path)
+        if path.root == "$secrets":
+            return self._read_secret(path)
+        value: Any = self._root(path.root)
+        for key in path.keys:
+            try:
+                value = value[key]
+            except (KeyError, IndexError, TypeError):
+                return default
+        return value
 
     def exists(self, path: StatePath | str) -> bool:
         marker = object()
