@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,6 +93,18 @@ SLOW_FIRST = (
     "tests/examples/",  # starts MCP servers
 )
 """Tests that take longest, by node id prefix, slowest first."""
+
+
+@pytest.fixture
+def default_ctrl_c() -> Iterator[None]:
+    """Ctrl-C (SIGINT) as a fresh interpreter has it, for tests that send it (to this
+    process, or to a child, which inherits an ignored SIGINT). Once in CI a test worker
+    had it ignored before such tests ran; the warning names what it was."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        warnings.warn(f"SIGINT's handler was {previous!r} before this test", stacklevel=1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -89,6 +89,7 @@ def stranger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("taken", [False, True], ids=["port-0", "port-of-another-server"])
+@pytest.mark.usefixtures("default_ctrl_c")
 def test_without_a_server_one_is_started_over_the_run_s_folder(
     run_folder: Path, stranger: str, tmp_path: Path, taken: bool
 ) -> None:

@@ -125,6 +125,7 @@ def test_stop_requested_ends_the_run_at_the_next_op_boundary(tmp_path: Path) -> 
     assert resumed.status == "completed" and resumed.vars["c"]["result"] == "ok"
 
 
+@pytest.mark.usefixtures("default_ctrl_c")
 def test_ctrl_c_of_lattice_run_leaves_a_resumable_interrupted_folder(tmp_path: Path) -> None:
     slow = {"responses": {}, "default": "ok"}
     (tmp_path / "mock.json").write_text(json.dumps(slow))

@@ -111,6 +111,7 @@ class Interrupting:
         return LLMResponse(text="too late")
 
 
+@pytest.mark.usefixtures("default_ctrl_c")
 def test_ctrl_c_during_a_sync_run_interrupts_it_and_raises_keyboard_interrupt(
     tmp_path: Path,
 ) -> None:
@@ -128,6 +129,7 @@ def test_ctrl_c_during_a_sync_run_interrupts_it_and_raises_keyboard_interrupt(
     assert runner(LoopSpy()).run().status == "completed"  # the loop is usable again
 
 
+@pytest.mark.usefixtures("default_ctrl_c")
 def test_a_handler_of_the_host_application_is_left_alone() -> None:
     seen: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
@@ -224,6 +226,7 @@ def test_a_forked_child_leaves_the_parents_loop_working() -> None:
     assert done.stdout.strip() == "woken", done.stderr
 
 
+@pytest.mark.usefixtures("default_ctrl_c")
 def test_ctrl_c_stops_a_run_whose_ops_never_wait(tmp_path: Path) -> None:
     """A loop of deterministic ops never awaits, so the cancellation Ctrl-C requests
     would wait for the step limit; the walk takes it at the next op boundary."""
