@@ -30,9 +30,9 @@ from types import ModuleType
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse
 from lattice.llm.errors import map_sdk_error, provider_error, retry_after_seconds
-from lattice.llm.openai_provider import read_chat_stream, strict_compatible
+from lattice.llm.openai_provider import chat_body, chat_response, read_chat_stream
 from lattice.llm.sdk_provider import SdkProvider, StreamBroken
 
 MODEL_VARIABLE = "LATTICE_LITELLM_MODEL"
@@ -149,8 +149,7 @@ class LiteLLMProvider(SdkProvider):
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
             **self.completion_kwargs,
-            "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            **chat_body(request, model, structured=structured),
             "timeout": self.timeout,
             "num_retries": 0,
             "max_retries": 0,
@@ -159,40 +158,13 @@ class LiteLLMProvider(SdkProvider):
             body["api_base"] = self.api_base
         if self.api_key:
             body["api_key"] = self.api_key
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.top_p is not None:
-            body["top_p"] = request.top_p
-        if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
-        if request.response_schema is not None and structured:
-            schema = request.response_schema
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "artifact",
-                    "schema": schema,
-                    "strict": strict_compatible(schema),
-                },
-            }
         return body
 
     async def _create(self, body: dict[str, Any]) -> Any:
         return await self._sdk().acompletion(**body)
 
     def _response(self, raw: Any, model: str, latency_ms: float) -> LLMResponse:
-        choice = raw.choices[0] if raw.choices else None
-        usage = getattr(raw, "usage", None)
-        return LLMResponse(
-            text=(choice.message.content or "") if choice is not None else "",
-            usage=TokenUsage(
-                getattr(usage, "prompt_tokens", 0) or 0,
-                getattr(usage, "completion_tokens", 0) or 0,
-            ),
-            model=raw.model or model,
-            latency_ms=latency_ms,
-            finish_reason=choice.finish_reason if choice is not None else None,
-        )
+        return chat_response(raw, model, latency_ms)
 
     async def _open_stream(self, body: dict[str, Any]) -> Any:
         return await self._sdk().acompletion(

@@ -108,43 +108,13 @@ class OpenAIProvider(SdkProvider):
         )
 
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
-        }
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.top_p is not None:
-            body["top_p"] = request.top_p
-        if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
-        if request.response_schema is not None and structured:
-            schema = request.response_schema
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "artifact",
-                    "schema": schema,
-                    "strict": strict_compatible(schema),
-                },
-            }
-        return body
+        return chat_body(request, model, structured=structured)
 
     async def _create(self, body: dict[str, Any]) -> Any:
         return await self.client.chat.completions.create(**body)
 
     def _response(self, raw: Any, model: str, latency_ms: float) -> LLMResponse:
-        choice = raw.choices[0] if raw.choices else None
-        usage = raw.usage
-        return LLMResponse(
-            text=(choice.message.content or "") if choice is not None else "",
-            usage=TokenUsage(
-                usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0
-            ),
-            model=raw.model or model,
-            latency_ms=latency_ms,
-            finish_reason=choice.finish_reason if choice is not None else None,
-        )
+        return chat_response(raw, model, latency_ms)
 
     async def _open_stream(self, body: dict[str, Any]) -> Any:
         return await self.client.chat.completions.create(
@@ -156,6 +126,48 @@ class OpenAIProvider(SdkProvider):
 
     def _map_error(self, exc: Exception, model: str, node_id: str | None) -> LatticeRunError:
         return map_openai_error(exc, model=model, node_id=node_id)
+
+
+def chat_body(request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
+    """A chat-completions request body (the OpenAI format, which LiteLLM takes too);
+    ``structured``: ask for the response schema as a strict-if-possible ``json_schema``."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+    }
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    if request.response_schema is not None and structured:
+        schema = request.response_schema
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "artifact",
+                "schema": schema,
+                "strict": strict_compatible(schema),
+            },
+        }
+    return body
+
+
+def chat_response(raw: Any, model: str, latency_ms: float) -> LLMResponse:
+    """The LLMResponse of a chat completion (a missing usage counts zero tokens)."""
+    choice = raw.choices[0] if raw.choices else None
+    usage = getattr(raw, "usage", None)
+    return LLMResponse(
+        text=(choice.message.content or "") if choice is not None else "",
+        usage=TokenUsage(
+            getattr(usage, "prompt_tokens", 0) or 0,
+            getattr(usage, "completion_tokens", 0) or 0,
+        ),
+        model=raw.model or model,
+        latency_ms=latency_ms,
+        finish_reason=choice.finish_reason if choice is not None else None,
+    )
 
 
 async def read_chat_stream(stream: Any, on_delta: DeltaSink, model: str) -> LLMResponse:
