@@ -20,65 +20,11 @@ from lattice.ir import ir_from_json, ir_to_json
 from lattice.lower import lower, lower_document
 from tests.builders import chain, conn, node, validate_ir, workflow
 from tests.conftest import corpus_files
+from tests.fuzz import mutations
 
-NODE_TYPES = [
-    "start",
-    "end",
-    "prompt",
-    "subAgent",
-    "ifElse",
-    "switch",
-    "askUserQuestion",
-    "mcp",
-    "httpRequest",
-    "variableStore",
-    "dataTransform",
-    "subAgentFlow",
-    "skill",
-    "codex",
-    "group",
-    "promt",
-    "",
-]
-DATA_KEYS = [
-    "prompt",
-    "agentDefinition",
-    "model",
-    "modelClass",
-    "outputSchema",
-    "evaluationTarget",
-    "branches",
-    "options",
-    "questionText",
-    "multiSelect",
-    "expression",
-    "input",
-    "operation",
-    "name",
-    "value",
-    "url",
-    "method",
-    "headers",
-    "body",
-    "query",
-    "inputs",
-    "output",
-    "variables",
-    "subAgentFlowId",
-    "mode",
-    "serverId",
-    "toolName",
-    "parameterValues",
-    "aiParameterConfig",
-    "parameters",
-    "repair",
-    "escalate",
-    "invariants",
-    "template",
-    "temperature",
-    "maxTokens",
-    "scope",
-]
+NODE_TYPES = [*mutations.NODE_TYPES, "promt", ""]
+"""The fuzzer's node types and two that no document may use."""
+DATA_KEYS = list(mutations.DATA_KEYS)
 TRICKY_STRINGS = [
     "{{",
     "}}",
