@@ -171,9 +171,10 @@ class Walker:
                 exc.node_id = exc.node_id or step.node
                 if FAILED_PORT not in step.edges or isinstance(exc, Interrupted):
                     self.record_op(ctx, track, current, started, None, error=exc)
-                    if (
-                        journaled
-                    ):  # a failed fork's number is used again: its branches keep their ids
+                    # An interrupted op leaves no line, as a cancelled one: the answers it
+                    # had are replayed when it runs again. A failed fork's number is used
+                    # again: its branches keep their ids.
+                    if journaled and not isinstance(exc, Interrupted):
                         seq = track.op_seq - 1 if step.control else track.op_seq
                         recorder.journal(stopped_line(ctx, seq, current))
                     raise exc from (None if exc is raised else raised)
@@ -373,7 +374,11 @@ class Walker:
             error = task.exception()
             if error is None:
                 ends.append(task.result())
-            elif collect and isinstance(error, LatticeRunError) and not isinstance(error, HaltRun):
+            elif (
+                collect
+                and isinstance(error, LatticeRunError)
+                and not isinstance(error, HaltRun | Interrupted)
+            ):
                 ends.append({"error": run_failure(track.ctx, error, phase="op").to_json()})
             else:
                 ends.append(None)

@@ -15,6 +15,7 @@ from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runtime import Runner, RunStore
+from lattice.runtime.context import Interrupted
 from lattice.runtime.settings import RuntimeSettings
 from tests.builders import conn, node, workflow
 
@@ -124,6 +125,25 @@ def test_collect_keeps_the_failure_in_the_items_slot_and_goes_on() -> None:
     assert (first, last) == ("done a", "done c")
     assert failed["error"]["category"] == "api_key_error"
     assert failed["error"]["node_id"] == "each__answer"
+
+
+class Stopping(Echo):
+    """Stops the run (as a batch's budget gate does) at the item named "stop"."""
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        if "ANSWER stop " in request.messages[-1].content:
+            raise Interrupted("the batch's budget is spent")
+        return await super().complete(request)
+
+
+def test_collect_does_not_keep_a_stopped_item_as_its_failure(tmp_path: Path) -> None:
+    """A stop is no item's failure: the run stops, and its resume runs that item again."""
+    result = run(["a", "stop", "c"], Stopping(), RunStore(tmp_path), onItemError="collect")
+    assert result.status == "interrupted", result.output
+    assert result.run_dir is not None
+    resumed = Runner.resume(result.run_dir, provider=Echo())
+    assert resumed.status == "completed"
+    assert resumed.output == ["done a", "done stop", "done c"]
 
 
 def test_items_that_are_no_list_fail_clearly() -> None:

@@ -493,3 +493,40 @@ def test_a_new_run_never_writes_into_an_existing_run_folder(tmp_path: Path) -> N
     else:
         assert second.run_dir != first.run_dir
     assert (first.run_dir / "events.jsonl").read_text() == before
+
+
+class StoppedMidOp:
+    """Answers the scoring node badly, then stops the run (as a batch's budget gate does)
+    from inside the op's repair call; afterwards answers well, counting what it is sent."""
+
+    name = "stopped-mid-op"
+
+    def __init__(self, stop: bool) -> None:
+        self.stop = stop
+        self.sent: list[str] = []
+
+    async def complete(self, request: Any) -> Any:
+        from lattice.llm.base import LLMResponse
+        from lattice.runtime.context import Interrupted
+
+        last = request.messages[-1].content
+        self.sent.append(last)
+        if self.stop and len(self.sent) == 2:
+            raise Interrupted("the batch's budget is spent")
+        return LLMResponse(text="not json" if len(self.sent) == 1 and self.stop else '{"x": 1}')
+
+
+def test_an_op_stopped_mid_flight_keeps_its_recorded_answers_for_the_resume(
+    tmp_path: Path,
+) -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    ir = lower(chain(node("score", "prompt", prompt="give x", outputSchema=schema)))
+    first = StoppedMidOp(stop=True)
+    stopped = Runner(ir, provider=first, store=RunStore(tmp_path)).run()
+    assert stopped.status == "interrupted" and len(first.sent) == 2
+    assert stopped.run_dir is not None
+    again = StoppedMidOp(stop=False)
+    resumed = Runner.resume(stopped.run_dir, provider=again)
+    assert resumed.status == "completed"
+    assert not any(text.startswith("give x") for text in again.sent), again.sent
+    assert len(again.sent) == 1  # only the repair that never got its answer
