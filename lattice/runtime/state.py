@@ -122,7 +122,11 @@ class StateStore:
         branch._inherited = set(self.vars)
         branch._listeners = self._listeners
         branch.changes = []
-        branch.limit(self._limits)
+        branch._limits = self._limits
+        if self._limits is not None:  # the sizes as this store knows them, not measured again
+            branch._sizes = dict(self._sizes)
+            branch._total_size = self._total_size
+            branch._bounded = set(self._bounded)
         return branch
 
     def _own(self, key: Any, *, whole: bool) -> None:

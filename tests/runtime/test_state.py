@@ -353,3 +353,27 @@ def test_state_limit_raised_exactly_when_the_measured_total_is_over(
         assert over == (measured > limit)
         if over:
             break  # (the change stays made: the state is over from here on)
+
+
+def test_a_fork_takes_its_sizes_from_the_parent_instead_of_measuring_the_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forEach forks once per item: measuring the whole state for each fork cost 27 ms
+    on a state of 0.8 MB, 27 s for 1,000 items."""
+    import lattice.runtime.state as state_module
+
+    store = StateStore({"q": "input"})
+    store.limit(StateLimits())
+    store.write("$vars.big", {"rows": [{"n": i, "text": "x" * 20} for i in range(500)]})
+    store.write("$vars.big.extra", 1)  # a write inside: its size is a bound
+    measured: list[Any] = []
+    real = state_module.approx_size
+    monkeypatch.setattr(
+        state_module, "approx_size", lambda value: measured.append(value) or real(value)
+    )
+    branch = store.fork()
+    assert measured == []
+    assert branch._sizes == store._sizes and branch._sizes is not store._sizes
+    assert branch._total_size == store._total_size and branch._bounded == store._bounded
+    branch.write("$vars.small", "y")
+    assert "small" in branch._sizes and "small" not in store._sizes
