@@ -201,6 +201,8 @@ class FolderRecorder:
             raise LatticeUserError(f"cannot create run folder {run_dir}: {exc.strerror}") from exc
         self._events: IO[str] | None = None
         self._unsynced = False
+        self._syncing: asyncio.Future[None] | None = None
+        """The journal's last sync, while it runs."""
         self._ops = run_dir / "ops"
         self._starting: list[int] | None = [] if durability == "fsync" and not resume else None
         """A new folder's first durable files, still open: ``sync_started`` forces them to
@@ -272,14 +274,20 @@ class FolderRecorder:
                 raise result
 
     async def commit(self, *, here: bool = False) -> None:
-        if self.durability != "fsync" or not self._unsynced:
+        if self.durability != "fsync":
+            return
+        if not self._unsynced:
+            # Another branch's commit may be syncing this op's line already: wait for it.
+            if self._syncing is not None and not self._syncing.done():
+                await asyncio.shield(self._syncing)
             return
         self._unsynced = False
         fd = self._journal.fileno()
         if here:
             os.fdatasync(fd)
-        else:
-            await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fd)
+            return
+        self._syncing = asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fd)
+        await asyncio.shield(self._syncing)
 
     def close(self) -> None:
         if self._starting:  # the run stopped before sync_started

@@ -162,3 +162,37 @@ def test_a_folder_gone_before_its_first_sync_is_a_clear_error_and_closes_what_wa
         asyncio.run(recorder.sync_started())
     assert kept in closed
     recorder.close()
+
+
+def test_a_commit_waits_for_a_sync_that_another_branch_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two branches write their lines; the first commit syncs both, and the second
+    returns only once that sync is done (before, it saw nothing unsynced and went on)."""
+    import time
+
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        time.sleep(0.2)
+        real(fd)
+        synced.append("done")
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    recorder = FolderRecorder(tmp_path / "run", durability="fsync")
+
+    async def two_branches() -> list[str]:
+        recorder.journal({"kind": "op", "op_seq": 1, "branch": "1"})
+        recorder.journal({"kind": "op", "op_seq": 1, "branch": "2"})
+        first = asyncio.create_task(recorder.commit())
+        await asyncio.sleep(0)  # the first commit's sync starts
+        await recorder.commit()
+        seen = list(synced)
+        await first
+        return seen
+
+    try:
+        assert asyncio.run(two_branches()) == ["done"]
+    finally:
+        recorder.close()
