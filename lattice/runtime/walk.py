@@ -32,6 +32,9 @@ from lattice.runtime.journaled import JournaledProvider
 
 ENDED = "ended"
 """The port a FORK leaves through when no branch reached its JOIN: the run ends there."""
+YIELD_EVERY = 64
+"""A run gives the event loop a turn at least every this many ops: ops that never wait
+(state, transforms, conditions) would otherwise hold a loop other runs share."""
 
 
 class Step:
@@ -222,6 +225,8 @@ class Walker:
                 # Cancelled (Ctrl-C) during ops that never wait: the cancellation is
                 # delivered at an await, and a loop of deterministic ops may have none.
                 raise asyncio.CancelledError
+            if not counters.steps % YIELD_EVERY:
+                await asyncio.sleep(0)  # ops that never wait leave the loop to others too
             if ctx.cancelled:
                 raise Interrupted("a sibling branch failed, so this branch stopped")
         return TrackEnd("end", output)

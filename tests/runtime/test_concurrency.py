@@ -249,3 +249,24 @@ def test_gc_pacing_restores_the_thresholds_when_runs_start_and_end_on_many_threa
     finally:
         sys.setswitchinterval(interval)
     assert active_runs() == 0 and gc.get_threshold() == before
+
+
+def test_a_run_of_ops_that_never_wait_leaves_the_loop_to_others() -> None:
+    """On a shared loop (the server's), a loop of deterministic ops never awaits: other
+    runs, requests and streams waited until it ended."""
+    from lattice.runtime import RunLimits
+    from tests.runtime.test_ops import infinite_loop
+
+    subject = Runner(
+        lower(infinite_loop()), store=RunStore(None), limits=RunLimits(max_steps=2_000)
+    )
+
+    async def both() -> bool:
+        run = asyncio.create_task(subject.arun())
+        await asyncio.sleep(0)  # the run takes the loop
+        during = bool(subject._active)  # back here before the run ended?
+        result = await run
+        assert result.status == "failed"  # at its step limit
+        return during
+
+    assert asyncio.run(both()) is True
