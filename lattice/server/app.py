@@ -160,11 +160,15 @@ class Guard:
         respond: Callable[[int, dict[str, Any], Mapping[str, str]], Response],
     ) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.expected = token.encode() if token else None
         self.max_body = max_body
         self.respond = respond
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # no route takes one; refused before any route runs
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -175,7 +179,11 @@ class Guard:
             and not (scope["method"] in ("GET", "HEAD") and is_public(scope["path"]))
         ):
             given = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            scheme, _, credentials = given.partition(b" ")
+            # the scheme is case-insensitive (RFC 9110); the token is compared in constant time
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(
+                credentials.strip(), self.expected
+            ):
                 error = "missing_token" if not given else "invalid_token"
                 await self.respond(
                     401,

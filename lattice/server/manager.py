@@ -227,11 +227,11 @@ class RunManager:
             raise ApiError(
                 409, "conflict", f"run {run_id} is {status}; {hint}", extra={"status": status}
             )
-        active.stop_asked = True
         if active.runner is None or not active.runner.request_stop(run_id):
             raise ApiError(
                 409, "conflict", f"run {run_id} is ending already", extra={"status": "running"}
             )
+        active.stop_asked = True
 
     async def shutdown(self) -> None:
         """Cancel every run this server runs (each ends interrupted, resumable) and wait

@@ -46,10 +46,19 @@ def test_every_route_but_healthz_needs_the_token(base_url: str) -> None:
             assert response.status_code == 401, (method, path)
             assert response.json()["error"] == "missing_token"
             assert response.headers["www-authenticate"] == "Bearer"
-        for wrong in (f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", TOKEN, "Basic abc"):
+        for wrong in (
+            f"Bearer {TOKEN}x",
+            f"Bearer {TOKEN[:-1]}",
+            TOKEN,
+            f"Basic {TOKEN}",
+            f"Bearerx {TOKEN}",
+        ):
             response = anonymous.get("/v1/runs", headers={"Authorization": wrong})
             assert response.status_code == 401
             assert response.json()["error"] == "invalid_token"
+        for right in (f"bearer {TOKEN}", f"BEARER {TOKEN}"):  # the scheme is case-insensitive
+            response = anonymous.get("/v1/runs", headers={"Authorization": right})
+            assert response.status_code == 200, right
 
 
 def test_with_the_token_everything_works(base_url: str) -> None:
