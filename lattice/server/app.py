@@ -238,6 +238,21 @@ class Guard:
 # -- the application -----------------------------------------------------------------------
 
 
+class MaskingFilter(logging.Filter):
+    """Masks secret values in the server's log records (message and traceback), as every
+    response is masked: an exception's text may hold what a run read."""
+
+    def __init__(self, redact: Redactor) -> None:
+        super().__init__()
+        self.redact = redact
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = self.redact(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.redact(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
 def load_what_runs_use() -> None:
     """Import and build now what a process loads on first use (jsonschema, the guarded
     HTTP transport, the document and ExecIR models' validators), so that the first run
@@ -262,6 +277,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
     """The ``lattice serve`` application for ``settings``."""
     config = settings.config
     redact: Redactor = make_redactor(settings_from_config(config).secret_names())
+    masking = MaskingFilter(redact)
+    for name in ("lattice.server", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, MaskingFilter)]:
+            logger.removeFilter(old)  # an app made before in this process
+        logger.addFilter(masking)
     manager = RunManager(settings.runs_dir, max_active_runs=settings.max_active_runs)
     library = WorkflowLibrary(settings.workflows_dir, list(config.mcp.servers))
 

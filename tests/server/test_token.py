@@ -120,3 +120,24 @@ def test_help_imports_no_server_package() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert json.loads(out.stdout) == []
+
+
+def test_the_servers_log_masks_secret_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from lattice.server.app import ServerSettings, create_app
+
+    secret = "sk-live-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    create_app(ServerSettings(runs_dir=tmp_path / "runs"))
+    try:
+        raise RuntimeError(f"the provider refused {secret}")
+    except RuntimeError:
+        with caplog.at_level(logging.ERROR):
+            logging.getLogger("lattice.server").exception("run %s failed with %s", "r1", secret)
+    (record,) = [r for r in caplog.records if r.name == "lattice.server"]
+    assert record.getMessage() == "run r1 failed with ***"
+    assert record.exc_text is not None and "the provider refused ***" in record.exc_text
+    assert secret not in caplog.text
