@@ -346,17 +346,24 @@ def plan(
 
 
 def _dispatched(
-    tasks: Iterable[RowTask], in_flight: dict[str, RowTask], runs_dir: str | None
+    tasks: Iterable[RowTask],
+    in_flight: dict[str, RowTask],
+    runs_dir: str | None,
+    results: ResultsFile,
 ) -> Iterator[RowTask]:
-    """The tasks as the engine takes them: a new run gets its folder's id now (so that the
-    driver can name the folder of a row it had to interrupt), and counts as in flight
-    until its line comes back."""
+    """The tasks as the engine takes them: a new run gets its folder's id now, and counts
+    as in flight until its line comes back. With run folders, the row's ``interrupted``
+    line (naming its folder) is written before it starts: if the batch is killed, the
+    next one resumes that folder instead of running the row again from its start; the
+    row's own line, when it ends, supersedes it."""
     for task in tasks:
         if runs_dir is not None and (
             task.resume_dir is None or not (Path(task.resume_dir) / "checkpoint.json").is_file()
         ):
             task.run_id = new_run_id()  # unless the row resumes a folder
         in_flight[row_key(task.id)] = task
+        if runs_dir is not None:
+            results.append(_interrupted_line(task, runs_dir))
         yield task
 
 
@@ -467,7 +474,7 @@ class BatchRun:
                     started = time.perf_counter()
                     tracker.started = tracker.clock()
                     async with contextlib.aclosing(
-                        engine.run(_dispatched(tasks, in_flight, runs_dir))
+                        engine.run(_dispatched(tasks, in_flight, runs_dir, results))
                     ) as lines:
                         async for line in lines:
                             in_flight.pop(row_key(line["id"]), None)
@@ -488,8 +495,9 @@ class BatchRun:
                     ticker.cancel()
                 self.view.stop()
                 limiter = await engine.close()
-                for task in in_flight.values():  # stopped part-way: resumed next time
-                    results.append(_interrupted_line(task, runs_dir))
+                if runs_dir is None:  # with folders, their lines are written already
+                    for task in in_flight.values():  # stopped part-way: run next time
+                        results.append(_interrupted_line(task, runs_dir))
         except asyncio.CancelledError:
             interrupted = True
             raise

@@ -12,7 +12,8 @@ flight, in this process or (as a Ray actor) for every worker of a cluster.
 
 A refused request fails its run's call with ``batch_budget_exceeded``; the batch then
 stops taking new rows, and the rows it refused are written as ``interrupted`` (run again
-by the next ``lattice batch`` with a larger budget).
+by the next ``lattice batch``). A budget holds one invocation: the next run of the same
+command starts with the whole budget again, for the rows left).
 
 The limiter answers each request with a delay (seconds to wait before calling) or None
 (refused): it never sleeps itself, so a Ray actor holding it serves any number of

@@ -84,3 +84,70 @@ def test_kill_9_at_random_moments_loses_no_row_and_runs_none_twice(tmp_path: Pat
     assert sorted(str(line["id"]) for line in lines) == sorted(row_id(i) for i in range(ROWS))
     statuses = Counter(str(line["status"]) for line in lines)
     assert statuses == {"completed": 800, "failed": 100, "halted": 100}
+
+
+def test_kill_9_with_run_folders_resumes_the_rows_in_flight_in_their_folders(
+    tmp_path: Path,
+) -> None:
+    """Each row's folder is named in the results before it starts: after a kill the next
+    batch resumes the rows that were running in their folders (no folder left behind, no
+    row started again from its first call)."""
+    rows = 200
+    flow, inputs, mock = dataset(tmp_path, rows, fail=False, halt=False)
+    out, runs = tmp_path / "results.jsonl", tmp_path / "runs"
+    command = [
+        sys.executable,
+        "-m",
+        "lattice.cli.main",
+        "batch",
+        str(flow),
+        "--inputs",
+        str(inputs),
+        "-o",
+        str(out),
+        "--mock",
+        str(mock),
+        "--runs-dir",
+        str(runs),
+        "--durability",
+        "os",
+        "--concurrency",
+        "20",
+        "--mock-latency-ms",
+        "30",
+        "--progress",
+        "none",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    process = subprocess.Popen(
+        command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        done = (
+            [line for line in _lines(out) if line.get("status") == "completed"]
+            if out.exists()
+            else []
+        )
+        if len(done) >= 40:
+            break
+        time.sleep(0.01)
+    assert process.poll() is None, "the batch ended before it could be killed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    latest = {str(line["id"]): line for line in _lines(out)}
+    in_flight = {rid: line for rid, line in latest.items() if line["status"] == "interrupted"}
+    assert in_flight, "no row was running when the batch was killed"
+    assert all(line["run_dir"] for line in in_flight.values())
+
+    final = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert final.returncode == 0, final.stderr
+    ended = {str(line["id"]): line for line in _lines(out)}
+    assert len(ended) == rows and {line["status"] for line in ended.values()} == {"completed"}
+    for rid, line in in_flight.items():
+        if (Path(line["run_dir"]) / "checkpoint.json").is_file():
+            assert ended[rid]["run_dir"] == line["run_dir"], rid  # resumed in its folder
+    started = [p for p in runs.iterdir() if (p / "checkpoint.json").is_file()]
+    assert len(started) == rows  # one folder per row: none was started a second time
