@@ -57,24 +57,6 @@ def read_results(path: Path) -> dict[str, dict[str, Any]]:
     return latest_lines(lines)
 
 
-def _check_tail(path: Path) -> bool:
-    """Drop a torn last line; True when one was dropped. More than one bad line is not
-    a crash's doing: refuse, naming the first."""
-    lines, good = read_lines(path)
-    size = path.stat().st_size
-    if good == size:
-        return False
-    with open(path, "rb") as handle:
-        handle.seek(good)
-        tail = handle.read()
-    if b"\n" in tail.rstrip(b"\n"):
-        raise LatticeUserError(
-            f"{path}:{len(lines) + 1}: not a results line (not JSON), and lines follow it; "
-            "fix or remove that line"
-        )
-    return drop_torn_tail(path)
-
-
 class _Syncer(threading.Thread):
     """Forces a file to disk behind its writer: one fdatasync covers every line written
     since the previous one."""
@@ -130,7 +112,7 @@ class ResultsFile:
             raise LatticeUserError(f"cannot write {path}: {exc.strerror}") from exc
         try:
             self._lock()
-            self.dropped_torn_line = _check_tail(path)
+            self.dropped_torn_line = drop_torn_tail(path, what="a results line")
             lines, _ = read_lines(path)
         except BaseException:
             os.close(self.fd)

@@ -129,7 +129,9 @@ class BatchSummary:
         )
         if self.stopped:
             out.append(f"  stopped: {self.stopped}")
-            out.append("  the rows it did not finish run with the same command (each run has the whole budget)")
+            out.append(
+                "  the rows it did not finish run with the same command (each run has the whole budget)"
+            )
         if self.failures:
             out.append("  failures by error type:")
             width = max(len(k) for k in self.failures)

@@ -65,14 +65,22 @@ def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
     return lines, good
 
 
-def drop_torn_tail(path: Path) -> bool:
-    """Cut ``path`` back to its last complete line; True when something was cut."""
+def drop_torn_tail(path: Path, *, what: str = "a JSON line") -> bool:
+    """Cut ``path`` back to its last complete line; True when something was cut. A crash
+    tears only the last line: a bad line with complete lines after it is refused (a
+    LatticeUserError naming it), and nothing is cut."""
     if not path.exists():
         return False
-    _, good = read_lines(path)
+    lines, good = read_lines(path)
     if good == path.stat().st_size:
         return False
     with open(path, "r+b") as handle:
+        handle.seek(good)
+        if b"\n" in handle.read().rstrip(b"\n"):
+            raise LatticeUserError(
+                f"{path}:{len(lines) + 1}: not {what} (not JSON), and lines follow it; "
+                "fix or remove that line"
+            )
         handle.truncate(good)
     return True
 

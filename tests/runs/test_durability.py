@@ -407,3 +407,24 @@ def test_resume_goes_on_after_a_scripted_failure(tmp_path: Path) -> None:
     resumed = Runner.resume(failed.run_dir, provider=MockProvider(script))  # type: ignore[arg-type]
     assert resumed.status == "completed", resumed.failure
     assert resumed.vars["b"]["result"] == "B!" and resumed.vars["c"]["result"] == "C!"
+
+
+def test_a_bad_line_inside_the_journal_is_refused_and_nothing_is_cut(tmp_path: Path) -> None:
+    """A crash tears only the last line: a bad line with committed lines after it is
+    someone's edit, and cutting there would throw those ops away."""
+    result = Runner(
+        lower(three_calls()), provider=MockProvider(default="x"), store=RunStore(tmp_path)
+    ).run()
+    assert result.run_dir is not None
+    journal = result.run_dir / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    assert len(lines) >= 3
+    lines[1] = "{ not json"
+    journal.write_text("\n".join(lines) + "\n")
+    checkpoint = json.loads((result.run_dir / "checkpoint.json").read_text())
+    checkpoint["status"] = "failed"  # as if it had stopped there
+    (result.run_dir / "checkpoint.json").write_text(json.dumps(checkpoint))
+    size = journal.stat().st_size
+    with pytest.raises(LatticeUserError, match=r"journal.jsonl:2: not a JSON line"):
+        Runner.resume(result.run_dir, provider=MockProvider(default="x"), accept_changed=True)
+    assert journal.stat().st_size == size
