@@ -127,7 +127,9 @@ def resumable_ir(
             f"run {folder.name}: the changed document has no op(s) {', '.join(missing)}, "
             "which the run completed; it cannot continue with it"
         )
-    atomic_write_text(
-        folder / "execir.json", json.dumps(ir_to_dict(ir), indent=2, ensure_ascii=False) + "\n"
+    atomic_write_text(  # on disk before the checkpoint that records its digest
+        folder / "execir.json",
+        json.dumps(ir_to_dict(ir), indent=2, ensure_ascii=False) + "\n",
+        durable=True,
     )
     return ir
