@@ -120,12 +120,15 @@ def resumable_ir(
             ) from None
     else:
         ir = ir_from_json(read_run_json(folder, "execir.json"))
-    done = {str(line.get("op_id")) for line in (journal.ops if journal else [])}
-    missing = sorted(done - set(ir.ops))
+    lines = [*journal.ops, *(x for b in journal.branches.values() for x in b)] if journal else []
+    needed = {str(line["op_id"]) for line in lines if line.get("op_id")} | {
+        str(line["next"]) for line in lines if line.get("next")
+    }  # the ops the run completed, and those it goes on at
+    missing = sorted(needed - set(ir.ops))
     if missing:
         raise LatticeUserError(
             f"run {folder.name}: the changed document has no op(s) {', '.join(missing)}, "
-            "which the run completed; it cannot continue with it"
+            "which the run completed or goes on at; it cannot continue with it"
         )
     atomic_write_text(  # on disk before the checkpoint that records its digest
         folder / "execir.json",

@@ -246,7 +246,10 @@ def test_the_call_budget_stops_the_batch_and_the_next_batch_finishes_it(
     assert (
         "stopped: the batch's call budget of 45 model requests is spent (--max-calls-total)" in err
     )
-    assert "the rows it did not finish run with the same command (each run has the whole budget)" in err
+    assert (
+        "the rows it did not finish run with the same command (each run has the whole budget)"
+        in err
+    )
     summary = json.loads(summary_file.read_text())
     assert summary["limiter"]["requests"] == 45
     assert summary["limiter"]["spent"].startswith("the batch's call budget of 45")

@@ -227,6 +227,22 @@ def test_accept_changed_refuses_a_document_that_drops_a_completed_op(tmp_path: P
         Runner.resume(folder, provider=MockProvider(default="x"), accept_changed=True)
 
 
+def test_accept_changed_refuses_a_document_without_the_op_the_run_goes_on_at(
+    tmp_path: Path,
+) -> None:
+    """The failed op (where the resume goes on) renamed: refused with a message, where the
+    walk raised a KeyError before."""
+    folder = failed_run(tmp_path)
+    document = json.loads((folder / "workflow.json").read_text())
+    document["nodes"][2]["id"] = "b2"
+    for connection in document["connections"]:
+        connection["from"] = "b2" if connection["from"] == "b" else connection["from"]
+        connection["to"] = "b2" if connection["to"] == "b" else connection["to"]
+    (folder / "workflow.json").write_text(json.dumps(document).replace("$vars.b.", "$vars.b2."))
+    with pytest.raises(LatticeUserError, match=r"has no op\(s\) b\b.*goes on at"):
+        Runner.resume(folder, provider=MockProvider(default="x"), accept_changed=True)
+
+
 def _mock_file(tmp_path: Path) -> Path:
     path = tmp_path / "mock.json"
     path.write_text(json.dumps({"responses": {}, "default": "x"}))
