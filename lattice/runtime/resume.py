@@ -120,9 +120,11 @@ def resumable_ir(
             ) from None
     else:
         ir = ir_from_json(read_run_json(folder, "execir.json"))
-    lines = [*journal.ops, *(x for b in journal.branches.values() for x in b)] if journal else []
-    needed = {str(line["op_id"]) for line in lines if line.get("op_id")} | {
-        str(line["next"]) for line in lines if line.get("next")
+    committed = (
+        [*journal.ops, *(x for b in journal.branches.values() for x in b)] if journal else []
+    )
+    needed = {str(line["op_id"]) for line in committed if line.get("op_id")} | {
+        str(line["next"]) for line in committed if line.get("next")
     }  # the ops the run completed, and those it goes on at
     missing = sorted(needed - set(ir.ops))
     if missing:
