@@ -992,3 +992,55 @@ def test_end_to_end_a_real_404(items_api: ItemsAPI) -> None:
     assert json.loads(report["details"]["body_excerpt"]) == {"error": "no route /nowhere"}
     assert sleep.delays == []
     assert len(items_api.seen) == 1
+
+
+# -- error messages never carry a secret ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("{{ $secrets.API_TOKEN }}/x", "must be an absolute http(s) URL"),
+        (f"{API}/bot{{{{ $secrets.API_TOKEN }}}}/..", "may not contain . or .. segments"),
+        (f"{API}/bot{{{{ $secrets.API_TOKEN }}}}/x", "returned 404"),
+        (f"{API}/bot{{{{ $secrets.API_TOKEN }}}}/a%2Bb", "returned 404"),
+    ],
+    ids=["base", "dot-segment", "404", "404-encoded"],
+)
+def test_an_error_taking_the_failed_route_does_not_carry_the_secret(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, url: str, says: str
+) -> None:
+    # The error lands in $vars.fetch.error, where any later node may read it and send it
+    # to another destination: the secret may not be in it, however the URL was made.
+    secret = "tok+3f9a/very=secret"  # percent-encoded in a path: tok%2B3f9a/very%3Dsecret
+    monkeypatch.setenv("API_TOKEN", secret)
+    script(harness, respond(404, text="nope"))
+    result = harness.run(failed_port_doc(http_node(url=url)), secrets_allow=("API_TOKEN",))
+
+    assert result.status == "completed", result.failure
+    error = result.vars["fetch"]["error"]
+    assert says in error["summary"]
+    everything = json.dumps([result.vars, result.output, result.events])
+    for form in (secret, "tok%2B3f9a", "very%3Dsecret", "tok+3f9a"):
+        assert form not in everything
+
+
+def test_a_404_names_the_secret_by_its_reference(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("API_TOKEN", SECRET)
+    script(harness, respond(404, text="nope"))
+    doc = failed_port_doc(http_node(url=f"{API}/bot{{{{ $secrets.API_TOKEN }}}}/x?page=2"))
+    result = harness.run(doc, secrets_allow=("API_TOKEN",))
+
+    summary = result.vars["fetch"]["error"]["summary"]
+    assert summary == f"GET {API}/bot{{{{ $secrets.API_TOKEN }}}}/x returned 404: nope"
+
+
+def test_an_error_does_not_show_the_user_and_password_of_the_url(harness: Harness) -> None:
+    script(harness, respond(404, text="nope"))
+    doc = failed_port_doc(http_node(url="{{ $in.base }}/x"))
+    result = harness.run(doc, {"base": "https://bot:pa55word@api.test"})
+
+    summary = result.vars["fetch"]["error"]["summary"]
+    assert summary == "GET https://api.test/x returned 404: nope"
