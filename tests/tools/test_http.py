@@ -1044,3 +1044,19 @@ def test_an_error_does_not_show_the_user_and_password_of_the_url(harness: Harnes
 
     summary = result.vars["fetch"]["error"]["summary"]
     assert summary == "GET https://api.test/x returned 404: nope"
+
+
+def test_an_error_stored_in_state_is_masked_with_the_run_secrets(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The second node does not read the secret, but the server quotes it back in its
+    # error body: the report the walk stores for the failed route is masked all the same.
+    monkeypatch.setenv("API_TOKEN", SECRET)
+    script(harness, respond(404, text=f"unknown token {SECRET}"))
+    doc = failed_port_doc(http_node(url=f"{API}/again"))
+    result = harness.run(doc, secrets_allow=("API_TOKEN",))
+
+    assert result.status == "completed", result.failure
+    error = result.vars["fetch"]["error"]
+    assert error["details"]["body_excerpt"] == "unknown token ***"
+    assert SECRET not in json.dumps([result.vars, result.output])
