@@ -15,6 +15,8 @@ Responses bigger than the cap are refused. Status >= 400 is an ``http_error`` (s
 body excerpt); 429, 5xx, timeouts and connection errors are retried with backoff
 (Retry-After honoured) before failing, at most ``max_retries`` times in all per call.
 Refused destinations and requests that cannot be built fail at once (``tool_error``).
+The timeout (``timeoutMs``, else the policy's default) is a deadline for each attempt as
+a whole: connecting, sending and reading the whole body.
 
 httpx (with the guarded transport of :mod:`lattice.tools.guarded`), the host rules and
 jsonschema are imported when a run first needs them (lazy imports of heavy modules, so that importing
@@ -23,6 +25,7 @@ the runtime stays fast: httpx alone, which pulls in rich and click, cost about 9
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import re
@@ -376,7 +379,12 @@ class HttpExecutor:
 
         limit = pool.policy.max_response_bytes
         try:
-            async with pool.client().stream(timeout=timeout, **_with_query(request)) as response:
+            # httpx's timeout bounds each connect, write and read on its own (a server
+            # sending a byte a second never trips it): the deadline bounds the whole call.
+            async with (
+                asyncio.timeout(timeout),
+                pool.client().stream(timeout=timeout, **_with_query(request)) as response,
+            ):
                 chunks, size = [], 0
                 async for chunk in response.aiter_bytes():
                     size += len(chunk)
@@ -400,7 +408,7 @@ class HttpExecutor:
                 f"{where} cannot be sent: {exc}",
                 error_type="tool_error",
             ) from exc
-        except httpx.TimeoutException as exc:
+        except (httpx.TimeoutException, TimeoutError) as exc:
             raise LatticeRunError(
                 f"{where} timed out after {timeout:g}s",
                 error_type="timeout_error",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -810,7 +811,8 @@ def test_an_allowed_secret_missing_from_the_environment_fails(
 
 class ItemsAPI(ThreadingHTTPServer):
     """A small JSON API: ``GET /items/<id>``, ``POST /items`` (echoes the body with an id),
-    ``GET /flaky`` (500 on the first call, then 200) and ``GET /slow`` (answers late)."""
+    ``GET /flaky`` (500 on the first call, then 200), ``GET /slow`` (answers late) and
+    ``GET /drip`` (20 bytes, one every 0.5 s)."""
 
     daemon_threads = True
 
@@ -865,8 +867,23 @@ class ItemsHandler(BaseHTTPRequestHandler):
         elif self.path == "/slow":
             self.server.closing.wait(0.5)
             self.send_json(200, {"late": True})
+        elif self.path == "/drip":
+            self.drip(20, every=0.5)
         else:
             self.send_json(404, {"error": f"no route {self.path}"})
+
+    def drip(self, size: int, *, every: float) -> None:
+        """Answer ``size`` bytes, one byte every ``every`` seconds (until shutdown)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for _ in range(size):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                if self.server.closing.wait(every):
+                    return
 
     def do_POST(self) -> None:
         self.record()
@@ -980,6 +997,18 @@ def test_end_to_end_a_real_timeout(items_api: ItemsAPI) -> None:
     assert "timed out after 0.2s" in report["summary"]
     assert sleep.delays == [1.0]
     assert [path for _, path, _ in items_api.seen] == ["/slow", "/slow"]
+
+
+def test_the_timeout_bounds_the_whole_call_not_each_read(items_api: ItemsAPI) -> None:
+    # Every read gets a byte within 0.5 s, so a per-read timeout of 1 s never trips and
+    # the call would take 10 s; the deadline ends it after 1 s.
+    doc = chain(http_node(url=f"{items_api.base_url}/drip", timeoutMs=1000))
+    started = time.monotonic()
+    result = run_real(doc, FakeSleep(), max_retries=0)
+
+    report = assert_failed(result, "timeout_error")
+    assert "timed out after 1s" in report["summary"]
+    assert time.monotonic() - started < 5
 
 
 def test_end_to_end_a_real_404(items_api: ItemsAPI) -> None:
