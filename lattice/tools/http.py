@@ -11,9 +11,12 @@ checked against ``[http] allow_hosts`` / ``deny_hosts`` before anything is sent,
 connection itself is made by a network backend that resolves the host, refuses
 non-public addresses unless allowed, and connects only to addresses it checked.
 
-Responses bigger than the cap are refused. Status >= 400 is an ``http_error`` (status +
-body excerpt); 429, 5xx, timeouts and connection errors are retried with backoff
-(Retry-After honoured) before failing, at most ``max_retries`` times in all per call.
+Responses bigger than the cap are refused; requests ask for no content encoding (unless
+the node sets Accept-Encoding), and a gzip or deflate body is inflated only as far as the
+cap allows, so the cap bounds the decoded body (other encodings are refused). Status
+>= 400 is an ``http_error`` (status + body excerpt); 429, 5xx, timeouts and connection
+errors are retried with backoff (Retry-After honoured) before failing, at most
+``max_retries`` times in all per call.
 Refused destinations and requests that cannot be built fail at once (``tool_error``).
 The timeout (``timeoutMs``, else the policy's default) is a deadline for each attempt as
 a whole: connecting, sending and reading the whole body.
@@ -29,6 +32,7 @@ import asyncio
 import functools
 import json
 import re
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -312,6 +316,8 @@ class HttpExecutor:
         url, shown = self.url.render(resolve)
         headers = {k: to_text(t.render(resolve)) for k, t in self.headers.items()}
         _check_headers(headers)
+        if not any(name.lower() == "accept-encoding" for name in headers):
+            headers["Accept-Encoding"] = "identity"  # a compressed body is decoded, and capped
         query = {k: to_text(v) for k, v in (self.query.render(resolve) or {}).items()}
         request: dict[str, Any] = {
             "method": self.call.method,
@@ -385,17 +391,15 @@ class HttpExecutor:
                 asyncio.timeout(timeout),
                 pool.client().stream(timeout=timeout, **_with_query(request)) as response,
             ):
-                chunks, size = [], 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > limit:
-                        raise LatticeRunError(
-                            f"{where}: response larger than {limit} bytes",
-                            error_type="tool_error",
-                            details={"limit": limit},
-                        )
-                    chunks.append(chunk)
-                raw = b"".join(chunks)
+                if response.is_stream_consumed:  # built in memory (a MockTransport's)
+                    body = _Body(limit, where, "")
+                    chunks = response.aiter_bytes()
+                else:  # decoded by _Body, within the cap
+                    body = _Body(limit, where, response.headers.get("content-encoding", ""))
+                    chunks = response.aiter_raw()
+                async for chunk in chunks:
+                    body.feed(chunk)
+                raw = body.finish()
         except DestinationRefused as exc:  # from the guarded backend, before connecting
             raise _refused(exc) from exc
         except (
@@ -465,6 +469,80 @@ class HttpExecutor:
                     details={"body_excerpt": _excerpt(text)},
                 ) from exc
             return text
+
+
+class _Body:
+    """A response body as it arrives, decoded (gzip or deflate) and refused as soon as it
+    is bigger than ``limit``: a compressed chunk is inflated at most as far as the cap
+    allows, so a small body that inflates to gigabytes never does."""
+
+    def __init__(self, limit: int, where: str, encoding: str) -> None:
+        self.limit = limit
+        self.where = where
+        self.chunks: list[bytes] = []
+        self.size = 0
+        codings = [c.strip().lower() for c in encoding.split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        self.inflater: zlib._Decompress | None = None
+        self.raw_deflate = False
+        """Deflate without the zlib header: tried when the first chunk is not zlib data."""
+        if not codings:
+            return
+        if len(codings) > 1 or codings[0] not in ("gzip", "x-gzip", "deflate"):
+            raise LatticeRunError(
+                f"{where}: the response is encoded as {encoding!r}; Lattice decodes only "
+                "gzip and deflate (it asks for no encoding unless the node sets "
+                "Accept-Encoding)",
+                error_type="tool_error",
+                details={"content_encoding": encoding},
+            )
+        if codings[0] == "deflate":
+            self.inflater = zlib.decompressobj()
+            self.raw_deflate = True
+        else:
+            self.inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+
+    def feed(self, data: bytes) -> None:
+        if self.inflater is None:
+            self._take(data)
+            return
+        while data:
+            try:
+                out = self.inflater.decompress(data, self.limit - self.size + 1)
+            except zlib.error as exc:
+                if self.raw_deflate and not self.size:
+                    self.raw_deflate = False
+                    self.inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+                    continue
+                raise self._undecodable(exc) from exc
+            self.raw_deflate = False
+            self._take(out)
+            data = self.inflater.unconsumed_tail
+
+    def finish(self) -> bytes:
+        if self.inflater is not None:
+            try:
+                self._take(self.inflater.flush(self.limit - self.size + 1))
+            except zlib.error as exc:
+                raise self._undecodable(exc) from exc
+        return b"".join(self.chunks)
+
+    def _take(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise LatticeRunError(
+                f"{self.where}: response larger than {self.limit} bytes",
+                error_type="tool_error",
+                details={"limit": self.limit},
+            )
+        self.chunks.append(data)
+
+    def _undecodable(self, exc: zlib.error) -> LatticeRunError:
+        return LatticeRunError(
+            f"{self.where}: the response body cannot be decoded as its Content-Encoding "
+            f"says: {exc}",
+            error_type="http_error",
+        )
 
 
 def _with_query(request: dict[str, Any]) -> dict[str, Any]:
