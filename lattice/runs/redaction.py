@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from typing import Any
 
 Redactor = Callable[[str], str]
 
@@ -40,3 +41,14 @@ def make_redactor(secret_names: tuple[str, ...] = ()) -> Redactor:
         return lambda text: text
     pattern = re.compile("|".join(re.escape(v) for v in values))
     return lambda text: pattern.sub("***", text)
+
+
+def redact_value(value: Any, redact: Redactor) -> Any:
+    """``value`` (JSON-like) with ``redact`` applied to every string in it, keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_value(k, redact): redact_value(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v, redact) for v in value]
+    return value

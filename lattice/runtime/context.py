@@ -17,6 +17,7 @@ from lattice.contracts.calls import (
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
 from lattice.ir.models import AskOp
+from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
 from lattice.runtime.events import EventLog, make_event, utc_now
 from lattice.runtime.state import StateStore
@@ -81,8 +82,13 @@ class RunContext:
         http_pool: HttpClientPool,
         tools: ToolSessions,
         seq: int = 0,
+        redact: Redactor | None = None,
+        secret_names: tuple[str, ...] = (),
     ) -> None:
         self.run_id = run_id
+        self._redact = redact
+        self.secret_names = secret_names
+        """Environment variables whose values :attr:`redact` masks (with the provider keys)."""
         self.state = state
         self.recorder = recorder
         self.answers = answers
@@ -146,6 +152,15 @@ class RunContext:
         child._compact = False
         child._root = root
         return child
+
+    @property
+    def redact(self) -> Redactor:
+        """Masks the run's secrets (``secret_names`` and the provider keys) in a text: the
+        run folder's redactor when it keeps one, else one made on first use."""
+        root = self.root
+        if root._redact is None:
+            root._redact = make_redactor(root.secret_names)
+        return root._redact
 
     @property
     def root(self) -> RunContext:

@@ -511,6 +511,8 @@ class Runner:
                 redact=redact,
             ),
             seq=seq,
+            redact=redact,
+            secret_names=self.settings.secret_names(),
         )
         ctx.counters = Counters()
         ctx.base_provider = self.provider

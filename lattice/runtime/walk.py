@@ -26,6 +26,7 @@ from lattice.errors import LatticeRunError
 from lattice.ir.models import FAILED_PORT, ExecIR, ForEachOp, ForkOp, Op
 from lattice.ir.templates import StatePath, ValueTemplate
 from lattice.llm.base import LLMProvider
+from lattice.runs.redaction import redact_value
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
 from lattice.runtime.executors import Executor
 from lattice.runtime.journaled import JournaledProvider
@@ -181,7 +182,8 @@ class Walker:
                         seq = track.op_seq - 1 if step.control else track.op_seq
                         recorder.journal(stopped_line(ctx, seq, current))
                     raise exc from (None if exc is raised else raised)
-                report = run_failure(ctx, exc, phase="op").to_json()
+                # Masked: the report goes into state, where a later node may send it on.
+                report = redact_value(run_failure(ctx, exc, phase="op").to_json(), ctx.redact)
                 state.write(f"$vars.{step.node}.error", report)
                 outcome = Outcome(port=FAILED_PORT, record={"error": report})
             finally:

@@ -11,10 +11,15 @@ checked against ``[http] allow_hosts`` / ``deny_hosts`` before anything is sent,
 connection itself is made by a network backend that resolves the host, refuses
 non-public addresses unless allowed, and connects only to addresses it checked.
 
-Responses bigger than the cap are refused. Status >= 400 is an ``http_error`` (status +
-body excerpt); 429, 5xx, timeouts and connection errors are retried with backoff
-(Retry-After honoured) before failing, at most ``max_retries`` times in all per call.
+Responses bigger than the cap are refused; requests ask for no content encoding (unless
+the node sets Accept-Encoding), and a gzip or deflate body is inflated only as far as the
+cap allows, so the cap bounds the decoded body (other encodings are refused). Status
+>= 400 is an ``http_error`` (status + body excerpt); 429, 5xx, timeouts and connection
+errors are retried with backoff (Retry-After honoured) before failing, at most
+``max_retries`` times in all per call.
 Refused destinations and requests that cannot be built fail at once (``tool_error``).
+The timeout (``timeoutMs``, else the policy's default) is a deadline for each attempt as
+a whole: connecting, sending and reading the whole body.
 
 httpx (with the guarded transport of :mod:`lattice.tools.guarded`), the host rules and
 jsonschema are imported when a run first needs them (lazy imports of heavy modules, so that importing
@@ -23,9 +28,11 @@ the runtime stays fast: httpx alone, which pulls in rich and click, cost about 9
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import re
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,7 +41,7 @@ from urllib.parse import quote, unquote, urlsplit
 from lattice.contracts.policies import RetrySettings
 from lattice.errors import LatticeRunError
 from lattice.ir.models import HttpCall, ToolCallOp
-from lattice.ir.templates import Ref, ValueTemplate, parse_template, to_text
+from lattice.ir.templates import Ref, ValueTemplate, is_secret, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
 
 if TYPE_CHECKING:
@@ -76,24 +83,28 @@ class HttpPolicy:
 
         return HostRules(self.allow_hosts, self.deny_hosts, allow_private=self.allow_private)
 
-    def check_host(self, url: str) -> None:
+    def check_host(self, url: str, shown: str | None = None) -> None:
         """Refuse, before anything is sent, a URL that is not absolute http(s) or whose host
         (or the address it spells) the rules refuse; resolved addresses are checked when
-        connecting."""
+        connecting. Messages name ``shown`` (the URL with its secrets left as
+        ``{{ $secrets.NAME }}``) when given."""
         import httpx
 
+        shown = url if shown is None else shown
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL as exc:
             raise LatticeRunError(
-                f"{_safe_url(url)} cannot be sent: {exc}", error_type="tool_error"
+                f"{_safe_url(shown)} cannot be sent: {exc}", error_type="tool_error"
             ) from exc
         host = parsed.raw_host.decode("ascii")
         if parsed.scheme not in ("http", "https") or not host:
-            raise LatticeRunError(f"not an absolute http(s) URL: {url!r}", error_type="tool_error")
+            raise LatticeRunError(
+                f"not an absolute http(s) URL: {_safe_url(shown)!r}", error_type="tool_error"
+            )
         if parsed.port is not None and not 0 < parsed.port < 65536:
             raise LatticeRunError(
-                f"{_safe_url(url)} cannot be sent: port {parsed.port} is out of range",
+                f"{_safe_url(shown)} cannot be sent: port {parsed.port} is out of range",
                 error_type="tool_error",
             )
         from lattice.tools.netguard import DestinationRefused
@@ -159,6 +170,9 @@ class UrlTemplate:
     inserted as it is and must be an absolute http(s) URL (a base URL from an input); one
     ``/`` is dropped where a base ending in ``/`` meets a path starting with one. The
     rendered path may not have ``.`` or ``..`` segments.
+
+    Error messages never quote a value read from ``$secrets``: :meth:`render` also returns
+    the URL as it may be shown, with each secret left as ``{{ $secrets.NAME }}``.
     """
 
     def __init__(self, source: str) -> None:
@@ -167,23 +181,31 @@ class UrlTemplate:
         first = next((i for i, p in enumerate(parts) if not _blank(p)), None)
         self.base_index = first if first is not None and not isinstance(parts[first], str) else None
 
-    def render(self, resolve: Callable[[Ref], Any]) -> str:
+    def render(self, resolve: Callable[[Ref], Any]) -> tuple[str, str]:
+        """The URL, and the URL as it may be shown (in error messages): the same, except
+        that each value read from ``$secrets`` is left as its ``{{ $secrets.NAME }}``."""
         parts = self.template.parts
         base = self.base_index
-        out = ""
+        out = shown = ""
         for index in range(base or 0, len(parts)):  # blanks before a base URL are dropped
             part = parts[index]
             if isinstance(part, str):
                 if base is not None and index == base + 1 and out.endswith("/"):
                     part = part.removeprefix("/")
+                    if not shown.endswith("/"):
+                        shown += "/"
                 out += part
-            elif index == base:
-                out += self._base(to_text(resolve(part)), part, followed=index + 1 < len(parts))
+                shown += part
+                continue
+            if index == base:
+                value = self._base(to_text(resolve(part)), part, followed=index + 1 < len(parts))
             else:
                 safe = "/" if _component(out) == "path" else ""
-                out += quote(to_text(resolve(part)), safe=safe)
-        _check_path(out)
-        return out
+                value = quote(to_text(resolve(part)), safe=safe)
+            out += value
+            shown += f"{{{{ {part.text} }}}}" if is_secret(part) else value
+        _check_path(out, shown)
+        return out, shown
 
     def _base(self, value: str, ref: Ref, *, followed: bool) -> str:
         value = value.strip()
@@ -191,17 +213,19 @@ class UrlTemplate:
             parts = urlsplit(value)
         except ValueError:
             parts = None
+        # A secret's value is never quoted: the message may be stored and sent on.
+        shown = "(a secret: not shown)" if is_secret(ref) else repr(_excerpt(value, 80))
         if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.netloc:
             raise LatticeRunError(
                 f"the URL starts with {{{{ {ref.text} }}}}, so that value must be an absolute "
-                f"http(s) URL; it is {_excerpt(value, 80)!r}",
+                f"http(s) URL; it is {shown}",
                 error_type="tool_error",
                 details={"ref": ref.text},
             )
         if followed and (parts.query or parts.fragment or value.endswith(("?", "#"))):
             raise LatticeRunError(
                 f"{{{{ {ref.text} }}}} starts the URL and more follows it, so it may not have "
-                f"a query string or fragment: {_excerpt(value, 80)!r}",
+                f"a query string or fragment: {shown}",
                 error_type="tool_error",
                 details={"ref": ref.text},
             )
@@ -226,17 +250,26 @@ def _component(prefix: str) -> str:
     return "path" if "/" in rest else "other"
 
 
-def _check_path(url: str) -> None:
+def _url_path(url: str) -> str | None:
     start = url.find("://")
     rest = url[start + 3 :] if start >= 0 else url
     slash = rest.find("/")
     if slash < 0:
+        return None
+    return re.split(r"[?#]", rest[slash:], maxsplit=1)[0]
+
+
+def _check_path(url: str, shown: str) -> None:
+    """Refuse a ``.`` or ``..`` segment in ``url``'s path; the message quotes the path of
+    ``shown`` (secrets left as their references), never ``url``'s."""
+    path = _url_path(url)
+    if path is None:
         return
-    path = re.split(r"[?#]", rest[slash:], maxsplit=1)[0]
     for segment in path.split("/"):
         if unquote(segment) in (".", ".."):
+            named = _url_path(shown) or ""
             raise LatticeRunError(
-                f"the URL path {_excerpt(path, 120)!r} has a {unquote(segment)!r} segment; "
+                f"the URL path {_excerpt(named, 120)!r} has a {unquote(segment)!r} segment; "
                 "URL paths may not contain . or .. segments",
                 error_type="tool_error",
             )
@@ -278,10 +311,13 @@ class HttpExecutor:
         self.retry = retry
         self.sleep = sleep
 
-    def render(self, resolve: Callable[[Ref], Any]) -> dict[str, Any]:
-        url = self.url.render(resolve)
+    def render(self, resolve: Callable[[Ref], Any]) -> tuple[dict[str, Any], str]:
+        """The request's arguments for httpx, and its URL as error messages may show it."""
+        url, shown = self.url.render(resolve)
         headers = {k: to_text(t.render(resolve)) for k, t in self.headers.items()}
         _check_headers(headers)
+        if not any(name.lower() == "accept-encoding" for name in headers):
+            headers["Accept-Encoding"] = "identity"  # a compressed body is decoded, and capped
         query = {k: to_text(v) for k, v in (self.query.render(resolve) or {}).items()}
         request: dict[str, Any] = {
             "method": self.call.method,
@@ -295,18 +331,42 @@ class HttpExecutor:
                 request["content"] = body.encode("utf-8")
             else:
                 request["json"] = body
-        return request
+        return request, shown
 
     async def run(self, resolve: Callable[[Ref], Any], pool: HttpClientPool) -> dict[str, Any]:
-        request = self.render(resolve)
-        pool.policy.check_host(request["url"])
+        """Send the request (retrying what may be retried) and return status, headers and
+        body. A failure's message and details never hold a value read from ``$secrets``:
+        messages are written without them, and whatever a library's own message quoted is
+        masked as ``{{ $secrets.NAME }}`` (the error is stored in ``$vars`` when the node
+        has a ``failed`` route, and a later node may send it anywhere)."""
+        secrets: dict[str, str] = {}
+
+        def resolving(ref: Ref) -> Any:
+            value = resolve(ref)
+            if is_secret(ref):
+                secrets[to_text(value)] = f"{{{{ {ref.text} }}}}"
+            return value
+
+        try:
+            request, shown = self.render(resolving)
+            return await self._run(request, shown, pool)
+        except LatticeRunError as exc:
+            if secrets:
+                _mask(exc, secrets)
+            raise
+
+    async def _run(
+        self, request: dict[str, Any], shown: str, pool: HttpClientPool
+    ) -> dict[str, Any]:
+        pool.policy.check_host(request["url"], shown)
         timeout = (
             (self.call.timeout_ms / 1000) if self.call.timeout_ms else pool.policy.default_timeout_s
         )
+        where = f"{request['method']} {_safe_url(shown)}"
         retries = 0  # in all, whatever failed: a timeout then a 503 are two retries
         while True:
             try:
-                return await self._send(pool, request, timeout)
+                return await self._send(pool, request, timeout, where)
             except LatticeRunError as exc:
                 if not exc.details.get("retryable", False) or retries >= self.retry.max_retries:
                     if retries:
@@ -317,27 +377,29 @@ class HttpExecutor:
                 await self.sleep(delay)
 
     async def _send(
-        self, pool: HttpClientPool, request: dict[str, Any], timeout: float
+        self, pool: HttpClientPool, request: dict[str, Any], timeout: float, where: str
     ) -> dict[str, Any]:
         import httpx
 
         from lattice.tools.netguard import DestinationRefused
 
         limit = pool.policy.max_response_bytes
-        where = f"{request['method']} {_safe_url(request['url'])}"
         try:
-            async with pool.client().stream(timeout=timeout, **_with_query(request)) as response:
-                chunks, size = [], 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > limit:
-                        raise LatticeRunError(
-                            f"{where}: response larger than {limit} bytes",
-                            error_type="tool_error",
-                            details={"limit": limit},
-                        )
-                    chunks.append(chunk)
-                raw = b"".join(chunks)
+            # httpx's timeout bounds each connect, write and read on its own (a server
+            # sending a byte a second never trips it): the deadline bounds the whole call.
+            async with (
+                asyncio.timeout(timeout),
+                pool.client().stream(timeout=timeout, **_with_query(request)) as response,
+            ):
+                if response.is_stream_consumed:  # built in memory (a MockTransport's)
+                    body = _Body(limit, where, "")
+                    chunks = response.aiter_bytes()
+                else:  # decoded by _Body, within the cap
+                    body = _Body(limit, where, response.headers.get("content-encoding", ""))
+                    chunks = response.aiter_raw()
+                async for chunk in chunks:
+                    body.feed(chunk)
+                raw = body.finish()
         except DestinationRefused as exc:  # from the guarded backend, before connecting
             raise _refused(exc) from exc
         except (
@@ -350,7 +412,7 @@ class HttpExecutor:
                 f"{where} cannot be sent: {exc}",
                 error_type="tool_error",
             ) from exc
-        except httpx.TimeoutException as exc:
+        except (httpx.TimeoutException, TimeoutError) as exc:
             raise LatticeRunError(
                 f"{where} timed out after {timeout:g}s",
                 error_type="timeout_error",
@@ -409,6 +471,80 @@ class HttpExecutor:
             return text
 
 
+class _Body:
+    """A response body as it arrives, decoded (gzip or deflate) and refused as soon as it
+    is bigger than ``limit``: a compressed chunk is inflated at most as far as the cap
+    allows, so a small body that inflates to gigabytes never does."""
+
+    def __init__(self, limit: int, where: str, encoding: str) -> None:
+        self.limit = limit
+        self.where = where
+        self.chunks: list[bytes] = []
+        self.size = 0
+        codings = [c.strip().lower() for c in encoding.split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        self.inflater: zlib._Decompress | None = None
+        self.raw_deflate = False
+        """Deflate without the zlib header: tried when the first chunk is not zlib data."""
+        if not codings:
+            return
+        if len(codings) > 1 or codings[0] not in ("gzip", "x-gzip", "deflate"):
+            raise LatticeRunError(
+                f"{where}: the response is encoded as {encoding!r}; Lattice decodes only "
+                "gzip and deflate (it asks for no encoding unless the node sets "
+                "Accept-Encoding)",
+                error_type="tool_error",
+                details={"content_encoding": encoding},
+            )
+        if codings[0] == "deflate":
+            self.inflater = zlib.decompressobj()
+            self.raw_deflate = True
+        else:
+            self.inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+
+    def feed(self, data: bytes) -> None:
+        if self.inflater is None:
+            self._take(data)
+            return
+        while data:
+            try:
+                out = self.inflater.decompress(data, self.limit - self.size + 1)
+            except zlib.error as exc:
+                if self.raw_deflate and not self.size:
+                    self.raw_deflate = False
+                    self.inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+                    continue
+                raise self._undecodable(exc) from exc
+            self.raw_deflate = False
+            self._take(out)
+            data = self.inflater.unconsumed_tail
+
+    def finish(self) -> bytes:
+        if self.inflater is not None:
+            try:
+                self._take(self.inflater.flush(self.limit - self.size + 1))
+            except zlib.error as exc:
+                raise self._undecodable(exc) from exc
+        return b"".join(self.chunks)
+
+    def _take(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise LatticeRunError(
+                f"{self.where}: response larger than {self.limit} bytes",
+                error_type="tool_error",
+                details={"limit": self.limit},
+            )
+        self.chunks.append(data)
+
+    def _undecodable(self, exc: zlib.error) -> LatticeRunError:
+        return LatticeRunError(
+            f"{self.where}: the response body cannot be decoded as its Content-Encoding "
+            f"says: {exc}",
+            error_type="http_error",
+        )
+
+
 def _with_query(request: dict[str, Any]) -> dict[str, Any]:
     """``request`` with its ``params`` merged into the URL's own query string (httpx's
     ``params=`` would replace that query string; a ``query`` key wins over the same name)."""
@@ -422,9 +558,39 @@ def _with_query(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _safe_url(url: str) -> str:
-    """The URL without its query string (which may carry tokens)."""
+    """The URL without its query string and fragment (which may carry tokens) and without
+    the user and password of its authority."""
     try:
         parts = urlsplit(url)
     except ValueError:
+        parts = None
+    if parts is None or not parts.scheme:
         return _excerpt(re.split(r"[?#]", url, maxsplit=1)[0], 200)
-    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}{parts.path}"
+
+
+def _mask(exc: LatticeRunError, secrets: dict[str, str]) -> None:
+    """Replace, in ``exc``'s message and details, each secret value of ``secrets`` (and its
+    percent-encoded forms, as a URL carries it) with its reference."""
+    forms: dict[str, str] = {}
+    for value, ref in secrets.items():
+        for form in (value, quote(value, safe="/"), quote(value, safe="")):
+            if form:
+                forms.setdefault(form, ref)
+    if not forms:
+        return
+    pattern = re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, str):
+            return pattern.sub(lambda m: forms[m.group(0)], value)
+        if isinstance(value, dict):
+            return {masked(k): masked(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [masked(v) for v in value]
+        return value
+
+    exc.message = masked(exc.message)
+    exc.args = (exc.message, *exc.args[1:])
+    exc.details = masked(exc.details)

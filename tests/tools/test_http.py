@@ -9,9 +9,14 @@ through the run's own guarded transport, with 127.0.0.1 in ``allow_hosts``.
 from __future__ import annotations
 
 import contextlib
+import functools
+import gzip
 import json
 import threading
-from collections.abc import Callable, Iterator
+import time
+import tracemalloc
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -70,6 +75,22 @@ class ScriptedAPI(httpx.MockTransport):
 def respond(status: int = 200, **kwargs: Any) -> Reply:
     """A reply building a fresh ``httpx.Response(status, **kwargs)`` for every request."""
     return lambda request: httpx.Response(status, **kwargs)
+
+
+class Streamed(httpx.AsyncByteStream):
+    """A response body that arrives as a stream (httpx reads one given as bytes at once)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for start in range(0, len(self.data), 1000):
+            yield self.data[start : start + 1000]
+
+
+def streamed(status: int, data: bytes, headers: dict[str, str]) -> Reply:
+    """A reply whose body arrives as it would over the network, still encoded."""
+    return lambda request: httpx.Response(status, headers=headers, stream=Streamed(data))
 
 
 def fail_with(kind: type[httpx.TransportError]) -> Reply:
@@ -599,6 +620,64 @@ def test_an_output_schema_mismatch_is_a_schema_error_without_repair(harness: Har
     assert "result" not in result.vars.get("fetch", {})
 
 
+# -- compressed responses -------------------------------------------------------------------
+
+
+def test_requests_ask_for_no_encoding_unless_the_node_sets_one(harness: Harness) -> None:
+    api = script(harness, respond(200, json={}))
+    harness.run(chain(http_node(), http_node("other", headers={"accept-encoding": "gzip"})))
+
+    first, second = api.requests
+    assert first.headers["accept-encoding"] == "identity"
+    assert second.headers["accept-encoding"] == "gzip"
+
+
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [
+        ("gzip", gzip.compress),
+        ("x-gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate", lambda data: zlib.compress(data)[2:-4]),  # no zlib header: raw deflate
+        ("identity", lambda data: data),
+    ],
+    ids=["gzip", "x-gzip", "deflate", "raw-deflate", "identity"],
+)
+def test_a_compressed_response_is_decoded(
+    harness: Harness, encoding: str, encode: Callable[[bytes], bytes]
+) -> None:
+    data = json.dumps({"items": list(range(2000))}).encode()
+    headers = {"content-type": "application/json", "content-encoding": encoding}
+    script(harness, streamed(200, encode(data), headers))
+    result = harness.run(chain(http_node(headers={"Accept-Encoding": "gzip, deflate"})))
+
+    assert result.status == "completed", result.failure
+    assert result.output["body"] == {"items": list(range(2000))}
+
+
+@pytest.mark.parametrize("encoding", ["br", "gzip, deflate"])
+def test_a_response_in_another_encoding_is_refused(harness: Harness, encoding: str) -> None:
+    script(harness, streamed(200, b"\x00" * 10, {"content-encoding": encoding}))
+    report = assert_failed(harness.run(chain(http_node())), "tool_error")
+
+    assert "decodes only gzip and deflate" in report["summary"]
+
+
+def test_a_compressed_body_over_the_cap_is_refused(harness: Harness) -> None:
+    packed = gzip.compress(b"a" * 10_001)
+    script(harness, streamed(200, packed, {"content-encoding": "gzip"}))
+    report = assert_failed(harness.run(chain(http_node()), max_response_bytes=10_000), "tool_error")
+
+    assert "response larger than 10000 bytes" in report["summary"]
+
+
+def test_a_body_that_is_not_what_its_encoding_says_is_an_http_error(harness: Harness) -> None:
+    script(harness, streamed(200, b"not gzip at all", {"content-encoding": "gzip"}))
+    report = assert_failed(harness.run(chain(http_node())), "http_error")
+
+    assert "cannot be decoded" in report["summary"]
+
+
 # -- the failed port ------------------------------------------------------------------------
 
 
@@ -810,7 +889,9 @@ def test_an_allowed_secret_missing_from_the_environment_fails(
 
 class ItemsAPI(ThreadingHTTPServer):
     """A small JSON API: ``GET /items/<id>``, ``POST /items`` (echoes the body with an id),
-    ``GET /flaky`` (500 on the first call, then 200) and ``GET /slow`` (answers late)."""
+    ``GET /flaky`` (500 on the first call, then 200), ``GET /slow`` (answers late) and
+    ``GET /drip`` (20 bytes, one every 0.5 s) and ``GET /bomb/<gzip|deflate>`` (about
+    60 KB that inflate to 64 MB)."""
 
     daemon_threads = True
 
@@ -865,14 +946,48 @@ class ItemsHandler(BaseHTTPRequestHandler):
         elif self.path == "/slow":
             self.server.closing.wait(0.5)
             self.send_json(200, {"late": True})
+        elif self.path == "/drip":
+            self.drip(20, every=0.5)
+        elif self.path.startswith("/bomb/"):
+            encoding = self.path.removeprefix("/bomb/")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Encoding", encoding)
+            self.send_header("Content-Length", str(len(bomb(encoding))))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(bomb(encoding))
         else:
             self.send_json(404, {"error": f"no route {self.path}"})
+
+    def drip(self, size: int, *, every: float) -> None:
+        """Answer ``size`` bytes, one byte every ``every`` seconds (until shutdown)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for _ in range(size):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                if self.server.closing.wait(every):
+                    return
 
     def do_POST(self) -> None:
         self.record()
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"null")
         self.send_json(201, {"id": "new-1", "created": body})
+
+
+BOMB_SIZE = 64 * 1024 * 1024
+
+
+@functools.cache
+def bomb(encoding: str) -> bytes:
+    """``BOMB_SIZE`` zero bytes, compressed with ``encoding`` (gzip or deflate)."""
+    zeros = bytes(BOMB_SIZE)
+    return gzip.compress(zeros, mtime=0) if encoding == "gzip" else zlib.compress(zeros, 9)
 
 
 SERVED_ITEM_SCHEMA = {
@@ -982,6 +1097,47 @@ def test_end_to_end_a_real_timeout(items_api: ItemsAPI) -> None:
     assert [path for _, path, _ in items_api.seen] == ["/slow", "/slow"]
 
 
+def test_the_timeout_bounds_the_whole_call_not_each_read(items_api: ItemsAPI) -> None:
+    # Every read gets a byte within 0.5 s, so a per-read timeout of 1 s never trips and
+    # the call would take 10 s; the deadline ends it after 1 s.
+    doc = chain(http_node(url=f"{items_api.base_url}/drip", timeoutMs=1000))
+    started = time.monotonic()
+    result = run_real(doc, FakeSleep(), max_retries=0)
+
+    report = assert_failed(result, "timeout_error")
+    assert "timed out after 1s" in report["summary"]
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_body_is_refused_before_it_inflates_past_the_cap(
+    items_api: ItemsAPI, encoding: str
+) -> None:
+    # The 64 KB or so on the wire inflate to 64 MB; with a 1 MB cap no more than the cap
+    # (and a chunk) may ever be held, not the 64 MB a whole chunk inflated at once makes.
+    bomb(encoding)  # made before tracing
+    settings = RuntimeSettings(
+        http=HttpPolicy(allow_hosts=("127.0.0.1",), max_response_bytes=1_000_000),
+        sleep=FakeSleep(),
+        gc_pacing=False,
+    )
+    runner = Runner(
+        lower_ok(chain(http_node(url=f"{items_api.base_url}/bomb/{encoding}"))),
+        settings=settings,
+        store=RunStore(None),
+    )
+    tracemalloc.start()
+    try:
+        result = runner.run({})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    report = assert_failed(result, "tool_error")
+    assert "response larger than 1000000 bytes" in report["summary"]
+    assert peak < 16 * 1024 * 1024
+
+
 def test_end_to_end_a_real_404(items_api: ItemsAPI) -> None:
     doc = chain(http_node(url=f"{items_api.base_url}/nowhere"))
     sleep = FakeSleep()
@@ -992,3 +1148,71 @@ def test_end_to_end_a_real_404(items_api: ItemsAPI) -> None:
     assert json.loads(report["details"]["body_excerpt"]) == {"error": "no route /nowhere"}
     assert sleep.delays == []
     assert len(items_api.seen) == 1
+
+
+# -- error messages never carry a secret ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("{{ $secrets.API_TOKEN }}/x", "must be an absolute http(s) URL"),
+        (f"{API}/bot{{{{ $secrets.API_TOKEN }}}}/..", "may not contain . or .. segments"),
+        (f"{API}/bot{{{{ $secrets.API_TOKEN }}}}/x", "returned 404"),
+        (f"{API}/bot{{{{ $secrets.API_TOKEN }}}}/a%2Bb", "returned 404"),
+    ],
+    ids=["base", "dot-segment", "404", "404-encoded"],
+)
+def test_an_error_taking_the_failed_route_does_not_carry_the_secret(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, url: str, says: str
+) -> None:
+    # The error lands in $vars.fetch.error, where any later node may read it and send it
+    # to another destination: the secret may not be in it, however the URL was made.
+    secret = "tok+3f9a/very=secret"  # percent-encoded in a path: tok%2B3f9a/very%3Dsecret
+    monkeypatch.setenv("API_TOKEN", secret)
+    script(harness, respond(404, text="nope"))
+    result = harness.run(failed_port_doc(http_node(url=url)), secrets_allow=("API_TOKEN",))
+
+    assert result.status == "completed", result.failure
+    error = result.vars["fetch"]["error"]
+    assert says in error["summary"]
+    everything = json.dumps([result.vars, result.output, result.events])
+    for form in (secret, "tok%2B3f9a", "very%3Dsecret", "tok+3f9a"):
+        assert form not in everything
+
+
+def test_a_404_names_the_secret_by_its_reference(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("API_TOKEN", SECRET)
+    script(harness, respond(404, text="nope"))
+    doc = failed_port_doc(http_node(url=f"{API}/bot{{{{ $secrets.API_TOKEN }}}}/x?page=2"))
+    result = harness.run(doc, secrets_allow=("API_TOKEN",))
+
+    summary = result.vars["fetch"]["error"]["summary"]
+    assert summary == f"GET {API}/bot{{{{ $secrets.API_TOKEN }}}}/x returned 404: nope"
+
+
+def test_an_error_does_not_show_the_user_and_password_of_the_url(harness: Harness) -> None:
+    script(harness, respond(404, text="nope"))
+    doc = failed_port_doc(http_node(url="{{ $in.base }}/x"))
+    result = harness.run(doc, {"base": "https://bot:pa55word@api.test"})
+
+    summary = result.vars["fetch"]["error"]["summary"]
+    assert summary == "GET https://api.test/x returned 404: nope"
+
+
+def test_an_error_stored_in_state_is_masked_with_the_run_secrets(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The second node does not read the secret, but the server quotes it back in its
+    # error body: the report the walk stores for the failed route is masked all the same.
+    monkeypatch.setenv("API_TOKEN", SECRET)
+    script(harness, respond(404, text=f"unknown token {SECRET}"))
+    doc = failed_port_doc(http_node(url=f"{API}/again"))
+    result = harness.run(doc, secrets_allow=("API_TOKEN",))
+
+    assert result.status == "completed", result.failure
+    error = result.vars["fetch"]["error"]
+    assert error["details"]["body_excerpt"] == "unknown token ***"
+    assert SECRET not in json.dumps([result.vars, result.output])
