@@ -33,16 +33,15 @@ from lattice.lower.subflows import (
     copy_flow,
 )
 
-BODY_KEY = "\x00body"
-"""Where expansion leaves the id of a forEach node's first inner node (not a key a
-document can hold: documents come from JSON, whose keys never hold NUL here)."""
 MAX_CONCURRENCY = 1000
 
 
 def expand_for_each(
-    workflow: Workflow, pointers: dict[str, str]
+    workflow: Workflow, pointers: dict[str, str], bodies: dict[str, str]
 ) -> tuple[Workflow, list[Diagnostic]]:
-    """Add each forEach node's flow, namespaced under it, to the document."""
+    """Add each forEach node's flow, namespaced under it, to the document; ``bodies``
+    gets each expanded forEach node's first inner node (kept apart from the nodes'
+    data, which the document gives: no key there can name a body)."""
     users = [n for n in workflow.nodes if n.type == "forEach"]
     if not users:
         return workflow, []
@@ -89,7 +88,8 @@ def expand_for_each(
         end_id = f"{node.id}{NAMESPACE_SEPARATOR}end"
         body_end = Node(id=end_id, type="end", name=f"{node.title} (item done)", data=copy.end_data)
         pointers[end_id] = pointers.get(node.id, "")
-        nodes.append(node.model_copy(update={"data": {**node.data, BODY_KEY: entries[0]}}))
+        bodies[node.id] = entries[0]
+        nodes.append(node)
         nodes += [*copy.nodes, body_end]
         connections += copy.connections
         connections += [
@@ -112,7 +112,7 @@ class ForEachLowerer:
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
         items = get_str(ctx, node, "items", required=True) or ""
         flow_id = get_str(ctx, node, "subAgentFlowId", required=True)
-        body = node.data.get(BODY_KEY)
+        body = ctx.for_each_bodies.get(node.id)
         if (
             flow_id
             and body is None

@@ -176,3 +176,16 @@ def test_a_node_after_the_loop_cannot_read_an_items_vars() -> None:
     with pytest.raises(DocumentError) as raised:
         lower(doc)
     assert any(d.code == "template-ref-not-before" for d in raised.value.diagnostics)
+
+
+def test_a_documents_data_cannot_name_a_for_each_body() -> None:
+    # JSON can spell a key with NUL ("\u0000body"): the key where expansion once left
+    # the body, so a document could make any op (the forEach itself) the body.
+    doc = each_doc()
+    doc["nodes"][1]["data"].update(json.loads('{"\\u0000body": "each"}'))
+    op = lower(doc).ops["each"]
+    assert isinstance(op, ForEachOp) and op.body == "each__answer"
+    doc["nodes"][1]["data"]["subAgentFlowId"] = "nope"
+    with pytest.raises(DocumentError) as raised:
+        lower(doc)
+    assert [d.code for d in raised.value.diagnostics] == ["subflow-unknown"]
