@@ -24,6 +24,7 @@ from lattice.document.loader import pointer_join
 from lattice.document.models import SEQUENTIAL_PORT, Connection, Node, Workflow
 from lattice.errors import Diagnostic, did_you_mean
 from lattice.ir.models import FAILED_PORT, ForEachOp
+from lattice.ir.templates import path_text
 from lattice.lower.fields import get_number, get_str
 from lattice.lower.registry import LoweringContext, NodeLowering
 from lattice.lower.subflows import (
@@ -159,7 +160,7 @@ class ForEachLowerer:
             body=str(body or ""),
             max_concurrency=concurrency or 8,
             on_item_error=on_error,  # type: ignore[arg-type]
-            writes=f"$vars.{node.id}.result",
+            writes=path_text("$vars", node.id, "result"),
             reads=sorted(set(reads)),
         )
         return NodeLowering.single(

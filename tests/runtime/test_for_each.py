@@ -11,6 +11,7 @@ import pytest
 
 from lattice.errors import DocumentError, LatticeRunError
 from lattice.ir.models import ForEachOp
+from lattice.ir.templates import path_text
 from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
@@ -189,3 +190,35 @@ def test_a_documents_data_cannot_name_a_for_each_body() -> None:
     with pytest.raises(DocumentError) as raised:
         lower(doc)
     assert [d.code for d in raised.value.diagnostics] == ["subflow-unknown"]
+
+
+@pytest.mark.parametrize("node_id", ["fe x", "fe.x", 'fe"x'])
+def test_a_for_each_node_with_any_id_writes_its_own_result(node_id: str) -> None:
+    # The paths were built as f"$vars.{id}.result": "fe x" failed with an internal
+    # error, and "fe.x" wrote to $vars.fe.x.
+    item = path_text("$vars", node_id, "item")
+    doc = workflow(
+        [
+            node("start", "start"),
+            node(node_id, "forEach", items="$in.xs", subAgentFlowId="f"),
+            node("end", "end", output=path_text("$vars", node_id, "result")),
+        ],
+        [conn("start", node_id), conn(node_id, "end")],
+        subAgentFlows=[
+            {
+                "id": "f",
+                "name": "f",
+                "nodes": [
+                    node("s", "start"),
+                    node("t", "dataTransform", expression="`1`"),
+                    node("e", "end", output=item),
+                ],
+                "connections": [conn("s", "t"), conn("t", "e")],
+            }
+        ],
+    )
+    ir = lower(doc)
+    assert ir.ops[node_id].writes == path_text("$vars", node_id, "result")  # type: ignore[union-attr]
+    result = Runner(ir, store=RunStore(None)).run({"xs": [1, 2]})
+    assert result.status == "completed" and result.output == [1, 2]
+    assert list(result.vars) == [node_id]
