@@ -14,6 +14,10 @@ The flow's nodes are added to the document under the forEach node's namespace
 (``<forEach>__end``, the flow's end node's ``output``) that ends each item. Inside the
 flow, ``$vars.<forEach>.item`` and ``$vars.<forEach>.index`` are the item and its
 position; the node writes the list of the items' outputs to ``$vars.<forEach>.result``.
+
+Only the workflow's own forEach nodes are expanded: a forEach node inside a flow (run
+by a forEach or a subAgentFlow node) is the error ``for-each-nested`` at its place in
+``subAgentFlows``.
 """
 
 from __future__ import annotations
@@ -114,6 +118,7 @@ class ForEachLowerer:
         items = get_str(ctx, node, "items", required=True) or ""
         flow_id = get_str(ctx, node, "subAgentFlowId", required=True)
         body = ctx.for_each_bodies.get(node.id)
+        known = [f.id for f in ctx.workflow.sub_agent_flows]
         if (
             flow_id
             and body is None
@@ -123,14 +128,23 @@ class ForEachLowerer:
                 for d in ctx.diagnostics
             )
         ):
-            known = [f.id for f in ctx.workflow.sub_agent_flows]
-            ctx.error(
-                node,
-                "subflow-unknown",
-                f"no subAgentFlow with id {flow_id!r}{did_you_mean(flow_id, known)}",
-                "data",
-                "subAgentFlowId",
-            )
+            if flow_id in known:
+                # Only the document's own forEach nodes are expanded: this one is a
+                # copy, made with the flow of a forEach or subAgentFlow node around it.
+                ctx.error(
+                    node,
+                    "for-each-nested",
+                    f"forEach node {node.id!r} is inside a sub-flow; only the workflow's "
+                    "own forEach nodes run: move it into the workflow's nodes",
+                )
+            else:
+                ctx.error(
+                    node,
+                    "subflow-unknown",
+                    f"no subAgentFlow with id {flow_id!r}{did_you_mean(flow_id, known)}",
+                    "data",
+                    "subAgentFlowId",
+                )
         concurrency = get_number(ctx, node, "maxConcurrency", integer=True, minimum=1)
         if isinstance(concurrency, int) and concurrency > MAX_CONCURRENCY:
             ctx.error(

@@ -222,3 +222,42 @@ def test_a_for_each_node_with_any_id_writes_its_own_result(node_id: str) -> None
     result = Runner(ir, store=RunStore(None)).run({"xs": [1, 2]})
     assert result.status == "completed" and result.output == [1, 2]
     assert list(result.vars) == [node_id]
+
+
+@pytest.mark.parametrize("outer", ["forEach", "subAgentFlow"])
+def test_a_for_each_inside_a_flow_is_a_located_error(outer: str) -> None:
+    # Expansion went once over the document's own nodes: a forEach copied in with a
+    # flow was never expanded, and was reported as a call to an unknown flow.
+    inner = {
+        "id": "inner",
+        "name": "inner",
+        "nodes": [
+            node("s", "start"),
+            node("t", "dataTransform", expression="`1`"),
+            node("e", "end"),
+        ],
+        "connections": [conn("s", "t"), conn("t", "e")],
+    }
+    middle = {
+        "id": "middle",
+        "name": "middle",
+        "nodes": [
+            node("s", "start"),
+            node("each", "forEach", items="$in.xs", subAgentFlowId="inner"),
+            node("e", "end"),
+        ],
+        "connections": [conn("s", "each"), conn("each", "e")],
+    }
+    data: dict[str, Any] = {"subAgentFlowId": "middle"}
+    if outer == "forEach":
+        data["items"] = "$in.xs"
+    doc = workflow(
+        [node("start", "start"), node("outer", outer, **data), node("end", "end")],
+        [conn("start", "outer"), conn("outer", "end")],
+        subAgentFlows=[inner, middle],
+    )
+    with pytest.raises(DocumentError) as raised:
+        lower(doc)
+    (error,) = raised.value.diagnostics
+    assert error.code == "for-each-nested" and error.node_id == "outer__each"
+    assert error.pointer == "/subAgentFlows/1/nodes/1"
