@@ -268,5 +268,5 @@ def execir_json_schema() -> dict[str, Any]:
     """JSON Schema (Draft 2020-12) of ExecIR, as serialised by ``ir_to_json``."""
     schema = ExecIR.model_json_schema(by_alias=True, mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://lattice.dev/schemas/execir-1.json"
+    schema["$id"] = f"https://lattice.dev/schemas/execir-{IR_VERSION}.json"
     return schema

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from lattice.errors import LatticeUserError
-from lattice.ir import ir_from_json, ir_to_dict
+from lattice.ir import IR_VERSION, execir_json_schema, ir_from_json, ir_to_dict
 from lattice.ir.serialize import check_ir
 from tests.builders import chain, conn, lower_ok, node, workflow
 
@@ -155,3 +155,7 @@ def test_a_secret_in_an_http_calls_lane_is_accepted() -> None:
     doc = chain(node("h", "httpRequest", url="https://api.test/{{ $secrets.TOK }}"))
     data = ir_to_dict(lower_ok(doc))
     assert check_ir(ir_from_json(data)) == []
+
+
+def test_the_schema_id_names_the_ir_version() -> None:
+    assert execir_json_schema()["$id"].endswith(f"/execir-{IR_VERSION}.json")
