@@ -18,6 +18,9 @@ same point, hands over to the outer JOIN.
 Two branches of one fork must not write the same thing: a node that two branches can
 both reach before the join, or a variable that two branches can both set, is an error
 with both locations.
+A branch that reaches, before the join, a node the join also leads to (the meeting
+point chosen for a fork whose branch may end early, when another branch goes past it)
+would run that node twice: ``parallel-branches-overlap``, at the fork's node.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def insert_forks(ops: dict[str, Op], ctx: LoweringContext) -> dict[str, Op]:
             result[fork.id] = fork
     if not forks:
         return ops
-    _join(result, forks)
+    _join(result, forks, ctx)
     _check_branches(result, forks, ctx)
     return result
 
@@ -91,11 +94,12 @@ def _graph(ops: dict[str, Op]) -> DiGraph[str]:
     return graph
 
 
-def _meeting_points(ops: dict[str, Op], forks: list[ForkOp]) -> dict[str, str | None]:
+def _meeting_points(
+    ops: dict[str, Op], forks: list[ForkOp], graph: DiGraph[str]
+) -> dict[str, str | None]:
     """Where each fork's branches meet: its immediate post-dominator; when a branch may
     end the run on its own (no post-dominator short of the exit), the op nearest the
     fork that two or more branches reach, which the branches that go on meet at."""
-    graph = _graph(ops)
     post = immediate_dominators(graph.pred, graph.succ, _EXIT)  # dominators of the reversed graph
     meets: dict[str, str | None] = {}
     search: _Search | None = None
@@ -255,9 +259,11 @@ def _region(ops: dict[str, Op], starts: Iterable[str], stop: str | None) -> set[
     return seen
 
 
-def _join(ops: dict[str, Op], forks: list[ForkOp]) -> None:
+def _join(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContext) -> None:
     """Give each fork its JOIN (innermost first), redirecting the edges that meet there."""
-    meets = _meeting_points(ops, forks)
+    graph = _graph(ops)
+    meets = _meeting_points(ops, forks, graph)
+    component: dict[str, int] | None = None
     # A fork whose branches never meet gets no JOIN, so needs no place in the order.
     order = sorted(
         (f for f in forks if meets[f.id] is not None),
@@ -268,7 +274,20 @@ def _join(ops: dict[str, Op], forks: list[ForkOp]) -> None:
         if meet is None:
             continue
         join_id = f"{fork.id}#join"
-        for op_id in _region(ops, fork.branches, meet):
+        region = _region(ops, fork.branches, meet)
+        component = component or Condensation(graph).component
+        again = _after(graph, component, region, meet)
+        if again is not None:
+            ctx.error(
+                ctx.nodes.get(fork.source_node),
+                "parallel-branches-overlap",
+                f"the branches of the fork after {fork.source_node!r} meet at node "
+                f"{ops[meet].source_node!r}, but node {ops[again].source_node!r} is reached "
+                "both by a branch before they meet and after they meet: it would run "
+                "twice; connect that branch to the node where they meet, or give it a "
+                "node of its own",
+            )
+        for op_id in region:
             op = ops[op_id]
             if isinstance(op, ForkOp) or not any(e.to == meet for e in op.next):
                 continue
@@ -285,6 +304,39 @@ def _join(ops: dict[str, Op], forks: list[ForkOp]) -> None:
             next=[Edge(to=meet)],
         )
         ops[fork.id] = ops[fork.id].model_copy(update={"join": join_id, "next": [Edge(to=join_id)]})
+
+
+def _after(
+    graph: DiGraph[str], component: dict[str, int], region: set[str], meet: str
+) -> str | None:
+    """An op of ``region`` (the ops a fork's branches reach before ``meet``) that ``meet``
+    also leads to (not through a loop back: an op on a cycle with ``meet`` is a loop's
+    next round, not a second run), or None. Only ops after ``meet`` in the graph's
+    topological order can be one, and the search back from them goes no further back
+    than ``meet``."""
+    floor = component[meet]
+    late = {op_id for op_id in region if component.get(op_id, floor) > floor}
+    if not late:
+        return None
+    back = set(late)
+    waiting = list(late)
+    while waiting:
+        for source in graph.pred[waiting.pop()]:
+            if source not in back and component.get(source, -1) >= floor:
+                back.add(source)
+                waiting.append(source)
+    if meet not in back:
+        return None
+    seen = {meet}
+    queue = deque([meet])
+    while queue:
+        for target in graph.succ[queue.popleft()]:
+            if target in back and target not in seen:
+                if target in late:
+                    return target
+                seen.add(target)
+                queue.append(target)
+    return None
 
 
 def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContext) -> None:

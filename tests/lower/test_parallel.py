@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from lattice.errors import DocumentError
 from lattice.lower import lower, parallel
 from tests.builders import conn, node, workflow
 
@@ -72,3 +73,47 @@ def test_two_thousand_forks_lower() -> None:
         cwd=Path(__file__).parents[2],
     )
     assert done.stdout.split() == ["2000"]
+
+
+def _t(node_id: str) -> dict[str, Any]:
+    return node(node_id, "dataTransform", expression="`1`")
+
+
+def test_a_branch_that_reaches_past_where_the_others_meet_is_an_error() -> None:
+    # A may end early, so the fork has no post-dominator: A and B meet at X, but C goes
+    # to Y, which X leads to. The join went before X: C's branch ran Y and end, then
+    # after the join X, Y and end ran again.
+    switch = node(
+        "A",
+        "ifElse",
+        evaluationTarget="$in.x",
+        branches=[{"label": "stop", "condition": "> 5"}, {"label": "go", "condition": ""}],
+    )
+    doc = workflow(
+        [
+            node("start", "start"),
+            switch,
+            *map(_t, "BCXY"),
+            node("end", "end"),
+            node("end2", "end"),
+        ],
+        [
+            conn("start", "A"),
+            conn("start", "B"),
+            conn("start", "C"),
+            conn("A", "end2", "branch-0"),
+            conn("A", "X", "branch-1"),
+            conn("B", "X"),
+            conn("C", "Y"),
+            conn("X", "Y"),
+            conn("Y", "end"),
+        ],
+    )
+    with pytest.raises(DocumentError) as raised:
+        lower(doc)
+    (error,) = raised.value.diagnostics
+    assert error.code == "parallel-branches-overlap" and error.node_id == "start"
+    assert "'X'" in error.message and "'Y'" in error.message
+    # Connected to where the others meet, the branch is fine.
+    doc["connections"][6]["to"] = "X"
+    assert lower(doc).ops["start#fork"].join == "start#fork#join"  # type: ignore[union-attr]
