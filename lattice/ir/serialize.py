@@ -13,11 +13,15 @@ from pydantic import ValidationError
 
 from lattice.errors import LatticeUserError
 from lattice.ir.models import (
+    IR_VERSION,
     AskOp,
     Condition,
     EndOp,
     ExecIR,
+    ForEachOp,
+    ForkOp,
     HttpCall,
+    JoinOp,
     LLMWriteOp,
     McpCall,
     Op,
@@ -26,7 +30,21 @@ from lattice.ir.models import (
     ToolCallOp,
     TransformOp,
 )
-from lattice.ir.templates import TemplateSyntaxError, ValueTemplate, parse_path, parse_template
+from lattice.ir.templates import (
+    Ref,
+    StatePath,
+    Template,
+    TemplateSyntaxError,
+    ValueTemplate,
+    is_secret,
+    iter_value_refs,
+    parse_path,
+    parse_template,
+)
+
+SECRET_LANE = ("call.url", "call.headers", "call.query", "call.body", "reads[")
+"""The fields of an HTTP TOOL_CALL op that may read ``$secrets`` (lowering's secret lane:
+an httpRequest node's url, headers, query or body, and the op's reads)."""
 
 
 def ir_to_dict(ir: ExecIR) -> dict[str, Any]:
@@ -70,10 +88,17 @@ def ir_from_json(text: str | bytes | dict[str, Any]) -> ExecIR:
 
 def check_ir(ir: ExecIR) -> list[str]:
     """Every problem that would stop a Runner from being built for ``ir`` or from walking
-    it: unknown entry or edge targets, and templates, state paths, conditions, JMESPath
-    expressions and JSON Schemas that do not compile. Each names the op and its field.
+    it: another IR version, unknown entry, edge, branch, join, fork or body ops, templates,
+    state paths, conditions, JMESPath expressions and JSON Schemas that do not compile,
+    and ``$secrets`` read outside an HTTP call's url, headers, query or body (where
+    lowering's ``secret-outside-lane`` keeps them). Each names the op and its field.
     Lowering never emits such an IR; an IR read from a file may hold anything."""
     problems: list[str] = []
+    if ir.ir_version != IR_VERSION:
+        problems.append(
+            f"irVersion: {ir.ir_version!r}; this Lattice runs IR version {IR_VERSION!r} "
+            "only: lower the document again"
+        )
     if ir.entry not in ir.ops:
         problems.append(f"entry: no op {ir.entry!r}")
     for op_id, op in ir.ops.items():
@@ -82,13 +107,57 @@ def check_ir(ir: ExecIR) -> list[str]:
         for index, edge in enumerate(op.next):
             if edge.to not in ir.ops:
                 problems.append(f"ops[{op_id!r}].next[{index}]: no op {edge.to!r}")
+        problems += _links(ir, op_id, op)
+        lane = isinstance(op, ToolCallOp) and isinstance(op.call, HttpCall)
         for field, check in _op_checks(op):
             try:
-                check()
+                compiled = check()
             except (TemplateSyntaxError, ValueError, RecursionError) as exc:
                 reason = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
                 problems.append(f"ops[{op_id!r}].{field}: {reason}")
+                continue
+            if lane and field.startswith(SECRET_LANE):
+                continue
+            for ref in _refs(compiled):
+                if is_secret(ref):
+                    problems.append(
+                        f"ops[{op_id!r}].{field}: {ref.text}: a secret may be read only in an "
+                        "HTTP call's url, headers, query or body"
+                    )
+                    break
     return problems
+
+
+def _links(ir: ExecIR, op_id: str, op: Op) -> list[str]:
+    """What a FORK, JOIN or FOR_EACH op names that is not there (or not its partner)."""
+    out: list[str] = []
+    at = f"ops[{op_id!r}]"
+    if isinstance(op, ForkOp):
+        for index, branch in enumerate(op.branches):
+            if branch not in ir.ops:
+                out.append(f"{at}.branches[{index}]: no op {branch!r}")
+        if op.join is not None:
+            join = ir.ops.get(op.join)
+            if not isinstance(join, JoinOp) or join.fork != op_id:
+                out.append(f"{at}.join: no JOIN op {op.join!r} of this fork")
+    elif isinstance(op, JoinOp):
+        fork = ir.ops.get(op.fork)
+        if not isinstance(fork, ForkOp) or fork.join != op_id:
+            out.append(f"{at}.fork: no FORK op {op.fork!r} that joins here")
+    elif isinstance(op, ForEachOp) and op.body not in ir.ops:
+        out.append(f"{at}.body: no op {op.body!r}")
+    return out
+
+
+def _refs(compiled: object) -> tuple[Ref, ...]:
+    """The refs of what a check compiled: a path, a text template or a value's refs."""
+    if isinstance(compiled, StatePath):
+        return (compiled,)
+    if isinstance(compiled, Template):
+        return compiled.refs
+    if isinstance(compiled, tuple):
+        return compiled
+    return ()
 
 
 def _path(text: str | None) -> Callable[[], object]:
@@ -96,7 +165,11 @@ def _path(text: str | None) -> Callable[[], object]:
 
 
 def _template(value: Any) -> Callable[[], object]:
-    return lambda: ValueTemplate(value)
+    def check() -> tuple[Ref, ...]:
+        ValueTemplate(value)
+        return tuple(iter_value_refs(value))
+
+    return check
 
 
 def _schema(schema: dict[str, Any] | None) -> Callable[[], object]:
@@ -149,8 +222,7 @@ def _condition(condition: Condition) -> Callable[[], object]:
 def _op_checks(op: Op) -> Iterator[tuple[str, Callable[[], object]]]:
     """``(field, check)`` for each part of ``op`` the runtime compiles."""
     for index, read in enumerate(op.reads):
-        if not read.startswith("$secrets"):
-            yield f"reads[{index}]", _path(read)
+        yield f"reads[{index}]", _path(read)
     if isinstance(op, EndOp):
         yield "output", _template(op.output)
     elif isinstance(op, LLMWriteOp):
@@ -187,11 +259,14 @@ def _op_checks(op: Op) -> Iterator[tuple[str, Callable[[], object]]]:
         elif isinstance(call, McpCall):
             yield "call.arguments", _template(call.arguments)
             yield "call.argumentsFrom", _path(call.arguments_from)
+    elif isinstance(op, ForEachOp):
+        yield "items", _template(op.items)
+        yield "writes", _path(op.writes)
 
 
 def execir_json_schema() -> dict[str, Any]:
     """JSON Schema (Draft 2020-12) of ExecIR, as serialised by ``ir_to_json``."""
     schema = ExecIR.model_json_schema(by_alias=True, mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://lattice.dev/schemas/execir-1.json"
+    schema["$id"] = f"https://lattice.dev/schemas/execir-{IR_VERSION}.json"
     return schema

@@ -16,7 +16,7 @@ from lattice.document.models import Node
 from lattice.errors import Diagnostic, Severity, Suggester, did_you_mean
 from lattice.ir.models import FAILED_PORT
 from lattice.ir.templates import NameRef, StatePath
-from lattice.lower.graph import Condensation, DiGraph, ancestors, descendants, reached
+from lattice.lower.graph import Condensation, DiGraph, descendants, reached
 from lattice.lower.registry import LoweringContext, NodeLowering, RefUse
 
 CTX_KEYS = (
@@ -188,10 +188,15 @@ def reachability_warnings(
     reachable = (
         descendants(graph, start) | {start} if start is not None and start in graph else set()
     )
-    can_finish: set[str] = set()
-    for end in ends:
-        if end in graph and end not in can_finish:
-            can_finish |= ancestors(graph, end) | {end}
+    # Every node some end is reached from: one search back from all the ends at once (a
+    # search per end is quadratic in a document of many ends).
+    can_finish = {end for end in ends if end in graph}
+    waiting = list(can_finish)
+    while waiting:
+        for source in graph.pred[waiting.pop()]:
+            if source not in can_finish:
+                can_finish.add(source)
+                waiting.append(source)
     for node in nodes:
         if node.id not in graph:
             continue

@@ -31,7 +31,7 @@ from lattice.lower.flow_nodes import (
     SubAgentFlowLowerer,
     VariableStoreLowerer,
 )
-from lattice.lower.foreach import BODY_KEY, ForEachLowerer, expand_for_each
+from lattice.lower.foreach import ForEachLowerer, expand_for_each
 from lattice.lower.graph import DiGraph
 from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
 from lattice.lower.loops import loop_diagnostics
@@ -93,10 +93,12 @@ class _Compiler:
             n.id: pointer_join(workflow.pointer_base, "nodes", i)
             for i, n in enumerate(workflow.nodes)
         }
-        expanded, foreach_diags = expand_for_each(workflow, pointers)
+        bodies: dict[str, str] = {}
+        expanded, foreach_diags = expand_for_each(workflow, pointers, bodies)
         self.workflow, inline_diags = inline_subflows(expanded, pointers)
         self.registry = registry
         self.ctx = LoweringContext(self.workflow, base_dir=base_dir, node_pointers=pointers)
+        self.ctx.for_each_bodies = bodies
         self.ctx.diagnostics.extend(foreach_diags + inline_diags)
         self.lowerings: dict[str, NodeLowering] = {}
         self.ports: dict[str, list[str] | None] = {}
@@ -255,7 +257,7 @@ class _Compiler:
     def _wire_bodies(self) -> None:
         """A forEach node comes before its flow's nodes (reachability, references)."""
         for node in self.workflow.nodes:
-            body = node.data.get(BODY_KEY) if node.type == "forEach" else None
+            body = self.ctx.for_each_bodies.get(node.id) if node.type == "forEach" else None
             if isinstance(body, str) and body in self.graph:
                 self.graph.add_edge(node.id, body)
 

@@ -14,6 +14,10 @@ The flow's nodes are added to the document under the forEach node's namespace
 (``<forEach>__end``, the flow's end node's ``output``) that ends each item. Inside the
 flow, ``$vars.<forEach>.item`` and ``$vars.<forEach>.index`` are the item and its
 position; the node writes the list of the items' outputs to ``$vars.<forEach>.result``.
+
+Only the workflow's own forEach nodes are expanded: a forEach node inside a flow (run
+by a forEach or a subAgentFlow node) is the error ``for-each-nested`` at its place in
+``subAgentFlows``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from lattice.document.loader import pointer_join
 from lattice.document.models import SEQUENTIAL_PORT, Connection, Node, Workflow
 from lattice.errors import Diagnostic, did_you_mean
 from lattice.ir.models import FAILED_PORT, ForEachOp
+from lattice.ir.templates import path_text
 from lattice.lower.fields import get_number, get_str
 from lattice.lower.registry import LoweringContext, NodeLowering
 from lattice.lower.subflows import (
@@ -33,16 +38,15 @@ from lattice.lower.subflows import (
     copy_flow,
 )
 
-BODY_KEY = "\x00body"
-"""Where expansion leaves the id of a forEach node's first inner node (not a key a
-document can hold: documents come from JSON, whose keys never hold NUL here)."""
 MAX_CONCURRENCY = 1000
 
 
 def expand_for_each(
-    workflow: Workflow, pointers: dict[str, str]
+    workflow: Workflow, pointers: dict[str, str], bodies: dict[str, str]
 ) -> tuple[Workflow, list[Diagnostic]]:
-    """Add each forEach node's flow, namespaced under it, to the document."""
+    """Add each forEach node's flow, namespaced under it, to the document; ``bodies``
+    gets each expanded forEach node's first inner node (kept apart from the nodes'
+    data, which the document gives: no key there can name a body)."""
     users = [n for n in workflow.nodes if n.type == "forEach"]
     if not users:
         return workflow, []
@@ -89,7 +93,8 @@ def expand_for_each(
         end_id = f"{node.id}{NAMESPACE_SEPARATOR}end"
         body_end = Node(id=end_id, type="end", name=f"{node.title} (item done)", data=copy.end_data)
         pointers[end_id] = pointers.get(node.id, "")
-        nodes.append(node.model_copy(update={"data": {**node.data, BODY_KEY: entries[0]}}))
+        bodies[node.id] = entries[0]
+        nodes.append(node)
         nodes += [*copy.nodes, body_end]
         connections += copy.connections
         connections += [
@@ -112,7 +117,8 @@ class ForEachLowerer:
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
         items = get_str(ctx, node, "items", required=True) or ""
         flow_id = get_str(ctx, node, "subAgentFlowId", required=True)
-        body = node.data.get(BODY_KEY)
+        body = ctx.for_each_bodies.get(node.id)
+        known = [f.id for f in ctx.workflow.sub_agent_flows]
         if (
             flow_id
             and body is None
@@ -122,14 +128,23 @@ class ForEachLowerer:
                 for d in ctx.diagnostics
             )
         ):
-            known = [f.id for f in ctx.workflow.sub_agent_flows]
-            ctx.error(
-                node,
-                "subflow-unknown",
-                f"no subAgentFlow with id {flow_id!r}{did_you_mean(flow_id, known)}",
-                "data",
-                "subAgentFlowId",
-            )
+            if flow_id in known:
+                # Only the document's own forEach nodes are expanded: this one is a
+                # copy, made with the flow of a forEach or subAgentFlow node around it.
+                ctx.error(
+                    node,
+                    "for-each-nested",
+                    f"forEach node {node.id!r} is inside a sub-flow; only the workflow's "
+                    "own forEach nodes run: move it into the workflow's nodes",
+                )
+            else:
+                ctx.error(
+                    node,
+                    "subflow-unknown",
+                    f"no subAgentFlow with id {flow_id!r}{did_you_mean(flow_id, known)}",
+                    "data",
+                    "subAgentFlowId",
+                )
         concurrency = get_number(ctx, node, "maxConcurrency", integer=True, minimum=1)
         if isinstance(concurrency, int) and concurrency > MAX_CONCURRENCY:
             ctx.error(
@@ -159,7 +174,7 @@ class ForEachLowerer:
             body=str(body or ""),
             max_concurrency=concurrency or 8,
             on_item_error=on_error,  # type: ignore[arg-type]
-            writes=f"$vars.{node.id}.result",
+            writes=path_text("$vars", node.id, "result"),
             reads=sorted(set(reads)),
         )
         return NodeLowering.single(

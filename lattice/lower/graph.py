@@ -4,8 +4,9 @@ Lowering asks five questions of its node and op graphs: strongly connected compo
 (loops), the condensation of a graph into its components in topological order
 (reachability of template references), the nodes a node reaches or is reached from
 (dead ends), and immediate dominators (where the branches of a fork meet). These
-iterative versions answer them without recursion, in linear time (dominators: the
-Cooper–Harvey–Kennedy iteration, as networkx does), and without networkx's import.
+iterative versions answer them without recursion, in linear time, except dominators:
+the Cooper–Harvey–Kennedy iteration (as networkx does) is near-linear in practice but
+not linear in the worst case. None of them imports networkx.
 ``tests/lower/test_graph.py`` holds them to networkx on random graphs.
 """
 

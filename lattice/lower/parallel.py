@@ -18,15 +18,18 @@ same point, hands over to the outer JOIN.
 Two branches of one fork must not write the same thing: a node that two branches can
 both reach before the join, or a variable that two branches can both set, is an error
 with both locations.
+A branch that reaches, before the join, a node the join also leads to (the meeting
+point chosen for a fork whose branch may end early, when another branch goes past it)
+would run that node twice: ``parallel-branches-overlap``, at the fork's node.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from lattice.ir.models import DEFAULT_PORT, Edge, ForkOp, JoinOp, Op, StateOp
-from lattice.lower.graph import DiGraph, immediate_dominators
+from lattice.lower.graph import Condensation, DiGraph, immediate_dominators
 from lattice.lower.registry import LoweringContext
 
 _EXIT = "\x00exit"
@@ -49,6 +52,7 @@ def insert_forks(ops: dict[str, Op], ctx: LoweringContext) -> dict[str, Op]:
         node = ctx.nodes.get(op.source_node)
         fail_fast = not (node is not None and node.data.get("failFast") is False)
         edges: list[Edge] = []
+        added: list[ForkOp] = []
         for edge in op.next:
             if edge.port not in fanned:
                 edges.append(edge)
@@ -64,14 +68,14 @@ def insert_forks(ops: dict[str, Op], ctx: LoweringContext) -> dict[str, Op]:
                 branches=fanned[edge.port],
                 fail_fast=fail_fast,
             )
-            forks.append(fork)
+            added.append(fork)
+        forks.extend(added)
         result[op_id] = op.model_copy(update={"next": edges})
-        for fork in forks:
-            if fork.source_node == op.source_node and fork.id.startswith(op_id + "#fork"):
-                result[fork.id] = fork
+        for fork in added:
+            result[fork.id] = fork
     if not forks:
         return ops
-    _join(result, forks)
+    _join(result, forks, ctx)
     _check_branches(result, forks, ctx)
     return result
 
@@ -90,40 +94,150 @@ def _graph(ops: dict[str, Op]) -> DiGraph[str]:
     return graph
 
 
-def _meeting_points(ops: dict[str, Op], forks: list[ForkOp]) -> dict[str, str | None]:
+def _meeting_points(
+    ops: dict[str, Op], forks: list[ForkOp], graph: DiGraph[str]
+) -> dict[str, str | None]:
     """Where each fork's branches meet: its immediate post-dominator; when a branch may
     end the run on its own (no post-dominator short of the exit), the op nearest the
     fork that two or more branches reach, which the branches that go on meet at."""
-    graph = _graph(ops)
     post = immediate_dominators(graph.pred, graph.succ, _EXIT)  # dominators of the reversed graph
     meets: dict[str, str | None] = {}
+    search: _Search | None = None
     for fork in forks:
         meet = post.get(fork.id)
-        meets[fork.id] = meet if meet not in (None, _EXIT) else _first_shared(ops, fork)
+        if meet in (None, _EXIT):
+            search = search or _Search(ops, graph)
+            meet = _first_shared(search, fork)
+        meets[fork.id] = meet
     return meets
 
 
-def _first_shared(ops: dict[str, Op], fork: ForkOp) -> str | None:
+def _first_shared(search: _Search, fork: ForkOp) -> str | None:
     """The op two or more branches reach that is nearest to the fork (the farthest
     branch's distance decides; ties go to the op lowered first)."""
-    distances: list[dict[str, int]] = []
-    for branch in fork.branches:
-        seen = {branch: 0}
-        queue = deque([branch])
-        while queue:
-            op_id = queue.popleft()
-            for target in _targets(ops[op_id]) if op_id in ops else ():
-                if target not in seen and target != fork.id:
-                    seen[target] = seen[op_id] + 1
-                    queue.append(target)
-        distances.append(seen)
-    order = {op_id: index for index, op_id in enumerate(ops)}
+    distances = search.branches(fork.branches, stop=None, exclude=fork.id)
+    order = search.order
+    counts: dict[str, int] = {}
+    for seen in distances:
+        for op_id in seen:
+            counts[op_id] = counts.get(op_id, 0) + 1
     shared = [
-        (max(d[op_id] for d in distances if op_id in d), order.get(op_id, 0), op_id)
-        for op_id in ops
-        if sum(op_id in d for d in distances) >= 2
+        (max(d[op_id] for d in distances if op_id in d), order[op_id], op_id)
+        for op_id, count in counts.items()
+        if count >= 2
     ]
     return min(shared)[2] if shared else None
+
+
+class _Search:
+    """Reachability from the branches of a fork, in time near the size of all branches
+    but the largest: the branches are searched side by side until one is left; what that
+    one reaches among the ops the others reached (or the variables they set) is found by
+    searching back from those ops as far as ops the fork can reach, side by side with
+    searching on from the branch, whichever ends first.
+
+    A chain of forks, each one's branches its own END op and the next fork, is then
+    linear to lower rather than quadratic: the largest branch, the rest of the chain, is
+    never searched.
+    """
+
+    def __init__(self, ops: dict[str, Op], graph: DiGraph[str]) -> None:
+        self.ops = ops
+        self.pred = graph.pred
+        self.component = Condensation(graph).component
+        self.order = {op_id: index for index, op_id in enumerate(ops)}
+
+    def _steps(self, op_id: str, stop: str | None, exclude: str | None) -> Iterable[str]:
+        op = self.ops.get(op_id)
+        if op is None:
+            return ()
+        ops = self.ops
+        return [t for t in _targets(op) if t in ops and t != stop and t != exclude]
+
+    def branches(
+        self,
+        starts: list[str],
+        stop: str | None,
+        exclude: str | None,
+        extra: Callable[[dict[str, int]], Iterable[str]] = lambda seen: (),
+    ) -> list[dict[str, int]]:
+        """For each branch, the ops it reaches without passing ``stop`` or ``exclude``
+        (each with its distance from the branch), except that the largest branch's holds
+        only the ops among the others' (and among ``extra`` of them) that it reaches."""
+        ops = self.ops
+        seen = [{b: 0} if b in ops and b not in (stop, exclude) else {} for b in starts]
+        queues = [deque(d) for d in seen]
+        active = [i for i, queue in enumerate(queues) if queue]
+        while len(active) > 1:
+            still: list[int] = []
+            for i in active:
+                queue, dist = queues[i], seen[i]
+                op_id = queue.popleft()
+                for target in self._steps(op_id, stop, exclude):
+                    if target not in dist:
+                        dist[target] = dist[op_id] + 1
+                        queue.append(target)
+                if queue:
+                    still.append(i)
+            active = still
+        if not active:
+            return seen
+        big = active[0]
+        targets: set[str] = set()
+        for i, dist in enumerate(seen):
+            if i != big:
+                targets.update(dist)
+                targets.update(extra(dist))
+        targets.discard(stop)
+        targets.discard(exclude)
+        seen[big] = self._reach(starts[big], seen[big], queues[big], targets, stop, exclude)
+        return seen
+
+    def _reach(
+        self,
+        start: str,
+        dist: dict[str, int],
+        queue: deque[str],
+        targets: set[str],
+        stop: str | None,
+        exclude: str | None,
+    ) -> dict[str, int]:
+        """The ops of ``targets`` that ``start`` reaches, with their distances: the search
+        from ``start`` (``dist``, ``queue``) goes on side by side with one back from
+        ``targets``; if that one ends first, a search from ``start`` among the ops it
+        found gives the distances."""
+        ops, pred, component = self.ops, self.pred, self.component
+        floor = component[start]
+        back = {t for t in targets if t in ops}
+        waiting = deque(back)
+        while queue and waiting:
+            op_id = queue.popleft()
+            for target in self._steps(op_id, stop, exclude):
+                if target not in dist:
+                    dist[target] = dist[op_id] + 1
+                    queue.append(target)
+            for source in pred.get(waiting.popleft(), ()):
+                if (
+                    source not in back
+                    and source in ops
+                    and source not in (stop, exclude)
+                    and component[source] >= floor
+                ):
+                    back.add(source)
+                    waiting.append(source)
+        if not queue:
+            return {t: d for t, d in dist.items() if t in targets}
+        found: dict[str, int] = {}
+        if start in back:
+            found[start] = 0
+            queue = deque([start])
+            while queue:
+                op_id = queue.popleft()
+                for target in self._steps(op_id, stop, exclude):
+                    if target in back and target not in found:
+                        found[target] = found[op_id] + 1
+                        queue.append(target)
+        return {t: d for t, d in found.items() if t in targets}
 
 
 def _targets(op: Op) -> list[str]:
@@ -145,11 +259,14 @@ def _region(ops: dict[str, Op], starts: Iterable[str], stop: str | None) -> set[
     return seen
 
 
-def _join(ops: dict[str, Op], forks: list[ForkOp]) -> None:
+def _join(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContext) -> None:
     """Give each fork its JOIN (innermost first), redirecting the edges that meet there."""
-    meets = _meeting_points(ops, forks)
+    graph = _graph(ops)
+    meets = _meeting_points(ops, forks, graph)
+    component: dict[str, int] | None = None
+    # A fork whose branches never meet gets no JOIN, so needs no place in the order.
     order = sorted(
-        forks,
+        (f for f in forks if meets[f.id] is not None),
         key=lambda f: len(_region(ops, f.branches, meets[f.id])),
     )
     for fork in order:
@@ -157,7 +274,20 @@ def _join(ops: dict[str, Op], forks: list[ForkOp]) -> None:
         if meet is None:
             continue
         join_id = f"{fork.id}#join"
-        for op_id in _region(ops, fork.branches, meet):
+        region = _region(ops, fork.branches, meet)
+        component = component or Condensation(graph).component
+        again = _after(graph, component, region, meet)
+        if again is not None:
+            ctx.error(
+                ctx.nodes.get(fork.source_node),
+                "parallel-branches-overlap",
+                f"the branches of the fork after {fork.source_node!r} meet at node "
+                f"{ops[meet].source_node!r}, but node {ops[again].source_node!r} is reached "
+                "both by a branch before they meet and after they meet: it would run "
+                "twice; connect that branch to the node where they meet, or give it a "
+                "node of its own",
+            )
+        for op_id in region:
             op = ops[op_id]
             if isinstance(op, ForkOp) or not any(e.to == meet for e in op.next):
                 continue
@@ -176,16 +306,62 @@ def _join(ops: dict[str, Op], forks: list[ForkOp]) -> None:
         ops[fork.id] = ops[fork.id].model_copy(update={"join": join_id, "next": [Edge(to=join_id)]})
 
 
+def _after(
+    graph: DiGraph[str], component: dict[str, int], region: set[str], meet: str
+) -> str | None:
+    """An op of ``region`` (the ops a fork's branches reach before ``meet``) that ``meet``
+    also leads to (not through a loop back: an op on a cycle with ``meet`` is a loop's
+    next round, not a second run), or None. Only ops after ``meet`` in the graph's
+    topological order can be one, and the search back from them goes no further back
+    than ``meet``."""
+    floor = component[meet]
+    late = {op_id for op_id in region if component.get(op_id, floor) > floor}
+    if not late:
+        return None
+    back = set(late)
+    waiting = list(late)
+    while waiting:
+        for source in graph.pred[waiting.pop()]:
+            if source not in back and component.get(source, -1) >= floor:
+                back.add(source)
+                waiting.append(source)
+    if meet not in back:
+        return None
+    seen = {meet}
+    queue = deque([meet])
+    while queue:
+        for target in graph.succ[queue.popleft()]:
+            if target in back and target not in seen:
+                if target in late:
+                    return target
+                seen.add(target)
+                queue.append(target)
+    return None
+
+
 def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContext) -> None:
+    search = _Search(ops, _graph(ops))
+    writers: dict[str, list[str]] = {}  # variable → the ops that set it
+    for op_id, op in ops.items():
+        if isinstance(op, StateOp) and op.operation != "get":
+            writers.setdefault(op.variable, []).append(op_id)
+
+    def setting(region: dict[str, int]) -> Iterable[str]:
+        """The ops that set a variable an op of ``region`` sets."""
+        for op_id in region:
+            op = ops[op_id]
+            if isinstance(op, StateOp) and op.operation != "get":
+                yield from writers[op.variable]
+
+    order = search.order
     for original in forks:
         fork = ops[original.id]
         assert isinstance(fork, ForkOp)
-        stop = fork.join
+        regions = search.branches(fork.branches, stop=fork.join, exclude=None, extra=setting)
         reached: dict[str, str] = {}  # op → the first branch that reaches it
         variables: dict[str, tuple[str, str]] = {}  # variable → (branch, node)
-        for branch in fork.branches:
-            region = _region(ops, [branch], stop)
-            for op_id in sorted(region, key=list(ops).index):
+        for branch, region in zip(fork.branches, regions, strict=True):
+            for op_id in sorted(region, key=order.__getitem__):
                 op = ops[op_id]
                 other = reached.setdefault(op_id, branch)
                 if other != branch and not isinstance(op, JoinOp | ForkOp):

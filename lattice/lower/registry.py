@@ -143,6 +143,8 @@ class LoweringContext:
         self._flow_names: Suggester | None = None
         self._node_names: Suggester | None = None
         self._upstream_memo: dict[str, list[tuple[str, str]]] = {}
+        self.for_each_bodies: dict[str, str] = {}
+        """forEach node → the first node of its flow's copy (``expand_for_each``)."""
         self.template_errors = 0
         """``template-syntax`` diagnostics so far (``check_prompt`` reports only new ground)."""
 

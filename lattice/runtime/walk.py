@@ -24,7 +24,7 @@ from lattice.contracts.calls import discard_event
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.errors import LatticeRunError
 from lattice.ir.models import FAILED_PORT, ExecIR, ForEachOp, ForkOp, Op
-from lattice.ir.templates import StatePath, ValueTemplate
+from lattice.ir.templates import StatePath, ValueTemplate, path_text
 from lattice.llm.base import LLMProvider
 from lattice.runs.redaction import redact_value
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
@@ -294,8 +294,8 @@ class Walker:
         bodies = []
         for index, item in enumerate(items):
             branch = self._branch(ctx, f"{key}.{index + 1}", op.body, stop_at=None)
-            branch.ctx.state.write(f"$vars.{node}.item", item)
-            branch.ctx.state.write(f"$vars.{node}.index", index)
+            branch.ctx.state.write(path_text("$vars", node, "item"), item)
+            branch.ctx.state.write(path_text("$vars", node, "index"), index)
             branch.ctx.state.changes = []
             bodies.append(branch)
         ctx.emit("for_each_started", {"items": len(items), "max_concurrency": op.max_concurrency})

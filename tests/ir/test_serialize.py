@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from lattice.errors import LatticeUserError
-from lattice.ir import ir_from_json, ir_to_dict
+from lattice.ir import IR_VERSION, execir_json_schema, ir_from_json, ir_to_dict
 from lattice.ir.serialize import check_ir
-from tests.builders import chain, lower_ok, node
+from tests.builders import chain, conn, lower_ok, node, workflow
 
 
 def _ir() -> dict[str, Any]:
@@ -74,3 +74,88 @@ def test_an_ir_nested_too_deeply_is_refused() -> None:
     with pytest.raises(LatticeUserError) as caught:
         ir_from_json(text)
     assert caught.value.error_type == "invalid_ir"
+
+
+def _parallel_ir() -> dict[str, Any]:
+    """start → {x, y} → z → end: a FORK after start and its JOIN before z."""
+    doc = workflow(
+        [
+            node("start", "start"),
+            node("x", "dataTransform", expression="`1`"),
+            node("y", "dataTransform", expression="`2`"),
+            node("z", "dataTransform", expression="`3`"),
+            node("end", "end"),
+        ],
+        [conn("start", "x"), conn("start", "y"), conn("x", "z"), conn("y", "z"), conn("z", "end")],
+    )
+    return ir_to_dict(lower_ok(doc))
+
+
+def _for_each(d: dict[str, Any], **fields: Any) -> None:
+    d["ops"]["fe"] = {
+        "id": "fe",
+        "kind": "FOR_EACH",
+        "sourceNode": "p",
+        "items": "$in.xs",
+        "body": "p",
+        "writes": "$vars.fe.result",
+        **fields,
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (lambda d: d.update(irVersion="99"), "irVersion: '99'"),
+        (lambda d: _for_each(d, body="nope"), "ops['fe'].body: no op 'nope'"),
+        (lambda d: _for_each(d, items="{{ $secrets.TOK }}"), "ops['fe'].items: $secrets.TOK"),
+        (
+            lambda d: d["ops"]["end"].update(output="{{ $secrets.TOK }}"),
+            "ops['end'].output: $secrets.TOK: a secret may be read only in",
+        ),
+        (lambda d: d["ops"]["p"].update(prompt="{{ $secrets.TOK }}"), "ops['p'].prompt: $secrets"),
+        (lambda d: d["ops"]["p"]["reads"].append("$secrets.TOK"), "ops['p'].reads[1]: $secrets"),
+        (lambda d: d["ops"]["b"].update(input="$secrets.TOK"), "ops['b'].input: $secrets"),
+    ],
+    ids=["version", "body", "items-secret", "end-secret", "prompt-secret", "reads", "switch"],
+)
+def test_an_ir_lowering_would_not_make_is_refused(change: Any, fragment: str) -> None:
+    # Each of these was accepted: the END's secret became the run's output, and a
+    # FOR_EACH body naming no op was an internal error (KeyError) at run time.
+    data = _ir()
+    change(data)
+    with pytest.raises(LatticeUserError) as caught:
+        ir_from_json(data)
+    assert caught.value.error_type == "invalid_ir"
+    assert fragment in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (
+            lambda d: d["ops"]["start#fork"]["branches"].append("ghost"),
+            "ops['start#fork'].branches[2]: no op 'ghost'",
+        ),
+        (lambda d: d["ops"]["start#fork"].update(join="x"), "ops['start#fork'].join: no JOIN"),
+        (lambda d: d["ops"]["start#fork#join"].update(fork="z"), "ops['start#fork#join'].fork"),
+    ],
+    ids=["branch", "join", "fork"],
+)
+def test_a_fork_or_join_naming_what_is_not_there_is_refused(change: Any, fragment: str) -> None:
+    data = _parallel_ir()
+    assert check_ir(ir_from_json(data)) == []
+    change(data)
+    with pytest.raises(LatticeUserError) as caught:
+        ir_from_json(data)
+    assert fragment in caught.value.message
+
+
+def test_a_secret_in_an_http_calls_lane_is_accepted() -> None:
+    doc = chain(node("h", "httpRequest", url="https://api.test/{{ $secrets.TOK }}"))
+    data = ir_to_dict(lower_ok(doc))
+    assert check_ir(ir_from_json(data)) == []
+
+
+def test_the_schema_id_names_the_ir_version() -> None:
+    assert execir_json_schema()["$id"].endswith(f"/execir-{IR_VERSION}.json")

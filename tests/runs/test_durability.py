@@ -243,6 +243,24 @@ def test_accept_changed_refuses_a_document_without_the_op_the_run_goes_on_at(
         Runner.resume(folder, provider=MockProvider(default="x"), accept_changed=True)
 
 
+def test_resume_refuses_an_edited_ir_that_reads_a_secret_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An END op's output {{ $secrets.TOK }} in an edited execir.json made the secret the
+    # run's output; lowering never puts a secret outside an HTTP call.
+    monkeypatch.setenv("TOK", "sk-SECRET")
+    folder = failed_run(tmp_path)
+    (folder / "workflow.json").unlink()
+    ir = json.loads((folder / "execir.json").read_text())
+    ir["ops"]["end"]["output"] = "{{ $secrets.TOK }}"
+    (folder / "execir.json").write_text(json.dumps(ir))
+    args = ["resume", str(folder), "--accept-changed", "--mock", str(_mock_file(tmp_path))]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "sk-SECRET" not in out + err
+    assert "ops['end'].output: $secrets.TOK: a secret may be read only in" in err
+
+
 def _mock_file(tmp_path: Path) -> Path:
     path = tmp_path / "mock.json"
     path.write_text(json.dumps({"responses": {}, "default": "x"}))

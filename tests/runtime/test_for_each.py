@@ -11,6 +11,7 @@ import pytest
 
 from lattice.errors import DocumentError, LatticeRunError
 from lattice.ir.models import ForEachOp
+from lattice.ir.templates import path_text
 from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
@@ -196,3 +197,87 @@ def test_a_node_after_the_loop_cannot_read_an_items_vars() -> None:
     with pytest.raises(DocumentError) as raised:
         lower(doc)
     assert any(d.code == "template-ref-not-before" for d in raised.value.diagnostics)
+
+
+def test_a_documents_data_cannot_name_a_for_each_body() -> None:
+    # JSON can spell a key with NUL ("\u0000body"): the key where expansion once left
+    # the body, so a document could make any op (the forEach itself) the body.
+    doc = each_doc()
+    doc["nodes"][1]["data"].update(json.loads('{"\\u0000body": "each"}'))
+    op = lower(doc).ops["each"]
+    assert isinstance(op, ForEachOp) and op.body == "each__answer"
+    doc["nodes"][1]["data"]["subAgentFlowId"] = "nope"
+    with pytest.raises(DocumentError) as raised:
+        lower(doc)
+    assert [d.code for d in raised.value.diagnostics] == ["subflow-unknown"]
+
+
+@pytest.mark.parametrize("node_id", ["fe x", "fe.x", 'fe"x'])
+def test_a_for_each_node_with_any_id_writes_its_own_result(node_id: str) -> None:
+    # The paths were built as f"$vars.{id}.result": "fe x" failed with an internal
+    # error, and "fe.x" wrote to $vars.fe.x.
+    item = path_text("$vars", node_id, "item")
+    doc = workflow(
+        [
+            node("start", "start"),
+            node(node_id, "forEach", items="$in.xs", subAgentFlowId="f"),
+            node("end", "end", output=path_text("$vars", node_id, "result")),
+        ],
+        [conn("start", node_id), conn(node_id, "end")],
+        subAgentFlows=[
+            {
+                "id": "f",
+                "name": "f",
+                "nodes": [
+                    node("s", "start"),
+                    node("t", "dataTransform", expression="`1`"),
+                    node("e", "end", output=item),
+                ],
+                "connections": [conn("s", "t"), conn("t", "e")],
+            }
+        ],
+    )
+    ir = lower(doc)
+    assert ir.ops[node_id].writes == path_text("$vars", node_id, "result")  # type: ignore[union-attr]
+    result = Runner(ir, store=RunStore(None)).run({"xs": [1, 2]})
+    assert result.status == "completed" and result.output == [1, 2]
+    assert list(result.vars) == [node_id]
+
+
+@pytest.mark.parametrize("outer", ["forEach", "subAgentFlow"])
+def test_a_for_each_inside_a_flow_is_a_located_error(outer: str) -> None:
+    # Expansion went once over the document's own nodes: a forEach copied in with a
+    # flow was never expanded, and was reported as a call to an unknown flow.
+    inner = {
+        "id": "inner",
+        "name": "inner",
+        "nodes": [
+            node("s", "start"),
+            node("t", "dataTransform", expression="`1`"),
+            node("e", "end"),
+        ],
+        "connections": [conn("s", "t"), conn("t", "e")],
+    }
+    middle = {
+        "id": "middle",
+        "name": "middle",
+        "nodes": [
+            node("s", "start"),
+            node("each", "forEach", items="$in.xs", subAgentFlowId="inner"),
+            node("e", "end"),
+        ],
+        "connections": [conn("s", "each"), conn("each", "e")],
+    }
+    data: dict[str, Any] = {"subAgentFlowId": "middle"}
+    if outer == "forEach":
+        data["items"] = "$in.xs"
+    doc = workflow(
+        [node("start", "start"), node("outer", outer, **data), node("end", "end")],
+        [conn("start", "outer"), conn("outer", "end")],
+        subAgentFlows=[inner, middle],
+    )
+    with pytest.raises(DocumentError) as raised:
+        lower(doc)
+    (error,) = raised.value.diagnostics
+    assert error.code == "for-each-nested" and error.node_id == "outer__each"
+    assert error.pointer == "/subAgentFlows/1/nodes/1"
