@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import signal
 import socket
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,14 +96,15 @@ SLOW_FIRST = (
 
 @pytest.fixture
 def default_ctrl_c() -> Iterator[None]:
-    """Ctrl-C (SIGINT) as a fresh interpreter has it, for tests that send it (to this
-    process, or to a child, which inherits an ignored SIGINT). Once in CI a test worker
-    had it ignored before such tests ran; the warning names what it was."""
+    """Ctrl-C (SIGINT) as an interactive interpreter has it, for tests that send it (to
+    this process, or to a child, which inherits an ignored SIGINT): a shell without job
+    control starts background commands, such a test run included, with SIGINT ignored."""
     previous = signal.getsignal(signal.SIGINT)
-    if previous is not signal.default_int_handler:
-        warnings.warn(f"SIGINT's handler was {previous!r} before this test", stacklevel=1)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
