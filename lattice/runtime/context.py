@@ -135,6 +135,8 @@ class RunContext:
         run's own (``Runner.run``) and waits for nothing else meanwhile."""
         self._root: RunContext | None = None
         """The run's main context (None in the main context itself)."""
+        self._parent: RunContext | None = None
+        """The context whose fork started this branch (None in the main context)."""
 
     def branch_context(self, state: StateStore, branch: str, llm: CallEnv) -> RunContext:
         """A context for one branch: its own state, position and model-call events,
@@ -151,7 +153,17 @@ class RunContext:
         child.cancelled = False
         child._compact = False
         child._root = root
+        child._parent = self
         return child
+
+    def stopped_by_sibling(self) -> bool:
+        """Whether a sibling of this branch, or of a branch it runs inside, failed."""
+        ctx: RunContext | None = self
+        while ctx is not None:
+            if ctx.cancelled:
+                return True
+            ctx = ctx._parent
+        return False
 
     @property
     def redact(self) -> Redactor:

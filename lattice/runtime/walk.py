@@ -229,7 +229,7 @@ class Walker:
                 raise asyncio.CancelledError
             if not counters.steps % YIELD_EVERY:
                 await asyncio.sleep(0)  # ops that never wait leave the loop to others too
-            if ctx.cancelled:
+            if in_branch and ctx.stopped_by_sibling():
                 raise Interrupted("a sibling branch failed, so this branch stopped")
         return TrackEnd("end", output)
 
@@ -355,7 +355,7 @@ class Walker:
             if limit is None:
                 return await self.run_track(track)
             async with limit:
-                if track.ctx.cancelled:
+                if track.ctx.stopped_by_sibling():
                     raise Interrupted("a sibling branch failed, so this branch stopped")
                 return await self.run_track(track)
 

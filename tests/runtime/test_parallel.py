@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lattice.errors import DocumentError
+from lattice.errors import DocumentError, LatticeRunError
 from lattice.ir.models import Edge, ForkOp, JoinOp, StateOp
 from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.llm.mock import MockProvider
@@ -474,3 +474,44 @@ def test_after_the_join_the_last_result_is_the_last_arrived_branchs() -> None:
     result = run(doc, MockProvider({"b1": ["one"], "b2": ["two"]}))
     assert result.status == "completed"
     assert result.output == "two"
+
+
+class FailingLater(Tracking):
+    """Fails the node ``bad`` after twice the delay; answers the others after the delay."""
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        if request.node_id == "bad":
+            await asyncio.sleep(2 * self.delay)
+            self.calls.append("bad")
+            raise LatticeRunError("refused", error_type="api_key_error")
+        return await super().complete(request)
+
+
+def test_a_failing_branch_stops_the_branches_of_a_fork_nested_in_its_sibling() -> None:
+    """start → bad, and start → split → a nested fork (two chains of five calls): once
+    ``bad`` fails (while the nested fork runs), the nested branches stop at their next
+    op boundary, not at their ends."""
+    chain_a = [node(f"a{i}", "prompt", prompt=f"A{i}") for i in range(5)]
+    chain_b = [node(f"b{i}", "prompt", prompt=f"B{i}") for i in range(5)]
+    nodes = [
+        node("start", "start"),
+        node("bad", "prompt", prompt="BAD"),
+        node("split", "prompt", prompt="S"),
+    ]
+    nodes += [*chain_a, *chain_b, node("end", "end")]
+    connections = [
+        conn("start", "bad"),
+        conn("start", "split"),
+        conn("split", "a0"),
+        conn("split", "b0"),
+    ]
+    connections += [conn(f"a{i}", f"a{i + 1}") for i in range(4)]
+    connections += [conn(f"b{i}", f"b{i + 1}") for i in range(4)]
+    connections += [conn("a4", "end"), conn("b4", "end"), conn("bad", "end")]
+    provider = FailingLater(delay=0.03)
+    result = run(workflow(nodes, connections), provider)
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure.category == "api_key_error"
+    nested = [c for c in provider.calls if c[0] in "ab"]
+    assert nested, provider.calls  # the nested fork had started
+    assert len(nested) < 10, provider.calls  # and its chains did not run to their ends
