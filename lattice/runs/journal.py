@@ -102,6 +102,9 @@ class JournalState:
     """The provider's state after the last answer that recorded one."""
     usage: Any = None
     """The run's usage after the last op that called a model (committed, failed or halted)."""
+    answers: dict[str, Any] | None = None
+    """The answers still queued after the last committed ASK, of any walk (in journal
+    order: branches and the main walk interleave)."""
 
     @property
     def last(self) -> dict[str, Any] | None:
@@ -128,6 +131,8 @@ def read_journal(folder: Path) -> JournalState | None:
                 state.branches.setdefault(str(branch), []).append(line)
             state.pending[branch] = []
             state.usage = line.get("usage", state.usage)
+            if "answers" in line:
+                state.answers = line["answers"]
         elif kind == "answer":
             state.pending.setdefault(branch, []).append(line)
             if "provider_state" in line:

@@ -42,16 +42,15 @@ def journal_position(
     ir: ExecIR, journal: JournalState, checkpoint: dict[str, Any]
 ) -> tuple[Position, dict[str, Any]]:
     """The position after the journal's last committed op, and the answers still queued."""
-    answers: dict[str, Any] = dict(
-        checkpoint.get("initial_answers") or checkpoint.get("answers") or {}
-    )
+    queued = journal.answers
+    if queued is None:
+        queued = checkpoint.get("initial_answers") or checkpoint.get("answers") or {}
+    answers: dict[str, Any] = dict(queued)
     position = Position(ir.entry, op_seq=journal.last_op_seq)
     position.usage = Usage.from_json(journal.usage)
     for line in [*journal.ops, *(line for lines in journal.branches.values() for line in lines)]:
         op_id = str(line.get("op_id"))
         position.visits[op_id] = position.visits.get(op_id, 0) + 1
-        if "answers" in line:
-            answers = dict(line["answers"])
     position.branches = {
         branch: BranchResume(lines, journal.pending.get(branch, []))
         for branch, lines in journal.branches.items()

@@ -462,3 +462,21 @@ def test_a_bad_line_inside_the_journal_is_refused_and_nothing_is_cut(tmp_path: P
     with pytest.raises(LatticeUserError, match=r"journal.jsonl:2: not a JSON line"):
         Runner.resume(result.run_dir, provider=MockProvider(default="x"), accept_changed=True)
     assert journal.stat().st_size == size
+
+
+def test_queued_answers_come_from_the_last_ask_in_journal_order(tmp_path: Path) -> None:
+    """A branch's ASK committed before a later ASK of the main walk: the queue left is the
+    later one's (main-walk lines were read first, then branch lines, and the older
+    branch queue won, handing out an answer already used)."""
+    from lattice.runs.journal import JOURNAL, read_journal
+    from lattice.runtime.resume import journal_position
+
+    lines = [
+        {"kind": "op", "op_seq": 2, "op_id": "ask_a", "branch": "0001.1", "answers": {"b": "x"}},
+        {"kind": "op", "op_seq": 3, "op_id": "ask_b", "answers": {}, "next": None},
+    ]
+    (tmp_path / JOURNAL).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    journal = read_journal(tmp_path)
+    assert journal is not None and journal.answers == {}
+    _, answers = journal_position(lower(three_calls()), journal, {"initial_answers": {"a": 1}})
+    assert answers == {}
