@@ -70,8 +70,8 @@ class ProviderOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    provider: Literal["openai", "anthropic", "mock", "fixture", "disabled"] | None = Field(
-        default=None, description="default: the server's config, else disabled"
+    provider: Literal["openai", "anthropic", "litellm", "mock", "fixture", "disabled"] | None = (
+        Field(default=None, description="default: the server's config, else disabled")
     )
     mock: str | None = Field(
         default=None, description="a mock script file, relative to --workflows"

@@ -141,3 +141,13 @@ def test_the_servers_log_masks_secret_values(
     assert record.getMessage() == "run r1 failed with ***"
     assert record.exc_text is not None and "the provider refused ***" in record.exc_text
     assert secret not in caplog.text
+
+
+def test_the_api_takes_every_provider_lattice_run_takes() -> None:
+    from typing import get_args
+
+    from lattice.server.app import ProviderOptions
+    from lattice.service.providers import PROVIDER_NAMES
+
+    (choices, _none) = get_args(ProviderOptions.model_fields["provider"].annotation)
+    assert set(get_args(choices)) == set(PROVIDER_NAMES)
