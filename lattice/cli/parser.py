@@ -535,7 +535,7 @@ def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     p.add_argument(
         "--token",
-        help="bearer token every route but /healthz requires (default: $LATTICE_SERVER_TOKEN)",
+        help="bearer token every API route requires (not /healthz, nor the panel's page and files; default: $LATTICE_SERVER_TOKEN)",
     )
     p.add_argument(
         "--max-active-runs",
