@@ -146,3 +146,41 @@ def corpus_params(files: Sequence[Path], corpus_dir: Path) -> list[Any]:
         reason = f"corpus of real documents not found: {corpus_dir} is missing or has no *.json"
         return [pytest.param(None, id="corpus-missing", marks=pytest.mark.skip(reason=reason))]
     return [pytest.param(path, id=short_name(path)) for path in files]
+
+
+def approval(inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A question between two LLM nodes (``inputs``: the start node's inputs schema; by
+    default one required, non-empty ``topic``)."""
+    return workflow(
+        [
+            node(
+                "start",
+                "start",
+                inputs=inputs
+                or {
+                    "type": "object",
+                    "properties": {"topic": {"type": "string", "minLength": 1}},
+                    "required": ["topic"],
+                    "additionalProperties": False,
+                },
+            ),
+            node("draft", "prompt", prompt="Draft a note about {{ $in.topic }}"),
+            node(
+                "approve",
+                "askUserQuestion",
+                questionText="Send the note?",
+                options=[{"label": "Send"}, {"label": "Discard"}],
+            ),
+            node("polish", "prompt", prompt="Polish: {{ $vars.draft.result }}"),
+            node("end", "end"),
+            node("discarded", "end", output="discarded"),
+        ],
+        [
+            conn("start", "draft"),
+            conn("draft", "approve"),
+            conn("approve", "polish", "branch-0"),
+            conn("approve", "discarded", "branch-1"),
+            conn("polish", "end"),
+        ],
+        id="approval",
+    )

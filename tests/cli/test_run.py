@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lattice.cli import main
+from tests.builders import approval as approval_document
 from tests.builders import chain, conn, node, workflow
 from tests.conftest import EXAMPLES
 
@@ -64,37 +65,13 @@ def triage(capsys: pytest.CaptureFixture[str], runs: Path, *extra: Any) -> tuple
 @pytest.fixture
 def approval(tmp_path: Path) -> tuple[Path, Path]:
     """A document with a question between two LLM nodes, and its mock script."""
-    doc = workflow(
-        [
-            node(
-                "start",
-                "start",
-                inputs={
-                    "type": "object",
-                    "properties": {"topic": {"type": "string"}, "count": {"type": "integer"}},
-                    "required": ["topic"],
-                    "additionalProperties": False,
-                },
-            ),
-            node("draft", "prompt", prompt="Draft a note about {{ $in.topic }}"),
-            node(
-                "approve",
-                "askUserQuestion",
-                questionText="Send the note?",
-                options=[{"label": "Send"}, {"label": "Discard"}],
-            ),
-            node("polish", "prompt", prompt="Polish: {{ $vars.draft.result }}"),
-            node("end", "end"),
-            node("discarded", "end", output="discarded"),
-        ],
-        [
-            conn("start", "draft"),
-            conn("draft", "approve"),
-            conn("approve", "polish", "branch-0"),
-            conn("approve", "discarded", "branch-1"),
-            conn("polish", "end"),
-        ],
-        id="approval",
+    doc = approval_document(
+        {
+            "type": "object",
+            "properties": {"topic": {"type": "string"}, "count": {"type": "integer"}},
+            "required": ["topic"],
+            "additionalProperties": False,
+        }
     )
     mock = {"responses": {"draft": ["a rough note"], "polish": ["a polished note"]}}
     return write_json(tmp_path / "approval.json", doc), write_json(

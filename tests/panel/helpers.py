@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from tests.builders import approval
 from tests.conftest import EXAMPLES
-from tests.server.helpers import APPROVAL_SCRIPT, approval
+from tests.server.helpers import APPROVAL_SCRIPT
 
 
 def repair_script() -> dict[str, Any]:

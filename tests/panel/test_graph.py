@@ -23,9 +23,9 @@ from lattice.server.graph import (
     node_of,
     run_graph,
 )
-from tests.builders import chain, conn, corpus_params, node, workflow
+from tests.builders import approval, chain, conn, corpus_params, node, workflow
 from tests.conftest import CORPUS, EXAMPLES, corpus_files, example_files
-from tests.server.helpers import approval, steps
+from tests.server.helpers import steps
 
 
 def graph_of(path: Path) -> dict[str, Any]:

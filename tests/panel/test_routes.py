@@ -14,9 +14,10 @@ import pytest
 from lattice.config import LatticeConfig, RunsConfig
 from lattice.server.app import ServerSettings
 from lattice.server.panel_api import PANEL_DIR
+from tests.builders import approval
 from tests.conftest import EXAMPLES
 from tests.panel.helpers import workflows_folder
-from tests.server.helpers import TIMEOUT, approval, serve_in_thread, wait_for_status
+from tests.server.helpers import TIMEOUT, serve_in_thread, wait_for_status
 
 TOKEN = "panel-token-for-tests"
 

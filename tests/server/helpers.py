@@ -216,40 +216,4 @@ def script(count: int, *, prefix: str = "s", given: int | None = None) -> dict[s
     }
 
 
-def approval() -> dict[str, Any]:
-    """A question between two LLM nodes."""
-    return workflow(
-        [
-            node(
-                "start",
-                "start",
-                inputs={
-                    "type": "object",
-                    "properties": {"topic": {"type": "string", "minLength": 1}},
-                    "required": ["topic"],
-                    "additionalProperties": False,
-                },
-            ),
-            node("draft", "prompt", prompt="Draft a note about {{ $in.topic }}"),
-            node(
-                "approve",
-                "askUserQuestion",
-                questionText="Send the note?",
-                options=[{"label": "Send"}, {"label": "Discard"}],
-            ),
-            node("polish", "prompt", prompt="Polish: {{ $vars.draft.result }}"),
-            node("end", "end"),
-            node("discarded", "end", output="discarded"),
-        ],
-        [
-            conn("start", "draft"),
-            conn("draft", "approve"),
-            conn("approve", "polish", "branch-0"),
-            conn("approve", "discarded", "branch-1"),
-            conn("polish", "end"),
-        ],
-        id="approval",
-    )
-
-
 APPROVAL_SCRIPT = {"responses": {"draft": ["a rough note"], "polish": ["a polished note"]}}

@@ -23,12 +23,11 @@ from lattice.cli import main
 from lattice.config import LatticeConfig, SecretsConfig
 from lattice.runs.view import list_runs
 from lattice.server.app import ServerSettings
-from tests.builders import chain, node
+from tests.builders import approval, chain, node
 from tests.conftest import EXAMPLES
 from tests.server.helpers import (
     APPROVAL_SCRIPT,
     TIMEOUT,
-    approval,
     file_events,
     follow,
     read_sse,

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.builders import approval
 from tests.server.helpers import (
     APPROVAL_SCRIPT,
     TIMEOUT,
-    approval,
     file_events,
     follow,
     script,
