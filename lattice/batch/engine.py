@@ -48,12 +48,12 @@ from lattice.errors import InputError, LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_to_dict
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import LIVE_PROVIDERS, LLMProvider
 from lattice.lower import lower
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.runner import Runner, check_answers
 from lattice.runtime.settings import settings_from_config
-from lattice.service.providers import LIVE_PROVIDERS, ProviderChoice
+from lattice.service.providers import ProviderChoice
 from lattice.service.runs import ProviderSpec, repo_root
 
 EngineName = Literal["local", "ray"]

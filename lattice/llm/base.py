@@ -18,6 +18,11 @@ SCHEMA_NOTE = "(given with this request as its structured-output schema)"
 """What stands in a prompt for the schema when the provider sends the schema natively."""
 
 
+LIVE_PROVIDERS = ("openai", "anthropic", "litellm")
+"""The providers that call a real model; in ``[llm.models]`` a model may be prefixed with
+one (``anthropic:claude-…``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One chat message."""

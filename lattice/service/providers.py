@@ -9,13 +9,12 @@ from typing import Any
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import LIVE_PROVIDERS, LLMProvider
 from lattice.llm.disabled import DisabledProvider
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
 from lattice.llm.wrappers import LimitedProvider, RouterProvider
 
-LIVE_PROVIDERS = ("openai", "anthropic", "litellm")
 PROVIDER_NAMES = (*LIVE_PROVIDERS, "mock", "fixture", "disabled")
 
 

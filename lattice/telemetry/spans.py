@@ -39,6 +39,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from lattice.errors import LatticeUserError
+from lattice.llm.base import LIVE_PROVIDERS
 from lattice.runs.redaction import make_redactor
 from lattice.telemetry.settings import TelemetrySettings
 
@@ -47,8 +48,6 @@ log = logging.getLogger("lattice.telemetry")
 OTHER_ERROR = "_OTHER"
 """``error.type`` of a failure whose type no event named (the conventions' fallback)."""
 
-LIVE_PROVIDERS = ("openai", "anthropic", "litellm")
-"""Model prefixes that name a provider (``anthropic:claude-…`` in ``[llm.models]``)."""
 
 _providers: dict[tuple[str, str], Any] = {}
 _providers_lock = threading.Lock()
