@@ -157,9 +157,16 @@ class Lattice:
     ``subprocess.Popen``'s interface these tests use."""
 
     def __init__(
-        self, context: Any, work: Path, config: Path, args: tuple[str, ...], number: int
+        self,
+        context: Any,
+        lock: threading.Lock,
+        work: Path,
+        config: Path,
+        args: tuple[str, ...],
+        number: int,
     ) -> None:
         self.err = work / f"stderr-{os.getpid()}-{number}.txt"
+        self.lock = lock
         self.process = context.Process(
             target=_lattice_main,
             args=(list(args), str(work), environment(config), os.devnull, str(self.err)),
@@ -169,8 +176,12 @@ class Lattice:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
+        # Under the lock that ``start`` holds too: ``Process.start`` polls every child
+        # (``multiprocessing.process._cleanup``), and two threads reading one forkserver
+        # sentinel at once leave the loser an EOF that multiprocessing reports as 255.
         if self.returncode is None:
-            self.returncode = self.process.exitcode
+            with self.lock:
+                self.returncode = self.process.exitcode
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -178,9 +189,11 @@ class Lattice:
             os.kill(self.pid, sig)
 
     def communicate(self, timeout: float) -> tuple[bytes, bytes]:
-        self.process.join(timeout)
-        if self.poll() is None:
-            raise subprocess.TimeoutExpired("lattice", timeout)
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("lattice", timeout)
+            time.sleep(0.005)
         return b"", self.err.read_bytes() if self.err.exists() else b""
 
 
@@ -191,12 +204,13 @@ class Forker:
         self.context = multiprocessing.get_context("forkserver")
         self.context.set_forkserver_preload(PRELOAD)
         self.started = 0
-        self.lock = threading.Lock()  # the scenarios start processes from three threads
+        # the scenarios start and poll processes from three threads: see Lattice.poll
+        self.lock = threading.Lock()
 
     def __call__(self, work: Path, config: Path, *args: str) -> Lattice:
         with self.lock:
             self.started += 1
-            return Lattice(self.context, work, config, args, self.started)
+            return Lattice(self.context, self.lock, work, config, args, self.started)
 
 
 @pytest.fixture(scope="module")
