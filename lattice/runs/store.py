@@ -209,12 +209,19 @@ class FolderRecorder:
         disk together with the folder (one round of parallel syncs, not two per file)."""
 
     def event_summary(self) -> tuple[int, int]:
-        """The highest event sequence number in ``events.jsonl`` (0 when none) and how
-        many attempts (the first run and each resume) have written events."""
+        """The highest event sequence number in ``events.jsonl`` (0 when none) and the
+        segment of the last attempt that wrote events: 1 for the first run, even when it
+        was killed before its ``run_started`` line reached the file, and then the
+        ``segment`` of the last ``run_resumed`` event."""
         events, _ = read_lines(self._dir / "events.jsonl")
         last = max((e["seq"] for e in events if isinstance(e.get("seq"), int)), default=0)
-        segments = sum(1 for e in events if e.get("type") in ("run_started", "run_resumed"))
-        return last, segments
+        resumed = (
+            e["data"].get("segment")
+            for e in events
+            if e.get("type") == "run_resumed" and isinstance(e.get("data"), dict)
+        )
+        segment = max((n for n in resumed if isinstance(n, int)), default=1)
+        return last, segment
 
     def write_json(self, name: str, data: Any) -> None:
         self.write_text(name, file_text(data))

@@ -409,7 +409,7 @@ class Runner:
         state.clear_tmp()
         redact = self._redactor()
         recorder = self.store.reopen(folder, redact=redact)
-        last_seq, segments = recorder.event_summary()
+        last_seq, last_segment = recorder.event_summary()
         ctx = self._context(
             checkpoint.get("run_id", folder.name),
             state,
@@ -431,7 +431,7 @@ class Runner:
             ctx.emit(
                 "run_resumed",
                 {
-                    "segment": segments + 1,
+                    "segment": last_segment + 1,
                     "from_op": position.current,
                     "after": status_of(checkpoint),
                     "replayable_answers": len(pending),

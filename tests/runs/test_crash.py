@@ -270,7 +270,8 @@ def check_events(folder: Path, resumes: int) -> None:
     # a resume killed while it starts may leave no event: the others count on from 2
     assert segments == list(range(2, len(segments) + 2))
     assert 1 <= len(segments) <= resumes
-    assert [e["type"] for e in events].count("run_started") == 1
+    # the run may be killed after its checkpoint, before its run_started line is written
+    assert [e["type"] for e in events].count("run_started") <= 1
     assert events[-1]["type"] == "run_finished"
 
 

@@ -287,6 +287,17 @@ def test_a_torn_last_line_is_dropped_and_sequence_numbers_go_on(tmp_path: Path) 
     assert resumed["data"]["dropped_torn_lines"] == ["events.jsonl", "journal.jsonl"]
 
 
+def test_segments_count_on_when_the_first_runs_events_were_lost(tmp_path: Path) -> None:
+    """A run killed after its checkpoint but before its ``run_started`` line reached
+    ``events.jsonl`` was still segment 1: its resumes are 2, then 3."""
+    folder = failed_run(tmp_path)
+    (folder / "events.jsonl").write_text("")
+    assert Runner.resume(folder, provider=MockProvider({})).status == "failed"
+    Runner.resume(folder, provider=MockProvider(default="x"))
+    segments = [e["data"]["segment"] for e in events(folder) if e["type"] == "run_resumed"]
+    assert segments == [2, 3]
+
+
 # -- budgets -------------------------------------------------------------------------------------
 
 
