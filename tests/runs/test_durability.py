@@ -480,3 +480,43 @@ def test_queued_answers_come_from_the_last_ask_in_journal_order(tmp_path: Path) 
     assert journal is not None and journal.answers == {}
     _, answers = journal_position(lower(three_calls()), journal, {"initial_answers": {"a": 1}})
     assert answers == {}
+
+
+# -- a crash before the first sync ---------------------------------------------------------------
+
+
+def never_synced(tmp_path: Path) -> Path:
+    """A folder as a power cut before a run's first sync may leave it: its starting files,
+    an empty journal and an empty checkpoint.json."""
+    folder = failed_run(tmp_path / "runs")
+    kept = {"workflow.json", "execir.json", "input.json", "state_initial.json"}
+    for path in folder.rglob("*"):
+        if path.is_file() and path.name not in kept:
+            path.unlink()
+    (folder / "journal.jsonl").write_text("")
+    (folder / "checkpoint.json").write_text("")
+    return folder
+
+
+def test_a_checkpoint_lost_before_the_first_sync_is_rebuilt_by_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = never_synced(tmp_path)
+    assert main(["resume", str(folder), "--mock", str(_mock_file(tmp_path))]) == 0, (
+        capsys.readouterr().err
+    )
+    checkpoint = json.loads((folder / "checkpoint.json").read_text())
+    assert checkpoint["status"] == "completed" and checkpoint["run_id"] == folder.name
+    final = json.loads((folder / "state_final.json").read_text())
+    assert final["vars"]["c"]["result"] == "x"
+
+
+def test_a_run_that_never_started_says_so_instead_of_a_read_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = never_synced(tmp_path)
+    (folder / "state_initial.json").write_text('{"in": {}, "va')  # torn too
+    assert main(["resume", str(folder), "--mock", str(_mock_file(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert f"run {folder.name} never started" in err and "nothing was recorded" in err
+    assert "cannot read" not in err and "Traceback" not in err
