@@ -15,6 +15,9 @@ Line kinds::
     {"kind": "request", "op_id", "prompt_hash"}     a request sent to a model (before
                                                     it is: a request whose answer never
                                                     came counts toward the call budget)
+    {"kind": "request_unsent", "op_id", "prompt_hash"}  the request before it was
+                                                    refused without being sent (a
+                                                    batch's budget gate): not counted
     {"kind": "answer", "op_seq", "op_id", "prompt_hash", "model_class", "text", "model",
      "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?}
 
@@ -112,7 +115,8 @@ class JournalState:
     """The answers still queued after the last committed ASK, of any walk (in journal
     order: branches and the main walk interleave)."""
     requests: int = 0
-    """The ``request`` lines: requests sent, answered or not."""
+    """The ``request`` lines less the ``request_unsent`` ones: requests sent, answered
+    or not."""
     received: list[dict[str, Any]] = field(default_factory=list)
     """Every model answer, in order (those in ``pending`` included)."""
 
@@ -145,6 +149,8 @@ def read_journal(folder: Path) -> JournalState | None:
                 state.answers = line["answers"]
         elif kind == "request":
             state.requests += 1
+        elif kind == "request_unsent":
+            state.requests -= 1
         elif kind == "answer":
             state.pending.setdefault(branch, []).append(line)
             state.received.append(line)

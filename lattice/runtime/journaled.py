@@ -10,6 +10,7 @@ from typing import Any
 
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage
 from lattice.runs.store import RunRecorder
+from lattice.runtime.context import Interrupted
 
 
 class JournaledProvider:
@@ -55,8 +56,15 @@ class JournaledProvider:
                     latency_ms=float(line.get("latency_ms") or 0.0),
                     finish_reason=line.get("finish_reason"),
                 )
-        self._journal({"kind": "request", "op_id": request.op_id, "prompt_hash": prompt_hash})
-        response = await self.inner.complete(request)
+        sent = {"op_id": request.op_id, "prompt_hash": prompt_hash}
+        self._journal({"kind": "request", **sent})
+        try:
+            response = await self.inner.complete(request)
+        except Interrupted:
+            # Refused before it was sent (a batch's budget gate): the run stops, and the
+            # request it never sent does not count toward its budget when it resumes.
+            self._journal({"kind": "request_unsent", **sent})
+            raise
         line = {
             "kind": "answer",
             "op_id": request.op_id,

@@ -652,3 +652,34 @@ def test_a_journal_written_before_request_lines_still_resumes(tmp_path: Path) ->
     assert resumed.status == "completed", resumed.failure
     assert resumed.vars["a"]["result"] == "A!"
     assert resumed.usage.calls == 3
+
+
+class RefusedOnce:
+    """Refuses its first call before sending it, as a batch's budget gate does (the row
+    stops ``interrupted``, to go on in a later batch), then answers."""
+
+    name = "refused-once"
+
+    def __init__(self) -> None:
+        self.refused = False
+        self.sent: list[str] = []
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        from lattice.runtime.context import Interrupted
+
+        if not self.refused:
+            self.refused = True
+            raise Interrupted("the batch's budget is spent")
+        self.sent.append(str(request.node_id))
+        return LLMResponse(text="ok")
+
+
+def test_a_call_refused_before_it_was_sent_costs_no_request_on_resume(tmp_path: Path) -> None:
+    ir = lower(chain(node("a", "prompt", prompt="A")))
+    settings = RuntimeSettings(max_calls=1)
+    provider = RefusedOnce()
+    stopped = Runner(ir, provider=provider, store=RunStore(tmp_path), settings=settings).run()
+    assert stopped.status == "interrupted" and stopped.run_dir is not None
+    resumed = Runner.resume(stopped.run_dir, provider=provider, settings=settings)
+    assert resumed.status == "completed", resumed.failure
+    assert provider.sent == ["a"] and resumed.usage.requests == 1
