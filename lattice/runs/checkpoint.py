@@ -10,15 +10,76 @@ that a resume refuses a folder whose document was changed since.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 from pathlib import Path
 from typing import Any
 
 from lattice.errors import LatticeUserError
+from lattice.runs.folder import read_run_json
 
+CHECKPOINT = "checkpoint.json"
 DIGESTED = ("workflow.json", "execir.json")
 STOPPED = frozenset({"completed", "failed", "halted", "interrupted"})
+STARTING_FILES = ("execir.json", "input.json", "state_initial.json")
+"""What a run writes before ``checkpoint.json``, and what a resume rebuilds the run from
+(with ``journal.jsonl``, which the folder holds from its start)."""
+
+
+def read_checkpoint(folder: Path) -> dict[str, Any]:
+    """The checkpoint of the run folder ``folder``, for a resume.
+
+    A run killed before its first sync (a power cut) may leave ``checkpoint.json``
+    missing, empty or torn. When the files a resume needs are whole, the checkpoint is
+    rebuilt from them (``rebuilt_checkpoint``); otherwise the error says the run never
+    started."""
+    path = folder / CHECKPOINT
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if not any((folder / name).exists() for name in STARTING_FILES):
+            raise LatticeUserError(
+                f"{folder} is not a resumable run folder (no {CHECKPOINT})"
+            ) from None
+        return rebuilt_checkpoint(folder)
+    except (OSError, ValueError):
+        return rebuilt_checkpoint(folder)
+    if not isinstance(data, dict):
+        return rebuilt_checkpoint(folder)
+    return data
+
+
+def rebuilt_checkpoint(folder: Path) -> dict[str, Any]:
+    """The checkpoint of a run whose ``checkpoint.json`` was lost before its first sync,
+    from its starting files: status ``interrupted``, no owner, no digests. What only the
+    checkpoint kept (the options the run was started with, its limits, the answers
+    given up front) is gone: a resume takes those from its own arguments."""
+    if not (folder / "journal.jsonl").is_file() or not all(
+        _whole_json(folder / name) for name in STARTING_FILES
+    ):
+        raise LatticeUserError(
+            f"run {folder.name} never started: its {CHECKPOINT} is missing, empty or torn "
+            f"and so is one of {', '.join(STARTING_FILES)} or journal.jsonl (the process "
+            "stopped before the run's first files reached the disk); nothing was recorded, "
+            "so there is nothing to resume: run the workflow again"
+        )
+    context = read_run_json(folder, "state_initial.json").get("ctx") or {}
+    return {
+        "run_id": context.get("run_id") or folder.name,
+        "status": "interrupted",
+        "started_at": context.get("started_at"),
+        "initial_answers": {},
+        "meta": {},
+    }
+
+
+def _whole_json(path: Path) -> bool:
+    """Whether ``path`` holds a JSON object (not missing, empty or torn)."""
+    try:
+        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def file_digests(folder: Path) -> dict[str, str]:

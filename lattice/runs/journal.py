@@ -1,7 +1,8 @@
 """A run's write-ahead journal (``journal.jsonl``) and reading JSON-lines files back.
 
-The runner appends one line when an op completes, before the next op starts, and one
-line for every model answer as soon as it arrives. A resume rebuilds the run from
+The runner appends one line when an op completes, before the next op starts, one line
+for every request to a model as it is sent, and one for every answer as soon as it
+arrives. A resume rebuilds the run from
 ``state_initial.json`` and these lines alone, so a run killed at any moment loses at
 most the op in flight, and never the model answers that op had already paid for.
 
@@ -11,7 +12,13 @@ Line kinds::
      "last_result", "usage"?, "answers"?, "output"?}
     {"kind": "op_failed", "op_seq", "op_id", "usage", "provider_state"?}   an op that
                                                     failed or halted
-    {"kind": "answer", "op_seq", "op_id", "prompt_hash", "text", "model",
+    {"kind": "request", "op_id", "prompt_hash"}     a request sent to a model (before
+                                                    it is: a request whose answer never
+                                                    came counts toward the call budget)
+    {"kind": "request_unsent", "op_id", "prompt_hash"}  the request before it was
+                                                    refused without being sent (a
+                                                    batch's budget gate): not counted
+    {"kind": "answer", "op_seq", "op_id", "prompt_hash", "model_class", "text", "model",
      "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?}
 
 Lines of an op that ran in a branch of a fork (or an item of a for-each) carry its
@@ -22,7 +29,9 @@ reach the main state through the fork's own line, written when its branches merg
 the run's usage after the op, present when the op called a model; ``answers`` the
 answers still queued after an ASK; ``output`` the run's output when the op is END.
 A line cut short by a crash (no newline, or not JSON) is dropped when the folder is
-reopened.
+reopened; a line of a kind this reader does not know is passed over. Journals written
+before requests had lines of their own have answers without ``model_class``: each of
+those stands for its request too.
 """
 
 from __future__ import annotations
@@ -105,6 +114,11 @@ class JournalState:
     answers: dict[str, Any] | None = None
     """The answers still queued after the last committed ASK, of any walk (in journal
     order: branches and the main walk interleave)."""
+    requests: int = 0
+    """The ``request`` lines less the ``request_unsent`` ones: requests sent, answered
+    or not."""
+    received: list[dict[str, Any]] = field(default_factory=list)
+    """Every model answer, in order (those in ``pending`` included)."""
 
     @property
     def last(self) -> dict[str, Any] | None:
@@ -133,8 +147,13 @@ def read_journal(folder: Path) -> JournalState | None:
             state.usage = line.get("usage", state.usage)
             if "answers" in line:
                 state.answers = line["answers"]
+        elif kind == "request":
+            state.requests += 1
+        elif kind == "request_unsent":
+            state.requests -= 1
         elif kind == "answer":
             state.pending.setdefault(branch, []).append(line)
+            state.received.append(line)
             if "provider_state" in line:
                 state.provider_state = line["provider_state"]
         elif kind == "op_failed":

@@ -1,6 +1,6 @@
-"""The provider of a run that has a folder: every model answer goes to the run's journal
-as it arrives, and a resumed run gets the answers its op in flight had already paid for
-from the journal instead of asking the model again."""
+"""The provider of a run that has a folder: every request goes to the run's journal as
+it is sent and every model answer as it arrives, and a resumed run gets the answers its
+op in flight had already paid for from the journal instead of asking the model again."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage
 from lattice.runs.store import RunRecorder
+from lattice.runtime.context import Interrupted
 
 
 class JournaledProvider:
@@ -55,11 +56,20 @@ class JournaledProvider:
                     latency_ms=float(line.get("latency_ms") or 0.0),
                     finish_reason=line.get("finish_reason"),
                 )
-        response = await self.inner.complete(request)
+        sent = {"op_id": request.op_id, "prompt_hash": prompt_hash}
+        self._journal({"kind": "request", **sent})
+        try:
+            response = await self.inner.complete(request)
+        except Interrupted:
+            # Refused before it was sent (a batch's budget gate): the run stops, and the
+            # request it never sent does not count toward its budget when it resumes.
+            self._journal({"kind": "request_unsent", **sent})
+            raise
         line = {
             "kind": "answer",
             "op_id": request.op_id,
             "prompt_hash": prompt_hash,
+            "model_class": request.model_class,
             "text": response.text,
             "model": response.model,
             "input_tokens": response.usage.input_tokens,
@@ -67,9 +77,12 @@ class JournaledProvider:
             "finish_reason": response.finish_reason,
             "latency_ms": round(response.latency_ms, 3),
         }
-        if self.branch is not None:
-            line["branch"] = self.branch
         if callable(self._checkpoint):
             line["provider_state"] = self._checkpoint()
-        self._recorder.journal(line)
+        self._journal(line)
         return response
+
+    def _journal(self, line: dict[str, Any]) -> None:
+        if self.branch is not None:
+            line["branch"] = self.branch
+        self._recorder.journal(line)

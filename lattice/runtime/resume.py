@@ -15,6 +15,7 @@ from lattice.errors import DocumentError, LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json, ir_to_dict
+from lattice.llm.base import TokenUsage
 from lattice.runs.checkpoint import changed_files
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState
@@ -47,7 +48,7 @@ def journal_position(
         queued = checkpoint.get("initial_answers") or checkpoint.get("answers") or {}
     answers: dict[str, Any] = dict(queued)
     position = Position(ir.entry, op_seq=journal.last_op_seq)
-    position.usage = Usage.from_json(journal.usage)
+    position.usage = journal_usage(ir, journal)
     for line in [*journal.ops, *(line for lines in journal.branches.values() for line in lines)]:
         op_id = str(line.get("op_id"))
         position.visits[op_id] = position.visits.get(op_id, 0) + 1
@@ -65,6 +66,34 @@ def journal_position(
         position.last_result = last.get("last_result")
         position.output = last.get("output")
     return position, answers
+
+
+def journal_usage(ir: ExecIR, journal: JournalState) -> Usage:
+    """What the run had spent when its journal ends, less the answers its resumed ops get
+    back from the journal (``pending``): those count again when they are replayed.
+
+    Counted from the ``request`` and ``answer`` lines, not from the usage an op line
+    recorded: a branch's op line counts what its siblings' ops in flight had received,
+    and no line counts the requests of an op in flight that got no answer. A journal
+    without ``request`` lines (written before they existed) resumes with the usage its
+    last op recorded."""
+    if not journal.requests:
+        return Usage.from_json(journal.usage)
+    replayed = {id(line) for lines in journal.pending.values() for line in lines}
+    usage = Usage(requests=journal.requests)
+    for line in journal.received:
+        has_request_line = "model_class" in line
+        if id(line) in replayed:
+            if has_request_line:
+                usage.requests -= 1
+            continue
+        if not has_request_line:
+            usage.requests += 1
+        op = ir.ops.get(str(line.get("op_id")))
+        model_class = line.get("model_class") or getattr(op, "model_class", "default")
+        tokens = TokenUsage(int(line.get("input_tokens") or 0), int(line.get("output_tokens") or 0))
+        usage.add(str(line.get("model", "unknown")), str(model_class), tokens)
+    return usage
 
 
 def legacy_position(

@@ -29,7 +29,13 @@ from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
 from lattice.llm.base import LLMProvider
 from lattice.llm.disabled import DisabledProvider
-from lattice.runs.checkpoint import file_digests, owner, refuse_if_running, status_of
+from lattice.runs.checkpoint import (
+    file_digests,
+    owner,
+    read_checkpoint,
+    refuse_if_running,
+    status_of,
+)
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState, read_journal
 from lattice.runs.redaction import Redactor, make_redactor
@@ -351,7 +357,7 @@ class Runner:
         it yet: subscribe to it or keep it (to ``request_stop`` the run), then
         ``await reopened.arun()``. The arguments are ``aresume``'s."""
         folder = Path(run_dir)
-        checkpoint = read_run_json(folder, "checkpoint.json")
+        checkpoint = read_checkpoint(folder)
         if checkpoint.get("status") == "completed":
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
         refuse_if_running(folder, checkpoint)

@@ -298,6 +298,30 @@ class StateStore:
         else:
             raise LatticeRunError(f"unknown state change {kind!r}", error_type="state_error")
 
+    def merge(self, changes: list[list[Any]]) -> None:
+        """Apply ``changes`` (the branches' changes at a join) all or nothing: when one
+        fails (``state_limit``, ``state_error``), the state is left exactly as it was.
+
+        They are applied to a fork of this store, which takes over on success; listeners
+        hear of the writes only then."""
+        trial = self.fork()
+        heard: list[tuple[str, Any]] = []
+        trial._listeners = [lambda path, value: heard.append((path, value))]
+        for change in changes:
+            trial.apply(change)
+        self.vars = trial.vars
+        self._inherited &= trial._inherited  # entries the trial wrote are its own copies
+        self._sizes, self._total_size, self._bounded = (
+            trial._sizes,
+            trial._total_size,
+            trial._bounded,
+        )
+        if self.changes is not None:
+            self.changes.extend(trial.changes or ())
+        for path, value in heard:
+            for listener in self._listeners:
+                listener(path, value)
+
     def _check_size(self, path: StatePath, size: int) -> None:
         limits = self._limits
         assert limits is not None

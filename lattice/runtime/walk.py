@@ -8,8 +8,9 @@ the next op started.
 
 A FORK starts one track per branch over a fork of the state (``StateStore.fork``), waits
 for all of them, and merges their changes in branch order: the result does not depend
-on which branch finished first. Two branches that changed the same variable are a
-``state_conflict``. A FOR_EACH runs its body once per item in the same way, at most
+on which branch finished first, and all or nothing: a change that fails (the state
+limit) leaves the state as it was before the join. Two branches that changed the same
+variable are a ``state_conflict``. A FOR_EACH runs its body once per item in the same way, at most
 ``max_concurrency`` at a time, and keeps only each item's output.
 """
 
@@ -263,9 +264,7 @@ class Walker:
                         details={"variable": entry, "ops": [other_op, writer]},
                     )
                 owners.setdefault(entry, (str(branch.ctx.branch), writer))
-        for branch in branches:
-            for change in branch.changes:
-                ctx.state.apply(change)
+        ctx.state.merge([change for branch in branches for change in branch.changes])
         arrived = [
             b.ctx.branch for b, end in zip(branches, ends, strict=True) if end.how == "arrived"
         ]

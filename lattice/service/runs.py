@@ -21,7 +21,7 @@ from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.llm.base import LLMProvider
 from lattice.llm.mock import MockProvider
-from lattice.runs.folder import read_run_json
+from lattice.runs.checkpoint import read_checkpoint
 from lattice.runs.store import RunStore
 from lattice.runtime.context import AskHuman, EventListener
 from lattice.runtime.results import RunResult
@@ -264,7 +264,7 @@ def prepare_resume(
     """Get ready to continue the run in ``folder``. What is not given is taken from the
     run's checkpoint: the provider (``provider`` that gives nothing counts as not given),
     the configuration file (unless ``config`` is given), the budgets and the repository."""
-    checkpoint = read_run_json(folder, "checkpoint.json")
+    checkpoint = read_checkpoint(folder)
     meta = checkpoint.get("meta") or {}
     if config is None:
         config = load_config(config_path or meta.get("config"))

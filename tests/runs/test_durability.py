@@ -19,7 +19,7 @@ import pytest
 
 from lattice.cli import main
 from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.llm.base import LLMRequest, LLMResponse
+from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runs.checkpoint import status_of
@@ -491,3 +491,206 @@ def test_queued_answers_come_from_the_last_ask_in_journal_order(tmp_path: Path) 
     assert journal is not None and journal.answers == {}
     _, answers = journal_position(lower(three_calls()), journal, {"initial_answers": {"a": 1}})
     assert answers == {}
+
+
+# -- usage across a crash ------------------------------------------------------------------------
+
+
+class Killed(BaseException):
+    """Stands for kill -9: nothing in the run catches it, so nothing more is written."""
+
+
+SCHEMA_X = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+
+
+def two_branches() -> dict[str, Any]:
+    """start → b1 (prompt) and b2 (a prompt with a schema) → merge → end."""
+    return workflow(
+        [
+            node("start", "start"),
+            node("b1", "prompt", prompt="B1"),
+            node("b2", "prompt", prompt="B2", outputSchema=SCHEMA_X),
+            node("merge", "prompt", prompt="M {{ $vars.b1.result }} {{ $vars.b2.result.x }}"),
+            node("end", "end"),
+        ],
+        [
+            conn("start", "b1"),
+            conn("start", "b2"),
+            conn("b1", "merge"),
+            conn("b2", "merge"),
+            conn("merge", "end"),
+        ],
+    )
+
+
+class Staged:
+    """b2's first answer breaks its schema; b1 answers only after it, and b2's repair is
+    sent only once b1's op has finished (so b1's journal line counts b2's first answer).
+    With ``kill``, the repair request kills the process instead of being answered."""
+
+    name = "staged"
+
+    def __init__(self, *, kill: bool = False, staged: bool = True) -> None:
+        self.kill = kill
+        self.staged = staged
+        self.sent: list[str] = []
+        self.b2_answered = asyncio.Event()
+        self.b1_finished = asyncio.Event()
+
+    def listen(self, event: dict[str, Any]) -> None:
+        if event["type"] == "op_finished" and event.get("op_id") == "b1":
+            self.b1_finished.set()
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        node_id = str(request.node_id)
+        repair = "broke the contract" in request.messages[-1].content
+        self.sent.append(node_id)
+        if self.staged and node_id == "b1":
+            await self.b2_answered.wait()
+        if self.staged and repair:
+            await self.b1_finished.wait()
+            if self.kill:
+                raise Killed
+        if node_id == "b2" and not repair:
+            self.b2_answered.set()
+            return LLMResponse(text="not json", usage=TokenUsage(7, 2), model="m")
+        text = '{"x": 1}' if node_id == "b2" else node_id
+        return LLMResponse(text=text, usage=TokenUsage(5, len(text)), model="m")
+
+
+def test_usage_after_a_resume_counts_a_siblings_recorded_answer_once(tmp_path: Path) -> None:
+    ir = lower(two_branches())
+    reference_provider = Staged()
+    reference_runner = Runner(ir, provider=reference_provider, store=RunStore(tmp_path / "ref"))
+    reference_runner.subscribe(reference_provider.listen)
+    reference = reference_runner.run()
+    assert reference.status == "completed", reference.failure
+    killed = Staged(kill=True)
+    runner = Runner(ir, provider=killed, store=RunStore(tmp_path / "runs"))
+    runner.subscribe(killed.listen)
+    with pytest.raises(Killed):
+        runner.run()
+    (folder,) = (tmp_path / "runs").iterdir()
+    committed = [line["op_id"] for line in journal(folder) if line["kind"] == "op"]
+    assert committed == ["start", "b1"]  # b2 was mid-op, its first answer recorded
+    again = Staged(staged=False)
+    resumed = Runner.resume(folder, provider=again)
+    assert resumed.status == "completed", resumed.failure
+    assert again.sent == ["b2", "merge"]  # the recorded answer was not asked again
+    expected = reference.usage.to_json()
+    expected["requests"] = len(killed.sent) + len(again.sent)  # every request sent
+    assert resumed.usage.to_json() == expected
+
+
+def test_max_calls_counts_the_requests_a_killed_run_had_sent(tmp_path: Path) -> None:
+    failing = Failing("provider_error")
+    retries = 0
+
+    async def killed_at_the_second_retry(seconds: float) -> None:
+        nonlocal retries
+        retries += 1
+        if retries == 2:
+            raise Killed  # after two failed requests
+
+    ir = lower(three_calls())
+    first = RuntimeSettings(sleep=killed_at_the_second_retry, max_calls=3)
+    with pytest.raises(Killed):
+        Runner(ir, provider=failing, store=RunStore(tmp_path), settings=first).run()
+    assert failing.calls == 2
+    (folder,) = tmp_path.iterdir()
+    answering = MockProvider(default="ok")
+    resumed = Runner.resume(
+        folder, provider=answering, settings=RuntimeSettings(sleep=_no_sleep, max_calls=3)
+    )
+    assert resumed.status == "failed" and resumed.failure is not None
+    assert resumed.failure.category == "budget_exceeded"
+    assert failing.calls + len(answering.calls) == 3
+    assert resumed.usage.requests == 3
+
+
+# -- a crash before the first sync ---------------------------------------------------------------
+
+
+def never_synced(tmp_path: Path) -> Path:
+    """A folder as a power cut before a run's first sync may leave it: its starting files,
+    an empty journal and an empty checkpoint.json."""
+    folder = failed_run(tmp_path / "runs")
+    kept = {"workflow.json", "execir.json", "input.json", "state_initial.json"}
+    for path in folder.rglob("*"):
+        if path.is_file() and path.name not in kept:
+            path.unlink()
+    (folder / "journal.jsonl").write_text("")
+    (folder / "checkpoint.json").write_text("")
+    return folder
+
+
+def test_a_checkpoint_lost_before_the_first_sync_is_rebuilt_by_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = never_synced(tmp_path)
+    assert main(["resume", str(folder), "--mock", str(_mock_file(tmp_path))]) == 0, (
+        capsys.readouterr().err
+    )
+    checkpoint = json.loads((folder / "checkpoint.json").read_text())
+    assert checkpoint["status"] == "completed" and checkpoint["run_id"] == folder.name
+    final = json.loads((folder / "state_final.json").read_text())
+    assert final["vars"]["c"]["result"] == "x"
+
+
+def test_a_run_that_never_started_says_so_instead_of_a_read_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = never_synced(tmp_path)
+    (folder / "state_initial.json").write_text('{"in": {}, "va')  # torn too
+    assert main(["resume", str(folder), "--mock", str(_mock_file(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert f"run {folder.name} never started" in err and "nothing was recorded" in err
+    assert "cannot read" not in err and "Traceback" not in err
+
+
+def test_a_journal_written_before_request_lines_still_resumes(tmp_path: Path) -> None:
+    failed = Runner(
+        lower(three_calls()), provider=MockProvider({"a": ["A!"]}), store=RunStore(tmp_path)
+    ).run()
+    assert failed.status == "failed" and failed.run_dir is not None
+    path = failed.run_dir / "journal.jsonl"
+    older = [line for line in journal(failed.run_dir) if line["kind"] != "request"]
+    for line in older:
+        line.pop("model_class", None)
+    older.append({"kind": "a kind from a later version"})
+    path.write_text("".join(json.dumps(line) + "\n" for line in older))
+    resumed = Runner.resume(failed.run_dir, provider=MockProvider(default="x"))
+    assert resumed.status == "completed", resumed.failure
+    assert resumed.vars["a"]["result"] == "A!"
+    assert resumed.usage.calls == 3
+
+
+class RefusedOnce:
+    """Refuses its first call before sending it, as a batch's budget gate does (the row
+    stops ``interrupted``, to go on in a later batch), then answers."""
+
+    name = "refused-once"
+
+    def __init__(self) -> None:
+        self.refused = False
+        self.sent: list[str] = []
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        from lattice.runtime.context import Interrupted
+
+        if not self.refused:
+            self.refused = True
+            raise Interrupted("the batch's budget is spent")
+        self.sent.append(str(request.node_id))
+        return LLMResponse(text="ok")
+
+
+def test_a_call_refused_before_it_was_sent_costs_no_request_on_resume(tmp_path: Path) -> None:
+    ir = lower(chain(node("a", "prompt", prompt="A")))
+    settings = RuntimeSettings(max_calls=1)
+    provider = RefusedOnce()
+    stopped = Runner(ir, provider=provider, store=RunStore(tmp_path), settings=settings).run()
+    assert stopped.status == "interrupted" and stopped.run_dir is not None
+    resumed = Runner.resume(stopped.run_dir, provider=provider, settings=settings)
+    assert resumed.status == "completed", resumed.failure
+    assert provider.sent == ["a"] and resumed.usage.requests == 1

@@ -515,3 +515,37 @@ def test_a_failing_branch_stops_the_branches_of_a_fork_nested_in_its_sibling() -
     nested = [c for c in provider.calls if c[0] in "ab"]
     assert nested, provider.calls  # the nested fork had started
     assert len(nested) < 10, provider.calls  # and its chains did not run to their ends
+
+
+def test_a_join_over_the_state_limit_merges_none_of_its_branches(tmp_path: Path) -> None:
+    from lattice.runtime.settings import RuntimeSettings
+    from lattice.runtime.state import StateLimits
+
+    big = "x" * 600  # each branch's value fits the limit, the two together do not
+    doc = workflow(
+        [
+            node("start", "start"),
+            node("b1", "variableStore", operation="set", name="one", value=big),
+            node("b2", "variableStore", operation="set", name="two", value=big),
+            node("after", "variableStore", operation="set", name="done", value="x"),
+            node("end", "end"),
+        ],
+        [
+            conn("start", "b1"),
+            conn("start", "b2"),
+            conn("b1", "after"),
+            conn("b2", "after"),
+            conn("after", "end"),
+        ],
+    )
+    settings = RuntimeSettings(state_limits=StateLimits(max_state_bytes=1000))
+    result = Runner(lower(doc), store=RunStore(tmp_path), settings=settings).run()
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure.category == "state_limit"
+    assert result.vars == {}
+    assert result.run_dir is not None
+    final = json.loads((result.run_dir / "state_final.json").read_text())
+    assert final["vars"] == {}
+    resumed = Runner.resume(result.run_dir, settings=RuntimeSettings())
+    assert resumed.status == "completed", resumed.failure
+    assert sorted(resumed.vars) == ["done", "one", "two"]

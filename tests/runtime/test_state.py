@@ -377,3 +377,16 @@ def test_a_fork_takes_its_sizes_from_the_parent_instead_of_measuring_the_state(
     assert branch._total_size == store._total_size and branch._bounded == store._bounded
     branch.write("$vars.small", "y")
     assert "small" in branch._sizes and "small" not in store._sizes
+
+
+def test_a_merge_that_fails_part_way_changes_nothing_and_tells_no_listener() -> None:
+    store = StateStore(vars={"kept": 1})
+    store.limit(StateLimits(max_state_bytes=300))
+    heard: list[str] = []
+    store.subscribe(lambda path, value: heard.append(path))
+    with pytest.raises(LatticeRunError) as raised:
+        store.merge([["set", "$vars.a", "x" * 200], ["set", "$vars.b", "y" * 200]])
+    assert raised.value.error_type == "state_limit"
+    assert store.vars == {"kept": 1} and heard == []
+    store.merge([["set", "$vars.a", "x" * 200]])
+    assert store.vars == {"kept": 1, "a": "x" * 200} and heard == ["$vars.a"]
