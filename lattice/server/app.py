@@ -1,5 +1,11 @@
 """The FastAPI application of ``lattice serve``: routes, request bodies, errors and the
-guard (bearer token, body size) in front of them. docs/server.md documents each route."""
+guard (bearer token, body size) in front of them. docs/server.md documents each route.
+
+Routes that only read folders (run folders, the workflows folder) are plain ``def``:
+FastAPI runs them in its thread pool, so that their file reads never hold up the event
+loop every run and event stream shares. The others are ``async def`` and read no file
+(the event stream reads ``events.jsonl`` in a worker thread), except starting and
+resuming a run, which prepare the run folder on the loop."""
 
 from __future__ import annotations
 
@@ -443,7 +449,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         )
 
     @app.get("/v1/runs", tags=["runs"], summary="list runs, newest first")
-    async def list_runs(
+    def list_runs(
         status: Annotated[
             Literal["running", "completed", "failed", "halted", "interrupted"] | None, Query()
         ] = None,
@@ -455,7 +461,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return respond(200, page)
 
     @app.get("/v1/runs/{run_id}", tags=["runs"], summary="one run")
-    async def get_run(run_id: str) -> Response:
+    def get_run(run_id: str) -> Response:
         return respond(200, manager.describe(run_id))
 
     @app.get(
@@ -564,7 +570,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         )
 
     @app.get("/v1/workflows", tags=["workflows"], summary="the workflows under --workflows")
-    async def list_workflows() -> Response:
+    def list_workflows() -> Response:
         return respond(200, {"workflows": library.listing()})
 
     @app.get(
@@ -572,7 +578,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         tags=["workflows"],
         summary="a workflow: its document, ExecIR and diagnostics",
     )
-    async def get_workflow(name: str) -> Response:
+    def get_workflow(name: str) -> Response:
         return respond(200, library.load(name).describe(full=True))
 
     @app.post("/v1/check", tags=["workflows"], summary="the diagnostics of an inline document")

@@ -72,7 +72,11 @@ def links(run_id: str) -> dict[str, str]:
 
 
 class RunManager:
-    """Starts, resumes and stops runs on the running event loop; reads run folders."""
+    """Starts, resumes and stops runs on the running event loop; reads run folders.
+
+    The reading methods (``folder``, ``status``, ``describe``, ``summary``,
+    ``list_runs``) are called from worker threads, off the loop: they only look
+    ``active`` up (or copy it), never change it."""
 
     def __init__(self, runs_dir: Path, *, max_active_runs: int) -> None:
         self.runs_dir = runs_dir.resolve()
@@ -345,7 +349,7 @@ class RunManager:
             ]
         except FileNotFoundError:
             names = []
-        names.extend(run_id for run_id in self.active if run_id not in names)
+        names.extend(run_id for run_id in list(self.active) if run_id not in names)
         names.sort(reverse=True)
         items: list[dict[str, Any]] = []
         next_page = None

@@ -13,6 +13,9 @@ it with every API call); everything else below needs the token like any API rout
 - ``GET /v1/forms/{name}``: what the new-run form of a workflow needs (its inputs
   schema, example inputs, the mock scripts under ``--workflows``, its canvas);
 - ``POST /v1/graph``: the canvas of an inline document.
+
+The routes that read files are plain ``def`` (run in FastAPI's thread pool, off the
+event loop the runs share).
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def add_panel_routes(
         )
 
     @app.api_route("/panel/{path:path}", methods=["GET", "HEAD"], include_in_schema=False)
-    async def asset(path: str) -> Response:
+    def asset(path: str) -> Response:
         file = (PANEL_DIR / path).resolve()
         media = MEDIA_TYPES.get(file.suffix)
         if (
@@ -158,7 +161,7 @@ def add_panel_routes(
         return FileResponse(file, media_type=media, headers=PAGE_HEADERS)
 
     @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
-    async def graph_of_run(run_id: str) -> Response:
+    def graph_of_run(run_id: str) -> Response:
         folder = manager.folder(run_id)
         document = read_json(folder / "workflow.json")
         ir = read_json(folder / "execir.json")
@@ -167,7 +170,7 @@ def add_panel_routes(
         return respond(200, run_graph(document, ir))
 
     @app.get("/v1/runs/{run_id}/state", tags=["panel"], summary="the state a run started from")
-    async def state_of_run(
+    def state_of_run(
         run_id: str,
         at: Annotated[str, Query(pattern="^(initial|final)$")] = "initial",
     ) -> Response:
@@ -178,7 +181,7 @@ def add_panel_routes(
         return respond(200, state)
 
     @app.get("/v1/runs/{run_id}/ops", tags=["panel"], summary="a run's op records")
-    async def ops_of_run(
+    def ops_of_run(
         run_id: str,
         node: Annotated[str | None, Query(description="only the ops of this node")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_RECORDS)] = 50,
@@ -203,7 +206,7 @@ def add_panel_routes(
         return respond(200, {"node": node, "total": len(chosen), "records": records})
 
     @app.get("/v1/forms/{name:path}", tags=["panel"], summary="the new-run form of a workflow")
-    async def form(name: str) -> Response:
+    def form(name: str) -> Response:
         loaded = library.load(name)
         ir = ir_to_dict(loaded.lowered.ir) if loaded.lowered.ir is not None else None
         example_inputs = _side_file(library, name, ".inputs.json")
