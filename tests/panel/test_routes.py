@@ -253,3 +253,36 @@ def test_routes_read_run_folders_off_the_loop(
     for name in ("checkpoint.json", "workflow.json", "state_initial.json", "0002-classify.json"):
         assert name in read
     assert [target for target, on_loop in log.entries if on_loop] == []
+
+
+def test_the_op_index_comes_a_page_at_a_time(client: httpx.Client, space: Path) -> None:
+    """A run of many ops is listed ``limit`` records at a time (50 by default), in op
+    order, each page's ``next`` the ``after`` of the following one."""
+    folder = space / "runs" / "20000101T000000-many-ops"
+    (folder / "ops").mkdir(parents=True)
+    for seq in range(1, 121):
+        record = {"op_id": f"op{seq}", "node_id": f"n{seq}", "kind": "SET", "duration_ms": 1}
+        (folder / "ops" / f"{seq:04d}-op{seq}.json").write_text(json.dumps(record))
+    (folder / "ops" / "0007.1.0001-inner.json").write_text(json.dumps({"op_id": "inner"}))
+    path = f"/v1/runs/{folder.name}/ops"
+    first = client.get(path).json()
+    assert len(first["ops"]) == 50 and first["next"] == "0049"
+    assert [o["label"] for o in first["ops"][6:9]] == ["0007", "0007.1.0001", "0008"]
+    labels: list[str] = []
+    after = None
+    while True:
+        params = {"limit": 33} | ({"after": after} if after is not None else {})
+        page = client.get(path, params=params).json()
+        labels.extend(o["label"] for o in page["ops"])
+        after = page["next"]
+        if after is None:
+            break
+        assert len(page["ops"]) == 33
+    assert len(labels) == 121 and len(set(labels)) == 121
+    assert labels[-1] == "0120"
+    assert client.get(path, params={"limit": 500}).json()["next"] is None
+    assert client.get(path, params={"after": "0120"}).json() == {"ops": [], "next": None}
+    for params in ({"limit": 501}, {"limit": 0}, {"after": "x"}, {"node": "n1", "limit": 201}):
+        response = client.get(path, params=params)
+        assert response.status_code == 422, params
+        assert response.json()["error"] == "invalid_request"
