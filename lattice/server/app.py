@@ -32,7 +32,7 @@ from lattice.errors import LatticeUserError
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
-from lattice.server.events import stream
+from lattice.server.events import FolderTails, stream
 from lattice.server.manager import RunManager, links
 from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.store import LoopStore
@@ -291,6 +291,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         logger.addFilter(masking)
     manager = RunManager(settings.runs_dir, max_active_runs=settings.max_active_runs)
     library = WorkflowLibrary(settings.workflows_dir, list(config.mcp.servers))
+    tails = FolderTails(status=manager.status, closing=lambda: manager.closing, redact=redact)
 
     def respond(status: int, data: Any, headers: Mapping[str, str] | None = None) -> Response:
         text = json.dumps(data, ensure_ascii=False, default=str)
@@ -486,10 +487,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
             folder,
             cursor,
             channel=lambda: manager.channel(run_id),
-            status=lambda: manager.status(run_id),
+            tails=tails,
             timing=timing,
             redact=redact,
-            closing=lambda: manager.closing,
         )
         return StreamingResponse(
             messages,

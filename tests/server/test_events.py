@@ -4,6 +4,7 @@ holds, and what a watcher gets from them."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from lattice.server import events
-from lattice.server.events import KEEP, EventChannel, stream
+from lattice.server.events import KEEP, EventChannel, FolderTails, stream
 from lattice.server.store import LoopRecorder
 from tests.server.helpers import TIMEOUT
 
@@ -52,7 +53,8 @@ def test_a_watcher_gets_every_event_of_a_long_stretch_exactly_once(
         for seq in range(1, 6):
             recorder.append_event(event(seq))
         await asyncio.sleep(0)  # the recorder appends them to the file
-        watcher = stream(tmp_path / "r", 5, channel=lambda: channel, status=lambda: "running")
+        tails = FolderTails(status=lambda run_id: "running")
+        watcher = stream(tmp_path / "r", 5, channel=lambda: channel, tails=tails)
         # The loop goes on only once the watcher has read the file, as when that read
         # wins the race with the recorder's append.
         loop.call_soon(read_done.wait, TIMEOUT)
@@ -68,3 +70,29 @@ def test_a_watcher_gets_every_event_of_a_long_stretch_exactly_once(
         return seen
 
     assert asyncio.run(go()) == list(range(6, 6 + stretch))
+
+
+def test_a_run_of_another_process_is_followed_while_it_has_watchers(tmp_path: Path) -> None:
+    """Watchers of a run another process runs share one reader of its folder, which
+    stops when the last of them leaves."""
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "events.jsonl").write_text("".join(json.dumps(event(s)) + "\n" for s in (1, 2)))
+
+    def following() -> list[str]:
+        return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("follow")]
+
+    async def go() -> None:
+        tails = FolderTails(status=lambda run_id: "running")
+        watchers = [stream(folder, 0, channel=lambda: None, tails=tails) for _ in range(3)]
+        for watcher in watchers:
+            assert ids(await anext(watcher)) == [1, 2]
+        assert tails.followed == [folder] and following() == ["follow r"]
+        for watcher in watchers[:2]:
+            await watcher.aclose()
+        assert tails.followed == [folder]
+        await watchers[2].aclose()
+        await asyncio.sleep(0)  # the reader's task takes its cancellation
+        assert tails.followed == [] and following() == []
+
+    asyncio.run(go())
