@@ -47,13 +47,17 @@ from lattice.errors import LatticeUserError
 JOURNAL = "journal.jsonl"
 
 
-def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects of a JSON-lines file, and the byte length of its complete lines
-    (a torn last line, without its newline or not valid JSON, is left out)."""
+def read_lines(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSON-lines file from byte ``offset`` (the start of a line)
+    on, and the offset just past its last complete line: from the start, the byte length
+    of its complete lines (a torn last line, without its newline or not valid JSON, is
+    left out)."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            file.seek(offset)
+            data = file.read()
     except FileNotFoundError:
-        return [], 0
+        return [], offset
     except OSError as exc:
         raise LatticeUserError(f"cannot read {path}: {exc.strerror}") from exc
     lines: list[dict[str, Any]] = []
@@ -71,7 +75,7 @@ def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
         if isinstance(value, dict):
             lines.append(value)
         good = start = end + 1
-    return lines, good
+    return lines, offset + good
 
 
 def drop_torn_tail(path: Path, *, what: str = "a JSON line") -> bool:

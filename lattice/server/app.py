@@ -1,5 +1,11 @@
 """The FastAPI application of ``lattice serve``: routes, request bodies, errors and the
-guard (bearer token, body size) in front of them. docs/server.md documents each route."""
+guard (bearer token, body size) in front of them. docs/server.md documents each route.
+
+Routes that only read folders (run folders, the workflows folder) are plain ``def``:
+FastAPI runs them in its thread pool, so that their file reads never hold up the event
+loop every run and event stream shares. The others are ``async def`` and read no file
+(the event stream reads ``events.jsonl`` in a worker thread), except starting and
+resuming a run, which prepare the run folder on the loop."""
 
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from lattice.errors import LatticeUserError
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
-from lattice.server.events import stream
+from lattice.server.events import FolderTails, stream
 from lattice.server.manager import RunManager, links
 from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.store import LoopStore
@@ -285,6 +291,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         logger.addFilter(masking)
     manager = RunManager(settings.runs_dir, max_active_runs=settings.max_active_runs)
     library = WorkflowLibrary(settings.workflows_dir, list(config.mcp.servers))
+    tails = FolderTails(status=manager.status, closing=lambda: manager.closing, redact=redact)
 
     def respond(status: int, data: Any, headers: Mapping[str, str] | None = None) -> Response:
         text = json.dumps(data, ensure_ascii=False, default=str)
@@ -443,7 +450,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         )
 
     @app.get("/v1/runs", tags=["runs"], summary="list runs, newest first")
-    async def list_runs(
+    def list_runs(
         status: Annotated[
             Literal["running", "completed", "failed", "halted", "interrupted"] | None, Query()
         ] = None,
@@ -455,7 +462,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return respond(200, page)
 
     @app.get("/v1/runs/{run_id}", tags=["runs"], summary="one run")
-    async def get_run(run_id: str) -> Response:
+    def get_run(run_id: str) -> Response:
         return respond(200, manager.describe(run_id))
 
     @app.get(
@@ -480,10 +487,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
             folder,
             cursor,
             channel=lambda: manager.channel(run_id),
-            status=lambda: manager.status(run_id),
+            tails=tails,
             timing=timing,
             redact=redact,
-            closing=lambda: manager.closing,
         )
         return StreamingResponse(
             messages,
@@ -564,7 +570,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         )
 
     @app.get("/v1/workflows", tags=["workflows"], summary="the workflows under --workflows")
-    async def list_workflows() -> Response:
+    def list_workflows() -> Response:
         return respond(200, {"workflows": library.listing()})
 
     @app.get(
@@ -572,7 +578,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         tags=["workflows"],
         summary="a workflow: its document, ExecIR and diagnostics",
     )
-    async def get_workflow(name: str) -> Response:
+    def get_workflow(name: str) -> Response:
         return respond(200, library.load(name).describe(full=True))
 
     @app.post("/v1/check", tags=["workflows"], summary="the diagnostics of an inline document")

@@ -15,14 +15,19 @@ with each event's line as it is written (serialised and masked once, for the fil
 every watcher alike), which keeps the recent ones in memory; any number of watchers read
 from it and sleep on one ``asyncio.Event`` between events. The folder's
 ``events.jsonl`` is read only to replay what the channel no longer (or never) held: a
-watcher that starts late, a finished run, a run of another process (followed by polling
-the file until that run stops).
+watcher that starts late, a finished run.
+
+A run of another process (a ``lattice run`` in progress) is followed from its folder by
+one ``FolderTail`` for all its watchers: every ``POLL_SECONDS`` it reads what was
+appended to ``events.jsonl`` since its last read and feeds a channel of its own, until
+the run stops or its last watcher leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,6 +35,8 @@ from typing import Any
 
 from lattice.runs.journal import read_lines
 from lattice.runs.redaction import Redactor
+
+log = logging.getLogger("lattice.server")
 
 KEEP = 1024
 """Events a channel keeps in memory (at most twice this many between trims)."""
@@ -100,9 +107,7 @@ class EventChannel:
     def close(self, status: str) -> None:
         """The run stopped: watchers send what is left and end their streams."""
         self.status = status
-        if self._pinger is not None:
-            self._pinger.cancel()
-            self._pinger = None
+        self.quiet()
         self._wake()
 
     def _wake(self) -> None:
@@ -154,6 +159,12 @@ class EventChannel:
         """The sequence number of the oldest event kept (None before the first)."""
         return self._items[self._first][0] if len(self._items) > self._first else None
 
+    def quiet(self) -> None:
+        """Nobody follows the channel any more: stop its keep-alive timer."""
+        if self._pinger is not None:
+            self._pinger.cancel()
+            self._pinger = None
+
     async def changed(self) -> None:
         """Wait for a new event, the end of the run, or a keep-alive wake-up."""
         if self._pinger is None and not self.closed:
@@ -176,11 +187,115 @@ def read_events(folder: Path, after: int) -> list[tuple[int, str]]:
     """The events of ``folder/events.jsonl`` after sequence number ``after`` (a torn last
     line, being written or cut by a crash, is left out)."""
     events, _ = read_lines(folder / "events.jsonl")
+    return event_lines(events, after)
+
+
+def event_lines(events: list[dict[str, Any]], after: int) -> list[tuple[int, str]]:
+    """``(seq, line)`` of the events after sequence number ``after``."""
     return [
         (seq, event_line(event))
         for event in events
         if isinstance(seq := event.get("seq"), int) and seq > after
     ]
+
+
+class FolderTail:
+    """The events of a run another process runs, read for all of its watchers: one task
+    reads, every ``POLL_SECONDS``, the bytes appended to the folder's ``events.jsonl``
+    since its last read, and adds their events to ``channel``; it closes the channel
+    with the run's status once the run stops (or the server shuts down)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        status: Callable[[], str],
+        closing: Callable[[], bool],
+        redact: Redactor | None,
+    ) -> None:
+        self.channel = EventChannel(folder.name)
+        self.watchers = 0
+        self._path = folder / "events.jsonl"
+        self._offset = 0
+        self._seq = 0
+        self._status = status
+        self._closing = closing
+        self._redact = redact or (lambda text: text)
+        self._task = asyncio.create_task(self._follow(), name=f"follow {folder.name}")
+
+    def _poll(self) -> tuple[str, list[tuple[int, str]]]:
+        """The run's status, then the events appended since the last read (in that order:
+        a run that stopped has written all of its events)."""
+        state = self._status()
+        events, self._offset = read_lines(self._path, self._offset)
+        return state, event_lines(events, self._seq)
+
+    async def _follow(self) -> None:
+        try:
+            while True:
+                state, new = await asyncio.to_thread(self._poll)
+                for seq, line in new:
+                    self.channel.add(seq, self._redact(line))
+                    self._seq = seq
+                if state != "running" or self._closing():
+                    self.channel.close(state)
+                    return
+                await asyncio.sleep(POLL_SECONDS)
+        except Exception:
+            log.exception("cannot follow the events of %s", self._path.parent)
+            self.channel.close("running")  # the streams end; the run may go on
+
+    def stop(self) -> None:
+        """Its last watcher left."""
+        self._task.cancel()
+        self.channel.quiet()
+
+
+class FolderTails:
+    """The ``FolderTail`` of each run of another process that has watchers."""
+
+    def __init__(
+        self,
+        *,
+        status: Callable[[str], str],
+        closing: Callable[[], bool] = lambda: False,
+        redact: Redactor | None = None,
+    ) -> None:
+        self.status = status
+        """The status of a run, by its id, as its folder says."""
+        self.closing = closing
+        """Whether the server is shutting down (followed runs' streams then end)."""
+        self._redact = redact
+        self._tails: dict[Path, FolderTail] = {}
+
+    def join(self, folder: Path) -> EventChannel:
+        """The channel of the run in ``folder``, followed until every ``join`` has had
+        its ``leave``."""
+        tail = self._tails.get(folder)
+        if tail is None or tail.channel.closed:
+            tail = self._tails[folder] = FolderTail(
+                folder,
+                status=lambda: self.status(folder.name),
+                closing=self.closing,
+                redact=self._redact,
+            )
+        tail.watchers += 1
+        return tail.channel
+
+    def leave(self, folder: Path, channel: EventChannel) -> None:
+        """A watcher of ``channel`` (from ``join``) has gone."""
+        tail = self._tails.get(folder)
+        if tail is None or tail.channel is not channel:
+            return  # a tail that stopped with its run, replaced since
+        tail.watchers -= 1
+        if tail.watchers == 0:
+            tail.stop()
+            del self._tails[folder]
+
+    @property
+    def followed(self) -> list[Path]:
+        """The folders being followed."""
+        return list(self._tails)
 
 
 PING = b": ping\n\n"
@@ -191,66 +306,61 @@ async def stream(
     cursor: int,
     *,
     channel: Callable[[], EventChannel | None],
-    status: Callable[[], str],
+    tails: FolderTails,
     timing: bool = False,
     redact: Redactor | None = None,
-    closing: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[bytes]:
     """The SSE messages of a run after event ``cursor``, until the run stops.
 
-    ``channel()`` is the run's live channel while this server runs it; ``status()`` the
-    run's status read from its folder (for runs it does not run); ``redact`` masks what
-    is replayed from the folder (which its run masked already, with its own settings);
-    ``closing()`` says the server is shutting down (a followed run of another process
-    then ends the stream with its status as it stands)."""
-    live: EventChannel | None = None
-    polled = time.monotonic()
-    while True:
+    ``channel()`` is the run's live channel while this server runs it; a run it does not
+    run is followed through ``tails`` while another process runs it; ``redact`` masks
+    what is replayed from the folder (which its run masked already, with its own
+    settings)."""
+    followed: EventChannel | None = None
+    try:
+        live = channel()
         if live is None:
-            live = channel()
-        batch = live.batch(cursor, timing) if live is not None else None
-        if batch is None:
-            # What the channel does not hold comes from the folder: events before the
-            # watcher came, a finished run, a run of another process.
-            replay = await asyncio.to_thread(read_events, folder, cursor)
-            if replay:
+            state = await asyncio.to_thread(tails.status, folder.name)
+            live = channel()  # it may have started here meanwhile
+            if live is None and (state != "running" or tails.closing()):
+                replay = await asyncio.to_thread(read_events, folder, cursor)
                 text = "".join(message(seq, line) for seq, line in replay)
-                yield (redact(text) if redact is not None else text).encode()
-                cursor = replay[-1][0]
-                polled = time.monotonic()
-                continue
+                if redact is not None:
+                    text = redact(text)
+                yield (text + end_message(state)).encode()
+                return
             if live is None:
-                state = status()
-                if state != "running" or closing():
-                    # It may have written its last events after the read above.
-                    tail = await asyncio.to_thread(read_events, folder, cursor)
-                    text = "".join(message(seq, line) for seq, line in tail)
-                    if redact is not None:
-                        text = redact(text)
-                    yield (text + end_message(state)).encode()
-                    return
-                if time.monotonic() - polled > PING_SECONDS:
-                    polled = time.monotonic()
-                    yield PING
-                await asyncio.sleep(POLL_SECONDS)  # a run of another process
-                continue
+                live = followed = tails.join(folder)  # a run of another process
+        while True:
             batch = live.batch(cursor, timing)
             if batch is None:
-                oldest = live.oldest()
-                if oldest is not None and not live.closed:
-                    cursor = oldest - 1  # cut from the file meanwhile: go on from the channel
+                # What the channel does not hold comes from the folder: the events before
+                # the watcher came.
+                replay = await asyncio.to_thread(read_events, folder, cursor)
+                if replay:
+                    text = "".join(message(seq, line) for seq, line in replay)
+                    yield (redact(text) if redact is not None else text).encode()
+                    cursor = replay[-1][0]
                     continue
-                batch = b"", cursor
-        data, through = batch
-        if data:
-            yield data
-            cursor = through
-            continue
-        if live is not None:
-            if live.closed:
-                yield end_message(live.status or status()).encode()
+                batch = live.batch(cursor, timing)
+                if batch is None:
+                    oldest = live.oldest()
+                    if oldest is not None and not live.closed:
+                        cursor = oldest - 1  # cut from the file meanwhile: go on from the channel
+                        continue
+                    batch = b"", cursor
+            data, through = batch
+            if data:
+                yield data
+                cursor = through
+                continue
+            if live.status is not None:
+                yield end_message(live.status).encode()
                 return
             pinged = live.pinged
             await live.changed()
             if live.pinged != pinged and live.batch(cursor, timing) == (b"", cursor):
                 yield PING
+    finally:
+        if followed is not None:
+            tails.leave(folder, followed)

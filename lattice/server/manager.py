@@ -72,7 +72,11 @@ def links(run_id: str) -> dict[str, str]:
 
 
 class RunManager:
-    """Starts, resumes and stops runs on the running event loop; reads run folders."""
+    """Starts, resumes and stops runs on the running event loop; reads run folders.
+
+    The reading methods (``folder``, ``status``, ``describe``, ``summary``,
+    ``list_runs``) are called from worker threads, off the loop: they only look
+    ``active`` up (or copy it), never change it."""
 
     def __init__(self, runs_dir: Path, *, max_active_runs: int) -> None:
         self.runs_dir = runs_dir.resolve()
@@ -84,7 +88,9 @@ class RunManager:
         """Held while a run is prepared and started (lowering, the Runner, the folder's
         first files): a burst of starts takes turns with the runs and streams already
         going, instead of queueing all its work ahead of theirs."""
-        self._summaries: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+        self._summaries: dict[str, tuple[tuple[int, int], dict[str, Any], dict[str, Any]]] = {}
+        """Per run folder: the mtimes of its checkpoint and result, what the list shows
+        of it, and what its status is told from (``status_fields``)."""
 
     # -- folders and statuses ---------------------------------------------------------
 
@@ -314,15 +320,13 @@ class RunManager:
                 "cost_usd": usage.get("estimated_cost_usd"),
                 "failure_category": failure.get("category"),
                 "links": {"self": f"/v1/runs/{run_id}", "events": f"/v1/runs/{run_id}/events"},
-                "_checkpoint": checkpoint,
             }
-            cached = (key, base)
+            cached = (key, base, status_fields(checkpoint))
             self._summaries[run_id] = cached
-        base = cached[1]
-        status = self.status(run_id, base["_checkpoint"])
-        out = {k: v for k, v in base.items() if k != "_checkpoint"}
-        out["status"] = status
-        if base["_checkpoint"].get("status") == "running":  # result.json is a former stop's
+        _key, base, owned = cached
+        status = self.status(run_id, owned)
+        out = {**base, "status": status}
+        if owned.get("status") == "running":  # result.json is a former stop's
             out["finished_at"] = None
             out["failure_category"] = "interrupted" if status == "interrupted" else None
         return out
@@ -345,7 +349,7 @@ class RunManager:
             ]
         except FileNotFoundError:
             names = []
-        names.extend(run_id for run_id in self.active if run_id not in names)
+        names.extend(run_id for run_id in list(self.active) if run_id not in names)
         names.sort(reverse=True)
         items: list[dict[str, Any]] = []
         next_page = None
@@ -395,6 +399,13 @@ def question(run_id: str, failure: Any) -> dict[str, Any] | None:
             "body": {"answers": {node: options[0] if options else "<your answer>"}},
         },
     }
+
+
+def status_fields(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What a run's status is told from in its checkpoint (its status and owner), the
+    rest (state, answers, digests, meta…) left out: the run list caches this much per
+    run folder."""
+    return {name: checkpoint[name] for name in ("status", "owner") if name in checkpoint}
 
 
 def _mtime(path: Path) -> int:

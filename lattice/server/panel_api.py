@@ -8,11 +8,15 @@ it with every API call); everything else below needs the token like any API rout
 - ``GET /v1/runs/{id}/graph``: the canvas of the run's workflow (``graph.py``);
 - ``GET /v1/runs/{id}/state``: the state the run started from (``?at=final``: where it
   stopped), for the state view's time travel;
-- ``GET /v1/runs/{id}/ops``: the run's op records (``ops/``), an index, or with
-  ``?node=ID`` the full records of one node's ops (inputs, attempts, output);
+- ``GET /v1/runs/{id}/ops``: the run's op records (``ops/``), an index a page at a
+  time, or with ``?node=ID`` the full records of one node's latest ops (inputs,
+  attempts, output);
 - ``GET /v1/forms/{name}``: what the new-run form of a workflow needs (its inputs
   schema, example inputs, the mock scripts under ``--workflows``, its canvas);
 - ``POST /v1/graph``: the canvas of an inline document.
+
+The routes that read files are plain ``def`` (run in FastAPI's thread pool, off the
+event loop the runs share).
 """
 
 from __future__ import annotations
@@ -59,6 +63,10 @@ PAGE_HEADERS = {
 }
 MAX_RECORDS = 200
 """Op records of one node answered at most (the latest ones)."""
+MAX_PAGE = 500
+"""Entries of the op index answered at most in one page."""
+LABEL = r"^[0-9]+(\.[0-9]+)*$"
+"""An op record's label: ``0003``, ``0003.1.0001``."""
 
 Respond = Callable[..., Response]
 
@@ -145,7 +153,7 @@ def add_panel_routes(
         )
 
     @app.api_route("/panel/{path:path}", methods=["GET", "HEAD"], include_in_schema=False)
-    async def asset(path: str) -> Response:
+    def asset(path: str) -> Response:
         file = (PANEL_DIR / path).resolve()
         media = MEDIA_TYPES.get(file.suffix)
         if (
@@ -158,7 +166,7 @@ def add_panel_routes(
         return FileResponse(file, media_type=media, headers=PAGE_HEADERS)
 
     @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
-    async def graph_of_run(run_id: str) -> Response:
+    def graph_of_run(run_id: str) -> Response:
         folder = manager.folder(run_id)
         document = read_json(folder / "workflow.json")
         ir = read_json(folder / "execir.json")
@@ -167,7 +175,7 @@ def add_panel_routes(
         return respond(200, run_graph(document, ir))
 
     @app.get("/v1/runs/{run_id}/state", tags=["panel"], summary="the state a run started from")
-    async def state_of_run(
+    def state_of_run(
         run_id: str,
         at: Annotated[str, Query(pattern="^(initial|final)$")] = "initial",
     ) -> Response:
@@ -178,20 +186,34 @@ def add_panel_routes(
         return respond(200, state)
 
     @app.get("/v1/runs/{run_id}/ops", tags=["panel"], summary="a run's op records")
-    async def ops_of_run(
+    def ops_of_run(
         run_id: str,
         node: Annotated[str | None, Query(description="only the ops of this node")] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_RECORDS)] = 50,
+        limit: Annotated[
+            int, Query(ge=1, le=MAX_PAGE, description=f"at most {MAX_RECORDS} with node")
+        ] = 50,
+        after: Annotated[
+            str | None, Query(pattern=LABEL, description="the previous page's next")
+        ] = None,
     ) -> Response:
         folder = manager.folder(run_id)
-        files = op_files(folder)
         if node is None:
-            index = []
-            for label, _name, path in files:
-                record = read_json(path)
-                if isinstance(record, dict):
-                    index.append(_summary(label, record))
-            return respond(200, {"ops": index})
+            return respond(200, op_index(op_files(folder), after=after, limit=limit))
+        if limit > MAX_RECORDS:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"?limit: at most {MAX_RECORDS} records of one node",
+                diagnostics=[
+                    {
+                        "code": "invalid-request",
+                        "severity": "error",
+                        "message": f"at most {MAX_RECORDS} with node",
+                        "pointer": "?limit",
+                    }
+                ],
+            )
+        files = op_files(folder)
         graph = run_graph(read_json(folder / "workflow.json"), read_json(folder / "execir.json"))
         mine = {safe_name(op_id) for op_id, entry in graph["ops"].items() if entry["node"] == node}
         chosen = [(label, path) for label, name, path in files if name in mine]
@@ -203,7 +225,7 @@ def add_panel_routes(
         return respond(200, {"node": node, "total": len(chosen), "records": records})
 
     @app.get("/v1/forms/{name:path}", tags=["panel"], summary="the new-run form of a workflow")
-    async def form(name: str) -> Response:
+    def form(name: str) -> Response:
         loaded = library.load(name)
         ir = ir_to_dict(loaded.lowered.ir) if loaded.lowered.ir is not None else None
         example_inputs = _side_file(library, name, ".inputs.json")
@@ -238,6 +260,24 @@ def _read_side(library: WorkflowLibrary, name: str | None) -> Any:
         return json.loads(library.resolve(name, what="file").read_text(encoding="utf-8"))
     except (OSError, ValueError, ApiError):
         return None
+
+
+def op_index(
+    files: list[tuple[str, str, Path]], *, after: str | None, limit: int
+) -> dict[str, Any]:
+    """A page of a run's op index: the summaries of the ``limit`` op records after label
+    ``after`` (from the first when None), and ``next``, the ``after`` of the following
+    page (None on the last)."""
+    if after is not None:
+        start = label_key(after)
+        files = [item for item in files if label_key(item[0]) > start]
+    page = files[:limit]
+    ops = []
+    for label, _name, path in page:
+        record = read_json(path)
+        if isinstance(record, dict):
+            ops.append(_summary(label, record))
+    return {"ops": ops, "next": page[-1][0] if len(files) > limit else None}
 
 
 def _summary(label: str, record: Mapping[str, Any]) -> dict[str, Any]:

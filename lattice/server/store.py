@@ -14,8 +14,8 @@ a power cut loses at most the op in flight. Op records (``ops/<seq>-<opId>.json`
 which describe a run but are not what a resume reads) are serialised on the loop, as
 the op ends, and written to their files by a worker thread. Events are appended to
 ``events.jsonl`` once per step of the run rather than once per event (a step emits three
-to five), always before the journal line that commits their op; ``on_line`` is handed
-each event's line exactly as the file gets it. ``settle()`` waits for all of it: the
+to five), or as soon as ``FLUSH_LINES`` wait, always before the journal line that commits
+their op; ``on_line`` is handed each event's line exactly as the file gets it. ``settle()`` waits for all of it: the
 server reports a run stopped only once its folder says so.
 """
 
@@ -38,6 +38,12 @@ from lattice.runs.store import (
     RunStore,
     safe_name,
 )
+from lattice.server.events import KEEP
+
+FLUSH_LINES = KEEP // 4
+"""Event lines a recorder holds at most before it appends them to ``events.jsonl``: well
+under what an ``EventChannel`` keeps, so that every event the channel no longer holds is
+in the file already (a watcher reads what it missed from there)."""
 
 
 def _force(path: Path, *, folder: bool) -> None:
@@ -103,6 +109,8 @@ class LoopRecorder(FolderRecorder):
         self._lines.append(line)
         if self.on_line is not None:
             self.on_line(event["seq"], line)
+        if len(self._lines) >= FLUSH_LINES:
+            self._write_events()
 
     def _write_events(self) -> None:
         """Append the lines emitted since the last call to ``events.jsonl``."""

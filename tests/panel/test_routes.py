@@ -4,9 +4,15 @@ new-run form of a workflow, the canvas of an inline document)."""
 
 from __future__ import annotations
 
+import asyncio
+import builtins
+import io
 import json
+import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -189,3 +195,94 @@ def test_with_a_token_only_the_page_is_public(space: Path) -> None:
         assert anon.post("/", json={}).status_code == 401  # only GET and HEAD are public
         authorised = anon.get("/v1/runs", headers={"Authorization": f"Bearer {TOKEN}"})
         assert authorised.status_code == 200
+
+
+class ReadLog:
+    """Every file opened for reading and every folder listed under ``root``, and whether
+    it happened on a thread running an event loop (the server's)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+        self.root = str(root.resolve())
+        self.entries: list[tuple[str, bool]] = []
+        self._lock = threading.Lock()
+        for module, name in ((io, "open"), (builtins, "open"), (os, "scandir")):
+            monkeypatch.setattr(module, name, self._spy(getattr(module, name)))
+
+    def _spy(self, real: Any) -> Any:
+        def spy(path: Any, *args: Any, **kwargs: Any) -> Any:
+            mode = args[0] if args else kwargs.get("mode", "r")
+            target = os.fspath(path) if not isinstance(path, int) else ""
+            if target.startswith(self.root) and not any(c in str(mode) for c in "wax+"):
+                with self._lock:
+                    self.entries.append((target, _on_a_loop()))
+            return real(path, *args, **kwargs)
+
+        return spy
+
+    def read(self) -> str:
+        return " ".join(Path(target).name for target, _ in self.entries)
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_routes_read_run_folders_off_the_loop(
+    client: httpx.Client, triage: str, space: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's runs and streams share one event loop: the routes that read run
+    folders (and the workflows folder) do so on worker threads, never on the loop's."""
+    log = ReadLog(monkeypatch, space)
+    for path in (
+        "/v1/runs",
+        f"/v1/runs/{triage}",
+        f"/v1/runs/{triage}/graph",
+        f"/v1/runs/{triage}/state",
+        f"/v1/runs/{triage}/ops",
+        f"/v1/runs/{triage}/ops?node=classify",
+        "/v1/forms/support-triage.json",
+        "/v1/workflows",
+        "/v1/workflows/approval.json",
+    ):
+        assert client.get(path).status_code == 200, path
+    read = log.read()
+    for name in ("checkpoint.json", "workflow.json", "state_initial.json", "0002-classify.json"):
+        assert name in read
+    assert [target for target, on_loop in log.entries if on_loop] == []
+
+
+def test_the_op_index_comes_a_page_at_a_time(client: httpx.Client, space: Path) -> None:
+    """A run of many ops is listed ``limit`` records at a time (50 by default), in op
+    order, each page's ``next`` the ``after`` of the following one."""
+    folder = space / "runs" / "20000101T000000-many-ops"
+    (folder / "ops").mkdir(parents=True)
+    for seq in range(1, 121):
+        record = {"op_id": f"op{seq}", "node_id": f"n{seq}", "kind": "SET", "duration_ms": 1}
+        (folder / "ops" / f"{seq:04d}-op{seq}.json").write_text(json.dumps(record))
+    (folder / "ops" / "0007.1.0001-inner.json").write_text(json.dumps({"op_id": "inner"}))
+    path = f"/v1/runs/{folder.name}/ops"
+    first = client.get(path).json()
+    assert len(first["ops"]) == 50 and first["next"] == "0049"
+    assert [o["label"] for o in first["ops"][6:9]] == ["0007", "0007.1.0001", "0008"]
+    labels: list[str] = []
+    after = None
+    while True:
+        params = {"limit": 33} | ({"after": after} if after is not None else {})
+        page = client.get(path, params=params).json()
+        labels.extend(o["label"] for o in page["ops"])
+        after = page["next"]
+        if after is None:
+            break
+        assert len(page["ops"]) == 33
+    assert len(labels) == 121 and len(set(labels)) == 121
+    assert labels[-1] == "0120"
+    assert client.get(path, params={"limit": 500}).json()["next"] is None
+    assert client.get(path, params={"after": "0120"}).json() == {"ops": [], "next": None}
+    for params in ({"limit": 501}, {"limit": 0}, {"after": "x"}, {"node": "n1", "limit": 201}):
+        response = client.get(path, params=params)
+        assert response.status_code == 422, params
+        assert response.json()["error"] == "invalid_request"

@@ -3,6 +3,8 @@ the module, driven over HTTP with httpx."""
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
 import os
 import shutil
@@ -600,3 +602,112 @@ def test_lattice_resume_continues_a_run_started_over_http(
     run = client.get(f"/v1/runs/{run_id}").json()
     assert run["status"] == "completed"
     assert requests_by_node(file_events(folder)) == {"s0": 1, "s1": 3}
+
+
+class CountedFile:
+    """A file whose reads are counted (``ReadBytes``)."""
+
+    def __init__(self, file: Any, counter: ReadBytes) -> None:
+        self._file = file
+        self._counter = counter
+
+    def read(self, *args: Any) -> Any:
+        data = self._file.read(*args)
+        with self._counter.lock:
+            self._counter.total += len(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+    def __enter__(self) -> CountedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+
+class ReadBytes:
+    """How many bytes of ``path`` are read, whoever reads them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+        self.path = str(path)
+        self.total = 0
+        self.lock = threading.Lock()
+        for module in (io, builtins):
+            monkeypatch.setattr(module, "open", self._spy(module.open))
+
+    def _spy(self, real: Any) -> Any:
+        def spy(file: Any, *args: Any, **kwargs: Any) -> Any:
+            opened = real(file, *args, **kwargs)
+            if not isinstance(file, int) and os.fspath(file) == self.path:
+                return CountedFile(opened, self)
+            return opened
+
+        return spy
+
+
+def test_watchers_of_another_process_s_run_share_one_reader_of_its_events(
+    client: httpx.Client, space: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six watchers of a run another process runs: its events.jsonl is read once for all
+    of them as it grows (each new byte once), not once per watcher at every poll, and
+    every watcher gets every event, in order, once."""
+    monkeypatch.setattr("lattice.server.events.POLL_SECONDS", 0.02)
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    folder = space / "runs" / "20260101T000000-0123beef"
+    folder.mkdir(parents=True)
+    checkpoint = {
+        "run_id": folder.name,
+        "status": "running",
+        "owner": {"pid": owner.pid, "host": socket.gethostname()},
+    }
+    (folder / "checkpoint.json").write_text(json.dumps(checkpoint))
+    path = folder / "events.jsonl"
+
+    def append(seq: int) -> None:
+        with path.open("a") as handle:
+            handle.write(json.dumps({"seq": seq, "ts": "t", "run_id": folder.name, "type": "tick"}))
+            handle.write("\n")
+
+    for seq in range(1, 41):
+        append(seq)
+    read = ReadBytes(monkeypatch, path.resolve())
+    received: list[list[int]] = [[] for _ in range(6)]
+    ends: list[str | None] = [None] * 6
+
+    def watch(index: int) -> None:
+        with (
+            httpx.Client(base_url=str(client.base_url), timeout=TIMEOUT) as own,
+            own.stream("GET", f"/v1/runs/{folder.name}/events") as response,
+        ):
+            for message in read_sse(response):
+                if message.event == "end":
+                    ends[index] = message.data["status"]
+                    return
+                received[index].append(message.data["seq"])
+
+    def everyone_has(seq: int) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while not all(seqs and seqs[-1] >= seq for seqs in received):
+            assert time.monotonic() < deadline, [len(seqs) for seqs in received]
+            time.sleep(0.005)
+
+    watchers = [threading.Thread(target=watch, args=(i,)) for i in range(6)]
+    try:
+        for thread in watchers:
+            thread.start()
+        everyone_has(40)
+        for seq in range(41, 61):
+            append(seq)
+            everyone_has(seq)
+        (folder / "checkpoint.json").write_text(json.dumps({**checkpoint, "status": "completed"}))
+        for thread in watchers:
+            thread.join(TIMEOUT)
+    finally:
+        owner.kill()
+        owner.wait()
+    assert received == [list(range(1, 61))] * 6
+    assert ends == ["completed"] * 6
+    # Each watcher may read the file once when it comes; then one reader reads each byte.
+    assert read.total <= 8 * path.stat().st_size

@@ -1,0 +1,98 @@
+"""The event stream of a run this server runs: what its channel holds, what its folder
+holds, and what a watcher gets from them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lattice.server import events
+from lattice.server.events import KEEP, EventChannel, FolderTails, stream
+from lattice.server.store import LoopRecorder
+from tests.server.helpers import TIMEOUT
+
+
+def event(seq: int) -> dict[str, Any]:
+    return {"seq": seq, "ts": "2026-01-01T00:00:00.000Z", "run_id": "r", "type": "tick", "data": {}}
+
+
+def ids(chunk: bytes) -> list[int]:
+    """The ids of the SSE messages in ``chunk``."""
+    return [int(n) for n in re.findall(rb"^id: (\d+)$", chunk, re.MULTILINE)]
+
+
+def test_a_watcher_gets_every_event_of_a_long_stretch_exactly_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run emits more than the channel keeps (KEEP) without yielding the loop, while a
+    watcher that came back with ``Last-Event-ID: 5`` reads ``events.jsonl`` for what the
+    channel no longer holds (the recorder appends to the file when the run yields: here
+    only after that read). The watcher still gets every event after 5, once, in order."""
+    read_done = threading.Event()
+    real_read = events.read_events
+
+    def read_events(folder: Path, after: int) -> list[tuple[int, str]]:
+        try:
+            return real_read(folder, after)
+        finally:
+            read_done.set()
+
+    monkeypatch.setattr(events, "read_events", read_events)
+    stretch = KEEP + 76
+
+    async def go() -> list[int]:
+        loop = asyncio.get_running_loop()
+        channel = EventChannel("r")
+        recorder = LoopRecorder(tmp_path / "r", durability="os", on_line=channel.add)
+        for seq in range(1, 6):
+            recorder.append_event(event(seq))
+        await asyncio.sleep(0)  # the recorder appends them to the file
+        tails = FolderTails(status=lambda run_id: "running")
+        watcher = stream(tmp_path / "r", 5, channel=lambda: channel, tails=tails)
+        # The loop goes on only once the watcher has read the file, as when that read
+        # wins the race with the recorder's append.
+        loop.call_soon(read_done.wait, TIMEOUT)
+        for seq in range(6, 6 + stretch):
+            recorder.append_event(event(seq))
+        chunk = await anext(watcher)  # in this task: its read starts before the loop goes on
+        read_done.set()
+        seen = ids(chunk)
+        while seen[-1] < 5 + stretch:
+            seen.extend(ids(await asyncio.wait_for(anext(watcher), TIMEOUT)))
+        await watcher.aclose()
+        recorder.close()
+        return seen
+
+    assert asyncio.run(go()) == list(range(6, 6 + stretch))
+
+
+def test_a_run_of_another_process_is_followed_while_it_has_watchers(tmp_path: Path) -> None:
+    """Watchers of a run another process runs share one reader of its folder, which
+    stops when the last of them leaves."""
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "events.jsonl").write_text("".join(json.dumps(event(s)) + "\n" for s in (1, 2)))
+
+    def following() -> list[str]:
+        return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("follow")]
+
+    async def go() -> None:
+        tails = FolderTails(status=lambda run_id: "running")
+        watchers = [stream(folder, 0, channel=lambda: None, tails=tails) for _ in range(3)]
+        for watcher in watchers:
+            assert ids(await anext(watcher)) == [1, 2]
+        assert tails.followed == [folder] and following() == ["follow r"]
+        for watcher in watchers[:2]:
+            await watcher.aclose()
+        assert tails.followed == [folder]
+        await watchers[2].aclose()
+        await asyncio.sleep(0)  # the reader's task takes its cancellation
+        assert tails.followed == [] and following() == []
+
+    asyncio.run(go())
