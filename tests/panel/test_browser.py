@@ -365,8 +365,9 @@ def test_a_question_is_answered_and_the_run_finishes(page: Any, base_url: str) -
         "the question did not show",
     )
     assert "Send the note?" in text(page, ".notice.question")
-    assert run_status(page) == "halted"
-    assert status(page, "approve") == "halted"
+    # the question, the run's status and the node's come from different events
+    until(lambda: run_status(page) == "halted", "the run did not show halted")
+    until(lambda: status(page, "approve") == "halted", "the question node did not show halted")
     options = page.execute_script(
         "return [...document.querySelectorAll('.notice.question button.option')].map(b => b.textContent)"
     )
