@@ -27,6 +27,9 @@ from lattice.ir.templates import NameRef, Ref, StatePath, parse_path
 StateListener = Callable[[str, Any], None]
 """Called as ``listener(path_text, value)`` after every write (value None for deletes)."""
 
+_ABSENT = object()
+"""What a write found where it wrote when nothing was there."""
+
 
 class MissingValueError(LatticeRunError):
     """A state path that has no value at run time."""
@@ -81,6 +84,15 @@ def _child_for(
         f"cannot write {path.text}: {StatePath(path.root, path.keys[:depth]).text} has no {key!r}",
         error_type="state_error",
     )
+
+
+def _value_at(target: Any, key: Any) -> Any:
+    """``target[key]``, or ``_ABSENT`` when there is none."""
+    if isinstance(target, dict):
+        return target.get(key, _ABSENT)
+    if isinstance(target, list) and isinstance(key, int) and -len(target) <= key < len(target):
+        return target[key]
+    return _ABSENT
 
 
 class StateStore:
@@ -226,8 +238,14 @@ class StateStore:
         if self._inherited and path.root == "$vars":
             self._own(keys[0], whole=len(keys) == 1)
         target: Any = self._root(path.root)
+        # where the write first puts something new, and what was there: to put back
+        made: tuple[Any, Any, Any] | None = None
         for depth, key in enumerate(keys[:-1]):
-            target = _child_for(target, key, keys[depth + 1], path, depth)
+            there = _value_at(target, key)
+            child = _child_for(target, key, keys[depth + 1], path, depth)
+            if made is None and child is not there:
+                made = (target, key, there)
+            target = child
         last = keys[-1]
         if isinstance(target, dict):
             writable = isinstance(last, str)
@@ -247,15 +265,22 @@ class StateStore:
                 size = approx_size(value)
             if size > limits.max_value_bytes:
                 self._check_size(path, size)
+        if made is None:
+            made = (target, last, _value_at(target, last))
         target[last] = value
         if limits is not None and path.root == "$vars":
             assert size is not None  # (measured above)
             key = str(keys[0])
-            if len(keys) == 1:  # a whole entry ($vars.x) is the value itself: its size is known
-                self._resize(key, size)
-            else:  # the entry grew by at most the value and the objects made on its way
-                grown = size + sum([len(str(k)) + 6 for k in keys[1:]])
-                self._resize(key, self._sizes.get(key, 0) + grown, bound=True)
+            try:
+                if len(keys) == 1:  # a whole entry ($vars.x) is the value itself: its size is known
+                    self._resize(key, size)
+                else:  # the entry grew by at most the value and the objects made on its way
+                    grown = size + sum([len(str(k)) + 6 for k in keys[1:]])
+                    self._resize(key, self._sizes.get(key, 0) + grown, bound=True)
+            except LatticeRunError:
+                container, at, previous = made
+                self._put_back(container, at, previous, key)
+                raise
         if self.changes is not None and path.root == "$vars":
             self.changes.append(["set", path.text, value])
         for listener in self._listeners:
@@ -322,13 +347,23 @@ class StateStore:
             for listener in self._listeners:
                 listener(path, value)
 
+    def _put_back(self, target: Any, at: Any, previous: Any, key: str) -> None:
+        """Undo a write that took the state over its limit (``previous`` was at
+        ``target[at]``): the state stays within it, and a ``failed`` route or the state a
+        failed run records holds what was there."""
+        if previous is _ABSENT:
+            del target[at]
+        else:
+            target[at] = previous
+        self._resize(key)  # measured again: within the limit, as it was before the write
+
     def _check_size(self, path: StatePath, size: int) -> None:
         limits = self._limits
         assert limits is not None
         if size > limits.max_value_bytes:
             raise LatticeRunError(
                 f"cannot write {path.text}: the value is about {size:,} bytes, over the limit "
-                f"of {limits.max_value_bytes:,} (--max-value-bytes, [runtime] max_value_bytes)",
+                f"of {limits.max_value_bytes:,} ([runtime] max_value_bytes in lattice.toml)",
                 error_type="state_limit",
                 details={
                     "path": path.text,
@@ -363,7 +398,7 @@ class StateStore:
         if total > limits.max_state_bytes:
             raise LatticeRunError(
                 f"the run's state is about {total:,} bytes, over the limit of "
-                f"{limits.max_state_bytes:,} (--max-state-bytes, [runtime] max_state_bytes)",
+                f"{limits.max_state_bytes:,} ([runtime] max_state_bytes in lattice.toml)",
                 error_type="state_limit",
                 details={"bytes": total, "max_state_bytes": limits.max_state_bytes},
             )

@@ -332,10 +332,16 @@ def test_state_limit_raised_exactly_when_the_measured_total_is_over(
     steps: list[tuple[str, str, Any]], limit: int
 ) -> None:
     """Sizes kept as upper bounds never change the verdict: a change fails with
-    ``state_limit`` exactly when the state, measured afresh, is over the limit."""
+    ``state_limit`` exactly when the state, measured afresh, would be over the limit, and
+    a change that fails leaves the state as it was (within the limit)."""
     store = StateStore({"q": "input"})
     store.limit(StateLimits(max_state_bytes=limit))
+
+    def measured() -> int:
+        return approx_size(store.inputs) + sum(approx_size(v) for v in store.vars.values())
+
     for kind, path, value in steps:
+        before = json.loads(json.dumps(store.vars))
         try:
             if kind == "set":
                 store.write(path, value)
@@ -346,13 +352,24 @@ def test_state_limit_raised_exactly_when_the_measured_total_is_over(
         except LatticeRunError as exc:
             if exc.error_type != "state_limit":
                 continue  # writing under a non-object, for example
-            over = True
+            assert store.vars == before  # put back, objects made on the way included
+            assert store._total_size == measured() <= limit
         else:
-            over = False
-        measured = approx_size(store.inputs) + sum(approx_size(v) for v in store.vars.values())
-        assert over == (measured > limit)
-        if over:
-            break  # (the change stays made: the state is over from here on)
+            assert measured() <= limit
+
+
+def test_a_write_over_the_state_limit_is_put_back() -> None:
+    store = StateStore(vars={"kept": "k"})
+    store.limit(StateLimits(max_state_bytes=300))
+    store.write("$vars.a", "x" * 100)
+    with pytest.raises(LatticeRunError) as raised:
+        store.write("$vars.a", "y" * 400)
+    assert raised.value.error_type == "state_limit"
+    with pytest.raises(LatticeRunError):
+        store.write("$vars.b", "z" * 400)
+    assert store.vars == {"kept": "k", "a": "x" * 100}
+    store.write("$vars.c", "w" * 100)  # the failed writes left no size behind
+    assert store.vars["c"] == "w" * 100
 
 
 def test_a_fork_takes_its_sizes_from_the_parent_instead_of_measuring_the_state(
