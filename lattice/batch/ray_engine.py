@@ -5,8 +5,10 @@ per CPU of the cluster); each holds a ``BatchWorker`` built from the batch's
 ``WorkerSpec`` (the ExecIR, the document, the configuration, the mock script or the
 fixtures' text travel with it, so workers need no files of the driver's machine) and
 runs up to ``--concurrency`` rows at once on its own event loop. The driver sends rows
-in small chunks to the actor with the most room and writes each chunk's results lines
-as it comes back: only the driver writes the results file and shows progress.
+in small chunks to the actor with the most room; a chunk streams each row's results
+line back as the row ends, and the driver writes it at once (the results file is the
+batch's memory: a killed driver loses no row that had ended). Only the driver writes
+the results file and shows progress.
 
 One ``LimiterActor`` holds the batch's limits (calls, cost, requests and tokens per
 minute) for every worker: a worker asks it before each model call (a delay to wait, or a
@@ -110,8 +112,17 @@ class RowActor:
     async def ready(self) -> int:
         return os.getpid()
 
-    async def run_rows(self, tasks: list[RowTask]) -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(self.worker.run_row(task) for task in tasks)))
+    async def run_rows(self, tasks: list[RowTask]) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """Run a chunk of rows at once, yielding the lines of the rows that ended as they
+        end (a streaming actor method): no row's line waits for the rest of its chunk."""
+        running = {asyncio.create_task(self.worker.run_row(task)) for task in tasks}
+        try:
+            while running:
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                yield [row.result() for row in done]
+        finally:
+            for row in running:
+                row.cancel()
 
     async def stats(self) -> dict[str, float]:
         """This actor's process: CPU seconds and peak resident memory (MiB)."""
@@ -189,31 +200,29 @@ class RayEngine:
         return spent
 
     async def run(self, tasks: Iterable[RowTask]) -> AsyncGenerator[dict[str, Any], None]:
+        """Each row's results line, as rows end: chunks go to the actor with the most room,
+        and each chunk streams its rows' lines back one by one as they end."""
         pending = iter(tasks)
         chunk = max(1, min(CHUNK, self.concurrency // 4))
         inflight = [0] * len(self._workers)
-        finished: asyncio.Queue[tuple[int, int, list[dict[str, Any]] | BaseException]] = (
-            asyncio.Queue()
-        )
+        finished: asyncio.Queue[tuple[int, list[dict[str, Any]] | BaseException]] = asyncio.Queue()
         calls: set[asyncio.Task[None]] = set()
 
         async def call(index: int, rows: list[RowTask]) -> None:
             try:
-                lines = await self._workers[index].run_rows.remote(rows)
+                async for lines in self._workers[index].run_rows.remote(rows):
+                    finished.put_nowait((index, await lines))
             except Exception as exc:
-                finished.put_nowait((index, len(rows), exc))
-            else:
-                finished.put_nowait((index, len(rows), lines))
+                finished.put_nowait((index, exc))
 
         more = True
         try:
             while True:
                 while more and not self._stopped:
                     index = min(range(len(inflight)), key=inflight.__getitem__)
-                    room = self.concurrency - inflight[index]
-                    if room <= 0:
-                        break
-                    rows = list(itertools.islice(pending, min(chunk, room)))
+                    if self.concurrency - inflight[index] < chunk:
+                        break  # rows come back one by one: wait for a chunk's worth of room
+                    rows = list(itertools.islice(pending, chunk))
                     if not rows:
                         more = False
                         break
@@ -223,13 +232,13 @@ class RayEngine:
                     sent.add_done_callback(calls.discard)
                 if not any(inflight):
                     return
-                index, count, outcome = await finished.get()
-                inflight[index] -= count
+                index, outcome = await finished.get()
                 if isinstance(outcome, BaseException):
                     raise LatticeUserError(
                         f"a Ray worker failed (the rows it had in flight run again next time): "
                         f"{outcome}"
                     )
+                inflight[index] -= len(outcome)
                 for line in outcome:
                     yield line
         finally:

@@ -110,3 +110,44 @@ def test_the_ray_engine_gives_the_local_engines_results_and_shares_one_budget(
     assert summary["limiter"]["requests"] == 61
     assert summary["usage"]["calls"] == 61
     assert summary["rows"]["completed"] <= 30
+
+
+def test_a_chunks_rows_stream_back_one_by_one_as_they_end(
+    local_ray: Any, capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    # ten rows in one chunk (concurrency 40: chunks of 10) on one actor; the first row
+    # answers Yes (two model calls), the others No (one call): it ends last
+    flow, inputs, mock = dataset(no_terminal, 10, fail=False, halt=False)
+    rows = [json.loads(line) for line in inputs.read_text().splitlines()]
+    for row in rows[1:]:
+        row["answers"] = {"approve": "No"}
+    inputs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = no_terminal / "out.jsonl"
+    code, _, err = cli(
+        capsys,
+        "batch",
+        flow,
+        "--inputs",
+        inputs,
+        "--mock",
+        mock,
+        "--mock-latency-ms",
+        "300",
+        "--no-record",
+        "--progress",
+        "none",
+        "-o",
+        out,
+        "--engine",
+        "ray",
+        "--ray-actors",
+        "1",
+        "--concurrency",
+        "40",
+    )
+    assert code == 0, err
+    # the results file is written as lines come back: the fast rows' lines were written
+    # before the slow row (the first of the chunk) ended
+    written = [line["id"] for line in read_results(out)]
+    assert written[-1] == "r0000"
+    assert sorted(written[:-1]) == [f"r{i:04d}" for i in range(1, 10)]
