@@ -99,6 +99,9 @@ class LimiterActor:
     ) -> None:
         self.limiter.record(model, input_tokens, output_tokens, estimated_tokens)
 
+    async def exhausted(self) -> bool:
+        return self.limiter.exhausted
+
     async def snapshot(self) -> dict[str, Any]:
         return self.limiter.snapshot()
 
@@ -222,6 +225,9 @@ class RayEngine:
                     index = min(range(len(inflight)), key=inflight.__getitem__)
                     if self.concurrency - inflight[index] < chunk:
                         break  # rows come back one by one: wait for a chunk's worth of room
+                    if await self._budget_spent():
+                        self._stopped = True  # as the local engine: no row starts after it
+                        break
                     rows = list(itertools.islice(pending, chunk))
                     if not rows:
                         more = False
@@ -244,6 +250,13 @@ class RayEngine:
         finally:
             for sent in list(calls):
                 sent.cancel()
+
+    async def _budget_spent(self) -> bool:
+        """True when the batch's budget is spent (asked before each chunk is sent)."""
+        if self._limiter is None:
+            return False
+        spent: bool = await self._limiter.exhausted.remote()
+        return spent
 
     async def close(self) -> dict[str, Any] | None:
         ray = self._ray

@@ -151,3 +151,28 @@ def test_a_chunks_rows_stream_back_one_by_one_as_they_end(
     written = [line["id"] for line in read_results(out)]
     assert written[-1] == "r0000"
     assert sorted(written[:-1]) == [f"r{i:04d}" for i in range(1, 10)]
+
+
+def test_once_the_budget_is_spent_the_ray_engine_starts_no_row_as_the_local_engine(
+    local_ray: Any, capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    # one row at a time, two calls a row: a budget of 20 calls is spent by the tenth row's
+    # last call; no row starts after it (none is sent only to be refused)
+    flow, inputs, mock = dataset(no_terminal, 30, fail=False, halt=False)
+    common = ("--inputs", inputs, "--mock", mock, "--no-record", "--progress", "none")
+    budget = ("--concurrency", "1", "--max-calls-total", "20")
+    summaries = {}
+    for engine in ("local", "ray"):
+        out, summary = no_terminal / f"{engine}.jsonl", no_terminal / f"{engine}.summary.json"
+        code, _, err = cli(
+            capsys, "batch", flow, "-o", out, *common, *budget, "--summary-json", summary,
+            "--engine", engine, *(("--ray-actors", "1") if engine == "ray" else ()),
+        )  # fmt: skip
+        assert code == 1, err
+        assert "stopped: the batch's call budget of 20 model requests is spent" in err
+        summaries[engine] = json.loads(summary.read_text())
+        assert len(read_results(out)) == 10
+    assert summaries["ray"]["rows"] == summaries["local"]["rows"]
+    assert summaries["ray"]["rows"]["completed"] == 10
+    assert summaries["ray"]["rows"]["not_run"] == 20
+    assert summaries["ray"]["limiter"]["refused"] == 0
