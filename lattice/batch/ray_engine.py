@@ -29,7 +29,7 @@ import sys
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 
-from lattice.batch.limits import BatchLimits, Limiter
+from lattice.batch.limits import LIMITER_LOST, BatchLimits, Limiter, LimiterLost
 from lattice.batch.worker import BatchWorker, RowTask, WorkerSpec
 from lattice.errors import LatticeUserError
 
@@ -69,19 +69,33 @@ def start_local_ray(**init: Any) -> Any:
     return ray
 
 
+def limiter_died(exc: BaseException) -> str:
+    """What to say of a limiter actor that died (``exc``: the error Ray raised)."""
+    lines = str(exc).strip().splitlines()
+    cause = lines[0] if lines else type(exc).__name__
+    return (
+        f"the batch's limiter (the Ray actor that holds its budgets and rate limits) died ({cause})"
+    )
+
+
 class RayGate:
     """A worker's way to the batch's ``LimiterActor``."""
 
     def __init__(self, limiter: Any) -> None:
         self.limiter = limiter
+        self._died: type[Exception] = import_ray().exceptions.RayActorError
 
     async def acquire(self, estimated_tokens: int) -> float | None:
-        delay: float | None = await self.limiter.acquire.remote(estimated_tokens)
+        try:
+            delay: float | None = await self.limiter.acquire.remote(estimated_tokens)
+        except self._died as exc:
+            raise LimiterLost(limiter_died(exc)) from None
         return delay
 
     def record(
         self, model: str, input_tokens: int, output_tokens: int, estimated_tokens: int
     ) -> None:
+        # not awaited: if the limiter died, the row's next acquire says so
         self.limiter.record.remote(model, input_tokens, output_tokens, estimated_tokens)
 
 
@@ -167,6 +181,8 @@ class RayEngine:
         self._limiter: Any = None
         self._workers: list[Any] = []
         self._stopped = False
+        self._limiter_lost: str | None = None
+        """Why the batch stopped when its limiter actor died."""
         self.worker_stats: list[dict[str, float]] = []
         """Each actor's CPU seconds and peak memory, read when the engine closes."""
 
@@ -196,11 +212,18 @@ class RayEngine:
         self._stopped = True
 
     async def stop_reason(self) -> str | None:
-        if self._limiter is None:
+        snapshot = await self._snapshot()
+        return snapshot.get("spent") if snapshot is not None else None
+
+    async def _snapshot(self) -> dict[str, Any] | None:
+        """The limiter's counts (None without a limiter, or when it died)."""
+        if self._limiter is None or self._limiter_lost is not None:
             return None
-        snapshot: dict[str, Any] = await self._limiter.snapshot.remote()
-        spent: str | None = snapshot.get("spent")
-        return spent
+        try:
+            snapshot: dict[str, Any] = await self._limiter.snapshot.remote()
+        except self._ray.exceptions.RayActorError:
+            return None
+        return snapshot
 
     async def run(self, tasks: Iterable[RowTask]) -> AsyncGenerator[dict[str, Any], None]:
         """Each row's results line, as rows end: chunks go to the actor with the most room,
@@ -237,6 +260,11 @@ class RayEngine:
                     calls.add(sent)
                     sent.add_done_callback(calls.discard)
                 if not any(inflight):
+                    if self._limiter_lost is not None:
+                        raise LatticeUserError(
+                            f"{self._limiter_lost}: the batch stopped; the rows it did not "
+                            "finish (interrupted, or not started) run with the same command"
+                        )
                     return
                 index, outcome = await finished.get()
                 if isinstance(outcome, BaseException):
@@ -246,17 +274,31 @@ class RayEngine:
                     )
                 inflight[index] -= len(outcome)
                 for line in outcome:
+                    if line.get("error_type") == LIMITER_LOST:
+                        self._lose_limiter(str(line.get("error")).partition(": this row")[0])
                     yield line
         finally:
             for sent in list(calls):
                 sent.cancel()
 
     async def _budget_spent(self) -> bool:
-        """True when the batch's budget is spent (asked before each chunk is sent)."""
+        """True when the batch's budget is spent (asked before each chunk is sent), or its
+        limiter died."""
         if self._limiter is None:
             return False
-        spent: bool = await self._limiter.exhausted.remote()
+        try:
+            spent: bool = await self._limiter.exhausted.remote()
+        except self._ray.exceptions.RayActorError as exc:
+            self._lose_limiter(limiter_died(exc))
+            return True
         return spent
+
+    def _lose_limiter(self, reason: str) -> None:
+        """The limiter died: send no more rows, let those in flight end (each stops at its
+        next model call), then fail the batch saying why."""
+        self._stopped = True
+        if self._limiter_lost is None:
+            self._limiter_lost = reason
 
     async def close(self) -> dict[str, Any] | None:
         ray = self._ray
@@ -264,8 +306,7 @@ class RayEngine:
         if ray is None:
             return None
         try:
-            if self._limiter is not None:
-                snapshot = await self._limiter.snapshot.remote()
+            snapshot = await self._snapshot()
             if self._workers:
                 try:
                     self.worker_stats = list(

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lattice.batch.limits import BUDGET_ERROR, Gate
+from lattice.batch.limits import BUDGET_ERROR, LIMITER_LOST, Gate, LimiterLost
 from lattice.batch.mocks import BatchMock
 from lattice.batch.rows import RowId
 from lattice.config import LatticeConfig
@@ -92,11 +92,12 @@ class RowTask:
 
 @dataclass(slots=True)
 class RowState:
-    """A row's run, as the provider sees it: its own mock, and whether the budget refused
-    one of its calls."""
+    """A row's run, as the provider sees it: its own mock, and what stopped it before a
+    call (``BUDGET_ERROR``: the budget refused the call; ``LIMITER_LOST``: the limiter
+    could not be asked), if anything did."""
 
     provider: LLMProvider | None
-    refused: bool = False
+    stopped_by: str | None = None
 
 
 _ROW: contextvars.ContextVar[RowState] = contextvars.ContextVar("lattice_batch_row")
@@ -125,13 +126,18 @@ class BatchProvider:
         if gate is None:
             return await inner.complete(request)
         estimate = (request.size_chars() + 3) // 4
-        delay = await gate.acquire(estimate)
+        # Interrupted, not failed: the op takes no ``failed`` route, the run stops before
+        # it (its folder resumes from that op) and the row is run again later.
+        try:
+            delay = await gate.acquire(estimate)
+        except LimiterLost as exc:
+            _stop_row(LIMITER_LOST)
+            raise Interrupted(
+                f"{exc}: this row stopped before this model call and goes on with the next "
+                "lattice batch"
+            ) from None
         if delay is None:
-            row = _ROW.get(None)
-            if row is not None:
-                row.refused = True
-            # Interrupted, not failed: the op takes no ``failed`` route, the run stops
-            # before it (its folder resumes from that op) and the row is run again later.
+            _stop_row(BUDGET_ERROR)
             raise Interrupted(
                 "the batch's budget is spent: this row stopped before this model call and "
                 "goes on with the next lattice batch that has budget left"
@@ -160,6 +166,13 @@ class BatchProvider:
         close = getattr(self.shared, "aclose_loop_clients", None)
         if callable(close):
             await close()
+
+
+def _stop_row(reason: str) -> None:
+    """Mark the running row as stopped before a call, for ``reason`` (its error type)."""
+    row = _ROW.get(None)
+    if row is not None:
+        row.stopped_by = reason
 
 
 def compact_usage(usage: Usage) -> dict[str, Any]:
@@ -312,8 +325,8 @@ class BatchWorker:
         failure = result.failure
         status: str = result.status
         error_type = failure.category if failure is not None else None
-        if state.refused:
-            status, error_type = "interrupted", BUDGET_ERROR
+        if state.stopped_by is not None:
+            status, error_type = "interrupted", state.stopped_by
         repairs = escalations = retries = 0
         for event in result.events:
             kind = event["type"]
@@ -355,9 +368,9 @@ class BatchWorker:
             error_type, message = "internal_error", f"{type(exc).__name__}: {exc}"
         line = {
             "id": task.id,
-            "status": "interrupted" if state.refused else "failed",
+            "status": "interrupted" if state.stopped_by is not None else "failed",
             "result": None,
-            "error_type": BUDGET_ERROR if state.refused else error_type,
+            "error_type": state.stopped_by or error_type,
             "error": message,
             "node_id": None,
             "usage": compact_usage(Usage()),

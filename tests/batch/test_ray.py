@@ -8,14 +8,21 @@ Skipped, saying so, when Ray is not installed.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lattice.batch.ray_engine import start_local_ray
+from lattice.batch.api import batch
+from lattice.batch.engine import BatchOptions, BatchRun
+from lattice.batch.limits import LIMITER_LOST, BatchLimits
+from lattice.batch.ray_engine import RayEngine, start_local_ray
+from lattice.batch.worker import RowTask
+from lattice.errors import LatticeUserError
 from tests.batch.helpers import cli, dataset, no_terminal, read_results
 
 __all__ = ["no_terminal"]
@@ -176,3 +183,48 @@ def test_once_the_budget_is_spent_the_ray_engine_starts_no_row_as_the_local_engi
     assert summaries["ray"]["rows"]["completed"] == 10
     assert summaries["ray"]["rows"]["not_run"] == 20
     assert summaries["ray"]["limiter"]["refused"] == 0
+
+
+class LosesItsLimiter(RayEngine):
+    """The ray engine, whose limiter actor is killed once three rows have ended."""
+
+    async def run(self, tasks: Iterable[RowTask]) -> AsyncGenerator[dict[str, Any], None]:
+        ended = 0
+        async with contextlib.aclosing(super().run(tasks)) as lines:
+            async for line in lines:
+                yield line
+                ended += 1
+                if ended == 3:
+                    ray.kill(self._limiter)
+
+
+def test_a_dead_limiter_stops_the_batch_with_its_cause_and_the_same_command_goes_on(
+    local_ray: Any, tmp_path: Path
+) -> None:
+    flow, inputs, mock = dataset(tmp_path, 20, fail=False, halt=False)
+    out = tmp_path / "out.jsonl"
+    options = {
+        "mock": mock,
+        "runs_dir": None,
+        "concurrency": 4,
+        "engine": "ray",
+        "ray_actors": 1,
+        "progress": "none",
+    }
+    limits = BatchLimits(max_calls_total=1000)
+    run = BatchRun(
+        BatchOptions(flow, inputs, out, mock_latency=0.05, limits=limits, **options)  # type: ignore[arg-type]
+    )
+    run.engine = LosesItsLimiter(
+        run.prepared.spec, concurrency=4, limits=limits, prices={}, actors=1
+    )
+    with pytest.raises(LatticeUserError, match=r"the batch's limiter .* died") as stopped:
+        asyncio.run(run.arun())
+    assert "run with the same command" in str(stopped.value)
+
+    lines = read_results(out)
+    assert {line["status"] for line in lines} == {"completed", "interrupted"}  # none failed
+    assert any(line["error_type"] == LIMITER_LOST for line in lines)
+    assert len(lines) < 20  # the rows not started have no line: they run next time
+    summary = batch(flow, inputs, output=out, max_calls_total=1000, **options)  # type: ignore[arg-type]
+    assert summary.rows["completed"] == 20 and summary.exit_code == 0
