@@ -32,10 +32,14 @@ from typing import Any
 from lattice.batch.limits import LIMITER_LOST, BatchLimits, Limiter, LimiterLost
 from lattice.batch.worker import BatchWorker, RowTask, WorkerSpec
 from lattice.errors import LatticeUserError
+from lattice.telemetry import flush as flush_spans
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Set to ``0`` before Ray is imported, Ray takes 127.0.0.1 as the node's address (as it
 does on macOS and Windows), so a local instance listens on the loopback only."""
+
+FLUSH_TIMEOUT_MS = 10_000
+"""How long an actor may take to export its last spans before it is killed."""
 
 CHUNK = 50
 """Rows sent to an actor in one call, at most (a quarter of its concurrency when less)."""
@@ -140,6 +144,11 @@ class RowActor:
         finally:
             for row in running:
                 row.cancel()
+
+    async def flush_telemetry(self) -> bool:
+        """Export the spans this actor still holds (the driver asks before it kills the
+        actor, which runs no exit handler); True when all went out in time."""
+        return await asyncio.to_thread(flush_spans, FLUSH_TIMEOUT_MS)
 
     async def stats(self) -> dict[str, float]:
         """This actor's process: CPU seconds and peak resident memory (MiB)."""
@@ -308,6 +317,11 @@ class RayEngine:
         try:
             snapshot = await self._snapshot()
             if self._workers:
+                # ray.kill runs no exit handler: spans go out now (a dead worker has none)
+                await asyncio.gather(
+                    *(worker.flush_telemetry.remote() for worker in self._workers),
+                    return_exceptions=True,
+                )
                 try:
                     self.worker_stats = list(
                         await asyncio.gather(*(worker.stats.remote() for worker in self._workers))

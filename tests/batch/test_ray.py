@@ -24,6 +24,7 @@ from lattice.batch.ray_engine import RayEngine, start_local_ray
 from lattice.batch.worker import RowTask
 from lattice.errors import LatticeUserError
 from tests.batch.helpers import cli, dataset, no_terminal, read_results
+from tests.telemetry.test_otlp_e2e import Receiver
 
 __all__ = ["no_terminal"]
 
@@ -228,3 +229,27 @@ def test_a_dead_limiter_stops_the_batch_with_its_cause_and_the_same_command_goes
     assert len(lines) < 20  # the rows not started have no line: they run next time
     summary = batch(flow, inputs, output=out, max_calls_total=1000, **options)  # type: ignore[arg-type]
     assert summary.rows["completed"] == 20 and summary.exit_code == 0
+
+
+def test_ray_actors_export_their_last_spans_before_they_are_stopped(
+    local_ray: Any, capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    # a short batch ends well within the span processor's export delay (5 s): its spans
+    # leave only if each actor flushes them before it is killed
+    receiver = Receiver()
+    receiver.thread.start()
+    try:
+        config = no_terminal / "lattice.toml"
+        config.write_text(f'[telemetry]\notlp_endpoint = "{receiver.url}"\n')
+        flow, inputs, mock = dataset(no_terminal, 6, fail=False, halt=False)
+        code, _, err = cli(
+            capsys, "batch", flow, "--inputs", inputs, "--mock", mock, "--no-record",
+            "--progress", "none", "-o", no_terminal / "out.jsonl", "--config", config,
+            "--engine", "ray", "--ray-actors", "1",
+        )  # fmt: skip
+        assert code == 0, err
+        runs = [span for span in receiver.spans() if "lattice.run.status" in span["attributes"]]
+        assert len(runs) == 6
+    finally:
+        receiver.httpd.shutdown()
+        receiver.httpd.server_close()
