@@ -129,6 +129,7 @@ class RowActor:
 
     def __init__(self, spec: WorkerSpec, limiter: Any) -> None:
         self.worker = BatchWorker(spec, gate=RayGate(limiter) if limiter is not None else None)
+        self._rows: set[asyncio.Task[dict[str, Any]]] = set()
 
     async def ready(self) -> int:
         return os.getpid()
@@ -136,7 +137,7 @@ class RowActor:
     async def run_rows(self, tasks: list[RowTask]) -> AsyncGenerator[list[dict[str, Any]], None]:
         """Run a chunk of rows at once, yielding the lines of the rows that ended as they
         end (a streaming actor method): no row's line waits for the rest of its chunk."""
-        running = {asyncio.create_task(self.worker.run_row(task)) for task in tasks}
+        running = {self._start(task) for task in tasks}
         try:
             while running:
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -144,6 +145,20 @@ class RowActor:
         finally:
             for row in running:
                 row.cancel()
+
+    def _start(self, task: RowTask) -> asyncio.Task[dict[str, Any]]:
+        row = asyncio.create_task(self.worker.run_row(task))
+        self._rows.add(row)
+        row.add_done_callback(self._rows.discard)
+        return row
+
+    async def stop_rows(self) -> dict[str, dict[str, Any]]:
+        """Stop the rows still running (their runs end as ``interrupted``); what each row
+        stopped part-way had spent, by row key."""
+        for row in self._rows:
+            row.cancel()
+        await asyncio.gather(*self._rows, return_exceptions=True)
+        return self.worker.stopped_usage
 
     async def flush_telemetry(self) -> bool:
         """Export the spans this actor still holds (the driver asks before it kills the
@@ -192,6 +207,8 @@ class RayEngine:
         self._stopped = False
         self._limiter_lost: str | None = None
         """Why the batch stopped when its limiter actor died."""
+        self.stopped_usage: dict[str, dict[str, Any]] = {}
+        """What each row stopped part-way had spent, by row key (read when it closes)."""
         self.worker_stats: list[dict[str, float]] = []
         """Each actor's CPU seconds and peak memory, read when the engine closes."""
 
@@ -317,6 +334,12 @@ class RayEngine:
         try:
             snapshot = await self._snapshot()
             if self._workers:
+                for stopped in await asyncio.gather(
+                    *(worker.stop_rows.remote() for worker in self._workers),
+                    return_exceptions=True,
+                ):
+                    if isinstance(stopped, dict):  # not a worker that died
+                        self.stopped_usage.update(stopped)
                 # ray.kill runs no exit handler: spans go out now (a dead worker has none)
                 await asyncio.gather(
                     *(worker.flush_telemetry.remote() for worker in self._workers),

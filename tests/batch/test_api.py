@@ -130,3 +130,31 @@ def test_an_interrupted_batch_names_the_folders_of_its_rows_in_flight_and_resume
     for line in stopped:  # resumed in their own folders
         assert final[line["id"]]["run_dir"] == line["run_dir"]
     assert len(list(runs.iterdir())) == folders + 40 - len(latest)
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["folders", "no-record"])
+def test_an_interrupted_batch_counts_what_its_rows_in_flight_spent(
+    tmp_path: Path, record: bool
+) -> None:
+    flow, inputs, mock = dataset(tmp_path, 40, fail=False, halt=False)
+    out, runs = tmp_path / "out.jsonl", tmp_path / "runs"
+    options = {"mock": mock, "runs_dir": runs if record else None, "durability": "os"}
+
+    async def interrupted() -> None:
+        running = asyncio.create_task(
+            abatch(flow, inputs, output=out, concurrency=5, mock_latency=0.05, **options)  # type: ignore[arg-type]
+        )
+        while not out.exists() or out.read_text().count('"status":"completed"') < 10:
+            await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(interrupted())
+    stopped = [line for line in by_id(out).values() if line["status"] == "interrupted"]
+    assert stopped
+    for line in stopped:  # each was stopped in one of its two model calls
+        assert line["usage"]["requests"] >= 1
+        if record:  # the run's own count, as its folder recorded it
+            checkpoint = json.loads((Path(line["run_dir"]) / "checkpoint.json").read_text())
+            assert line["usage"]["requests"] == checkpoint["usage"]["requests"]

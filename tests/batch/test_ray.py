@@ -253,3 +253,33 @@ def test_ray_actors_export_their_last_spans_before_they_are_stopped(
     finally:
         receiver.httpd.shutdown()
         receiver.httpd.server_close()
+
+
+def test_an_interrupted_ray_batch_counts_what_its_rows_in_flight_spent(
+    local_ray: Any, tmp_path: Path
+) -> None:
+    # rows of two 1 s calls, four at a time: the batch is cancelled as the first four
+    # rows' lines have come back, while the rows sent after them wait for their first
+    # answer (a row that ended but whose line had not come back has no usage to give)
+    flow, inputs, mock = dataset(tmp_path, 12, fail=False, halt=False)
+    out = tmp_path / "out.jsonl"
+
+    async def interrupted() -> None:
+        run = BatchRun(
+            BatchOptions(
+                flow, inputs, out, mock=str(mock), mock_latency=1.0, runs_dir=None,
+                concurrency=4, engine="ray", ray_actors=1, progress="none",
+            )
+        )  # fmt: skip
+        running = asyncio.create_task(run.arun())
+        while not out.exists() or out.read_text().count('"status":"completed"') < 4:
+            await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(interrupted())
+    stopped = [line for line in read_results(out) if line["status"] == "interrupted"]
+    assert stopped
+    for line in stopped:
+        assert line["usage"]["requests"] >= 1
