@@ -73,13 +73,13 @@ def start_local_ray(**init: Any) -> Any:
     return ray
 
 
+LIMITER_DIED = "the batch's limiter (the Ray actor that holds its budgets and rate limits) died"
+
+
 def limiter_died(exc: BaseException) -> str:
-    """What to say of a limiter actor that died (``exc``: the error Ray raised)."""
+    """What a worker says of the limiter actor that died (``exc``: the error Ray raised)."""
     lines = str(exc).strip().splitlines()
-    cause = lines[0] if lines else type(exc).__name__
-    return (
-        f"the batch's limiter (the Ray actor that holds its budgets and rate limits) died ({cause})"
-    )
+    return f"{LIMITER_DIED} ({lines[0] if lines else type(exc).__name__})"
 
 
 class RayGate:
@@ -205,8 +205,8 @@ class RayEngine:
         self._limiter: Any = None
         self._workers: list[Any] = []
         self._stopped = False
-        self._limiter_lost: str | None = None
-        """Why the batch stopped when its limiter actor died."""
+        self._limiter_lost = False
+        """True once the limiter actor died (the batch then stops)."""
         self.stopped_usage: dict[str, dict[str, Any]] = {}
         """What each row stopped part-way had spent, by row key (read when it closes)."""
         self.worker_stats: list[dict[str, float]] = []
@@ -243,7 +243,7 @@ class RayEngine:
 
     async def _snapshot(self) -> dict[str, Any] | None:
         """The limiter's counts (None without a limiter, or when it died)."""
-        if self._limiter is None or self._limiter_lost is not None:
+        if self._limiter is None or self._limiter_lost:
             return None
         try:
             snapshot: dict[str, Any] = await self._limiter.snapshot.remote()
@@ -286,10 +286,10 @@ class RayEngine:
                     calls.add(sent)
                     sent.add_done_callback(calls.discard)
                 if not any(inflight):
-                    if self._limiter_lost is not None:
+                    if self._limiter_lost:
                         raise LatticeUserError(
-                            f"{self._limiter_lost}: the batch stopped; the rows it did not "
-                            "finish (interrupted, or not started) run with the same command"
+                            f"{LIMITER_DIED}: the batch stopped; the rows it did not finish "
+                            "(interrupted, or not started) run with the same command"
                         )
                     return
                 index, outcome = await finished.get()
@@ -301,7 +301,7 @@ class RayEngine:
                 inflight[index] -= len(outcome)
                 for line in outcome:
                     if line.get("error_type") == LIMITER_LOST:
-                        self._lose_limiter(str(line.get("error")).partition(": this row")[0])
+                        self._lose_limiter()
                     yield line
         finally:
             for sent in list(calls):
@@ -314,17 +314,15 @@ class RayEngine:
             return False
         try:
             spent: bool = await self._limiter.exhausted.remote()
-        except self._ray.exceptions.RayActorError as exc:
-            self._lose_limiter(limiter_died(exc))
+        except self._ray.exceptions.RayActorError:
+            self._lose_limiter()
             return True
         return spent
 
-    def _lose_limiter(self, reason: str) -> None:
+    def _lose_limiter(self) -> None:
         """The limiter died: send no more rows, let those in flight end (each stops at its
         next model call), then fail the batch saying why."""
-        self._stopped = True
-        if self._limiter_lost is None:
-            self._limiter_lost = reason
+        self._stopped = self._limiter_lost = True
 
     async def close(self) -> dict[str, Any] | None:
         ray = self._ray
