@@ -12,7 +12,10 @@ the results file and shows progress.
 
 One ``LimiterActor`` holds the batch's limits (calls, cost, requests and tokens per
 minute) for every worker: a worker asks it before each model call (a delay to wait, or a
-refusal) and tells it the answer's tokens afterwards.
+refusal) and tells it the answer's tokens afterwards. If it dies, each row in flight stops
+before its next call (``interrupted``, ``batch_limiter_lost``), no more rows are sent,
+and the batch fails saying so. Before the actors are killed, each stops its rows still
+running (handing back what they had spent) and exports its last spans.
 
 Without ``--ray-address`` a local Ray instance is started, listening on 127.0.0.1 only;
 with one, the driver joins that cluster (``auto``, ``ray://host:10001``, ``host:6379``).
