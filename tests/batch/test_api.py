@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from lattice import BatchSummary, LatticeUserError, MockProvider, abatch, batch, lower
+from lattice.batch.engine import BatchOptions, BatchRun
+from lattice.batch.limits import BatchLimits
+from lattice.batch.local import LocalEngine
 from tests.batch.helpers import ASK_ANSWER, by_id, dataset, flow_document, read_results
 
 
@@ -136,25 +139,36 @@ def test_an_interrupted_batch_names_the_folders_of_its_rows_in_flight_and_resume
 def test_an_interrupted_batch_counts_what_its_rows_in_flight_spent(
     tmp_path: Path, record: bool
 ) -> None:
-    flow, inputs, mock = dataset(tmp_path, 40, fail=False, halt=False)
+    # five rows at a time, whose first model call takes a minute: the batch is cancelled
+    # once each of them has sent it (its limiter has counted five requests)
+    flow, inputs, mock = dataset(tmp_path, 20, fail=False, halt=False)
     out, runs = tmp_path / "out.jsonl", tmp_path / "runs"
-    options = {"mock": mock, "runs_dir": runs if record else None, "durability": "os"}
+    limits = BatchLimits(max_calls_total=1000)
+    run = BatchRun(
+        BatchOptions(
+            flow, inputs, out, mock=str(mock), mock_latency=60.0, concurrency=5,
+            runs_dir=runs if record else None, durability="os", limits=limits, progress="none",
+        )
+    )  # fmt: skip
+    engine = LocalEngine(run.prepared.spec, concurrency=5, limits=limits, prices={})
+    run.engine = engine
+    limiter = engine.limiter
+    assert limiter is not None
 
     async def interrupted() -> None:
-        running = asyncio.create_task(
-            abatch(flow, inputs, output=out, concurrency=5, mock_latency=0.05, **options)  # type: ignore[arg-type]
-        )
-        while not out.exists() or out.read_text().count('"status":"completed"') < 10:
+        running = asyncio.create_task(run.arun())
+        while limiter.requests < 5:
             await asyncio.sleep(0.01)
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
             await running
 
     asyncio.run(interrupted())
-    stopped = [line for line in by_id(out).values() if line["status"] == "interrupted"]
-    assert stopped
-    for line in stopped:  # each was stopped in one of its two model calls
-        assert line["usage"]["requests"] >= 1
-        if record:  # the run's own count, as its folder recorded it
+    stopped = list(by_id(out).values())
+    assert [line["status"] for line in stopped] == ["interrupted"] * 5
+    assert [line["usage"]["requests"] for line in stopped] == [1] * 5
+    assert run.summary is not None and run.summary.usage["requests"] == 5
+    if record:  # the run's own count, as its folder recorded it
+        for line in stopped:
             checkpoint = json.loads((Path(line["run_dir"]) / "checkpoint.json").read_text())
-            assert line["usage"]["requests"] == checkpoint["usage"]["requests"]
+            assert checkpoint["usage"]["requests"] == 1

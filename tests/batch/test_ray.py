@@ -187,7 +187,8 @@ def test_once_the_budget_is_spent_the_ray_engine_starts_no_row_as_the_local_engi
 
 
 class LosesItsLimiter(RayEngine):
-    """The ray engine, whose limiter actor is killed once three rows have ended."""
+    """The ray engine, whose limiter actor is killed (and found dead) once three rows have
+    ended: the rows sent as they ended are then in their first model call."""
 
     async def run(self, tasks: Iterable[RowTask]) -> AsyncGenerator[dict[str, Any], None]:
         ended = 0
@@ -196,7 +197,13 @@ class LosesItsLimiter(RayEngine):
                 yield line
                 ended += 1
                 if ended == 3:
-                    ray.kill(self._limiter)
+                    await self.kill_limiter()
+
+    async def kill_limiter(self) -> None:
+        ray.kill(self._limiter)
+        with contextlib.suppress(ray.exceptions.RayActorError):
+            while True:
+                await self._limiter.snapshot.remote()
 
 
 def test_a_dead_limiter_stops_the_batch_with_its_cause_and_the_same_command_goes_on(
@@ -214,7 +221,7 @@ def test_a_dead_limiter_stops_the_batch_with_its_cause_and_the_same_command_goes
     }
     limits = BatchLimits(max_calls_total=1000)
     run = BatchRun(
-        BatchOptions(flow, inputs, out, mock_latency=0.05, limits=limits, **options)  # type: ignore[arg-type]
+        BatchOptions(flow, inputs, out, mock_latency=0.5, limits=limits, **options)  # type: ignore[arg-type]
     )
     run.engine = LosesItsLimiter(
         run.prepared.spec, concurrency=4, limits=limits, prices={}, actors=1
@@ -258,28 +265,36 @@ def test_ray_actors_export_their_last_spans_before_they_are_stopped(
 def test_an_interrupted_ray_batch_counts_what_its_rows_in_flight_spent(
     local_ray: Any, tmp_path: Path
 ) -> None:
-    # rows of two 1 s calls, four at a time: the batch is cancelled as the first four
-    # rows' lines have come back, while the rows sent after them wait for their first
-    # answer (a row that ended but whose line had not come back has no usage to give)
+    # four rows at a time, whose first model call takes a minute: the batch is cancelled
+    # once each of them has sent it (the limiter actor has counted four requests)
     flow, inputs, mock = dataset(tmp_path, 12, fail=False, halt=False)
     out = tmp_path / "out.jsonl"
+    limits = BatchLimits(max_calls_total=1000)
+    run = BatchRun(
+        BatchOptions(
+            flow, inputs, out, mock=str(mock), mock_latency=60.0, runs_dir=None,
+            concurrency=4, engine="ray", ray_actors=1, limits=limits, progress="none",
+        )
+    )  # fmt: skip
+    engine = RayEngine(run.prepared.spec, concurrency=4, limits=limits, prices={}, actors=1)
+    run.engine = engine
+
+    async def requests() -> int:
+        if engine._limiter is None:
+            return 0
+        snapshot = await engine._limiter.snapshot.remote()
+        return int(snapshot["requests"])
 
     async def interrupted() -> None:
-        run = BatchRun(
-            BatchOptions(
-                flow, inputs, out, mock=str(mock), mock_latency=1.0, runs_dir=None,
-                concurrency=4, engine="ray", ray_actors=1, progress="none",
-            )
-        )  # fmt: skip
         running = asyncio.create_task(run.arun())
-        while not out.exists() or out.read_text().count('"status":"completed"') < 4:
+        while await requests() < 4:
             await asyncio.sleep(0.01)
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
             await running
 
     asyncio.run(interrupted())
-    stopped = [line for line in read_results(out) if line["status"] == "interrupted"]
-    assert stopped
-    for line in stopped:
-        assert line["usage"]["requests"] >= 1
+    stopped = read_results(out)
+    assert [line["status"] for line in stopped] == ["interrupted"] * 4
+    assert [line["usage"]["requests"] for line in stopped] == [1] * 4
+    assert run.summary is not None and run.summary.usage["requests"] == 4
