@@ -103,6 +103,11 @@ class Engine(Protocol):
 
     name: str
 
+    @property
+    def stopped_usage(self) -> Mapping[str, dict[str, Any]]:
+        """What each row the engine stopped part-way had spent, by row key (once closed)."""
+        ...
+
     async def start(self) -> None: ...
 
     def run(self, tasks: Iterable[RowTask]) -> AsyncGenerator[dict[str, Any], None]: ...
@@ -367,9 +372,11 @@ def _dispatched(
         yield task
 
 
-def _interrupted_line(task: RowTask, runs_dir: str | None) -> dict[str, Any]:
+def _interrupted_line(
+    task: RowTask, runs_dir: str | None, usage: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The line of a row that was running when the batch was interrupted: its folder (if
-    it has one) is resumed by the next batch."""
+    it has one) is resumed by the next batch; ``usage``: what it had spent, when known."""
     folders = [task.resume_dir]
     if runs_dir is not None and task.run_id is not None:
         folders.insert(0, str(Path(runs_dir) / task.run_id))
@@ -384,7 +391,7 @@ def _interrupted_line(task: RowTask, runs_dir: str | None) -> dict[str, Any]:
         "error_type": "interrupted",
         "error": "the batch stopped while this row ran; the next batch goes on with it",
         "node_id": None,
-        "usage": None,
+        "usage": usage,
         "run_dir": run_dir,
         "line": task.line,
         "latency_ms": None,
@@ -495,9 +502,12 @@ class BatchRun:
                     ticker.cancel()
                 self.view.stop()
                 limiter = await engine.close()
-                if runs_dir is None:  # with folders, their lines are written already
-                    for task in in_flight.values():  # stopped part-way: run next time
-                        results.append(_interrupted_line(task, runs_dir))
+                for key, task in in_flight.items():  # stopped part-way: run next time
+                    usage = engine.stopped_usage.get(key)
+                    # with folders, a line was written as the row started: this one says
+                    # what the row spent
+                    if usage is not None or runs_dir is None:
+                        results.append(_interrupted_line(task, runs_dir, usage))
         except asyncio.CancelledError:
             interrupted = True
             raise

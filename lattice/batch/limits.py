@@ -30,6 +30,14 @@ from typing import Any, Protocol
 BUDGET_ERROR = "batch_budget_exceeded"
 """The error type of a model request the batch's budget refused."""
 
+LIMITER_LOST = "batch_limiter_lost"
+"""The error type of a model request whose limiter could not be asked (on Ray: its actor
+died); the row stops as ``interrupted`` and the batch stops."""
+
+
+class LimiterLost(Exception):
+    """The batch's limiter cannot be asked any more (its Ray actor died)."""
+
 
 @dataclass(frozen=True)
 class BatchLimits:
@@ -160,7 +168,8 @@ class Limiter:
 
 
 class Gate(Protocol):
-    """How a worker asks the batch's limiter (in this process, or a Ray actor)."""
+    """How a worker asks the batch's limiter (in this process, or a Ray actor);
+    ``acquire`` raises ``LimiterLost`` when the limiter is gone."""
 
     async def acquire(self, estimated_tokens: int) -> float | None: ...
 

@@ -34,6 +34,11 @@ class LocalEngine:
         )
         self._stopped = False
 
+    @property
+    def stopped_usage(self) -> dict[str, dict[str, Any]]:
+        """What each row stopped part-way had spent, by row key."""
+        return self.worker.stopped_usage
+
     async def start(self) -> None:
         pass
 

@@ -5,12 +5,17 @@ per CPU of the cluster); each holds a ``BatchWorker`` built from the batch's
 ``WorkerSpec`` (the ExecIR, the document, the configuration, the mock script or the
 fixtures' text travel with it, so workers need no files of the driver's machine) and
 runs up to ``--concurrency`` rows at once on its own event loop. The driver sends rows
-in small chunks to the actor with the most room and writes each chunk's results lines
-as it comes back: only the driver writes the results file and shows progress.
+in small chunks to the actor with the most room; a chunk streams each row's results
+line back as the row ends, and the driver writes it at once (the results file is the
+batch's memory: a killed driver loses no row that had ended). Only the driver writes
+the results file and shows progress.
 
 One ``LimiterActor`` holds the batch's limits (calls, cost, requests and tokens per
 minute) for every worker: a worker asks it before each model call (a delay to wait, or a
-refusal) and tells it the answer's tokens afterwards.
+refusal) and tells it the answer's tokens afterwards. If it dies, each row in flight stops
+before its next call (``interrupted``, ``batch_limiter_lost``), no more rows are sent,
+and the batch fails saying so. Before the actors are killed, each stops its rows still
+running (handing back what they had spent) and exports its last spans.
 
 Without ``--ray-address`` a local Ray instance is started, listening on 127.0.0.1 only;
 with one, the driver joins that cluster (``auto``, ``ray://host:10001``, ``host:6379``).
@@ -27,13 +32,17 @@ import sys
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 
-from lattice.batch.limits import BatchLimits, Limiter
+from lattice.batch.limits import LIMITER_LOST, BatchLimits, Limiter, LimiterLost
 from lattice.batch.worker import BatchWorker, RowTask, WorkerSpec
 from lattice.errors import LatticeUserError
+from lattice.telemetry import flush as flush_spans
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Set to ``0`` before Ray is imported, Ray takes 127.0.0.1 as the node's address (as it
 does on macOS and Windows), so a local instance listens on the loopback only."""
+
+FLUSH_TIMEOUT_MS = 10_000
+"""How long an actor may take to export its last spans before it is killed."""
 
 CHUNK = 50
 """Rows sent to an actor in one call, at most (a quarter of its concurrency when less)."""
@@ -67,19 +76,33 @@ def start_local_ray(**init: Any) -> Any:
     return ray
 
 
+LIMITER_DIED = "the batch's limiter (the Ray actor that holds its budgets and rate limits) died"
+
+
+def limiter_died(exc: BaseException) -> str:
+    """What a worker says of the limiter actor that died (``exc``: the error Ray raised)."""
+    lines = str(exc).strip().splitlines()
+    return f"{LIMITER_DIED} ({lines[0] if lines else type(exc).__name__})"
+
+
 class RayGate:
     """A worker's way to the batch's ``LimiterActor``."""
 
     def __init__(self, limiter: Any) -> None:
         self.limiter = limiter
+        self._died: type[Exception] = import_ray().exceptions.RayActorError
 
     async def acquire(self, estimated_tokens: int) -> float | None:
-        delay: float | None = await self.limiter.acquire.remote(estimated_tokens)
+        try:
+            delay: float | None = await self.limiter.acquire.remote(estimated_tokens)
+        except self._died as exc:
+            raise LimiterLost(limiter_died(exc)) from None
         return delay
 
     def record(
         self, model: str, input_tokens: int, output_tokens: int, estimated_tokens: int
     ) -> None:
+        # not awaited: if the limiter died, the row's next acquire says so
         self.limiter.record.remote(model, input_tokens, output_tokens, estimated_tokens)
 
 
@@ -97,6 +120,9 @@ class LimiterActor:
     ) -> None:
         self.limiter.record(model, input_tokens, output_tokens, estimated_tokens)
 
+    async def exhausted(self) -> bool:
+        return self.limiter.exhausted
+
     async def snapshot(self) -> dict[str, Any]:
         return self.limiter.snapshot()
 
@@ -106,12 +132,41 @@ class RowActor:
 
     def __init__(self, spec: WorkerSpec, limiter: Any) -> None:
         self.worker = BatchWorker(spec, gate=RayGate(limiter) if limiter is not None else None)
+        self._rows: set[asyncio.Task[dict[str, Any]]] = set()
 
     async def ready(self) -> int:
         return os.getpid()
 
-    async def run_rows(self, tasks: list[RowTask]) -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(self.worker.run_row(task) for task in tasks)))
+    async def run_rows(self, tasks: list[RowTask]) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """Run a chunk of rows at once, yielding the lines of the rows that ended as they
+        end (a streaming actor method): no row's line waits for the rest of its chunk."""
+        running = {self._start(task) for task in tasks}
+        try:
+            while running:
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                yield [row.result() for row in done]
+        finally:
+            for row in running:
+                row.cancel()
+
+    def _start(self, task: RowTask) -> asyncio.Task[dict[str, Any]]:
+        row = asyncio.create_task(self.worker.run_row(task))
+        self._rows.add(row)
+        row.add_done_callback(self._rows.discard)
+        return row
+
+    async def stop_rows(self) -> dict[str, dict[str, Any]]:
+        """Stop the rows still running (their runs end as ``interrupted``); what each row
+        stopped part-way had spent, by row key."""
+        for row in self._rows:
+            row.cancel()
+        await asyncio.gather(*self._rows, return_exceptions=True)
+        return self.worker.stopped_usage
+
+    async def flush_telemetry(self) -> bool:
+        """Export the spans this actor still holds (the driver asks before it kills the
+        actor, which runs no exit handler); True when all went out in time."""
+        return await asyncio.to_thread(flush_spans, FLUSH_TIMEOUT_MS)
 
     async def stats(self) -> dict[str, float]:
         """This actor's process: CPU seconds and peak resident memory (MiB)."""
@@ -153,6 +208,10 @@ class RayEngine:
         self._limiter: Any = None
         self._workers: list[Any] = []
         self._stopped = False
+        self._limiter_lost = False
+        """True once the limiter actor died (the batch then stops)."""
+        self.stopped_usage: dict[str, dict[str, Any]] = {}
+        """What each row stopped part-way had spent, by row key (read when it closes)."""
         self.worker_stats: list[dict[str, float]] = []
         """Each actor's CPU seconds and peak memory, read when the engine closes."""
 
@@ -182,38 +241,46 @@ class RayEngine:
         self._stopped = True
 
     async def stop_reason(self) -> str | None:
-        if self._limiter is None:
+        snapshot = await self._snapshot()
+        return snapshot.get("spent") if snapshot is not None else None
+
+    async def _snapshot(self) -> dict[str, Any] | None:
+        """The limiter's counts (None without a limiter, or when it died)."""
+        if self._limiter is None or self._limiter_lost:
             return None
-        snapshot: dict[str, Any] = await self._limiter.snapshot.remote()
-        spent: str | None = snapshot.get("spent")
-        return spent
+        try:
+            snapshot: dict[str, Any] = await self._limiter.snapshot.remote()
+        except self._ray.exceptions.RayActorError:
+            return None
+        return snapshot
 
     async def run(self, tasks: Iterable[RowTask]) -> AsyncGenerator[dict[str, Any], None]:
+        """Each row's results line, as rows end: chunks go to the actor with the most room,
+        and each chunk streams its rows' lines back one by one as they end."""
         pending = iter(tasks)
         chunk = max(1, min(CHUNK, self.concurrency // 4))
         inflight = [0] * len(self._workers)
-        finished: asyncio.Queue[tuple[int, int, list[dict[str, Any]] | BaseException]] = (
-            asyncio.Queue()
-        )
+        finished: asyncio.Queue[tuple[int, list[dict[str, Any]] | BaseException]] = asyncio.Queue()
         calls: set[asyncio.Task[None]] = set()
 
         async def call(index: int, rows: list[RowTask]) -> None:
             try:
-                lines = await self._workers[index].run_rows.remote(rows)
+                async for lines in self._workers[index].run_rows.remote(rows):
+                    finished.put_nowait((index, await lines))
             except Exception as exc:
-                finished.put_nowait((index, len(rows), exc))
-            else:
-                finished.put_nowait((index, len(rows), lines))
+                finished.put_nowait((index, exc))
 
         more = True
         try:
             while True:
                 while more and not self._stopped:
                     index = min(range(len(inflight)), key=inflight.__getitem__)
-                    room = self.concurrency - inflight[index]
-                    if room <= 0:
+                    if self.concurrency - inflight[index] < chunk:
+                        break  # rows come back one by one: wait for a chunk's worth of room
+                    if await self._budget_spent():
+                        self._stopped = True  # as the local engine: no row starts after it
                         break
-                    rows = list(itertools.islice(pending, min(chunk, room)))
+                    rows = list(itertools.islice(pending, chunk))
                     if not rows:
                         more = False
                         break
@@ -222,19 +289,43 @@ class RayEngine:
                     calls.add(sent)
                     sent.add_done_callback(calls.discard)
                 if not any(inflight):
+                    if self._limiter_lost:
+                        raise LatticeUserError(
+                            f"{LIMITER_DIED}: the batch stopped; the rows it did not finish "
+                            "(interrupted, or not started) run with the same command"
+                        )
                     return
-                index, count, outcome = await finished.get()
-                inflight[index] -= count
+                index, outcome = await finished.get()
                 if isinstance(outcome, BaseException):
                     raise LatticeUserError(
                         f"a Ray worker failed (the rows it had in flight run again next time): "
                         f"{outcome}"
                     )
+                inflight[index] -= len(outcome)
                 for line in outcome:
+                    if line.get("error_type") == LIMITER_LOST:
+                        self._lose_limiter()
                     yield line
         finally:
             for sent in list(calls):
                 sent.cancel()
+
+    async def _budget_spent(self) -> bool:
+        """True when the batch's budget is spent (asked before each chunk is sent), or its
+        limiter died."""
+        if self._limiter is None:
+            return False
+        try:
+            spent: bool = await self._limiter.exhausted.remote()
+        except self._ray.exceptions.RayActorError:
+            self._lose_limiter()
+            return True
+        return spent
+
+    def _lose_limiter(self) -> None:
+        """The limiter died: send no more rows, let those in flight end (each stops at its
+        next model call), then fail the batch saying why."""
+        self._stopped = self._limiter_lost = True
 
     async def close(self) -> dict[str, Any] | None:
         ray = self._ray
@@ -242,9 +333,19 @@ class RayEngine:
         if ray is None:
             return None
         try:
-            if self._limiter is not None:
-                snapshot = await self._limiter.snapshot.remote()
+            snapshot = await self._snapshot()
             if self._workers:
+                for stopped in await asyncio.gather(
+                    *(worker.stop_rows.remote() for worker in self._workers),
+                    return_exceptions=True,
+                ):
+                    if isinstance(stopped, dict):  # not a worker that died
+                        self.stopped_usage.update(stopped)
+                # ray.kill runs no exit handler: spans go out now (a dead worker has none)
+                await asyncio.gather(
+                    *(worker.flush_telemetry.remote() for worker in self._workers),
+                    return_exceptions=True,
+                )
                 try:
                     self.worker_stats = list(
                         await asyncio.gather(*(worker.stats.remote() for worker in self._workers))

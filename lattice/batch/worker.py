@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lattice.batch.limits import BUDGET_ERROR, Gate
+from lattice.batch.limits import BUDGET_ERROR, LIMITER_LOST, Gate, LimiterLost
 from lattice.batch.mocks import BatchMock
-from lattice.batch.rows import RowId
+from lattice.batch.rows import RowId, row_key
 from lattice.config import LatticeConfig
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeError, LatticeRunError
@@ -92,11 +92,14 @@ class RowTask:
 
 @dataclass(slots=True)
 class RowState:
-    """A row's run, as the provider sees it: its own mock, and whether the budget refused
-    one of its calls."""
+    """A row's run, as the provider sees it: its own mock, what stopped it before a call
+    (``BUDGET_ERROR``: the budget refused the call; ``LIMITER_LOST``: the limiter could
+    not be asked), if anything did, and what its calls spent (counted as the run counts
+    them: every request, and each answer's tokens)."""
 
     provider: LLMProvider | None
-    refused: bool = False
+    stopped_by: str | None = None
+    usage: Usage = field(default_factory=Usage)
 
 
 _ROW: contextvars.ContextVar[RowState] = contextvars.ContextVar("lattice_batch_row")
@@ -121,17 +124,32 @@ class BatchProvider:
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         inner = self._inner()
-        gate = self.gate
-        if gate is None:
-            return await inner.complete(request)
+        row = _ROW.get(None)
+        if row is not None:
+            row.usage.requests += 1
+        if self.gate is None:
+            response = await inner.complete(request)
+        else:
+            response = await self._gated(inner, request, self.gate)
+        if row is not None:
+            row.usage.add(response.model, request.model_class, response.usage)
+        return response
+
+    async def _gated(self, inner: LLMProvider, request: LLMRequest, gate: Gate) -> LLMResponse:
+        """``inner``'s answer, once the batch's limiter lets the request go."""
         estimate = (request.size_chars() + 3) // 4
-        delay = await gate.acquire(estimate)
+        # Interrupted, not failed: the op takes no ``failed`` route, the run stops before
+        # it (its folder resumes from that op) and the row is run again later.
+        try:
+            delay = await gate.acquire(estimate)
+        except LimiterLost as exc:
+            _stop_row(LIMITER_LOST)
+            raise Interrupted(
+                f"{exc}: this row stopped before this model call and goes on with the next "
+                "lattice batch"
+            ) from None
         if delay is None:
-            row = _ROW.get(None)
-            if row is not None:
-                row.refused = True
-            # Interrupted, not failed: the op takes no ``failed`` route, the run stops
-            # before it (its folder resumes from that op) and the row is run again later.
+            _stop_row(BUDGET_ERROR)
             raise Interrupted(
                 "the batch's budget is spent: this row stopped before this model call and "
                 "goes on with the next lattice batch that has budget left"
@@ -160,6 +178,13 @@ class BatchProvider:
         close = getattr(self.shared, "aclose_loop_clients", None)
         if callable(close):
             await close()
+
+
+def _stop_row(reason: str) -> None:
+    """Mark the running row as stopped before a call, for ``reason`` (its error type)."""
+    row = _ROW.get(None)
+    if row is not None:
+        row.stopped_by = reason
 
 
 def compact_usage(usage: Usage) -> dict[str, Any]:
@@ -218,6 +243,8 @@ class BatchWorker:
             len(os.environ.get(name) or "") >= 4 for name in PROVIDER_KEY_VARIABLES
         )
         self._runners: OrderedDict[str, Runner] = OrderedDict()
+        self.stopped_usage: dict[str, dict[str, Any]] = {}
+        """What each row cancelled part-way had spent (by row key; see ``_spent``)."""
 
     def _build_shared(self, spec: WorkerSpec, config: LatticeConfig) -> LLMProvider:
         choice = spec.choice or ProviderChoice()
@@ -298,6 +325,9 @@ class BatchWorker:
                 runner = self.runner_for(task.id, task.answers)
                 run_id = task.run_id if self.store.root is not None else None
                 result = await runner.arun(task.inputs, run_id=run_id)
+        except asyncio.CancelledError:
+            self.stopped_usage[row_key(task.id)] = self._spent(task, state)
+            raise
         except LatticeError as exc:
             return self._error_line(task, exc, started, state)
         except Exception as exc:  # a bug must not end the batch: the row says what it was
@@ -306,14 +336,25 @@ class BatchWorker:
             _ROW.reset(token)
         return self._line(task, result, state, started)
 
+    def _spent(self, task: RowTask, state: RowState) -> dict[str, Any]:
+        """The usage of a row stopped part-way: its run's, as its folder recorded it when
+        it stopped (earlier attempts of a resumed run included), or, without a folder,
+        what this attempt's calls spent."""
+        folder = task.resume_dir
+        if folder is None and self.store.root is not None and task.run_id is not None:
+            folder = str(self.store.root / task.run_id)
+        usage = (_recorded_usage(Path(folder)) if folder is not None else None) or state.usage
+        usage.estimate_cost(self.settings.prices)
+        return compact_usage(usage)
+
     def _line(
         self, task: RowTask, result: RunResult, state: RowState, started: float
     ) -> dict[str, Any]:
         failure = result.failure
         status: str = result.status
         error_type = failure.category if failure is not None else None
-        if state.refused:
-            status, error_type = "interrupted", BUDGET_ERROR
+        if state.stopped_by is not None:
+            status, error_type = "interrupted", state.stopped_by
         repairs = escalations = retries = 0
         for event in result.events:
             kind = event["type"]
@@ -355,9 +396,9 @@ class BatchWorker:
             error_type, message = "internal_error", f"{type(exc).__name__}: {exc}"
         line = {
             "id": task.id,
-            "status": "interrupted" if state.refused else "failed",
+            "status": "interrupted" if state.stopped_by is not None else "failed",
             "result": None,
-            "error_type": BUDGET_ERROR if state.refused else error_type,
+            "error_type": state.stopped_by or error_type,
             "error": message,
             "node_id": None,
             "usage": compact_usage(Usage()),
@@ -383,6 +424,15 @@ def _completed(folder: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(checkpoint, dict) and checkpoint.get("status") == "completed"
+
+
+def _recorded_usage(folder: Path) -> Usage | None:
+    """The usage a run folder's checkpoint records (None without a readable one)."""
+    try:
+        checkpoint = json.loads((folder / "checkpoint.json").read_text(encoding="utf-8"))
+        return Usage.from_json(checkpoint["usage"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _result_of(folder: Path) -> RunResult:

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from lattice import BatchSummary, LatticeUserError, MockProvider, abatch, batch, lower
+from lattice.batch.engine import BatchOptions, BatchRun
+from lattice.batch.limits import BatchLimits
+from lattice.batch.local import LocalEngine
 from tests.batch.helpers import ASK_ANSWER, by_id, dataset, flow_document, read_results
 
 
@@ -130,3 +133,42 @@ def test_an_interrupted_batch_names_the_folders_of_its_rows_in_flight_and_resume
     for line in stopped:  # resumed in their own folders
         assert final[line["id"]]["run_dir"] == line["run_dir"]
     assert len(list(runs.iterdir())) == folders + 40 - len(latest)
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["folders", "no-record"])
+def test_an_interrupted_batch_counts_what_its_rows_in_flight_spent(
+    tmp_path: Path, record: bool
+) -> None:
+    # five rows at a time, whose first model call takes a minute: the batch is cancelled
+    # once each of them has sent it (its limiter has counted five requests)
+    flow, inputs, mock = dataset(tmp_path, 20, fail=False, halt=False)
+    out, runs = tmp_path / "out.jsonl", tmp_path / "runs"
+    limits = BatchLimits(max_calls_total=1000)
+    run = BatchRun(
+        BatchOptions(
+            flow, inputs, out, mock=str(mock), mock_latency=60.0, concurrency=5,
+            runs_dir=runs if record else None, durability="os", limits=limits, progress="none",
+        )
+    )  # fmt: skip
+    engine = LocalEngine(run.prepared.spec, concurrency=5, limits=limits, prices={})
+    run.engine = engine
+    limiter = engine.limiter
+    assert limiter is not None
+
+    async def interrupted() -> None:
+        running = asyncio.create_task(run.arun())
+        while limiter.requests < 5:
+            await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(interrupted())
+    stopped = list(by_id(out).values())
+    assert [line["status"] for line in stopped] == ["interrupted"] * 5
+    assert [line["usage"]["requests"] for line in stopped] == [1] * 5
+    assert run.summary is not None and run.summary.usage["requests"] == 5
+    if record:  # the run's own count, as its folder recorded it
+        for line in stopped:
+            checkpoint = json.loads((Path(line["run_dir"]) / "checkpoint.json").read_text())
+            assert checkpoint["usage"]["requests"] == 1

@@ -8,15 +8,23 @@ Skipped, saying so, when Ray is not installed.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lattice.batch.ray_engine import start_local_ray
+from lattice.batch.api import batch
+from lattice.batch.engine import BatchOptions, BatchRun
+from lattice.batch.limits import LIMITER_LOST, BatchLimits
+from lattice.batch.ray_engine import RayEngine, start_local_ray
+from lattice.batch.worker import RowTask
+from lattice.errors import LatticeUserError
 from tests.batch.helpers import cli, dataset, no_terminal, read_results
+from tests.telemetry.test_otlp_e2e import Receiver
 
 __all__ = ["no_terminal"]
 
@@ -110,3 +118,183 @@ def test_the_ray_engine_gives_the_local_engines_results_and_shares_one_budget(
     assert summary["limiter"]["requests"] == 61
     assert summary["usage"]["calls"] == 61
     assert summary["rows"]["completed"] <= 30
+
+
+def test_a_chunks_rows_stream_back_one_by_one_as_they_end(
+    local_ray: Any, capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    # ten rows in one chunk (concurrency 40: chunks of 10) on one actor; the first row
+    # answers Yes (two model calls), the others No (one call): it ends last
+    flow, inputs, mock = dataset(no_terminal, 10, fail=False, halt=False)
+    rows = [json.loads(line) for line in inputs.read_text().splitlines()]
+    for row in rows[1:]:
+        row["answers"] = {"approve": "No"}
+    inputs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = no_terminal / "out.jsonl"
+    code, _, err = cli(
+        capsys,
+        "batch",
+        flow,
+        "--inputs",
+        inputs,
+        "--mock",
+        mock,
+        "--mock-latency-ms",
+        "300",
+        "--no-record",
+        "--progress",
+        "none",
+        "-o",
+        out,
+        "--engine",
+        "ray",
+        "--ray-actors",
+        "1",
+        "--concurrency",
+        "40",
+    )
+    assert code == 0, err
+    # the results file is written as lines come back: the fast rows' lines were written
+    # before the slow row (the first of the chunk) ended
+    written = [line["id"] for line in read_results(out)]
+    assert written[-1] == "r0000"
+    assert sorted(written[:-1]) == [f"r{i:04d}" for i in range(1, 10)]
+
+
+def test_once_the_budget_is_spent_the_ray_engine_starts_no_row_as_the_local_engine(
+    local_ray: Any, capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    # one row at a time, two calls a row: a budget of 20 calls is spent by the tenth row's
+    # last call; no row starts after it (none is sent only to be refused)
+    flow, inputs, mock = dataset(no_terminal, 30, fail=False, halt=False)
+    common = ("--inputs", inputs, "--mock", mock, "--no-record", "--progress", "none")
+    budget = ("--concurrency", "1", "--max-calls-total", "20")
+    summaries = {}
+    for engine in ("local", "ray"):
+        out, summary = no_terminal / f"{engine}.jsonl", no_terminal / f"{engine}.summary.json"
+        code, _, err = cli(
+            capsys, "batch", flow, "-o", out, *common, *budget, "--summary-json", summary,
+            "--engine", engine, *(("--ray-actors", "1") if engine == "ray" else ()),
+        )  # fmt: skip
+        assert code == 1, err
+        assert "stopped: the batch's call budget of 20 model requests is spent" in err
+        summaries[engine] = json.loads(summary.read_text())
+        assert len(read_results(out)) == 10
+    assert summaries["ray"]["rows"] == summaries["local"]["rows"]
+    assert summaries["ray"]["rows"]["completed"] == 10
+    assert summaries["ray"]["rows"]["not_run"] == 20
+    assert summaries["ray"]["limiter"]["refused"] == 0
+
+
+class LosesItsLimiter(RayEngine):
+    """The ray engine, whose limiter actor is killed (and found dead) once three rows have
+    ended: the rows sent as they ended are then in their first model call."""
+
+    async def run(self, tasks: Iterable[RowTask]) -> AsyncGenerator[dict[str, Any], None]:
+        ended = 0
+        async with contextlib.aclosing(super().run(tasks)) as lines:
+            async for line in lines:
+                yield line
+                ended += 1
+                if ended == 3:
+                    await self.kill_limiter()
+
+    async def kill_limiter(self) -> None:
+        ray.kill(self._limiter)
+        with contextlib.suppress(ray.exceptions.RayActorError):
+            while True:
+                await self._limiter.snapshot.remote()
+
+
+def test_a_dead_limiter_stops_the_batch_with_its_cause_and_the_same_command_goes_on(
+    local_ray: Any, tmp_path: Path
+) -> None:
+    flow, inputs, mock = dataset(tmp_path, 20, fail=False, halt=False)
+    out = tmp_path / "out.jsonl"
+    options = {
+        "mock": mock,
+        "runs_dir": None,
+        "concurrency": 4,
+        "engine": "ray",
+        "ray_actors": 1,
+        "progress": "none",
+    }
+    limits = BatchLimits(max_calls_total=1000)
+    run = BatchRun(
+        BatchOptions(flow, inputs, out, mock_latency=0.5, limits=limits, **options)  # type: ignore[arg-type]
+    )
+    run.engine = LosesItsLimiter(
+        run.prepared.spec, concurrency=4, limits=limits, prices={}, actors=1
+    )
+    with pytest.raises(LatticeUserError, match=r"the batch's limiter .* died") as stopped:
+        asyncio.run(run.arun())
+    assert "run with the same command" in str(stopped.value)
+
+    lines = read_results(out)
+    assert {line["status"] for line in lines} == {"completed", "interrupted"}  # none failed
+    assert any(line["error_type"] == LIMITER_LOST for line in lines)
+    assert len(lines) < 20  # the rows not started have no line: they run next time
+    summary = batch(flow, inputs, output=out, max_calls_total=1000, **options)  # type: ignore[arg-type]
+    assert summary.rows["completed"] == 20 and summary.exit_code == 0
+
+
+def test_ray_actors_export_their_last_spans_before_they_are_stopped(
+    local_ray: Any, capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    # a short batch ends well within the span processor's export delay (5 s): its spans
+    # leave only if each actor flushes them before it is killed
+    receiver = Receiver()
+    receiver.thread.start()
+    try:
+        config = no_terminal / "lattice.toml"
+        config.write_text(f'[telemetry]\notlp_endpoint = "{receiver.url}"\n')
+        flow, inputs, mock = dataset(no_terminal, 6, fail=False, halt=False)
+        code, _, err = cli(
+            capsys, "batch", flow, "--inputs", inputs, "--mock", mock, "--no-record",
+            "--progress", "none", "-o", no_terminal / "out.jsonl", "--config", config,
+            "--engine", "ray", "--ray-actors", "1",
+        )  # fmt: skip
+        assert code == 0, err
+        runs = [span for span in receiver.spans() if "lattice.run.status" in span["attributes"]]
+        assert len(runs) == 6
+    finally:
+        receiver.httpd.shutdown()
+        receiver.httpd.server_close()
+
+
+def test_an_interrupted_ray_batch_counts_what_its_rows_in_flight_spent(
+    local_ray: Any, tmp_path: Path
+) -> None:
+    # four rows at a time, whose first model call takes a minute: the batch is cancelled
+    # once each of them has sent it (the limiter actor has counted four requests)
+    flow, inputs, mock = dataset(tmp_path, 12, fail=False, halt=False)
+    out = tmp_path / "out.jsonl"
+    limits = BatchLimits(max_calls_total=1000)
+    run = BatchRun(
+        BatchOptions(
+            flow, inputs, out, mock=str(mock), mock_latency=60.0, runs_dir=None,
+            concurrency=4, engine="ray", ray_actors=1, limits=limits, progress="none",
+        )
+    )  # fmt: skip
+    engine = RayEngine(run.prepared.spec, concurrency=4, limits=limits, prices={}, actors=1)
+    run.engine = engine
+
+    async def requests() -> int:
+        if engine._limiter is None:
+            return 0
+        snapshot = await engine._limiter.snapshot.remote()
+        return int(snapshot["requests"])
+
+    async def interrupted() -> None:
+        running = asyncio.create_task(run.arun())
+        while await requests() < 4:
+            await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(interrupted())
+    stopped = read_results(out)
+    assert [line["status"] for line in stopped] == ["interrupted"] * 4
+    assert [line["usage"]["requests"] for line in stopped] == [1] * 4
+    assert run.summary is not None and run.summary.usage["requests"] == 4
