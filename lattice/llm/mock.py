@@ -33,6 +33,9 @@ class MockProvider:
     """A scripted provider. ``calls`` keeps every request, in order, for assertions.
 
     ``latency`` (seconds) makes each call ``await asyncio.sleep``, for concurrency tests.
+    ``pieces`` (2 or more) streams the answers of streaming requests (``on_delta`` set)
+    in that many pieces, ``latency`` spread evenly before them, for tests and demos of
+    live answers; otherwise answers come whole, as they always do without a stream.
     ``keep_calls=False`` keeps none (long-lived use, benchmarks).
     """
 
@@ -44,12 +47,14 @@ class MockProvider:
         *,
         default: Any = _UNSET,
         latency: float = 0.0,
+        pieces: int = 0,
         model: str = "mock-model",
         keep_calls: bool = True,
     ) -> None:
         self.responses = {node: list(items) for node, items in (responses or {}).items()}
         self.default = default
         self.latency = latency
+        self.pieces = pieces
         self.model = model
         self.cursor: dict[str, int] = {}
         self.calls: list[LLMRequest] = []
@@ -133,7 +138,8 @@ class MockProvider:
             self.calls.append(request)
         started = time.perf_counter()
         item = self._next_item(request.node_id or request.op_id or "", request)
-        if self.latency:
+        streamed = self.pieces > 1 and request.on_delta is not None
+        if self.latency and not streamed:
             await asyncio.sleep(self.latency)
         if isinstance(item, str):
             text = _as_branch(item, request.response_schema)
@@ -147,12 +153,23 @@ class MockProvider:
             )
         else:
             text = json.dumps(item, ensure_ascii=False)
+        if streamed:
+            await self._stream(text, request)
         return LLMResponse(
             text=text,
             usage=TokenUsage((request.size_chars() + 3) // 4, estimate_tokens(text)),
             model=request.model or self.model,
             latency_ms=(time.perf_counter() - started) * 1000,
         )
+
+    async def _stream(self, text: str, request: LLMRequest) -> None:
+        """Pass ``text`` on to ``request.on_delta`` in ``pieces`` pieces, each after its
+        share of ``latency``."""
+        assert request.on_delta is not None
+        size = -(-len(text) // self.pieces) or 1
+        for start in range(0, max(len(text), 1), size):
+            await asyncio.sleep(self.latency / self.pieces)
+            request.on_delta(text[start : start + size])
 
 
 def _as_branch(text: str, schema: Any) -> str:

@@ -31,6 +31,8 @@ from lattice.service.providers import ProviderChoice
 
 MAX_MOCK_LATENCY = 60.0
 """The longest pause (seconds) a mock script may ask for per call."""
+MAX_MOCK_PIECES = 1000
+"""The most pieces a mock answer may be streamed in."""
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,13 @@ class ProviderSpec:
     """The provider of a run: the command-line choice (``--provider``, ``--mock FILE``,
     ``--fixtures FILE``, ``--record``), or a mock script given as a JSON object (the
     server's inline scripts), with an optional pause per mock call (``latency``, seconds;
-    for demos and benchmarks of many concurrent runs)."""
+    for demos and benchmarks of many concurrent runs), and the number of pieces a mock
+    answer is streamed in when the run streams (``pieces``; ``MockProvider``)."""
 
     choice: ProviderChoice = field(default_factory=ProviderChoice)
     script: Mapping[str, Any] | None = None
     latency: float = 0.0
+    pieces: int = 0
 
     @property
     def given(self) -> bool:
@@ -54,6 +58,10 @@ class ProviderSpec:
                 f"mock latency must be between 0 and {MAX_MOCK_LATENCY:g} seconds",
                 error_type="mock_error",
             )
+        if not 0 <= self.pieces <= MAX_MOCK_PIECES:
+            raise LatticeUserError(
+                f"mock pieces must be between 0 and {MAX_MOCK_PIECES}", error_type="mock_error"
+            )
         if self.script is not None:
             choice = self.choice
             if choice.name not in (None, "mock") or choice.mock or choice.fixtures or choice.record:
@@ -61,14 +69,17 @@ class ProviderSpec:
                     "an inline mock script is used alone (it implies provider mock)",
                     error_type="mock_error",
                 )
-            return MockProvider.from_script(self.script, latency=self.latency, keep_calls=False)
+            return MockProvider.from_script(
+                self.script, latency=self.latency, pieces=self.pieces, keep_calls=False
+            )
         provider = self.choice.build(config)
-        if self.latency:
+        if self.latency or self.pieces:
             if not isinstance(provider, MockProvider):
                 raise LatticeUserError(
-                    "mock latency applies to mock scripts only", error_type="mock_error"
+                    "mock latency and pieces apply to mock scripts only", error_type="mock_error"
                 )
             provider.latency = self.latency
+            provider.pieces = self.pieces
         return provider
 
     def to_meta(self) -> dict[str, Any]:
@@ -78,16 +89,20 @@ class ProviderSpec:
             meta["mock_script"] = dict(self.script)
         if self.latency:
             meta["mock_latency"] = self.latency
+        if self.pieces:
+            meta["mock_pieces"] = self.pieces
         return meta
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> ProviderSpec:
         script = meta.get("mock_script")
         latency = meta.get("mock_latency")
+        pieces = meta.get("mock_pieces")
         return cls(
             choice=ProviderChoice.from_meta(meta),
             script=script if isinstance(script, Mapping) else None,
             latency=float(latency) if isinstance(latency, int | float) else 0.0,
+            pieces=pieces if isinstance(pieces, int) else 0,
         )
 
 

@@ -104,3 +104,22 @@ SCHEMAS = [
 @pytest.mark.parametrize("schema", SCHEMAS)
 def test_examples_validate_against_their_schema(schema: dict[str, Any]) -> None:
     jsonschema.validate(example_value(schema), schema)
+
+
+def test_pieces_stream_an_answer_to_a_streaming_request_only() -> None:
+    """``pieces`` passes a streaming request's answer on in that many pieces (the whole
+    answer still comes back); a request that does not stream gets it whole."""
+    answer = "a streamed answer of some length"
+    provider = MockProvider({"n": [answer, answer]}, pieces=4)
+    heard: list[str] = []
+    streamed = asyncio.run(
+        provider.complete(
+            LLMRequest(messages=[Message("user", "hi")], node_id="n", on_delta=heard.append)
+        )
+    )
+    assert streamed.text == answer
+    assert len(heard) == 4 and "".join(heard) == answer
+    whole = asyncio.run(
+        provider.complete(LLMRequest(messages=[Message("user", "hi")], node_id="n"))
+    )
+    assert whole.text == answer and len(heard) == 4
