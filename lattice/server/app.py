@@ -91,6 +91,12 @@ class ProviderOptions(BaseModel):
         le=60_000,
         description="a pause before each mock answer (demos, benchmarks)",
     )
+    mock_pieces: int | None = Field(
+        default=None,
+        ge=0,
+        le=1000,
+        description="stream each mock answer in this many pieces over its pause (demos, tests)",
+    )
     fixtures: str | None = Field(
         default=None, description="a fixtures file, relative to --workflows"
     )
@@ -104,6 +110,7 @@ class ProviderOptions(BaseModel):
             ProviderChoice(name=self.provider, mock=mock, fixtures=fixtures),
             script=self.mock_script,
             latency=(self.mock_latency_ms or 0.0) / 1000,
+            pieces=self.mock_pieces or 0,
         )
 
 
@@ -282,14 +289,17 @@ def load_what_runs_use() -> None:
 def create_app(settings: ServerSettings) -> FastAPI:
     """The ``lattice serve`` application for ``settings``."""
     config = settings.config
-    redact: Redactor = make_redactor(settings_from_config(config).secret_names())
+    secret_names = settings_from_config(config).secret_names()
+    redact: Redactor = make_redactor(secret_names)
     masking = MaskingFilter(redact)
     for name in ("lattice.server", "uvicorn.error"):
         logger = logging.getLogger(name)
         for old in [f for f in logger.filters if isinstance(f, MaskingFilter)]:
             logger.removeFilter(old)  # an app made before in this process
         logger.addFilter(masking)
-    manager = RunManager(settings.runs_dir, max_active_runs=settings.max_active_runs)
+    manager = RunManager(
+        settings.runs_dir, max_active_runs=settings.max_active_runs, secret_names=secret_names
+    )
     library = WorkflowLibrary(settings.workflows_dir, list(config.mcp.servers))
     tails = FolderTails(status=manager.status, closing=lambda: manager.closing, redact=redact)
 
@@ -476,6 +486,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
         last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
         last_event_id: Annotated[int | None, Query(ge=0)] = None,
         timing: Annotated[bool, Query(description="emission time before each event")] = False,
+        deltas: Annotated[
+            bool, Query(description="the pieces of model answers as they arrive (llm_delta)")
+        ] = False,
     ) -> Response:
         folder = manager.folder(run_id)
         cursor = last_event_id or 0
@@ -490,6 +503,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             tails=tails,
             timing=timing,
             redact=redact,
+            deltas=deltas,
         )
         return StreamingResponse(
             messages,

@@ -21,6 +21,14 @@ A run of another process (a ``lattice run`` in progress) is followed from its fo
 one ``FolderTail`` for all its watchers: every ``POLL_SECONDS`` it reads what was
 appended to ``events.jsonl`` since its last read and feeds a channel of its own, until
 the run stops or its last watcher leaves.
+
+Live answers: a watcher that asks for deltas (``?deltas=1``) of a run this server runs
+also gets its ``llm_delta`` events, the pieces of model answers as they arrive, as
+messages of their own without an id (``event: llm_delta``), in their place among the
+recorded events. They are never recorded, so a reconnecting watcher does not get them
+again. Each such watcher has a ``DeltaFeed``: at most ``MAX_PENDING_DELTAS`` of them
+wait for it, and further ones are dropped (an ``event: llm_delta_gap`` message then says
+how many) rather than held for a watcher that does not keep up.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -44,11 +53,59 @@ PING_SECONDS = 15.0
 """A comment line is sent after this long without an event (keeps proxies from closing)."""
 POLL_SECONDS = 0.25
 """How often a run of another process is looked at for new events."""
+MAX_PENDING_DELTAS = 256
+"""Deltas that may wait for one watcher; more are dropped until it catches up."""
 
 
 def event_line(event: dict[str, Any]) -> str:
     """An event as ``events.jsonl`` holds it (before masking)."""
     return json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class DeltaFeed:
+    """The deltas waiting for one watcher: ``(after, message)`` pairs, ``after`` being the
+    seq of the last recorded event before the delta (the delta goes after it), and how
+    many were dropped since the watcher last took them."""
+
+    __slots__ = ("_ready", "dropped", "items")
+
+    def __init__(self) -> None:
+        self.items: deque[tuple[int, bytes]] = deque()
+        self.dropped = 0
+        self._ready = asyncio.Event()
+
+    def put(self, after: int, message: bytes) -> None:
+        if len(self.items) >= MAX_PENDING_DELTAS:
+            self.dropped += 1
+        else:
+            self.items.append((after, message))
+        self._ready.set()
+
+    def take(self, cursor: int) -> bytes:
+        """The messages of the deltas that go right after event ``cursor`` (those before
+        it are dropped: what they were pieces of has been sent), then, once all the
+        kept ones are taken, the gap of those dropped after them."""
+        items = self.items
+        parts: list[bytes] = []
+        while items and items[0][0] <= cursor:
+            after, message = items.popleft()
+            if after == cursor:
+                parts.append(message)
+        if self.dropped and not items:
+            parts.append(gap_message(self.dropped))
+            self.dropped = 0
+        return b"".join(parts)
+
+    def next_after(self) -> int | None:
+        """After which recorded event the next waiting delta goes (None: none waits)."""
+        return self.items[0][0] if self.items else None
+
+    def wake(self) -> None:
+        self._ready.set()
+
+    async def wait(self) -> None:
+        await self._ready.wait()
+        self._ready.clear()
 
 
 class EventChannel:
@@ -64,6 +121,7 @@ class EventChannel:
     __slots__ = (
         "_batches",
         "_changed",
+        "_feeds",
         "_first",
         "_items",
         "_pinger",
@@ -80,6 +138,7 @@ class EventChannel:
         self._changed = asyncio.Event()
         self._batches: dict[tuple[int, bool], tuple[bytes, int]] = {}
         self._pinger: asyncio.TimerHandle | None = None
+        self._feeds: list[DeltaFeed] = []
         self.pinged = 0
         """How many keep-alive wake-ups there have been."""
         self.status: str | None = None
@@ -104,6 +163,26 @@ class EventChannel:
                 self._first = 0
         self._wake()
 
+    @property
+    def wants_deltas(self) -> bool:
+        """Whether a watcher takes the run's deltas."""
+        return bool(self._feeds)
+
+    def add_delta(self, after: int, line: str) -> None:
+        """A delta of the run (never recorded), as a JSON line, after event ``after``."""
+        data = delta_message(line).encode()
+        for feed in self._feeds:
+            feed.put(after, data)
+
+    def watch_deltas(self) -> DeltaFeed:
+        """A feed of the run's deltas for one watcher, until ``unwatch_deltas``."""
+        feed = DeltaFeed()
+        self._feeds.append(feed)
+        return feed
+
+    def unwatch_deltas(self, feed: DeltaFeed) -> None:
+        self._feeds.remove(feed)
+
     def close(self, status: str) -> None:
         """The run stopped: watchers send what is left and end their streams."""
         self.status = status
@@ -113,14 +192,18 @@ class EventChannel:
     def _wake(self) -> None:
         if self._batches:
             self._batches.clear()
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self._wake_all()
 
     def _ping(self) -> None:
         self.pinged += 1
         self._pinger = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
+        self._wake_all()
+
+    def _wake_all(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+        for feed in self._feeds:
+            feed.wake()
 
     def since(self, cursor: int) -> list[tuple[int, str, float]] | None:
         """The kept events after ``cursor``; None when some of them are no longer (or not
@@ -165,11 +248,27 @@ class EventChannel:
             self._pinger.cancel()
             self._pinger = None
 
-    async def changed(self) -> None:
-        """Wait for a new event, the end of the run, or a keep-alive wake-up."""
+    async def changed(self, feed: DeltaFeed | None = None) -> None:
+        """Wait for a new event, the end of the run, or a keep-alive wake-up; and for a
+        new delta when the watcher has a ``feed``."""
         if self._pinger is None and not self.closed:
             self._pinger = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
-        await self._changed.wait()
+        if feed is None:
+            await self._changed.wait()
+        else:
+            await feed.wait()
+
+    def through(self, cursor: int, last: int, timing: bool) -> tuple[bytes, int] | None:
+        """Like ``batch``, but only the events up to ``last`` (not shared: a watcher
+        with deltas waiting sends the events before them first)."""
+        items = self.since(cursor)
+        if items is None:
+            return None
+        items = [item for item in items if item[0] <= last]
+        if not items:
+            return b"", cursor
+        text = "".join(message(seq, line, at if timing else None) for seq, line, at in items)
+        return text.encode(), items[-1][0]
 
 
 def message(seq: int, line: str, emitted: float | None = None) -> str:
@@ -177,6 +276,17 @@ def message(seq: int, line: str, emitted: float | None = None) -> str:
     if emitted is not None:
         return f": emitted {emitted:.6f}\nid: {seq}\ndata: {line}\n\n"
     return f"id: {seq}\ndata: {line}\n\n"
+
+
+def delta_message(line: str) -> str:
+    """The SSE message of a delta: its own event name and no id (deltas are not recorded:
+    ``Last-Event-ID`` counts recorded events only)."""
+    return f"event: llm_delta\ndata: {line}\n\n"
+
+
+def gap_message(dropped: int) -> bytes:
+    """Says that ``dropped`` deltas were dropped for a watcher that did not keep up."""
+    return f'event: llm_delta_gap\ndata: {{"dropped": {dropped}}}\n\n'.encode()
 
 
 def end_message(status: str) -> str:
@@ -309,14 +419,18 @@ async def stream(
     tails: FolderTails,
     timing: bool = False,
     redact: Redactor | None = None,
+    deltas: bool = False,
 ) -> AsyncIterator[bytes]:
     """The SSE messages of a run after event ``cursor``, until the run stops.
 
     ``channel()`` is the run's live channel while this server runs it; a run it does not
     run is followed through ``tails`` while another process runs it; ``redact`` masks
     what is replayed from the folder (which its run masked already, with its own
-    settings)."""
+    settings). With ``deltas``, the deltas of a run this server runs come too, each
+    after the recorded event it followed."""
     followed: EventChannel | None = None
+    live: EventChannel | None = None
+    feed: DeltaFeed | None = None
     try:
         live = channel()
         if live is None:
@@ -331,8 +445,19 @@ async def stream(
                 return
             if live is None:
                 live = followed = tails.join(folder)  # a run of another process
+        if deltas and followed is None:
+            feed = live.watch_deltas()
         while True:
-            batch = live.batch(cursor, timing)
+            upto = None
+            if feed is not None:
+                due = feed.take(cursor)
+                if due:
+                    yield due
+                    continue
+                upto = feed.next_after()
+            batch = (
+                live.batch(cursor, timing) if upto is None else live.through(cursor, upto, timing)
+            )
             if batch is None:
                 # What the channel does not hold comes from the folder: the events before
                 # the watcher came.
@@ -358,9 +483,11 @@ async def stream(
                 yield end_message(live.status).encode()
                 return
             pinged = live.pinged
-            await live.changed()
+            await live.changed(feed)
             if live.pinged != pinged and live.batch(cursor, timing) == (b"", cursor):
                 yield PING
     finally:
+        if feed is not None and live is not None:
+            live.unwatch_deltas(feed)
         if followed is not None:
             tails.leave(folder, followed)

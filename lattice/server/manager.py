@@ -22,11 +22,12 @@ from typing import Any
 
 from lattice.errors import LatticeUserError
 from lattice.runs.checkpoint import status_of
+from lattice.runs.redaction import PieceMasker
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.results import RunResult
 from lattice.runtime.runner import Runner
 from lattice.server.errors import ApiError, from_user_error, not_found
-from lattice.server.events import EventChannel
+from lattice.server.events import EventChannel, event_line
 from lattice.server.store import LoopStore
 from lattice.service.runs import PreparedResume, PreparedRun
 
@@ -50,6 +51,28 @@ class ActiveRun:
     error: BaseException | None = None
     """What stopped the task other than the run's end (a refusal, or a bug)."""
     stop_asked: bool = field(default=False)
+
+
+class DeltaRelay:
+    """A listener of one run's events that hands its ``llm_delta`` events, masked, to the
+    run's channel while a watcher takes them. Being a listener that takes deltas, it
+    makes the run stream unless ``[runtime] stream`` says never (``wants_deltas``)."""
+
+    wants_deltas = True
+
+    def __init__(self, channel: EventChannel, secret_names: tuple[str, ...]) -> None:
+        self.channel = channel
+        self.masker = PieceMasker(secret_names)
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event["type"] != "llm_delta" or not self.channel.wants_deltas:
+            return
+        data = event["data"]
+        lane = event.get("branch")
+        text = self.masker.mask(lane, (event.get("op_id"), data.get("attempt")), data["text"])
+        if text:
+            masked = {**event, "data": {**data, "text": text}}
+            self.channel.add_delta(event["seq"], event_line(masked))
 
 
 def read_json(path: Path) -> Any:
@@ -78,9 +101,14 @@ class RunManager:
     ``list_runs``) are called from worker threads, off the loop: they only look
     ``active`` up (or copy it), never change it."""
 
-    def __init__(self, runs_dir: Path, *, max_active_runs: int) -> None:
+    def __init__(
+        self, runs_dir: Path, *, max_active_runs: int, secret_names: tuple[str, ...] = ()
+    ) -> None:
         self.runs_dir = runs_dir.resolve()
         self.max_active_runs = max_active_runs
+        self.secret_names = secret_names
+        """Environment variables whose values are masked in deltas (with the provider
+        keys), as in every response."""
         self.active: dict[str, ActiveRun] = {}
         self.closing = False
         """Set when the server shuts down."""
@@ -149,6 +177,7 @@ class RunManager:
             run_id = new_run_id()
         active = ActiveRun(run_id, self.runs_dir / run_id, EventChannel(run_id))
         active.runner = prepared.runner
+        prepared.runner.subscribe(self._relay(active))
         self._launch(active, prepared.arun(run_id=run_id), prepared.runner.store)
         await self._started(active)
         return active
@@ -161,9 +190,16 @@ class RunManager:
         def attach(runner: Runner) -> None:
             active.runner = runner
 
-        self._launch(active, prepared.arun(on_runner=attach), prepared.store)
+        self._launch(
+            active,
+            prepared.arun(on_event=self._relay(active), on_runner=attach),
+            prepared.store,
+        )
         await self._started(active)
         return active
+
+    def _relay(self, active: ActiveRun) -> DeltaRelay:
+        return DeltaRelay(active.channel, self.secret_names)
 
     def _launch(
         self, active: ActiveRun, run: Coroutine[Any, Any, RunResult], store: RunStore

@@ -206,6 +206,96 @@ def test_timing_adds_the_emission_time_as_a_comment(client: httpx.Client) -> Non
         assert abs(emitted - time.time()) < 60
 
 
+def watch_with_messages(
+    base_url: str, run_id: str, params: dict[str, Any]
+) -> tuple[list[Any], str | None]:
+    """Every SSE message of a run's stream (recorded events and deltas alike), in order,
+    and the status of its end."""
+    messages: list[Any] = []
+    with (
+        httpx.Client(base_url=base_url, timeout=TIMEOUT) as own,
+        own.stream("GET", f"/v1/runs/{run_id}/events", params=params) as response,
+    ):
+        for message in read_sse(response):
+            if message.event == "end":
+                return messages, message.data["status"]
+            messages.append(message)
+    return messages, None
+
+
+def test_a_watcher_asking_for_deltas_gets_an_answer_s_pieces_before_its_completion(
+    client: httpx.Client, base_url: str, space: Path
+) -> None:
+    """Three calls, each answered in 4 pieces over 600 ms: a watcher with ``?deltas=1``
+    gets the pieces of the last one (by then it surely follows) in order, between its
+    request and its completion, as messages without an id; a watcher without the option
+    gets none; the run folder records none; a watcher that comes after gets none."""
+    answers = [f"answer {i}: " + "a long streamed answer, " * 8 for i in range(3)]
+    run_id = start(
+        client,
+        document=steps(3),
+        mock_script={"responses": {f"s{i}": [answers[i]] for i in range(3)}},
+        mock_latency_ms=600,
+        mock_pieces=4,
+    )
+    results: dict[str, tuple[list[Any], str | None]] = {}
+
+    def watch(name: str, params: dict[str, Any]) -> None:
+        results[name] = watch_with_messages(base_url, run_id, params)
+
+    watchers = [
+        threading.Thread(target=watch, args=("deltas", {"deltas": "1"})),
+        threading.Thread(target=watch, args=("plain", {})),
+    ]
+    for watcher in watchers:
+        watcher.start()
+    for watcher in watchers:
+        watcher.join(TIMEOUT)
+    with_deltas, status = results["deltas"]
+    assert status == "completed"
+    last = [
+        m
+        for m in with_deltas
+        if m.data.get("node_id") == "s2"
+        and m.data["type"] in ("llm_request", "llm_delta", "llm_response")
+    ]
+    assert last[0].data["type"] == "llm_request" and last[-1].data["type"] == "llm_response"
+    pieces = [m for m in last if m.event == "llm_delta"]
+    assert len(pieces) >= 2 and all(m.id is None for m in pieces)
+    assert all(m.data["type"] == "llm_delta" and m.data["data"]["attempt"] == 1 for m in pieces)
+    text = "".join(m.data["data"]["text"] for m in pieces)
+    # the pieces come in order; the last few characters may be held back (what could be
+    # the start of a secret) until the completion brings them
+    assert answers[2].startswith(text) and len(text) > len(answers[2]) // 2
+    plain, status = results["plain"]
+    assert status == "completed"
+    assert plain and all(m.event == "message" and m.id is not None for m in plain)
+    assert [m.data for m in plain] == [m.data for m in with_deltas if m.event == "message"]
+    recorded = file_events(space / "runs" / run_id)
+    assert "llm_delta" not in {e["type"] for e in recorded}
+    assert [e["seq"] for e in recorded] == list(range(1, len(recorded) + 1))
+    again, status = watch_with_messages(base_url, run_id, {"deltas": "1"})
+    assert status == "completed" and again
+    assert all(m.event == "message" for m in again)
+
+
+def test_a_secret_cut_between_pieces_never_reaches_a_watcher(
+    client: httpx.Client, base_url: str
+) -> None:
+    answer = f"the key: {SECRET}, and then enough text to pass the held-back part on."
+    run_id = start(
+        client,
+        document=steps(1),
+        mock_script={"responses": {"s0": [answer]}},
+        mock_latency_ms=1500,
+        mock_pieces=len(answer) // 3,
+    )
+    messages, status = watch_with_messages(base_url, run_id, {"deltas": "1"})
+    assert status == "completed"
+    text = "".join(m.data["data"]["text"] for m in messages if m.event == "llm_delta")
+    assert "***" in text and SECRET not in text
+
+
 # -- questions, failures, cancel, resume ----------------------------------------------------
 
 

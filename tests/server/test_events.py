@@ -96,3 +96,43 @@ def test_a_run_of_another_process_is_followed_while_it_has_watchers(tmp_path: Pa
         assert tails.followed == [] and following() == []
 
     asyncio.run(go())
+
+
+def delta_line(after: int, text: str) -> str:
+    return json.dumps(
+        {"seq": after, "run_id": "r", "type": "llm_delta", "data": {"attempt": 1, "text": text}}
+    )
+
+
+def test_deltas_go_in_their_place_and_a_slow_watcher_loses_only_deltas(tmp_path: Path) -> None:
+    """Deltas follow the recorded event they came after. A watcher that does not read
+    while many deltas arrive gets at most MAX_PENDING_DELTAS of them and a gap message
+    saying how many were dropped, and every recorded event still; the run never waits."""
+
+    async def go() -> tuple[bytes, list[int]]:
+        channel = EventChannel("r")
+        tails = FolderTails(status=lambda run_id: "running")
+        watcher = stream(tmp_path, 0, channel=lambda: channel, tails=tails, deltas=True)
+        channel.add(1, json.dumps(event(1)))
+        first = await anext(watcher)
+        assert ids(first) == [1]
+        channel.add_delta(1, delta_line(1, "early"))
+        channel.add(2, json.dumps(event(2)))
+        for n in range(events.MAX_PENDING_DELTAS + 40):
+            channel.add_delta(2, delta_line(2, f"piece {n}"))
+        channel.add(3, json.dumps(event(3)))
+        channel.close("completed")
+        received = b""
+        async for chunk in watcher:
+            received += chunk
+        return received, ids(received)
+
+    received, seen = asyncio.run(go())
+    assert seen == [2, 3]
+    text = received.decode()
+    early, second = text.index('"early"'), text.index("id: 2\n")
+    assert early < second < text.index("event: llm_delta_gap") < text.index("id: 3\n")
+    kept = re.findall(r'"piece (\d+)"', text)
+    assert kept == [str(n) for n in range(events.MAX_PENDING_DELTAS - 1)]
+    assert '{"dropped": 41}' in text
+    assert text.endswith('event: end\ndata: {"status": "completed"}\n\n')
