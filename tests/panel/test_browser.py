@@ -503,3 +503,35 @@ def test_keyboard_focus_survives_live_updates(
     time.sleep(4.5)  # two refreshes, one of them while a run is running
     assert page.execute_script("return document.activeElement.closest('tr')?.dataset.run") == triage
     wait_for_status(client, run_id, ("completed",))
+
+
+def test_the_inspector_shows_a_model_answer_growing_before_it_completes(
+    page: Any, base_url: str, client: httpx.Client
+) -> None:
+    """A call answered in 8 pieces over 4 s: the selected node's inspector shows part of
+    the answer while the node runs, then the recorded completion in its place."""
+    answer = "Streaming answers arrive piece by piece, " * 4
+    run_id = start_via_api(
+        client,
+        document=steps(1),
+        mock_script={"responses": {"s0": [answer]}},
+        mock_latency_ms=4000,
+        mock_pieces=8,
+    )
+    page.get(f"{base_url}/#/runs/{run_id}?node=s0")
+    partial = until(
+        lambda: (shown := text(page, ".live-answer pre")) and len(shown) < len(answer) and shown,
+        "no partial answer was shown",
+    )
+    assert answer.startswith(partial)
+    assert status(page, "s0") == "running"
+    assert text(page, ".live-answer h3") == "Answer so far"
+    longer = until(
+        lambda: len(shown := text(page, ".live-answer pre")) > len(partial) and shown,
+        "the answer did not grow",
+    )
+    assert answer.startswith(longer)
+    until(lambda: status(page, "s0") == "completed", "s0 did not complete")
+    until(lambda: text(page, ".live-answer") == "", "the live answer stayed after completion")
+    until(lambda: answer.strip() in text(page, "pre.completion"), "no recorded raw output")
+    assert console_errors(page) == []

@@ -103,10 +103,12 @@ export function runPath(runId, rest = "") {
 /**
  * Follow a run's events from after `afterSeq`. `onData(raw)` gets each event's JSON
  * text (parsing is left to the consumer, which does it in batches); `onEnd(status)`
- * once the stream ends. A dropped connection is followed again from the last id seen.
- * Returns {close()}.
+ * once the stream ends. With `onDelta(kind, raw)` the stream asks for the pieces of
+ * model answers too (`?deltas=1`): `kind` is `llm_delta` (a piece, not recorded, no id)
+ * or `llm_delta_gap` (pieces dropped because this page did not keep up). A dropped
+ * connection is followed again from the last id seen. Returns {close()}.
  */
-export function follow(runId, afterSeq, { onData, onEnd, onState }) {
+export function follow(runId, afterSeq, { onData, onDelta, onEnd, onState }) {
   let last = afterSeq;
   let closed = false;
   let controller = null;
@@ -117,7 +119,8 @@ export function follow(runId, afterSeq, { onData, onEnd, onState }) {
     onState?.("connecting");
     let ended = false;
     try {
-      const res = await fetch(runPath(runId, `/events?last_event_id=${last}`), {
+      const deltas = onDelta ? "&deltas=1" : "";
+      const res = await fetch(runPath(runId, `/events?last_event_id=${last}${deltas}`), {
         headers: headers({ Accept: "text/event-stream" }),
         signal: controller.signal,
         cache: "no-store",
@@ -164,6 +167,10 @@ export function follow(runId, afterSeq, { onData, onEnd, onState }) {
             onEnd?.(status);
             controller.abort();
             return;
+          }
+          if (event === "llm_delta" || event === "llm_delta_gap") {
+            onDelta?.(event, data);
+            continue;
           }
           if (data) {
             if (id !== null) last = Number(id);

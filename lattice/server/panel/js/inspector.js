@@ -3,7 +3,8 @@
 // LLM ops every attempt (model and class, the messages sent, masked as in the run
 // folder, the raw answer, the failure category and violations with their JSON
 // pointers, the repair packet, escalations, tokens and latency); for tool ops the
-// request and the response. While the node runs, its live events.
+// request and the response. While the node runs, its live events and the answer of
+// its model call in flight as it arrives.
 
 import { api, runPath } from "./api.js";
 import { clear, fmtInt, fmtMs, h, preview, statusBadge, truncate } from "./dom.js";
@@ -31,6 +32,61 @@ const LIVE_TYPES = new Set([
   "run_halted",
   "run_failed",
 ]);
+
+/** The most of a live answer kept and shown (its end: what is arriving). */
+export const MAX_LIVE_CHARS = 4000;
+
+/** Recorded events after which an op's streamed answer is no longer in flight. */
+const ANSWER_ENDS = new Set(["llm_response", "retry", "op_finished", "run_failed", "run_halted"]);
+
+/**
+ * The answers of the model calls in flight, by op (and branch), built from their
+ * `llm_delta` pieces; a recorded completion (or the op's end) drops one.
+ */
+export class LiveAnswers {
+  constructor() {
+    this.byOp = new Map();
+    this.dirty = false;
+  }
+
+  delta(ev) {
+    const key = `${ev.op_id}|${ev.branch || ""}`;
+    const attempt = ev.data?.attempt;
+    let answer = this.byOp.get(key);
+    if (!answer || answer.attempt !== attempt) {
+      answer = { op: ev.op_id, attempt, text: "", cut: false };
+      this.byOp.set(key, answer);
+    }
+    answer.text += ev.data?.text || "";
+    if (answer.text.length > MAX_LIVE_CHARS) {
+      answer.text = answer.text.slice(-MAX_LIVE_CHARS);
+      answer.cut = true;
+    }
+    this.dirty = true;
+  }
+
+  /** Pieces were dropped (the page did not keep up): every answer has a hole. */
+  gap() {
+    for (const answer of this.byOp.values()) answer.text += " … ";
+    this.dirty = true;
+  }
+
+  recorded(ev) {
+    if (!ANSWER_ENDS.has(ev.type) || !this.byOp.size) return;
+    if (this.byOp.delete(`${ev.op_id}|${ev.branch || ""}`)) this.dirty = true;
+  }
+
+  clear() {
+    this.byOp.clear();
+    this.dirty = true;
+  }
+
+  /** The answer arriving for one of `ops`, if any. */
+  of(ops) {
+    for (const answer of this.byOp.values()) if (ops.includes(answer.op)) return answer;
+    return null;
+  }
+}
 
 function section(title, ...body) {
   return h("section", { class: "i-section" }, h("h4", {}, title), ...body);
@@ -173,8 +229,9 @@ function recordView(record, definition, open) {
 }
 
 export class Inspector {
-  constructor({ runId, graph, model, events }) {
+  constructor({ runId, graph, model, events, answers }) {
     this.runId = runId;
+    this.answers = answers;
     this.graph = graph;
     this.model = model;
     this.events = events;
@@ -255,6 +312,29 @@ export class Inspector {
     );
   }
 
+  /** The answer of the node's model call in flight, as it arrives (only its text node
+   * changes: called once per batch of events, i.e. at most once per frame). */
+  renderAnswer() {
+    if (!this.answers?.dirty) return;
+    this.answers.dirty = false;
+    const box = this.el.querySelector(".live-answer");
+    if (!box) return;
+    const node = this.graph.nodes.find((n) => n.id === this.nodeId);
+    const answer = node ? this.answers.of(node.ops) : null;
+    if (!answer) {
+      if (box.firstChild) clear(box);
+      return;
+    }
+    let text = box.querySelector("pre");
+    if (!text) {
+      text = pre("", "answer-text");
+      box.append(h("h3", {}, "Answer so far"), text);
+    }
+    box.dataset.op = answer.op;
+    box.dataset.attempt = answer.attempt ?? "";
+    text.textContent = answer.cut ? `…${answer.text}` : answer.text;
+  }
+
   render() {
     // What the reader opened or closed, and where they were, survive a redraw.
     const kept = new Map();
@@ -302,6 +382,9 @@ export class Inspector {
     );
     el.append(h("div", { class: "live", "aria-live": "polite" }));
     this.renderLive();
+    el.append(h("div", { class: "live-answer", "aria-live": "off" }));
+    if (this.answers) this.answers.dirty = true;
+    this.renderAnswer();
     const box = h("div", { class: "records" });
     el.append(box);
     if (this.records === null) {

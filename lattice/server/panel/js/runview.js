@@ -9,7 +9,7 @@
 import { api, follow, runPath } from "./api.js";
 import { Canvas } from "./canvas.js";
 import { clear, duration, fmtCost, fmtInt, fmtMs, fmtTime, h, preview, statusBadge } from "./dom.js";
-import { Inspector } from "./inspector.js";
+import { Inspector, LiveAnswers } from "./inspector.js";
 import { RunModel } from "./model.js";
 import { StateTimeline } from "./state.js";
 import { tree } from "./tree.js";
@@ -65,7 +65,8 @@ export class RunView {
       onSelect: (id) => this.selectNode(id),
       label: `Workflow ${graph.workflow?.name || graph.workflow?.id || ""}: ${graph.nodes.length} nodes`,
     });
-    this.inspector = new Inspector({ runId: this.runId, graph, model: this.model, events: this.events });
+    this.answers = new LiveAnswers();
+    this.inspector = new Inspector({ runId: this.runId, graph, model: this.model, events: this.events, answers: this.answers });
     this.build();
     requestAnimationFrame(() => this.canvas.initialView());
     if (this.initialNode && graph.nodes.some((n) => n.id === this.initialNode)) this.selectNode(this.initialNode);
@@ -342,6 +343,10 @@ export class RunView {
         this.queue.push(raw);
         this.schedule();
       },
+      onDelta: (kind, raw) => {
+        this.queue.push({ kind, raw });
+        this.schedule();
+      },
       onEnd: (status) => this.ended(status),
       onState: (state) => {
         this.conn.textContent = { connecting: "connecting…", live: "live", reconnecting: "reconnecting…", ended: "" }[state] ?? "";
@@ -361,18 +366,29 @@ export class RunView {
     else requestAnimationFrame(run);
   }
 
-  /** Apply up to MAX_BATCH queued events: parse, fold, redraw what they touched. */
+  /** Apply up to MAX_BATCH queued events: parse, fold, redraw what they touched. The
+   * pieces of model answers among them (never recorded) go to the live answers, in
+   * their place: a recorded completion ends the answer it completes. */
   flush() {
     const t0 = performance.now();
     const end = Math.min(this.queue.length, this.queueHead + MAX_BATCH);
     const from = this.events.length;
     for (let i = this.queueHead; i < end; i++) {
-      try {
-        this.events.push(JSON.parse(this.queue[i]));
-      } catch {
-        /* a line that is not JSON: skipped */
-      }
+      const item = this.queue[i];
       this.queue[i] = null;
+      let ev;
+      try {
+        ev = JSON.parse(typeof item === "string" ? item : item.raw);
+      } catch {
+        continue; /* a line that is not JSON: skipped */
+      }
+      if (typeof item !== "string") {
+        if (item.kind === "llm_delta") this.answers.delta(ev);
+        else this.answers.gap();
+        continue;
+      }
+      this.events.push(ev);
+      this.answers.recorded(ev);
     }
     const t1 = performance.now();
     const size = end - this.queueHead;
@@ -396,6 +412,7 @@ export class RunView {
     this.renderPosition();
     this.renderHeadSoon();
     this.inspector.touched(this.events.slice(from, to));
+    this.inspector.renderAnswer();
     this.stateSoon();
     const t4 = performance.now();
     recordBatch(size, t4 - t0, { parse: t1 - t0, fold: t2 - t1, draw: t3 - t2, rest: t4 - t3 });
@@ -422,6 +439,8 @@ export class RunView {
       this.run = { ...this.run, status: status || this.run.status };
     }
     if (this.dead) return;
+    this.answers.clear();
+    this.inspector.renderAnswer();
     const drain = () => {
       if (this.queueHead < this.queue.length) {
         setTimeout(drain, 50);
