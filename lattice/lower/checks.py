@@ -309,6 +309,7 @@ class ReferenceChecker:
             variables = node.data.get("variables") if node is not None else None
             if isinstance(variables, dict) and ref.name in variables:
                 return
+            self._check_bare_name(use, ref)
             ref = ref.as_input_path()
         if ref.root == "$in":
             self._check_input(use, ref)
@@ -320,6 +321,26 @@ class ReferenceChecker:
                 "template-unknown-ref",
                 f"$ctx has no key {ref.keys[0]!r}{did_you_mean(str(ref.keys[0]), CTX_KEYS)}",
             )
+
+    def _check_bare_name(self, use: RefUse, ref: NameRef) -> None:
+        """A bare ``{{ name }}`` is an input; when a node has that id and the inputs schema
+        does not declare it, the node's answer was most likely meant."""
+        if ref.name not in self.lowerings or not self.lowerings[ref.name].produces:
+            return
+        declared = missing_property(self.inputs_schema, [ref.name]) is None
+        if self.inputs_schema is not None and declared:
+            return
+        self.ctx.diagnostics.append(
+            Diagnostic(
+                "template-name-is-node",
+                f"{{{{ {ref.name} }}}} reads the input {ref.name!r} ($in.{ref.name}), which "
+                f"the run must be given; the answer of the node {ref.name!r} is "
+                f"{{{{ $vars.{ref.name}.result }}}}",
+                severity=Severity.WARNING,
+                node_id=use.node_id,
+                pointer=use.pointer,
+            )
+        )
 
     def _check_input(self, use: RefUse, ref: StatePath) -> None:
         if not ref.keys or not isinstance(ref.keys[0], str):

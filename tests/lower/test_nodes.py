@@ -167,6 +167,27 @@ def test_context_does_not_repeat_what_the_prompt_reads() -> None:
     assert _op(ir, "b", LLMWriteOp).context == ["$vars.a.result"]
 
 
+def test_a_bare_name_that_is_a_node_id_warns_with_the_path_of_its_answer() -> None:
+    doc = chain(
+        node("analyzer-1", "prompt", prompt="x"),
+        node("report", "prompt", prompt="Report on {{analyzer-1}}"),
+    )
+    d = only(lower_document(doc), "template-name-is-node")
+    assert d.severity is Severity.WARNING and d.node_id == "report"
+    assert d.pointer == "/nodes/2/data/prompt"
+    assert "{{ $vars.analyzer-1.result }}" in d.message
+    # the path it names reads the answer, without the warning
+    doc["nodes"][2]["data"]["prompt"] = "Report on {{ $vars.analyzer-1.result }}"
+    assert lower_ok(doc).inputs_schema.get("required", []) == []
+    # an input the start node declares under that name is meant as one
+    doc["nodes"][2]["data"]["prompt"] = "Report on {{analyzer-1}}"
+    doc["nodes"][0]["data"]["inputs"] = {
+        "type": "object",
+        "properties": {"analyzer-1": {"type": "string"}},
+    }
+    assert "template-name-is-node" not in [x.code for x in lower_document(doc).diagnostics]
+
+
 def test_error_of_a_node_with_a_failed_port_can_be_read() -> None:
     doc = chain(
         node("a", "prompt", prompt="x"),
