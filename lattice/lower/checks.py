@@ -327,7 +327,7 @@ class ReferenceChecker:
         does not declare it, the node's answer was most likely meant."""
         if ref.name not in self.lowerings or not self.lowerings[ref.name].produces:
             return
-        declared = missing_property(self.inputs_schema, [ref.name]) is None
+        declared = missing_property(self.inputs_schema, (ref.name,)) is None
         if self.inputs_schema is not None and declared:
             return
         self.ctx.diagnostics.append(
