@@ -103,6 +103,9 @@ class _Compiler:
         self.lowerings: dict[str, NodeLowering] = {}
         self.ports: dict[str, list[str] | None] = {}
         self.graph: DiGraph[str] = DiGraph()
+        self.dropped_connections = 0
+        """Connections in error, left out of the graph: until they are fixed, what the
+        graph says of reachability and order is not reported (it would follow from them)."""
         self._types: Suggester | None = None
 
     def run(self) -> LoweringResult:
@@ -110,7 +113,8 @@ class _Compiler:
         self._lower_nodes()
         self._wire()
         self._wire_bodies()
-        reachability_warnings(self.ctx, self.graph, start, ends, self.workflow.nodes)
+        if not self.dropped_connections:
+            reachability_warnings(self.ctx, self.graph, start, ends, self.workflow.nodes)
         inputs_schema = self._check_references(start)
         if any(d.is_error for d in self.ctx.diagnostics) or start is None:
             return LoweringResult(None, self.ctx.diagnostics)
@@ -199,10 +203,16 @@ class _Compiler:
                 self.ports[node.id] = None  # unknown: its connections are not judged again
                 self.graph.add_node(node.id)
                 continue
+            errors = self._error_count()
             self.lowerings[node.id] = lowerer.lower(node, self.ctx)
-            self.ports[node.id] = lowerer.ports(node)
+            # a node whose data is in error has no ports to judge its connections by: they
+            # stay edges of the graph (reachability), their ports unjudged, like an unknown type's
+            self.ports[node.id] = lowerer.ports(node) if self._error_count() == errors else None
             if node.type != "group":
                 self.graph.add_node(node.id)
+
+    def _error_count(self) -> int:
+        return sum(1 for d in self.ctx.diagnostics if d.is_error)
 
     def _wire(self) -> None:
         ctx, ops_by_id = self.ctx, {op.id: op for lw in self.lowerings.values() for op in lw.ops}
@@ -233,6 +243,7 @@ class _Compiler:
                     )
                     problems = True
             if problems:
+                self.dropped_connections += 1
                 continue
             ports = self.ports[conn.source]
             if ports is not None and conn.port not in ports:
@@ -246,6 +257,7 @@ class _Compiler:
                         pointer=pointer_join(where, "fromPort"),
                     )
                 )
+                self.dropped_connections += 1
                 continue
             self.graph.add_edge(conn.source, conn.target)
             target_entry = self.lowerings[conn.target].entry
@@ -284,7 +296,12 @@ class _Compiler:
                 )
         declared = self.lowerings[start].result_schema if start in self.lowerings else None
         checker = ReferenceChecker(
-            self.ctx, Reachability(self.graph), self.lowerings, variables, declared
+            self.ctx,
+            Reachability(self.graph),
+            self.lowerings,
+            variables,
+            declared,
+            order_known=not self.dropped_connections,
         )
         checker.check_all(self.ctx.ref_uses)
         if declared is not None:

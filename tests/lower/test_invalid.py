@@ -418,6 +418,51 @@ def test_error_is_located(shape: Shape, build: Builder, expected: Located) -> No
     assert result.ir is None
 
 
+def _routed_after(check: dict[str, Any]) -> dict[str, Any]:
+    """start → a → check → (b | c) → end, b and c reading a's answer."""
+    return workflow(
+        [
+            node("start", "start"),
+            node("a", "prompt", prompt="hi"),
+            check,
+            node("b", "prompt", prompt="B {{ $vars.a.result }}"),
+            node("c", "prompt", prompt="C {{ $vars.a.result }}"),
+            node("end", "end"),
+        ],
+        [
+            conn("start", "a"),
+            conn("a", "check"),
+            conn("check", "b", "branch-0"),
+            conn("check", "c", "branch-1"),
+            conn("b", "end"),
+            conn("c", "end"),
+        ],
+    )
+
+
+def test_a_node_in_error_does_not_bury_its_error_under_what_follows_from_it() -> None:
+    # its ports cannot be known: its connections are not judged, and the nodes after it
+    # stay reachable (they used to be unreachable, their references "not before")
+    check = _if_else("check")
+    check["data"]["branches"] = []
+    result = lower_document(_routed_after(check))
+    assert [d.code for d in result.diagnostics] == ["missing-field"], describe(
+        result.diagnostics
+    )
+
+
+def test_a_connection_in_error_holds_back_the_checks_that_follow_the_graph() -> None:
+    doc = _routed_after(_if_else("check"))
+    doc["connections"][1]["to"] = "chekc"
+    result = lower_document(doc)
+    assert [d.code for d in result.diagnostics] == ["connection-unknown-node"], describe(
+        result.diagnostics
+    )
+    doc["connections"][1]["to"] = "check"  # fixed: the graph checks are back
+    doc["nodes"][3]["data"]["prompt"] = "B {{ $vars.c.result }}"
+    assert [d.code for d in lower_document(doc).diagnostics] == ["template-ref-not-before"]
+
+
 # --- warnings ------------------------------------------------------------------------------
 
 
