@@ -446,9 +446,7 @@ def test_a_node_in_error_does_not_bury_its_error_under_what_follows_from_it() ->
     check = _if_else("check")
     check["data"]["branches"] = []
     result = lower_document(_routed_after(check))
-    assert [d.code for d in result.diagnostics] == ["missing-field"], describe(
-        result.diagnostics
-    )
+    assert [d.code for d in result.diagnostics] == ["missing-field"], describe(result.diagnostics)
 
 
 def test_a_connection_in_error_holds_back_the_checks_that_follow_the_graph() -> None:
