@@ -11,11 +11,17 @@ and a message showing an answer of the shape the node expects. A classifier (the
 ``{"branch": <label>}`` op of a natural-language ifElse/switch) may be answered with
 its plain label. An item ``{"$error": "<error_type>", "message": ..., "retry_after": ...}``
 makes that call fail with that Lattice error type instead (to script provider failures).
+
+The provider's ``checkpoint`` (saved in run folders) is its cursor and a digest of its
+script. A resume with the same script goes on from the cursor (past a scripted failure);
+a resume with an edited script starts the op that failed again from where the cursor
+stood when that op started, so the edited lists are asked afresh.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -51,6 +57,8 @@ class MockProvider:
         self.default = default
         self.latency = latency
         self.model = model
+        self.digest = script_digest(self.responses, default)
+        """A digest of the script (its lists and default), recorded with the cursor."""
         self.cursor: dict[str, int] = {}
         self.calls: list[LLMRequest] = []
         self.keep_calls = keep_calls
@@ -98,12 +106,23 @@ class MockProvider:
         """True when a call for ``node_id`` has a scripted answer (list or default)."""
         return node_id in self.responses or self.default is not _UNSET
 
-    def checkpoint(self) -> dict[str, int]:
-        """How far each node's list has been consumed (saved in run folders for resume)."""
-        return dict(self.cursor)
+    def checkpoint(self) -> dict[str, Any]:
+        """How far each node's list has been consumed, and the digest of the script it
+        was consumed from (saved in run folders for resume)."""
+        return {"script": self.digest, "cursor": dict(self.cursor)}
 
-    def restore(self, cursor: Mapping[str, int]) -> None:
-        self.cursor = {str(k): int(v) for k, v in cursor.items()}
+    def restore(self, state: Mapping[str, Any], *, committed: Any = None) -> None:
+        """Go on from ``state`` (a ``checkpoint``, or an older plain node → count map).
+
+        ``committed`` is the state as of the last op the run committed, given when the
+        resume runs a failed op again: if ``state`` was taken with another script (the
+        user edited it since), the cursor goes back to ``committed``, so that op asks
+        the edited script afresh; with the same script it goes on from ``state``.
+        """
+        cursor, digest = _cursor_of(state)
+        if committed is not None and digest is not None and digest != self.digest:
+            cursor, _ = _cursor_of(committed)
+        self.cursor = cursor
 
     def _next_item(self, node: str, request: LLMRequest) -> Any:
         items = self.responses.get(node)
@@ -153,6 +172,26 @@ class MockProvider:
             model=request.model or self.model,
             latency_ms=(time.perf_counter() - started) * 1000,
         )
+
+
+def script_digest(responses: Mapping[str, list[Any]], default: Any = _UNSET) -> str:
+    """The sha256 of a script's lists and default (what its answers depend on)."""
+    script: dict[str, Any] = {"responses": responses}
+    if default is not _UNSET:
+        script["default"] = default
+    text = json.dumps(script, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _cursor_of(state: Any) -> tuple[dict[str, int], str | None]:
+    """The cursor and script digest of a saved state; an older state is the bare cursor
+    (no digest)."""
+    if not isinstance(state, Mapping):
+        return {}, None
+    if isinstance(state.get("cursor"), Mapping):
+        digest = state.get("script")
+        return _cursor_of(state["cursor"])[0], digest if isinstance(digest, str) else None
+    return {str(k): int(v) for k, v in state.items() if isinstance(v, int)}, None
 
 
 def _as_branch(text: str, schema: Any) -> str:

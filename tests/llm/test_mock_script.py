@@ -104,3 +104,25 @@ SCHEMAS = [
 @pytest.mark.parametrize("schema", SCHEMAS)
 def test_examples_validate_against_their_schema(schema: dict[str, Any]) -> None:
     jsonschema.validate(example_value(schema), schema)
+
+
+def test_a_restored_cursor_goes_back_to_the_committed_one_only_for_an_edited_script() -> None:
+    old = MockProvider({"a": ["x"], "b": [{"$error": "invalid_request"}]})
+    old.restore({"a": 1})  # an older checkpoint: the bare cursor
+    assert old.cursor == {"a": 1}
+    with pytest.raises(LatticeRunError):
+        answer(old, request("b"))
+    failed = old.checkpoint()
+    assert failed == {"script": old.digest, "cursor": {"a": 1, "b": 1}}
+
+    same = MockProvider({"a": ["x"], "b": [{"$error": "invalid_request"}]})
+    same.restore(failed, committed={"script": old.digest, "cursor": {"a": 1}})
+    assert same.cursor == {"a": 1, "b": 1}  # goes on after the scripted failure
+
+    edited = MockProvider({"a": ["x"], "b": ["fixed"]})
+    edited.restore(failed, committed={"script": old.digest, "cursor": {"a": 1}})
+    assert edited.cursor == {"a": 1}
+    assert answer(edited, request("b")) == "fixed"
+
+    edited.restore(failed)  # not after a failure: goes on from the state given
+    assert edited.cursor == {"a": 1, "b": 1}
