@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
+from lattice.cli import main
 from lattice.errors import LatticeRunError
 from lattice.llm.base import LLMRequest, Message
 from lattice.llm.examples import example_value
@@ -126,3 +128,29 @@ def test_a_restored_cursor_goes_back_to_the_committed_one_only_for_an_edited_scr
 
     edited.restore(failed)  # not after a failure: goes on from the state given
     assert edited.cursor == {"a": 1, "b": 1}
+
+
+def test_nodes_the_run_never_calls_need_no_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/runtime.md and docs/mocks.md: a branch the run never takes needs no answers."""
+    examples = Path(__file__).resolve().parents[2] / "workflows" / "examples"
+    script = json.loads((examples / "support-triage.mock.json").read_text())
+    classified = script["responses"]["classify"][0]
+    assert classified["category"] == "billing"
+    for unused in ("draft-bug", "draft-general"):
+        del script["responses"][unused]
+    mock = tmp_path / "triage.mock.json"
+    mock.write_text(json.dumps(script))
+    code = main(
+        [
+            "run",
+            str(examples / "support-triage.json"),
+            "--inputs",
+            str(examples / "support-triage.inputs.json"),
+            "--mock",
+            str(mock),
+            "--no-record",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
