@@ -26,7 +26,7 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, estimate_tokens
@@ -66,25 +66,9 @@ class MockProvider:
     @classmethod
     def from_script(cls, script: Mapping[str, Any], **kwargs: Any) -> MockProvider:
         """Build from a parsed mock script; a malformed script is a LatticeUserError."""
-        if not isinstance(script, Mapping):
-            raise LatticeUserError(
-                'a mock script is a JSON object {"responses": {...}}', error_type="mock_error"
-            )
-        responses = script.get("responses", {})
-        if not isinstance(responses, Mapping) or not all(
-            isinstance(v, list) for v in responses.values()
-        ):
-            raise LatticeUserError(
-                'mock script: "responses" maps node ids to lists of completions',
-                error_type="mock_error",
-            )
-        unknown = set(script) - {"responses", "default", "description"}
-        if unknown:
-            raise LatticeUserError(
-                f"mock script: unknown keys {sorted(unknown)}", error_type="mock_error"
-            )
+        check_script(script)
         default = script.get("default", _UNSET)
-        return cls(responses, default=default, **kwargs)
+        return cls(script.get("responses", {}), default=default, **kwargs)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> MockProvider:
@@ -100,7 +84,13 @@ class MockProvider:
                 f"mock script {path} is not valid JSON: {exc.msg} (line {exc.lineno})",
                 error_type="mock_error",
             ) from exc
-        return cls.from_script(script, **kwargs)
+        try:
+            return cls.from_script(script, **kwargs)
+        except LatticeUserError as exc:
+            message = exc.message.removeprefix("mock script: ")
+            raise LatticeUserError(
+                f"mock script {path}: {message}", error_type="mock_error"
+            ) from None
 
     def covers(self, node_id: str) -> bool:
         """True when a call for ``node_id`` has a scripted answer (list or default)."""
@@ -172,6 +162,55 @@ class MockProvider:
             model=request.model or self.model,
             latency_ms=(time.perf_counter() - started) * 1000,
         )
+
+
+def check_script(script: Any) -> None:
+    """Refuse a malformed mock script with a LatticeUserError naming the key at fault."""
+    if not isinstance(script, Mapping):
+        _bad('a mock script is a JSON object {"responses": {...}}', prefix="")
+    unknown = set(script) - {"responses", "default", "description"}
+    if "rows" in unknown:
+        _bad(
+            '"rows" (answers per dataset row) is for lattice batch only; lattice run and '
+            'lattice resume read {"responses": {...}, "default": ...}'
+        )
+    if unknown:
+        _bad(
+            f'unknown keys {sorted(unknown)}: a node\'s answers go under "responses", e.g. '
+            f'{{"responses": {{"{sorted(unknown)[0]}": ["…"]}}}}'
+        )
+    responses = script.get("responses", {})
+    if not isinstance(responses, Mapping):
+        _bad('"responses" maps node ids to lists of completions, e.g. {"greet": ["hi"]}')
+    for node, items in responses.items():
+        where = f"responses[{json.dumps(node, ensure_ascii=False)}]"
+        if not isinstance(items, list):
+            example = json.dumps([items] if isinstance(items, str) else ["…"], ensure_ascii=False)
+            _bad(f"{where} must be a list of completions, e.g. {example}")
+        for index, item in enumerate(items):
+            if isinstance(item, Mapping) and "$error" in item:
+                _check_error_item(item, f"{where}[{index}]")
+    if isinstance(script.get("default"), Mapping) and "$error" in script["default"]:
+        _check_error_item(script["default"], "default")
+
+
+def _check_error_item(item: Mapping[str, Any], where: str) -> None:
+    """A scripted failure: ``{"$error": "<error_type>", "message"?: text,
+    "retry_after"?: seconds}``."""
+    shape = '{"$error": "rate_limit_error", "message": "…", "retry_after": 2}'
+    if not isinstance(item["$error"], str) or not item["$error"].strip():
+        _bad(f'{where}: "$error" must be an error type (text), e.g. {shape}')
+    if "message" in item and not isinstance(item["message"], str):
+        _bad(f'{where}: "message" must be text, e.g. {shape}')
+    retry_after = item.get("retry_after")
+    if retry_after is not None and (
+        isinstance(retry_after, bool) or not isinstance(retry_after, int | float) or retry_after < 0
+    ):
+        _bad(f'{where}: "retry_after" must be a number of seconds (0 or more), e.g. {shape}')
+
+
+def _bad(message: str, *, prefix: str = "mock script: ") -> NoReturn:
+    raise LatticeUserError(prefix + message, error_type="mock_error")
 
 
 def script_digest(responses: Mapping[str, list[Any]], default: Any = _UNSET) -> str:

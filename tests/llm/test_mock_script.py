@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from lattice.cli import main
-from lattice.errors import LatticeRunError
+from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, Message
 from lattice.llm.examples import example_value
 from lattice.llm.mock import MockProvider
@@ -154,3 +154,36 @@ def test_nodes_the_run_never_calls_need_no_entry(
         ]
     )
     assert code == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        (
+            {"responses": {"greet": "hi"}},
+            'mock script: responses["greet"] must be a list of completions, e.g. ["hi"]',
+        ),
+        (
+            {"responses": {"greet": [{"$error": 5}]}},
+            'mock script: responses["greet"][0]: "$error" must be an error type (text)',
+        ),
+        (
+            {"responses": {"greet": [{"$error": "rate_limit_error", "retry_after": "2"}]}},
+            '"retry_after" must be a number of seconds',
+        ),
+        ({"responses": {}, "rows": {}}, '"rows" (answers per dataset row) is for lattice batch'),
+        ({"greet": ["hi"]}, "unknown keys ['greet']: a node's answers go under \"responses\""),
+    ],
+)
+def test_a_malformed_script_names_the_key_at_fault(script: Any, message: str) -> None:
+    with pytest.raises(LatticeUserError) as raised:
+        MockProvider.from_script(script)
+    assert message in raised.value.message
+    assert raised.value.message.count("mock script") == 1
+
+
+def test_a_script_file_error_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"responses": {"greet": "hi"}}))
+    with pytest.raises(LatticeUserError, match=rf"^mock script {path}: responses\["):
+        MockProvider.from_file(path)
