@@ -53,6 +53,7 @@ from lattice.lower import lower
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.runner import Runner, check_answers
 from lattice.runtime.settings import settings_from_config
+from lattice.service.mocks import check_script_nodes
 from lattice.service.providers import ProviderChoice
 from lattice.service.runs import ProviderSpec, repo_root
 
@@ -96,6 +97,8 @@ class BatchOptions:
     progress_interval: float = 10.0
     on_invalid: Callable[[InvalidLine], None] | None = None
     """Called with each skipped input line as it is found."""
+    on_warning: Callable[[str], None] | None = None
+    """Called with each warning about the batch's options (e.g. its mock script)."""
 
 
 class Engine(Protocol):
@@ -211,6 +214,13 @@ def prepare(options: BatchOptions) -> Prepared:
                     f"mock script {options.mock} is not valid JSON: {exc}", error_type="mock_error"
                 ) from None
         mock = BatchMock.from_data(mock_data, latency=options.mock_latency)
+        named = (
+            "mock script" if isinstance(options.mock, Mapping) else f"mock script {options.mock}"
+        )
+        check_script_nodes(ir, mock.script.get("responses") or {}, where=named)
+        for row_id, override in mock.rows.items():
+            where = f"{named}: rows[{json.dumps(row_id, ensure_ascii=False)}]"
+            check_script_nodes(ir, override.get("responses") or {}, where=where)
         if "rows" in mock_data or isinstance(options.mock, Mapping):
             # each run folder records the script it ran against (lattice run cannot read
             # a script with rows)
@@ -462,6 +472,7 @@ class BatchRun:
                 Path(options.inputs) if isinstance(options.inputs, str | Path) else options.inputs
             )
             rows, invalid = read_rows(source, prepared.check)
+            self._warn_unknown_mock_rows(rows)
             if options.on_invalid is not None:
                 for item in invalid:
                     options.on_invalid(item)
@@ -535,6 +546,20 @@ class BatchRun:
                     + "\n",
                 )
         return self.summary
+
+    def _warn_unknown_mock_rows(self, rows: list[Row]) -> None:
+        """Warn (``on_warning``) about the mock script's ``rows`` that name no row of the
+        inputs: their answers are never used (a typo, or another dataset's ids)."""
+        mock = self.prepared.spec.mock or {}
+        ids = {str(row.id) for row in rows}
+        unknown = sorted(str(key) for key in mock.get("rows") or {} if str(key) not in ids)
+        if unknown and self.options.on_warning is not None:
+            shown = ", ".join(repr(key) for key in unknown[:5])
+            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+            self.options.on_warning(
+                f"the mock script's rows name ids the inputs do not have: {shown}{more} "
+                "(their answers are not used)"
+            )
 
     async def _tick(self) -> None:
         while True:

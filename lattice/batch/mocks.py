@@ -47,8 +47,10 @@ class BatchMock:
             try:
                 MockProvider.from_script(override)
             except LatticeUserError as exc:
+                where = f"rows[{json.dumps(row_id, ensure_ascii=False)}]"
+                message = exc.message.removeprefix("mock script: ")
                 raise LatticeUserError(
-                    f"mock script: rows[{row_id!r}]: {exc.message}", error_type="mock_error"
+                    f"mock script: {where}: {message}", error_type="mock_error"
                 ) from None
         self.script = dict(script)
         self.rows = {str(k): dict(v) for k, v in (rows or {}).items()}

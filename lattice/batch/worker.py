@@ -169,10 +169,11 @@ class BatchProvider:
         state = getattr(self._inner(), "checkpoint", None)
         return state() if callable(state) else None
 
-    def restore(self, state: Any) -> None:
+    def restore(self, state: Any, *, committed: Any = None) -> None:
+        """Hand a resumed run's provider state to the row's provider (its mock)."""
         restore = getattr(self._inner(), "restore", None)
         if callable(restore):
-            restore(state)
+            restore(state, committed=committed)
 
     async def aclose_loop_clients(self) -> None:
         close = getattr(self.shared, "aclose_loop_clients", None)

@@ -71,6 +71,7 @@ def batch(args: argparse.Namespace) -> int:
         progress=True if args.progress == "auto" else args.progress,
         progress_interval=args.progress_interval,
         on_invalid=on_invalid,
+        on_warning=lambda message: note(f"warning: {message}"),
     )
     run = BatchRun(options)
     try:

@@ -17,9 +17,14 @@ class DisabledProvider:
 
     name = "disabled"
 
+    def __init__(self, how_to: str = HOW_TO_CONFIGURE) -> None:
+        self.how_to = how_to
+        """What the error says to do: the CLI's flags unless a front door (the HTTP API)
+        names its own options."""
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         raise LatticeRunError(
-            f"node {request.node_id!r} needs a model, but {HOW_TO_CONFIGURE}",
+            f"node {request.node_id!r} needs a model, but {self.how_to}",
             error_type="provider_disabled",
             node_id=request.node_id,
         )

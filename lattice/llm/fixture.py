@@ -68,10 +68,11 @@ class FixtureProvider:
         state = getattr(self.record_with, "checkpoint", None)
         return state() if callable(state) else None
 
-    def restore(self, state: Any) -> None:
+    def restore(self, state: Any, *, committed: Any = None) -> None:
+        """Hand a resumed run's provider state to the provider being recorded."""
         restore = getattr(self.record_with, "restore", None)
         if callable(restore):
-            restore(state)
+            restore(state, committed=committed)
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         prompt_hash = request.prompt_hash()

@@ -11,16 +11,22 @@ and a message showing an answer of the shape the node expects. A classifier (the
 ``{"branch": <label>}`` op of a natural-language ifElse/switch) may be answered with
 its plain label. An item ``{"$error": "<error_type>", "message": ..., "retry_after": ...}``
 makes that call fail with that Lattice error type instead (to script provider failures).
+
+The provider's ``checkpoint`` (saved in run folders) is its cursor and a digest of its
+script. A resume with the same script goes on from the cursor (past a scripted failure);
+a resume with an edited script starts the op that failed again from where the cursor
+stood when that op started, so the edited lists are asked afresh.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, estimate_tokens
@@ -56,6 +62,8 @@ class MockProvider:
         self.latency = latency
         self.pieces = pieces
         self.model = model
+        self.digest = script_digest(self.responses, default)
+        """A digest of the script (its lists and default), recorded with the cursor."""
         self.cursor: dict[str, int] = {}
         self.calls: list[LLMRequest] = []
         self.keep_calls = keep_calls
@@ -63,25 +71,9 @@ class MockProvider:
     @classmethod
     def from_script(cls, script: Mapping[str, Any], **kwargs: Any) -> MockProvider:
         """Build from a parsed mock script; a malformed script is a LatticeUserError."""
-        if not isinstance(script, Mapping):
-            raise LatticeUserError(
-                'a mock script is a JSON object {"responses": {...}}', error_type="mock_error"
-            )
-        responses = script.get("responses", {})
-        if not isinstance(responses, Mapping) or not all(
-            isinstance(v, list) for v in responses.values()
-        ):
-            raise LatticeUserError(
-                'mock script: "responses" maps node ids to lists of completions',
-                error_type="mock_error",
-            )
-        unknown = set(script) - {"responses", "default", "description"}
-        if unknown:
-            raise LatticeUserError(
-                f"mock script: unknown keys {sorted(unknown)}", error_type="mock_error"
-            )
+        check_script(script)
         default = script.get("default", _UNSET)
-        return cls(responses, default=default, **kwargs)
+        return cls(script.get("responses", {}), default=default, **kwargs)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> MockProvider:
@@ -97,18 +89,35 @@ class MockProvider:
                 f"mock script {path} is not valid JSON: {exc.msg} (line {exc.lineno})",
                 error_type="mock_error",
             ) from exc
-        return cls.from_script(script, **kwargs)
+        try:
+            return cls.from_script(script, **kwargs)
+        except LatticeUserError as exc:
+            message = exc.message.removeprefix("mock script: ")
+            raise LatticeUserError(
+                f"mock script {path}: {message}", error_type="mock_error"
+            ) from None
 
     def covers(self, node_id: str) -> bool:
         """True when a call for ``node_id`` has a scripted answer (list or default)."""
         return node_id in self.responses or self.default is not _UNSET
 
-    def checkpoint(self) -> dict[str, int]:
-        """How far each node's list has been consumed (saved in run folders for resume)."""
-        return dict(self.cursor)
+    def checkpoint(self) -> dict[str, Any]:
+        """How far each node's list has been consumed, and the digest of the script it
+        was consumed from (saved in run folders for resume)."""
+        return {"script": self.digest, "cursor": dict(self.cursor)}
 
-    def restore(self, cursor: Mapping[str, int]) -> None:
-        self.cursor = {str(k): int(v) for k, v in cursor.items()}
+    def restore(self, state: Mapping[str, Any], *, committed: Any = None) -> None:
+        """Go on from ``state`` (a ``checkpoint``, or an older plain node → count map).
+
+        ``committed`` is the state as of the last op the run committed, given when the
+        resume runs a failed op again: if ``state`` was taken with another script (the
+        user edited it since), the cursor goes back to ``committed``, so that op asks
+        the edited script afresh; with the same script it goes on from ``state``.
+        """
+        cursor, digest = _cursor_of(state)
+        if committed is not None and digest is not None and digest != self.digest:
+            cursor, _ = _cursor_of(committed)
+        self.cursor = cursor
 
     def _next_item(self, node: str, request: LLMRequest) -> Any:
         items = self.responses.get(node)
@@ -170,6 +179,75 @@ class MockProvider:
         for start in range(0, max(len(text), 1), size):
             await asyncio.sleep(self.latency / self.pieces)
             request.on_delta(text[start : start + size])
+
+
+def check_script(script: Any) -> None:
+    """Refuse a malformed mock script with a LatticeUserError naming the key at fault."""
+    if not isinstance(script, Mapping):
+        _bad('a mock script is a JSON object {"responses": {...}}', prefix="")
+    unknown = set(script) - {"responses", "default", "description"}
+    if "rows" in unknown:
+        _bad(
+            '"rows" (answers per dataset row) is for lattice batch only; lattice run and '
+            'lattice resume read {"responses": {...}, "default": ...}'
+        )
+    if unknown:
+        _bad(
+            f'unknown keys {sorted(unknown)}: a node\'s answers go under "responses", e.g. '
+            f'{{"responses": {{"{sorted(unknown)[0]}": ["…"]}}}}'
+        )
+    responses = script.get("responses", {})
+    if not isinstance(responses, Mapping):
+        _bad('"responses" maps node ids to lists of completions, e.g. {"greet": ["hi"]}')
+    for node, items in responses.items():
+        where = f"responses[{json.dumps(node, ensure_ascii=False)}]"
+        if not isinstance(items, list):
+            example = json.dumps([items] if isinstance(items, str) else ["…"], ensure_ascii=False)
+            _bad(f"{where} must be a list of completions, e.g. {example}")
+        for index, item in enumerate(items):
+            if isinstance(item, Mapping) and "$error" in item:
+                _check_error_item(item, f"{where}[{index}]")
+    if isinstance(script.get("default"), Mapping) and "$error" in script["default"]:
+        _check_error_item(script["default"], "default")
+
+
+def _check_error_item(item: Mapping[str, Any], where: str) -> None:
+    """A scripted failure: ``{"$error": "<error_type>", "message"?: text,
+    "retry_after"?: seconds}``."""
+    shape = '{"$error": "rate_limit_error", "message": "…", "retry_after": 2}'
+    if not isinstance(item["$error"], str) or not item["$error"].strip():
+        _bad(f'{where}: "$error" must be an error type (text), e.g. {shape}')
+    if "message" in item and not isinstance(item["message"], str):
+        _bad(f'{where}: "message" must be text, e.g. {shape}')
+    retry_after = item.get("retry_after")
+    if retry_after is not None and (
+        isinstance(retry_after, bool) or not isinstance(retry_after, int | float) or retry_after < 0
+    ):
+        _bad(f'{where}: "retry_after" must be a number of seconds (0 or more), e.g. {shape}')
+
+
+def _bad(message: str, *, prefix: str = "mock script: ") -> NoReturn:
+    raise LatticeUserError(prefix + message, error_type="mock_error")
+
+
+def script_digest(responses: Mapping[str, list[Any]], default: Any = _UNSET) -> str:
+    """The sha256 of a script's lists and default (what its answers depend on)."""
+    script: dict[str, Any] = {"responses": responses}
+    if default is not _UNSET:
+        script["default"] = default
+    text = json.dumps(script, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _cursor_of(state: Any) -> tuple[dict[str, int], str | None]:
+    """The cursor and script digest of a saved state; an older state is the bare cursor
+    (no digest)."""
+    if not isinstance(state, Mapping):
+        return {}, None
+    if isinstance(state.get("cursor"), Mapping):
+        digest = state.get("script")
+        return _cursor_of(state["cursor"])[0], digest if isinstance(digest, str) else None
+    return {str(k): int(v) for k, v in state.items() if isinstance(v, int)}, None
 
 
 def _as_branch(text: str, schema: Any) -> str:

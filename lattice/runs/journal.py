@@ -112,7 +112,10 @@ class JournalState:
     """Model answers received after the last committed op of each branch (None: the main
     walk): what its op in flight had already paid for."""
     provider_state: Any = None
-    """The provider's state after the last answer that recorded one."""
+    """The provider's state after the last answer (or failed op) that recorded one."""
+    committed_provider_state: Any = None
+    """The provider's state as of the last committed op (of any walk): where it stood
+    when an op that failed after it started (None: no state recorded by then)."""
     usage: Any = None
     """The run's usage after the last op that called a model (committed, failed or halted)."""
     answers: dict[str, Any] | None = None
@@ -148,6 +151,7 @@ def read_journal(folder: Path) -> JournalState | None:
             else:
                 state.branches.setdefault(str(branch), []).append(line)
             state.pending[branch] = []
+            state.committed_provider_state = state.provider_state
             state.usage = line.get("usage", state.usage)
             if "answers" in line:
                 state.answers = line["answers"]

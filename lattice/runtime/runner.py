@@ -363,6 +363,7 @@ class Runner:
         refuse_if_running(folder, checkpoint)
         journal = read_journal(folder)
         ir = resumable_ir(folder, checkpoint, journal, accept_changed=accept_changed)
+        committed_state: Any = None
         if journal is None:
             position, base_answers, state_data = legacy_position(folder, checkpoint)
             pending: list[dict[str, Any]] = []
@@ -372,6 +373,8 @@ class Runner:
             state_data = read_run_json(folder, "state_initial.json")
             pending = journal.pending.get(None, [])
             provider_state = journal.provider_state
+            if not pending:  # the op to run again starts afresh: none of its answers replay
+                committed_state = journal.committed_provider_state or {}
         multi = {
             op.source_node for op in ir.ops.values() if isinstance(op, AskOp) and op.multi_select
         }
@@ -388,7 +391,8 @@ class Runner:
         )
         restore = getattr(runner.provider, "restore", None)
         if callable(restore) and provider_state is not None:
-            restore(provider_state)
+            # a mock whose script was edited since goes back to committed_state
+            restore(provider_state, committed=committed_state)
 
         async def go() -> RunResult:
             return await runner._continue(

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
+from lattice.llm.disabled import DisabledProvider
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
@@ -447,6 +448,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             )
         except LatticeUserError as exc:
             raise from_user_error(exc) from None
+        api_hint(prepared.runner.provider)
         active = await manager.start(prepared)
         return respond(
             202,
@@ -563,6 +565,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             )
         except LatticeUserError as exc:
             raise from_user_error(exc) from None
+        api_hint(prepared.provider)
         active = await manager.resume(run_id, prepared)
         return respond(
             202,
@@ -626,3 +629,17 @@ def _request_diagnostic(problem: Mapping[str, Any]) -> dict[str, Any]:
         "message": str(problem.get("msg", "invalid")),
         "pointer": pointer,
     }
+
+
+API_HOW_TO_CONFIGURE = (
+    'no LLM provider is configured. Run offline with "mock" (a mock script under the '
+    'server\'s workflows folder) or "mock_script" (an inline script) in the request body, '
+    'or choose a real provider with "provider": "openai", "anthropic" or "litellm" (keys '
+    "come from the server's OPENAI_API_KEY / ANTHROPIC_API_KEY)"
+)
+
+
+def api_hint(provider: object) -> None:
+    """Make a run without a provider say what to send the API (not the CLI's flags)."""
+    if isinstance(provider, DisabledProvider):
+        provider.how_to = API_HOW_TO_CONFIGURE

@@ -9,8 +9,11 @@ their first option. Edit the answers to steer the run down other branches.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
+from lattice.errors import LatticeUserError
 from lattice.ir.models import AskOp, ExecIR, LLMWriteOp, McpCall, ToolCallOp
 from lattice.llm.examples import example_value
 from lattice.lower.graph import strongly_connected_components
@@ -42,6 +45,26 @@ def answers_file(ir: ExecIR) -> dict[str, Any]:
             first = op.options[0].label if op.options else "an answer"
             answers[op.source_node] = [first] if op.multi_select else first
     return answers
+
+
+def check_script_nodes(ir: ExecIR, nodes: Iterable[str], *, where: str = "mock script") -> None:
+    """Refuse (a LatticeUserError) a mock script whose ``responses`` name a node the
+    document does not have: its answers would never be used, and the node meant would
+    fail later with ``mock_exhausted``. ``where`` names the script in the message."""
+    known = {op.source_node for op in ir.ops.values()}
+    unknown = [node for node in nodes if node not in known]
+    if not unknown:
+        return
+    calling = sorted({op.source_node for op in ir.ops.values() if isinstance(op, LLMWriteOp)})
+    named = []
+    for node in unknown:
+        close = difflib.get_close_matches(node, sorted(known), n=1)
+        named.append(f"{node!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise LatticeUserError(
+        f"{where}: responses name node(s) the document does not have: {', '.join(named)}; "
+        f"its nodes that call a model: {', '.join(calling) or 'none'}",
+        error_type="mock_error",
+    )
 
 
 def needs_mcp(ir: ExecIR) -> list[str]:

@@ -19,14 +19,18 @@ from typing import Any
 from lattice.config import LatticeConfig, load_config
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import ExecIR
+from lattice.ir.serialize import ir_from_json
 from lattice.llm.base import LLMProvider
+from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
 from lattice.runs.checkpoint import read_checkpoint
+from lattice.runs.folder import read_run_json
 from lattice.runs.store import RunStore
 from lattice.runtime.context import AskHuman, EventListener
 from lattice.runtime.results import RunResult
 from lattice.runtime.runner import RunLimits, Runner
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
+from lattice.service.mocks import check_script_nodes
 from lattice.service.providers import ProviderChoice
 
 MAX_MOCK_LATENCY = 60.0
@@ -171,6 +175,7 @@ def prepare_run(
     for a bad provider choice, InputError for answers or inputs that do not fit the
     workflow."""
     provider = options.provider.build(config)
+    check_mock_nodes(ir, provider, options.provider)
     settings = settings_from_config(
         config,
         max_calls=options.max_calls,
@@ -285,6 +290,8 @@ def prepare_resume(
         config = load_config(config_path or meta.get("config"))
     spec = provider if provider is not None and provider.given else ProviderSpec.from_meta(meta)
     built = spec.build(config)
+    if provider is not None and provider.given:  # a script the run has not seen yet
+        check_mock_nodes(ir_from_json(read_run_json(folder, "execir.json")), built, spec)
     settings = settings_from_config(
         config,
         max_calls=meta.get("max_calls"),
@@ -302,6 +309,15 @@ def prepare_resume(
         accept_changed=accept_changed,
         ask_human=ask_human,
     )
+
+
+def check_mock_nodes(ir: ExecIR, provider: LLMProvider, spec: ProviderSpec) -> None:
+    """Refuse a mock script (alone, or recorded as fixtures) naming nodes ``ir`` lacks."""
+    if isinstance(provider, FixtureProvider):
+        provider = provider.record_with  # type: ignore[assignment]
+    if isinstance(provider, MockProvider):
+        where = f"mock script {spec.choice.mock}" if spec.choice.mock else "mock script"
+        check_script_nodes(ir, provider.responses, where=where)
 
 
 async def close_loop_clients(provider: LLMProvider | None) -> None:

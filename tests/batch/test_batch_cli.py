@@ -435,6 +435,60 @@ def test_the_shipped_tickets_run_as_docs_batch_md_shows(
     }
 
 
+def test_the_failed_ticket_is_retried_as_docs_batch_md_says(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    """Drop t-137's entry from the script's rows, then --retry-failed: its run folder
+    resumes, and the failed op asks the edited script afresh."""
+    examples = Path(__file__).resolve().parents[2] / "workflows" / "examples"
+    script = json.loads((examples / "support-triage.batch.mock.json").read_text())
+    mock = no_terminal / "triage.mock.json"
+    mock.write_text(json.dumps(script))
+    out = no_terminal / "triage.jsonl"
+    flow, tickets = examples / "support-triage.json", examples / "support-triage.tickets.jsonl"
+    common = ("--mock", mock, "--runs-dir", no_terminal / "runs", "--durability", "os")
+    code, _, err = batch(capsys, flow, tickets, out, *common)
+    assert code == 1, err
+    failed = by_id(out)["t-137"]
+    assert failed["status"] == "failed" and failed["error_type"] == "invalid_request"
+
+    del script["rows"]["t-137"]
+    mock.write_text(json.dumps(script))
+    code, _, err = batch(capsys, flow, tickets, out, *common, "--retry-failed")
+    assert code == 0, err
+    assert "ran 1 row this time" in err
+    retried = by_id(out)["t-137"]
+    assert retried["status"] == "completed", retried["error"]
+    assert retried["run_dir"] == failed["run_dir"]  # resumed in place
+
+
+def test_mock_rows_are_checked_against_the_document_and_the_inputs(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    flow, inputs, _ = dataset(no_terminal, 3, fail=False, halt=False)
+    mock = no_terminal / "mock.json"
+    out = no_terminal / "results.jsonl"
+    base = {"classify": [{"label": "a"}], "draft": ["Dear customer"]}
+
+    mock.write_text(json.dumps({"responses": base, "rows": {"r0001": {"draft": ["x"]}}}))
+    code, _, err = batch(capsys, flow, inputs, out, "--mock", mock, "--no-record")
+    assert code == 2
+    assert "mock script: rows[\"r0001\"]: unknown keys ['draft']" in err
+    assert 'go under "responses"' in err and err.count("mock script") == 1
+
+    script = {"responses": base, "rows": {"r0001": {"responses": {"drafts": ["x"]}}}}
+    mock.write_text(json.dumps(script))
+    code, _, err = batch(capsys, flow, inputs, out, "--mock", mock, "--no-record")
+    assert code == 2
+    assert f'mock script {mock}: rows["r0001"]: responses name node(s)' in err
+    assert "'drafts' (did you mean 'draft'?)" in err
+
+    mock.write_text(json.dumps({"responses": base, "rows": {"r9999": {"responses": {}}}}))
+    code, _, err = batch(capsys, flow, inputs, out, "--mock", mock, "--no-record")
+    assert code == 0, err
+    assert "warning: the mock script's rows name ids the inputs do not have: 'r9999'" in err
+
+
 def test_fixtures_replay_every_row_and_travel_as_text_to_a_worker_without_the_file(
     capsys: pytest.CaptureFixture[str], no_terminal: Path
 ) -> None:

@@ -168,7 +168,9 @@ def test_every_row_gets_a_fresh_copy_of_the_mock_script_and_rows_their_own() -> 
     assert own.responses == {"a": ["seven"], "b": ["x"]}
     assert own.default == "d"
     assert mock.script_for(7) == {"responses": {"a": ["seven"], "b": ["x"]}, "default": "d"}
-    with pytest.raises(LatticeUserError, match=r"rows\['9'\]"):
+    with pytest.raises(
+        LatticeUserError, match=r'mock script: rows\["9"\]: responses\["a"\] must be a list'
+    ):
         BatchMock.from_data({"responses": {}, "rows": {"9": {"responses": {"a": "no list"}}}})
     with pytest.raises(LatticeUserError, match='"rows" maps row ids'):
         BatchMock.from_data({"responses": {}, "rows": []})

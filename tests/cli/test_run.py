@@ -675,3 +675,38 @@ def test_run_json_masks_the_secrets_of_the_config_it_was_given(
     )
     assert code == 0, err
     assert secret not in out and json.loads(out)["output"] == "the token is ***"
+
+
+def test_a_script_naming_nodes_the_document_lacks_is_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = write_json(tmp_path / "one.json", chain(node("greet", "prompt", prompt="hi")))
+    typo = write_json(tmp_path / "typo.mock.json", {"responses": {"greeet": ["hi"]}})
+    runs = tmp_path / "runs"
+    code, _, err = cli(capsys, "run", doc, "--mock", typo, "--runs-dir", runs)
+    assert code == 2
+    assert f"mock script {typo}: responses name node(s) the document does not have" in err
+    assert "'greeet' (did you mean 'greet'?)" in err
+    assert run_folders(runs) == []
+
+    failing = {"responses": {"greet": [{"$error": "invalid_request", "message": "no"}]}}
+    err_mock = write_json(tmp_path / "err.mock.json", failing)
+    code, _, _ = cli(capsys, "run", doc, "--mock", err_mock, "--runs-dir", runs)
+    assert code == 1
+    [folder] = run_folders(runs)
+    code, _, err = cli(capsys, "resume", folder, "--mock", typo)
+    assert code == 2 and "did you mean 'greet'?" in err
+
+
+def test_a_batch_script_given_to_run_says_rows_are_for_batch(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    batch_mock = EXAMPLES / "support-triage.batch.mock.json"
+    code, _, err = cli(
+        capsys, "run", TRIAGE, "--mock", batch_mock, "--inputs", TRIAGE_INPUTS, "--no-record"
+    )
+    assert code == 2
+    assert (
+        f'mock script {batch_mock}: "rows" (answers per dataset row) is for lattice batch only'
+        in err
+    )

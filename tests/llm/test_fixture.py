@@ -348,7 +348,7 @@ def test_router_reaches_the_mock_behind_it() -> None:
     router = RouterProvider(mock, lambda name: mock, ("openai",))
     assert router.covers("classify")  # type: ignore[attr-defined]
     asyncio.run(router.complete(req()))
-    assert router.checkpoint() == {"classify": 1}  # type: ignore[attr-defined]
+    assert router.checkpoint()["cursor"] == {"classify": 1}  # type: ignore[attr-defined]
 
 
 def test_recording_a_mock_files_its_answers_under_the_real_prompt_hashes(tmp_path: Path) -> None:
@@ -363,7 +363,7 @@ def test_recording_a_mock_files_its_answers_under_the_real_prompt_hashes(tmp_pat
     assert line["prompt_hash"] == req().prompt_hash()
     assert line["meta"]["model"] == "mock-model"
     assert complete(FixtureProvider(fixtures), req()).text == "billing"  # replays offline
-    assert recorder.checkpoint() == {"classify": 1}  # a resumed recording goes on
+    assert recorder.checkpoint()["cursor"] == {"classify": 1}  # a resumed recording goes on
     recorder.restore({"classify": 0})
     assert recorder.record_with.cursor == {"classify": 0}  # type: ignore[union-attr]
     assert FixtureProvider(fixtures).checkpoint() is None

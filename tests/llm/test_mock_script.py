@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from lattice.errors import LatticeRunError
+from lattice.cli import main
+from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, Message
 from lattice.llm.examples import example_value
 from lattice.llm.mock import MockProvider
@@ -123,3 +125,84 @@ def test_pieces_stream_an_answer_to_a_streaming_request_only() -> None:
         provider.complete(LLMRequest(messages=[Message("user", "hi")], node_id="n"))
     )
     assert whole.text == answer and len(heard) == 4
+
+
+def test_a_restored_cursor_goes_back_to_the_committed_one_only_for_an_edited_script() -> None:
+    old = MockProvider({"a": ["x"], "b": [{"$error": "invalid_request"}]})
+    old.restore({"a": 1})  # an older checkpoint: the bare cursor
+    assert old.cursor == {"a": 1}
+    with pytest.raises(LatticeRunError):
+        answer(old, request("b"))
+    failed = old.checkpoint()
+    assert failed == {"script": old.digest, "cursor": {"a": 1, "b": 1}}
+
+    same = MockProvider({"a": ["x"], "b": [{"$error": "invalid_request"}]})
+    same.restore(failed, committed={"script": old.digest, "cursor": {"a": 1}})
+    assert same.cursor == {"a": 1, "b": 1}  # goes on after the scripted failure
+
+    edited = MockProvider({"a": ["x"], "b": ["fixed"]})
+    edited.restore(failed, committed={"script": old.digest, "cursor": {"a": 1}})
+    assert edited.cursor == {"a": 1}
+    assert answer(edited, request("b")) == "fixed"
+
+    edited.restore(failed)  # not after a failure: goes on from the state given
+    assert edited.cursor == {"a": 1, "b": 1}
+
+
+def test_nodes_the_run_never_calls_need_no_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/runtime.md and docs/mocks.md: a branch the run never takes needs no answers."""
+    examples = Path(__file__).resolve().parents[2] / "workflows" / "examples"
+    script = json.loads((examples / "support-triage.mock.json").read_text())
+    classified = script["responses"]["classify"][0]
+    assert classified["category"] == "billing"
+    for unused in ("draft-bug", "draft-general"):
+        del script["responses"][unused]
+    mock = tmp_path / "triage.mock.json"
+    mock.write_text(json.dumps(script))
+    code = main(
+        [
+            "run",
+            str(examples / "support-triage.json"),
+            "--inputs",
+            str(examples / "support-triage.inputs.json"),
+            "--mock",
+            str(mock),
+            "--no-record",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        (
+            {"responses": {"greet": "hi"}},
+            'mock script: responses["greet"] must be a list of completions, e.g. ["hi"]',
+        ),
+        (
+            {"responses": {"greet": [{"$error": 5}]}},
+            'mock script: responses["greet"][0]: "$error" must be an error type (text)',
+        ),
+        (
+            {"responses": {"greet": [{"$error": "rate_limit_error", "retry_after": "2"}]}},
+            '"retry_after" must be a number of seconds',
+        ),
+        ({"responses": {}, "rows": {}}, '"rows" (answers per dataset row) is for lattice batch'),
+        ({"greet": ["hi"]}, "unknown keys ['greet']: a node's answers go under \"responses\""),
+    ],
+)
+def test_a_malformed_script_names_the_key_at_fault(script: Any, message: str) -> None:
+    with pytest.raises(LatticeUserError) as raised:
+        MockProvider.from_script(script)
+    assert message in raised.value.message
+    assert raised.value.message.count("mock script") == 1
+
+
+def test_a_script_file_error_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"responses": {"greet": "hi"}}))
+    with pytest.raises(LatticeUserError, match=rf"^mock script {path}: responses\["):
+        MockProvider.from_file(path)

@@ -454,6 +454,28 @@ def test_resume_goes_on_after_a_scripted_failure(tmp_path: Path) -> None:
     assert resumed.vars["b"]["result"] == "B!" and resumed.vars["c"]["result"] == "C!"
 
 
+def test_a_resume_with_an_edited_script_asks_it_afresh_for_the_failed_op(tmp_path: Path) -> None:
+    """The failed op consumed the old script's item; the edited script's list starts over
+    for it (the user replaced the failure), while committed ops are not asked again."""
+    script: dict[str, list[Any]] = {
+        "a": ["A!"],
+        "b": [{"$error": "invalid_request", "message": "refused"}],
+        "c": ["C!"],
+    }
+    failed = Runner(
+        lower(three_calls()), provider=MockProvider(script), store=RunStore(tmp_path)
+    ).run()
+    assert failed.status == "failed" and failed.run_dir is not None
+    again = Runner.resume(failed.run_dir, provider=MockProvider(script))
+    assert again.status == "failed" and again.failure is not None
+    assert again.failure.category == "mock_exhausted"  # the same script: it went on
+    fixed = {**script, "b": ["B!"]}
+    resumed = Runner.resume(failed.run_dir, provider=MockProvider(fixed))
+    assert resumed.status == "completed", resumed.failure
+    assert resumed.vars["a"]["result"] == "A!" and resumed.vars["b"]["result"] == "B!"
+    assert resumed.vars["c"]["result"] == "C!"
+
+
 def test_a_bad_line_inside_the_journal_is_refused_and_nothing_is_cut(tmp_path: Path) -> None:
     """A crash tears only the last line: a bad line with committed lines after it is
     someone's edit, and cutting there would throw those ops away."""

@@ -369,6 +369,18 @@ def test_a_failed_run_resumes_without_asking_a_model_again(
     assert_error(client.post(f"/v1/runs/{run_id}/resume"), 409, "conflict")
 
 
+def test_a_run_without_a_provider_names_the_api_fields_not_cli_flags(
+    client: httpx.Client,
+) -> None:
+    run_id = start(client, document=steps(1))
+    _, status = follow(client, run_id)
+    assert status == "failed"
+    failure = client.get(f"/v1/runs/{run_id}").json()["failure"]
+    assert failure["category"] == "provider_disabled"
+    said = json.dumps(failure)
+    assert "mock_script" in said and "--mock" not in said and "--provider" not in said
+
+
 def test_cancel_stops_at_an_op_boundary_and_the_run_resumes(
     client: httpx.Client, space: Path
 ) -> None:

@@ -106,3 +106,16 @@ def test_the_run_hint_names_the_inputs_a_run_needs(
     assert main(["mock", "init", str(copy), "-o", str(tmp_path / "c.mock.json")]) == 0
     hint = capsys.readouterr().err.splitlines()[-1]
     assert "--input ticket=…" in hint and "--inputs" not in hint
+
+
+def test_a_document_without_questions_gets_no_answers_file_nor_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README and docs/mocks.md: the answers file exists only when there are questions."""
+    path = REPO / "workflows" / "examples" / "hello-world.json"
+    mock = tmp_path / "flow.mock.json"
+    assert main(["mock", "init", str(path), "-o", str(mock)]) == 0
+    hint = capsys.readouterr().err.splitlines()[-1]
+    assert not (tmp_path / "flow.answers.json").exists()
+    assert hint.startswith(f"lattice: run it: lattice run {path} --mock {mock}")
+    assert "--answers" not in hint
