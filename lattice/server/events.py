@@ -125,6 +125,7 @@ class EventChannel:
         "_first",
         "_items",
         "_pinger",
+        "begun",
         "pinged",
         "run_id",
         "status",
@@ -143,6 +144,8 @@ class EventChannel:
         """How many keep-alive wake-ups there have been."""
         self.status: str | None = None
         """The run's status once it has stopped (the channel is then closed)."""
+        self.begun = asyncio.Event()
+        """Set at the run's first event, or when it ended without one (by its manager)."""
 
     @property
     def started(self) -> bool:
@@ -155,6 +158,8 @@ class EventChannel:
 
     def add(self, seq: int, line: str) -> None:
         """An event of the run, as its line in ``events.jsonl`` (``LoopStore.on_line``)."""
+        if not self._items:
+            self.begun.set()
         self._items.append((seq, line, time.time()))
         if len(self._items) - self._first > KEEP:
             self._first += 1

@@ -212,16 +212,14 @@ class RunManager:
         active.task = asyncio.create_task(
             self._drive(active, run, store), name=f"run {active.run_id}"
         )
+        active.task.add_done_callback(lambda _: active.channel.begun.set())
 
     async def _started(self, active: ActiveRun) -> None:
         """Wait until the run has emitted its first event or stopped; a run refused
         before it began (a LatticeUserError) is an API error."""
         task = active.task
         assert task is not None
-        for _ in range(10_000):
-            if active.channel.started or task.done():
-                break
-            await asyncio.sleep(0)
+        await active.channel.begun.wait()
         if not active.channel.started and task.done():
             error = active.error
             if isinstance(error, LatticeUserError):

@@ -3,6 +3,7 @@ the module, driven over HTTP with httpx."""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import io
 import json
@@ -23,8 +24,10 @@ import pytest
 
 from lattice.cli import main
 from lattice.config import LatticeConfig, SecretsConfig
+from lattice.errors import LatticeUserError
 from lattice.runs.view import list_runs
 from lattice.server.app import ServerSettings
+from lattice.server.store import LoopRecorder
 from tests.builders import approval, chain, node
 from tests.conftest import EXAMPLES
 from tests.server.helpers import (
@@ -813,3 +816,20 @@ def test_watchers_of_another_process_s_run_share_one_reader_of_its_events(
     assert ends == ["completed"] * 6
     # Each watcher may read the file once when it comes; then one reader reads each byte.
     assert read.total <= 8 * path.stat().st_size
+
+
+def test_a_run_refused_after_a_slow_start_is_an_error_not_a_started_run(
+    client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start request answers once the run has emitted its first event or ended,
+    however long its folder takes to start (it used to give up after 10,000 turns of the
+    loop and answer 202 for a run that then failed to start)."""
+
+    async def slow_full_disk(self: Any) -> None:
+        await asyncio.sleep(1.0)
+        raise LatticeUserError("cannot sync the run folder: disk full")
+
+    monkeypatch.setattr(LoopRecorder, "sync_started", slow_full_disk)
+    response = client.post("/v1/runs", json={"document": steps(1), "mock_script": script(1)})
+    body = assert_error(response, 400, "user_error")
+    assert body["message"] == "cannot sync the run folder: disk full"
