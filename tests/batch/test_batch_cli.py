@@ -486,3 +486,52 @@ def write_answers(folder: Path) -> Path:
     path = folder / "answers.json"
     path.write_text(json.dumps(ASK_ANSWER))
     return path
+
+
+def test_a_results_file_of_another_workflow_is_refused(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    examples = Path(__file__).resolve().parents[2] / "workflows" / "examples"
+    triage = no_terminal / "triage.jsonl"
+    ticket = json.loads((examples / "support-triage.inputs.json").read_text())
+    rows = no_terminal / "tickets.jsonl"
+    rows.write_text(json.dumps({"id": "t-001", "inputs": ticket}) + "\n")
+    mock = examples / "support-triage.mock.json"
+    code, _, err = batch(
+        capsys, examples / "support-triage.json", rows, triage, "--mock", mock, "--no-record"
+    )
+    assert code == 0, err
+    written = triage.read_text()
+    assert read_results(triage)[0]["workflow"] == "support-triage"
+    collide = no_terminal / "collide.jsonl"
+    collide.write_text(json.dumps({"id": "t-001", "inputs": {"name": "Ada"}}) + "\n")
+    hello, hello_mock = examples / "hello-world.json", examples / "hello-world.mock.json"
+    code, _, err = batch(capsys, hello, collide, triage, "--mock", hello_mock, "--no-record")
+    assert code == 2
+    assert "workflow 'support-triage'" in err and "workflow 'hello-world'" in err
+    assert "another -o FILE" in err and f"delete {triage}" in err
+    assert triage.read_text() == written, "the other workflow's file is left as it was"
+    # a file written before lines named their workflow is taken as this one's
+    old = [
+        {k: v for k, v in line.items() if k not in ("workflow", "execir_digest")}
+        for line in read_results(triage)
+    ]
+    triage.write_text("".join(json.dumps(line) + "\n" for line in old))
+    code, _, err = batch(capsys, hello, collide, triage, "--mock", hello_mock, "--no-record")
+    assert code == 0 and "ran 0 rows this time" in err, err
+
+
+def test_an_edited_workflow_does_not_resume_the_results_of_its_earlier_version(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    flow, inputs, mock = dataset(no_terminal, 3)
+    out = no_terminal / "results.jsonl"
+    common = ("--mock", mock, "--no-record", "--answers", no_terminal / "answers.json")
+    (no_terminal / "answers.json").write_text(json.dumps(ASK_ANSWER))
+    batch(capsys, flow, inputs, out, *common)
+    document = json.loads(flow.read_text())
+    document["nodes"][1]["data"]["prompt"] = "Label: {{ $in.text }}"
+    flow.write_text(json.dumps(document))
+    code, _, err = batch(capsys, flow, inputs, out, *common)
+    assert code == 2
+    assert "another version of workflow" in err, err
