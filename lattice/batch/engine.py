@@ -44,7 +44,7 @@ from lattice.batch.summary import BatchSummary, summarize
 from lattice.batch.worker import RowTask, WorkerSpec
 from lattice.config import LatticeConfig, RunsConfig, load_config
 from lattice.document.loader import read_json_file
-from lattice.errors import InputError, LatticeUserError
+from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import execir_digest, ir_to_dict
@@ -288,13 +288,10 @@ def _given_answers(answers: Mapping[str, Any] | str | Path | None, ir: ExecIR) -
         if isinstance(answers, Mapping)
         else read_answers(Path(answers))
     )
-    if given.every_row:
-        check_answers(ir, given.every_row)
+    what = "answers" if isinstance(answers, Mapping) else f"answers in {answers}"
+    check_answers(ir, given.every_row, what)
     for key, row_answers in given.by_row.items():
-        try:
-            check_answers(ir, row_answers)
-        except InputError as exc:
-            raise InputError(f"answers for row {key}: {exc.message}") from None
+        check_answers(ir, row_answers, f"{what} for row {key}")
     return given
 
 

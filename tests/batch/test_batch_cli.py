@@ -535,3 +535,64 @@ def test_an_edited_workflow_does_not_resume_the_results_of_its_earlier_version(
     code, _, err = batch(capsys, flow, inputs, out, *common)
     assert code == 2
     assert "another version of workflow" in err, err
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("people.csv", "Ada,3\nBob,4\n"), ("people.txt", "name\tage\nAda\t3\n")],
+)
+def test_a_table_given_as_inputs_is_refused_once(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path, name: str, text: str
+) -> None:
+    flow, _, mock = dataset(no_terminal, 1)
+    table = no_terminal / name
+    table.write_text(text)
+    code, _, err = batch(capsys, flow, table, no_terminal / "out.jsonl", "--mock", mock)
+    assert code == 2
+    assert err.count("error[") == 1 and "not valid JSON" not in err
+    assert f"inputs {table} is not JSON Lines" in err and "one JSON object per line" in err
+
+
+def test_inputs_without_a_valid_row_are_a_usage_error(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    flow, _, mock = dataset(no_terminal, 1)
+    junk = no_terminal / "junk.jsonl"
+    junk.write_text('{"text": \n[1, 2]\n{"text": ""}\n')
+    code, _, err = batch(capsys, flow, junk, no_terminal / "out.jsonl", "--mock", mock)
+    assert code == 2, err
+    assert "junk.jsonl:1: not valid JSON" in err and "3 invalid lines" in err
+
+
+def test_a_row_with_an_unknown_key_names_that_key(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    flow, _, mock = dataset(no_terminal, 1)
+    rows = no_terminal / "rows.jsonl"
+    rows.write_text(
+        json.dumps({"id": "a", "inputs": {"text": "hi"}, "answer": ASK_ANSWER})
+        + "\n"
+        + json.dumps({"id": "b", "inputs": {"text": "hi"}, "answers": ASK_ANSWER})
+        + "\n"
+    )
+    code, _, err = batch(capsys, flow, rows, no_terminal / "out.jsonl", "--mock", mock)
+    assert code == 1, err
+    assert 'rows.jsonl:1: a row with "id" and "inputs"' in err
+    assert "'answer' is unexpected" in err and "were unexpected" not in err
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_an_answers_file_that_does_not_fit_is_named(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path, suffix: str
+) -> None:
+    flow, inputs, mock = dataset(no_terminal, 1)
+    answers = no_terminal / f"given{suffix}"
+    wrong = {"nope": "Yes"}
+    answers.write_text(
+        json.dumps({"id": "r0000", "answers": wrong} if suffix == ".jsonl" else wrong)
+    )
+    code, _, err = batch(
+        capsys, flow, inputs, no_terminal / "out.jsonl", "--mock", mock, "--answers", answers
+    )
+    assert code == 2
+    assert f"invalid answers in {answers}" in err and "'nope' is not a question node" in err
