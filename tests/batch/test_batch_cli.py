@@ -596,3 +596,24 @@ def test_an_answers_file_that_does_not_fit_is_named(
     )
     assert code == 2
     assert f"invalid answers in {answers}" in err and "'nope' is not a question node" in err
+
+
+def test_the_runs_diff_sample_in_batch_md_is_what_the_command_prints(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    examples = repo / "workflows" / "examples"
+    tickets = (examples / "support-triage.tickets.jsonl").read_text().splitlines()
+    rows = no_terminal / "two.jsonl"
+    rows.write_text("".join(t + "\n" for t in tickets if json.loads(t)["id"] in ("t-020", "t-025")))
+    out = no_terminal / "triage.jsonl"
+    mock = examples / "support-triage.batch.mock.json"
+    code, _, err = batch(capsys, examples / "support-triage.json", rows, out, "--mock", mock)
+    assert code == 0, err
+    folders = {line["id"]: line["run_dir"] for line in read_results(out)}
+    code, printed, _ = cli(capsys, "runs", "diff", folders["t-020"], folders["t-025"])
+    assert code == 1
+    doc = (repo / "docs" / "batch.md").read_text()
+    sample = doc.split("```\nA /home/me/runs/", 1)[1].split("```\n", 1)[0]
+    shown = ("A /home/me/runs/" + sample).splitlines()[2:]
+    assert printed.splitlines()[2:] == shown  # A and B name folders; the rest is the same
