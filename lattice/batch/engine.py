@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 from lattice.batch.limits import BUDGET_ERROR, BatchLimits
 from lattice.batch.mocks import BatchMock
 from lattice.batch.progress import ProgressView, Tracker, choose_view
-from lattice.batch.results import ResultsFile
+from lattice.batch.results import ResultsFile, WorkflowStamp
 from lattice.batch.rows import (
     GivenAnswers,
     InvalidLine,
@@ -44,10 +44,10 @@ from lattice.batch.summary import BatchSummary, summarize
 from lattice.batch.worker import RowTask, WorkerSpec
 from lattice.config import LatticeConfig, RunsConfig, load_config
 from lattice.document.loader import read_json_file
-from lattice.errors import InputError, LatticeUserError
+from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.ir.models import ExecIR
-from lattice.ir.serialize import ir_to_dict
+from lattice.ir.serialize import execir_digest, ir_to_dict
 from lattice.llm.base import LIVE_PROVIDERS, LLMProvider
 from lattice.lower import lower
 from lattice.runs.store import RunStore, new_run_id
@@ -298,13 +298,10 @@ def _given_answers(answers: Mapping[str, Any] | str | Path | None, ir: ExecIR) -
         if isinstance(answers, Mapping)
         else read_answers(Path(answers))
     )
-    if given.every_row:
-        check_answers(ir, given.every_row)
+    what = "answers" if isinstance(answers, Mapping) else f"answers in {answers}"
+    check_answers(ir, given.every_row, what)
     for key, row_answers in given.by_row.items():
-        try:
-            check_answers(ir, row_answers)
-        except InputError as exc:
-            raise InputError(f"answers for row {key}: {exc.message}") from None
+        check_answers(ir, row_answers, f"{what} for row {key}")
     return given
 
 
@@ -458,7 +455,8 @@ class BatchRun:
             and Path(options.inputs).resolve() == output.resolve()
         ):
             raise LatticeUserError("the results file (-o) must not be the inputs file")
-        results = ResultsFile(output, durability=prepared.config.runs.durability)
+        stamp = WorkflowStamp(prepared.ir.workflow.id, execir_digest(prepared.ir))
+        results = ResultsFile(output, durability=prepared.config.runs.durability, workflow=stamp)
         interrupted = False
         ran = 0
         stopped: str | None = None

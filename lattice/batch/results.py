@@ -9,6 +9,11 @@ lines of the last few milliseconds; their rows run again).
 
 A row may have several lines (a failed row retried, a halted row answered): the last
 one counts. A batch that ends (not killed) rewrites the file with one line per row.
+
+Each line names the workflow that wrote it (``workflow``: its id, ``execir_digest``: the
+digest of its ExecIR). A batch of another workflow, or of another version of it, refuses
+a file holding such lines: it would take their rows as done. Lines written before lines
+named their workflow are taken as any workflow's.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +38,42 @@ except ImportError:  # pragma: no cover - Windows
 
 OUTPUT_KEYS = ("id", "status", "result", "error_type", "error", "node_id", "usage", "run_dir")
 """The keys every results line starts with (then ``line``, ``latency_ms``, ``repairs``,
-``escalations``, ``retries``)."""
+``escalations``, ``retries``, ``workflow``, ``execir_digest``)."""
+
+
+@dataclass(frozen=True)
+class WorkflowStamp:
+    """The workflow that writes a results file: its id and its ExecIR's digest."""
+
+    id: str
+    digest: str
+
+    def fields(self) -> dict[str, str]:
+        """The keys it adds to every line."""
+        return {"workflow": self.id, "execir_digest": self.digest}
+
+
+def check_workflow(path: Path, lines: dict[str, dict[str, Any]], workflow: WorkflowStamp) -> None:
+    """Refuse (a LatticeUserError) a results file whose rows another workflow, or another
+    version of this one, wrote; lines that name no workflow (older files) pass."""
+    for line in lines.values():
+        digest = line.get("execir_digest")
+        if digest is None or digest == workflow.digest:
+            continue
+        other = str(line.get("workflow"))
+        if other == workflow.id:
+            wrote = f"another version of workflow {other!r} ({_short(digest)})"
+        else:
+            wrote = f"workflow {other!r} ({_short(digest)})"
+        raise LatticeUserError(
+            f"{path} holds results written by {wrote}; this batch runs workflow "
+            f"{workflow.id!r} ({_short(workflow.digest)}) and would take those rows as "
+            f"done: write to another -o FILE, or delete {path} to start over"
+        )
+
+
+def _short(digest: str) -> str:
+    return digest[: len("sha256:") + 12]
 
 
 def dumps_line(line: dict[str, Any]) -> str:
@@ -96,10 +137,15 @@ class _Syncer(threading.Thread):
 
 
 class ResultsFile:
-    """The results file a batch appends to (``durability``: ``"fsync"`` or ``"os"``)."""
+    """The results file a batch appends to (``durability``: ``"fsync"`` or ``"os"``).
+    With ``workflow``, a file another workflow wrote is refused and every line appended
+    names this one."""
 
-    def __init__(self, path: Path, *, durability: str = "fsync") -> None:
+    def __init__(
+        self, path: Path, *, durability: str = "fsync", workflow: WorkflowStamp | None = None
+    ) -> None:
         self.path = path
+        self.workflow = workflow
         if path.is_dir():
             raise LatticeUserError(f"the results file {path} is a directory")
         if not path.parent.is_dir():
@@ -114,10 +160,12 @@ class ResultsFile:
             self._lock()
             self.dropped_torn_line = drop_torn_tail(path, what="a results line")
             lines, _ = read_lines(path)
+            self.latest = latest_lines(lines)
+            if workflow is not None:
+                check_workflow(path, self.latest, workflow)
         except BaseException:
             os.close(self.fd)
             raise
-        self.latest = latest_lines(lines)
         self.needs_compaction = len(self.latest) != len(lines)
         self.written = 0
         self._syncer: _Syncer | None = None
@@ -140,6 +188,8 @@ class ResultsFile:
 
     def append(self, line: dict[str, Any]) -> None:
         """Write one row's line (whole, appended); the row counts as done from now on."""
+        if self.workflow is not None:
+            line = {**line, **self.workflow.fields()}
         data = dumps_line(line).encode("utf-8")
         view = memoryview(data)
         while view:

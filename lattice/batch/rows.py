@@ -9,12 +9,14 @@ Each non-blank line of the inputs file (JSON lines) is one row:
 
 A line that is not JSON, not an object, repeats an id, or whose inputs or answers do
 not fit the workflow is an ``InvalidLine``: reported with its line number and skipped,
-never the end of the batch.
+never the end of the batch. A file that is not JSON lines at all (a CSV or TSV file: its
+first line is not JSON, and its name or that line says so) is an InputError.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,9 @@ from lattice.errors import InputError, LatticeUserError
 RowId = str | int
 ROW_KEYS = frozenset({"id", "inputs", "answers"})
 """The keys of a row written as ``{"id", "inputs", "answers"}``."""
+TABLE_SUFFIXES = frozenset({".csv", ".tsv"})
+HEADER_LINE = re.compile(r'\s*"?[\w .-]+"?\s*(?:[,;\t]\s*"?[\w .-]+"?\s*)+')
+"""A line of column names (``name,age`` or ``"name"\t"age"``): the header of a table."""
 
 
 def row_key(row_id: Any) -> str:
@@ -73,7 +78,14 @@ def _row_from(value: Any, line: int) -> Row:
     """The row a parsed line holds; a ValueError says why it holds none."""
     if not isinstance(value, dict):
         raise ValueError(f"a row is a JSON object, not {type(value).__name__}")
-    if isinstance(value.get("inputs"), dict) and set(value) <= ROW_KEYS:
+    extra = set(value) - ROW_KEYS
+    if "id" in value and isinstance(value.get("inputs"), dict) and extra:
+        listed = ", ".join(repr(key) for key in sorted(extra))
+        raise ValueError(
+            f'a row with "id" and "inputs" has no other key than "answers": {listed} '
+            f"{'is' if len(extra) == 1 else 'are'} unexpected"
+        )
+    if isinstance(value.get("inputs"), dict) and not extra:
         row_id = value.get("id", line)
         if isinstance(row_id, bool) or not isinstance(row_id, str | int):
             raise ValueError(f"a row's id is a string or an integer, not {json.dumps(row_id)}")
@@ -95,20 +107,42 @@ def _lines(source: Path | Iterable[Any]) -> Iterator[tuple[int, Any]]:
             data = source.read_bytes()
         except OSError as exc:
             raise LatticeUserError(f"cannot read inputs {source}: {exc.strerror}") from exc
+        first = True
         for number, raw in enumerate(data.split(b"\n"), 1):
             if not raw.strip():
                 continue
-            try:
-                yield number, json.loads(raw)
-            except UnicodeDecodeError:
-                yield number, ValueError("not UTF-8 text")
-            except json.JSONDecodeError as exc:
-                yield number, ValueError(f"not valid JSON: {exc.msg} (column {exc.colno})")
-            except RecursionError:
-                yield number, ValueError("nested too deeply")
+            value = _parsed(raw)
+            if first and isinstance(value, ValueError):
+                _refuse_a_table(source, raw)
+            first = False
+            yield number, value
         return
     for number, item in enumerate(source, 1):
         yield number, item
+
+
+def _parsed(raw: bytes) -> Any:
+    """A line's JSON value, or a ValueError saying why it has none."""
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        return ValueError("not UTF-8 text")
+    except json.JSONDecodeError as exc:
+        return ValueError(f"not valid JSON: {exc.msg} (column {exc.colno})")
+    except RecursionError:
+        return ValueError("nested too deeply")
+
+
+def _refuse_a_table(source: Path, first_line: bytes) -> None:
+    """An InputError for a CSV or TSV file given as inputs: by its name, or by a first
+    line of column names."""
+    header = HEADER_LINE.fullmatch(first_line.decode("utf-8", "replace").rstrip("\r"))
+    if source.suffix.lower() not in TABLE_SUFFIXES and header is None:
+        return
+    raise InputError(
+        f"inputs {source} is not JSON Lines (it looks like a CSV/TSV table): the inputs "
+        'file holds one JSON object per line, {"<input>": …} or {"id": …, "inputs": {…}}'
+    )
 
 
 def read_rows(

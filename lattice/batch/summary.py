@@ -16,7 +16,7 @@ from typing import Any
 from lattice.batch.rows import InvalidLine, Row
 
 STATUSES = ("completed", "failed", "halted", "interrupted")
-EXIT_OK, EXIT_FAILED, EXIT_HALTED, EXIT_INTERRUPTED = 0, 1, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HALTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -67,11 +67,14 @@ class BatchSummary:
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted; 1 when a row failed, a line was invalid or a budget stopped the
-        batch; 3 when rows wait for answers; else 0."""
+        """130 interrupted; 2 when no line of the inputs was a valid row; 1 when a row
+        failed, a line was invalid or a budget stopped the batch; 3 when rows wait for
+        answers; else 0."""
         if self.interrupted:
             return EXIT_INTERRUPTED
         rows = self.rows
+        if rows.get("invalid") and not rows.get("total"):
+            return EXIT_USAGE
         if rows.get("failed") or rows.get("invalid") or self.stopped or rows.get("interrupted"):
             return EXIT_FAILED
         if rows.get("halted"):

@@ -13,7 +13,7 @@ from typing import Any
 
 from lattice.cli.main import EXIT_BY_STATUS
 from lattice.config import LatticeConfig
-from lattice.errors import Diagnostic, InputError
+from lattice.errors import Diagnostic, InputError, Severity
 from lattice.ir.models import AskOp
 from lattice.lower import lower_document
 from lattice.lower.compiler import LoweringResult
@@ -34,10 +34,12 @@ def print_diagnostics(diagnostics: Sequence[Diagnostic], source: str | None) -> 
 
 
 def lower_for_cli(path: str, config: LatticeConfig | None = None) -> LoweringResult:
-    """Lower ``path``, printing its diagnostics. With a config read from a file, mcp nodes
-    must name servers it declares."""
-    servers = list(config.mcp.servers) if config is not None and config.source else None
-    result = lower_document(Path(path), mcp_servers=servers)
+    """Lower ``path``, printing its diagnostics. With a config, mcp nodes must name
+    servers it declares; without a config file (none declared), a server a node names is
+    a warning: a run could not reach it, but it may be configured later."""
+    servers = list(config.mcp.servers) if config is not None else None
+    unknown_mcp = Severity.ERROR if config is not None and config.source else Severity.WARNING
+    result = lower_document(Path(path), mcp_servers=servers, unknown_mcp=unknown_mcp)
     print_diagnostics(result.diagnostics, path)
     return result
 

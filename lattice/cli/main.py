@@ -2,12 +2,14 @@
 to exit codes.
 
 Exit codes: 0 completed, 1 run failed, 2 bad usage or invalid document, 3 halted
-waiting for a human, 130 interrupted.
+waiting for a human, 130 interrupted, 141 (as a shell reports a command killed by
+SIGPIPE) when the reader of its output went away before the command finished.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,6 +19,7 @@ from lattice.errors import DocumentError, LatticeRunError, LatticeUserError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HALTED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 EXIT_BY_STATUS = {
     "completed": EXIT_OK,
     "failed": EXIT_FAILED,
@@ -39,22 +42,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         args = build_parser().parse_args(words)
     try:
+        return _run(args)
+    except BrokenPipeError:
+        # The reader left while the command was still writing: its outcome is unknown
+        # to whoever reads, so it is never reported as success.
+        _silence_output()
+        return EXIT_BROKEN_PIPE
+
+
+def _run(args: Any) -> int:
+    """Run the command's handler and map its errors to exit codes. A broken pipe while
+    an error is reported keeps the error's exit code."""
+    try:
         return int(_handler(args.handler)(args))
     except DocumentError as exc:
-        for diagnostic in exc.diagnostics:
-            print(diagnostic.format(exc.source), file=sys.stderr)
-        return EXIT_USAGE
+        return _report(EXIT_USAGE, *(d.format(exc.source) for d in exc.diagnostics))
     except LatticeUserError as exc:
-        print(f"lattice: error[{exc.error_type}]: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE
+        return _report(EXIT_USAGE, f"lattice: error[{exc.error_type}]: {exc.message}")
     except LatticeRunError as exc:
-        print(f"lattice: run failed [{exc.error_type}]: {exc.message}", file=sys.stderr)
-        return EXIT_FAILED
+        return _report(EXIT_FAILED, f"lattice: run failed [{exc.error_type}]: {exc.message}")
     except KeyboardInterrupt:
-        print("lattice: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _report(EXIT_INTERRUPTED, "lattice: interrupted")
+
+
+def _report(code: int, *lines: str) -> int:
+    """Print ``lines`` on stderr and return ``code``, even when stderr's reader left."""
+    try:
+        for line in lines:
+            print(line, file=sys.stderr)
     except BrokenPipeError:
-        return EXIT_OK
+        _silence_output()
+    return code
+
+
+def _silence_output() -> None:
+    """Point stdout and stderr at the null device, so that flushing what is left in
+    their buffers at exit fails no more (Python would report it and exit with 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):  # a stream without a file descriptor (tests)
+            continue
+    os.close(devnull)
 
 
 if __name__ == "__main__":

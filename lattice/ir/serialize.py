@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -59,6 +60,12 @@ def ir_to_dict(ir: ExecIR) -> dict[str, Any]:
 def ir_to_json(ir: ExecIR) -> str:
     """Byte-stable JSON text of ``ir`` (same IR, same bytes), ending in a newline."""
     return json.dumps(ir_to_dict(ir), indent=2, ensure_ascii=False) + "\n"
+
+
+def execir_digest(ir: ExecIR) -> str:
+    """``sha256:<hex>`` of ``ir_to_json(ir)``: the digest a run folder records for its
+    ``execir.json``; the same workflow lowered again has the same digest."""
+    return "sha256:" + hashlib.sha256(ir_to_json(ir).encode("utf-8")).hexdigest()
 
 
 def ir_from_json(text: str | bytes | dict[str, Any]) -> ExecIR:

@@ -13,6 +13,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lattice.errors import Severity
+
 if TYPE_CHECKING:
     from lattice.document.models import Workflow
     from lattice.ir.models import ExecIR
@@ -67,17 +69,22 @@ def lower_document(
     registry: LowererRegistry | None = None,
     base_dir: Path | None = None,
     mcp_servers: Collection[str] | None = None,
+    unknown_mcp: Severity = Severity.ERROR,
 ) -> LoweringResult:
     """Load and lower a document, returning the IR (or None) and all diagnostics.
 
     ``mcp_servers``: the server ids the user's config declares; given, an mcp node naming
-    another server is an error. Unreadable files and malformed JSON still raise
-    DocumentError (nothing to lower).
+    another server is reported as ``unknown_mcp`` says (an error unless told otherwise).
+    Unreadable files and malformed JSON still raise DocumentError (nothing to lower).
     """
     from lattice.lower import compiler
 
     return compiler.lower_document(
-        source, registry=registry, base_dir=base_dir, mcp_servers=mcp_servers
+        source,
+        registry=registry,
+        base_dir=base_dir,
+        mcp_servers=mcp_servers,
+        unknown_mcp=unknown_mcp,
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from lattice.document.limits import check_json_value
 from lattice.document.loader import parse_workflow, pointer_join, read_json_file
 from lattice.document.models import Workflow
-from lattice.errors import Diagnostic, DocumentError, Suggester
+from lattice.errors import Diagnostic, DocumentError, Severity, Suggester
 from lattice.ir.models import Edge, ExecIR, ForEachOp, IRDiagnostic, Op, WorkflowInfo
 from lattice.lower.branch_nodes import AskUserQuestionLowerer, IfElseLowerer, SwitchLowerer
 from lattice.lower.checks import Reachability, ReferenceChecker, reachability_warnings
@@ -367,15 +367,16 @@ def lower_document(
     registry: LowererRegistry | None = None,
     base_dir: Path | None = None,
     mcp_servers: Collection[str] | None = None,
+    unknown_mcp: Severity = Severity.ERROR,
 ) -> LoweringResult:
     """Load and lower a document, returning the IR (or None) and all diagnostics.
 
     ``mcp_servers``: the server ids the user's config declares; given, an mcp node naming
-    another server is an error. Unreadable files and malformed JSON still raise
-    DocumentError (nothing to lower).
+    another server is reported as ``unknown_mcp`` says (an error unless told otherwise).
+    Unreadable files and malformed JSON still raise DocumentError (nothing to lower).
     """
     with _gc_paused():  # reading and parsing the file too: they build most of the objects
-        return _lower_document(source, registry, base_dir, mcp_servers)
+        return _lower_document(source, registry, base_dir, mcp_servers, unknown_mcp)
 
 
 def _lower_document(
@@ -383,6 +384,7 @@ def _lower_document(
     registry: LowererRegistry | None,
     base_dir: Path | None,
     mcp_servers: Collection[str] | None,
+    unknown_mcp: Severity = Severity.ERROR,
 ) -> LoweringResult:
     if isinstance(source, Workflow):
         problems = _beyond_limits(source)
@@ -401,7 +403,7 @@ def _lower_document(
         return LoweringResult(None, diagnostics)
     result = lower_workflow(workflow, registry=registry, base_dir=base_dir)
     if mcp_servers is not None:
-        diagnostics += unknown_mcp_servers(workflow, mcp_servers)
+        diagnostics += unknown_mcp_servers(workflow, mcp_servers, unknown_mcp)
     result.diagnostics[:0] = diagnostics
     if diagnostics and any(d.is_error for d in diagnostics):
         result.ir = None

@@ -2,7 +2,9 @@
 
 Documents never say how to reach a server; the user's ``lattice.toml`` does. When a
 config is present, ``lattice check``/``lower``/``run`` report a document that names a
-server the config lacks as an error, with the node and the JSON pointer of its serverId.
+server the config lacks as an error, with the node and the JSON pointer of its serverId;
+without a config file, as a warning (the server may be configured later, but a run
+without it fails at that node).
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from collections.abc import Collection, Iterator
 
 from lattice.document.loader import pointer_join
 from lattice.document.models import Node, Workflow
-from lattice.errors import Diagnostic
+from lattice.errors import Diagnostic, Severity
 from lattice.tools.mcp import BUILTIN_SERVER_ID
 
 
-def unknown_mcp_servers(workflow: Workflow, configured: Collection[str]) -> list[Diagnostic]:
-    """One error per mcp node whose ``serverId`` is neither configured nor built in."""
+def unknown_mcp_servers(
+    workflow: Workflow, configured: Collection[str], severity: Severity = Severity.ERROR
+) -> list[Diagnostic]:
+    """One diagnostic (an error, or ``severity``) per mcp node whose ``serverId`` is
+    neither configured nor built in."""
     known = ", ".join(sorted(configured)) or "none"
+    then = "" if severity is Severity.ERROR else "; until then a run fails at this node"
     diagnostics = []
     for node in _all_nodes(workflow):
         server = node.data.get("serverId")
@@ -29,7 +35,8 @@ def unknown_mcp_servers(workflow: Workflow, configured: Collection[str]) -> list
             Diagnostic(
                 code="mcp-server-unknown",
                 message=f"MCP server {server!r} is not configured: add [mcp.servers.{server}] "
-                f"to lattice.toml (configured: {known})",
+                f"to lattice.toml (configured: {known}){then}",
+                severity=severity,
                 node_id=node.id,
                 pointer=pointer_join(node._pointer or "", "data", "serverId"),
             )

@@ -368,11 +368,11 @@ def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContex
                     ctx.error(
                         ctx.nodes.get(op.source_node),
                         "parallel-shared-node",
-                        f"node {op.source_node!r} is reached by two branches of the fork after "
-                        f"{fork.source_node!r} (from {_node(ops, other)!r} and "
-                        f"{_node(ops, branch)!r}) before they meet; it would run once per "
-                        "branch: connect the branches to it after they meet, or give each "
-                        "branch its own node",
+                        f"node {op.source_node!r} is reached by two parallel branches "
+                        f"(from {_node(ops, other)!r} and {_node(ops, branch)!r}) before "
+                        f"they meet: {_fan_out(ops, fork)}; it would run once per branch: "
+                        "remove a connection added by mistake, connect the branches to it "
+                        "after they meet, or give each branch its own node",
                     )
                 if isinstance(op, StateOp) and op.operation != "get":
                     owner = variables.setdefault(op.variable, (branch, op.source_node))
@@ -391,3 +391,14 @@ def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContex
 
 def _node(ops: dict[str, Op], op_id: str) -> str:
     return ops[op_id].source_node if op_id in ops else op_id
+
+
+def _fan_out(ops: dict[str, Op], fork: ForkOp) -> str:
+    """Where ``fork`` comes from, for a message: the port with several connections."""
+    port = fork.id.partition("#fork")[2].removeprefix(".")
+    where = f"port {port!r} of node" if port else "node"
+    targets = ", ".join(repr(_node(ops, branch)) for branch in fork.branches)
+    return (
+        f"{where} {fork.source_node!r} has {len(fork.branches)} connections (to {targets}), "
+        "so their branches run at once"
+    )

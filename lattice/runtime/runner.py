@@ -711,8 +711,9 @@ def _input_message(err: jsonschema.ValidationError) -> str:
     return err.message
 
 
-def check_answers(ir: ExecIR, answers: Mapping[str, Any]) -> None:
-    """Raise InputError when answers name unknown ASK nodes or options none of them has."""
+def check_answers(ir: ExecIR, answers: Mapping[str, Any], what: str = "answers") -> None:
+    """Raise InputError when answers name unknown ASK nodes or options none of them has;
+    its message starts ``invalid <what>:``."""
     asks = {op.source_node: op for op in ir.ops.values() if isinstance(op, AskOp)}
     llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
     problems = []
@@ -732,4 +733,4 @@ def check_answers(ir: ExecIR, answers: Mapping[str, Any]) -> None:
             except LatticeRunError as exc:
                 problems.append(exc.message)
     if problems:
-        raise InputError("invalid answers:\n  " + "\n  ".join(problems))
+        raise InputError(f"invalid {what}:\n  " + "\n  ".join(problems))

@@ -540,3 +540,134 @@ def write_answers(folder: Path) -> Path:
     path = folder / "answers.json"
     path.write_text(json.dumps(ASK_ANSWER))
     return path
+
+
+def test_a_results_file_of_another_workflow_is_refused(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    examples = Path(__file__).resolve().parents[2] / "workflows" / "examples"
+    triage = no_terminal / "triage.jsonl"
+    ticket = json.loads((examples / "support-triage.inputs.json").read_text())
+    rows = no_terminal / "tickets.jsonl"
+    rows.write_text(json.dumps({"id": "t-001", "inputs": ticket}) + "\n")
+    mock = examples / "support-triage.mock.json"
+    code, _, err = batch(
+        capsys, examples / "support-triage.json", rows, triage, "--mock", mock, "--no-record"
+    )
+    assert code == 0, err
+    written = triage.read_text()
+    assert read_results(triage)[0]["workflow"] == "support-triage"
+    collide = no_terminal / "collide.jsonl"
+    collide.write_text(json.dumps({"id": "t-001", "inputs": {"name": "Ada"}}) + "\n")
+    hello, hello_mock = examples / "hello-world.json", examples / "hello-world.mock.json"
+    code, _, err = batch(capsys, hello, collide, triage, "--mock", hello_mock, "--no-record")
+    assert code == 2
+    assert "workflow 'support-triage'" in err and "workflow 'hello-world'" in err
+    assert "another -o FILE" in err and f"delete {triage}" in err
+    assert triage.read_text() == written, "the other workflow's file is left as it was"
+    # a file written before lines named their workflow is taken as this one's
+    old = [
+        {k: v for k, v in line.items() if k not in ("workflow", "execir_digest")}
+        for line in read_results(triage)
+    ]
+    triage.write_text("".join(json.dumps(line) + "\n" for line in old))
+    code, _, err = batch(capsys, hello, collide, triage, "--mock", hello_mock, "--no-record")
+    assert code == 0 and "ran 0 rows this time" in err, err
+
+
+def test_an_edited_workflow_does_not_resume_the_results_of_its_earlier_version(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    flow, inputs, mock = dataset(no_terminal, 3)
+    out = no_terminal / "results.jsonl"
+    common = ("--mock", mock, "--no-record", "--answers", no_terminal / "answers.json")
+    (no_terminal / "answers.json").write_text(json.dumps(ASK_ANSWER))
+    batch(capsys, flow, inputs, out, *common)
+    document = json.loads(flow.read_text())
+    document["nodes"][1]["data"]["prompt"] = "Label: {{ $in.text }}"
+    flow.write_text(json.dumps(document))
+    code, _, err = batch(capsys, flow, inputs, out, *common)
+    assert code == 2
+    assert "another version of workflow" in err, err
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("people.csv", "Ada,3\nBob,4\n"), ("people.txt", "name\tage\nAda\t3\n")],
+)
+def test_a_table_given_as_inputs_is_refused_once(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path, name: str, text: str
+) -> None:
+    flow, _, mock = dataset(no_terminal, 1)
+    table = no_terminal / name
+    table.write_text(text)
+    code, _, err = batch(capsys, flow, table, no_terminal / "out.jsonl", "--mock", mock)
+    assert code == 2
+    assert err.count("error[") == 1 and "not valid JSON" not in err
+    assert f"inputs {table} is not JSON Lines" in err and "one JSON object per line" in err
+
+
+def test_inputs_without_a_valid_row_are_a_usage_error(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    flow, _, mock = dataset(no_terminal, 1)
+    junk = no_terminal / "junk.jsonl"
+    junk.write_text('{"text": \n[1, 2]\n{"text": ""}\n')
+    code, _, err = batch(capsys, flow, junk, no_terminal / "out.jsonl", "--mock", mock)
+    assert code == 2, err
+    assert "junk.jsonl:1: not valid JSON" in err and "3 invalid lines" in err
+
+
+def test_a_row_with_an_unknown_key_names_that_key(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    flow, _, mock = dataset(no_terminal, 1)
+    rows = no_terminal / "rows.jsonl"
+    rows.write_text(
+        json.dumps({"id": "a", "inputs": {"text": "hi"}, "answer": ASK_ANSWER})
+        + "\n"
+        + json.dumps({"id": "b", "inputs": {"text": "hi"}, "answers": ASK_ANSWER})
+        + "\n"
+    )
+    code, _, err = batch(capsys, flow, rows, no_terminal / "out.jsonl", "--mock", mock)
+    assert code == 1, err
+    assert 'rows.jsonl:1: a row with "id" and "inputs"' in err
+    assert "'answer' is unexpected" in err and "were unexpected" not in err
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_an_answers_file_that_does_not_fit_is_named(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path, suffix: str
+) -> None:
+    flow, inputs, mock = dataset(no_terminal, 1)
+    answers = no_terminal / f"given{suffix}"
+    wrong = {"nope": "Yes"}
+    answers.write_text(
+        json.dumps({"id": "r0000", "answers": wrong} if suffix == ".jsonl" else wrong)
+    )
+    code, _, err = batch(
+        capsys, flow, inputs, no_terminal / "out.jsonl", "--mock", mock, "--answers", answers
+    )
+    assert code == 2
+    assert f"invalid answers in {answers}" in err and "'nope' is not a question node" in err
+
+
+def test_the_runs_diff_sample_in_batch_md_is_what_the_command_prints(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path
+) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    examples = repo / "workflows" / "examples"
+    tickets = (examples / "support-triage.tickets.jsonl").read_text().splitlines()
+    rows = no_terminal / "two.jsonl"
+    rows.write_text("".join(t + "\n" for t in tickets if json.loads(t)["id"] in ("t-020", "t-025")))
+    out = no_terminal / "triage.jsonl"
+    mock = examples / "support-triage.batch.mock.json"
+    code, _, err = batch(capsys, examples / "support-triage.json", rows, out, "--mock", mock)
+    assert code == 0, err
+    folders = {line["id"]: line["run_dir"] for line in read_results(out)}
+    code, printed, _ = cli(capsys, "runs", "diff", folders["t-020"], folders["t-025"])
+    assert code == 1
+    doc = (repo / "docs" / "batch.md").read_text()
+    sample = doc.split("```\nA /home/me/runs/", 1)[1].split("```\n", 1)[0]
+    shown = ("A /home/me/runs/" + sample).splitlines()[2:]
+    assert printed.splitlines()[2:] == shown  # A and B name folders; the rest is the same

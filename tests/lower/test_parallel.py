@@ -117,3 +117,23 @@ def test_a_branch_that_reaches_past_where_the_others_meet_is_an_error() -> None:
     # Connected to where the others meet, the branch is fine.
     doc["connections"][6]["to"] = "X"
     assert lower(doc).ops["start#fork"].join == "start#fork#join"  # type: ignore[union-attr]
+
+
+def test_an_accidental_fork_names_the_port_that_fans_out() -> None:
+    """A second connection from ``b``'s port makes ``b`` a fork: the message says so."""
+    doc = workflow(
+        [
+            node("start", "start"),
+            node("a", "prompt", prompt="a"),
+            node("b", "prompt", prompt="b"),
+            node("end", "end"),
+        ],
+        [conn("start", "a"), conn("a", "b"), conn("b", "end"), conn("b", "a")],
+    )
+    with pytest.raises(DocumentError) as raised:
+        lower(doc)
+    shared = [d for d in raised.value.diagnostics if d.code == "parallel-shared-node"]
+    assert shared, raised.value.diagnostics
+    assert "node 'b' has 2 connections (to 'end', 'a'), so their branches run at once" in (
+        shared[0].message
+    )

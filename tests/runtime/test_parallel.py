@@ -549,3 +549,19 @@ def test_a_join_over_the_state_limit_merges_none_of_its_branches(tmp_path: Path)
     resumed = Runner.resume(result.run_dir, settings=RuntimeSettings())
     assert resumed.status == "completed", resumed.failure
     assert sorted(resumed.vars) == ["done", "one", "two"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_end_without_output_after_a_join_returns_the_last_branch_in_document_order(
+    seed: int,
+) -> None:
+    width = 3
+    doc = fan_out(width)
+    doc["nodes"] = [n for n in doc["nodes"] if n["id"] != "merge"]
+    doc["connections"] = [conn("start", f"b{i}") for i in range(1, width + 1)] + [
+        conn(f"b{i}", "end") for i in range(1, width + 1)
+    ]
+    provider = Tracking(delay=0.01, jitter=True, seed=seed)  # branches end in any order
+    result = run(doc, provider)
+    assert result.status == "completed"
+    assert result.output == "b3:B3 about tides"

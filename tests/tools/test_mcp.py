@@ -325,8 +325,8 @@ def write_config(tmp_path: Path, body: str) -> Path:
     return path
 
 
-def test_check_with_a_config_flags_unconfigured_servers_with_their_location(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_check_and_run_flag_unconfigured_servers_with_their_location(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from lattice.cli import main
 
@@ -342,8 +342,24 @@ def test_check_with_a_config_flags_unconfigured_servers_with_their_location(
     assert "error[mcp-server-unknown] node 'gh' at /nodes/1/data/serverId" in err
     assert "add [mcp.servers.github] to lattice.toml (configured: time)" in err
     assert "'find'" not in err  # the built-in server needs no configuration
-    # without a config file the document is fine (the server may be configured later)
+    # without a config file no server is configured: check and run both warn, naming
+    # the server and how to configure it, and the run fails at the node
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    monkeypatch.delenv("LATTICE_CONFIG", raising=False)
+    warning = (
+        "warning[mcp-server-unknown] node 'gh' at /nodes/1/data/serverId: MCP server 'github' "
+        "is not configured: add [mcp.servers.github] to lattice.toml (configured: none); "
+        "until then a run fails at this node"
+    )
     assert main(["check", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert warning in err and "ok (" in err
+    mock = tmp_path / "wf.mock.json"
+    mock.write_text('{"responses": {}}', encoding="utf-8")
+    assert main(["run", str(path), "--mock", str(mock), "--no-record"]) == 1
+    err = capsys.readouterr().err
+    assert warning in err and "[tool_error] at gh" in err
 
 
 def test_a_server_needs_exactly_one_transport(
