@@ -169,6 +169,11 @@ class Walker:
             except HaltRun as halt:
                 halt.op_id = halt.op_id or current
                 halt.node_id = halt.node_id or step.node
+                if journaled and in_branch and not step.control:
+                    # The main walk journals its own halted op (Runner); a branch's gets
+                    # its line here, or the answers it had would count as still to be
+                    # replayed, though the resumed op asks again (with the answer given).
+                    recorder.journal(stopped_line(ctx, track.op_seq, current))
                 raise
             except Exception as raised:
                 exc = _as_run_error(raised, current)

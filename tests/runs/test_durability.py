@@ -604,6 +604,39 @@ def test_usage_after_a_resume_counts_a_siblings_recorded_answer_once(tmp_path: P
     assert resumed.usage.to_json() == expected
 
 
+def test_usage_after_a_resume_counts_a_halted_branchs_answer(tmp_path: Path) -> None:
+    """A branch op that halted (the model asked for missing information) asks again
+    when resumed with the answer: its first answer is spent, not one to replay."""
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    doc = workflow(
+        [
+            node("start", "start"),
+            node("b1", "prompt", prompt="B1"),
+            node("b2", "prompt", prompt="B2", outputSchema=schema),
+            node("merge", "prompt", prompt="M {{ $vars.b1.result }} {{ $vars.b2.result.x }}"),
+            node("end", "end"),
+        ],
+        [
+            conn("start", "b1"),
+            conn("start", "b2"),
+            conn("b1", "merge"),
+            conn("b2", "merge"),
+            conn("merge", "end"),
+        ],
+    )
+    ask = {"error": "missing_information", "details": "Which one?"}
+    script = {"b1": ["one"], "b2": [ask, {"x": 2}], "merge": ["M"]}
+    first = MockProvider(script)
+    halted = Runner(lower(doc), provider=first, store=RunStore(tmp_path)).run()
+    assert halted.status == "halted" and halted.run_dir is not None
+    resumed = Runner.resume(
+        halted.run_dir, provider=MockProvider(script), answers={"b2": "the first"}
+    )
+    assert resumed.status == "completed"
+    assert resumed.usage.requests == len(first.calls) + 2 == 4  # b1, b2; then b2 again, merge
+    assert resumed.usage.calls == 4
+
+
 def test_max_calls_counts_the_requests_a_killed_run_had_sent(tmp_path: Path) -> None:
     failing = Failing("provider_error")
     retries = 0
