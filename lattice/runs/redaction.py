@@ -71,6 +71,10 @@ class PieceMasker:
         self._held: dict[Any, tuple[Any, str]] = {}
         """Per lane (a branch of the run): the stream it holds text of, and that text."""
 
+    def forget(self, lane: Any) -> None:
+        """Drop what ``lane`` holds back: its answer is over (the next one begins)."""
+        self._held.pop(lane, None)
+
     def mask(self, lane: Any, stream: Any, piece: str) -> str:
         """What can be passed on of ``stream`` (one attempt of one op in ``lane``) once
         ``piece`` is added to it."""

@@ -65,12 +65,18 @@ class DeltaRelay:
         self.masker = PieceMasker(secret_names)
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if event["type"] != "llm_delta" or not self.channel.wants_deltas:
+        kind = event["type"]
+        if kind == "llm_request":
+            self.masker.forget(event.get("branch"))  # a new answer begins in this lane
+            return
+        if kind != "llm_delta":
             return
         data = event["data"]
         lane = event.get("branch")
+        # masked whether or not a watcher takes deltas now: the masker must see every
+        # piece, or one who comes mid-answer could get the tail of a secret cut in two
         text = self.masker.mask(lane, (event.get("op_id"), data.get("attempt")), data["text"])
-        if text:
+        if text and self.channel.wants_deltas:
             masked = {**event, "data": {**data, "text": text}}
             self.channel.add_delta(event["seq"], event_line(masked))
 

@@ -14,6 +14,7 @@ import pytest
 
 from lattice.server import events
 from lattice.server.events import KEEP, EventChannel, FolderTails, stream
+from lattice.server.manager import DeltaRelay
 from lattice.server.store import LoopRecorder
 from tests.server.helpers import TIMEOUT
 
@@ -136,3 +137,45 @@ def test_deltas_go_in_their_place_and_a_slow_watcher_loses_only_deltas(tmp_path:
     assert kept == [str(n) for n in range(events.MAX_PENDING_DELTAS - 1)]
     assert '{"dropped": 41}' in text
     assert text.endswith('event: end\ndata: {"status": "completed"}\n\n')
+
+
+def _delta(text: str, *, seq: int = 3, op: str = "o1") -> dict[str, Any]:
+    return {"type": "llm_delta", "seq": seq, "op_id": op, "data": {"attempt": 1, "text": text}}
+
+
+def test_a_watcher_who_comes_mid_answer_gets_no_tail_of_a_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "sk-live-ABCDEFGHIJKLMNOP"
+    monkeypatch.setenv("LATTICE_RELAY_SECRET", secret)
+
+    async def scenario() -> str:
+        channel = EventChannel("r1")
+        relay = DeltaRelay(channel, ("LATTICE_RELAY_SECRET",))
+        relay(_delta("the key is sk-live-ABC"))  # nobody takes deltas yet
+        feed = channel.watch_deltas()  # one comes (?deltas=1) mid-answer
+        relay(_delta("DEFGHIJKLMNOP and then a long tail of ordinary answer text ......"))
+        return feed.take(3).decode()
+
+    sent = asyncio.run(scenario())
+    assert "and then a long tail" in sent
+    assert "DEFGHIJKLMNOP" not in sent and "***" in sent
+
+
+def test_a_new_call_in_a_lane_starts_its_answer_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the masker held back of an answer (it might begin a secret) is not put in
+    front of the next answer of the same op (a loop's next visit, a second call)."""
+    monkeypatch.setenv("LATTICE_RELAY_SECRET", "sk-live-ABCDEFGHIJKLMNOP")
+
+    async def scenario() -> str:
+        channel = EventChannel("r1")
+        relay = DeltaRelay(channel, ("LATTICE_RELAY_SECRET",))
+        feed = channel.watch_deltas()
+        relay(_delta("first visit answer: RED"))
+        relay({"type": "llm_request", "seq": 4, "op_id": "o1", "data": {"attempt": 1}})
+        relay(_delta("second visit answer, long enough to pass on.....", seq=4))
+        return feed.take(3).decode() + feed.take(4).decode()
+
+    sent = asyncio.run(scenario())
+    assert "second visit answer" in sent
+    assert "REDsecond" not in sent and "answer: RED" not in sent
