@@ -249,14 +249,9 @@ class ReferenceChecker:
         lowerings: dict[str, NodeLowering],
         variables: dict[str, list[str]],
         inputs_schema: dict[str, Any] | None,
-        *,
-        order_known: bool = True,
     ) -> None:
         self.ctx = ctx
         self.reach = reach
-        self.order_known = order_known
-        """False when connections in error were left out of the graph: whether a node can
-        run before another is then not judged."""
         self.lowerings = lowerings
         self.variables = variables
         self.inputs_schema = inputs_schema
@@ -295,8 +290,6 @@ class ReferenceChecker:
 
     def _reach_queries(self, uses: list[RefUse]) -> Iterator[tuple[str, str]]:
         """The ``(producer, reader)`` pairs ``check`` will ask ``reaches`` about."""
-        if not self.order_known:
-            return
         for use in uses:
             ref = use.ref
             if isinstance(ref, NameRef) or ref.root != "$vars" or not ref.keys:
@@ -371,7 +364,7 @@ class ReferenceChecker:
             self._check_node_ref(use, ref, name)
         elif name in self.variables:
             setters = self.variables[name]
-            if not self._runs_before(setters, use.node_id):
+            if not any(self.reach.reaches(s, use.node_id) for s in setters):
                 self._error(
                     use,
                     "template-ref-not-before",
@@ -384,13 +377,6 @@ class ReferenceChecker:
                 f"{ref.text}: no node or variable named {name!r}{self.suggest_name(name)}",
             )
 
-    def _runs_before(self, producers: list[str], reader: str) -> bool:
-        """Whether one of ``producers`` can run before ``reader`` (taken as yes while the
-        graph misses connections in error)."""
-        if not self.order_known:
-            return True
-        return any(self.reach.reaches(producer, reader) for producer in producers)
-
     def _check_node_ref(self, use: RefUse, ref: StatePath, name: str) -> None:
         lowering = self.lowerings[name]
         if not lowering.produces:
@@ -398,7 +384,7 @@ class ReferenceChecker:
                 use, "template-ref-no-result", f"{ref.text}: node {name!r} produces no value"
             )
             return
-        if not self._runs_before([name], use.node_id):
+        if not self.reach.reaches(name, use.node_id):
             self._error(
                 use,
                 "template-ref-not-before",

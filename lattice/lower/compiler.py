@@ -16,7 +16,7 @@ from typing import Any
 
 from lattice.document.limits import check_json_value
 from lattice.document.loader import parse_workflow, pointer_join, read_json_file
-from lattice.document.models import Workflow
+from lattice.document.models import Connection, Workflow
 from lattice.errors import Diagnostic, DocumentError, Severity, Suggester
 from lattice.ir.models import Edge, ExecIR, ForEachOp, IRDiagnostic, Op, WorkflowInfo
 from lattice.lower.branch_nodes import AskUserQuestionLowerer, IfElseLowerer, SwitchLowerer
@@ -69,6 +69,14 @@ def default_registry() -> LowererRegistry:
 DEFAULT_REGISTRY = default_registry()
 
 
+def _free_name(name: str, taken: set[str]) -> str:
+    """``name`` marked as no document's (a NUL first), made unlike every id in ``taken``."""
+    name = "\0" + name
+    while name in taken:
+        name += "'"
+    return name
+
+
 @dataclass
 class LoweringResult:
     """What lowering produced: the IR (None when there are errors) and every diagnostic."""
@@ -103,9 +111,8 @@ class _Compiler:
         self.lowerings: dict[str, NodeLowering] = {}
         self.ports: dict[str, list[str] | None] = {}
         self.graph: DiGraph[str] = DiGraph()
-        self.dropped_connections = 0
-        """Connections in error, left out of the graph: until they are fixed, what the
-        graph says of reachability and order is not reported (it would follow from them)."""
+        self._stand_ins: tuple[str, str] | None = None
+        """The checks' graph's stand-ins for any source and any target (``_stand_in_for``)."""
         self._types: Suggester | None = None
 
     def run(self) -> LoweringResult:
@@ -113,8 +120,7 @@ class _Compiler:
         self._lower_nodes()
         self._wire()
         self._wire_bodies()
-        if not self.dropped_connections:
-            reachability_warnings(self.ctx, self.graph, start, ends, self.workflow.nodes)
+        reachability_warnings(self.ctx, self.graph, start, ends, self.workflow.nodes)
         inputs_schema = self._check_references(start)
         if any(d.is_error for d in self.ctx.diagnostics) or start is None:
             return LoweringResult(None, self.ctx.diagnostics)
@@ -205,9 +211,11 @@ class _Compiler:
                 continue
             errors = self._error_count()
             self.lowerings[node.id] = lowerer.lower(node, self.ctx)
-            # a node whose data is in error has no ports to judge its connections by: they
-            # stay edges of the graph (reachability), their ports unjudged, like an unknown type's
-            self.ports[node.id] = lowerer.ports(node) if self._error_count() == errors else None
+            ports = lowerer.ports(node)
+            # a node whose data is in error and that has no ports then (a switch without
+            # branches) cannot judge its connections: they stay edges of the graph, their
+            # ports unjudged, as an unknown type's
+            self.ports[node.id] = ports if ports or self._error_count() == errors else None
             if node.type != "group":
                 self.graph.add_node(node.id)
 
@@ -243,7 +251,7 @@ class _Compiler:
                     )
                     problems = True
             if problems:
-                self.dropped_connections += 1
+                self._stand_in_for(conn)
                 continue
             ports = self.ports[conn.source]
             if ports is not None and conn.port not in ports:
@@ -257,7 +265,7 @@ class _Compiler:
                         pointer=pointer_join(where, "fromPort"),
                     )
                 )
-                self.dropped_connections += 1
+                self.graph.add_edge(conn.source, conn.target)  # its ends are clear
                 continue
             self.graph.add_edge(conn.source, conn.target)
             target_entry = self.lowerings[conn.target].entry
@@ -265,6 +273,27 @@ class _Compiler:
                 continue
             for op_id, ir_port in self.lowerings[conn.source].exits.get(conn.port, []):
                 ops_by_id[op_id].next.append(Edge(port=ir_port, to=target_entry))
+
+    def _stand_in_for(self, conn: Connection) -> None:
+        """A connection with an end that is not a node could have been meant for any
+        node: the graph joins its known end to every node through a stand-in, so that the
+        checks that follow the graph (reachability, which node can run before which)
+        report only what is wrong whatever it was meant to be, not what follows from the
+        mistake."""
+        if self._stand_ins is None:
+            taken = set(self.graph.succ)
+            any_source, any_target = (
+                _free_name(name, taken) for name in ("any source", "any target")
+            )
+            for node_id in taken:
+                self.graph.add_edge(node_id, any_source)
+                self.graph.add_edge(any_target, node_id)
+            self._stand_ins = any_source, any_target
+        any_source, any_target = self._stand_ins
+        if conn.source in self.graph:
+            self.graph.add_edge(conn.source, any_target)
+        if conn.target in self.graph:
+            self.graph.add_edge(any_source, conn.target)
 
     def _wire_bodies(self) -> None:
         """A forEach node comes before its flow's nodes (reachability, references)."""
@@ -301,7 +330,6 @@ class _Compiler:
             self.lowerings,
             variables,
             declared,
-            order_known=not self.dropped_connections,
         )
         checker.check_all(self.ctx.ref_uses)
         if declared is not None:

@@ -449,16 +449,36 @@ def test_a_node_in_error_does_not_bury_its_error_under_what_follows_from_it() ->
     assert [d.code for d in result.diagnostics] == ["missing-field"], describe(result.diagnostics)
 
 
-def test_a_connection_in_error_holds_back_the_checks_that_follow_the_graph() -> None:
+def test_a_connection_to_no_node_stands_for_any_node_in_the_graph_checks() -> None:
+    # a → "chekc": what follows from it (check, b, c unreachable; their references to
+    # a "not before") is not reported, as it could have been meant for any node
     doc = _routed_after(_if_else("check"))
     doc["connections"][1]["to"] = "chekc"
     result = lower_document(doc)
     assert [d.code for d in result.diagnostics] == ["connection-unknown-node"], describe(
         result.diagnostics
     )
-    doc["connections"][1]["to"] = "check"  # fixed: the graph checks are back
+    # but a mistake of its own is: b reading c, which cannot have run before it
     doc["nodes"][3]["data"]["prompt"] = "B {{ $vars.c.result }}"
-    assert [d.code for d in lower_document(doc).diagnostics] == ["template-ref-not-before"]
+    codes = [d.code for d in lower_document(doc).diagnostics]
+    assert codes == ["connection-unknown-node", "template-ref-not-before"]
+
+
+def test_an_unrelated_connection_in_error_hides_no_order_error() -> None:
+    doc = chain(
+        node("a", "prompt", prompt="A {{ $vars.b.result }}"), node("b", "prompt", prompt="B")
+    )
+    # "ghost" → end could come from any node, but no path from b to a goes through it
+    doc["connections"].append(conn("ghost", "end"))
+    codes = sorted(d.code for d in lower_document(doc).diagnostics)
+    assert codes == ["connection-unknown-node", "template-ref-not-before"]
+
+
+def test_a_node_in_error_with_ports_still_has_its_ports_judged() -> None:
+    doc = chain(node("p", "prompt", prompt="hi", temperature="hot"))
+    doc["connections"][1]["fromPort"] = "faild"
+    codes = sorted(d.code for d in lower_document(doc).diagnostics)
+    assert codes == ["connection-unknown-port", "invalid-field"]
 
 
 # --- warnings ------------------------------------------------------------------------------
