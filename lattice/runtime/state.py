@@ -235,8 +235,8 @@ class StateStore:
             raise LatticeRunError(f"{path.text} is read-only to ops", error_type="state_error")
         if not path.keys:
             raise LatticeRunError("cannot replace a whole state root", error_type="state_error")
-        if self._inherited and path.root == "$vars":
-            self._own(keys[0], whole=len(keys) == 1)
+        if self._inherited and path.root == "$vars" and len(keys) > 1:
+            self._own(keys[0], whole=False)
         target: Any = self._root(path.root)
         # where the write first puts something new, and what was there: to put back
         made: tuple[Any, Any, Any] | None = None
@@ -281,6 +281,8 @@ class StateStore:
                 container, at, previous = made
                 self._put_back(container, at, previous, key)
                 raise
+        if self._inherited and path.root == "$vars" and len(keys) == 1:
+            self._own(keys[0], whole=True)  # only once it is made: put back, it is not ours
         if self.changes is not None and path.root == "$vars":
             self.changes.append(["set", path.text, value])
         for listener in self._listeners:

@@ -407,3 +407,16 @@ def test_a_merge_that_fails_part_way_changes_nothing_and_tells_no_listener() -> 
     assert store.vars == {"kept": 1} and heard == []
     store.merge([["set", "$vars.a", "x" * 200]])
     assert store.vars == {"kept": 1, "a": "x" * 200} and heard == ["$vars.a"]
+
+
+def test_a_branch_write_put_back_leaves_the_entry_shared_with_the_parent() -> None:
+    """A whole-entry write in a fork that goes over the limit is put back: the entry is
+    then still the parent's (copied before a write inside it), not the branch's own."""
+    parent = StateStore(vars={"x": {"items": [1]}})
+    parent.limit(StateLimits(max_state_bytes=200))
+    branch = parent.fork()
+    with pytest.raises(LatticeRunError):
+        branch.write("$vars.x", "y" * 500)
+    branch.write("$vars.x.note", "hi")  # on the failed route, say
+    assert parent.vars["x"] == {"items": [1]}
+    assert branch.vars["x"] == {"items": [1], "note": "hi"}
