@@ -373,7 +373,8 @@ class Runner:
             state_data = read_run_json(folder, "state_initial.json")
             pending = journal.pending.get(None, [])
             provider_state = journal.provider_state
-            if not pending:  # the op to run again starts afresh: none of its answers replay
+            if not any(journal.pending.values()):
+                # the ops to run again start afresh: none of their answers replay
                 committed_state = journal.committed_provider_state or {}
         multi = {
             op.source_node for op in ir.ops.values() if isinstance(op, AskOp) and op.multi_select

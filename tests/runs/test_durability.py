@@ -604,6 +604,49 @@ def test_usage_after_a_resume_counts_a_siblings_recorded_answer_once(tmp_path: P
     assert resumed.usage.to_json() == expected
 
 
+class KilledAtRepair:
+    """A mock script's provider whose b2 answers only once b1's op has finished, and
+    whose b2 repair request kills the process (``Killed``)."""
+
+    name = "mock"
+
+    def __init__(self, inner: MockProvider) -> None:
+        self.inner = inner
+        self.b1_finished = asyncio.Event()
+        self.checkpoint = inner.checkpoint
+
+    def listen(self, event: dict[str, Any]) -> None:
+        if event["type"] == "op_finished" and event.get("op_id") == "b1":
+            self.b1_finished.set()
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        if request.node_id == "b2":
+            if "broke the contract" in request.messages[-1].content:
+                raise Killed
+            await self.b1_finished.wait()
+        return await self.inner.complete(request)
+
+
+def test_an_edited_script_keeps_the_cursor_of_answers_a_branch_replays(tmp_path: Path) -> None:
+    """Killed while b2 (a branch) had an answer recorded after the last committed op, the
+    run resumes with an edited script: b2's answer is replayed, so the script's cursor is
+    not taken back before it (its repair gets the next item, not the first again)."""
+    script = {"b1": ["one"], "b2": ["not json", '{"x": 1}'], "merge": ["M"]}
+    killed = KilledAtRepair(MockProvider(script))
+    runner = Runner(lower(two_branches()), provider=killed, store=RunStore(tmp_path))
+    runner.subscribe(killed.listen)
+    with pytest.raises(Killed):
+        runner.run()
+    (folder,) = tmp_path.iterdir()
+    kinds = [(line["kind"], line.get("op_id")) for line in journal(folder)]
+    assert kinds.index(("op", "b1")) < kinds.index(("answer", "b2"))
+    edited = MockProvider({**script, "merge": ["M, edited"]})
+    resumed = Runner.resume(folder, provider=edited)
+    assert resumed.status == "completed", resumed.failure
+    assert resumed.vars["b2"]["result"] == {"x": 1}
+    assert [call.node_id for call in edited.calls] == ["b2", "merge"]  # the repair, merge
+
+
 def test_usage_after_a_resume_counts_a_halted_branchs_answer(tmp_path: Path) -> None:
     """A branch op that halted (the model asked for missing information) asks again
     when resumed with the answer: its first answer is spent, not one to replay."""
