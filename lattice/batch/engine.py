@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 from lattice.batch.limits import BUDGET_ERROR, BatchLimits
 from lattice.batch.mocks import BatchMock
 from lattice.batch.progress import ProgressView, Tracker, choose_view
-from lattice.batch.results import ResultsFile, WorkflowStamp
+from lattice.batch.results import ResultsFile, WorkflowStamp, workflow_digest
 from lattice.batch.rows import (
     GivenAnswers,
     InvalidLine,
@@ -47,7 +47,7 @@ from lattice.document.loader import read_json_file
 from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.ir.models import ExecIR
-from lattice.ir.serialize import execir_digest, ir_to_dict
+from lattice.ir.serialize import ir_to_dict
 from lattice.llm.base import LIVE_PROVIDERS, LLMProvider
 from lattice.lower import lower
 from lattice.runs.store import RunStore, new_run_id
@@ -455,7 +455,9 @@ class BatchRun:
             and Path(options.inputs).resolve() == output.resolve()
         ):
             raise LatticeUserError("the results file (-o) must not be the inputs file")
-        stamp = WorkflowStamp(prepared.ir.workflow.id, execir_digest(prepared.ir))
+        stamp = WorkflowStamp(
+            prepared.ir.workflow.id, workflow_digest(prepared.ir, prepared.spec.workflow)
+        )
         results = ResultsFile(output, durability=prepared.config.runs.durability, workflow=stamp)
         interrupted = False
         ran = 0

@@ -10,18 +10,19 @@ lines of the last few milliseconds; their rows run again).
 A row may have several lines (a failed row retried, a halted row answered): the last
 one counts. A batch that ends (not killed) rewrites the file with one line per row.
 
-Each line names the workflow that wrote it (``workflow``: its id, ``execir_digest``: the
-digest of its ExecIR). A batch of another workflow, or of another version of it, refuses
-a file holding such lines: it would take their rows as done. Lines written before lines
+Each line names the workflow that wrote it (``workflow``: its id, ``workflow_digest``:
+the digest of its document as written). A batch of another workflow, or of an edited
+version of it, refuses a file holding such lines: it would take their rows as done. Lines written before lines
 named their workflow are taken as any workflow's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from typing import Any
 from lattice.batch.rows import row_key
 from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text
+from lattice.ir.models import ExecIR
+from lattice.ir.serialize import execir_digest
 from lattice.runs.journal import drop_torn_tail, read_lines
 
 try:  # POSIX: one batch at a time writes a results file
@@ -38,26 +41,36 @@ except ImportError:  # pragma: no cover - Windows
 
 OUTPUT_KEYS = ("id", "status", "result", "error_type", "error", "node_id", "usage", "run_dir")
 """The keys every results line starts with (then ``line``, ``latency_ms``, ``repairs``,
-``escalations``, ``retries``, ``workflow``, ``execir_digest``)."""
+``escalations``, ``retries``, ``workflow``, ``workflow_digest``)."""
+
+
+def workflow_digest(ir: ExecIR, document: Mapping[str, Any] | None) -> str:
+    """``sha256:<hex>`` of the workflow as its author wrote it: the document's canonical
+    JSON (another Lattice lowering it differently is the same workflow), or the ExecIR's
+    when the batch was given no document."""
+    if document is None:
+        return execir_digest(ir)
+    text = json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
 class WorkflowStamp:
-    """The workflow that writes a results file: its id and its ExecIR's digest."""
+    """The workflow that writes a results file: its id and its digest (``workflow_digest``)."""
 
     id: str
     digest: str
 
     def fields(self) -> dict[str, str]:
         """The keys it adds to every line."""
-        return {"workflow": self.id, "execir_digest": self.digest}
+        return {"workflow": self.id, "workflow_digest": self.digest}
 
 
 def check_workflow(path: Path, lines: dict[str, dict[str, Any]], workflow: WorkflowStamp) -> None:
     """Refuse (a LatticeUserError) a results file whose rows another workflow, or another
     version of this one, wrote; lines that name no workflow (older files) pass."""
     for line in lines.values():
-        digest = line.get("execir_digest")
+        digest = line.get("workflow_digest")
         if digest is None or digest == workflow.digest:
             continue
         other = str(line.get("workflow"))

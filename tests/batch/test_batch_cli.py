@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from lattice.batch import engine
+from lattice.ir.models import IRDiagnostic
 from lattice.runs.journal import read_lines
 from tests.batch.helpers import (
     ASK_ANSWER,
@@ -567,11 +569,31 @@ def test_a_results_file_of_another_workflow_is_refused(
     assert triage.read_text() == written, "the other workflow's file is left as it was"
     # a file written before lines named their workflow is taken as this one's
     old = [
-        {k: v for k, v in line.items() if k not in ("workflow", "execir_digest")}
+        {k: v for k, v in line.items() if k not in ("workflow", "workflow_digest")}
         for line in read_results(triage)
     ]
     triage.write_text("".join(json.dumps(line) + "\n" for line in old))
     code, _, err = batch(capsys, hello, collide, triage, "--mock", hello_mock, "--no-record")
+    assert code == 0 and "ran 0 rows this time" in err, err
+
+
+def test_a_workflow_lowered_differently_by_another_lattice_resumes_its_results(
+    capsys: pytest.CaptureFixture[str], no_terminal: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The results file names the document as written, not the ExecIR this version of
+    Lattice lowers it to (a later one may word a warning differently)."""
+    flow, inputs, mock = dataset(no_terminal, 3, halt=False)
+    out = no_terminal / "results.jsonl"
+    batch(capsys, flow, inputs, out, "--mock", mock, "--no-record")
+    real = engine._lowered
+
+    def lowered_by_another_lattice(options: Any) -> Any:
+        ir, document = real(options)
+        note = IRDiagnostic(code="new-check", severity="warning", message="a newer warning")
+        return ir.model_copy(update={"diagnostics": [*ir.diagnostics, note]}), document
+
+    monkeypatch.setattr(engine, "_lowered", lowered_by_another_lattice)
+    code, _, err = batch(capsys, flow, inputs, out, "--mock", mock, "--no-record")
     assert code == 0 and "ran 0 rows this time" in err, err
 
 
@@ -583,7 +605,11 @@ def test_an_edited_workflow_does_not_resume_the_results_of_its_earlier_version(
     common = ("--mock", mock, "--no-record", "--answers", no_terminal / "answers.json")
     (no_terminal / "answers.json").write_text(json.dumps(ASK_ANSWER))
     batch(capsys, flow, inputs, out, *common)
+    # the same document written out again (another layout): the file resumes
     document = json.loads(flow.read_text())
+    flow.write_text(json.dumps(document, indent=4, sort_keys=True))
+    code, _, err = batch(capsys, flow, inputs, out, *common)
+    assert code == 0 and "ran 0 rows this time" in err, err
     document["nodes"][1]["data"]["prompt"] = "Label: {{ $in.text }}"
     flow.write_text(json.dumps(document))
     code, _, err = batch(capsys, flow, inputs, out, *common)
