@@ -158,6 +158,44 @@ def test_importing_the_runtime_and_the_compiler_loads_no_heavy_module(code: str)
     assert _sdks_after(code, HEAVY) == []
 
 
+DEFERRED = ("lattice.config", "lattice.llm.mock", "tomllib")
+"""Modules a plain run does not need, left out of the runtime's import (each cost a few
+ms of ``from lattice import Runner``): the config models come with ``load_config``, the
+mock with ``MockProvider``."""
+
+
+def _modules_after(code: str, watched: tuple[str, ...]) -> list[str]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code + f"\nimport sys\nprint(sorted(set(sys.modules) & set({list(watched)!r})))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    return list(ast.literal_eval(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from lattice import Runner, lower, RunStore",
+        "import lattice.runtime.runner, lattice.lower, lattice.runs.store",
+    ],
+)
+def test_importing_the_runtime_leaves_out_what_a_run_does_not_need(code: str) -> None:
+    assert _modules_after(code, DEFERRED) == []
+
+
+def test_the_deferred_modules_come_when_used() -> None:
+    """The probe above can fail: the names that need them still bring them."""
+    code = "from lattice.llm import MockProvider\nfrom lattice import load_config"
+    assert _modules_after(code, DEFERRED) == sorted(DEFERRED)
+
+
 def test_the_heavy_modules_come_when_needed() -> None:
     """The probe above can fail: a schema and an HTTP request's transport bring theirs."""
     document = {

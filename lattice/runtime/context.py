@@ -21,7 +21,7 @@ from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
 from lattice.runtime.events import EventLog, make_event, utc_now
 from lattice.runtime.state import StateStore
-from lattice.tools.http import HttpClientPool
+from lattice.tools.http import HttpClientPool, HttpPolicy
 from lattice.tools.mcp import ToolSessions
 
 EventListener = Callable[[dict[str, Any]], None]
@@ -79,8 +79,8 @@ class RunContext:
         ask_human: AskHuman | None,
         listeners: list[EventListener],
         llm: CallEnv,
-        http_pool: HttpClientPool,
-        tools: ToolSessions,
+        http: HttpPolicy,
+        tools: Callable[[], ToolSessions],
         seq: int = 0,
         redact: Redactor | None = None,
         secret_names: tuple[str, ...] = (),
@@ -100,9 +100,11 @@ class RunContext:
             llm.stream = wants_deltas(listeners)
         llm.content = llm.content or wants_content(listeners)
         self.usage: Usage = llm.usage
-        self.http_pool = http_pool
-        self.tools = tools
-        tools.emit = self.emit
+        self._http = http
+        self._make_tools = tools
+        self._http_pool: HttpClientPool | None = None
+        self._tools: ToolSessions | None = None
+        """Made by the run's first HTTP request or tool call (most runs make neither)."""
         self.events = EventLog(run_id)
         self._keep = self.events.flat.extend
         self._record = recorder.append_event
@@ -175,6 +177,23 @@ class RunContext:
         return root._redact
 
     @property
+    def http_pool(self) -> HttpClientPool:
+        """The run's HTTP client (its branches' too), made on first use."""
+        root = self.root
+        if root._http_pool is None:
+            root._http_pool = HttpClientPool(root._http)
+        return root._http_pool
+
+    @property
+    def tools(self) -> ToolSessions:
+        """The run's tool servers (its branches' too), made on first use."""
+        root = self.root
+        if root._tools is None:
+            root._tools = root._make_tools()
+            root._tools.emit = root.emit
+        return root._tools
+
+    @property
     def root(self) -> RunContext:
         """The run's main context."""
         return self._root or self
@@ -220,17 +239,20 @@ class RunContext:
             listener(event)
 
     async def aclose(self) -> None:
-        """Release the run's resources (HTTP client, tool sessions)."""
+        """Release the run's resources (HTTP client, tool sessions) it made."""
         try:
-            await self.tools.aclose()
+            if self._tools is not None:
+                await self._tools.aclose()
         finally:
-            await self.http_pool.aclose()
+            if self._http_pool is not None:
+                await self._http_pool.aclose()
 
     def detach(self) -> None:
         """Drop the links back to this context once the run is over, so that its
         objects are freed as soon as the result is, not by the cycle collector."""
         self.llm.emit = discard_event
-        self.tools.emit = discard_event
+        if self._tools is not None:
+            self._tools.emit = discard_event
 
     def write_result(self, path: str, value: Any) -> None:
         """Write an op's value and remember it as the most recent result."""

@@ -67,7 +67,6 @@ from lattice.runtime.walk import (
     stopped_line,
 )
 from lattice.tools.builtin import BuiltinTools
-from lattice.tools.http import HttpClientPool
 from lattice.tools.mcp import ToolSessions
 
 if TYPE_CHECKING:
@@ -514,8 +513,8 @@ class Runner:
             ask_human=self.ask_human,
             listeners=self._event_listeners,
             llm=self.settings.call_env(provider, usage=usage),
-            http_pool=HttpClientPool(self.settings.http),
-            tools=ToolSessions(
+            http=self.settings.http,
+            tools=lambda: ToolSessions(
                 self.settings.mcp_servers,
                 builtin=BuiltinTools(repo_root=self.settings.repo_root),
                 log_dir=None if recorder.run_dir is None else recorder.run_dir / "mcp",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lattice.config import LatticeConfig
+if TYPE_CHECKING:  # the config is read by telemetry_from_config, never needed to import
+    from lattice.config import LatticeConfig
 
 
 @dataclass(frozen=True)
