@@ -26,7 +26,7 @@ from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
 from lattice.runs.store import RunStore
 from lattice.runs.view import list_runs, show_run
-from lattice.runtime.runner import Runner
+from lattice.runtime.runner import Runner, check_answers
 from lattice.service.runs import (
     ProviderSpec,
     RunOptions,
@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     ir = result.ir
     inputs = collect_inputs(args, ir)
     answers = read_json_object(args.answers, "answers file") if args.answers else {}
+    if answers:
+        check_answers(ir, answers, what=f"answers in {args.answers}")
     interactive = not args.answers and sys.stdin.isatty()
     prepared = prepare_run(
         ir,

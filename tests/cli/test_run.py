@@ -341,6 +341,10 @@ def test_unreadable_answers_file(
     folder.mkdir()
     code, _, err = run_approval(capsys, approval, runs, "--answers", folder)
     assert_usage_error(code, err, runs, "a-directory.json")
+    wrong = write_json(tmp_path / "wrong.json", {"aprove": "Send"})
+    code, _, err = run_approval(capsys, approval, runs, "--answers", wrong)
+    assert_usage_error(code, err, runs, f"invalid answers in {wrong}")
+    assert "'aprove' is not a question node (questions: approve)" in err
 
 
 def test_invalid_json_answers(
