@@ -458,20 +458,17 @@ class BatchRun:
         stamp = WorkflowStamp(
             prepared.ir.workflow.id, workflow_digest(prepared.ir, prepared.spec.workflow)
         )
+        source = Path(options.inputs) if isinstance(options.inputs, str | Path) else options.inputs
+        # read before the results file is made: inputs refused leave no file behind
+        rows, invalid = read_rows(source, prepared.check)
         results = ResultsFile(output, durability=prepared.config.runs.durability, workflow=stamp)
         interrupted = False
         ran = 0
         stopped: str | None = None
-        rows: list[Row] = []
-        invalid: list[InvalidLine] = []
         skipped: Counter[str] = Counter()
         limiter: dict[str, Any] | None = None
         started = time.perf_counter()
         try:
-            source = (
-                Path(options.inputs) if isinstance(options.inputs, str | Path) else options.inputs
-            )
-            rows, invalid = read_rows(source, prepared.check)
             self._warn_unknown_mock_rows(rows)
             if options.on_invalid is not None:
                 for item in invalid:

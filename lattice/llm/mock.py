@@ -189,7 +189,8 @@ def check_script(script: Any) -> None:
     if "rows" in unknown:
         _bad(
             '"rows" (answers per dataset row) is for lattice batch only; lattice run and '
-            'lattice resume read {"responses": {...}, "default": ...}'
+            'lattice resume read {"responses": {...}, "default": ...} (to go on with a '
+            "batch's failed rows, run the batch again with --retry-failed)"
         )
     if unknown:
         _bad(

@@ -631,6 +631,7 @@ def test_a_table_given_as_inputs_is_refused_once(
     assert code == 2
     assert err.count("error[") == 1 and "not valid JSON" not in err
     assert f"inputs {table} is not JSON Lines" in err and "one JSON object per line" in err
+    assert not (no_terminal / "out.jsonl").exists(), "refused before a results file is made"
 
 
 def test_inputs_without_a_valid_row_are_a_usage_error(

@@ -714,3 +714,4 @@ def test_a_batch_script_given_to_run_says_rows_are_for_batch(
         f'mock script {batch_mock}: "rows" (answers per dataset row) is for lattice batch only'
         in err
     )
+    assert "run the batch again with --retry-failed" in err
