@@ -650,23 +650,7 @@ def test_an_edited_script_keeps_the_cursor_of_answers_a_branch_replays(tmp_path:
 def test_usage_after_a_resume_counts_a_halted_branchs_answer(tmp_path: Path) -> None:
     """A branch op that halted (the model asked for missing information) asks again
     when resumed with the answer: its first answer is spent, not one to replay."""
-    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
-    doc = workflow(
-        [
-            node("start", "start"),
-            node("b1", "prompt", prompt="B1"),
-            node("b2", "prompt", prompt="B2", outputSchema=schema),
-            node("merge", "prompt", prompt="M {{ $vars.b1.result }} {{ $vars.b2.result.x }}"),
-            node("end", "end"),
-        ],
-        [
-            conn("start", "b1"),
-            conn("start", "b2"),
-            conn("b1", "merge"),
-            conn("b2", "merge"),
-            conn("merge", "end"),
-        ],
-    )
+    doc = two_branches()
     ask = {"error": "missing_information", "details": "Which one?"}
     script = {"b1": ["one"], "b2": [ask, {"x": 2}], "merge": ["M"]}
     first = MockProvider(script)
