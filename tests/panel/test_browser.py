@@ -20,12 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from lattice.config import LatticeConfig, RunsConfig
-from lattice.server.app import ServerSettings
 from tests.conftest import EXAMPLES, REPO
 from tests.panel.browser import chromium, console_errors, require_browser
-from tests.panel.helpers import workflows_folder
-from tests.server.helpers import TIMEOUT, script, serve_in_thread, steps, wait_for_status
+from tests.server.helpers import TIMEOUT, script, steps, wait_for_status
 
 SCREENSHOT_ENV = "LATTICE_PANEL_SCREENSHOT"
 TRIAGE_ORDER = [
@@ -58,24 +55,6 @@ new MutationObserver((changes) => {
 }).observe(document.body, {subtree: true, attributes: true, attributeFilter: ['data-status']});
 """
 """Records every status a canvas node takes, in order (installed by the test, not the page)."""
-
-
-@pytest.fixture(scope="module")
-def space(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("panel-browser")
-    workflows_folder(root)
-    return root
-
-
-@pytest.fixture(scope="module")
-def base_url(space: Path) -> Iterator[str]:
-    settings = ServerSettings(
-        runs_dir=space / "runs",
-        workflows_dir=space / "workflows",
-        config=LatticeConfig(runs=RunsConfig(durability="os")),
-    )
-    with serve_in_thread(settings) as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

@@ -17,33 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
-from lattice.config import LatticeConfig, RunsConfig
 from lattice.server.app import ServerSettings
 from lattice.server.panel_api import PANEL_DIR
 from tests.builders import approval
 from tests.conftest import EXAMPLES
-from tests.panel.helpers import workflows_folder
 from tests.server.helpers import TIMEOUT, serve_in_thread, wait_for_status
 
 TOKEN = "panel-token-for-tests"
-
-
-@pytest.fixture(scope="module")
-def space(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("panel")
-    workflows_folder(root)
-    return root
-
-
-@pytest.fixture(scope="module")
-def base_url(space: Path) -> Iterator[str]:
-    settings = ServerSettings(
-        runs_dir=space / "runs",
-        workflows_dir=space / "workflows",
-        config=LatticeConfig(runs=RunsConfig(durability="os")),
-    )
-    with serve_in_thread(settings) as url:
-        yield url
 
 
 @pytest.fixture
