@@ -20,6 +20,22 @@ ROWS = 1000
 KILLS = 10
 
 
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+
+
+def batch_command(flow: Path, inputs: Path, out: Path, mock: Path, *extra: object) -> list[str]:
+    """``lattice batch`` of ``flow`` over ``inputs`` into ``out``, 20 rows at a time, quiet."""
+    return [
+        sys.executable,
+        "-m",
+        "lattice.cli.main",
+        "batch",
+        *map(str, (flow, "--inputs", inputs, "-o", out, "--mock", mock)),
+        *map(str, extra),
+        *("--concurrency", "20", "--progress", "none"),
+    ]
+
+
 def _lines(path: Path) -> list[dict[str, object]]:
     lines, _ = read_lines(path)  # a torn last line is left out, as the batch does
     return lines
@@ -28,33 +44,13 @@ def _lines(path: Path) -> list[dict[str, object]]:
 def test_kill_9_at_random_moments_loses_no_row_and_runs_none_twice(tmp_path: Path) -> None:
     flow, inputs, mock = dataset(tmp_path, ROWS)
     out = tmp_path / "results.jsonl"
-    command = [
-        sys.executable,
-        "-m",
-        "lattice.cli.main",
-        "batch",
-        str(flow),
-        "--inputs",
-        str(inputs),
-        "-o",
-        str(out),
-        "--mock",
-        str(mock),
-        "--no-record",
-        "--concurrency",
-        "20",
-        "--mock-latency-ms",
-        "15",
-        "--progress",
-        "none",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    command = batch_command(flow, inputs, out, mock, "--no-record", "--mock-latency-ms", "15")
     rng = random.Random(20261123)
     killed_mid_batch = 0
     for _ in range(KILLS):
         before = out.stat().st_size if out.exists() else 0
         process = subprocess.Popen(
-            command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            command, env=ENV, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + 30
         while process.poll() is None and time.monotonic() < deadline:  # until rows are landing
@@ -74,7 +70,7 @@ def test_kill_9_at_random_moments_loses_no_row_and_runs_none_twice(tmp_path: Pat
     assert 0 < done_before_last <= ROWS, done_before_last
 
     final = subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        command, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert final.returncode == 1, final.stderr  # the scripted failures
     assert f"ran {ROWS - done_before_last} rows this time" in final.stderr, final.stderr
@@ -95,32 +91,11 @@ def test_kill_9_with_run_folders_resumes_the_rows_in_flight_in_their_folders(
     rows = 200
     flow, inputs, mock = dataset(tmp_path, rows, fail=False, halt=False)
     out, runs = tmp_path / "results.jsonl", tmp_path / "runs"
-    command = [
-        sys.executable,
-        "-m",
-        "lattice.cli.main",
-        "batch",
-        str(flow),
-        "--inputs",
-        str(inputs),
-        "-o",
-        str(out),
-        "--mock",
-        str(mock),
-        "--runs-dir",
-        str(runs),
-        "--durability",
-        "os",
-        "--concurrency",
-        "20",
-        "--mock-latency-ms",
-        "30",
-        "--progress",
-        "none",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    command = batch_command(
+        flow, inputs, out, mock, "--runs-dir", runs, "--durability", "os", "--mock-latency-ms", "30"
+    )
     process = subprocess.Popen(
-        command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, env=ENV, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
@@ -141,7 +116,7 @@ def test_kill_9_with_run_folders_resumes_the_rows_in_flight_in_their_folders(
     assert all(line["run_dir"] for line in in_flight.values())
 
     final = subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        command, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert final.returncode == 0, final.stderr
     ended = {str(line["id"]): line for line in _lines(out)}
