@@ -13,6 +13,29 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus" / "ccwf"
 EXAMPLES = REPO / "workflows" / "examples"
+TRIAGE_PATH = [
+    "start",
+    "classify",
+    "init-revisions",
+    "init-feedback",
+    "route",
+    "draft-billing",
+    "current-draft",
+    "review",
+    "approved",
+    "count-revision",
+    "revision-limit",
+    "save-feedback",
+    "route",
+    "draft-billing",
+    "current-draft",
+    "review",
+    "approved",
+    "assemble",
+    "end",
+]
+"""The ops support-triage's shipped mock script goes through, in order (once round
+the review loop)."""
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex

@@ -16,34 +16,13 @@ import pytest
 
 from lattice.testing import Call, LatticeRun, run_workflow
 from tests.builders import conn, node, workflow
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, TRIAGE_PATH
 from tests.runtime.test_parallel import fan_out
 
 pytest_plugins = ["pytester"]
 
 TRIAGE = EXAMPLES / "support-triage.json"
 TRIAGE_INPUTS = json.loads((EXAMPLES / "support-triage.inputs.json").read_text(encoding="utf-8"))
-TRIAGE_PATH = [
-    "start",
-    "classify",
-    "init-revisions",
-    "init-feedback",
-    "route",
-    "draft-billing",
-    "current-draft",
-    "review",
-    "approved",
-    "count-revision",
-    "revision-limit",
-    "save-feedback",
-    "route",
-    "draft-billing",
-    "current-draft",
-    "review",
-    "approved",
-    "assemble",
-    "end",
-]
 
 
 @pytest.fixture

@@ -20,27 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, TRIAGE_PATH
 from tests.panel.browser import chromium, console_errors, require_browser
 from tests.server.helpers import TIMEOUT, script, steps, wait_for_status
 
 SCREENSHOT_ENV = "LATTICE_PANEL_SCREENSHOT"
-TRIAGE_ORDER = [
-    "start",
-    "classify",
-    "init-revisions",
-    "init-feedback",
-    "route",
-    "draft-billing",
-    "current-draft",
-    "review",
-    "approved",
-    "count-revision",
-    "revision-limit",
-    "save-feedback",
-    "assemble",
-    "end",
-]
+TRIAGE_ORDER = list(dict.fromkeys(TRIAGE_PATH))
 """The nodes support-triage's script goes through, in the order they first complete."""
 
 OBSERVE = """
