@@ -20,7 +20,7 @@ from lattice.document.models import Connection, Workflow
 from lattice.errors import Diagnostic, DocumentError, Severity, Suggester
 from lattice.ir.models import Edge, ExecIR, ForEachOp, IRDiagnostic, Op, WorkflowInfo
 from lattice.lower.branch_nodes import AskUserQuestionLowerer, IfElseLowerer, SwitchLowerer
-from lattice.lower.checks import Reachability, ReferenceChecker, reachability_warnings
+from lattice.lower.checks import ReferenceChecker, reachability_warnings
 from lattice.lower.flow_nodes import (
     DataTransformLowerer,
     EndLowerer,
@@ -209,18 +209,22 @@ class _Compiler:
                 self.ports[node.id] = None  # unknown: its connections are not judged again
                 self.graph.add_node(node.id)
                 continue
-            errors = self._error_count()
+            before = len(self.ctx.diagnostics)
             self.lowerings[node.id] = lowerer.lower(node, self.ctx)
             ports = lowerer.ports(node)
             # a node whose data is in error and that has no ports then (a switch without
             # branches) cannot judge its connections: they stay edges of the graph, their
             # ports unjudged, as an unknown type's
-            self.ports[node.id] = ports if ports or self._error_count() == errors else None
+            self.ports[node.id] = ports if ports or not self._errors_since(before) else None
             if node.type != "group":
                 self.graph.add_node(node.id)
 
-    def _error_count(self) -> int:
-        return sum(1 for d in self.ctx.diagnostics if d.is_error)
+    def _errors_since(self, before: int) -> bool:
+        """Whether an error was reported after the first ``before`` diagnostics (only
+        the new ones are looked at: a scan of all would make lowering quadratic in the
+        number of errors)."""
+        diagnostics = self.ctx.diagnostics
+        return any(diagnostics[i].is_error for i in range(before, len(diagnostics)))
 
     def _wire(self) -> None:
         ctx, ops_by_id = self.ctx, {op.id: op for lw in self.lowerings.values() for op in lw.ops}
@@ -326,7 +330,7 @@ class _Compiler:
         declared = self.lowerings[start].result_schema if start in self.lowerings else None
         checker = ReferenceChecker(
             self.ctx,
-            Reachability(self.graph),
+            self.graph,
             self.lowerings,
             variables,
             declared,
