@@ -11,7 +11,7 @@ its readers cost one query each, not one per setter.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from lattice.document.models import Node
@@ -210,14 +210,19 @@ def reachability_warnings(
     start: str | None,
     ends: list[str],
     nodes: Iterable[Node],
+    *,
+    unjudged: Collection[str] = (),
 ) -> None:
-    """Warn about nodes start cannot reach and nodes from which no end is reachable."""
+    """Warn about nodes start cannot reach and nodes from which no end is reachable.
+
+    A node in ``unjudged`` (its type unknown, its id duplicated: already reported) may
+    be an end, and is not warned about itself."""
     reachable = (
         descendants(graph, start) | {start} if start is not None and start in graph else set()
     )
     # Every node some end is reached from: one search back from all the ends at once (a
     # search per end is quadratic in a document of many ends).
-    can_finish = {end for end in ends if end in graph}
+    can_finish = {end for end in [*ends, *unjudged] if end in graph}
     waiting = list(can_finish)
     while waiting:
         for source in graph.pred[waiting.pop()]:
@@ -225,7 +230,7 @@ def reachability_warnings(
                 can_finish.add(source)
                 waiting.append(source)
     for node in nodes:
-        if node.id not in graph:
+        if node.id not in graph or node.id in unjudged:
             continue
         if start is not None and node.id not in reachable:
             ctx.warn(node, "node-unreachable", "no path from the start node reaches this node")
@@ -276,14 +281,17 @@ class ReferenceChecker:
         lowerings: dict[str, NodeLowering],
         variables: dict[str, list[str]],
         inputs_schema: dict[str, Any] | None,
+        unjudged: Collection[str] = (),
     ) -> None:
         """``graph``: which node can run before which; ``variables``: each variable's
-        setters."""
+        setters; ``unjudged``: names whose node is not known for sure (its type unknown,
+        its id duplicated), already reported: references to them are not judged."""
         self.ctx = ctx
         self.reach = Reachability(graph, groups=variables)
         self.lowerings = lowerings
         self.variables = variables
         self.inputs_schema = inputs_schema
+        self.unjudged = unjudged
         self.input_keys: set[str] = set()
         self.reads_all_inputs = False
         """True when something reads ``$in`` as a whole, so no key list can be inferred."""
@@ -324,6 +332,8 @@ class ReferenceChecker:
             if isinstance(ref, NameRef) or ref.root != "$vars" or not ref.keys:
                 continue
             name = str(ref.keys[0])
+            if name in self.unjudged:
+                continue
             if name in self.lowerings:
                 if self.lowerings[name].produces:
                     yield name, use.node_id
@@ -390,6 +400,8 @@ class ReferenceChecker:
         if not ref.keys:
             return
         name = str(ref.keys[0])
+        if name in self.unjudged:
+            return
         if name in self.lowerings:
             self._check_node_ref(use, ref, name)
         elif name in self.variables:
