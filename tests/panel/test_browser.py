@@ -226,21 +226,6 @@ def test_a_run_started_from_the_form_turns_its_nodes_completed_in_order(
     )
 
 
-@pytest.fixture(scope="module")
-def triage(base_url: str) -> str:
-    """A finished support-triage run whose classification was repaired, then escalated."""
-    with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
-        inputs = json.loads((EXAMPLES / "support-triage.inputs.json").read_text())
-        run_id = start_via_api(
-            client,
-            workflow="support-triage.json",
-            mock="support-triage-repair.mock.json",
-            inputs=inputs,
-        )
-        wait_for_status(client, run_id, ("completed",))
-        return run_id
-
-
 def test_an_llm_node_shows_its_repaired_attempt_by_keyboard(
     page: Any, base_url: str, triage: str
 ) -> None:

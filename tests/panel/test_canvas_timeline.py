@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import EXAMPLES, REPO
 from tests.panel.browser import chromium, console_errors, require_browser
-from tests.panel.test_browser import open_run, text, triage, until  # noqa: F401 (fixture)
+from tests.panel.test_browser import open_run, text, until
 
 SHOTS_ENV = "LATTICE_PANEL_SHOTS"
 """A folder to copy the screenshots these tests take into (docs/ when regenerating)."""
@@ -115,7 +115,7 @@ def test_a_finished_run_greys_what_never_ran_and_counts_what_did(
     page: Any,
     base_url: str,
     triage: str,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     open_run(page, base_url, triage, finished="completed")
     classes = page.execute_script(
@@ -143,7 +143,7 @@ def test_the_timeline_has_a_row_per_op_and_selects_with_the_canvas(
     page: Any,
     base_url: str,
     triage: str,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     open_run(page, base_url, triage, finished="completed")
     started = page.execute_script(
@@ -187,7 +187,7 @@ def test_the_timeline_has_a_row_per_op_and_selects_with_the_canvas(
 
 def test_a_390_px_screen_keeps_the_header_inside(
     page: Any, base_url: str, triage: str, tmp_path: Path
-) -> None:  # noqa: F811
+) -> None:
     page.set_window_size(390, 844)
     open_run(page, base_url, triage, finished="completed")
     right = page.execute_script(
@@ -206,3 +206,52 @@ def test_every_shipped_workflow_is_measured() -> None:
     names = {p.name for p in WORKFLOWS}
     assert {"support-triage.json", "analyst-panel.json", "incident-response.json"} <= names
     assert all(json.loads(p.read_text()).get("nodes") for p in WORKFLOWS)
+
+
+def test_rerun_from_a_step_with_an_edited_value(
+    page: Any, base_url: str, triage: str, tmp_path: Path
+) -> None:
+    open_run(page, base_url, triage, finished="completed")
+    until(
+        lambda: page.execute_script(
+            "return !!document.querySelector('.timeline-row[data-op=assemble] .rerun')"
+        ),
+        "no re-run button on a finished run's step",
+    )
+    page.execute_script("document.querySelector('.timeline-row[data-op=assemble] .rerun').click()")
+    until(
+        lambda: page.execute_script(
+            "return document.getElementById('rerun-state')?.value.length > 10"
+        ),
+        "no state to edit",
+    )
+    state = json.loads(page.execute_script("return document.getElementById('rerun-state').value"))
+    assert set(state) == {"in", "vars"} and state["vars"]["revisions"] == 1
+    state["vars"]["current-draft"]["result"]["subject"] = "Edited from the panel"
+    page.execute_script(
+        "const t = document.getElementById('rerun-state'); t.value = 'not json'; t.dispatchEvent(new Event('input'));"
+    )
+    assert "Not JSON" in text(page, "#rerun-error")
+    assert page.execute_script("return document.getElementById('rerun-start').disabled")
+    page.execute_script(
+        "const t = document.getElementById('rerun-state'); t.value = arguments[0]; t.dispatchEvent(new Event('input'));",
+        json.dumps(state, indent=2),
+    )
+    shot(page, "panel-rerun-1440.png", tmp_path)
+    page.execute_script("document.getElementById('rerun-start').click()")
+    until(
+        lambda: triage not in page.current_url and "#/runs/" in page.current_url,
+        "the re-run did not open",
+    )
+    until(
+        lambda: (
+            page.execute_script("return document.querySelector('.run-head .badge')?.textContent")
+            == "completed"
+        ),
+        "the re-run did not complete",
+    )
+    assert "Edited from the panel" in text(page, ".notice.done")
+    assert triage in text(page, ".lineage .parent")
+    child = page.current_url.rsplit("/", 1)[-1]
+    page.get(f"{base_url}/#/runs/{triage}")
+    until(lambda: child in text(page, ".lineage .reruns"), "the parent does not list its re-run")

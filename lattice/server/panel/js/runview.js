@@ -12,6 +12,7 @@ import { clear, duration, fmtCost, fmtInt, fmtMs, fmtTime, h, preview, statusBad
 import { Inspector, LiveAnswers } from "./inspector.js";
 import { RunModel } from "./model.js";
 import { StateTimeline } from "./state.js";
+import { openRerun } from "./rerun.js";
 import { Timeline } from "./timeline.js";
 import { tree } from "./tree.js";
 
@@ -66,7 +67,11 @@ export class RunView {
       onSelect: (id) => this.selectNode(id),
       label: `Workflow ${graph.workflow?.name || graph.workflow?.id || ""}: ${graph.nodes.length} nodes`,
     });
-    this.waterfall = new Timeline({ graph, onSelect: (id) => this.selectNode(id) });
+    this.waterfall = new Timeline({
+      graph,
+      onSelect: (id) => this.selectNode(id),
+      onRerun: (op, visit, label) => openRerun({ runId: this.runId, op, visit, label, navigate: (id) => { location.hash = `#/runs/${encodeURIComponent(id)}`; } }),
+    });
     this.answers = new LiveAnswers();
     this.inspector = new Inspector({ runId: this.runId, graph, model: this.model, events: this.events, answers: this.answers });
     this.build();
@@ -181,6 +186,7 @@ export class RunView {
           h("dt", {}, "cost"),
           f.cost,
         ),
+        (f.lineage = h("p", { class: "lineage" })),
         f.actions,
       );
     }
@@ -192,6 +198,12 @@ export class RunView {
     set(f.calls, fmtInt(usage.calls || 0));
     set(f.tokens, fmtInt(tokens));
     set(f.cost, fmtCost(run.cost_usd));
+    this.renderLineage(f.lineage, run);
+    const stopped = status === "completed" || status === "failed" || status === "halted" || status === "interrupted";
+    if (this.waterfall.rerunnable !== stopped) {
+      this.waterfall.rerunnable = stopped;
+      this.waterfall.render(this.model);
+    }
     if (f.status !== status) {
       f.status = status;
       f.badge.replaceWith((f.badge = statusBadge(status)));
@@ -203,6 +215,20 @@ export class RunView {
       clear(f.actions).append(...actions, back);
       if (focused) (actions[0] || back).focus();
     }
+  }
+
+  /** "Re-run of <parent> from <op>" and the runs re-run from this one, as links. */
+  renderLineage(el, run) {
+    const key = JSON.stringify([run.parent, run.reruns]);
+    if (el.dataset.key === key) return;
+    el.dataset.key = key;
+    const link = (id) => h("a", { href: `#/runs/${encodeURIComponent(id)}` }, h("code", {}, id));
+    const parts = [];
+    if (run.parent) parts.push(h("span", { class: "parent" }, "Re-run of ", link(run.parent.run_id), ` from ${run.parent.op}${run.parent.visit > 1 ? ` (visit ${run.parent.visit})` : ""}`));
+    if (run.reruns && run.reruns.length) {
+      parts.push(h("span", { class: "reruns" }, "Re-runs: ", ...run.reruns.flatMap((r, i) => [i ? ", " : "", link(r.run_id), ` from ${r.op}`])));
+    }
+    el.replaceChildren(...parts);
   }
 
   renderNotice() {

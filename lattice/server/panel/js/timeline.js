@@ -10,9 +10,12 @@ import { fmtInt, fmtMs, h } from "./dom.js";
 export const MAX_ROWS = 400;
 
 export class Timeline {
-  constructor({ graph, onSelect }) {
+  constructor({ graph, onSelect, onRerun }) {
     this.graph = graph;
     this.onSelect = onSelect;
+    this.onRerun = onRerun;
+    /** Whether the run has stopped (a step of it can be re-run from). */
+    this.rerunnable = false;
     this.labels = new Map(graph.nodes.map((n) => [n.id, n.label]));
     this.selected = null;
     this.body = h("ol", { class: "timeline-rows", "aria-label": "Ops in the order they started" });
@@ -38,11 +41,20 @@ export class Timeline {
       ? `${steps.length} op${steps.length === 1 ? "" : "s"} over ${fmtMs(span)}${first ? ` · the last ${MAX_ROWS} shown` : ""}`
       : "No op has started yet.";
     const rows = [];
-    for (let i = first; i < steps.length; i++) rows.push(this.row(steps[i], start, span));
+    const visits = new Map();
+    for (let i = 0; i < steps.length; i++) {
+      const step = steps[i];
+      let visit = 0;
+      if (!step.branch) {
+        visit = (visits.get(step.op) || 0) + 1;
+        visits.set(step.op, visit);
+      }
+      if (i >= first) rows.push(this.row(step, start, span, visit));
+    }
     this.body.replaceChildren(...rows);
   }
 
-  row(step, start, span) {
+  row(step, start, span, visit) {
     const left = Number.isNaN(step.start) ? 0 : ((step.start - start) / span) * 100;
     const ms = step.ms ?? (Number.isNaN(step.start) ? 0 : Date.now() - step.start);
     const width = Math.max(0.4, Math.min(100 - left, (ms / span) * 100));
@@ -78,6 +90,15 @@ export class Timeline {
       attempts,
       tools,
     );
+    if (this.rerunnable && visit && step.kind !== "END") {
+      row.append(
+        h(
+          "button",
+          { type: "button", class: "rerun link", title: "Edit the state this step started with and run again from it", onclick: () => this.onRerun(step.op, visit, label) },
+          "Re-run from here",
+        ),
+      );
+    }
     return row;
   }
 
