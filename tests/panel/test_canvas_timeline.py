@@ -255,3 +255,51 @@ def test_rerun_from_a_step_with_an_edited_value(
     child = page.current_url.rsplit("/", 1)[-1]
     page.get(f"{base_url}/#/runs/{triage}")
     until(lambda: child in text(page, ".lineage .reruns"), "the parent does not list its re-run")
+
+
+def test_two_runs_compared_on_one_canvas(
+    page: Any, base_url: str, triage: str, tmp_path: Path
+) -> None:
+    import httpx
+
+    from tests.server.helpers import TIMEOUT, wait_for_status
+
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
+        preview = client.get(f"/v1/runs/{triage}/rerun", params={"op": "review", "visit": 1}).json()
+        started = client.post(
+            f"/v1/runs/{triage}/rerun",
+            json={
+                "op": "review",
+                "visit": 1,
+                "mock_script": {
+                    "responses": {
+                        "review": [{"approved": True, "feedback": "Fine as it is."}],
+                        "assemble": [],
+                    },
+                    "default": "x",
+                },
+            },
+        )
+        assert started.status_code == 202, started.text
+        child = started.json()["run_id"]
+        wait_for_status(client, child, ("completed", "failed"))
+        diff = client.get(f"/v1/runs/{triage}/compare/{child}").json()
+    assert preview["visits"] == 2
+    assert diff["changed"] and not diff["path"]["same"]
+    assert "review" in diff["nodes"]
+    page.get(f"{base_url}/#/compare/{triage}/{child}")
+    until(
+        lambda: page.execute_script("return !!document.querySelector('.compare-page svg .node')"),
+        "no compare canvas",
+    )
+    marked = page.execute_script(
+        "return [...document.querySelectorAll('.compare-page .node.differs')].map(n => n.dataset.node)"
+    )
+    assert "review" in marked
+    only_a = page.execute_script(
+        "return [...document.querySelectorAll('.compare-page .node.only-a')].map(n => n.dataset.node)"
+    )
+    assert "classify" in only_a  # the re-run started after it
+    assert text(page, ".side-a h2").startswith("A ") and text(page, ".side-b h2").startswith("B ")
+    assert "differ" in text(page, "#compare-summary")
+    shot(page, "panel-compare-1440.png", tmp_path)
