@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import gc
 import itertools
 import json
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -100,11 +102,28 @@ def time_check(path: Path, repeat: int) -> tuple[float, float, int]:
     return min(cpu_times), min(wall_times), code
 
 
+def count_calls(path: Path) -> int:
+    """Python function calls made by one ``lattice check path`` (cProfile): a measure of
+    work that machine load does not move."""
+    cold_caches()
+    profiler = cProfile.Profile()
+    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
+        profiler.enable()
+        lattice_main(["check", str(path)])
+        profiler.disable()
+    return int(pstats.Stats(profiler).total_calls)  # type: ignore[attr-defined]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=[*SHAPES, "all"], default="all")
     parser.add_argument("--sizes", type=int, nargs="+", metavar="N", help="nodes per document")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per size (default 3)")
+    parser.add_argument(
+        "--calls",
+        action="store_true",
+        help="also count function calls per node (exact; one extra profiled run per size)",
+    )
     args = parser.parse_args(argv)
     shapes = list(SHAPES) if args.shape == "all" else [args.shape]
     worst = 0.0
@@ -115,9 +134,11 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("sizes must be at least 3 (a start, a node and an end)")
             print(f"lattice check, {shape}, best of {args.repeat}")
             print(
-                f"{'nodes':>8} {'bytes':>11} {'exit':>5} {'wall ms':>9} {'cpu ms':>9} {'µs/node':>8}"
+                f"{'nodes':>8} {'bytes':>11} {'exit':>5} {'wall ms':>9} {'cpu ms':>9} "
+                f"{'µs/node':>8}" + (f" {'calls/node':>11}" if args.calls else "")
             )
             per_node: list[float] = []
+            calls: list[float] = []
             for size in sizes:
                 path = Path(tmp) / f"{shape}-{size}.json"
                 path.write_text(json.dumps(SHAPES[shape](size)), encoding="utf-8")
@@ -127,9 +148,11 @@ def main(argv: list[str] | None = None) -> int:
                     time_check(path, 1)  # warm-up: imports, registry
                 cpu, wall, code = time_check(path, args.repeat)
                 per_node.append(cpu * 1e6 / size)
+                if args.calls:
+                    calls.append(count_calls(path) / size)
                 print(
                     f"{size:>8,} {bytes_:>11,} {code:>5} {wall * 1e3:>9.1f} {cpu * 1e3:>9.1f} "
-                    f"{per_node[-1]:>8.1f}"
+                    f"{per_node[-1]:>8.1f}" + (f" {calls[-1]:>11.0f}" if calls else "")
                 )
             if len(per_node) > 1:
                 ratio = per_node[-1] / per_node[0]
@@ -137,8 +160,12 @@ def main(argv: list[str] | None = None) -> int:
                 verdict = "about linear" if ratio < 1.3 else "SUPER-LINEAR"
                 print(
                     f"per-node time at {sizes[-1]:,} / at {sizes[0]:,} nodes: {ratio:.2f} "
-                    f"({verdict})\n"
+                    f"({verdict})"
                 )
+                if calls:
+                    growth = calls[-1] / calls[0]
+                    print(f"per-node calls at {sizes[-1]:,} / at {sizes[0]:,} nodes: {growth:.2f}")
+                print()
     return 0 if worst < 1.3 else 1
 
 
