@@ -75,6 +75,26 @@ class ToolCall:
         return raw if raw is not None else json.dumps(self.arguments, ensure_ascii=False)
 
 
+def tool_calls_from_json(items: Any) -> tuple[ToolCall, ...]:
+    """Tool calls read back from their ``to_json`` form (a fixture line, a journal line);
+    ValueError when ``items`` is not a list of ``{"id", "name", "arguments"}`` objects."""
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ValueError("tool_calls must be a list")
+    calls = []
+    for item in items:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("id"), str)
+            and isinstance(item.get("name"), str)
+            and isinstance(item.get("arguments"), dict)
+        ):
+            raise ValueError('each tool call is {"id": text, "name": text, "arguments": {...}}')
+        calls.append(ToolCall(item["id"], item["name"], item["arguments"]))
+    return tuple(calls)
+
+
 def parse_tool_arguments(text: str | None) -> dict[str, Any]:
     """A model's tool-call arguments text as ``ToolCall.arguments``: the JSON object it
     spells (empty text is no arguments), else ``{MALFORMED_ARGUMENTS: text}``."""

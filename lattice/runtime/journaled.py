@@ -8,7 +8,13 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.base import (
+    LLMProvider,
+    LLMRequest,
+    LLMResponse,
+    TokenUsage,
+    tool_calls_from_json,
+)
 from lattice.runs.store import RunRecorder
 from lattice.runtime.context import Interrupted
 
@@ -55,6 +61,7 @@ class JournaledProvider:
                     model=str(line.get("model", "unknown")),
                     latency_ms=float(line.get("latency_ms") or 0.0),
                     finish_reason=line.get("finish_reason"),
+                    tool_calls=tool_calls_from_json(line.get("tool_calls")),
                 )
         sent = {"op_id": request.op_id, "prompt_hash": prompt_hash}
         self._journal({"kind": "request", **sent})
@@ -77,6 +84,8 @@ class JournaledProvider:
             "finish_reason": response.finish_reason,
             "latency_ms": round(response.latency_ms, 3),
         }
+        if response.tool_calls:
+            line["tool_calls"] = [call.to_json() for call in response.tool_calls]
         if callable(self._checkpoint):
             line["provider_state"] = self._checkpoint()
         self._journal(line)

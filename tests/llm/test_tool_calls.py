@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lattice.errors import LatticeRunError
+from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.anthropic_provider import AnthropicProvider
 from lattice.llm.base import (
     MALFORMED_ARGUMENTS,
@@ -23,6 +24,7 @@ from lattice.llm.base import (
     ToolCall,
     ToolDef,
 )
+from lattice.llm.fixture import FixtureProvider
 from lattice.llm.openai_provider import OpenAIProvider
 from lattice.llm.sdk_provider import SdkProvider
 from tests.fake_llm_server import FakeLLMServer, ToolTurn, serve
@@ -340,3 +342,49 @@ def test_a_stream_cut_inside_a_calls_arguments_is_a_retryable_error(
         complete(name, server, first_turn(on_delta=lambda text: None))
     assert info.value.error_type == "provider_error"  # the default policies retry it
     assert "stream ended before it was complete" in info.value.message
+
+
+# -- fixtures: record and replay a tool turn -----------------------------------------------
+
+
+def test_a_tool_turn_is_recorded_and_replayed_by_fixtures(
+    name: str, script: Script, server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Recorded from the live adapter (real SDK, local server), replayed with no server:
+    the same calls, ids and arguments, turn by turn."""
+    final = json.dumps({"answer": "src/app.py:add_todo"})
+    script.answers = [TWO_CALLS, final]
+    path = tmp_path / "agent.jsonl"
+
+    async def record() -> list[LLMResponse]:
+        live = PROVIDERS[name](server.base_url)
+        recorder = FixtureProvider(path, record_with=live)
+        try:
+            first = await recorder.complete(first_turn())
+            return [first, await recorder.complete(second_turn(first.tool_calls))]
+        finally:
+            await recorder.aclose_loop_clients()
+
+    recorded = asyncio.run(record())
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0]["tool_calls"] == [call.to_json() for call in recorded[0].tool_calls]
+    assert lines[0]["meta"]["finish_reason"] == "tool_calls"
+    assert "tool_calls" not in lines[1]
+
+    server.stop()  # replay asks no one
+    replay = FixtureProvider(path)
+    first = asyncio.run(replay.complete(first_turn()))
+    assert first.tool_calls == recorded[0].tool_calls
+    assert (first.text, first.finish_reason) == ("Looking at the code first.", "tool_calls")
+    second = asyncio.run(replay.complete(second_turn(first.tool_calls)))
+    assert (second.text, second.tool_calls) == (final, ())
+
+
+def test_a_fixture_line_with_malformed_tool_calls_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        json.dumps({"prompt_hash": "ab", "completion": "", "tool_calls": [{"name": "Read"}]}) + "\n"
+    )
+    with pytest.raises(LatticeUserError) as raised:
+        FixtureProvider(path)
+    assert raised.value.message.startswith(f"{path}:1: each tool call is")
