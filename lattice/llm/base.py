@@ -293,6 +293,58 @@ class LLMProvider(Protocol):
     async def complete(self, request: LLMRequest) -> LLMResponse: ...
 
 
+# -- what some providers can do besides ``complete`` --------------------------------------
+
+
+@runtime_checkable
+class CheckpointedProvider(Protocol):
+    """A provider with a position a run folder saves and a resume goes on from (a mock's
+    cursor through its script). Wrappers pass both through to what they wrap, and their
+    ``checkpoint`` is None when that has no position."""
+
+    def checkpoint(self) -> Any:
+        """The position, as JSON (saved in the run folder)."""
+        ...
+
+    def restore(self, state: Any, *, committed: Any = None) -> None:
+        """Go on from ``state``; ``committed`` is the state as of the last committed op,
+        given when the resume runs a failed op again."""
+        ...
+
+
+@runtime_checkable
+class LoopBoundProvider(Protocol):
+    """A provider that keeps clients bound to an event loop (SDK adapters, and wrappers
+    of providers that do); each run closes its loop's clients when it ends."""
+
+    async def aclose_loop_clients(self) -> None: ...
+
+
+@runtime_checkable
+class ScriptedProvider(Protocol):
+    """A provider that answers from a script, and can say before a run whether a node
+    has answers (the mock provider)."""
+
+    def covers(self, node_id: str) -> bool: ...
+
+
+def provider_checkpoint(provider: object) -> Any:
+    """The provider's position (``CheckpointedProvider``), None when it has none."""
+    return provider.checkpoint() if isinstance(provider, CheckpointedProvider) else None
+
+
+def restore_provider(provider: object, state: Any, *, committed: Any = None) -> None:
+    """Hand a resumed run's saved position to the provider, when it keeps one."""
+    if isinstance(provider, CheckpointedProvider):
+        provider.restore(state, committed=committed)
+
+
+async def close_loop_clients(provider: object) -> None:
+    """Close the provider's clients bound to the running event loop, when it keeps any."""
+    if isinstance(provider, LoopBoundProvider):
+        await provider.aclose_loop_clients()
+
+
 def estimate_tokens(text: str) -> int:
     """A rough token count (4 characters a token) for providers that report none."""
     return max(1, (len(text) + 3) // 4) if text else 0
