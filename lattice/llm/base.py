@@ -243,7 +243,15 @@ class LLMRequest:
         return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
     def size_chars(self) -> int:
-        return sum([len(m.content) for m in self.messages])
+        """The characters the messages send: their text, and the tool calls' names and
+        arguments of an agent's transcript."""
+        return sum(
+            [
+                len(m.content)
+                + (sum([len(c.name) + len(c.arguments_json()) for c in m.tool_calls]))
+                for m in self.messages
+            ]
+        )
 
 
 def _canonical_message(message: Message) -> dict[str, Any]:
