@@ -245,13 +245,9 @@ class LLMRequest:
     def size_chars(self) -> int:
         """The characters the messages send: their text, and the tool calls' names and
         arguments of an agent's transcript."""
-        return sum(
-            [
-                len(m.content)
-                + (sum([len(c.name) + len(c.arguments_json()) for c in m.tool_calls]))
-                for m in self.messages
-            ]
-        )
+        text = sum([len(m.content) for m in self.messages])
+        calls = [c for m in self.messages for c in m.tool_calls]
+        return text + sum([len(c.name) + len(c.arguments_json()) for c in calls]) if calls else text
 
 
 def _canonical_message(message: Message) -> dict[str, Any]:
