@@ -95,9 +95,11 @@ def tool_calls_from_json(items: Any) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def parse_tool_arguments(text: str | None) -> dict[str, Any]:
+def parse_tool_arguments(text: str | dict[str, Any] | None) -> dict[str, Any]:
     """A model's tool-call arguments text as ``ToolCall.arguments``: the JSON object it
     spells (empty text is no arguments), else ``{MALFORMED_ARGUMENTS: text}``."""
+    if isinstance(text, dict):  # a server that sends the object itself
+        return text
     if text is None or not text.strip():
         return {}
     try:
@@ -113,13 +115,16 @@ class Message:
 
     An ``assistant`` message may carry the ``tool_calls`` the model asked for (``content``
     is then its text beside them, often empty); a ``tool`` message answers one call, named
-    by ``tool_call_id``, with the tool's result as ``content``.
+    by ``tool_call_id``, with the tool's result as ``content``, and ``is_error`` when the
+    tool failed (Anthropic's ``tool_result`` says so in its ``is_error``; the OpenAI shape
+    has only the text, which should say it).
     """
 
     role: Role
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    is_error: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -127,6 +132,8 @@ class Message:
             out["tool_calls"] = [call.to_json() for call in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        if self.is_error:  # absent otherwise, so the prompt hashes of results stay put
+            out["is_error"] = True
         return out
 
 
