@@ -224,9 +224,10 @@ export class RunView {
     el.dataset.key = key;
     const link = (id) => h("a", { href: `#/runs/${encodeURIComponent(id)}` }, h("code", {}, id));
     const parts = [];
-    if (run.parent) parts.push(h("span", { class: "parent" }, "Re-run of ", link(run.parent.run_id), ` from ${run.parent.op}${run.parent.visit > 1 ? ` (visit ${run.parent.visit})` : ""}`));
+    const compare = (a, b) => h("a", { class: "compare-link", href: `#/compare/${encodeURIComponent(a)}/${encodeURIComponent(b)}` }, "compare");
+    if (run.parent) parts.push(h("span", { class: "parent" }, "Re-run of ", link(run.parent.run_id), ` from ${run.parent.op}${run.parent.visit > 1 ? ` (visit ${run.parent.visit})` : ""} (`, compare(run.parent.run_id, run.run_id), ")"));
     if (run.reruns && run.reruns.length) {
-      parts.push(h("span", { class: "reruns" }, "Re-runs: ", ...run.reruns.flatMap((r, i) => [i ? ", " : "", link(r.run_id), ` from ${r.op}`])));
+      parts.push(h("span", { class: "reruns" }, "Re-runs: ", ...run.reruns.flatMap((r, i) => [i ? ", " : "", link(r.run_id), ` from ${r.op} (`, compare(run.run_id, r.run_id), ")"])));
     }
     el.replaceChildren(...parts);
   }
