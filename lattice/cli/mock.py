@@ -12,7 +12,7 @@ from lattice.cli.main import EXIT_OK, EXIT_USAGE
 from lattice.config import load_config
 from lattice.files import write_output_file
 from lattice.ir.models import ExecIR
-from lattice.service.mocks import answers_file, mock_script, needs_mcp
+from lattice.service.mocks import MockPlan, plan_mocks
 
 
 def _dump(data: object) -> str:
@@ -24,14 +24,16 @@ def init(args: argparse.Namespace) -> int:
     if result.ir is None:
         return EXIT_USAGE
     ir = result.ir
-    script, answers = mock_script(ir), answers_file(ir)
+    plan = plan_mocks(ir)
+    script, answers = plan.script, plan.answers
     answers_path = args.answers_output
     if answers and answers_path is None and args.output:
         name = Path(args.output).name.removesuffix(".json").removesuffix(".mock")
         answers_path = str(Path(args.output).with_name(f"{name}.answers.json"))
     if args.output:
         write_output_file(Path(args.output), _dump(script))
-        note(f"wrote {args.output}: {len(script['responses'])} LLM node(s)")
+        tools = len(script.get("tools", {}))
+        note(f"wrote {args.output}: {len(script['responses'])} LLM node(s), {tools} tool node(s)")
     else:
         sys.stdout.write(_dump(script))
     if answers_path:
@@ -39,9 +41,7 @@ def init(args: argparse.Namespace) -> int:
         note(f"wrote {answers_path}: {len(answers)} question(s)")
     elif answers:
         note(f"the workflow asks {len(answers)} question(s): add --answers-output FILE")
-    servers = needs_mcp(ir)
-    if servers:
-        note(f"it also calls MCP server(s) {', '.join(servers)}: configure them in lattice.toml")
+    _note_choices(plan)
     mock = args.output or "MOCK_FILE"
     extra = f" --answers {answers_path}" if answers_path else ""
     note(
@@ -66,3 +66,16 @@ def _inputs_hint(workflow: str, ir: ExecIR) -> str:
     if beside.is_file():
         return f" --inputs {beside}"
     return "".join(f" --input {name}=…" for name in needed)
+
+
+def _note_choices(plan: MockPlan) -> None:
+    """Say which branch each classifier and question takes, and why."""
+    for choice in plan.choices:
+        if len(choice.labels) < 2:
+            continue
+        how = (
+            f"the shortest way to an end ({choice.steps:g} op(s))"
+            if choice.steps != float("inf")
+            else "no branch reaches an end"
+        )
+        note(f"{choice.node}: answers {choice.label!r} of {len(choice.labels)}: {how}")

@@ -299,6 +299,9 @@ class WorkflowInfo(IRModel):
     id: str
     name: str
     description: str | None = None
+    notes: list[str] = Field(default_factory=list)
+    """What the document asks that Lattice reads but does not do (``lattice lower`` shows
+    them; docs/documents.md)."""
 
 
 class IRDiagnostic(IRModel):
