@@ -383,5 +383,11 @@ class CodexLowerer:
         return LLM_PORTS
 
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
-        prompt = get_str(ctx, node, "prompt", required=True) or ""
+        generated = node.data.get("promptMode") == "ai-generated"
+        prompt = get_str(ctx, node, "prompt", required=not generated) or ""
+        if generated and not prompt.strip():
+            # upstream lets the orchestrating model write the prompt: here the task is
+            # the node's, and its input the results before it
+            task = f"Carry out the task {node.title!r} for the input."
+            return _llm_op(ctx, node, prompt=task, system=None, prompt_key=None)
         return _llm_op(ctx, node, prompt=prompt, system=None, prompt_key="prompt")
