@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
 
 from lattice.cli.common import lower_for_cli, note
 from lattice.cli.main import EXIT_OK, EXIT_USAGE
-from lattice.config import load_config
+from lattice.config import LatticeConfig, load_config
+from lattice.errors import LatticeRunError
 from lattice.files import write_output_file
 from lattice.ir.models import ExecIR
-from lattice.service.mocks import MockPlan, plan_mocks
+from lattice.service.mocks import MockPlan, ToolSchemas, needs_mcp, plan_mocks
+from lattice.tools.builtin import BuiltinTools
+from lattice.tools.mcp import BUILTIN_SERVER_ID, McpServerSpec, ToolSessions, specs_from_config
 
 
 def _dump(data: object) -> str:
@@ -20,11 +24,12 @@ def _dump(data: object) -> str:
 
 
 def init(args: argparse.Namespace) -> int:
-    result = lower_for_cli(args.workflow, load_config(args.config))
+    config = load_config(args.config)
+    result = lower_for_cli(args.workflow, config)
     if result.ir is None:
         return EXIT_USAGE
     ir = result.ir
-    plan = plan_mocks(ir)
+    plan = plan_mocks(ir, _configured_tool_schemas(ir, config))
     script, answers = plan.script, plan.answers
     answers_path = args.answers_output
     if answers and answers_path is None and args.output:
@@ -79,3 +84,29 @@ def _note_choices(plan: MockPlan) -> None:
             else "no branch reaches an end"
         )
         note(f"{choice.node}: answers {choice.label!r} of {len(choice.labels)}: {how}")
+
+
+def _configured_tool_schemas(ir: ExecIR, config: LatticeConfig) -> ToolSchemas:
+    """The input schemas of the tools of every configured MCP server the document calls
+    (each server is asked once, then closed); a server that cannot be asked is named and
+    left out (its nodes' own ``parameters`` shape the answers)."""
+    specs = specs_from_config(config.mcp.servers)
+    servers = [s for s in needs_mcp(ir) if s in specs or s == BUILTIN_SERVER_ID]
+    return asyncio.run(_list_schemas(specs, servers)) if servers else {}
+
+
+async def _list_schemas(specs: dict[str, McpServerSpec], servers: list[str]) -> ToolSchemas:
+    schemas: dict[str, dict[str, dict[str, object]]] = {}
+    sessions = ToolSessions(specs, builtin=BuiltinTools(repo_root=None))
+    try:
+        for server in servers:
+            try:
+                tools = await sessions.list_tools(server)
+            except LatticeRunError as exc:
+                note(f"could not list the tools of MCP server {server!r}: {exc.message}")
+                continue
+            schemas[server] = {tool.name: tool.input_schema for tool in tools}
+            note(f"asked MCP server {server!r} for its tools: arguments follow their inputSchema")
+    finally:
+        await sessions.aclose()
+    return schemas

@@ -261,7 +261,7 @@ def check_script(script: Any) -> None:
     for key, items in tools.items():
         where = f"tools[{json.dumps(key, ensure_ascii=False)}]"
         if not isinstance(items, list):
-            _bad(f"{where} must be a list of tool results, e.g. [{{\"ok\": true}}]")
+            _bad(f'{where} must be a list of tool results, e.g. [{{"ok": true}}]')
         for index, item in enumerate(items):
             if isinstance(item, Mapping) and "$error" in item:
                 _check_error_item(item, f"{where}[{index}]")

@@ -25,8 +25,8 @@ from lattice.llm.base import Message
 from lattice.prompts.builtin import TEMPLATES
 from lattice.prompts.registry import PromptTemplate
 from lattice.runtime.context import HaltRun, Outcome, RunContext
-from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.mock_tools import offline_contract, scripted_tool
+from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.tool_contracts import tool_contract
 
 

@@ -12,7 +12,9 @@ OPEN_ARGUMENTS: dict[str, Any] = {"type": "object"}
 """The contract of a mocked tool's arguments: no server lists its inputSchema offline."""
 
 
-def scripted_tool(ctx: RunContext, node_id: str, server: str | None, tool: str | None) -> str | None:
+def scripted_tool(
+    ctx: RunContext, node_id: str, server: str | None, tool: str | None
+) -> str | None:
     """The mock script's ``tools`` key answering this call, or None (a real call)."""
     find = getattr(ctx.root.base_provider, "tool_key", None)
     return find(node_id, server, tool) if callable(find) else None

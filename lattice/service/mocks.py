@@ -63,8 +63,14 @@ class MockPlan:
     choices: list[Choice] = field(default_factory=list)
 
 
-def plan_mocks(ir: ExecIR) -> MockPlan:
-    """The mock script and answers that take ``ir`` from start to an end offline."""
+ToolSchemas = Mapping[str, Mapping[str, dict[str, Any]]]
+"""server → tool → inputSchema, as configured servers list them."""
+
+
+def plan_mocks(ir: ExecIR, tool_schemas: ToolSchemas | None = None) -> MockPlan:
+    """The mock script and answers that take ``ir`` from start to an end offline.
+    ``tool_schemas`` (from the configured servers) shape MCP AI-mode arguments; without
+    them the node's own ``parameters`` do."""
     graph = _op_graph(ir)
     distance = _steps_to_end(ir, graph)
     repeated = _repeated_ops(ir, graph)
@@ -76,7 +82,7 @@ def plan_mocks(ir: ExecIR) -> MockPlan:
         times = LOOP_ANSWERS if op.id in repeated else 1
         if isinstance(op, LLMWriteOp):
             choice = made.get(op.id)
-            answer = choice.label if choice is not None else _answer(op)
+            answer = choice.label if choice is not None else _answer(op, tool_schemas or {})
             responses.setdefault(op.source_node, []).extend([answer] * times)
         elif isinstance(op, ToolCallOp):
             tools.setdefault(op.source_node, []).extend([_tool_result(ir, op)] * times)
@@ -132,9 +138,7 @@ def check_script_nodes(ir: ExecIR, nodes: Iterable[str], *, where: str = "mock s
 def check_tool_keys(ir: ExecIR, keys: Iterable[str], *, where: str = "mock script") -> None:
     """Refuse a script whose ``tools`` name, without a ``/``, something that is not an
     mcp or httpRequest node of the document (``server/tool`` keys answer any caller)."""
-    calling = sorted(
-        {op.source_node for op in ir.ops.values() if isinstance(op, ToolCallOp)}
-    )
+    calling = sorted({op.source_node for op in ir.ops.values() if isinstance(op, ToolCallOp)})
     unknown = [key for key in keys if "/" not in key and key not in calling]
     if not unknown:
         return
@@ -163,10 +167,16 @@ def needs_mcp(ir: ExecIR) -> list[str]:
     return sorted(servers)
 
 
-def _answer(op: LLMWriteOp) -> Any:
+def _answer(op: LLMWriteOp, tool_schemas: ToolSchemas) -> Any:
     if op.purpose == "classify" and op.labels:
         return op.labels[0]
+    listed = tool_schemas.get(op.tool_server or "", {})
+    if op.purpose == "tool_arguments" and op.tool_name in listed:
+        return example_value(listed[op.tool_name])
     if op.purpose == "tool_selection":
+        if listed:
+            tool, schema = next(iter(listed.items()))
+            return {"tool": tool, "arguments": example_value(schema)}
         return {"tool": op.tool_name or "(the tool to call)", "arguments": {}}
     if op.output_schema is not None:
         return example_value(op.output_schema)
@@ -227,9 +237,7 @@ def _choose(ir: ExecIR, op: Op, distance: Mapping[str, float]) -> Choice | None:
         labels = [option.label for option in op.options]
     else:
         return None
-    switch = next(
-        (ir.ops[e.to] for e in op.next if isinstance(ir.ops.get(e.to), SwitchOp)), None
-    )
+    switch = next((ir.ops[e.to] for e in op.next if isinstance(ir.ops.get(e.to), SwitchOp)), None)
     if switch is None:
         return None
     ports = {edge.port: edge.to for edge in switch.next}
@@ -312,4 +320,3 @@ def _overlay(base: Any, top: Any) -> Any:
     if base is None or (isinstance(top, dict | list) and not isinstance(base, dict | list)):
         return top
     return base
-

@@ -58,7 +58,9 @@ def test_every_node_type_and_field_has_a_row() -> None:
 
 def test_a_removed_row_is_caught() -> None:
     markdown = (REPO / "docs" / "documents.md").read_text()
-    row = next(line for line in markdown.splitlines() if line.startswith("| `skill.executionMode` |"))
+    row = next(
+        line for line in markdown.splitlines() if line.startswith("| `skill.executionMode` |")
+    )
     assert missing(upstream_format(), markdown.replace(row + "\n", "")) == ["skill.executionMode"]
 
 

@@ -5,6 +5,7 @@ notes ``lattice lower`` prints for fields that do not change a run."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import jmespath
@@ -23,8 +24,11 @@ def chain(*middle: dict[str, object], **envelope: object) -> dict[str, object]:
     nodes = [node("start", "start"), *middle, node("end", "end")]
     ids = [str(n["id"]) for n in nodes]
     return {
-        "id": "f", "name": "f", "nodes": nodes, **envelope,
-        "connections": [{"from": a, "to": b} for a, b in zip(ids, ids[1:], strict=False)],
+        "id": "f",
+        "name": "f",
+        "nodes": nodes,
+        **envelope,
+        "connections": [{"from": a, "to": b} for a, b in pairwise(ids)],
     }
 
 
@@ -33,8 +37,12 @@ def agent(node_id: str, **data: object) -> dict[str, object]:
 
 
 def test_the_slash_command_model_is_the_default_model_class() -> None:
-    doc = chain(agent("a"), agent("b", model="haiku"), agent("c", model="inherit"),
-                slashCommandOptions={"model": "opus"})
+    doc = chain(
+        agent("a"),
+        agent("b", model="haiku"),
+        agent("c", model="inherit"),
+        slashCommandOptions={"model": "opus"},
+    )
     result = lower_document(doc)
     assert result.ir is not None
     classes = {k: op.model_class for k, op in result.ir.ops.items() if isinstance(op, LLMWriteOp)}
@@ -43,9 +51,22 @@ def test_the_slash_command_model_is_the_default_model_class() -> None:
 
 
 def test_hooks_are_listed_in_a_warning_and_never_run() -> None:
-    hooks = {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "touch /tmp/x"}]}],
-             "Stop": [{"hooks": [{"type": "command", "command": "echo"}, {"type": "command", "command": "ls"}]}]}
-    result = lower_document(chain(agent("a"), slashCommandOptions={"hooks": hooks, "allowedTools": "Bash"}))
+    hooks = {
+        "PreToolUse": [
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": "touch /tmp/x"}]}
+        ],
+        "Stop": [
+            {
+                "hooks": [
+                    {"type": "command", "command": "echo"},
+                    {"type": "command", "command": "ls"},
+                ]
+            }
+        ],
+    }
+    result = lower_document(
+        chain(agent("a"), slashCommandOptions={"hooks": hooks, "allowedTools": "Bash"})
+    )
     assert result.ir is not None
     (warning,) = [d for d in result.warnings if d.code == "hooks-not-run"]
     assert "PreToolUse (1 command(s)), Stop (2 command(s))" in warning.message
@@ -62,8 +83,15 @@ def write_skill(root: Path, folder: str, text: str) -> None:
 def test_a_loaded_skill_is_its_text_for_the_next_node(tmp_path: Path) -> None:
     write_skill(tmp_path, ".github", "Use `semver` and 'quotes'.\n")
     write_skill(tmp_path, ".claude", "the claude one")
-    skill = node("notes", "skill", name="notes", description="d", scope="project",
-                 source="copilot", executionMode="load")
+    skill = node(
+        "notes",
+        "skill",
+        name="notes",
+        description="d",
+        scope="project",
+        source="copilot",
+        executionMode="load",
+    )
     result = lower_document(chain(skill, agent("write")), base_dir=tmp_path)
     assert result.ir is not None
     op = result.ir.ops["notes"]
@@ -75,8 +103,14 @@ def test_a_loaded_skill_is_its_text_for_the_next_node(tmp_path: Path) -> None:
 
 def test_an_executed_skill_takes_its_execution_prompt(tmp_path: Path) -> None:
     write_skill(tmp_path, ".claude", "the claude one")
-    skill = node("notes", "skill", name="notes", description="d", scope="project",
-                 executionPrompt="Summarise {{ $in.topic }}.")
+    skill = node(
+        "notes",
+        "skill",
+        name="notes",
+        description="d",
+        scope="project",
+        executionPrompt="Summarise {{ $in.topic }}.",
+    )
     result = lower_document(chain(skill), base_dir=tmp_path)
     assert result.ir is not None
     op = result.ir.ops["notes"]
@@ -85,8 +119,16 @@ def test_an_executed_skill_takes_its_execution_prompt(tmp_path: Path) -> None:
 
 
 def test_an_ai_generated_codex_prompt_needs_no_prompt() -> None:
-    codex = node("cx", "codex", label="cx", promptMode="ai-generated", prompt="",
-                 model="gpt-5-codex", reasoningEffort="high", sandbox="read-only")
+    codex = node(
+        "cx",
+        "codex",
+        label="cx",
+        promptMode="ai-generated",
+        prompt="",
+        model="gpt-5-codex",
+        reasoningEffort="high",
+        sandbox="read-only",
+    )
     result = lower_document(chain(codex))
     assert result.ir is not None, result.errors
     op = result.ir.ops["cx"]
@@ -97,12 +139,18 @@ def test_an_ai_generated_codex_prompt_needs_no_prompt() -> None:
 
 
 def test_lattice_lower_prints_the_notes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    doc = chain(agent("a", tools="Read,Grep", memory="project", color="red", builtInType="explore"),
-                tour=[{"order": 1, "title": "t", "description": "d", "nodeIds": ["a"]}])
+    doc = chain(
+        agent("a", tools="Read,Grep", memory="project", color="red", builtInType="explore"),
+        tour=[{"order": 1, "title": "t", "description": "d", "nodeIds": ["a"]}],
+    )
     path = tmp_path / "flow.json"
     path.write_text(json.dumps(doc))
     assert main(["lower", str(path)]) == 0
     err = capsys.readouterr().err
-    for said in ("subAgent.tools 'Read,Grep'", "subAgent.builtInType 'explore'",
-                 "subAgent.memory 'project'", "tour: 1 step(s)"):
+    for said in (
+        "subAgent.tools 'Read,Grep'",
+        "subAgent.builtInType 'explore'",
+        "subAgent.memory 'project'",
+        "tour: 1 step(s)",
+    ):
         assert f"{path}: note: node 'a' {said}" in err or f"note: {said}" in err, said

@@ -16,71 +16,157 @@ from tests.service.test_mocks import run_with_init
 
 
 def node(node_id: str, type_: str, **data: object) -> dict[str, object]:
-    return {"id": node_id, "type": type_, "name": node_id, "position": {"x": 0, "y": 0}, "data": data}
+    return {
+        "id": node_id,
+        "type": type_,
+        "name": node_id,
+        "position": {"x": 0, "y": 0},
+        "data": data,
+    }
 
 
 def agent(node_id: str) -> dict[str, object]:
-    return node(node_id, "subAgent", description=node_id, agentDefinition="You help.",
-                prompt=f"Do {node_id}.", outputPorts=1)
+    return node(
+        node_id,
+        "subAgent",
+        description=node_id,
+        agentDefinition="You help.",
+        prompt=f"Do {node_id}.",
+        outputPorts=1,
+    )
 
 
 def edge(source: str, target: str, port: str = "output", **extra: str) -> dict[str, str]:
-    return {"id": f"{source}-{target}", "from": source, "to": target, "fromPort": port,
-            "toPort": "input", **extra}
+    return {
+        "id": f"{source}-{target}",
+        "from": source,
+        "to": target,
+        "fromPort": port,
+        "toPort": "input",
+        **extra,
+    }
 
 
-def document(nodes: list[dict[str, object]], connections: list[dict[str, str]]) -> dict[str, object]:
-    return {"id": "old", "name": "old-form", "version": "1.0.0", "nodes": nodes,
-            "connections": connections}
+def document(
+    nodes: list[dict[str, object]], connections: list[dict[str, str]]
+) -> dict[str, object]:
+    return {
+        "id": "old",
+        "name": "old-form",
+        "version": "1.0.0",
+        "nodes": nodes,
+        "connections": connections,
+    }
 
 
 def conditional_branch() -> dict[str, object]:
     """The 1.0 form: a two-way ``branch`` deciding in natural language."""
-    branch = node("b", "branch", branchType="conditional", outputPorts=2, branches=[
-        {"id": "ok", "label": "Success", "condition": "the tests passed"},
-        {"id": "ko", "label": "Error", "condition": "a test failed"},
-    ])
+    branch = node(
+        "b",
+        "branch",
+        branchType="conditional",
+        outputPorts=2,
+        branches=[
+            {"id": "ok", "label": "Success", "condition": "the tests passed"},
+            {"id": "ko", "label": "Error", "condition": "a test failed"},
+        ],
+    )
     return document(
         [node("start", "start"), agent("test"), branch, agent("fix"), node("end", "end")],
-        [edge("start", "test"), edge("test", "b"), edge("b", "end", "branch-0"),
-         edge("b", "fix", "branch-1"), edge("fix", "test")],
+        [
+            edge("start", "test"),
+            edge("test", "b"),
+            edge("b", "end", "branch-0"),
+            edge("b", "fix", "branch-1"),
+            edge("fix", "test"),
+        ],
     )
 
 
 def switch_branch() -> dict[str, object]:
     """A multi-way ``branch`` with deterministic conditions on an input."""
-    branch = node("route", "branch", branchType="switch", outputPorts=3, branches=[
-        {"label": "Bug", "condition": '== "bug"'},
-        {"label": "Feature", "condition": '== "feature"'},
-        {"label": "Other", "condition": "exists"},
-    ])
+    branch = node(
+        "route",
+        "branch",
+        branchType="switch",
+        outputPorts=3,
+        branches=[
+            {"label": "Bug", "condition": '== "bug"'},
+            {"label": "Feature", "condition": '== "feature"'},
+            {"label": "Other", "condition": "exists"},
+        ],
+    )
     return document(
-        [node("start", "start", inputs={"type": "object", "properties": {"kind": {"type": "string"}},
-                                          "required": ["kind"]}),
-         branch, agent("bug"), agent("feature"), agent("other"), node("end", "end")],
-        [edge("start", "route"), edge("route", "bug", "branch-0"),
-         edge("route", "feature", "branch-1"), edge("route", "other", "branch-2"),
-         edge("bug", "end"), edge("feature", "end"), edge("other", "end")],
+        [
+            node(
+                "start",
+                "start",
+                inputs={
+                    "type": "object",
+                    "properties": {"kind": {"type": "string"}},
+                    "required": ["kind"],
+                },
+            ),
+            branch,
+            agent("bug"),
+            agent("feature"),
+            agent("other"),
+            node("end", "end"),
+        ],
+        [
+            edge("start", "route"),
+            edge("route", "bug", "branch-0"),
+            edge("route", "feature", "branch-1"),
+            edge("route", "other", "branch-2"),
+            edge("bug", "end"),
+            edge("feature", "end"),
+            edge("other", "end"),
+        ],
     )
 
 
 def old_mcp_and_question() -> dict[str, object]:
     """mcp modes named as 1.2 files name them; options without ids; ``condition`` on
     the question's connections."""
-    question = node("pick", "askUserQuestion", questionText="Which?", outputPorts=2,
-                    options=[{"label": "Now", "description": "the time"},
-                             {"label": "Later", "description": "nothing"}])
-    detailed = node("clock", "mcp", serverId="time", toolName="get_current_time",
-                    mode="detailed", parameterValues={"timezone": "UTC"},
-                    validationStatus="valid", outputPorts=1)
-    natural = node("zone", "mcp", serverId="time", toolName="convert_time",
-                   mode="naturalLanguageParam", validationStatus="valid", outputPorts=1,
-                   aiParameterConfig={"description": "convert to Tokyo", "timestamp": "x"})
+    question = node(
+        "pick",
+        "askUserQuestion",
+        questionText="Which?",
+        outputPorts=2,
+        options=[
+            {"label": "Now", "description": "the time"},
+            {"label": "Later", "description": "nothing"},
+        ],
+    )
+    detailed = node(
+        "clock",
+        "mcp",
+        serverId="time",
+        toolName="get_current_time",
+        mode="detailed",
+        parameterValues={"timezone": "UTC"},
+        validationStatus="valid",
+        outputPorts=1,
+    )
+    natural = node(
+        "zone",
+        "mcp",
+        serverId="time",
+        toolName="convert_time",
+        mode="naturalLanguageParam",
+        validationStatus="valid",
+        outputPorts=1,
+        aiParameterConfig={"description": "convert to Tokyo", "timestamp": "x"},
+    )
     return document(
         [node("start", "start"), question, detailed, natural, node("end", "end")],
-        [edge("start", "pick"), edge("pick", "clock", "branch-0", condition="Now"),
-         edge("pick", "end", "branch-1", condition="Later"), edge("clock", "zone"),
-         edge("zone", "end")],
+        [
+            edge("start", "pick"),
+            edge("pick", "clock", "branch-0", condition="Now"),
+            edge("pick", "end", "branch-1", condition="Later"),
+            edge("clock", "zone"),
+            edge("zone", "end"),
+        ],
     )
 
 
@@ -128,7 +214,9 @@ def test_a_branch_node_of_the_wrong_shape_is_refused(
     doc = conditional_branch()
     branch = doc["nodes"][2]  # type: ignore[index]
     branch["data"]["branchType"] = branch_type
-    branch["data"]["branches"] = [{"label": f"L{i}", "condition": f"case {i}"} for i in range(count)]
+    branch["data"]["branches"] = [
+        {"label": f"L{i}", "condition": f"case {i}"} for i in range(count)
+    ]
     result = lower_document(doc)
     assert result.ir is None
     assert any(d.code == "invalid-field" and message in d.message for d in result.errors)

@@ -4,6 +4,7 @@ MCP tool's by ``server/tool``; what the script does not list goes to the real se
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,12 +24,25 @@ def clock_document() -> dict[str, object]:
         "name": "clocks",
         "nodes": [
             node("start", "start"),
-            node("utc", "mcp", serverId="time", toolName="get_current_time",
-                 parameterValues={"timezone": "UTC"}),
-            node("tokyo", "mcp", serverId="time", toolName="get_current_time",
-                 parameterValues={"timezone": "Asia/Tokyo"}),
-            node("end", "end", output={"utc": "$vars.utc.result.datetime",
-                                       "tokyo": "$vars.tokyo.result.datetime"}),
+            node(
+                "utc",
+                "mcp",
+                serverId="time",
+                toolName="get_current_time",
+                parameterValues={"timezone": "UTC"},
+            ),
+            node(
+                "tokyo",
+                "mcp",
+                serverId="time",
+                toolName="get_current_time",
+                parameterValues={"timezone": "Asia/Tokyo"},
+            ),
+            node(
+                "end",
+                "end",
+                output={"utc": "$vars.utc.result.datetime", "tokyo": "$vars.tokyo.result.datetime"},
+            ),
         ],
         "connections": [
             {"from": "start", "to": "utc"},
@@ -38,7 +52,9 @@ def clock_document() -> dict[str, object]:
     }
 
 
-def run(tmp_path: Path, script: dict[str, object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+def run(
+    tmp_path: Path, script: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
     flow = tmp_path / "clocks.json"
     flow.write_text(json.dumps(clock_document()))
     mock = tmp_path / "clocks.mock.json"
@@ -51,10 +67,13 @@ def run(tmp_path: Path, script: dict[str, object], capsys: pytest.CaptureFixture
 def test_results_by_node_id_then_by_server_and_tool(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = {"responses": {}, "tools": {
-        "utc": [{"datetime": "12:00"}],
-        "time/get_current_time": [{"datetime": "21:00"}],
-    }}
+    script = {
+        "responses": {},
+        "tools": {
+            "utc": [{"datetime": "12:00"}],
+            "time/get_current_time": [{"datetime": "21:00"}],
+        },
+    }
     code, out, err = run(tmp_path, script, capsys)
     assert code == 0, err
     assert json.loads(out) == {"utc": "12:00", "tokyo": "21:00"}
@@ -93,3 +112,45 @@ def test_tools_naming_a_node_that_calls_no_tool_are_refused(
     code, _, err = run(tmp_path, {"tools": {"utcc": ["x"]}}, capsys)
     assert code == 2
     assert "tools name node(s) that call no tool: 'utcc' (did you mean 'utc'?)" in err
+
+
+def test_mock_init_asks_a_configured_server_for_its_tools_input_schemas(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The node names no ``parameters``; the configured server's ``add`` tool says it
+    takes numbers ``a`` and ``b``, so the scripted arguments have them."""
+    script = Path(__file__).resolve().parents[1] / "mcp_test_server.py"
+    config = tmp_path / "lattice.toml"
+    config.write_text(
+        f"[mcp.servers.calc]\ncommand = {json.dumps(sys.executable)}\n"
+        f"args = [{json.dumps(str(script))}]\ntimeout = 30\n"
+    )
+    flow = tmp_path / "sum.json"
+    flow.write_text(
+        json.dumps(
+            {
+                "id": "sum",
+                "name": "sum",
+                "nodes": [
+                    node("start", "start"),
+                    node(
+                        "add",
+                        "mcp",
+                        serverId="calc",
+                        toolName="add",
+                        mode="aiParameterConfig",
+                        aiParameterConfig={"description": "add two and three"},
+                    ),
+                    node("end", "end"),
+                ],
+                "connections": [{"from": "start", "to": "add"}, {"from": "add", "to": "end"}],
+            }
+        )
+    )
+    mock = tmp_path / "sum.mock.json"
+    assert main(["mock", "init", str(flow), "-o", str(mock), "--config", str(config)]) == 0
+    assert "asked MCP server 'calc' for its tools" in capfd.readouterr().err
+    written = json.loads(mock.read_text())
+    arguments = written["responses"]["add"][0]
+    assert isinstance(arguments["a"], int | float) and isinstance(arguments["b"], int | float)
+    assert set(written["tools"]) == {"add"}
