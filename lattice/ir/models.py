@@ -299,9 +299,9 @@ class WorkflowInfo(IRModel):
     id: str
     name: str
     description: str | None = None
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] | None = None
     """What the document asks that Lattice reads but does not do (``lattice lower`` shows
-    them; docs/documents.md)."""
+    them; docs/documents.md); None when there is nothing to say."""
 
 
 class IRDiagnostic(IRModel):

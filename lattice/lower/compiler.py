@@ -153,7 +153,7 @@ class _Compiler:
                 id=self.workflow.id or self.workflow.name or "workflow",
                 name=self.workflow.name or self.workflow.id or "workflow",
                 description=self.workflow.description,
-                notes=self.notes,
+                notes=self.notes or None,
             ),
             entry=start,
             inputs_schema=inputs_schema,

@@ -45,8 +45,9 @@ _NODE_FIELDS: dict[str, dict[str, str]] = {
     "skill": {
         "allowedTools": f"tools asked for ({AGENT_DOC})",
         "pluginName": "plugin that provides the skill (Claude Code plugins are not loaded)",
-        "skillPath": "the editor's path of SKILL.md: Lattice reads only the standard place",
-        "validationStatus": "the editor's last check",
+        "skillPath": "not the standard place of the skill's SKILL.md, which is the only one "
+        "Lattice reads",
+        "validationStatus": "the editor's last check found the skill so",
     },
     "codex": {
         "sandbox": f"Codex sandbox ({AGENT_DOC})",
@@ -56,7 +57,7 @@ _NODE_FIELDS: dict[str, dict[str, str]] = {
     },
     "mcp": {
         "source": "which client's MCP configuration the editor read: servers come from lattice.toml",
-        "validationStatus": "the editor's last check",
+        "validationStatus": "the editor's last check found the tool so",
         "preservedManualParameterConfig": "manual values kept by the editor for another mode",
     },
 }
@@ -133,7 +134,7 @@ def _node_notes(node: Node) -> list[str]:
     fields = _NODE_FIELDS.get(node.type, {})
     for key, why in fields.items():
         value = node.data.get(key)
-        if value in (None, "", [], {}):
+        if value in (None, "", [], {}) or _as_expected(node, key, value):
             continue
         notes.append(f"node {node.id!r} {node.type}.{key} {_short(value)}: {why}")
     if node.type == "askUserQuestion" and node.data.get("useAiSuggestions") is True:
@@ -142,6 +143,18 @@ def _node_notes(node: Node) -> list[str]:
             "free-text answer (no options are suggested)"
         )
     return notes
+
+
+def _as_expected(node: Node, key: str, value: Any) -> bool:
+    """A value that says nothing worth a note: a check that passed, a skill file at its
+    standard place."""
+    if key == "validationStatus":
+        return value == "valid"
+    if key == "skillPath" and isinstance(value, str):
+        folder = ".github/skills" if node.data.get("source") == "copilot" else ".claude/skills"
+        standard = f"{folder}/{node.data.get('name')}/SKILL.md"
+        return value.replace("\\", "/").endswith(standard)
+    return False
 
 
 def _all_nodes(workflow: Workflow) -> list[Node]:

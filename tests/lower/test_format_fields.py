@@ -47,7 +47,7 @@ def test_the_slash_command_model_is_the_default_model_class() -> None:
     assert result.ir is not None
     classes = {k: op.model_class for k, op in result.ir.ops.items() if isinstance(op, LLMWriteOp)}
     assert classes == {"a": "large", "b": "small", "c": "large"}
-    assert any("model class 'large'" in note for note in result.ir.workflow.notes)
+    assert any("model class 'large'" in note for note in result.ir.workflow.notes or [])
 
 
 def test_hooks_are_listed_in_a_warning_and_never_run() -> None:
@@ -71,7 +71,7 @@ def test_hooks_are_listed_in_a_warning_and_never_run() -> None:
     (warning,) = [d for d in result.warnings if d.code == "hooks-not-run"]
     assert "PreToolUse (1 command(s)), Stop (2 command(s))" in warning.message
     assert warning.pointer == "/slashCommandOptions/hooks"
-    assert any("asks for Bash (asked for only" in n for n in result.ir.workflow.notes)
+    assert any("asks for Bash (asked for only" in n for n in result.ir.workflow.notes or [])
 
 
 def write_skill(root: Path, folder: str, text: str) -> None:
@@ -133,7 +133,7 @@ def test_an_ai_generated_codex_prompt_needs_no_prompt() -> None:
     assert result.ir is not None, result.errors
     op = result.ir.ops["cx"]
     assert isinstance(op, LLMWriteOp) and "'cx'" in op.prompt
-    notes = result.ir.workflow.notes
+    notes = result.ir.workflow.notes or []
     assert any("codex.sandbox 'read-only'" in n and "docs/agents.md" in n for n in notes)
     assert any("codex.reasoningEffort" in n for n in notes)
 
