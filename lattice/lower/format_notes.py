@@ -40,7 +40,7 @@ _NODE_FIELDS: dict[str, dict[str, str]] = {
         "tools": f"tools asked for ({AGENT_DOC})",
         "memory": "memory scope: Lattice keeps no memory between runs",
         "color": "editor colour",
-        "model": "model of the sub-agent running the flow: the flow's own nodes choose theirs",
+        "model": "the model of the flow's LLM nodes that name none",
     },
     "skill": {
         "allowedTools": f"tools asked for ({AGENT_DOC})",
@@ -149,7 +149,7 @@ def _as_expected(node: Node, key: str, value: Any) -> bool:
     """A value that says nothing worth a note: a check that passed, a skill file at its
     standard place."""
     if key == "validationStatus":
-        return value == "valid"
+        return bool(value == "valid")
     if key == "skillPath" and isinstance(value, str):
         folder = ".github/skills" if node.data.get("source") == "copilot" else ".claude/skills"
         standard = f"{folder}/{node.data.get('name')}/SKILL.md"

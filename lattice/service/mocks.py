@@ -171,7 +171,7 @@ def _answer(op: LLMWriteOp, tool_schemas: ToolSchemas) -> Any:
     if op.purpose == "classify" and op.labels:
         return op.labels[0]
     listed = tool_schemas.get(op.tool_server or "", {})
-    if op.purpose == "tool_arguments" and op.tool_name in listed:
+    if op.purpose == "tool_arguments" and op.tool_name is not None and op.tool_name in listed:
         return example_value(listed[op.tool_name])
     if op.purpose == "tool_selection":
         if listed:

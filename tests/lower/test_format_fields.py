@@ -154,3 +154,26 @@ def test_lattice_lower_prints_the_notes(tmp_path: Path, capsys: pytest.CaptureFi
         "tour: 1 step(s)",
     ):
         assert f"{path}: note: node 'a' {said}" in err or f"note: {said}" in err, said
+
+
+def test_a_sub_agent_flow_model_is_its_nodes_model_unless_they_name_one() -> None:
+    flow = {
+        "id": "review",
+        "name": "review",
+        "nodes": [
+            node("s", "start"),
+            agent("read"),
+            agent("judge", model="haiku"),
+            node("e", "end"),
+        ],
+        "connections": [
+            {"from": "s", "to": "read"},
+            {"from": "read", "to": "judge"},
+            {"from": "judge", "to": "e"},
+        ],
+    }
+    call = node("call", "subAgentFlow", subAgentFlowId="review", label="call", model="opus")
+    result = lower_document(chain(call, subAgentFlows=[flow]))
+    assert result.ir is not None, result.errors
+    classes = {k: op.model_class for k, op in result.ir.ops.items() if isinstance(op, LLMWriteOp)}
+    assert classes == {"call__read": "large", "call__judge": "small"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def clock_document() -> dict[str, object]:
 
 
 def run(
-    tmp_path: Path, script: dict[str, object], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, script: Mapping[str, object], capsys: pytest.CaptureFixture[str]
 ) -> tuple[int, str, str]:
     flow = tmp_path / "clocks.json"
     flow.write_text(json.dumps(clock_document()))
@@ -154,3 +155,29 @@ def test_mock_init_asks_a_configured_server_for_its_tools_input_schemas(
     arguments = written["responses"]["add"][0]
     assert isinstance(arguments["a"], int | float) and isinstance(arguments["b"], int | float)
     assert set(written["tools"]) == {"add"}
+
+
+def test_a_resume_goes_on_from_the_tool_results_already_taken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The second tool call fails as scripted; the resume (same script) takes the next
+    result for it, and does not ask the first node's list again."""
+    flow = tmp_path / "clocks.json"
+    flow.write_text(json.dumps(clock_document()))
+    mock = tmp_path / "clocks.mock.json"
+    mock.write_text(
+        json.dumps(
+            {
+                "tools": {
+                    "utc": [{"datetime": "12:00"}],
+                    "tokyo": [{"$error": "tool_error", "message": "down"}, {"datetime": "21:00"}],
+                }
+            }
+        )
+    )
+    runs = tmp_path / "runs"
+    assert main(["run", str(flow), "--mock", str(mock), "--runs-dir", str(runs)]) == 1
+    assert "[tool_error] at tokyo: down" in capsys.readouterr().err
+    (folder,) = runs.iterdir()
+    assert main(["resume", str(folder), "--mock", str(mock)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"utc": "12:00", "tokyo": "21:00"}

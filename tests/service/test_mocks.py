@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lattice.cli import main
+from lattice.ir.models import LLMWriteOp
 from lattice.llm.examples import example_value
 from lattice.lower import lower
 from lattice.service.mocks import LOOP_ANSWERS, answers_file, mock_script, plan_mocks
@@ -202,5 +203,6 @@ def test_tool_results_hold_what_later_nodes_read() -> None:
 def test_an_mcp_ai_mode_gets_arguments_of_its_parameters_schema() -> None:
     ir = lower(REPO / "workflows" / "examples" / "meeting-prep.json")
     arguments = mock_script(ir)["responses"]["schedule"][0]
-    schema = ir.ops["schedule"].output_schema  # type: ignore[union-attr]
-    assert set(schema["required"]) <= set(arguments)
+    op = ir.ops["schedule"]
+    assert isinstance(op, LLMWriteOp) and op.output_schema is not None
+    assert set(op.output_schema["required"]) <= set(arguments)
