@@ -32,7 +32,11 @@ class ToolDef:
     input_schema: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from lattice.lower.flow_nodes import (
     VariableStoreLowerer,
 )
 from lattice.lower.foreach import ForEachLowerer, expand_for_each
-from lattice.lower.format_notes import document_model_class, format_notes
+from lattice.lower.format_notes import document_model_class, format_notes, tools_asked
 from lattice.lower.graph import DiGraph
 from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
 from lattice.lower.loops import loop_diagnostics
@@ -154,6 +154,7 @@ class _Compiler:
                 name=self.workflow.name or self.workflow.id or "workflow",
                 description=self.workflow.description,
                 notes=self.notes or None,
+                tools_asked=tools_asked(self.workflow) or None,
             ),
             entry=start,
             inputs_schema=inputs_schema,

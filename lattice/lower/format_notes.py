@@ -83,6 +83,15 @@ def document_model_class(workflow: Workflow) -> str:
     return SLASH_MODEL_CLASSES.get(model, "default") if isinstance(model, str) else "default"
 
 
+def tools_asked(workflow: Workflow) -> list[str]:
+    """``slashCommandOptions.allowedTools`` as a list (upstream writes it comma-separated)."""
+    options = (workflow.model_extra or {}).get("slashCommandOptions")
+    tools = options.get("allowedTools") if isinstance(options, dict) else None
+    if not isinstance(tools, str):
+        return []
+    return [tool.strip() for tool in tools.split(",") if tool.strip()]
+
+
 def _slash_command_notes(ctx: LoweringContext, workflow: Workflow) -> list[str]:
     options = (workflow.model_extra or {}).get("slashCommandOptions")
     if not isinstance(options, dict):

@@ -72,6 +72,9 @@ def test_hooks_are_listed_in_a_warning_and_never_run() -> None:
     assert "PreToolUse (1 command(s)), Stop (2 command(s))" in warning.message
     assert warning.pointer == "/slashCommandOptions/hooks"
     assert any("asks for Bash (asked for only" in n for n in result.ir.workflow.notes or [])
+    assert result.ir.workflow.tools_asked == ["Bash"]
+    plain = lower_document(chain(agent("a")))
+    assert plain.ir is not None and plain.ir.workflow.tools_asked is None
 
 
 def write_skill(root: Path, folder: str, text: str) -> None:
