@@ -20,7 +20,7 @@ from lattice.config import LatticeConfig, load_config
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import LLMProvider, close_loop_clients
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
 from lattice.runs.checkpoint import read_checkpoint
@@ -322,11 +322,3 @@ def check_mock_nodes(ir: ExecIR, provider: LLMProvider, spec: ProviderSpec) -> N
         where = f"mock script {spec.choice.mock}" if spec.choice.mock else "mock script"
         check_script_nodes(ir, provider.responses, where=where)
         check_tool_keys(ir, provider.tools, where=where)
-
-
-async def close_loop_clients(provider: LLMProvider | None) -> None:
-    """Close the provider's HTTP clients bound to the running event loop (a run on a
-    long-lived loop builds its provider for itself, and releases it when it ends)."""
-    close = getattr(provider, "aclose_loop_clients", None)
-    if callable(close):
-        await close()

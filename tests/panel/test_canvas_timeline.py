@@ -303,3 +303,85 @@ def test_two_runs_compared_on_one_canvas(
     assert text(page, ".side-a h2").startswith("A ") and text(page, ".side-b h2").startswith("B ")
     assert "differ" in text(page, "#compare-summary")
     shot(page, "panel-compare-1440.png", tmp_path)
+
+
+RESPONSIVE = """
+const [width, done] = arguments;
+(async () => {
+  const { Canvas } = await import('/panel/js/canvas.js');
+  const { RunModel } = await import('/panel/js/model.js');
+  const { Timeline } = await import('/panel/js/timeline.js');
+  const nodes = [], edges = [], ops = {};
+  for (let i = 0; i < 200; i++) {
+    const id = `n${i}`;
+    nodes.push({id, type: 'prompt', label: `Step ${i} of a long chain`, x: (i % 20) * 260, y: Math.floor(i / 20) * 120, w: 220, h: 52, group: null, ops: [id]});
+    if (i) edges.push({from: `n${i - 1}`, to: id, port: 'default', label: null});
+    ops[id] = {node: id, kind: 'LLM_WRITE', next: i < 199 ? [{port: 'default', edge: i}] : []};
+  }
+  const graph = {nodes, edges, groups: [], ops, layout: 'document', bounds: {x: 0, y: 0, w: 20 * 260, h: 10 * 120}};
+  const events = [];
+  let seq = 0;
+  const t0 = Date.parse('2026-11-26T12:00:00Z');
+  for (let k = 0; events.length < 10000; k++) {
+    const id = `n${k % 200}`, ts = new Date(t0 + k * 10).toISOString();
+    events.push({seq: ++seq, ts, type: 'op_started', op_id: id, node_id: id, data: {kind: 'LLM_WRITE'}});
+    events.push({seq: ++seq, ts, type: 'llm_request', op_id: id, node_id: id, data: {kind: 'initial', model_class: 'default'}});
+    events.push({seq: ++seq, ts, type: 'llm_response', op_id: id, node_id: id, data: {input_tokens: 100, output_tokens: 20}});
+    events.push({seq: ++seq, ts, type: 'state_write', op_id: id, node_id: id, data: {path: `$vars.${id}.result`, value: {k}}});
+    events.push({seq: ++seq, ts, type: 'op_finished', op_id: id, node_id: id, data: {duration_ms: 3.5, port: 'default'}});
+  }
+  const box = document.createElement('div');
+  box.style.cssText = `position:fixed;left:0;top:0;width:${width}px;height:600px;z-index:99;background:#fff`;
+  document.body.append(box);
+  const canvas = new Canvas(graph, {onSelect: () => {}});
+  canvas.el.style.height = '100%';
+  const timeline = new Timeline({graph, onSelect: () => {}, onRerun: () => {}});
+  box.append(canvas.el, timeline.el);
+  const model = new RunModel(graph);
+  await new Promise(requestAnimationFrame);
+  // What the page does per batch (fold, redraw what changed) and per slider move
+  // (rebuild to an event, redraw everything); the timeline is redrawn apart from them, at
+  // most four times a second, and is timed on its own.
+  const batches = [], timelines = [];
+  for (let from = 0; from < events.length; from += 1000) {
+    let t = performance.now();
+    model.applyRange(events, from, from + 1000);
+    canvas.update(model, model.takeDirty());
+    batches.push(performance.now() - t);
+    t = performance.now();
+    timeline.render(model);
+    timelines.push(performance.now() - t);
+  }
+  const seeks = [];
+  for (const at of [1000, 9000, 5000, 200, 7500, 3000, 6000, 10000]) {
+    const t = performance.now();
+    model.rebuild(events, at);
+    canvas.update(model, model.takeDirty());
+    seeks.push(performance.now() - t);
+  }
+  box.remove();
+  done({batches, seeks, timelines, rows: model.steps.length});
+})().catch(e => done({error: String(e)}));
+"""
+
+
+def test_a_200_node_workflow_and_10000_events_stay_responsive(page: Any, base_url: str) -> None:
+    import statistics
+
+    page.get(f"{base_url}/")
+    until(lambda: page.execute_script("return !!document.body"), "no page")
+    measured = page.execute_async_script(RESPONSIVE, 1440)
+    assert "error" not in measured, measured
+    batches, seeks, timelines = measured["batches"], measured["seeks"], measured["timelines"]
+
+    def figures(values: list[float]) -> str:
+        return f"min {min(values):.1f} / median {statistics.median(values):.1f} / max {max(values):.1f} ms"
+
+    print(
+        f"\npanel, 200 nodes, 10,000 events: batches of 1,000 (fold, redraw) {figures(batches)}; "
+        f"slider moves (rebuild to an event, redraw) {figures(seeks)}; "
+        f"timeline redraws (400 rows) {figures(timelines)}"
+    )
+    assert measured["rows"] == 2000 and len(batches) == 10
+    assert statistics.median(batches) < 50, batches
+    assert statistics.median(seeks) < 50, seeks
