@@ -29,6 +29,7 @@ from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
 from lattice.llm.base import LLMProvider
 from lattice.llm.disabled import DisabledProvider
+from lattice.masking import MIN_MASKED_LENGTH, maskable
 from lattice.runs.checkpoint import (
     file_digests,
     owner,
@@ -467,6 +468,13 @@ class Runner:
         if value is None:
             raise LatticeRunError(
                 f"$secrets.{name}: the environment variable {name} is not set",
+                error_type="secret_error",
+            )
+        if not maskable(value):  # it could not be masked in what the run records
+            raise LatticeRunError(
+                f"$secrets.{name}: the value of {name} is too short or too plain to be kept "
+                f"out of run records (at least {MIN_MASKED_LENGTH} characters, not only "
+                "words or digits)",
                 error_type="secret_error",
             )
         return value
