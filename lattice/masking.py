@@ -89,21 +89,25 @@ def _char_forms(char: str) -> str:
 
 
 def _idna_forms(value: str) -> list[str]:
-    """The ASCII forms of ``value`` as a host name (or names), when it has non-ASCII
-    letters: encoded whole, and each label that is maskable by itself."""
+    """The ASCII forms (IDNA) that the non-ASCII host names in ``value`` take: ``value``
+    itself as a host name, and each maskable run of letters, digits and ``-`` in it (a
+    label: a secret may be a URL, ``https://bücher.example/hook``)."""
     if value.isascii():
         return []
+    lower = value.lower()
+    texts = [lower, *(run for run in _NOT_IN_LABELS.split(lower) if not run.isascii())]
     forms: list[str] = []
-    texts = [value.lower()]
-    texts += [label for label in re.split(r"[.\u3002\uff0e\uff61]", value.lower()) if label]
     for index, text in enumerate(texts):
-        if index and (text.isascii() or not maskable(text)):
+        if index and not maskable(text):
             continue
         for encode in (_idna2008, _idna2003):
             encoded = encode(text)
             if encoded and encoded != text:
                 forms.append(encoded)
-    return forms
+    return list(dict.fromkeys(forms))
+
+
+_NOT_IN_LABELS = re.compile(r"[^\w-]|_")
 
 
 def _idna2008(text: str) -> str | None:
@@ -143,8 +147,7 @@ def forms_pattern(value: str) -> tuple[str, int]:
     length of its longest match."""
     chars = [_char_forms(c) for c in value]
     longest = sum(
-        1 if c in _UNRESERVED else max(len(c.encode()) * 3, len(json.dumps(c)) - 2)
-        for c in value
+        1 if c in _UNRESERVED else max(len(c.encode()) * 3, len(json.dumps(c)) - 2) for c in value
     )
     alternatives = ["(?i:" + "".join(chars) + ")"]
     for form in _idna_forms(value):
