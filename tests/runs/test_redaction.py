@@ -1,11 +1,22 @@
-"""Masking secrets in texts that arrive in pieces (streamed model answers)."""
+"""Masking secrets: which values, in which forms, and in texts that arrive in pieces
+(streamed model answers)."""
 
 from __future__ import annotations
 
+import base64
+import json
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+import httpx
 import pytest
 
-from lattice.masking import secrets_pattern
-from lattice.runs.redaction import PieceMasker
+from lattice.masking import maskable, secrets_pattern
+from lattice.runs.redaction import PieceMasker, make_redactor
+from lattice.runs.store import SecretInDocument
+from lattice.runtime import Runner, RunStore
+from lattice.runtime.settings import RuntimeSettings
+from tests.builders import chain, lower_ok, node
 
 SECRET = "s3cret-value-for-tests"
 
@@ -43,3 +54,78 @@ def test_without_secrets_pieces_pass_as_they_are(monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv(name, raising=False)
     masker = PieceMasker(())
     assert [masker.mask(None, 1, p) for p in ("ab", "cd")] == ["ab", "cd"]
+
+
+@pytest.mark.parametrize("key", ["test", "EMPTY", "ollama", "not-needed", "sk-no-key-required"])
+def test_a_key_that_is_also_a_word_is_never_masked(
+    monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """Masking it would rewrite every such word, the SWITCH case keys of an ExecIR
+    included (``{"port": "Billing", "test": {...}}``); it is kept out at the source."""
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    text = f'{{"port": "Billing", "test": {{"op": "eq"}}, "note": "a {key} and {key.upper()}"}}'
+    assert make_redactor()(text) == text
+    assert PieceMasker().mask(None, 1, text) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "maskable_"),
+    [
+        ("test", False),
+        ("password", False),
+        ("not-needed", False),
+        ("sk-test-1234", False),
+        ("12345678", False),
+        ("Hello World", False),
+        ("sk-proj-4fG7hQ2", True),
+        ("password1", True),
+        ("sk-live-0123456789", True),
+        ("hunter2-not-for-anyone", True),
+        ("CamelCaseWord", True),
+    ],
+)
+def test_which_values_are_masked(value: str, maskable_: bool) -> None:
+    assert maskable(value) is maskable_
+
+
+def test_every_form_of_a_secret_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "Sé+cret/=42 x"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    redact = make_redactor()
+    basic = base64.b64encode(f"user:{secret}".encode()).decode()
+    for form in (
+        secret,
+        secret.lower(),
+        secret.upper(),
+        quote(secret, safe=""),
+        quote(secret, safe="").lower(),
+        quote(secret, safe="/"),
+        quote_plus(secret),
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+    ):
+        assert redact(f"<{form}>") == "<***>", form
+    masked = redact(f"Basic {basic}")
+    assert masked.startswith("Basic dXNlcjp") and "***" in masked and len(masked) < 20
+    url_secret = "https://Bücher-Hook-9f3a.example/x"
+    monkeypatch.setenv("OPENAI_API_KEY", url_secret)
+    host = httpx.URL(url_secret).raw_host.decode()
+    assert host.startswith("xn--")
+    assert make_redactor()(f"connecting to {host}") == "connecting to ***.example"
+
+
+def test_a_document_that_holds_a_secret_is_refused_not_masked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A resume runs the document and ExecIR as written: masking them would change what
+    runs, so a document holding a secret's value as text is refused."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    doc = chain(node("p", "prompt", prompt=f"the key is {SECRET}"))
+    runner = Runner(
+        lower_ok(doc), settings=RuntimeSettings(gc_pacing=False), store=RunStore(tmp_path)
+    )
+    with pytest.raises(SecretInDocument, match="refer to it as"):
+        runner.run({})
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(encoding="utf-8")
