@@ -170,6 +170,27 @@ def secrets_pattern(values: Iterable[str]) -> tuple[re.Pattern[str] | None, int]
     return re.compile("|".join(p for p, _ in parts)), max(n for _, n in parts)
 
 
+def anchors(values: Iterable[str]) -> list[str] | None:
+    """For a quick test before the pattern of :func:`secrets_pattern` runs: strings one of
+    which the lower-cased text holds whenever the pattern would find something there
+    (each maskable value's longest run of characters that no encoding changes, its IDNA
+    and its base64 forms), or None when some value has no such run (the pattern must run)."""
+    found: list[str] = []
+    for value in {v for v in values if maskable(v)}:
+        longest = max(_ENCODED.split(value), key=len)  # ASCII: lower-cased alike anywhere
+        if len(longest) < 3:
+            return None
+        found.append(longest.lower())
+        found += [form.lower() for form in (*_idna_forms(value), *_base64_forms(value))]
+    return list(dict.fromkeys(found))
+
+
+_ENCODED = re.compile(r"[^A-Za-z0-9-]+")
+"""Where percent-encoding, JSON or IDNA may rewrite or cut a value: anything but ASCII
+letters, digits and ``-`` (IDNA encodes each label of a host name on its own, and a
+label ends at a character that cannot be in one)."""
+
+
 def scrub(text: str, values: Iterable[str], replacement: str = "***") -> str:
     """``text`` with each of ``values`` replaced: a maskable value in each of its forms,
     any other only as a whole token (not inside a longer word), as it is or

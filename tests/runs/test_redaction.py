@@ -4,14 +4,20 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import re
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import httpx
+import idna
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from lattice.masking import maskable, secrets_pattern
+from lattice.masking import MIN_MASKED_LENGTH, maskable, secrets_pattern
 from lattice.runs.redaction import PieceMasker, make_redactor
 from lattice.runs.store import SecretInDocument
 from lattice.runtime import Runner, RunStore
@@ -129,3 +135,39 @@ def test_a_document_that_holds_a_secret_is_refused_not_masked(
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert SECRET not in path.read_text(encoding="utf-8")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.text(
+        alphabet=st.sampled_from("aZ09-_.~+/= !%éüßİK\u212a日"), min_size=MIN_MASKED_LENGTH
+    ).filter(maskable),
+    prefix=st.sampled_from(["", "u:", "user:", "x"]),
+)
+def test_the_quick_test_never_lets_a_form_through(value: str, prefix: str) -> None:
+    """The redactor skips the pattern when the text lacks every anchor: never when the
+    pattern would have found a form of the secret."""
+    os.environ["LATTICE_PROPERTY_SECRET"] = value
+    try:
+        redact = make_redactor(("LATTICE_PROPERTY_SECRET",))
+        pattern, _ = secrets_pattern([value])
+        assert pattern is not None
+        texts = [
+            value,
+            value.lower(),
+            value.upper(),
+            quote(value, safe=""),
+            quote(value, safe="").lower(),
+            quote_plus(value),
+            json.dumps(value),
+            json.dumps(value, ensure_ascii=False),
+            base64.b64encode(f"{prefix}{value}".encode()).decode(),
+        ]
+        for label in re.split(r"[^\w-]|_", value.lower()):
+            with contextlib.suppress(idna.IDNAError, UnicodeError):
+                texts.append(idna.encode(label, uts46=True).decode())
+        for text in texts:
+            if pattern.search(text):
+                assert redact(text) == pattern.sub("***", text), text
+    finally:
+        del os.environ["LATTICE_PROPERTY_SECRET"]
