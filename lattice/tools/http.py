@@ -586,7 +586,7 @@ def _mask(exc: LatticeRunError, secrets: dict[str, str]) -> None:
     def masked(value: Any) -> Any:
         if isinstance(value, str):
             for pattern, ref in patterns:
-                value = pattern.sub(lambda _, ref=ref: ref, value)
+                value = pattern.sub(ref.replace("\\", "\\\\"), value)
             return value
         if isinstance(value, dict):
             return {masked(k): masked(v) for k, v in value.items()}
