@@ -93,12 +93,25 @@ DURABLE_FILES = frozenset(
 UNMASKED_FILES = frozenset({"workflow.json", "execir.json"})
 """Files written as they are, never masked: a resume runs what they say, so masking may
 not change a word of them. A document holds references to secrets, never their values;
-one that holds a value as text is refused (``SecretInDocument``) rather than recorded."""
+one that holds a value as text is refused before its folder is made
+(``refuse_secrets_in``) rather than recorded."""
 
 
 class SecretInDocument(LatticeUserError):
     """A document holds the value of a secret (a provider key, an allowed ``$secrets``
     variable) as text: its run folder would record it."""
+
+
+def refuse_secrets_in(texts: dict[str, str], redact: Redactor) -> None:
+    """Raise SecretInDocument when ``redact`` would change one of ``texts`` (the
+    ``UNMASKED_FILES`` of a run about to start, by name)."""
+    for name, text in texts.items():
+        if redact(text) != text:
+            raise SecretInDocument(
+                "the workflow holds the value of a secret (a provider API key or a "
+                f"[secrets] allow variable) as text, and {name} would record it: refer to "
+                "it as {{ $secrets.NAME }} in an httpRequest's url, headers, query or body"
+            )
 
 
 class RunRecorder(Protocol):
@@ -238,14 +251,8 @@ class FolderRecorder:
         self.write_text(name, file_text(data))
 
     def write_text(self, name: str, text: str) -> None:
-        masked = self._redact(text)
-        if name in UNMASKED_FILES and masked != text:
-            raise SecretInDocument(
-                f"the workflow holds the value of a secret (a provider API key or a "
-                f"[secrets] allow variable) as text, and {name} would record it: refer to "
-                "it as {{ $secrets.NAME }} in an httpRequest's url, headers, query or body"
-            )
-        text = text if name in UNMASKED_FILES else masked
+        if name not in UNMASKED_FILES:
+            text = self._redact(text)
         if self.durability != "fsync" or name not in DURABLE_FILES:
             write_replacing(self._dir / name, text)
         elif self._starting is not None:  # new files: forced to disk by sync_started
