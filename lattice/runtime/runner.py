@@ -228,7 +228,9 @@ class Runner:
         journal is forced to disk on the loop's thread instead of a worker's."""
         if start is not None:
             if start.op not in self.ir.ops:
-                raise LatticeUserError(f"cannot start from {start.op!r}: the workflow has no such op")
+                raise LatticeUserError(
+                    f"cannot start from {start.op!r}: the workflow has no such op"
+                )
             inputs = start.state.get("in") or {}
         inputs = {**self._input_defaults, **(inputs or {})}
         self.validate_inputs(inputs)
