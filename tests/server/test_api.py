@@ -25,6 +25,7 @@ import pytest
 from lattice.cli import main
 from lattice.config import LatticeConfig, SecretsConfig
 from lattice.errors import LatticeUserError
+from lattice.runs.ownership import claim
 from lattice.runs.view import list_runs
 from lattice.server.app import ServerSettings
 from lattice.server.store import LoopRecorder
@@ -370,6 +371,27 @@ def test_a_failed_run_resumes_without_asking_a_model_again(
     assert run["status"] == "completed"
     assert run["output"] == "answer 2"
     assert_error(client.post(f"/v1/runs/{run_id}/resume"), 409, "conflict")
+
+
+def test_a_resume_of_a_run_another_process_owns_is_a_conflict_that_writes_nothing(
+    client: httpx.Client, space: Path
+) -> None:
+    run_id = start(client, document=steps(2), mock_script=script(2, given=1))
+    _, status = follow(client, run_id)
+    assert status == "failed"
+    folder = space / "runs" / run_id
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    held = claim(folder)  # as a `lattice resume` of it would, between two status reads
+    try:
+        refused = client.post(f"/v1/runs/{run_id}/resume", json={"mock_script": script(2)})
+    finally:
+        held.release()
+    body = assert_error(refused, 409, "conflict")
+    assert f"is running (process {os.getpid()} on " in body["message"]
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    resumed = client.post(f"/v1/runs/{run_id}/resume", json={"mock_script": script(2)})
+    assert resumed.status_code == 202, resumed.text
+    assert follow(client, run_id)[1] == "completed"
 
 
 def test_a_run_without_a_provider_names_the_api_fields_not_cli_flags(
