@@ -8,6 +8,7 @@ call toward ``--max-calls``, not two."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -67,10 +68,8 @@ async def stopped_while_one_waits(tmp_path: Path) -> tuple[Held, Path]:
     else:
         raise AssertionError("the branches never met at the slot")
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass
     (folder,) = tmp_path.iterdir()
     return held, folder
 
