@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,7 +73,7 @@ def killed_run(
     return folder
 
 
-def events_of(folder: Path) -> list[dict[str, object]]:
+def events_of(folder: Path) -> list[dict[str, Any]]:
     lines = (folder / "events.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]
 
@@ -118,10 +119,10 @@ def test_two_resumes_started_together_run_it_once(lattice: Forker, workdir: Path
 def test_the_owner_is_named_and_kill_9_frees_the_folder(lattice: Forker, workdir: Path) -> None:
     hold = threading.Event()
 
-    def held_answer(body: dict[str, object]) -> str:
+    def held_answer(body: dict[str, Any]) -> str:
         if "DRAFT from" in json.dumps(body):
             hold.wait(30)  # the resume owning the folder waits here
-        return answer(body)  # type: ignore[arg-type]
+        return answer(body)
 
     with serve(held_answer, latency=LATENCY) as server:
         config = configure(workdir, server)
