@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-import os
 import tempfile
 import time
 from collections import OrderedDict
@@ -34,8 +33,15 @@ from lattice.config import LatticeConfig
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeError, LatticeRunError
 from lattice.ir.serialize import ir_from_json
-from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse
-from lattice.runs.redaction import PROVIDER_KEY_VARIABLES, make_redactor
+from lattice.llm.base import (
+    LLMProvider,
+    LLMRequest,
+    LLMResponse,
+    close_loop_clients,
+    provider_checkpoint,
+    restore_provider,
+)
+from lattice.runs.redaction import make_redactor, secret_values
 from lattice.runs.store import RunStore
 from lattice.runtime.context import Interrupted
 from lattice.runtime.results import RunResult
@@ -166,19 +172,14 @@ class BatchProvider:
         return response
 
     def checkpoint(self) -> Any:
-        state = getattr(self._inner(), "checkpoint", None)
-        return state() if callable(state) else None
+        return provider_checkpoint(self._inner())
 
     def restore(self, state: Any, *, committed: Any = None) -> None:
         """Hand a resumed run's provider state to the row's provider (its mock)."""
-        restore = getattr(self._inner(), "restore", None)
-        if callable(restore):
-            restore(state, committed=committed)
+        restore_provider(self._inner(), state, committed=committed)
 
     async def aclose_loop_clients(self) -> None:
-        close = getattr(self.shared, "aclose_loop_clients", None)
-        if callable(close):
-            await close()
+        await close_loop_clients(self.shared)
 
 
 def _stop_row(reason: str) -> None:
@@ -240,9 +241,7 @@ class BatchWorker:
         )
         secret_names = self.settings.secret_names()
         self._redact = make_redactor(secret_names)
-        self._masks = bool(secret_names) or any(
-            len(os.environ.get(name) or "") >= 4 for name in PROVIDER_KEY_VARIABLES
-        )
+        self._masks = bool(secret_values(secret_names))
         self._runners: OrderedDict[str, Runner] = OrderedDict()
         self.stopped_usage: dict[str, dict[str, Any]] = {}
         """What each row cancelled part-way had spent (by row key; see ``_spent``)."""

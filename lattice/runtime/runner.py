@@ -27,8 +27,14 @@ from lattice.errors import InputError, LatticeRunError, LatticeUserError
 from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
 from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import (
+    LLMProvider,
+    close_loop_clients,
+    provider_checkpoint,
+    restore_provider,
+)
 from lattice.llm.disabled import DisabledProvider
+from lattice.masking import MIN_MASKED_LENGTH, maskable
 from lattice.runs.checkpoint import (
     file_digests,
     owner,
@@ -39,7 +45,14 @@ from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState, read_journal
 from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor, make_redactor
-from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, file_text, new_run_id
+from lattice.runs.store import (
+    RunFolderExists,
+    RunRecorder,
+    RunStore,
+    file_text,
+    new_run_id,
+    refuse_secrets_in,
+)
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -215,11 +228,21 @@ class Runner:
         journal is forced to disk on the loop's thread instead of a worker's."""
         if start is not None:
             if start.op not in self.ir.ops:
-                raise LatticeUserError(f"cannot start from {start.op!r}: the workflow has no such op")
+                raise LatticeUserError(
+                    f"cannot start from {start.op!r}: the workflow has no such op"
+                )
             inputs = start.state.get("in") or {}
         inputs = {**self._input_defaults, **(inputs or {})}
         self.validate_inputs(inputs)
         redact = self._redactor() if self.store.root is not None else None
+        documents: dict[str, str] = {}
+        if redact is not None:
+            if self.workflow is not None:
+                documents["workflow.json"] = file_text(self.workflow)
+            if self._execir_text is None:  # the same for every run
+                self._execir_text = file_text(ir_to_dict(self.ir))
+            documents["execir.json"] = self._execir_text
+            refuse_secrets_in(documents, redact)  # before the folder is made
         run_id, recorder = self._open_recorder(run_id, redact)
         state = StateStore(
             inputs,
@@ -230,11 +253,8 @@ class Runner:
         ctx = self._context(run_id, state, recorder, Usage(), seq=0, redact=redact)
         try:
             if recorder.run_dir is not None:
-                if self.workflow is not None:
-                    recorder.write_json("workflow.json", self.workflow)
-                if self._execir_text is None:  # the same for every run
-                    self._execir_text = file_text(ir_to_dict(self.ir))
-                recorder.write_text("execir.json", self._execir_text)
+                for name, text in documents.items():
+                    recorder.write_text(name, text)
                 recorder.write_json("input.json", inputs)
                 recorder.write_json("state_initial.json", state.snapshot())
                 ctx.checkpoint = self._started(ctx, recorder.run_dir)
@@ -458,10 +478,9 @@ class Runner:
             meta=checkpoint.get("meta"),
             settings=settings,
         )
-        restore = getattr(runner.provider, "restore", None)
-        if callable(restore) and provider_state is not None:
+        if provider_state is not None:
             # a mock whose script was edited since goes back to committed_state
-            restore(provider_state, committed=committed_state)
+            restore_provider(runner.provider, provider_state, committed=committed_state)
 
         async def go() -> RunResult:
             return await runner._continue(
@@ -542,6 +561,13 @@ class Runner:
         if value is None:
             raise LatticeRunError(
                 f"$secrets.{name}: the environment variable {name} is not set",
+                error_type="secret_error",
+            )
+        if not maskable(value):  # it could not be masked in what the run records
+            raise LatticeRunError(
+                f"$secrets.{name}: the value of {name} is too short or too plain to be kept "
+                f"out of run records (at least {MIN_MASKED_LENGTH} characters, not only "
+                "words or digits)",
                 error_type="secret_error",
             )
         return value
@@ -723,7 +749,6 @@ class Runner:
             recorder.write_json("failure_report.json", failure.to_json())
         else:  # a resumed run that now completed
             (recorder.run_dir / "failure_report.json").unlink(missing_ok=True)
-        provider_state = getattr(self.provider, "checkpoint", None)
         recorder.write_json(
             "checkpoint.json",
             {
@@ -737,7 +762,7 @@ class Runner:
                 "last_result": ctx.last_result,
                 "usage": ctx.usage.to_json(),
                 "answers": ctx.answers,
-                "provider_state": provider_state() if callable(provider_state) else None,
+                "provider_state": provider_checkpoint(self.provider),
             },
         )
         return result
@@ -788,9 +813,7 @@ async def _closing_loop_clients(
     try:
         return await coro
     finally:
-        close = getattr(provider, "aclose_loop_clients", None)
-        if callable(close):
-            await close()
+        await close_loop_clients(provider)
 
 
 def _input_message(err: jsonschema.ValidationError) -> str:
