@@ -106,6 +106,7 @@ class SdkProvider:
     # -- the call ---------------------------------------------------------------------------
 
     async def _call(self, body: dict[str, Any], request: LLMRequest, model: str) -> Any:
+        request.sending()
         on_delta = request.on_delta
         if on_delta is None:
             return await self._create(body)
