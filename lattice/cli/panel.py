@@ -76,7 +76,7 @@ def show(url: str, browser: bool) -> None:
 def open_run(args: argparse.Namespace) -> int:
     """The ``lattice runs open`` command."""
     if not args.run_dir:
-        raise LatticeUserError("lattice runs open RUN_DIR (a run folder or a run id)")
+        raise LatticeUserError("lattice runs open RUN (a run folder or a run id)")
     folder = run_folder(args.run_dir, args.runs_dir).resolve()
     if not (folder / "checkpoint.json").is_file() and not (folder / "events.jsonl").is_file():
         raise InputError(f"{folder} is not a run folder (it has no checkpoint.json)")

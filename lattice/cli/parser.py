@@ -228,7 +228,8 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "run_dir",
         nargs="?",
-        help="run folder (or run id) for 'show' and 'open'; the first for 'diff'",
+        metavar="RUN",
+        help="run folder or run id for 'show' and 'open'; the first for 'diff'",
     )
     p.add_argument("other", nargs="?", metavar="RUN_B", help="the second run for 'diff'")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
