@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from lattice.cli.common import note
 from lattice.cli.serve import SERVER_PACKAGES
-from lattice.errors import InputError, LatticeUserError
+from lattice.errors import InputError, LatticeUserError, install_hint
 
 HOST = "127.0.0.1"
 TOKEN_VARIABLE = "LATTICE_SERVER_TOKEN"
@@ -99,7 +99,7 @@ def open_run(args: argparse.Namespace) -> int:
         if (exc.name or "").split(".")[0] in SERVER_PACKAGES:
             raise LatticeUserError(
                 f"lattice runs open needs FastAPI and uvicorn ({exc.name} is missing): "
-                "pip install 'lattice-lre[server]'"
+                + install_hint("server")
             ) from exc
         raise
     workflows = Path(args.workflows) if args.workflows else None

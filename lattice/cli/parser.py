@@ -343,7 +343,7 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--engine",
         choices=["local", "ray"],
         default="local",
-        help="local: this process; ray: Ray actors (needs lattice-lre[ray])",
+        help="local: this process; ray: Ray actors (needs the ray extra)",
     )
     engine.add_argument(
         "--ray-address",
@@ -510,7 +510,7 @@ def _mock_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
-        help="an HTTP API to start, watch, answer and resume runs (needs lattice-lre[server])",
+        help="an HTTP API to start, watch, answer and resume runs (needs the server extra)",
         description="Serve runs over HTTP (docs/server.md): POST /v1/runs starts one, "
         "GET /v1/runs/{id}/events streams its events, POST .../answers answers a halted "
         "question, POST .../resume and .../cancel resume and stop runs. Every run is an "

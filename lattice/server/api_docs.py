@@ -43,7 +43,7 @@ def asset_dir() -> Path | None:
 
 
 MISSING = (
-    "the API docs need the fastapi-offline package (part of lattice-lre[server]): "
+    "the API docs need the fastapi-offline package (part of the server extra): "
     "pip install fastapi-offline; the schema is at /openapi.json"
 )
 

@@ -35,7 +35,7 @@ pytestmark = [
 ]
 
 SKIP_REASON = (
-    "litellm is not installed: pip install 'lattice-lre[litellm]' (it needs openai<3, so it "
+    "litellm is not installed: pip install -e '.[litellm]' (it needs openai<3, so it "
     "may have to live in a virtualenv of its own; see docs/runtime.md#providers)"
 )
 
