@@ -32,7 +32,9 @@ from tests.fake_llm_server import FakeLLMServer, serve, two_step_answer, two_ste
 
 pytestmark = [
     # LiteLLM's own code warns under pydantic 2.14 (not ours to fix, and not errors here)
-    pytest.mark.filterwarnings("ignore:Items? .* (is|are) using the `ReadOnly` qualifier:UserWarning"),
+    pytest.mark.filterwarnings(
+        "ignore:Items? .* (is|are) using the `ReadOnly` qualifier:UserWarning"
+    ),
     pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211"),
 ]
 
