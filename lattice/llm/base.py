@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring as _quote
 from typing import Any, Literal, Protocol, runtime_checkable
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 DeltaSink = Callable[[str], None]
 """Receives each piece of a streamed answer's text as it arrives."""
@@ -24,14 +24,50 @@ one (``anthropic:claude-…``)."""
 
 
 @dataclass(frozen=True, slots=True)
+class ToolDef:
+    """A tool offered to the model: its name, what it does and its arguments' JSON Schema."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call a model asked for: the provider's call id, the tool and its arguments."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message."""
+    """One chat message.
+
+    An ``assistant`` message may carry the ``tool_calls`` the model asked for (``content``
+    is then its text beside them, often empty); a ``tool`` message answers one call, named
+    by ``tool_call_id``, with the tool's result as ``content``.
+    """
 
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
-    def to_json(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_json() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +99,8 @@ class LLMRequest:
     node_id: str | None = None
     op_id: str | None = None
     prompt_schema: str | None = None
+    tools: tuple[ToolDef, ...] = ()
+    """Tools the model may call (an agent's turn); empty for a plain call."""
     on_delta: DeltaSink | None = field(default=None, compare=False, repr=False)
 
     def schema_sent_natively(self) -> LLMRequest:
@@ -83,17 +121,17 @@ class LLMRequest:
 
     def canonical(self) -> dict[str, Any]:
         """The fields that identify a request, newlines normalised (what the prompt hash covers)."""
-        return {
+        canonical: dict[str, Any] = {
             "model_class": self.model_class,
-            "messages": [
-                {"role": m.role, "content": m.content.replace("\r\n", "\n").replace("\r", "\n")}
-                for m in self.messages
-            ],
+            "messages": [_canonical_message(m) for m in self.messages],
             "schema": self.response_schema,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
         }
+        if self.tools:  # absent for plain calls, so their hashes are what they always were
+            canonical["tools"] = [tool.to_json() for tool in self.tools]
+        return canonical
 
     def prompt_hash(self, *, schema_json: str | None = None) -> str:
         """sha256 (hex) of the canonical request: stable across runs and machines.
@@ -103,6 +141,8 @@ class LLMRequest:
         intermediate dicts (this runs on every model call). ``schema_json`` is
         ``response_schema`` in that spelling, for a caller that has it already.
         """
+        if self.tools or any(m.tool_calls or m.tool_call_id is not None for m in self.messages):
+            return hashlib.sha256(canonical_json(self.canonical()).encode("utf-8")).hexdigest()
         parts = []
         for m in self.messages:
             content = m.content
@@ -133,6 +173,12 @@ class LLMRequest:
         return sum([len(m.content) for m in self.messages])
 
 
+def _canonical_message(message: Message) -> dict[str, Any]:
+    out = message.to_json()
+    out["content"] = message.content.replace("\r\n", "\n").replace("\r", "\n")
+    return out
+
+
 def canonical_json(value: Any) -> str:
     """``value`` as the prompt hash spells it: sorted keys, no spaces, UTF-8 kept."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
@@ -160,6 +206,9 @@ class LLMResponse:
     model: str = "unknown"
     latency_ms: float = 0.0
     finish_reason: str | None = "stop"
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tools the model asked to call (finish reason ``tool_calls``); ``text`` is then any
+    text it wrote beside them."""
 
 
 @runtime_checkable
