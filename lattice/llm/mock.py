@@ -2,15 +2,23 @@
 
 Script format (docs/mocks.md)::
 
-    {"responses": {"<nodeId>": ["<text or JSON value>", ...]}, "default": "<optional>"}
+    {"responses": {"<nodeId>": ["<text or JSON value>", ...]}, "default": "<optional>",
+     "tools": {"<mcp or httpRequest nodeId> | <server>/<tool>": [<result>, ...]}}
 
 Each call made for node X takes the next item of X's list (JSON values are
 serialised to text); a call for an unlisted node takes ``default``; a node that is
 called with neither, or whose list is used up, fails that call with ``mock_exhausted``
 and a message showing an answer of the shape the node expects. A classifier (the
 ``{"branch": <label>}`` op of a natural-language ifElse/switch) may be answered with
-its plain label. An item ``{"$error": "<error_type>", "message": ..., "retry_after": ...}``
+its plain label. ``tools`` answers tool calls the same way (``tool_answer``): an mcp or
+httpRequest node's list by its id, an MCP tool's by ``server/tool`` (how agents' tool
+calls are keyed); a call the script does not list goes to the real server. An item ``{"$error": "<error_type>", "message": ..., "retry_after": ...}``
 makes that call fail with that Lattice error type instead (to script provider failures).
+An item ``{"$tool_calls": [{"name": "Read", "arguments": {...}}, ...], "text": "…"}``
+answers an agent's turn with those tool calls (finish reason ``tool_calls``; ``text``,
+optional, is what the model says beside them); the next item answers the next turn. The
+calls get the ids ``call_<n>``, numbered on from the tool calls already in the request's
+transcript, so a replayed or resumed turn gets the same ids.
 
 The provider's ``checkpoint`` (saved in run folders) is its cursor and a digest of its
 script. A resume with the same script goes on from the cursor (past a scripted failure);
@@ -29,10 +37,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, estimate_tokens
+from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, ToolCall, estimate_tokens
 from lattice.llm.examples import branch_labels, example_value
 
 _UNSET: Any = object()
+TOOL_CURSOR = "tool:"
+"""Prefix of the cursor entries of ``tools`` lists (node ids and ``server/tool`` keys)."""
 
 
 class MockProvider:
@@ -56,13 +66,15 @@ class MockProvider:
         pieces: int = 0,
         model: str = "mock-model",
         keep_calls: bool = True,
+        tools: Mapping[str, list[Any]] | None = None,
     ) -> None:
         self.responses = {node: list(items) for node, items in (responses or {}).items()}
         self.default = default
+        self.tools = {key: list(items) for key, items in (tools or {}).items()}
         self.latency = latency
         self.pieces = pieces
         self.model = model
-        self.digest = script_digest(self.responses, default)
+        self.digest = script_digest(self.responses, default, self.tools)
         """A digest of the script (its lists and default), recorded with the cursor."""
         self.cursor: dict[str, int] = {}
         self.calls: list[LLMRequest] = []
@@ -73,7 +85,8 @@ class MockProvider:
         """Build from a parsed mock script; a malformed script is a LatticeUserError."""
         check_script(script)
         default = script.get("default", _UNSET)
-        return cls(script.get("responses", {}), default=default, **kwargs)
+        tools = script.get("tools") or None
+        return cls(script.get("responses", {}), default=default, tools=tools, **kwargs)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> MockProvider:
@@ -100,6 +113,42 @@ class MockProvider:
     def covers(self, node_id: str) -> bool:
         """True when a call for ``node_id`` has a scripted answer (list or default)."""
         return node_id in self.responses or self.default is not _UNSET
+
+    def tool_key(self, node_id: str, server: str | None, tool: str | None) -> str | None:
+        """The ``tools`` key that answers a call of ``node_id`` (its id, else
+        ``server/tool``); None when the script leaves the call to the real tool.
+        ``tool`` None (chosen by a model later) matches any ``server/…`` key."""
+        if node_id in self.tools:
+            return node_id
+        if server is None:
+            return None
+        if tool is not None:
+            key = f"{server}/{tool}"
+            return key if key in self.tools else None
+        return next((key for key in self.tools if key.startswith(server + "/")), None)
+
+    def tool_answer(self, key: str) -> Any:
+        """The next scripted result for the ``tools`` key ``key``; a used-up list, or an
+        ``{"$error": …}`` item, fails the call."""
+        items = self.tools[key]
+        index = self.cursor.get(TOOL_CURSOR + key, 0)
+        if index >= len(items):
+            raise LatticeRunError(
+                f"the mock script's tool results for {key!r} are used up "
+                f"({len(items)} given, call {index + 1} asked); add more under "
+                f'"tools": {{"{key}": [...]}}',
+                error_type="mock_exhausted",
+            )
+        self.cursor[TOOL_CURSOR + key] = index + 1
+        item = items[index]
+        if isinstance(item, Mapping) and "$error" in item:
+            details = {k: v for k, v in item.items() if k not in ("$error", "message")}
+            raise LatticeRunError(
+                str(item.get("message") or f"mock {item['$error']}"),
+                error_type=str(item["$error"]),
+                details=details,
+            )
+        return item
 
     def checkpoint(self) -> dict[str, Any]:
         """How far each node's list has been consumed, and the digest of the script it
@@ -150,8 +199,11 @@ class MockProvider:
         streamed = self.pieces > 1 and request.on_delta is not None
         if self.latency and not streamed:
             await asyncio.sleep(self.latency)
+        calls: tuple[ToolCall, ...] = ()
         if isinstance(item, str):
             text = _as_branch(item, request.response_schema)
+        elif isinstance(item, Mapping) and "$tool_calls" in item:
+            text, calls = str(item.get("text") or ""), _tool_calls(item, request)
         elif isinstance(item, Mapping) and "$error" in item:
             details = {k: v for k, v in item.items() if k not in ("$error", "message")}
             raise LatticeRunError(
@@ -162,13 +214,16 @@ class MockProvider:
             )
         else:
             text = json.dumps(item, ensure_ascii=False)
-        if streamed:
+        if streamed and text:
             await self._stream(text, request)
+        output = text + "".join(call.name + call.arguments_json() for call in calls)
         return LLMResponse(
             text=text,
-            usage=TokenUsage((request.size_chars() + 3) // 4, estimate_tokens(text)),
+            usage=TokenUsage((request.size_chars() + 3) // 4, estimate_tokens(output)),
             model=request.model or self.model,
             latency_ms=(time.perf_counter() - started) * 1000,
+            finish_reason="tool_calls" if calls else "stop",
+            tool_calls=calls,
         )
 
     async def _stream(self, text: str, request: LLMRequest) -> None:
@@ -185,7 +240,7 @@ def check_script(script: Any) -> None:
     """Refuse a malformed mock script with a LatticeUserError naming the key at fault."""
     if not isinstance(script, Mapping):
         _bad('a mock script is a JSON object {"responses": {...}}', prefix="")
-    unknown = set(script) - {"responses", "default", "description"}
+    unknown = set(script) - {"responses", "default", "description", "tools"}
     if "rows" in unknown:
         _bad(
             '"rows" (answers per dataset row) is for lattice batch only; lattice run and '
@@ -206,10 +261,71 @@ def check_script(script: Any) -> None:
             example = json.dumps([items] if isinstance(items, str) else ["…"], ensure_ascii=False)
             _bad(f"{where} must be a list of completions, e.g. {example}")
         for index, item in enumerate(items):
+            _check_item(item, f"{where}[{index}]")
+    tools = script.get("tools", {})
+    if not isinstance(tools, Mapping):
+        _bad(
+            '"tools" maps mcp/httpRequest node ids or "server/tool" to lists of results, '
+            'e.g. {"tools": {"github/get_issue": [{"title": "…"}]}}'
+        )
+    for key, items in tools.items():
+        where = f"tools[{json.dumps(key, ensure_ascii=False)}]"
+        if not isinstance(items, list):
+            _bad(f'{where} must be a list of tool results, e.g. [{{"ok": true}}]')
+        for index, item in enumerate(items):
             if isinstance(item, Mapping) and "$error" in item:
                 _check_error_item(item, f"{where}[{index}]")
-    if isinstance(script.get("default"), Mapping) and "$error" in script["default"]:
-        _check_error_item(script["default"], "default")
+    if "default" in script:
+        _check_item(script["default"], "default")
+
+
+def _check_item(item: Any, where: str) -> None:
+    if isinstance(item, Mapping) and "$error" in item:
+        _check_error_item(item, where)
+    elif isinstance(item, Mapping) and "$tool_calls" in item:
+        _check_tool_calls_item(item, where)
+
+
+def _check_tool_calls_item(item: Mapping[str, Any], where: str) -> None:
+    """A scripted agent turn: ``{"$tool_calls": [{"name": tool, "arguments"?: {...}}, ...],
+    "text"?: text}``."""
+    shape = '{"$tool_calls": [{"name": "Read", "arguments": {"file_path": "README.md"}}]}'
+    unknown = sorted(set(item) - {"$tool_calls", "text"})
+    if unknown:
+        _bad(f'{where}: unknown keys {unknown} beside "$tool_calls" (only "text"), e.g. {shape}')
+    calls = item["$tool_calls"]
+    if not isinstance(calls, list) or not calls:
+        _bad(f'{where}: "$tool_calls" must be a non-empty list of calls, e.g. {shape}')
+    if "text" in item and not isinstance(item["text"], str):
+        _bad(f'{where}: "text" must be text, e.g. {shape}')
+    for index, call in enumerate(calls):
+        at = f'{where}["$tool_calls"][{index}]'
+        if not isinstance(call, Mapping):
+            _bad(f'{at} must be an object {{"name": …, "arguments": {{…}}}}, e.g. {shape}')
+        extra = sorted(set(call) - {"name", "arguments"})
+        if extra:
+            _bad(f'{at}: unknown keys {extra} (a call has "name" and "arguments"), e.g. {shape}')
+        if not isinstance(call.get("name"), str) or not call["name"].strip():
+            _bad(f'{at}: "name" must be a tool\'s name, e.g. {shape}')
+        if not isinstance(call.get("arguments", {}), Mapping):
+            _bad(f'{at}: "arguments" must be an object, e.g. {shape}')
+
+
+def _tool_calls(item: Mapping[str, Any], request: LLMRequest) -> tuple[ToolCall, ...]:
+    """A scripted turn's calls, with ids ``call_<n>`` numbered on from the calls already
+    in the transcript (deterministic: the same transcript gives the same ids)."""
+    if not request.tools:
+        raise LatticeRunError(
+            f"the mock script answers node {request.node_id!r} with tool calls, but this "
+            'request offers no tools (a "$tool_calls" item answers an agent\'s turn)',
+            error_type="invalid_request",
+            node_id=request.node_id,
+        )
+    before = sum(len(m.tool_calls) for m in request.messages)
+    return tuple(
+        ToolCall(f"call_{before + n}", str(call["name"]), dict(call.get("arguments") or {}))
+        for n, call in enumerate(item["$tool_calls"], 1)
+    )
 
 
 def _check_error_item(item: Mapping[str, Any], where: str) -> None:
@@ -231,11 +347,18 @@ def _bad(message: str, *, prefix: str = "mock script: ") -> NoReturn:
     raise LatticeUserError(prefix + message, error_type="mock_error")
 
 
-def script_digest(responses: Mapping[str, list[Any]], default: Any = _UNSET) -> str:
-    """The sha256 of a script's lists and default (what its answers depend on)."""
+def script_digest(
+    responses: Mapping[str, list[Any]],
+    default: Any = _UNSET,
+    tools: Mapping[str, list[Any]] | None = None,
+) -> str:
+    """The sha256 of a script's lists, default and tool results (what its answers
+    depend on)."""
     script: dict[str, Any] = {"responses": responses}
     if default is not _UNSET:
         script["default"] = default
+    if tools:
+        script["tools"] = tools
     text = json.dumps(script, sort_keys=True, ensure_ascii=False, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -273,4 +396,7 @@ def _expected(node: str, request: LLMRequest) -> str:
         answer, shape = example_value(request.response_schema), " (a value of its output schema)"
     else:
         answer, shape = "some text", " (free text)"
+    if request.tools:
+        call = {"name": request.tools[0].name, "arguments": {}}
+        shape += f', or a turn of tool calls: {{"$tool_calls": [{json.dumps(call)}]}}'
     return f'"{node}": [{json.dumps(answer, ensure_ascii=False)}]{shape}'

@@ -27,7 +27,12 @@ from lattice.errors import InputError, LatticeRunError, LatticeUserError
 from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
 from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import (
+    LLMProvider,
+    close_loop_clients,
+    provider_checkpoint,
+    restore_provider,
+)
 from lattice.llm.disabled import DisabledProvider
 from lattice.runs.checkpoint import (
     file_digests,
@@ -216,7 +221,9 @@ class Runner:
         journal is forced to disk on the loop's thread instead of a worker's."""
         if start is not None:
             if start.op not in self.ir.ops:
-                raise LatticeUserError(f"cannot start from {start.op!r}: the workflow has no such op")
+                raise LatticeUserError(
+                    f"cannot start from {start.op!r}: the workflow has no such op"
+                )
             inputs = start.state.get("in") or {}
         inputs = {**self._input_defaults, **(inputs or {})}
         self.validate_inputs(inputs)
@@ -425,10 +432,9 @@ class Runner:
             meta=checkpoint.get("meta"),
             settings=settings,
         )
-        restore = getattr(runner.provider, "restore", None)
-        if callable(restore) and provider_state is not None:
+        if provider_state is not None:
             # a mock whose script was edited since goes back to committed_state
-            restore(provider_state, committed=committed_state)
+            restore_provider(runner.provider, provider_state, committed=committed_state)
 
         async def go() -> RunResult:
             return await runner._continue(
@@ -684,7 +690,6 @@ class Runner:
             recorder.write_json("failure_report.json", failure.to_json())
         else:  # a resumed run that now completed
             (recorder.run_dir / "failure_report.json").unlink(missing_ok=True)
-        provider_state = getattr(self.provider, "checkpoint", None)
         recorder.write_json(
             "checkpoint.json",
             {
@@ -698,7 +703,7 @@ class Runner:
                 "last_result": ctx.last_result,
                 "usage": ctx.usage.to_json(),
                 "answers": ctx.answers,
-                "provider_state": provider_state() if callable(provider_state) else None,
+                "provider_state": provider_checkpoint(self.provider),
             },
         )
         return result
@@ -742,9 +747,7 @@ async def _closing_loop_clients(
     try:
         return await coro
     finally:
-        close = getattr(provider, "aclose_loop_clients", None)
-        if callable(close):
-            await close()
+        await close_loop_clients(provider)
 
 
 def _input_message(err: jsonschema.ValidationError) -> str:

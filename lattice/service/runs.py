@@ -20,7 +20,7 @@ from lattice.config import LatticeConfig, load_config
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import LLMProvider, close_loop_clients
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
 from lattice.runs.checkpoint import read_checkpoint
@@ -31,7 +31,7 @@ from lattice.runtime.results import RunResult
 from lattice.runtime.resume import StartFrom
 from lattice.runtime.runner import RunLimits, Runner
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
-from lattice.service.mocks import check_script_nodes
+from lattice.service.mocks import check_script_nodes, check_tool_keys
 from lattice.service.providers import ProviderChoice
 
 MAX_MOCK_LATENCY = 60.0
@@ -321,11 +321,4 @@ def check_mock_nodes(ir: ExecIR, provider: LLMProvider, spec: ProviderSpec) -> N
     if isinstance(provider, MockProvider):
         where = f"mock script {spec.choice.mock}" if spec.choice.mock else "mock script"
         check_script_nodes(ir, provider.responses, where=where)
-
-
-async def close_loop_clients(provider: LLMProvider | None) -> None:
-    """Close the provider's HTTP clients bound to the running event loop (a run on a
-    long-lived loop builds its provider for itself, and releases it when it ends)."""
-    close = getattr(provider, "aclose_loop_clients", None)
-    if callable(close):
-        await close()
+        check_tool_keys(ir, provider.tools, where=where)
