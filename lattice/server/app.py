@@ -1,14 +1,16 @@
 """The FastAPI application of ``lattice serve``: routes, request bodies, errors and the
 guard (bearer token, body size) in front of them. docs/server.md documents each route.
 
-Routes that only read folders (run folders, the workflows folder) are plain ``def``:
-FastAPI runs them in its thread pool, so that their file reads never hold up the event
-loop every run and event stream shares. The others are ``async def`` and read no file
-(the event stream reads ``events.jsonl`` in a worker thread), except starting and
-resuming a run, which prepare the run folder on the loop."""
+Routes that only read folders (run folders, the workflows folder) or lower a document
+are plain ``def``: FastAPI runs them in its thread pool, so that their file reads and
+checks (work that grows with the document) never hold up the event loop every run and
+event stream shares. The others are ``async def`` and read no file (the event stream
+reads ``events.jsonl`` in a worker thread), except starting and resuming a run, which
+prepare the run folder on the loop; starting one lowers its document in a worker thread."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hmac
 import inspect
@@ -442,14 +444,17 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def _start(body: StartRun) -> Response:
         manager.check_capacity()
         meta: dict[str, Any] = {}
+        # lowering is CPU work that grows with the document: in a worker thread, as
+        # every check is, so that the loop keeps answering other requests meanwhile
         if body.workflow is not None:
-            loaded = library.load(body.workflow)
+            loaded = await asyncio.to_thread(library.load, body.workflow)
             lowered, document = loaded.lowered, loaded.document
             meta["workflow_name"] = body.workflow
             where = f"workflow {body.workflow!r}"
         else:
             assert body.document is not None
-            lowered, document = library.lower_inline(body.document), body.document
+            lowered = await asyncio.to_thread(library.lower_inline, body.document)
+            document = body.document
             where = "the document"
         if lowered.ir is None:
             raise document_error(lowered.diagnostics, where=where)
@@ -686,7 +691,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return respond(200, library.load(name).describe(full=True))
 
     @app.post("/v1/check", tags=["workflows"], summary="the diagnostics of an inline document")
-    async def check(body: CheckDocument) -> Response:
+    def check(body: CheckDocument) -> Response:
         lowered = library.lower_inline(body.document)
         return respond(
             200,
