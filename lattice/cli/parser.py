@@ -265,7 +265,8 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "run_dir",
         nargs="?",
-        help="run folder (or run id) for 'show' and 'open'; the first for 'diff'",
+        metavar="RUN",
+        help="run folder or run id for 'show' and 'open'; the first for 'diff'",
     )
     p.add_argument("other", nargs="?", metavar="RUN_B", help="the second run for 'diff'")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
@@ -379,7 +380,7 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--engine",
         choices=["local", "ray"],
         default="local",
-        help="local: this process; ray: Ray actors (needs lattice-lre[ray])",
+        help="local: this process; ray: Ray actors (needs the ray extra)",
     )
     engine.add_argument(
         "--ray-address",
@@ -546,7 +547,7 @@ def _mock_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
-        help="an HTTP API to start, watch, answer and resume runs (needs lattice-lre[server])",
+        help="an HTTP API to start, watch, answer and resume runs (needs the server extra)",
         description="Serve runs over HTTP (docs/server.md): POST /v1/runs starts one, "
         "GET /v1/runs/{id}/events streams its events, POST .../answers answers a halted "
         "question, POST .../resume and .../cancel resume and stop runs. Every run is an "

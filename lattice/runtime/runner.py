@@ -107,7 +107,8 @@ class Runner:
     ``provider``: the LLMProvider (default: DisabledProvider, which fails clearly).
     ``store``: a RunStore (default ``RunStore("runs")``; ``RunStore(None)`` keeps runs in memory).
     ``answers``: answers to ASK nodes by node id (label, index or text).
-    ``ask_human``: called for an ASK without an answer; return None to halt.
+    ``ask_human``: called for an ASK without an answer (the op, its question rendered);
+    return None to halt.
     ``workflow``: the source document, copied into the run folder when given.
     ``settings``: model map, attempts, recovery policies, retries, budgets (RuntimeSettings).
     """

@@ -35,6 +35,7 @@ from lattice.errors import LatticeUserError
 from lattice.llm.disabled import DisabledProvider
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
+from lattice.server.api_docs import add_docs_routes, is_docs_asset
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
 from lattice.server.events import FolderTails, stream
 from lattice.server.manager import RunManager, links
@@ -180,10 +181,15 @@ class CheckDocument(BaseModel):
 # -- the guard ----------------------------------------------------------------------------
 
 
+def _public(path: str) -> bool:
+    """Files that hold no run data: the panel's page and files, the API docs' assets."""
+    return is_public(path) or is_docs_asset(path)
+
+
 class Guard:
-    """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``
-    and the panel's page and static files, which hold no run data) and the body size
-    limit (413 before the body is read past the limit)."""
+    """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``,
+    the panel's page and static files and the API docs' assets, which hold no run data)
+    and the body size limit (413 before the body is read past the limit)."""
 
     def __init__(
         self,
@@ -210,7 +216,7 @@ class Guard:
         if (
             self.expected is not None
             and scope["path"] != "/healthz"
-            and not (scope["method"] in ("GET", "HEAD") and is_public(scope["path"]))
+            and not (scope["method"] in ("GET", "HEAD") and _public(scope["path"]))
         ):
             given = headers.get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
@@ -347,6 +353,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         version=VERSION,
         description="Start, watch, answer and resume Lattice runs (docs/server.md).",
         lifespan=lifespan,
+        docs_url=None,  # add_docs_routes serves /docs without a CDN
+        redoc_url=None,  # ReDoc loads its logo from the internet
         **_NO_TELEMETRY,
     )
     app.state.manager = manager
@@ -694,6 +702,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         )
 
     add_panel_routes(app, manager=manager, library=library, respond=respond)
+    add_docs_routes(app)
     return app
 
 

@@ -46,6 +46,8 @@ def test_every_route_but_healthz_needs_the_token(base_url: str) -> None:
             assert response.status_code == 401, (method, path)
             assert response.json()["error"] == "missing_token"
             assert response.headers["www-authenticate"] == "Bearer"
+        # the docs page's script and style hold no run data
+        assert anonymous.get("/docs/assets/swagger-ui.css").status_code == 200
         for wrong in (
             f"Bearer {TOKEN}x",
             f"Bearer {TOKEN[:-1]}",
