@@ -4,11 +4,13 @@ guard (bearer token, body size) in front of them. docs/server.md documents each 
 Routes that only read folders (run folders, the workflows folder) are plain ``def``:
 FastAPI runs them in its thread pool, so that their file reads never hold up the event
 loop every run and event stream shares. The others are ``async def`` and read no file
-(the event stream reads ``events.jsonl`` in a worker thread), except starting and
-resuming a run, which prepare the run folder on the loop."""
+(the event stream reads ``events.jsonl`` in a worker thread), except resuming a run,
+which prepares the run folder on the loop. Checking a document and a run's inputs (its
+graph, its schemas' patterns) happens in a worker thread."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hmac
 import inspect
@@ -30,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
 from lattice.llm.disabled import DisabledProvider
+from lattice.lower.compiler import LoweringResult
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
@@ -39,7 +42,13 @@ from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.providers import ProviderChoice
-from lattice.service.runs import ProviderSpec, RunOptions, prepare_resume, prepare_run
+from lattice.service.runs import (
+    PreparedRun,
+    ProviderSpec,
+    RunOptions,
+    prepare_resume,
+    prepare_run,
+)
 
 log = logging.getLogger("lattice.server")
 
@@ -413,8 +422,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         async with manager.starting:
             return await _start(body)
 
-    async def _start(body: StartRun) -> Response:
-        manager.check_capacity()
+    def _prepare(body: StartRun) -> tuple[LoweringResult, PreparedRun]:
+        """The run ``body`` asks for: its document lowered, its inputs checked."""
         meta: dict[str, Any] = {}
         if body.workflow is not None:
             loaded = library.load(body.workflow)
@@ -448,6 +457,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
             )
         except LatticeUserError as exc:
             raise from_user_error(exc) from None
+        return lowered, prepared
+
+    async def _start(body: StartRun) -> Response:
+        manager.check_capacity()
+        # Checking the document and the inputs runs its patterns and walks its graph:
+        # in a worker thread, so that the loop's other runs and requests go on meanwhile.
+        lowered, prepared = await asyncio.to_thread(_prepare, body)
         api_hint(prepared.runner.provider)
         active = await manager.start(prepared)
         return respond(
@@ -600,7 +616,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.post("/v1/check", tags=["workflows"], summary="the diagnostics of an inline document")
     async def check(body: CheckDocument) -> Response:
-        lowered = library.lower_inline(body.document)
+        lowered = await asyncio.to_thread(library.lower_inline, body.document)
         return respond(
             200,
             {

@@ -1,0 +1,324 @@
+"""JSON Schemas Lattice did not write: the one place their validators are built.
+
+A workflow document's schemas (a start node's ``inputs``, an ``outputSchema``), an
+ExecIR read back from a file, an MCP server's ``inputSchema`` and an ``LLMPrimitive``'s
+``output_schema`` are all held to the same rules:
+
+- ``schema_problems(schema)`` says, each at its JSON pointer inside the schema, what
+  stops the schema from being used: it breaks the Draft 2020-12 meta-schema, a
+  ``pattern`` does not compile (or is too large, ``lattice.patterns``), a ``$ref``
+  points outside the schema (``http:``, ``file:``, a relative file, ``urn:``…), or a
+  local ``$ref`` points at nothing. Lowering reports these as located diagnostics.
+- ``schema_validator(schema)`` builds the validator: references resolve only inside
+  the schema (the reference registry refuses to retrieve anything, so no validator can
+  reach the network or the file system), and ``pattern`` / ``patternProperties`` /
+  ``additionalProperties`` / ``unevaluatedProperties`` match with ``lattice.patterns``
+  (a time limit per match, the GIL released).
+- ``schema_errors(validator, value)`` lists the errors, with ``VALIDATION_SECONDS`` of
+  pattern matching in all; a value a pattern cannot decide in time is an error at its
+  place (``validator == "patternTimeout"``), a reference that cannot be resolved raises
+  ``LatticeRunError(invalid_schema)``, never a traceback.
+
+jsonschema and referencing are imported by the first schema (heavy modules).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import types
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lattice import patterns
+from lattice.errors import LatticeRunError
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
+
+__all__ = [
+    "VALIDATION_SECONDS",
+    "SchemaProblem",
+    "schema_errors",
+    "schema_problems",
+    "schema_validator",
+    "uses_patterns",
+]
+
+VALIDATION_SECONDS = 1.0
+"""The CPU time the patterns of one validation may take together."""
+
+PATTERN_TIMEOUT = "patternTimeout"
+"""The ``validator`` of an error raised for a value a pattern could not decide in time."""
+
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+"""Keywords whose values are data, never schemas: a ``$ref`` inside them is a value."""
+
+_NAMED_SCHEMAS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+"""Keywords whose values map names (which may be anything, ``$ref`` too) to schemas."""
+
+
+@dataclass(frozen=True)
+class SchemaProblem:
+    """What stops a schema from being used, at ``path`` inside it."""
+
+    code: str
+    """``schema-invalid``, ``schema-ref-external`` or ``schema-ref-dangling``."""
+    message: str
+    path: tuple[str | int, ...] = ()
+
+
+# -- checking a schema ---------------------------------------------------------------------
+
+
+def schema_problems(
+    schema: Mapping[str, Any], *, meta_schema: bool = True
+) -> tuple[SchemaProblem, ...]:
+    """Every problem of ``schema`` (empty when it can be used): the Draft 2020-12
+    meta-schema's first (unless ``meta_schema`` is False: a schema of another draft),
+    then every pattern that does not compile and every ``$ref`` that leads outside the
+    schema or to nothing. Cached by canonical JSON (documents repeat their schemas)."""
+    return _problems(json.dumps(schema, sort_keys=True), meta_schema)
+
+
+@functools.lru_cache(maxsize=1024)
+def _problems(canonical: str, meta_schema: bool) -> tuple[SchemaProblem, ...]:
+    import jsonschema
+
+    schema = json.loads(canonical)
+    try:
+        if meta_schema:
+            jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = tuple(exc.absolute_path)
+        return (SchemaProblem("schema-invalid", f"invalid JSON Schema: {exc.message}", where),)
+    if not isinstance(schema, dict):
+        return ()
+    problems: list[SchemaProblem] = []
+    for path, resource, node in _schema_objects(schema):
+        for key in ("$ref", "$dynamicRef"):
+            ref = node.get(key)
+            if isinstance(ref, str):
+                problem = _reference_problem(key, ref, resource)
+                if problem is not None:
+                    problems.append(SchemaProblem(problem[0], problem[1], (*path, key)))
+        pattern = node.get("pattern")
+        if isinstance(pattern, str):
+            problems += _pattern_problem(pattern, (*path, "pattern"))
+        named = node.get("patternProperties")
+        if isinstance(named, dict):
+            for name in named:
+                problems += _pattern_problem(name, (*path, "patternProperties", name))
+    return tuple(problems)
+
+
+def _pattern_problem(pattern: str, path: tuple[str | int, ...]) -> list[SchemaProblem]:
+    reason = patterns.pattern_problem(pattern)
+    if reason is None:
+        return []
+    return [
+        SchemaProblem("schema-invalid", f"invalid regular expression {pattern!r}: {reason}", path)
+    ]
+
+
+def _schema_objects(
+    schema: Mapping[str, Any],
+) -> Iterator[tuple[tuple[str | int, ...], Mapping[str, Any], Mapping[str, Any]]]:
+    """``(path, resource, object)`` of every object in a schema position: ``resource`` is
+    the innermost enclosing schema with an ``$id`` (the root otherwise), against which
+    its local references resolve. Values of unknown keywords count as schemas (a pointer
+    may lead into them); ``enum``, ``const``, ``default`` and ``examples`` do not."""
+    stack: list[tuple[tuple[str | int, ...], Mapping[str, Any], Any]] = [((), schema, schema)]
+    while stack:
+        path, resource, node = stack.pop()
+        if isinstance(node, list):
+            stack += [((*path, i), resource, item) for i, item in enumerate(node)]
+            continue
+        if not isinstance(node, dict):
+            continue
+        if node is not schema and isinstance(node.get("$id"), str):
+            resource = node
+        yield path, resource, node
+        for key, value in node.items():
+            if key in _DATA_KEYWORDS:
+                continue
+            if key in _NAMED_SCHEMAS and isinstance(value, dict):
+                stack += [((*path, key, name), resource, sub) for name, sub in value.items()]
+            elif isinstance(value, dict | list):
+                stack.append(((*path, key), resource, value))
+
+
+def _reference_problem(key: str, ref: str, resource: Mapping[str, Any]) -> tuple[str, str] | None:
+    if not ref.startswith("#"):
+        return (
+            "schema-ref-external",
+            f"{key} {_short(ref)} points outside the document: a document's schemas may "
+            "refer only to places inside themselves ('#/$defs/name')",
+        )
+    fragment = urllib.parse.unquote(ref[1:])
+    if fragment == "" or fragment.startswith("/"):
+        target = _pointer_target(resource, fragment)
+        if target is _NOWHERE:
+            return ("schema-ref-dangling", f"{key} {_short(ref)} points at nothing in this schema")
+        if not isinstance(target, dict | bool):
+            return (
+                "schema-ref-dangling",
+                f"{key} {_short(ref)} points at a value that is not a schema",
+            )
+        return None
+    if not _has_anchor(resource, fragment):
+        return (
+            "schema-ref-dangling",
+            f"{key} {_short(ref)}: no $anchor {fragment!r} in this schema",
+        )
+    return None
+
+
+_NOWHERE: Any = object()
+
+
+def _pointer_target(resource: Any, pointer: str) -> Any:
+    node = resource
+    for raw in pointer.split("/")[1:]:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and (part == "0" or part[0] != "0"):
+            index = int(part)
+            if index >= len(node):
+                return _NOWHERE
+            node = node[index]
+        else:
+            return _NOWHERE
+    return node
+
+
+def _has_anchor(resource: Mapping[str, Any], name: str) -> bool:
+    for _, owner, node in _schema_objects(resource):
+        if owner is resource and name in (node.get("$anchor"), node.get("$dynamicAnchor")):
+            return True
+    return False
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:79] + "…")
+
+
+def uses_patterns(schema: Mapping[str, Any] | None) -> bool:
+    """True when validating against ``schema`` may run a regular expression (it has a
+    ``pattern`` or ``patternProperties``): a caller on an event loop then validates in
+    a worker thread, so that a slow pattern never holds up the loop."""
+    if not schema:
+        return False
+    return any(
+        isinstance(node.get("pattern"), str) or "patternProperties" in node
+        for _, _, node in _schema_objects(schema)
+    )
+
+
+# -- validating against a schema -----------------------------------------------------------
+
+
+def schema_validator(schema: Mapping[str, Any], *, dialects: bool = False) -> Validator:
+    """A Draft 2020-12 validator for ``schema`` that resolves references only inside it
+    and matches patterns with a time limit (``dialects``: the draft the schema's
+    ``$schema`` names, as for an MCP tool's inputSchema). Use it through ``schema_errors``."""
+    import jsonschema
+
+    base: type[Validator] = jsonschema.Draft202012Validator
+    if dialects:
+        base = jsonschema.validators.validator_for(schema, default=base)
+    validator: Validator = _validator_class(base)(schema, registry=_refusing_registry())
+    return validator
+
+
+def schema_errors(validator: Validator, value: Any) -> list[ValidationError]:
+    """Every error of ``value`` against ``validator``'s schema. A pattern that cannot
+    decide in time is one of them; a reference that cannot be resolved raises
+    ``LatticeRunError(invalid_schema)``."""
+    import referencing.exceptions
+    from jsonschema.exceptions import ValidationError
+
+    try:
+        with patterns.time_budget(VALIDATION_SECONDS):
+            return list(validator.iter_errors(value))
+    except patterns.PatternTimeout as exc:  # a property name against a patternProperties key
+        return [ValidationError(str(exc), validator=PATTERN_TIMEOUT, validator_value=exc.pattern)]
+    except referencing.exceptions.Unresolvable as exc:
+        raise LatticeRunError(
+            f"the schema's reference {_short(_as_reference(exc))} cannot be "
+            "resolved: a schema may refer only to places inside itself",
+            error_type="invalid_schema",
+        ) from None
+    except patterns.PatternError as exc:
+        raise LatticeRunError(
+            f"the schema holds a regular expression that cannot be used: {exc}",
+            error_type="invalid_schema",
+        ) from None
+
+
+def _as_reference(exc: Exception) -> str:
+    ref = str(getattr(exc, "ref", exc))
+    return "#" + ref if ref.startswith("/") else ref  # a JSON pointer that led nowhere
+
+
+@functools.cache
+def _refusing_registry() -> Any:
+    from referencing import Registry
+    from referencing.exceptions import NoSuchResource
+
+    def refuse(uri: str) -> Any:
+        raise NoSuchResource(uri)
+
+    return Registry(retrieve=refuse)  # type: ignore[call-arg]  # attrs alias of _retrieve
+
+
+class _GuardedRe:
+    """What jsonschema's keyword functions call as ``re``: ``search`` with a time limit."""
+
+    @staticmethod
+    def search(pattern: str, text: str) -> Any:
+        return patterns.search(pattern, text)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        found = patterns.search(pattern, instance)
+    except patterns.PatternTimeout as exc:
+        yield ValidationError(str(exc), validator=PATTERN_TIMEOUT, validator_value=pattern)
+        return
+    if found is None:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
+def _validator_class(base: Any) -> Any:
+    """``base`` whose pattern keywords match through ``lattice.patterns``: jsonschema's
+    own keyword functions, given ``_GuardedRe`` for ``re`` (same behaviour otherwise)."""
+    import jsonschema
+    from jsonschema import _keywords, _utils
+
+    utils_scope = {**vars(_utils), "re": _GuardedRe}
+    keywords_scope = {**vars(_keywords), "re": _GuardedRe}
+    helpers = {
+        name: types.FunctionType(getattr(_utils, name).__code__, utils_scope, name)
+        for name in ("find_evaluated_property_keys_by_schema", "find_additional_properties")
+    }
+    utils_scope.update(helpers)  # the recursion, too, goes through the guarded copies
+    keywords_scope.update(helpers)
+    keywords = {
+        name: types.FunctionType(getattr(_keywords, name).__code__, keywords_scope, name)
+        for name in ("patternProperties", "additionalProperties", "unevaluatedProperties")
+        if base.VALIDATORS.get(name) is getattr(_keywords, name)  # older drafts keep theirs
+    }
+    extend: Any = jsonschema.validators.extend
+    return extend(base, validators={**keywords, "pattern": _pattern})
