@@ -7,8 +7,9 @@ ExecIR read back from a file, an MCP server's ``inputSchema`` and an ``LLMPrimit
 - ``schema_problems(schema)`` says, each at its JSON pointer inside the schema, what
   stops the schema from being used: it breaks the Draft 2020-12 meta-schema, a
   ``pattern`` does not compile (or is too large, ``lattice.patterns``), a ``$ref``
-  points outside the schema (``http:``, ``file:``, a relative file, ``urn:``…), or a
-  local ``$ref`` points at nothing. Lowering reports these as located diagnostics.
+  points outside the schema (``http:``, ``file:``, a relative file, ``urn:``…), a
+  local ``$ref`` points at nothing, or references loop back without reading into the
+  value (validation would never end). Lowering reports these as located diagnostics.
 - ``schema_validator(schema)`` builds the validator: references resolve only inside
   the schema (the reference registry refuses to retrieve anything, so no validator can
   reach the network or the file system), and ``pattern`` / ``patternProperties`` /
@@ -16,7 +17,8 @@ ExecIR read back from a file, an MCP server's ``inputSchema`` and an ``LLMPrimit
   (a time limit per match, the GIL released).
 - ``schema_errors(validator, value)`` lists the errors, with ``VALIDATION_SECONDS`` of
   pattern matching in all; a value a pattern cannot decide in time is an error at its
-  place (``validator == "patternTimeout"``), a reference that cannot be resolved raises
+  place (``validator == "patternTimeout"``), a value too deep to check is an error
+  (``validator == "depth"``), a reference that cannot be resolved raises
   ``LatticeRunError(invalid_schema)``, never a traceback.
 
 jsonschema and referencing are imported by the first schema (heavy modules).
@@ -68,7 +70,8 @@ class SchemaProblem:
     """What stops a schema from being used, at ``path`` inside it."""
 
     code: str
-    """``schema-invalid``, ``schema-ref-external`` or ``schema-ref-dangling``."""
+    """``schema-invalid``, ``schema-ref-external``, ``schema-ref-dangling`` or
+    ``schema-ref-cycle``."""
     message: str
     path: tuple[str | int, ...] = ()
 
@@ -100,7 +103,8 @@ def _problems(canonical: str, meta_schema: bool) -> tuple[SchemaProblem, ...]:
     if not isinstance(schema, dict):
         return ()
     problems: list[SchemaProblem] = []
-    for path, resource, node in _schema_objects(schema):
+    objects = list(_schema_objects(schema))
+    for path, resource, node in objects:
         for key in ("$ref", "$dynamicRef"):
             ref = node.get(key)
             if isinstance(ref, str):
@@ -114,7 +118,7 @@ def _problems(canonical: str, meta_schema: bool) -> tuple[SchemaProblem, ...]:
         if isinstance(named, dict):
             for name in named:
                 problems += _pattern_problem(name, (*path, "patternProperties", name))
-    return tuple(problems)
+    return tuple(problems + _cycle_problems(objects))
 
 
 def _pattern_problem(pattern: str, path: tuple[str | int, ...]) -> list[SchemaProblem]:
@@ -160,26 +164,104 @@ def _reference_problem(key: str, ref: str, resource: Mapping[str, Any]) -> tuple
             f"{key} {_short(ref)} points outside the document: a document's schemas may "
             "refer only to places inside themselves ('#/$defs/name')",
         )
-    fragment = urllib.parse.unquote(ref[1:])
-    if fragment == "" or fragment.startswith("/"):
-        target = _pointer_target(resource, fragment)
-        if target is _NOWHERE:
+    target = _local_target(ref, resource)
+    if target is _NOWHERE:
+        fragment = urllib.parse.unquote(ref[1:])
+        if fragment == "" or fragment.startswith("/"):
             return ("schema-ref-dangling", f"{key} {_short(ref)} points at nothing in this schema")
-        if not isinstance(target, dict | bool):
-            return (
-                "schema-ref-dangling",
-                f"{key} {_short(ref)} points at a value that is not a schema",
-            )
-        return None
-    if not _has_anchor(resource, fragment):
         return (
             "schema-ref-dangling",
             f"{key} {_short(ref)}: no $anchor {fragment!r} in this schema",
+        )
+    if not isinstance(target, dict | bool):
+        return (
+            "schema-ref-dangling",
+            f"{key} {_short(ref)} points at a value that is not a schema",
         )
     return None
 
 
 _NOWHERE: Any = object()
+
+
+def _local_target(ref: str, resource: Mapping[str, Any]) -> Any:
+    """What a ``#…`` reference points at inside ``resource`` (a JSON pointer or an
+    ``$anchor``), or ``_NOWHERE``."""
+    fragment = urllib.parse.unquote(ref[1:])
+    if fragment == "" or fragment.startswith("/"):
+        return _pointer_target(resource, fragment)
+    for _, owner, node in _schema_objects(resource):
+        if owner is resource and fragment in (node.get("$anchor"), node.get("$dynamicAnchor")):
+            return node
+    return _NOWHERE
+
+
+_IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
+"""Keywords whose subschemas apply to the same value (a loop through them never ends)."""
+
+
+def _in_place(node: Mapping[str, Any], resource: Mapping[str, Any]) -> list[Any]:
+    """The schemas ``node`` applies to the very value it checks: its in-place
+    subschemas and what its local references point at."""
+    out: list[Any] = []
+    for key in _IN_PLACE:
+        value = node.get(key)
+        if isinstance(value, dict) and key == "dependentSchemas":
+            out += value.values()
+        elif isinstance(value, list):
+            out += value
+        elif isinstance(value, dict):
+            out.append(value)
+    for key in ("$ref", "$dynamicRef"):
+        ref = node.get(key)
+        if isinstance(ref, str) and ref.startswith("#"):
+            out.append(_local_target(ref, resource))
+    return [item for item in out if isinstance(item, dict)]
+
+
+def _cycle_problems(
+    objects: list[tuple[tuple[str | int, ...], Mapping[str, Any], Mapping[str, Any]]],
+) -> list[SchemaProblem]:
+    """A ``$ref`` that leads back to where it stands without reading into the value
+    (``#/$defs/a`` → ``#/$defs/b`` → ``#/$defs/a``): validating would never end. A
+    reference under ``properties`` or ``items`` (a tree's children) reads one level
+    deeper each time, and is fine."""
+    found = {id(node): (path, resource, node) for path, resource, node in objects}
+    state: dict[int, bool] = {}  # False: on the current path; True: done
+    problems: list[SchemaProblem] = []
+    for start in found:
+        if start in state:
+            continue
+        state[start] = False
+        path_ids = [start]
+        stack = [iter(_in_place(found[start][2], found[start][1]))]
+        while stack:
+            target = next(stack[-1], None)
+            if target is None:
+                state[path_ids.pop()] = True
+                stack.pop()
+                continue
+            tid = id(target)
+            if tid not in found or state.get(tid) is True:
+                continue
+            if tid not in state:
+                state[tid] = False
+                path_ids.append(tid)
+                stack.append(iter(_in_place(target, found[tid][1])))
+                continue
+            cycle = path_ids[path_ids.index(tid) :]
+            holder = next(i for i in reversed(cycle) if {"$ref", "$dynamicRef"} & set(found[i][2]))
+            where, _, node = found[holder]
+            key = "$ref" if "$ref" in node else "$dynamicRef"
+            problems.append(
+                SchemaProblem(
+                    "schema-ref-cycle",
+                    f"{key} {_short(str(node[key]))} leads back here without reading into the "
+                    "value: checking a value against it would never end",
+                    (*where, key),
+                )
+            )
+    return problems
 
 
 def _pointer_target(resource: Any, pointer: str) -> Any:
@@ -196,13 +278,6 @@ def _pointer_target(resource: Any, pointer: str) -> Any:
         else:
             return _NOWHERE
     return node
-
-
-def _has_anchor(resource: Mapping[str, Any], name: str) -> bool:
-    for _, owner, node in _schema_objects(resource):
-        if owner is resource and name in (node.get("$anchor"), node.get("$dynamicAnchor")):
-            return True
-    return False
 
 
 def _short(text: str) -> str:
@@ -249,6 +324,9 @@ def schema_errors(validator: Validator, value: Any) -> list[ValidationError]:
             return list(validator.iter_errors(value))
     except patterns.PatternTimeout as exc:  # a property name against a patternProperties key
         return [ValidationError(str(exc), validator=PATTERN_TIMEOUT, validator_value=exc.pattern)]
+    except RecursionError:
+        message = "is nested too deeply to be checked against its schema"
+        return [ValidationError(message, validator="depth", validator_value=None)]
     except referencing.exceptions.Unresolvable as exc:
         raise LatticeRunError(
             f"the schema's reference {_short(_as_reference(exc))} cannot be "

@@ -176,6 +176,20 @@ def test_a_ref_to_nothing_is_a_located_lowering_error() -> None:
     ]
 
 
+def test_a_ref_that_loops_without_reading_into_the_value_is_a_lowering_error() -> None:
+    loop = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}}
+    assert diagnostics(output_doc({**loop, "$ref": "#/$defs/a"})) == [
+        ("schema-ref-cycle", "/nodes/1/data/outputSchema/$defs/b/allOf/0/$ref")
+    ]
+    tree = {"type": "object", "properties": {"children": {"items": {"$ref": "#"}}}}
+    assert diagnostics(output_doc(tree)) == []
+    deep: dict[str, Any] = {}
+    for _ in range(300):
+        deep = {"children": [deep]}
+    with pytest.raises(OutputInvalid, match="nested too deeply"):
+        OutputValidator(tree, ()).check(json.dumps(deep))
+
+
 def test_refs_inside_the_schema_still_work() -> None:
     schema = {
         "type": "object",
