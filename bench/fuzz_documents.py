@@ -250,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
     reaches = Reaches(allowed_paths(scratch))
     mutations.REMOTE_URL = reaches.url
     reached = 0
+    most, most_cpu = (0.0, 0.0), 0.0
     started = time.perf_counter()
     for n in range(args.count):
         name, base = documents[rng.randrange(len(documents))]
@@ -266,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
             path = scratch / "doc.json"
             path.write_text(text, encoding="utf-8", errors="surrogatepass")
             source = path
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         signal.setitimer(signal.ITIMER_REAL, args.limit)
         reaches.armed = True
         try:
@@ -276,7 +277,9 @@ def run(args: argparse.Namespace) -> int:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             reaches.armed = False
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        most = max(most, (elapsed, cpu))
+        most_cpu = max(most_cpu, cpu)
         if elapsed > args.slow:
             slow.append((elapsed, n))
         found = reaches.take()
@@ -307,7 +310,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"runs: {runs} ({', '.join(f'{k} {v}' for k, v in RUN_STATUSES.most_common())})")
     for sig, times in crashes.most_common():
         print(f"  {times:5d}  {sig}")
-    print(f"slow (> {args.slow:g}s): {len(slow)}")
+    print(
+        f"slowest document: {most[0]:.2f}s wall ({most[1]:.2f}s CPU); "
+        f"most CPU for one document: {most_cpu:.2f}s"
+    )
+    print(f"slow (> {args.slow:g}s wall): {len(slow)}")
     for elapsed, n in sorted(slow, reverse=True)[:10]:
         print(f"  #{n}: {elapsed:.2f}s")
     if crashed or timeouts or reached:
