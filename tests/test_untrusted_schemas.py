@@ -26,7 +26,7 @@ from lattice.lower import lower, lower_document
 from lattice.runtime import Runner, RunStore
 from lattice.server.app import ServerSettings
 from lattice.tools.mcp import argument_violations
-from tests.builders import chain, conn, node, workflow
+from tests.builders import approval, chain, conn, node, workflow
 from tests.server.helpers import TIMEOUT, serve_in_thread
 
 CATASTROPHIC = r"^(a|aa)+$"
@@ -145,6 +145,26 @@ def test_an_edited_execir_with_an_outside_ref_is_refused_when_read(remote: Count
         ir_from_json(ir_to_json(ir))
     assert caught.value.error_type == "invalid_ir"
     assert "inputsSchema: $ref" in str(caught.value)
+    assert remote.hits == []
+
+
+def test_lattice_resume_refuses_an_execir_edited_to_reach_out(
+    remote: CountingServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc, mock, runs = tmp_path / "flow.json", tmp_path / "mock.json", tmp_path / "runs"
+    doc.write_text(json.dumps(approval()), encoding="utf-8")
+    mock.write_text(json.dumps({"responses": {"draft": ["a"], "polish": ["b"]}}), "utf-8")
+    provider = ["--provider", "mock", "--mock", str(mock)]
+    run = ["run", str(doc), *provider, "--input", "topic=tea", "--runs-dir", str(runs)]
+    assert main(run) == 3  # halted at the question
+    [folder] = [p for p in runs.iterdir() if p.is_dir()]
+    execir = json.loads((folder / "execir.json").read_text(encoding="utf-8"))
+    execir["inputsSchema"] = {"$ref": remote.url}
+    (folder / "execir.json").write_text(json.dumps(execir), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["resume", str(folder), *provider, "--answer", "approve=Send"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid_ir" in err and "inputsSchema: $ref" in err and "Traceback" not in err
     assert remote.hits == []
 
 

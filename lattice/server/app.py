@@ -277,12 +277,16 @@ class MaskingFilter(logging.Filter):
 
 
 def load_what_runs_use() -> None:
-    """Import and build now what a process loads on first use (jsonschema, the guarded
-    HTTP transport, the document and ExecIR models' validators), so that the first run
-    does not pay for it on the loop every run shares."""
-    import jsonschema  # noqa: F401
+    """Import and build now what a process loads on first use (jsonschema and the
+    validator class of ``lattice.schemas``, the regex package, the guarded HTTP
+    transport, the document and ExecIR models' validators), so that the first run does
+    not pay for it on the loop every run shares."""
+    import regex  # noqa: F401
 
     import lattice.tools.guarded  # noqa: F401
+    from lattice.schemas import schema_validator
+
+    schema_validator({})
     from lattice.document import models as document_models
     from lattice.ir import models as ir_models
 
