@@ -28,6 +28,7 @@ per second.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import json
 import random
@@ -46,7 +47,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.fuzz import mutations
-from tests.fuzz.mutations import REPO, VICTIM, load_documents, mutate, mutate_text, probe
+from tests.fuzz.mutations import (
+    REPO,
+    VICTIM,
+    load_documents,
+    mutate,
+    mutate_schema,
+    mutate_text,
+    probe,
+)
 
 
 class DocumentTimeout(Exception):
@@ -112,18 +121,33 @@ def allowed_paths(scratch: Path) -> list[str]:
 
 
 def _victimize(value: Any) -> Any:
-    """``value`` with every string replaced by the text catastrophic patterns choke on."""
+    """``value`` with every string replaced by the text catastrophic patterns choke on,
+    and that text as the key of every empty object (for ``patternProperties``)."""
     if isinstance(value, str):
         return VICTIM
     if isinstance(value, list):
         return [_victimize(v) for v in value]
     if isinstance(value, dict):
-        return {k: _victimize(v) for k, v in value.items()}
+        return {k: _victimize(v) for k, v in value.items()} if value else {VICTIM: 1}
     return value
 
 
 RUN_STATUSES: Counter[str] = Counter()
 """How the runs of accepted documents ended."""
+STOPPED: Counter[str] = Counter()
+"""Pattern searches stopped at their time limit, by pattern (evidence the runs reach them)."""
+
+
+def count_stopped_searches() -> None:
+    from lattice import patterns
+
+    init = patterns.PatternTimeout.__init__
+
+    def counting(self: Any, pattern: str, seconds: float) -> None:
+        STOPPED[pattern] += 1
+        init(self, pattern, seconds)
+
+    patterns.PatternTimeout.__init__ = counting  # type: ignore[method-assign]
 
 
 def run_with_mock(ir: Any, rng: random.Random) -> BaseException | None:
@@ -145,7 +169,7 @@ def run_with_mock(ir: Any, rng: random.Random) -> BaseException | None:
     responses = mock_script(ir)["responses"]
     inputs = example_value(ir.inputs_schema) if ir.inputs_schema else {}
     if victims:
-        responses = _victimize(responses)
+        responses = {node: [_victimize(a) for a in answers] for node, answers in responses.items()}
         inputs = _victimize(inputs)
     answer = httpx.Response(200, json={"a": VICTIM if victims else "ok"})
     settings = RuntimeSettings(
@@ -248,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
     slow: list[tuple[float, int]] = []
     scratch = Path(tempfile.mkdtemp(prefix="lattice-fuzz-"))
     reaches = Reaches(allowed_paths(scratch))
+    count_stopped_searches()
     mutations.REMOTE_URL = reaches.url
     reached = 0
     most, most_cpu = (0.0, 0.0), 0.0
@@ -255,7 +280,12 @@ def run(args: argparse.Namespace) -> int:
     for n in range(args.count):
         name, base = documents[rng.randrange(len(documents))]
         text: str | None = None
-        doc: Any = mutate(base, rng, rng.randint(1, args.max_mutations))
+        if rng.random() < args.schema_share:  # a schema or condition made odd, little else
+            doc: Any = mutate(base, rng, rng.randint(0, 1))
+            with contextlib.suppress(RecursionError):  # a value nested past Python's recursion
+                doc = mutate_schema(doc, rng)
+        else:
+            doc = mutate(base, rng, rng.randint(1, args.max_mutations))
         source: Any = doc
         if rng.random() < args.text_share:  # through the file reader
             try:
@@ -310,6 +340,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"runs: {runs} ({', '.join(f'{k} {v}' for k, v in RUN_STATUSES.most_common())})")
     for sig, times in crashes.most_common():
         print(f"  {times:5d}  {sig}")
+    print(f"pattern searches stopped at their time limit: {sum(STOPPED.values())} {dict(STOPPED)}")
     print(
         f"slowest document: {most[0]:.2f}s wall ({most[1]:.2f}s CPU); "
         f"most CPU for one document: {most_cpu:.2f}s"
@@ -353,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--text-share", type=float, default=0.1, help="share of documents read from a file"
+    )
+    parser.add_argument(
+        "--schema-share",
+        type=float,
+        default=0.3,
+        help="share of documents given a schema or condition mutation and at most one other",
     )
     parser.add_argument("--out", default="fuzz-reproducers", help="folder for reproducers")
     parser.add_argument("--replay", type=Path, help="probe one saved reproducer instead")

@@ -141,6 +141,9 @@ REMOTE_URL = "http://127.0.0.1:9/schema.json"
 CATASTROPHIC_PATTERNS = (
     r"^(a+)+$",
     r"^(a|aa)+$",
+    r"^(a|aa|aaa)+$",
+    r"^(a|a)+$",
+    r"(a|aa)+b",
     r"^(a|a?)+$",
     r"(x+x+)+y",
     r"^(\w+\s?)*$",
@@ -150,6 +153,8 @@ CATASTROPHIC_PATTERNS = (
     r"(?:(?:a*)*)*b",
     r"(",
 )
+STALLING_PATTERNS = (r"^(a|aa)+$", r"^(a|aa|aaa)+$", r"^(a|a)+$", r"(a|aa)+b")
+"""Those of them on which even the ``regex`` package backtracks for long against ``VICTIM``."""
 VICTIM = "a" * 36 + "!"
 """A text on which the catastrophic patterns backtrack for long."""
 ODD_IDS = ("a.b", "x y", "{{", "}}", "$in", "a#call", "a__b", "-", "0", "é", "a/b", "~", "\ud800")
@@ -288,6 +293,10 @@ def _outside_refs() -> tuple[str, ...]:
 _LOCAL_REFS = ("#/definitions/nope", "#/$defs/missing", "#nope", "#/properties/a/0", "#", "#/")
 
 
+def _pattern(rng: random.Random) -> str:
+    return rng.choice(STALLING_PATTERNS if rng.random() < 0.5 else CATASTROPHIC_PATTERNS)
+
+
 def odd_schema(rng: random.Random) -> Any:
     """A JSON Schema that reaches out, points nowhere or backtracks catastrophically."""
     choice = rng.randrange(8)
@@ -298,13 +307,14 @@ def odd_schema(rng: random.Random) -> Any:
     if choice == 2:
         return {
             "type": "object",
-            "properties": {"a": {"type": "string", "pattern": rng.choice(CATASTROPHIC_PATTERNS)}},
+            "properties": {"a": {"type": "string", "pattern": _pattern(rng)}},
+            "required": ["a"],
         }
     if choice == 3:
         closed = rng.choice(("additionalProperties", "unevaluatedProperties"))
         return {
             "type": "object",
-            "patternProperties": {rng.choice(CATASTROPHIC_PATTERNS): {}},
+            "patternProperties": {_pattern(rng): {}},
             closed: False,
         }
     if choice == 4:
@@ -318,7 +328,7 @@ def odd_schema(rng: random.Random) -> Any:
     if choice == 6:
         return {
             "type": "array",
-            "items": {"type": "string", "pattern": rng.choice(CATASTROPHIC_PATTERNS)},
+            "items": {"type": "string", "pattern": _pattern(rng)},
         }
     return {"$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}}, "$ref": "#/$defs/x"}
 
@@ -331,8 +341,17 @@ def _schema_mutation(nodes: list[dict[str, Any]], rng: random.Random) -> None:
     if not isinstance(data, dict):
         node["data"] = data = {}
     if node.get("type") in ("ifElse", "switch") and rng.random() < 0.7:
-        condition = "matches " + json.dumps(rng.choice(CATASTROPHIC_PATTERNS))
+        condition = "matches " + json.dumps(_pattern(rng))
         data["branches"] = [{"label": "odd", "condition": condition}, {"label": "else"}]
+        inputs = [n.get("data", {}).get("inputs") for n in nodes if n.get("type") == "start"]
+        names = [
+            name
+            for schema in inputs
+            if isinstance(schema, dict) and isinstance(schema.get("properties"), dict)
+            for name in schema["properties"]
+        ]
+        if names and rng.random() < 0.5:  # an input: the bench gives it VICTIM half the time
+            data["evaluationTarget"] = f"$in.{rng.choice(names)}"
         return
     key = "inputs" if node.get("type") == "start" else "outputSchema"
     schema = data.get(key)
@@ -532,6 +551,14 @@ def mutate(doc: Any, rng: random.Random, count: int = 1) -> Any:
         except RecursionError:  # copying a value nested deeper than Python recurses
             continue
     return out
+
+
+def mutate_schema(doc: Any, rng: random.Random) -> Any:
+    """``doc`` (mutated in place) with one node's schema or condition made odd."""
+    nodes = _all_nodes(_body(doc))
+    if nodes:
+        _schema_mutation(nodes, rng)
+    return doc
 
 
 def mutate_text(text: str, rng: random.Random) -> str:
