@@ -209,7 +209,10 @@ def probe_and_run(source: Any, rng: random.Random, run: bool) -> BaseException |
         return None
     if result.ir is None:
         return None
-    return run_with_mock(result.ir, rng)
+    try:
+        return run_with_mock(result.ir, rng)
+    except Exception as exc:  # making the mock script or inputs (lattice mock init's code)
+        return exc
 
 
 def _signature(exc: BaseException) -> str:
