@@ -34,8 +34,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lattice import patterns
 from lattice.errors import LatticeRunError
+from lattice.patterns import PatternError, PatternTimeout, pattern_problem, search, time_budget
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -122,7 +122,7 @@ def _problems(canonical: str, meta_schema: bool) -> tuple[SchemaProblem, ...]:
 
 
 def _pattern_problem(pattern: str, path: tuple[str | int, ...]) -> list[SchemaProblem]:
-    reason = patterns.pattern_problem(pattern)
+    reason = pattern_problem(pattern)
     if reason is None:
         return []
     return [
@@ -320,9 +320,9 @@ def schema_errors(validator: Validator, value: Any) -> list[ValidationError]:
     from jsonschema.exceptions import ValidationError
 
     try:
-        with patterns.time_budget(VALIDATION_SECONDS):
+        with time_budget(VALIDATION_SECONDS):
             return list(validator.iter_errors(value))
-    except patterns.PatternTimeout as exc:  # a property name against a patternProperties key
+    except PatternTimeout as exc:  # a property name against a patternProperties key
         return [ValidationError(str(exc), validator=PATTERN_TIMEOUT, validator_value=exc.pattern)]
     except RecursionError:
         message = "is nested too deeply to be checked against its schema"
@@ -333,7 +333,7 @@ def schema_errors(validator: Validator, value: Any) -> list[ValidationError]:
             "resolved: a schema may refer only to places inside itself",
             error_type="invalid_schema",
         ) from None
-    except patterns.PatternError as exc:
+    except PatternError as exc:
         raise LatticeRunError(
             f"the schema holds a regular expression that cannot be used: {exc}",
             error_type="invalid_schema",
@@ -361,7 +361,7 @@ class _GuardedRe:
 
     @staticmethod
     def search(pattern: str, text: str) -> Any:
-        return patterns.search(pattern, text)
+        return search(pattern, text)
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
@@ -370,8 +370,8 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
     if not validator.is_type(instance, "string"):
         return
     try:
-        found = patterns.search(pattern, instance)
-    except patterns.PatternTimeout as exc:
+        found = search(pattern, instance)
+    except PatternTimeout as exc:
         yield ValidationError(str(exc), validator=PATTERN_TIMEOUT, validator_value=pattern)
         return
     if found is None:
