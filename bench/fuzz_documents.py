@@ -315,6 +315,8 @@ def run(args: argparse.Namespace) -> int:
         most_cpu = max(most_cpu, cpu)
         if elapsed > args.slow:
             slow.append((elapsed, n))
+            note = f"base: {name}\nelapsed: {elapsed:.2f}s wall, {cpu:.2f}s CPU\n"
+            _save(out, n, "slow", doc, text, note)
         found = reaches.take()
         if found:
             reached += 1
@@ -349,9 +351,9 @@ def run(args: argparse.Namespace) -> int:
         f"most CPU for one document: {most_cpu:.2f}s"
     )
     print(f"slow (> {args.slow:g}s wall): {len(slow)}")
-    for elapsed, n in sorted(slow, reverse=True)[:10]:
+    for elapsed, n in sorted(slow, reverse=True)[:10]:  # replay: --replay OUT/<n>-slow.json
         print(f"  #{n}: {elapsed:.2f}s")
-    if crashed or timeouts or reached:
+    if crashed or timeouts or reached or slow:
         print(f"reproducers in {out}")
     return 1 if crashed or timeouts or reached else 0
 

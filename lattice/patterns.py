@@ -40,7 +40,7 @@ __all__ = [
     "time_budget",
 ]
 
-MATCH_SECONDS = 0.25
+MATCH_SECONDS = 0.1
 """The most CPU time one search may take (the ``regex`` package counts the searching
 thread's CPU time: on a busy machine the wall-clock time is longer). Ordinary patterns
 take microseconds."""

@@ -50,7 +50,7 @@ __all__ = [
     "uses_patterns",
 ]
 
-VALIDATION_SECONDS = 1.0
+VALIDATION_SECONDS = 0.5
 """The CPU time the patterns of one validation may take together."""
 
 PATTERN_TIMEOUT = "patternTimeout"
