@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from lattice.errors import LatticeRunError
-from lattice.schemas import schema_errors, schema_problems, schema_validator
+from lattice.schemas import schema_errors, schema_problems, schema_validator, uses_patterns
 
 BUILTIN_SERVER_ID = "lattice"
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -330,7 +330,10 @@ class ToolSessions:
     async def call(self, server_id: str, name: str, arguments: dict[str, Any]) -> Any:
         """Check ``arguments`` against the tool's ``inputSchema``, then call it."""
         spec = await self.tool(server_id, name)
-        violations = argument_violations(spec.input_schema, arguments)
+        if uses_patterns(spec.input_schema):  # a slow pattern must not hold up the loop
+            violations = await asyncio.to_thread(argument_violations, spec.input_schema, arguments)
+        else:
+            violations = argument_violations(spec.input_schema, arguments)
         if violations:
             raise LatticeRunError(
                 f"MCP server {server_id!r}: arguments for tool {name!r} break its inputSchema: "
