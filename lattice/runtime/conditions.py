@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import jmespath
 import jmespath.visitor
+from jmespath.exceptions import JMESPathError
 
 from lattice.errors import LatticeRunError
 from lattice.ir.models import Condition
@@ -119,8 +120,24 @@ def compile_condition(condition: Condition) -> Test:
         return _empty
     if op == "not_empty":
         return lambda v: not _empty(v)
-    search = compile_jmespath(right)
-    return lambda v: _truthy(search(v))
+    return _jmespath_test(right)
+
+
+def _jmespath_test(expression: str) -> Test:
+    """A ``jmespath:`` test; an expression that fails on the value (``length(@)`` of
+    null) fails the op as ``condition_error``, naming the expression."""
+    search = compile_jmespath(expression)
+
+    def test(value: Any) -> bool:
+        try:
+            return _truthy(search(value))
+        except JMESPathError as exc:
+            raise LatticeRunError(
+                f"condition 'jmespath: {expression}' failed on the value: {exc}",
+                error_type="condition_error",
+            ) from None
+
+    return test
 
 
 def _truthy(value: Any) -> bool:
