@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring as _quote
 from typing import Any, Literal, Protocol, runtime_checkable
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 DeltaSink = Callable[[str], None]
 """Receives each piece of a streamed answer's text as it arrives."""
@@ -24,14 +24,117 @@ one (``anthropic:claude-…``)."""
 
 
 @dataclass(frozen=True, slots=True)
+class ToolDef:
+    """A tool offered to the model: its name, what it does and its arguments' JSON Schema."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+
+
+MALFORMED_ARGUMENTS = "$malformed_arguments"
+"""The key under which a ``ToolCall``'s ``arguments`` hold the model's raw arguments text
+when that text is not a JSON object (see ``ToolCall.malformed``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call a model asked for: the provider's call id, the tool and its arguments.
+
+    A model that writes arguments which are not a JSON object (cut short by ``max_tokens``,
+    or simply wrong) still gets its call back: ``arguments`` is then
+    ``{MALFORMED_ARGUMENTS: "<the raw text>"}`` and ``malformed`` returns that text, so an
+    agent loop can answer the call with a tool error the model can act on (the call is
+    the model's mistake, not the provider's; retrying the request would only repeat it).
+    Sent back to the provider in a later turn, such a call carries its raw text again.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @property
+    def malformed(self) -> str | None:
+        """The raw arguments text when the model's arguments were not a JSON object."""
+        raw = self.arguments.get(MALFORMED_ARGUMENTS)
+        return raw if isinstance(raw, str) and len(self.arguments) == 1 else None
+
+    def arguments_json(self) -> str:
+        """The arguments as the model wrote them: JSON text (or the malformed raw text)."""
+        raw = self.malformed
+        return raw if raw is not None else json.dumps(self.arguments, ensure_ascii=False)
+
+
+def tool_calls_from_json(items: Any) -> tuple[ToolCall, ...]:
+    """Tool calls read back from their ``to_json`` form (a fixture line, a journal line);
+    ValueError when ``items`` is not a list of ``{"id", "name", "arguments"}`` objects."""
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ValueError("tool_calls must be a list")
+    calls = []
+    for item in items:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("id"), str)
+            and isinstance(item.get("name"), str)
+            and isinstance(item.get("arguments"), dict)
+        ):
+            raise ValueError('each tool call is {"id": text, "name": text, "arguments": {...}}')
+        calls.append(ToolCall(item["id"], item["name"], item["arguments"]))
+    return tuple(calls)
+
+
+def parse_tool_arguments(text: str | dict[str, Any] | None) -> dict[str, Any]:
+    """A model's tool-call arguments text as ``ToolCall.arguments``: the JSON object it
+    spells (empty text is no arguments), else ``{MALFORMED_ARGUMENTS: text}``."""
+    if isinstance(text, dict):  # a server that sends the object itself
+        return text
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {MALFORMED_ARGUMENTS: text}
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message."""
+    """One chat message.
+
+    An ``assistant`` message may carry the ``tool_calls`` the model asked for (``content``
+    is then its text beside them, often empty); a ``tool`` message answers one call, named
+    by ``tool_call_id``, with the tool's result as ``content``, and ``is_error`` when the
+    tool failed (Anthropic's ``tool_result`` says so in its ``is_error``; the OpenAI shape
+    has only the text, which should say it).
+    """
 
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    is_error: bool = False
 
-    def to_json(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_json() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.is_error:  # absent otherwise, so the prompt hashes of results stay put
+            out["is_error"] = True
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +154,19 @@ class LLMRequest:
     calls it with each piece of text as it arrives and still returns the whole answer
     (an answer cut short is an error, never a response); one that cannot (mock, fixtures)
     ignores it. It is not part of the request's identity: not compared, not hashed.
+
+    ``tools`` offers the model tools (an agent's turn). The answer is then either tool
+    calls (``LLMResponse.tool_calls``, finish reason ``tool_calls``; ``text`` is whatever
+    the model wrote beside them) or a final answer in ``text``. The next turn sends the
+    transcript: the assistant message with its ``tool_calls``, then one ``tool`` message
+    per call (``tool_call_id``), in the order of the calls. With tools offered, a provider
+    never sends ``response_schema`` natively: a server's structured-output decoding would
+    hold the model to the schema and keep it from calling tools (local servers' guided
+    decoding does). The schema then reaches the model in the prompt (``prompt_schema``,
+    unchanged), and the loop holds the final answer to the contract like any answer. A
+    loop that wants the final answer under native structured output asks for it in a
+    request with no tools; the transcript goes as it is (OpenAI-shaped APIs take tool
+    messages without tools; one that refuses them answers ``invalid_request``).
     """
 
     messages: tuple[Message, ...]
@@ -63,6 +179,8 @@ class LLMRequest:
     node_id: str | None = None
     op_id: str | None = None
     prompt_schema: str | None = None
+    tools: tuple[ToolDef, ...] = ()
+    """Tools the model may call (an agent's turn); empty for a plain call."""
     on_delta: DeltaSink | None = field(default=None, compare=False, repr=False)
 
     def schema_sent_natively(self) -> LLMRequest:
@@ -72,7 +190,7 @@ class LLMRequest:
         if not text or self.response_schema is None:
             return self
         messages = tuple(
-            Message(m.role, m.content.replace(text, SCHEMA_NOTE)) if text in m.content else m
+            replace(m, content=m.content.replace(text, SCHEMA_NOTE)) if text in m.content else m
             for m in self.messages
         )
         return replace(self, messages=messages, prompt_schema=None)
@@ -83,17 +201,17 @@ class LLMRequest:
 
     def canonical(self) -> dict[str, Any]:
         """The fields that identify a request, newlines normalised (what the prompt hash covers)."""
-        return {
+        canonical: dict[str, Any] = {
             "model_class": self.model_class,
-            "messages": [
-                {"role": m.role, "content": m.content.replace("\r\n", "\n").replace("\r", "\n")}
-                for m in self.messages
-            ],
+            "messages": [_canonical_message(m) for m in self.messages],
             "schema": self.response_schema,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
         }
+        if self.tools:  # absent for plain calls, so their hashes are what they always were
+            canonical["tools"] = [tool.to_json() for tool in self.tools]
+        return canonical
 
     def prompt_hash(self, *, schema_json: str | None = None) -> str:
         """sha256 (hex) of the canonical request: stable across runs and machines.
@@ -103,6 +221,8 @@ class LLMRequest:
         intermediate dicts (this runs on every model call). ``schema_json`` is
         ``response_schema`` in that spelling, for a caller that has it already.
         """
+        if self.tools or any(m.tool_calls or m.tool_call_id is not None for m in self.messages):
+            return hashlib.sha256(canonical_json(self.canonical()).encode("utf-8")).hexdigest()
         parts = []
         for m in self.messages:
             content = m.content
@@ -130,7 +250,17 @@ class LLMRequest:
         return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
     def size_chars(self) -> int:
-        return sum([len(m.content) for m in self.messages])
+        """The characters the messages send: their text, and the tool calls' names and
+        arguments of an agent's transcript."""
+        text = sum([len(m.content) for m in self.messages])
+        calls = [c for m in self.messages for c in m.tool_calls]
+        return text + sum([len(c.name) + len(c.arguments_json()) for c in calls]) if calls else text
+
+
+def _canonical_message(message: Message) -> dict[str, Any]:
+    out = message.to_json()
+    out["content"] = message.content.replace("\r\n", "\n").replace("\r", "\n")
+    return out
 
 
 def canonical_json(value: Any) -> str:
@@ -160,6 +290,9 @@ class LLMResponse:
     model: str = "unknown"
     latency_ms: float = 0.0
     finish_reason: str | None = "stop"
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tools the model asked to call (finish reason ``tool_calls``); ``text`` is then any
+    text it wrote beside them."""
 
 
 @runtime_checkable
@@ -169,6 +302,58 @@ class LLMProvider(Protocol):
     name: str
 
     async def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+# -- what some providers can do besides ``complete`` --------------------------------------
+
+
+@runtime_checkable
+class CheckpointedProvider(Protocol):
+    """A provider with a position a run folder saves and a resume goes on from (a mock's
+    cursor through its script). Wrappers pass both through to what they wrap, and their
+    ``checkpoint`` is None when that has no position."""
+
+    def checkpoint(self) -> Any:
+        """The position, as JSON (saved in the run folder)."""
+        ...
+
+    def restore(self, state: Any, *, committed: Any = None) -> None:
+        """Go on from ``state``; ``committed`` is the state as of the last committed op,
+        given when the resume runs a failed op again."""
+        ...
+
+
+@runtime_checkable
+class LoopBoundProvider(Protocol):
+    """A provider that keeps clients bound to an event loop (SDK adapters, and wrappers
+    of providers that do); each run closes its loop's clients when it ends."""
+
+    async def aclose_loop_clients(self) -> None: ...
+
+
+@runtime_checkable
+class ScriptedProvider(Protocol):
+    """A provider that answers from a script, and can say before a run whether a node
+    has answers (the mock provider)."""
+
+    def covers(self, node_id: str) -> bool: ...
+
+
+def provider_checkpoint(provider: object) -> Any:
+    """The provider's position (``CheckpointedProvider``), None when it has none."""
+    return provider.checkpoint() if isinstance(provider, CheckpointedProvider) else None
+
+
+def restore_provider(provider: object, state: Any, *, committed: Any = None) -> None:
+    """Hand a resumed run's saved position to the provider, when it keeps one."""
+    if isinstance(provider, CheckpointedProvider):
+        provider.restore(state, committed=committed)
+
+
+async def close_loop_clients(provider: object) -> None:
+    """Close the provider's clients bound to the running event loop, when it keeps any."""
+    if isinstance(provider, LoopBoundProvider):
+        await provider.aclose_loop_clients()
 
 
 def estimate_tokens(text: str) -> int:

@@ -19,7 +19,9 @@ Line kinds::
                                                     refused without being sent (a
                                                     batch's budget gate): not counted
     {"kind": "answer", "op_seq", "op_id", "prompt_hash", "model_class", "text", "model",
-     "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?}
+     "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?,
+     "tool_calls"?}                                 an answer; ``tool_calls`` when the
+                                                    model called tools (an agent's turn)
 
 Lines of an op that ran in a branch of a fork (or an item of a for-each) carry its
 ``branch`` (``0005.2``); their ``op_seq`` counts within the branch, and their changes

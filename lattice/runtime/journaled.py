@@ -8,7 +8,15 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.base import (
+    CheckpointedProvider,
+    LLMProvider,
+    LLMRequest,
+    LLMResponse,
+    TokenUsage,
+    provider_checkpoint,
+    tool_calls_from_json,
+)
 from lattice.runs.store import RunRecorder
 from lattice.runtime.context import Interrupted
 
@@ -28,7 +36,7 @@ class JournaledProvider:
         self.branch = branch
         self.name = inner.name
         self._recorder = recorder
-        self._checkpoint = getattr(inner, "checkpoint", None)
+        self._checkpointed = isinstance(inner, CheckpointedProvider)
         self._replay: dict[tuple[str | None, str], deque[dict[str, Any]]] = {}
         for line in recorded:
             key = (line.get("op_id"), str(line.get("prompt_hash")))
@@ -55,6 +63,7 @@ class JournaledProvider:
                     model=str(line.get("model", "unknown")),
                     latency_ms=float(line.get("latency_ms") or 0.0),
                     finish_reason=line.get("finish_reason"),
+                    tool_calls=tool_calls_from_json(line.get("tool_calls")),
                 )
         sent = {"op_id": request.op_id, "prompt_hash": prompt_hash}
         self._journal({"kind": "request", **sent})
@@ -77,8 +86,10 @@ class JournaledProvider:
             "finish_reason": response.finish_reason,
             "latency_ms": round(response.latency_ms, 3),
         }
-        if callable(self._checkpoint):
-            line["provider_state"] = self._checkpoint()
+        if response.tool_calls:
+            line["tool_calls"] = [call.to_json() for call in response.tool_calls]
+        if self._checkpointed:
+            line["provider_state"] = provider_checkpoint(self.inner)
         self._journal(line)
         return response
 
