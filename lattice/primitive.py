@@ -537,7 +537,8 @@ def _schema_of(
     schema = to_jsonable_python(dict(output_schema))
     for problem in schema_problems(schema)[:1]:
         pointer = "/" + "/".join(str(p) for p in problem.path)
-        _mistake(f"output_schema cannot be used at {pointer}: {problem.message}")
+        reason = problem.message.removeprefix("invalid JSON Schema: ")
+        _mistake(f"output_schema is not a valid JSON Schema at {pointer}: {reason}")
     return cast(dict[str, Any], schema)
 
 
