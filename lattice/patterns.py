@@ -140,10 +140,12 @@ def search(
     try:
         return compiled.search(text, timeout=limit, concurrent=True)
     except TimeoutError:
+        if budget is not None and limit < seconds:
+            budget.remaining = 0.0  # stopped by what the budget had left: it is spent
         raise PatternTimeout(compiled.pattern, limit) from None
     finally:
         if budget is not None:
-            budget.remaining -= time.thread_time() - started
+            budget.remaining = max(budget.remaining - (time.thread_time() - started), 0.0)
 
 
 # -- how much a pattern's counted repetitions spell out -------------------------------------
