@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,8 +85,13 @@ def block(
     provider = MockProvider({"gen": items})
     fields: dict[str, Any] = {"system_prompt": SYSTEM, "output_model": Report}
     fields.update(kwargs)
-    settings = RuntimeSettings(sleep=sleep, models=models or {})
+    settings = RuntimeSettings(sleep=sleep, models=models or {}, retry=same_jitter())
     return LLMPrimitive(name="gen", provider=provider, settings=settings, **fields), provider
+
+
+def same_jitter() -> RetrySettings:
+    """Retry settings whose jitter repeats (a workflow and a block compared delay for delay)."""
+    return RetrySettings(rng=random.Random(0))
 
 
 def types(response: Response[Any] | RunResult) -> list[str]:
@@ -510,7 +516,7 @@ def _through_workflow(
         lower(doc),
         provider=provider,
         store=RunStore(tmp_path),
-        settings=RuntimeSettings(sleep=sleep),
+        settings=RuntimeSettings(sleep=sleep, retry=same_jitter()),
     )
     result = runner.run(TICKET)
     if result.failure is not None:

@@ -12,7 +12,8 @@ it wrote on the OS. With ``durability="fsync"`` (the default) the files a resume
 (``state_initial.json``, ``execir.json``, ``checkpoint.json``, the journal) also reach
 the disk before the run moves on: a new run's folder and first files together, before
 its first op (``sync_started``), then the journal at every op boundary. Every text
-passes through ``redact`` before it is written.
+passes through ``redact`` before it is written, except the document and its ExecIR
+(``UNMASKED_FILES``), which a resume runs as they are.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import IO, Any, Literal, Protocol
 from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text, write_replacing
 from lattice.runs.journal import JOURNAL, drop_torn_tail, open_append, read_lines
+from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -88,6 +90,29 @@ DURABLE_FILES = frozenset(
     {"workflow.json", "execir.json", "input.json", "state_initial.json", "checkpoint.json"}
 )
 """Files a resume reads: forced to disk when written under ``durability="fsync"``."""
+
+UNMASKED_FILES = frozenset({"workflow.json", "execir.json"})
+"""Files written as they are, never masked: a resume runs what they say, so masking may
+not change a word of them. A document holds references to secrets, never their values;
+one that holds a value as text is refused before its folder is made
+(``refuse_secrets_in``) rather than recorded."""
+
+
+class SecretInDocument(LatticeUserError):
+    """A document holds the value of a secret (a provider key, an allowed ``$secrets``
+    variable) as text: its run folder would record it."""
+
+
+def refuse_secrets_in(texts: dict[str, str], redact: Redactor) -> None:
+    """Raise SecretInDocument when ``redact`` would change one of ``texts`` (the
+    ``UNMASKED_FILES`` of a run about to start, by name)."""
+    for name, text in texts.items():
+        if redact(text) != text:
+            raise SecretInDocument(
+                "the workflow holds the value of a secret (a provider API key or a "
+                f"[secrets] allow variable) as text, and {name} would record it: refer to "
+                "it as {{ $secrets.NAME }} in an httpRequest's url, headers, query or body"
+            )
 
 
 class RunRecorder(Protocol):
@@ -164,8 +189,10 @@ def _line(data: Any) -> str:
 
 
 class FolderRecorder:
-    """Writes one run's folder. Reopening an existing run's folder (resume) cuts a line
-    torn by a crash off its events and journal, then appends to them."""
+    """Writes one run's folder, owning it (``lattice.runs.ownership``) from its creation
+    until ``close``. Reopening an existing run's folder (resume) takes it over (or uses
+    the ``ownership`` already taken), cuts a line torn by a crash off its events and
+    journal, then appends to them."""
 
     def __init__(
         self,
@@ -174,6 +201,7 @@ class FolderRecorder:
         redact: Redactor | None = None,
         resume: bool = False,
         durability: Durability = "fsync",
+        ownership: Ownership | None = None,
     ) -> None:
         self.run_dir: Path | None = run_dir
         self.takes_events = True
@@ -182,22 +210,28 @@ class FolderRecorder:
         self._redact = redact or (lambda text: text)
         self.torn: list[str] = []
         """Files whose torn last line was dropped when the folder was reopened."""
-        try:
-            if not resume:
+        if not resume:
+            try:
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    run_dir.mkdir()  # a new run never writes into an existing run's folder
-                except FileExistsError:
-                    raise RunFolderExists(
-                        f"run folder {run_dir} already exists; choose another run id"
-                    ) from None
-            else:
+                run_dir.mkdir()  # a new run never writes into an existing run's folder
+            except FileExistsError:
+                raise RunFolderExists(
+                    f"run folder {run_dir} already exists; choose another run id"
+                ) from None
+            except OSError as exc:
+                raise LatticeUserError(
+                    f"cannot create run folder {run_dir}: {exc.strerror}"
+                ) from exc
+        self.ownership = ownership if ownership is not None else claim(run_dir)
+        try:
+            if resume:
                 self.torn = [
                     name for name in ("events.jsonl", JOURNAL) if drop_torn_tail(run_dir / name)
                 ]
             (run_dir / "ops").mkdir(exist_ok=True)
             self._journal: IO[str] = open_append(run_dir / JOURNAL)
         except OSError as exc:
+            self.ownership.release()
             raise LatticeUserError(f"cannot create run folder {run_dir}: {exc.strerror}") from exc
         self._events: IO[str] | None = None
         self._unsynced = False
@@ -227,7 +261,8 @@ class FolderRecorder:
         self.write_text(name, file_text(data))
 
     def write_text(self, name: str, text: str) -> None:
-        text = self._redact(text)
+        if name not in UNMASKED_FILES:
+            text = self._redact(text)
         if self.durability != "fsync" or name not in DURABLE_FILES:
             write_replacing(self._dir / name, text)
         elif self._starting is not None:  # new files: forced to disk by sync_started
@@ -303,10 +338,13 @@ class FolderRecorder:
         if self._events is not None:
             self._events.close()
             self._events = None
-        if not self._journal.closed:
-            if self._unsynced and self.durability == "fsync":
-                os.fdatasync(self._journal.fileno())
-            self._journal.close()
+        try:
+            if not self._journal.closed:
+                if self._unsynced and self.durability == "fsync":
+                    os.fdatasync(self._journal.fileno())
+                self._journal.close()
+        finally:
+            self.ownership.release()
 
 
 def _close_all(fds: list[int]) -> None:
@@ -341,8 +379,19 @@ class RunStore:
             durability=self.durability,
         )
 
-    def reopen(self, run_dir: Path, *, redact: Redactor | None = None) -> FolderRecorder:
-        """A recorder that continues the run folder ``run_dir`` (resume), wherever it is."""
+    def reopen(
+        self,
+        run_dir: Path,
+        *,
+        redact: Redactor | None = None,
+        ownership: Ownership | None = None,
+    ) -> FolderRecorder:
+        """A recorder that continues the run folder ``run_dir`` (resume), wherever it is,
+        holding ``ownership`` of it (taken here when not given)."""
         return FolderRecorder(
-            run_dir, redact=redact or self.redact, resume=True, durability=self.durability
+            run_dir,
+            redact=redact or self.redact,
+            resume=True,
+            durability=self.durability,
+            ownership=ownership,
         )

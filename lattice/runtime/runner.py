@@ -34,17 +34,25 @@ from lattice.llm.base import (
     restore_provider,
 )
 from lattice.llm.disabled import DisabledProvider
+from lattice.masking import MIN_MASKED_LENGTH, maskable
 from lattice.runs.checkpoint import (
     file_digests,
     owner,
     read_checkpoint,
-    refuse_if_running,
     status_of,
 )
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState, read_journal
+from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor, make_redactor
-from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, file_text, new_run_id
+from lattice.runs.store import (
+    RunFolderExists,
+    RunRecorder,
+    RunStore,
+    file_text,
+    new_run_id,
+    refuse_secrets_in,
+)
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -222,11 +230,21 @@ class Runner:
         journal is forced to disk on the loop's thread instead of a worker's."""
         if start is not None:
             if start.op not in self.ir.ops:
-                raise LatticeUserError(f"cannot start from {start.op!r}: the workflow has no such op")
+                raise LatticeUserError(
+                    f"cannot start from {start.op!r}: the workflow has no such op"
+                )
             inputs = start.state.get("in") or {}
         inputs = {**self._input_defaults, **(inputs or {})}
         self.validate_inputs(inputs)
         redact = self._redactor() if self.store.root is not None else None
+        documents: dict[str, str] = {}
+        if redact is not None:
+            if self.workflow is not None:
+                documents["workflow.json"] = file_text(self.workflow)
+            if self._execir_text is None:  # the same for every run
+                self._execir_text = file_text(ir_to_dict(self.ir))
+            documents["execir.json"] = self._execir_text
+            refuse_secrets_in(documents, redact)  # before the folder is made
         run_id, recorder = self._open_recorder(run_id, redact)
         state = StateStore(
             inputs,
@@ -237,11 +255,8 @@ class Runner:
         ctx = self._context(run_id, state, recorder, Usage(), seq=0, redact=redact)
         try:
             if recorder.run_dir is not None:
-                if self.workflow is not None:
-                    recorder.write_json("workflow.json", self.workflow)
-                if self._execir_text is None:  # the same for every run
-                    self._execir_text = file_text(ir_to_dict(self.ir))
-                recorder.write_text("execir.json", self._execir_text)
+                for name, text in documents.items():
+                    recorder.write_text(name, text)
                 recorder.write_json("input.json", inputs)
                 recorder.write_json("state_initial.json", state.snapshot())
                 ctx.checkpoint = self._started(ctx, recorder.run_dir)
@@ -394,10 +409,44 @@ class Runner:
         it yet: subscribe to it or keep it (to ``request_stop`` the run), then
         ``await reopened.arun()``. The arguments are ``aresume``'s."""
         folder = Path(run_dir)
+        if not folder.is_dir():
+            raise LatticeUserError(f"{folder} is not a resumable run folder (no such folder)")
+        # Owned before anything is read: what a resume reads is what no one else writes.
+        ownership = claim(folder)
+        try:
+            return cls._reopen_owned(
+                folder,
+                ownership,
+                answers=answers,
+                provider=provider,
+                ask_human=ask_human,
+                limits=limits,
+                settings=settings,
+                accept_changed=accept_changed,
+                store=store,
+            )
+        except BaseException:
+            ownership.release()
+            raise
+
+    @classmethod
+    def _reopen_owned(
+        cls,
+        folder: Path,
+        ownership: Ownership,
+        *,
+        answers: Mapping[str, Any] | None,
+        provider: LLMProvider | None,
+        ask_human: AskHuman | None,
+        limits: RunLimits | None,
+        settings: RuntimeSettings | None,
+        accept_changed: bool,
+        store: RunStore | None,
+    ) -> ReopenedRun:
+        """``reopen``, once this process owns ``folder``."""
         checkpoint = read_checkpoint(folder)
         if checkpoint.get("status") == "completed":
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
-        refuse_if_running(folder, checkpoint)
         journal = read_journal(folder)
         ir = resumable_ir(folder, checkpoint, journal, accept_changed=accept_changed)
         committed_state: Any = None
@@ -433,29 +482,35 @@ class Runner:
 
         async def go() -> RunResult:
             return await runner._continue(
-                folder, checkpoint, journal, position, state_data, pending
+                folder, ownership, checkpoint, journal, position, state_data, pending
             )
 
-        return ReopenedRun(runner, go)
+        return ReopenedRun(runner, go, ownership)
 
     async def _continue(
         self,
         folder: Path,
+        ownership: Ownership,
         checkpoint: dict[str, Any],
         journal: JournalState | None,
         position: Position,
         state_data: dict[str, Any],
         pending: list[dict[str, Any]],
     ) -> RunResult:
-        """Rebuild a reopened run's state and context, then walk on from its position."""
-        state = StateStore.from_snapshot(state_data, secrets=self._read_secret)
-        if journal is not None:
-            for line in journal.ops:
-                for change in line.get("changes") or ():
-                    state.apply(change)
-        state.clear_tmp()
-        redact = self._redactor()
-        recorder = self.store.reopen(folder, redact=redact)
+        """Rebuild a reopened run's state and context, then walk on from its position
+        (the recorder takes ``ownership`` over and lets it go when the run stops)."""
+        try:
+            state = StateStore.from_snapshot(state_data, secrets=self._read_secret)
+            if journal is not None:
+                for line in journal.ops:
+                    for change in line.get("changes") or ():
+                        state.apply(change)
+            state.clear_tmp()
+            redact = self._redactor()
+            recorder = self.store.reopen(folder, redact=redact, ownership=ownership)
+        except BaseException:
+            ownership.release()
+            raise
         last_seq, last_segment = recorder.event_summary()
         ctx = self._context(
             checkpoint.get("run_id", folder.name),
@@ -504,6 +559,13 @@ class Runner:
         if value is None:
             raise LatticeRunError(
                 f"$secrets.{name}: the environment variable {name} is not set",
+                error_type="secret_error",
+            )
+        if not maskable(value):  # it could not be masked in what the run records
+            raise LatticeRunError(
+                f"$secrets.{name}: the value of {name} is too short or too plain to be kept "
+                f"out of run records (at least {MIN_MASKED_LENGTH} characters, not only "
+                "words or digits)",
                 error_type="secret_error",
             )
         return value
@@ -706,15 +768,22 @@ class Runner:
 
 @dataclass
 class ReopenedRun:
-    """A run folder read back, ready to go on (``Runner.reopen``)."""
+    """A run folder read back and owned by this process, ready to go on
+    (``Runner.reopen``). ``arun`` lets the folder go when the run stops; a reopened run
+    that is not run must be ``release``d."""
 
     runner: Runner
     """The Runner that continues it (subscribe to it, or ``request_stop`` the run)."""
     _go: Callable[[], Awaitable[RunResult]]
+    ownership: Ownership
 
     async def arun(self) -> RunResult:
         """Continue the run to its end (or its next halt or failure)."""
         return await self._go()
+
+    def release(self) -> None:
+        """Give the folder up without running it (after ``arun``, nothing to do)."""
+        self.ownership.release()
 
 
 _CHECKPOINT_BASE = (

@@ -1,12 +1,13 @@
 """The FastAPI application of ``lattice serve``: routes, request bodies, errors and the
 guard (bearer token, body size) in front of them. docs/server.md documents each route.
 
-Routes that only read folders (run folders, the workflows folder) are plain ``def``:
-FastAPI runs them in its thread pool, so that their file reads never hold up the event
-loop every run and event stream shares. The others are ``async def`` and read no file
-(the event stream reads ``events.jsonl`` in a worker thread), except resuming a run,
-which prepares the run folder on the loop. Checking a document and a run's inputs (its
-graph, its schemas' patterns) happens in a worker thread."""
+Routes that only read folders (run folders, the workflows folder) or lower a document
+are plain ``def``: FastAPI runs them in its thread pool, so that their file reads and
+checks (work that grows with the document) never hold up the event loop every run and
+event stream shares. The others are ``async def`` and read no file (the event stream
+reads ``events.jsonl`` in a worker thread), except starting and resuming a run, which
+prepare the run folder on the loop; starting one lowers its document and checks its
+inputs (its schemas' patterns) in a worker thread."""
 
 from __future__ import annotations
 
@@ -302,11 +303,11 @@ def load_what_runs_use() -> None:
     import regex  # noqa: F401
 
     import lattice.tools.guarded  # noqa: F401
+    from lattice.document import models as document_models
+    from lattice.ir import models as ir_models
     from lattice.schemas import schema_validator
 
     schema_validator({})
-    from lattice.document import models as document_models
-    from lattice.ir import models as ir_models
 
     for module in (document_models, ir_models):
         for value in vars(module).values():
@@ -483,8 +484,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     async def _start(body: StartRun) -> Response:
         manager.check_capacity()
-        # Checking the document and the inputs runs its patterns and walks its graph:
-        # in a worker thread, so that the loop's other runs and requests go on meanwhile.
+        # Lowering (CPU work that grows with the document) and checking the inputs (their
+        # schema's patterns): in a worker thread, so that the loop keeps answering meanwhile.
         lowered, prepared = await asyncio.to_thread(_prepare, body)
         api_hint(prepared.runner.provider)
         active = await manager.start(prepared)
@@ -698,8 +699,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return respond(200, library.load(name).describe(full=True))
 
     @app.post("/v1/check", tags=["workflows"], summary="the diagnostics of an inline document")
-    async def check(body: CheckDocument) -> Response:
-        lowered = await asyncio.to_thread(library.lower_inline, body.document)
+    def check(body: CheckDocument) -> Response:
+        lowered = library.lower_inline(body.document)
         return respond(
             200,
             {
