@@ -31,7 +31,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Generic, Literal, NoReturn, TypeVar, cast
 
-import jsonschema
 from pydantic import BaseModel, PydanticUserError, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from typing_extensions import TypeVar as DefaultTypeVar
@@ -67,6 +66,7 @@ from lattice.runtime.llm_op import compose_messages
 from lattice.runtime.results import RunStatus
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
 from lattice.runtime.sync import run_sync
+from lattice.schemas import schema_problems
 from lattice.service.providers import make_provider
 
 __all__ = ["MODEL_CLASSES", "POLICY_WORDS", "LLMPrimitive", "ModelClass", "Response"]
@@ -536,11 +536,10 @@ def _schema_of(
     if not isinstance(output_schema, Mapping):
         _mistake("output_schema must be a JSON Schema object (a dict)")
     schema = to_jsonable_python(dict(output_schema))
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        pointer = "/" + "/".join(str(p) for p in exc.absolute_path)
-        _mistake(f"output_schema is not a valid JSON Schema at {pointer}: {exc.message}")
+    for problem in schema_problems(schema)[:1]:
+        pointer = "/" + "/".join(str(p) for p in problem.path)
+        reason = problem.message.removeprefix("invalid JSON Schema: ")
+        _mistake(f"output_schema is not a valid JSON Schema at {pointer}: {reason}")
     return cast(dict[str, Any], schema)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,6 +41,8 @@ from lattice.ir.templates import (
     parse_path,
     parse_template,
 )
+from lattice.patterns import pattern_problem
+from lattice.schemas import schema_problems
 
 SECRET_LANE = ("call.url", "call.headers", "call.query", "call.body", "reads[")
 """The fields of an HTTP TOOL_CALL op that may read ``$secrets`` (lowering's secret lane:
@@ -97,7 +98,7 @@ def check_ir(ir: ExecIR) -> list[str]:
     """Every problem that would stop a Runner from being built for ``ir`` or from walking
     it: another IR version, unknown entry, edge, branch, join, fork or body ops, templates,
     state paths, conditions, JMESPath expressions and JSON Schemas that do not compile,
-    and ``$secrets`` read outside an HTTP call's url, headers, query or body (where
+    a schema ``$ref`` that leads outside its schema or to nothing, and ``$secrets`` read outside an HTTP call's url, headers, query or body (where
     lowering's ``secret-outside-lane`` keeps them). Each names the op and its field.
     Lowering never emits such an IR; an IR read from a file may hold anything."""
     problems: list[str] = []
@@ -108,6 +109,11 @@ def check_ir(ir: ExecIR) -> list[str]:
         )
     if ir.entry not in ir.ops:
         problems.append(f"entry: no op {ir.entry!r}")
+    try:
+        _schema(ir.inputs_schema)()
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
+        problems.append(f"inputsSchema: {reason}")
     for op_id, op in ir.ops.items():
         if op.id != op_id:
             problems.append(f"ops[{op_id!r}]: its id is {op.id!r}")
@@ -181,13 +187,10 @@ def _template(value: Any) -> Callable[[], object]:
 
 def _schema(schema: dict[str, Any] | None) -> Callable[[], object]:
     def check() -> None:
-        if schema is not None:
-            import jsonschema  # heavy: imported when an IR's schema is first checked
-
-            try:
-                jsonschema.Draft202012Validator.check_schema(schema)
-            except jsonschema.SchemaError as exc:
-                raise ValueError(f"invalid JSON Schema: {exc.message}") from None
+        problems = schema_problems(schema) if schema is not None else ()
+        if problems:
+            where = "".join(f"/{part}" for part in problems[0].path)
+            raise ValueError(f"{problems[0].message}" + (f" (at {where})" if where else ""))
 
     return check
 
@@ -208,10 +211,9 @@ def _condition(condition: Condition) -> Callable[[], object]:
         if op == "matches":
             if not isinstance(value, str):
                 raise ValueError("matches needs a regular expression")
-            try:
-                re.compile(value)
-            except (re.error, OverflowError) as exc:
-                raise ValueError(f"invalid regular expression: {exc}") from None
+            problem = pattern_problem(value)
+            if problem is not None:
+                raise ValueError(f"invalid regular expression: {problem}")
         elif op == "jmespath":
             if not isinstance(value, str):
                 raise ValueError("jmespath needs an expression")

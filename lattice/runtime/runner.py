@@ -85,11 +85,13 @@ from lattice.runtime.walk import (
     run_failure,
     stopped_line,
 )
+from lattice.schemas import schema_errors, schema_validator
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import ToolSessions
 
 if TYPE_CHECKING:
-    import jsonschema
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class Runner:
             max_visits=self.limits.max_visits,
             max_parallel=self.settings.max_parallel,
         )
-        self._input_validator: jsonschema.Draft202012Validator | None = None
+        self._input_validator: Validator | None = None
         """Made when an input first needs jsonschema (a heavy import; flat schemas never do)."""
         self._inputs_accepted = flat_object_check(ir.inputs_schema)
         properties = (ir.inputs_schema or {}).get("properties")
@@ -311,13 +313,9 @@ class Runner:
             return
         validator = self._input_validator
         if validator is None:
-            import jsonschema
-
-            validator = jsonschema.Draft202012Validator(self.ir.inputs_schema or {})
+            validator = schema_validator(self.ir.inputs_schema or {})
             self._input_validator = validator
-        if validator.is_valid(inputs):
-            return
-        errors = sorted(validator.iter_errors(dict(inputs)), key=lambda e: list(e.absolute_path))
+        errors = sorted(schema_errors(validator, dict(inputs)), key=lambda e: list(e.absolute_path))
         if errors:
             lines = []
             for err in errors:
@@ -817,7 +815,7 @@ async def _closing_loop_clients(
         await close_loop_clients(provider)
 
 
-def _input_message(err: jsonschema.ValidationError) -> str:
+def _input_message(err: ValidationError) -> str:
     if err.validator == "additionalProperties":
         return (
             f"{err.message} (unknown input; the workflow's inputs are declared by its start node)"

@@ -6,7 +6,8 @@ are plain ``def``: FastAPI runs them in its thread pool, so that their file read
 checks (work that grows with the document) never hold up the event loop every run and
 event stream shares. The others are ``async def`` and read no file (the event stream
 reads ``events.jsonl`` in a worker thread), except starting and resuming a run, which
-prepare the run folder on the loop; starting one lowers its document in a worker thread."""
+prepare the run folder on the loop; starting one lowers its document and checks its
+inputs (its schemas' patterns) in a worker thread."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
 from lattice.llm.disabled import DisabledProvider
+from lattice.lower.compiler import LoweringResult
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
 from lattice.server.api_docs import add_docs_routes, is_docs_asset
@@ -44,7 +46,13 @@ from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.providers import ProviderChoice
 from lattice.service.rerun import note_rerun, prepare_rerun, rerun_point
-from lattice.service.runs import ProviderSpec, RunOptions, prepare_resume, prepare_run
+from lattice.service.runs import (
+    PreparedRun,
+    ProviderSpec,
+    RunOptions,
+    prepare_resume,
+    prepare_run,
+)
 
 log = logging.getLogger("lattice.server")
 
@@ -294,14 +302,18 @@ class MaskingFilter(logging.Filter):
 
 
 def load_what_runs_use() -> None:
-    """Import and build now what a process loads on first use (jsonschema, the guarded
-    HTTP transport, the document and ExecIR models' validators), so that the first run
-    does not pay for it on the loop every run shares."""
-    import jsonschema  # noqa: F401
+    """Import and build now what a process loads on first use (jsonschema and the
+    validator class of ``lattice.schemas``, the regex package, the guarded HTTP
+    transport, the document and ExecIR models' validators), so that the first run does
+    not pay for it on the loop every run shares."""
+    import regex  # noqa: F401
 
     import lattice.tools.guarded  # noqa: F401
     from lattice.document import models as document_models
     from lattice.ir import models as ir_models
+    from lattice.schemas import schema_validator
+
+    schema_validator({})
 
     for module in (document_models, ir_models):
         for value in vars(module).values():
@@ -441,20 +453,17 @@ def create_app(settings: ServerSettings) -> FastAPI:
         async with manager.starting:
             return await _start(body)
 
-    async def _start(body: StartRun) -> Response:
-        manager.check_capacity()
+    def _prepare(body: StartRun) -> tuple[LoweringResult, PreparedRun]:
+        """The run ``body`` asks for: its document lowered, its inputs checked."""
         meta: dict[str, Any] = {}
-        # lowering is CPU work that grows with the document: in a worker thread, as
-        # every check is, so that the loop keeps answering other requests meanwhile
         if body.workflow is not None:
-            loaded = await asyncio.to_thread(library.load, body.workflow)
+            loaded = library.load(body.workflow)
             lowered, document = loaded.lowered, loaded.document
             meta["workflow_name"] = body.workflow
             where = f"workflow {body.workflow!r}"
         else:
             assert body.document is not None
-            lowered = await asyncio.to_thread(library.lower_inline, body.document)
-            document = body.document
+            lowered, document = library.lower_inline(body.document), body.document
             where = "the document"
         if lowered.ir is None:
             raise document_error(lowered.diagnostics, where=where)
@@ -479,6 +488,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
             )
         except LatticeUserError as exc:
             raise from_user_error(exc) from None
+        return lowered, prepared
+
+    async def _start(body: StartRun) -> Response:
+        manager.check_capacity()
+        # Lowering (CPU work that grows with the document) and checking the inputs (their
+        # schema's patterns): in a worker thread, so that the loop keeps answering meanwhile.
+        lowered, prepared = await asyncio.to_thread(_prepare, body)
         api_hint(prepared.runner.provider)
         active = await manager.start(prepared)
         return respond(
