@@ -28,6 +28,32 @@ GREP_TIMEOUT_PER_FILE = 1.0
 """Seconds one Grep pattern may spend on one file."""
 
 
+class Glob:
+    """A glob compiled to a regular expression, matched against a shared deadline.
+
+    Several ``*`` or ``**`` in one glob backtrack polynomially (``**a**a**a**b`` over a
+    long path runs for hours), so every match runs with the time left before
+    ``deadline`` (a ``time.monotonic()`` value); past it, the call is refused.
+    """
+
+    def __init__(self, glob: str, deadline: float) -> None:
+        self.glob = glob
+        self.compiled = regex.compile(glob_regex(glob).pattern)
+        self.deadline = deadline
+
+    def fullmatch(self, text: str) -> bool:
+        left = self.deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            return self.compiled.fullmatch(text, timeout=left) is not None
+        except TimeoutError:
+            raise ToolRefused(
+                f"the glob {self.glob!r} ran out of time; simplify it (several '*' or '**' "
+                "in one glob backtrack)"
+            ) from None
+
+
 def read_text(workspace: Workspace, grant: WorkspaceGrant, path: Path) -> str:
     """The text of a workspace file, refusing large and binary files."""
     fd = open_for_reading(path)
@@ -80,7 +106,8 @@ def list_dir(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]) 
     path = workspace.resolve(args.get("path") or ".")
     if not path.is_dir():
         raise ToolRefused(f"{workspace.show(path)} is not a directory")
-    ignore = [glob_regex(p) for p in _strings(args, "ignore")]
+    deadline = time.monotonic() + grant.tool_timeout / 2
+    ignore = [Glob(p, deadline) for p in _strings(args, "ignore")]
     entries = []
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
         if entry.name == ".git" or any(p.fullmatch(entry.name) for p in ignore):
@@ -91,7 +118,7 @@ def list_dir(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]) 
 
 def glob(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]) -> str:
     """Glob: workspace files whose path (relative to ``path``) matches ``pattern``."""
-    pattern = glob_regex(_text(args, "pattern"))
+    pattern = Glob(_text(args, "pattern"), time.monotonic() + grant.tool_timeout / 2)
     start = workspace.resolve(args.get("path") or ".")
     found = []
     for file in workspace.walk(start):
@@ -112,9 +139,9 @@ def grep(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]) -> s
     if mode not in ("files_with_matches", "content", "count"):
         raise ToolRefused("output_mode must be files_with_matches, content or count")
     start = workspace.resolve(args.get("path") or ".")
-    only = glob_regex(args["glob"]) if isinstance(args.get("glob"), str) else None
     head_limit = _count(args, "head_limit", grant.max_entries)
     deadline = time.monotonic() + grant.tool_timeout / 2
+    only = Glob(args["glob"], deadline) if isinstance(args.get("glob"), str) else None
     out: list[str] = []
     skipped: list[str] = []
     for file in [start] if start.is_file() else workspace.walk(start):

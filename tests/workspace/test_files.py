@@ -218,3 +218,44 @@ def test_without_a_workspace_file_tools_refuse(tmp_path: Path) -> None:
     tools = WorkspaceToolset(WorkspaceGrant(read=True), ("Read",))
     result = call(tools, "Read", file_path="x")
     assert result.is_error and "needs a workspace" in result.text
+
+
+def _deep_file(root: Path) -> None:
+    deep = root.joinpath(*["a" * 50] * 40)
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x\n")
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("Glob", {"pattern": "**a**a**a**b"}),
+        ("Grep", {"pattern": "x", "glob": "**a**a**a**b"}),
+        ("LS", {"ignore": ["*a*a*a*a*a*a*a*a*a*b"]}),
+    ],
+)
+def test_a_glob_that_backtracks_answers_within_the_tool_time(
+    tmp_path: Path, tool: str, arguments: dict[str, Any]
+) -> None:
+    """Compiled by ``re``, ``**a**a**a**b`` over a 2,000-character path ran for hours,
+    holding the interpreter lock the whole time (no timeout could interrupt it)."""
+    root = tmp_path / "ws"
+    _deep_file(root)
+    (root / ("a" * 250)).write_text("")  # LS matches names, not paths: one long name
+    tools = toolset(root, tool_timeout=1.0)
+    answers: list[ToolResult] = []
+    worker = __import__("threading").Thread(
+        target=lambda: answers.append(call(tools, tool, **arguments)), daemon=True
+    )
+    worker.start()
+    worker.join(120)
+    assert answers, f"{tool} with a backtracking glob did not return"
+    answer = answers[0]
+    assert not answer.is_error or "ran out of time" in answer.text, answer.text
+
+
+def test_a_glob_past_its_deadline_is_refused(tmp_path: Path) -> None:
+    from lattice.workspace.files import Glob
+
+    with pytest.raises(Exception, match="ran out of time"):
+        Glob("**/*.py", time.monotonic() - 1).fullmatch("a/b.py")
