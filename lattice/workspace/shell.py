@@ -3,7 +3,8 @@
 The command runs under Debian's ``bwrap`` in fresh namespaces (no network, its own
 process tree, no host processes visible), with the system's programs read-only, a
 private ``/tmp``, and the workspace as the only writable path (mounted at its own path,
-so the paths the model sees work inside). Limits: a wall-clock time (the process tree
+so the paths the model sees work inside) except its ``.git``, which is read-only: a hook
+or a ``core.fsmonitor`` written there would run on the host at the user's next ``git``. Limits: a wall-clock time (the process tree
 is killed at its end), address space, file size, processes (a pids cgroup where one
 can be made, else ``RLIMIT_NPROC``) and captured output. Without bubblewrap the tool is
 refused with a message saying how to install it.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lattice.workspace.grants import WorkspaceGrant
-from lattice.workspace.paths import ToolRefused
+from lattice.workspace.paths import PROTECTED_DIRS, ToolRefused
 
 INSTALL_HINT = (
     "the Bash tool needs bubblewrap (bwrap) to sandbox commands, and it is not installed: "
@@ -167,6 +168,8 @@ def _mounts(root: Path | None) -> list[str]:
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     if root is not None:
         args += ["--bind", str(root), str(root)]
+        for name in PROTECTED_DIRS:  # hooks and config there run on the host, outside
+            args += ["--ro-bind-try", str(root / name), str(root / name)]
     return args
 
 

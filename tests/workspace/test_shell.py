@@ -123,3 +123,22 @@ def test_without_the_shell_grant_bash_is_not_offered(tmp_path: Path) -> None:
     tools = WorkspaceToolset(WorkspaceGrant(root=tmp_path, read=True), ("Read",))
     result = asyncio.run(tools.call("Bash", {"command": "echo hi"}))
     assert result.is_error and "no tool 'Bash'" in result.text
+
+
+@needs_bwrap
+def test_a_command_cannot_change_the_workspaces_git(tmp_path: Path) -> None:
+    """A hook or ``core.fsmonitor`` in ``.git`` runs on the host, outside the sandbox, at
+    the user's next ``git`` command: the repository is read-only to commands."""
+    root = tmp_path / "ws"
+    (root / ".git" / "hooks").mkdir(parents=True)
+    (root / ".git" / "config").write_text("[core]\n")
+    result = bash(
+        root,
+        "echo 'touch /tmp/pwned' > .git/hooks/post-checkout; "
+        "echo '  fsmonitor = touch /tmp/pwned' >> .git/config; "
+        "echo ok > work.txt; cat .git/config",
+    )
+    assert not (root / ".git" / "hooks" / "post-checkout").exists()
+    assert (root / ".git" / "config").read_text() == "[core]\n"
+    assert (root / "work.txt").read_text() == "ok\n"
+    assert "[core]" in result.text  # still readable, for git log and git diff
