@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.errors import InputError, LatticeRunError, LatticeUserError
-from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
+from lattice.ir.models import AskOp, ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
 from lattice.llm.base import LLMProvider
@@ -140,7 +140,7 @@ class Runner:
         }
         """Values of the inputs schema's top-level ``default``s, for inputs not given."""
         self._model_classes = sorted(
-            {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
+            {op.model_class for op in ir.ops.values() if isinstance(op, ContractOpBase)}
         )
         self._event_listeners: list[EventListener] = self.settings.run_listeners(
             self.provider, workflow=ir.workflow.id
@@ -715,7 +715,7 @@ def check_answers(ir: ExecIR, answers: Mapping[str, Any], what: str = "answers")
     """Raise InputError when answers name unknown ASK nodes or options none of them has;
     its message starts ``invalid <what>:``."""
     asks = {op.source_node: op for op in ir.ops.values() if isinstance(op, AskOp)}
-    llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
+    llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)}
     problems = []
     for node_id, answer in answers.items():
         op = asks.get(node_id)

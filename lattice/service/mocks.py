@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from lattice.errors import LatticeUserError
-from lattice.ir.models import AskOp, ExecIR, LLMWriteOp, McpCall, ToolCallOp
+from lattice.ir.models import AskOp, ContractOpBase, ExecIR, LLMWriteOp, McpCall, ToolCallOp
 from lattice.llm.examples import example_value
 from lattice.lower.graph import strongly_connected_components
 
@@ -27,7 +27,7 @@ def mock_script(ir: ExecIR) -> dict[str, Any]:
     looping = _on_cycles(ir)
     responses: dict[str, list[Any]] = {}
     for op in ir.ops.values():
-        if isinstance(op, LLMWriteOp):
+        if isinstance(op, ContractOpBase):
             times = LOOP_ANSWERS if op.id in looping else 1
             responses.setdefault(op.source_node, []).extend([_answer(op)] * times)
     return {
@@ -55,7 +55,9 @@ def check_script_nodes(ir: ExecIR, nodes: Iterable[str], *, where: str = "mock s
     unknown = [node for node in nodes if node not in known]
     if not unknown:
         return
-    calling = sorted({op.source_node for op in ir.ops.values() if isinstance(op, LLMWriteOp)})
+    calling = sorted(
+        {op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)}
+    )
     named = []
     for node in unknown:
         close = difflib.get_close_matches(node, sorted(known), n=1)
@@ -80,11 +82,12 @@ def needs_mcp(ir: ExecIR) -> list[str]:
     return sorted(servers)
 
 
-def _answer(op: LLMWriteOp) -> Any:
-    if op.purpose == "classify" and op.labels:
-        return op.labels[0]
-    if op.purpose in ("tool_arguments", "tool_selection"):
-        return {}  # the schema comes from the MCP server at run time
+def _answer(op: ContractOpBase) -> Any:
+    if isinstance(op, LLMWriteOp):
+        if op.purpose == "classify" and op.labels:
+            return op.labels[0]
+        if op.purpose in ("tool_arguments", "tool_selection"):
+            return {}  # the schema comes from the MCP server at run time
     if op.output_schema is not None:
         return example_value(op.output_schema)
     return f"(mock answer of {op.name or op.source_node})"

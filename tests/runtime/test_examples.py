@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lattice.ir import ir_to_dict
-from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
+from lattice.ir.models import AskOp, ContractOpBase, ExecIR, LLMWriteOp
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runtime import RunLimits, Runner, RunResult, RunStore
@@ -401,9 +401,14 @@ def corpus_run(path: Path, root: Path) -> tuple[RunResult, MockProvider, ExecIR]
     ir = lower(path)
     answers = {op.source_node: 0 for op in ir.ops.values() if isinstance(op, AskOp)}
     responses = {
-        op.source_node: [{"branch": op.labels[0]} if op.labels else sample(op.output_schema)] * 20
+        op.source_node: [
+            {"branch": op.labels[0]}
+            if isinstance(op, LLMWriteOp) and op.labels
+            else sample(op.output_schema)
+        ]
+        * 20
         for op in ir.ops.values()
-        if isinstance(op, LLMWriteOp) and op.output_schema is not None
+        if isinstance(op, ContractOpBase) and op.output_schema is not None
     }
     provider = MockProvider(responses, default="Done.")
     schema = ir.inputs_schema or {}
