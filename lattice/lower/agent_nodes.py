@@ -14,27 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lattice.agents.catalog import BUILTIN_TOOLS, BUILTIN_TYPE_TOOLS, READ_ONLY_TOOLS, is_known_tool
 from lattice.document.models import Node
 from lattice.errors import did_you_mean
 from lattice.ir.models import AgentLimits
 from lattice.lower.fields import get_number
 from lattice.lower.registry import LoweringContext
-
-READ_ONLY_TOOLS = ("Read", "LS", "Glob", "Grep")
-EDIT_TOOLS = ("Edit", "MultiEdit", "Write")
-SHELL_TOOLS = ("Bash",)
-WEB_TOOLS = ("WebFetch",)
-BUILTIN_TOOLS = (*READ_ONLY_TOOLS, *EDIT_TOOLS, *SHELL_TOOLS, *WEB_TOOLS)
-"""The built-in tools by their Claude Code names."""
-
-MCP_PREFIX = "mcp__"
-
-BUILTIN_TYPE_TOOLS: dict[str, tuple[str, ...]] = {
-    "explore": READ_ONLY_TOOLS,
-    "plan": READ_ONLY_TOOLS,
-    "general-purpose": (*READ_ONLY_TOOLS, *EDIT_TOOLS, *SHELL_TOOLS),
-}
-"""The tools a Claude Code built-in agent type stands for."""
 
 CODEX_SANDBOX_TOOLS: dict[str, tuple[str, ...]] = {
     "read-only": READ_ONLY_TOOLS,
@@ -56,12 +41,6 @@ class AgentAsk:
 
     def op_fields(self) -> dict[str, Any]:
         return {"tools": list(self.tools), "agent_type": self.agent_type, "limits": self.limits}
-
-
-def is_mcp_tool(name: str) -> bool:
-    """``mcp__<server>__<tool>``, both parts present."""
-    server, sep, tool = name[len(MCP_PREFIX) :].partition("__")
-    return name.startswith(MCP_PREFIX) and bool(server and sep and tool)
 
 
 def agent_ask(ctx: LoweringContext, node: Node) -> AgentAsk | None:
@@ -145,7 +124,7 @@ def _known_tools(
     """``names`` without those Lattice has no tool for (a warning each, with a hint)."""
     kept = []
     for name in names:
-        if name in BUILTIN_TOOLS or is_mcp_tool(name):
+        if is_known_tool(name):
             kept.append(name)
             continue
         ctx.warn(

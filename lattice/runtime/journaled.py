@@ -1,6 +1,10 @@
 """The provider of a run that has a folder: every request goes to the run's journal as
 it is sent and every model answer as it arrives, and a resumed run gets the answers its
-op in flight had already paid for from the journal instead of asking the model again."""
+op in flight had already paid for from the journal instead of asking the model again.
+
+It is the run's tool journal too (``lattice.agents.loop.ToolJournal``): an agent op's
+tool calls are journaled before they run and their results as they come back, and a
+resumed run's op in flight finds them here."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage, ToolCall
 from lattice.runs.store import RunRecorder
 from lattice.runtime.context import Interrupted
 
@@ -30,7 +34,13 @@ class JournaledProvider:
         self._recorder = recorder
         self._checkpoint = getattr(inner, "checkpoint", None)
         self._replay: dict[tuple[str | None, str], deque[dict[str, Any]]] = {}
+        self._tools: dict[tuple[str | None, str], dict[str, Any]] = {}
         for line in recorded:
+            if line.get("kind") in ("tool_call", "tool_result"):
+                tool_key = (line.get("op_id"), str(line.get("key")))
+                if self._tools.get(tool_key, {}).get("kind") != "tool_result":
+                    self._tools[tool_key] = line
+                continue
             key = (line.get("op_id"), str(line.get("prompt_hash")))
             self._replay.setdefault(key, deque()).append(line)
 
@@ -55,6 +65,10 @@ class JournaledProvider:
                     model=str(line.get("model", "unknown")),
                     latency_ms=float(line.get("latency_ms") or 0.0),
                     finish_reason=line.get("finish_reason"),
+                    tool_calls=tuple(
+                        ToolCall(str(c["id"]), str(c["name"]), dict(c.get("arguments") or {}))
+                        for c in line.get("tool_calls") or ()
+                    ),
                 )
         sent = {"op_id": request.op_id, "prompt_hash": prompt_hash}
         self._journal({"kind": "request", **sent})
@@ -77,10 +91,19 @@ class JournaledProvider:
             "finish_reason": response.finish_reason,
             "latency_ms": round(response.latency_ms, 3),
         }
+        if response.tool_calls:
+            line["tool_calls"] = [call.to_json() for call in response.tool_calls]
         if callable(self._checkpoint):
             line["provider_state"] = self._checkpoint()
         self._journal(line)
         return response
+
+    def recorded_tool(self, op_id: str | None, key: str) -> dict[str, Any] | None:
+        """The journal's line of tool call ``key`` of ``op_id``: its result, else its start."""
+        return self._tools.get((op_id, key))
+
+    def journal_tool(self, line: dict[str, Any]) -> None:
+        self._journal(dict(line))
 
     def _journal(self, line: dict[str, Any]) -> None:
         if self.branch is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from lattice.agents.grants import AgentGrant
 from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
@@ -18,9 +19,28 @@ from lattice.runtime.state import StateLimits
 from lattice.telemetry.settings import TelemetrySettings, telemetry_from_config
 from lattice.tools.http import HttpPolicy
 from lattice.tools.mcp import McpServerSpec, specs_from_config
+from lattice.tools.toolset import Toolset
 
 if TYPE_CHECKING:  # settings_from_config takes a config; the runtime itself needs none
     from lattice.config import LatticeConfig
+
+
+ToolsetFactory = Callable[[AgentGrant, tuple[str, ...]], list[Toolset]]
+"""Opens the toolsets that serve the granted tools of one agent op's visit."""
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """What the user lets agent ops do (``[agents]`` and the command-line flags) and
+    the caps on every agent op's limits (None: the op's own)."""
+
+    grant: AgentGrant = field(default_factory=AgentGrant)
+    max_turns: int | None = None
+    max_tool_calls: int | None = None
+    max_tokens: int | None = None
+    tool_timeout_s: float | None = None
+    toolsets: ToolsetFactory | None = None
+    """Makes the toolsets of a visit (None: no tool is served, whatever is granted)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,8 @@ class RuntimeSettings:
     the run takes deltas; True: always (a provider that can stream does); False: never."""
     telemetry: TelemetrySettings | None = None
     """Trace every run (OpenTelemetry spans, ``lattice.telemetry``); None: no tracing."""
+    agents: AgentSettings = field(default_factory=AgentSettings)
+    """What agent ops may do: the user's grant (nothing by default) and limit caps."""
 
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)

@@ -1,0 +1,367 @@
+"""The agent loop: model turn → tool calls → tool results → model turn …, bounded.
+
+``AgentLoop`` is the provider an AGENT op's contract engine calls: each ``complete`` (one
+contract attempt) sends the request with the granted tools, runs the tools the model
+asks for, answers it with their results (``tool`` messages) and asks again, until the
+model answers without tool calls. That answer goes back to the contract engine, which
+holds it to the op's contract like any LLM answer (schema, invariants, repair,
+escalation, budgets). Every turn is a request against the run's budget (``max_calls``).
+
+Bounds: turns, tool calls and tokens of one visit. When one runs out, the model is
+asked once more without tools for its final answer; a model that still calls tools
+then ends the op with ``agent_limit``. Each tool call has a wall-clock limit; a call
+that overruns it, names a tool not offered or fails answers the model with an error it
+can act on.
+
+With a ``ToolJournal`` (a run with a folder), each call is journaled before it runs
+and its result as soon as it comes back; a resumed run takes recorded results from the
+journal instead of running the call again. A write whose result was not recorded is
+checked against the file: applied already (the file is no longer as it was before the
+call) it is not applied again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from lattice.agents.records import AgentTranscript, ToolCallRecord, TurnRecord
+from lattice.contracts.calls import CallEnv
+from lattice.errors import LatticeRunError
+from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message, ToolCall, ToolDef
+from lattice.tools.toolset import FileChange, ToolResult, Toolset
+
+WRITE_TOOLS = frozenset({"Edit", "MultiEdit", "Write"})
+"""Tools that change one file (``file_path``): replayed idempotently after a crash."""
+PREVIEW_CHARS = 500
+"""Arguments and results in events are cut to this many characters."""
+PROBE_TEXT_BYTES = 256 * 1024
+"""A file up to this size is kept whole in a write's journal line (to rebuild its diff)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentBounds:
+    """The limits of one visit of an agent op."""
+
+    max_turns: int = 20
+    max_tool_calls: int = 50
+    max_tokens: int | None = None
+    tool_timeout_s: float = 60.0
+
+
+@runtime_checkable
+class ToolJournal(Protocol):
+    """Where tool calls are journaled, and where a resumed run finds what was recorded."""
+
+    def recorded_tool(self, op_id: str | None, key: str) -> dict[str, Any] | None:
+        """The recorded line of call ``key`` of op ``op_id``: its result (``kind``
+        ``tool_result``) or, when it started and no result was recorded, its start."""
+        ...
+
+    def journal_tool(self, line: dict[str, Any]) -> None:
+        """Append one line (``tool_call`` before a call runs, ``tool_result`` after)."""
+        ...
+
+
+class ToolBox:
+    """The tools offered to a model, each routed to the toolset that has it."""
+
+    def __init__(self, routes: dict[str, tuple[ToolDef, Toolset]]) -> None:
+        self._routes = routes
+        self.defs: tuple[ToolDef, ...] = tuple(tool for tool, _ in routes.values())
+
+    @classmethod
+    async def open(cls, toolsets: Sequence[Toolset], granted: Sequence[str]) -> ToolBox:
+        """The granted tools among those ``toolsets`` list, in the order they were asked for."""
+        found: dict[str, tuple[ToolDef, Toolset]] = {}
+        for toolset in toolsets:
+            for tool in await toolset.list_tools():
+                found.setdefault(tool.name, (tool, toolset))
+        return cls({name: found[name] for name in granted if name in found})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._routes)
+
+    async def call(self, call: ToolCall, timeout_s: float) -> ToolResult:
+        """Run one call under its time limit; failures come back as error results."""
+        route = self._routes.get(call.name)
+        if route is None:
+            offered = ", ".join(self._routes) or "none"
+            return ToolResult(f"There is no tool {call.name!r}; the tools are: {offered}.", True)
+        try:
+            return await asyncio.wait_for(route[1].call(call.name, call.arguments), timeout_s)
+        except TimeoutError:
+            return ToolResult(
+                f"{call.name} did not finish within {timeout_s:g} s and was stopped; "
+                "try a smaller request.",
+                True,
+            )
+
+
+def identity(text: str) -> str:
+    return text
+
+
+class AgentLoop:
+    """The provider an agent op's contract engine calls (see the module docstring)."""
+
+    def __init__(
+        self,
+        inner: LLMProvider,
+        env: CallEnv,
+        box: ToolBox,
+        bounds: AgentBounds,
+        *,
+        journal: ToolJournal | None = None,
+        workspace: Path | None = None,
+        mask: Callable[[str], str] = identity,
+    ) -> None:
+        self.name = inner.name
+        self.inner = inner
+        self.env = env
+        self.box = box
+        self.bounds = bounds
+        self.journal = journal
+        self.workspace = workspace
+        self.mask = mask
+        self.transcript = AgentTranscript(tools=box.names)
+        self._attempts = 0
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """One contract attempt: turns until the model answers without tool calls."""
+        self._attempts += 1
+        messages = list(request.messages)
+        counted = True  # the contract engine counted this attempt's first request
+        while True:
+            exhausted = self._exhausted()
+            if exhausted:
+                messages.append(Message("user", _final_note(exhausted)))
+            turn_request = replace(
+                request, messages=tuple(messages), tools=() if exhausted else self.box.defs
+            )
+            if not counted:
+                self.env.budget.check(self.env.usage)
+                self.env.usage.requests += 1
+            counted = False
+            response = await self.inner.complete(turn_request)
+            turn = self._record_turn(turn_request, response, tools_offered=not exhausted)
+            if not response.tool_calls:
+                return response
+            if exhausted:
+                raise LatticeRunError(
+                    f"the agent still called tools after its {exhausted} ran out",
+                    error_type="agent_limit",
+                    details={"turns": len(self.transcript.turns)},
+                )
+            self.env.usage.add(response.model, request.model_class, response.usage)
+            messages.append(Message("assistant", response.text, tool_calls=response.tool_calls))
+            for record in await self._run_calls(turn, response.tool_calls, request.op_id):
+                turn.calls.append(record)
+                result = record.result
+                text = f"Error: {result.text}" if result.is_error else result.text
+                messages.append(Message("tool", text, tool_call_id=record.call.id))
+
+    def _exhausted(self) -> str | None:
+        """The bound that has run out (its name), or None."""
+        transcript, bounds = self.transcript, self.bounds
+        if len(transcript.turns) >= bounds.max_turns - 1:  # the last turn is for the answer
+            return "turns"
+        if transcript.tool_calls >= bounds.max_tool_calls:
+            return "tool calls"
+        if bounds.max_tokens is not None and transcript.tokens >= bounds.max_tokens:
+            return "tokens"
+        return None
+
+    def _record_turn(
+        self, request: LLMRequest, response: LLMResponse, *, tools_offered: bool
+    ) -> TurnRecord:
+        turn = TurnRecord(
+            number=len(self.transcript.turns) + 1,
+            attempt=self._attempts,
+            prompt_hash=request.prompt_hash(),
+            text=response.text,
+            model=response.model,
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+            finish_reason=response.finish_reason,
+            tools_offered=tools_offered,
+        )
+        self.transcript.turns.append(turn)
+        self.env.emit(
+            "agent_turn",
+            {
+                "turn": turn.number,
+                "attempt": turn.attempt,
+                "tool_calls": [call.name for call in response.tool_calls],
+                "input_tokens": turn.input_tokens,
+                "output_tokens": turn.output_tokens,
+            },
+        )
+        return turn
+
+    async def _run_calls(
+        self, turn: TurnRecord, calls: Sequence[ToolCall], op_id: str | None
+    ) -> list[ToolCallRecord]:
+        """The turn's calls, run concurrently, their records in the order they were asked."""
+        room = self.bounds.max_tool_calls - self.transcript.tool_calls
+        jobs = [
+            self._run_call(turn, index, call, op_id)
+            if index < room
+            else _refused(call, "the agent's tool-call budget is used up; give your answer")
+            for index, call in enumerate(calls)
+        ]
+        return list(await asyncio.gather(*jobs))
+
+    async def _run_call(
+        self, turn: TurnRecord, index: int, call: ToolCall, op_id: str | None
+    ) -> ToolCallRecord:
+        key = f"{turn.prompt_hash}:{index}:{call.id}"
+        recorded = self.journal.recorded_tool(op_id, key) if self.journal else None
+        if recorded is not None and recorded.get("kind") == "tool_result":
+            record = ToolCallRecord(call, _result_from(recorded), replayed=True)
+            self._finished(turn, record)
+            return record
+        probe = self._probe(call)
+        if recorded is not None and probe is not None:
+            applied = _applied_before(recorded, probe)
+            if applied is not None:
+                record = ToolCallRecord(call, applied, replayed=True)
+                self._journal_result(op_id, key, record)
+                self._finished(turn, record)
+                return record
+        self.env.emit(
+            "tool_call_started",
+            {
+                "turn": turn.number,
+                "call_id": call.id,
+                "tool": call.name,
+                "arguments": self._show(
+                    json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
+                ),
+            },
+        )
+        if self.journal is not None:
+            line = {"kind": "tool_call", "op_id": op_id, "key": key, "tool": call.name}
+            if probe is not None:
+                line["file"] = probe
+            self.journal.journal_tool(line)
+        started = time.perf_counter()
+        result = await self.box.call(call, self.bounds.tool_timeout_s)
+        record = ToolCallRecord(call, result, (time.perf_counter() - started) * 1000)
+        self._journal_result(op_id, key, record)
+        self._finished(turn, record)
+        return record
+
+    def _journal_result(self, op_id: str | None, key: str, record: ToolCallRecord) -> None:
+        if self.journal is not None:
+            line = {"kind": "tool_result", "op_id": op_id, "key": key, **record.result.to_json()}
+            self.journal.journal_tool(line)
+
+    def _finished(self, turn: TurnRecord, record: ToolCallRecord) -> None:
+        data: dict[str, Any] = {
+            "turn": turn.number,
+            "call_id": record.call.id,
+            "tool": record.call.name,
+            "is_error": record.result.is_error,
+            "result": self._show(record.result.text),
+            "duration_ms": round(record.duration_ms, 3),
+        }
+        if record.result.changes:
+            data["changes"] = [change.path for change in record.result.changes]
+        if record.replayed:
+            data["replayed"] = True
+        self.env.emit("tool_call_finished", data)
+
+    def _show(self, text: str) -> str:
+        """``text`` with the run's secrets masked, cut to PREVIEW_CHARS."""
+        text = self.mask(text)
+        return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+    def _probe(self, call: ToolCall) -> dict[str, Any] | None:
+        """For a write: the target file as it is before the call (path, digest, text)."""
+        if call.name not in WRITE_TOOLS or self.workspace is None:
+            return None
+        path = call.arguments.get("file_path")
+        if not isinstance(path, str):
+            return None
+        target = _inside(self.workspace, path)
+        if target is None:
+            return None
+        data = _read_bytes(target)
+        probe: dict[str, Any] = {"path": path, "target": str(target), "before": _digest(data)}
+        if data is not None and len(data) <= PROBE_TEXT_BYTES:
+            probe["text"] = data.decode("utf-8", errors="replace")
+        return probe
+
+
+async def _refused(call: ToolCall, why: str) -> ToolCallRecord:
+    return ToolCallRecord(call, ToolResult(why, True))
+
+
+def _final_note(exhausted: str) -> str:
+    return (
+        f"You have used all of your {exhausted}. Do not call tools any more: give your "
+        "final answer now, as the instructions above ask for it."
+    )
+
+
+def _result_from(line: dict[str, Any]) -> ToolResult:
+    changes = tuple(
+        FileChange(
+            path=str(change.get("path")),
+            diff=str(change.get("diff", "")),
+            before=change.get("before"),
+            after=change.get("after"),
+            applied=bool(change.get("applied", True)),
+        )
+        for change in line.get("changes") or ()
+    )
+    return ToolResult(str(line.get("text", "")), bool(line.get("is_error")), changes)
+
+
+def _applied_before(started: dict[str, Any], probe: dict[str, Any]) -> ToolResult | None:
+    """The result of a write that started before a crash and whose result was not
+    recorded, when the file shows it was applied (it is no longer as it was before the
+    call); None when the file is unchanged (the write is to be run)."""
+    before = (started.get("file") or {}).get("before")
+    if probe["before"] == before:
+        return None
+    old = str((started.get("file") or {}).get("text", ""))
+    new = str(probe.get("text", ""))
+    path = str(probe["path"])
+    diff = "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"a/{path}",
+            f"b/{path}",
+        )
+    )
+    change = FileChange(path=path, diff=diff, before=before, after=probe["before"])
+    return ToolResult(f"The change to {path} was applied.", changes=(change,))
+
+
+def _inside(root: Path, path: str) -> Path | None:
+    """``path`` (relative to ``root`` or absolute inside it) resolved; None outside."""
+    base = root.resolve()
+    target = (base / path).resolve()
+    return target if target == base or base in target.parents else None
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None
+
+
+def _digest(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
