@@ -2,7 +2,8 @@
 
 It implements ``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (Anthropic),
 records every request (path, headers, JSON body) and answers with the text that
-``answer(body)`` returns for the request. ``failures`` (a list of ``(status, JSON body,
+``answer(body)`` returns for the request, or with tool calls when it returns a ``ToolTurn``
+(OpenAI's ``tool_calls``, Anthropic's ``tool_use`` blocks). ``failures`` (a list of ``(status, JSON body,
 headers)``) makes the next calls fail, one item per call; ``fail_with`` makes every call fail.
 
 A request with ``"stream": true`` is answered as the API streams: server-sent events
@@ -28,7 +29,17 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Answer = Callable[[dict[str, Any]], str]
+Answer = Callable[[dict[str, Any]], "str | ToolTurn"]
+
+
+@dataclass
+class ToolTurn:
+    """An answer that calls tools: ``calls`` are ``(id, name, arguments JSON text)``; in a
+    stream the arguments come in pieces of ``piece_chars`` like text (so ``cuts`` can cut a
+    stream in the middle of a call's arguments)."""
+
+    calls: list[tuple[str, str, str]]
+    text: str = ""
 
 
 @dataclass
@@ -43,6 +54,18 @@ class Received:
             for m in self.body.get("messages", [])
             if m.get("role") == "user"
         )
+
+
+UNPARSABLE = "$unparsable"
+
+
+def _input(arguments: str) -> Any:
+    """A tool_use block's input; arguments that are no JSON are kept under UNPARSABLE and
+    streamed as they are (what a model cut short by max_tokens sends)."""
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return {UNPARSABLE: arguments}
 
 
 def _tokens(text: str) -> int:
@@ -183,9 +206,22 @@ class FakeLLMServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
+    def _turn(self, body: dict[str, Any]) -> ToolTurn:
+        answer = self.answer(body)
+        return answer if isinstance(answer, ToolTurn) else ToolTurn([], answer)
+
     def _openai(self, body: dict[str, Any]) -> dict[str, Any]:
-        text = self.answer(body)
+        turn = self._turn(body)
+        text = turn.text
+        output = text + "".join(arguments for _, _, arguments in turn.calls)
         prompt = json.dumps(body.get("messages", []))
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if turn.calls:
+            message["content"] = text or None
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                for cid, name, args in turn.calls
+            ]
         reply = {
             "id": f"chatcmpl-{len(self.received)}",
             "object": "chat.completion",
@@ -194,31 +230,38 @@ class FakeLLMServer:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
+                    "message": message,
+                    "finish_reason": "tool_calls" if turn.calls else "stop",
                 }
             ],
             "usage": {
                 "prompt_tokens": _tokens(prompt),
-                "completion_tokens": _tokens(text),
-                "total_tokens": _tokens(prompt) + _tokens(text),
+                "completion_tokens": _tokens(output),
+                "total_tokens": _tokens(prompt) + _tokens(output),
             },
         }
         self.replies.append(reply)
         return reply
 
     def _anthropic(self, body: dict[str, Any]) -> dict[str, Any]:
-        text = self.answer(body)
+        turn = self._turn(body)
+        text = turn.text
+        output = text + "".join(arguments for _, _, arguments in turn.calls)
         prompt = json.dumps(body.get("messages", [])) + str(body.get("system", ""))
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        content += [
+            {"type": "tool_use", "id": cid, "name": name, "input": _input(args)}
+            for cid, name, args in turn.calls
+        ]
         reply = {
             "id": f"msg_{len(self.received)}",
             "type": "message",
             "role": "assistant",
             "model": body.get("model", "unknown"),
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
+            "content": content or [{"type": "text", "text": ""}],
+            "stop_reason": "tool_use" if turn.calls else "end_turn",
             "stop_sequence": None,
-            "usage": {"input_tokens": _tokens(prompt), "output_tokens": _tokens(text)},
+            "usage": {"input_tokens": _tokens(prompt), "output_tokens": _tokens(output)},
         }
         self.replies.append(reply)
         return reply
@@ -229,7 +272,8 @@ class FakeLLMServer:
 
     def _openai_events(self, body: dict[str, Any]) -> list[tuple[str | None, Any, bool]]:
         reply = self._openai(body)
-        text = reply["choices"][0]["message"]["content"]
+        message = reply["choices"][0]["message"]
+        text = message["content"] or ""
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {
@@ -243,8 +287,21 @@ class FakeLLMServer:
         events: list[tuple[str | None, Any, bool]] = [
             (None, chunk({"role": "assistant", "content": ""}), False)
         ]
-        events += [(None, chunk({"content": piece}), True) for piece in self._pieces(text)]
-        events.append((None, chunk({}, "stop"), False))
+        if text or not message.get("tool_calls"):
+            events += [(None, chunk({"content": piece}), True) for piece in self._pieces(text)]
+        for index, call in enumerate(message.get("tool_calls", [])):
+            head = {"index": index, "id": call["id"], "type": "function"}
+            head["function"] = {"name": call["function"]["name"], "arguments": ""}
+            events.append((None, chunk({"tool_calls": [head]}), False))
+            events += [
+                (
+                    None,
+                    chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]}),
+                    True,
+                )
+                for p in self._pieces(call["function"]["arguments"])
+            ]
+        events.append((None, chunk({}, reply["choices"][0]["finish_reason"]), False))
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {**chunk({}), "choices": [], "usage": reply["usage"]}
             events.append((None, usage, False))
@@ -253,41 +310,51 @@ class FakeLLMServer:
 
     def _anthropic_events(self, body: dict[str, Any]) -> list[tuple[str | None, Any, bool]]:
         reply = self._anthropic(body)
-        text = reply["content"][0]["text"]
         start = {**reply, "content": [], "stop_reason": None}
         start["usage"] = {"input_tokens": reply["usage"]["input_tokens"], "output_tokens": 1}
         events: list[tuple[str | None, Any, bool]] = [
             ("message_start", {"type": "message_start", "message": start}, False),
-            (
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "text", "text": ""},
-                },
-                False,
-            ),
             ("ping", {"type": "ping"}, False),
         ]
-        events += [
-            (
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "text_delta", "text": piece},
-                },
-                True,
+        for index, block in enumerate(reply["content"]):
+            opening: dict[str, Any]
+            if block["type"] == "text":
+                opening = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": p} for p in self._pieces(block["text"])]
+            else:
+                opening = {**block, "input": {}}
+                arguments = block["input"].get(UNPARSABLE) or json.dumps(block["input"])
+                deltas = [
+                    {"type": "input_json_delta", "partial_json": p} for p in self._pieces(arguments)
+                ]
+            events.append(
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": opening},
+                    False,
+                )
             )
-            for piece in self._pieces(text)
-        ]
+            events += [
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                    True,
+                )
+                for delta in deltas
+            ]
+            events.append(
+                (
+                    "content_block_stop",
+                    {"type": "content_block_stop", "index": index},
+                    False,
+                )
+            )
         events += [
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}, False),
             (
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "delta": {"stop_reason": reply["stop_reason"], "stop_sequence": None},
                     "usage": {"output_tokens": reply["usage"]["output_tokens"]},
                 },
                 False,

@@ -32,12 +32,29 @@ class ToolDef:
     input_schema: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+
+
+MALFORMED_ARGUMENTS = "$malformed_arguments"
+"""The key under which a ``ToolCall``'s ``arguments`` hold the model's raw arguments text
+when that text is not a JSON object (see ``ToolCall.malformed``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One tool call a model asked for: the provider's call id, the tool and its arguments."""
+    """One tool call a model asked for: the provider's call id, the tool and its arguments.
+
+    A model that writes arguments which are not a JSON object (cut short by ``max_tokens``,
+    or simply wrong) still gets its call back: ``arguments`` is then
+    ``{MALFORMED_ARGUMENTS: "<the raw text>"}`` and ``malformed`` returns that text, so an
+    agent loop can answer the call with a tool error the model can act on (the call is
+    the model's mistake, not the provider's; retrying the request would only repeat it).
+    Sent back to the provider in a later turn, such a call carries its raw text again.
+    """
 
     id: str
     name: str
@@ -45,6 +62,49 @@ class ToolCall:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @property
+    def malformed(self) -> str | None:
+        """The raw arguments text when the model's arguments were not a JSON object."""
+        raw = self.arguments.get(MALFORMED_ARGUMENTS)
+        return raw if isinstance(raw, str) and len(self.arguments) == 1 else None
+
+    def arguments_json(self) -> str:
+        """The arguments as the model wrote them: JSON text (or the malformed raw text)."""
+        raw = self.malformed
+        return raw if raw is not None else json.dumps(self.arguments, ensure_ascii=False)
+
+
+def tool_calls_from_json(items: Any) -> tuple[ToolCall, ...]:
+    """Tool calls read back from their ``to_json`` form (a fixture line, a journal line);
+    ValueError when ``items`` is not a list of ``{"id", "name", "arguments"}`` objects."""
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ValueError("tool_calls must be a list")
+    calls = []
+    for item in items:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("id"), str)
+            and isinstance(item.get("name"), str)
+            and isinstance(item.get("arguments"), dict)
+        ):
+            raise ValueError('each tool call is {"id": text, "name": text, "arguments": {...}}')
+        calls.append(ToolCall(item["id"], item["name"], item["arguments"]))
+    return tuple(calls)
+
+
+def parse_tool_arguments(text: str | None) -> dict[str, Any]:
+    """A model's tool-call arguments text as ``ToolCall.arguments``: the JSON object it
+    spells (empty text is no arguments), else ``{MALFORMED_ARGUMENTS: text}``."""
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {MALFORMED_ARGUMENTS: text}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +147,19 @@ class LLMRequest:
     calls it with each piece of text as it arrives and still returns the whole answer
     (an answer cut short is an error, never a response); one that cannot (mock, fixtures)
     ignores it. It is not part of the request's identity: not compared, not hashed.
+
+    ``tools`` offers the model tools (an agent's turn). The answer is then either tool
+    calls (``LLMResponse.tool_calls``, finish reason ``tool_calls``; ``text`` is whatever
+    the model wrote beside them) or a final answer in ``text``. The next turn sends the
+    transcript: the assistant message with its ``tool_calls``, then one ``tool`` message
+    per call (``tool_call_id``), in the order of the calls. With tools offered, a provider
+    never sends ``response_schema`` natively: a server's structured-output decoding would
+    hold the model to the schema and keep it from calling tools (local servers' guided
+    decoding does). The schema then reaches the model in the prompt (``prompt_schema``,
+    unchanged), and the loop holds the final answer to the contract like any answer. A
+    loop that wants the final answer under native structured output asks for it in a
+    request with no tools; the transcript goes as it is (OpenAI-shaped APIs take tool
+    messages without tools; one that refuses them answers ``invalid_request``).
     """
 
     messages: tuple[Message, ...]
@@ -110,7 +183,7 @@ class LLMRequest:
         if not text or self.response_schema is None:
             return self
         messages = tuple(
-            Message(m.role, m.content.replace(text, SCHEMA_NOTE)) if text in m.content else m
+            replace(m, content=m.content.replace(text, SCHEMA_NOTE)) if text in m.content else m
             for m in self.messages
         )
         return replace(self, messages=messages, prompt_schema=None)

@@ -1,7 +1,8 @@
 """FixtureProvider: replay completions by prompt hash, or record them from a live provider.
 
 File format: JSONL, one ``{"prompt_hash", "completion", "meta", "prompt_preview"}`` per
-line (docs/mocks.md). The prompt hash is ``LLMRequest.prompt_hash()``; a later line for
+line (docs/mocks.md); an agent's turn that called tools also has ``"tool_calls": [{"id",
+"name", "arguments"}, ...]`` (``completion`` is then the text beside them, often empty). The prompt hash is ``LLMRequest.prompt_hash()``; a later line for
 the same hash wins. ``lattice hash-prompt`` computes hashes so fixtures can be written by hand.
 """
 
@@ -12,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.base import (
+    LLMProvider,
+    LLMRequest,
+    LLMResponse,
+    TokenUsage,
+    tool_calls_from_json,
+)
 
 
 def read_fixtures(path: Path) -> dict[str, dict[str, Any]]:
@@ -39,6 +46,10 @@ def read_fixtures(path: Path) -> dict[str, dict[str, Any]]:
             raise LatticeUserError(
                 f"{path}:{number}: a fixture line needs prompt_hash and completion"
             )
+        try:
+            tool_calls_from_json(entry.get("tool_calls"))
+        except ValueError as exc:
+            raise LatticeUserError(f"{path}:{number}: {exc}") from None
         table[entry["prompt_hash"]] = entry
     return table
 
@@ -93,6 +104,7 @@ class FixtureProvider:
                 model=str(meta.get("model", "fixture")),
                 latency_ms=0.0,
                 finish_reason=meta.get("finish_reason", "stop"),
+                tool_calls=tool_calls_from_json(entry.get("tool_calls")),
             )
         if self.record_with is None:
             raise LatticeRunError(
@@ -117,6 +129,8 @@ class FixtureProvider:
             },
             "prompt_preview": request.preview(),
         }
+        if response.tool_calls:
+            entry["tool_calls"] = [call.to_json() for call in response.tool_calls]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry, ensure_ascii=False) + "\n")

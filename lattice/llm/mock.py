@@ -11,6 +11,11 @@ and a message showing an answer of the shape the node expects. A classifier (the
 ``{"branch": <label>}`` op of a natural-language ifElse/switch) may be answered with
 its plain label. An item ``{"$error": "<error_type>", "message": ..., "retry_after": ...}``
 makes that call fail with that Lattice error type instead (to script provider failures).
+An item ``{"$tool_calls": [{"name": "Read", "arguments": {...}}, ...], "text": "…"}``
+answers an agent's turn with those tool calls (finish reason ``tool_calls``; ``text``,
+optional, is what the model says beside them); the next item answers the next turn. The
+calls get the ids ``call_<n>``, numbered on from the tool calls already in the request's
+transcript, so a replayed or resumed turn gets the same ids.
 
 The provider's ``checkpoint`` (saved in run folders) is its cursor and a digest of its
 script. A resume with the same script goes on from the cursor (past a scripted failure);
@@ -29,7 +34,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, estimate_tokens
+from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, ToolCall, estimate_tokens
 from lattice.llm.examples import branch_labels, example_value
 
 _UNSET: Any = object()
@@ -150,8 +155,11 @@ class MockProvider:
         streamed = self.pieces > 1 and request.on_delta is not None
         if self.latency and not streamed:
             await asyncio.sleep(self.latency)
+        calls: tuple[ToolCall, ...] = ()
         if isinstance(item, str):
             text = _as_branch(item, request.response_schema)
+        elif isinstance(item, Mapping) and "$tool_calls" in item:
+            text, calls = str(item.get("text") or ""), _tool_calls(item, request)
         elif isinstance(item, Mapping) and "$error" in item:
             details = {k: v for k, v in item.items() if k not in ("$error", "message")}
             raise LatticeRunError(
@@ -162,13 +170,16 @@ class MockProvider:
             )
         else:
             text = json.dumps(item, ensure_ascii=False)
-        if streamed:
+        if streamed and text:
             await self._stream(text, request)
+        output = text + "".join(call.name + call.arguments_json() for call in calls)
         return LLMResponse(
             text=text,
-            usage=TokenUsage((request.size_chars() + 3) // 4, estimate_tokens(text)),
+            usage=TokenUsage((request.size_chars() + 3) // 4, estimate_tokens(output)),
             model=request.model or self.model,
             latency_ms=(time.perf_counter() - started) * 1000,
+            finish_reason="tool_calls" if calls else "stop",
+            tool_calls=calls,
         )
 
     async def _stream(self, text: str, request: LLMRequest) -> None:
@@ -206,10 +217,58 @@ def check_script(script: Any) -> None:
             example = json.dumps([items] if isinstance(items, str) else ["…"], ensure_ascii=False)
             _bad(f"{where} must be a list of completions, e.g. {example}")
         for index, item in enumerate(items):
-            if isinstance(item, Mapping) and "$error" in item:
-                _check_error_item(item, f"{where}[{index}]")
-    if isinstance(script.get("default"), Mapping) and "$error" in script["default"]:
-        _check_error_item(script["default"], "default")
+            _check_item(item, f"{where}[{index}]")
+    if "default" in script:
+        _check_item(script["default"], "default")
+
+
+def _check_item(item: Any, where: str) -> None:
+    if isinstance(item, Mapping) and "$error" in item:
+        _check_error_item(item, where)
+    elif isinstance(item, Mapping) and "$tool_calls" in item:
+        _check_tool_calls_item(item, where)
+
+
+def _check_tool_calls_item(item: Mapping[str, Any], where: str) -> None:
+    """A scripted agent turn: ``{"$tool_calls": [{"name": tool, "arguments"?: {...}}, ...],
+    "text"?: text}``."""
+    shape = '{"$tool_calls": [{"name": "Read", "arguments": {"file_path": "README.md"}}]}'
+    unknown = sorted(set(item) - {"$tool_calls", "text"})
+    if unknown:
+        _bad(f'{where}: unknown keys {unknown} beside "$tool_calls" (only "text"), e.g. {shape}')
+    calls = item["$tool_calls"]
+    if not isinstance(calls, list) or not calls:
+        _bad(f'{where}: "$tool_calls" must be a non-empty list of calls, e.g. {shape}')
+    if "text" in item and not isinstance(item["text"], str):
+        _bad(f'{where}: "text" must be text, e.g. {shape}')
+    for index, call in enumerate(calls):
+        at = f'{where}["$tool_calls"][{index}]'
+        if not isinstance(call, Mapping):
+            _bad(f'{at} must be an object {{"name": …, "arguments": {{…}}}}, e.g. {shape}')
+        extra = sorted(set(call) - {"name", "arguments"})
+        if extra:
+            _bad(f'{at}: unknown keys {extra} (a call has "name" and "arguments"), e.g. {shape}')
+        if not isinstance(call.get("name"), str) or not call["name"].strip():
+            _bad(f'{at}: "name" must be a tool\'s name, e.g. {shape}')
+        if not isinstance(call.get("arguments", {}), Mapping):
+            _bad(f'{at}: "arguments" must be an object, e.g. {shape}')
+
+
+def _tool_calls(item: Mapping[str, Any], request: LLMRequest) -> tuple[ToolCall, ...]:
+    """A scripted turn's calls, with ids ``call_<n>`` numbered on from the calls already
+    in the transcript (deterministic: the same transcript gives the same ids)."""
+    if not request.tools:
+        raise LatticeRunError(
+            f"the mock script answers node {request.node_id!r} with tool calls, but this "
+            'request offers no tools (a "$tool_calls" item answers an agent\'s turn)',
+            error_type="invalid_request",
+            node_id=request.node_id,
+        )
+    before = sum(len(m.tool_calls) for m in request.messages)
+    return tuple(
+        ToolCall(f"call_{before + n}", str(call["name"]), dict(call.get("arguments") or {}))
+        for n, call in enumerate(item["$tool_calls"], 1)
+    )
 
 
 def _check_error_item(item: Mapping[str, Any], where: str) -> None:

@@ -13,7 +13,16 @@ import os
 from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
-from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse, TokenUsage
+from lattice.llm.base import (
+    DeltaSink,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    TokenUsage,
+    ToolCall,
+    ToolDef,
+    parse_tool_arguments,
+)
 from lattice.llm.errors import LoopLocalClients, map_sdk_error
 from lattice.llm.sdk_provider import SdkProvider, StreamBroken
 
@@ -130,11 +139,15 @@ class OpenAIProvider(SdkProvider):
 
 def chat_body(request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
     """A chat-completions request body (the OpenAI format, which LiteLLM takes too);
-    ``structured``: ask for the response schema as a strict-if-possible ``json_schema``."""
+    ``structured``: ask for the response schema as a strict-if-possible ``json_schema``;
+    ``tools`` go as function tools, and the transcript's tool calls and results as the
+    assistant's ``tool_calls`` and ``tool`` messages."""
     body: dict[str, Any] = {
         "model": model,
-        "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+        "messages": [chat_message(m) for m in request.messages],
     }
+    if request.tools:
+        body["tools"] = [chat_tool(tool) for tool in request.tools]
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.top_p is not None:
@@ -154,10 +167,44 @@ def chat_body(request: LLMRequest, model: str, *, structured: bool) -> dict[str,
     return body
 
 
+def chat_message(message: Message) -> dict[str, Any]:
+    """One message in the chat-completions format."""
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if not message.tool_calls:
+        return {"role": message.role, "content": message.content}
+    return {
+        "role": message.role,
+        "content": message.content or None,  # servers accept null beside tool calls
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_json()},
+            }
+            for call in message.tool_calls
+        ],
+    }
+
+
+def chat_tool(tool: ToolDef) -> dict[str, Any]:
+    """A tool as a chat-completions function tool."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.input_schema,
+        },
+    }
+
+
 def chat_response(raw: Any, model: str, latency_ms: float) -> LLMResponse:
-    """The LLMResponse of a chat completion (a missing usage counts zero tokens)."""
+    """The LLMResponse of a chat completion (a missing usage counts zero tokens); the
+    message's function tool calls become ``tool_calls`` (see ``parse_tool_arguments``)."""
     choice = raw.choices[0] if raw.choices else None
     usage = getattr(raw, "usage", None)
+    calls = (getattr(choice.message, "tool_calls", None) or ()) if choice is not None else ()
     return LLMResponse(
         text=(choice.message.content or "") if choice is not None else "",
         usage=TokenUsage(
@@ -167,6 +214,11 @@ def chat_response(raw: Any, model: str, latency_ms: float) -> LLMResponse:
         model=raw.model or model,
         latency_ms=latency_ms,
         finish_reason=choice.finish_reason if choice is not None else None,
+        tool_calls=tuple(
+            ToolCall(call.id, call.function.name, parse_tool_arguments(call.function.arguments))
+            for call in calls
+            if getattr(call, "function", None) is not None  # custom (free-text) tools: not ours
+        ),
     )
 
 
@@ -176,6 +228,7 @@ async def read_chat_stream(stream: Any, on_delta: DeltaSink, model: str) -> LLMR
     in the last chunk (``stream_options.include_usage``); a stream whose choice never
     got a finish reason was cut short."""
     parts: list[str] = []
+    calls = StreamedToolCalls()
     finish: str | None = None
     usage: Any = None
     answered_by = model
@@ -187,16 +240,19 @@ async def read_chat_stream(stream: Any, on_delta: DeltaSink, model: str) -> LLMR
                 if getattr(choice, "index", 0) != 0:
                     continue
                 delta = choice.delta
-                text = getattr(delta, "content", None) if delta is not None else None
-                if text:
-                    parts.append(text)
-                    on_delta(text)
+                if delta is not None:
+                    text = getattr(delta, "content", None)
+                    if text:
+                        parts.append(text)
+                        on_delta(text)
+                    for call in getattr(delta, "tool_calls", None) or ():
+                        calls.add(call)
                 if choice.finish_reason:
                     finish = choice.finish_reason
     finally:
         await close_stream(stream)
     if finish is None:
-        raise StreamBroken("no finish reason")
+        raise StreamBroken("no finish reason" + calls.where())
     return LLMResponse(
         text="".join(parts),
         usage=TokenUsage(
@@ -204,7 +260,47 @@ async def read_chat_stream(stream: Any, on_delta: DeltaSink, model: str) -> LLMR
         ),
         model=answered_by,
         finish_reason=finish,
+        tool_calls=calls.finished(),
     )
+
+
+class StreamedToolCalls:
+    """Tool calls put together from a chat-completion stream's deltas: each delta names
+    its call by ``index``; the first carries the id and name, the rest pieces of the
+    arguments text."""
+
+    def __init__(self) -> None:
+        self._ids: dict[int, str] = {}
+        self._names: dict[int, str] = {}
+        self._arguments: dict[int, list[str]] = {}
+
+    def add(self, delta: Any) -> None:
+        index = int(getattr(delta, "index", 0) or 0)
+        if getattr(delta, "id", None):
+            self._ids[index] = delta.id
+        function = getattr(delta, "function", None)
+        if function is not None:
+            if getattr(function, "name", None):
+                self._names.setdefault(index, function.name)  # some servers repeat it
+            if getattr(function, "arguments", None):
+                self._arguments.setdefault(index, []).append(function.arguments)
+
+    def where(self) -> str:
+        """Where a cut stream stopped, when it was in a tool call's arguments."""
+        if not self._arguments and not self._names:
+            return ""
+        last = max([*self._names, *self._arguments])
+        return f" (in the arguments of tool call {self._names.get(last, '?')!r})"
+
+    def finished(self) -> tuple[ToolCall, ...]:
+        return tuple(
+            ToolCall(
+                self._ids.get(index, f"call_{index}"),
+                self._names[index],
+                parse_tool_arguments("".join(self._arguments.get(index, ()))),
+            )
+            for index in sorted(self._names)
+        )
 
 
 async def close_stream(stream: Any) -> None:

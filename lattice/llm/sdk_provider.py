@@ -126,7 +126,11 @@ class SdkProvider:
     async def complete(self, request: LLMRequest) -> LLMResponse:
         sdk = self._sdk()
         model = request.model or self.default_model
-        structured = request.response_schema is not None and model not in self._no_schema_models
+        structured = (
+            request.response_schema is not None
+            and not request.tools  # see LLMRequest: tools and native schemas do not mix
+            and model not in self._no_schema_models
+        )
         started = time.perf_counter()
         sent = request.schema_sent_natively() if structured else request
         try:

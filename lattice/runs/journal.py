@@ -19,8 +19,9 @@ Line kinds::
                                                     refused without being sent (a
                                                     batch's budget gate): not counted
     {"kind": "answer", "op_seq", "op_id", "prompt_hash", "model_class", "text", "model",
-     "input_tokens", "output_tokens", "finish_reason", "latency_ms", "tool_calls"?,
-     "provider_state"?}
+     "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?,
+     "tool_calls"?}                                 an answer; ``tool_calls`` when the
+                                                    model called tools (an agent's turn)
     {"kind": "tool_call", "op_id", "key", "tool", "file"?}   an agent's tool call, before
                                                     it runs (``file``: a write's target
                                                     as it was: path, digest, text)

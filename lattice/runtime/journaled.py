@@ -12,7 +12,13 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, TokenUsage, ToolCall
+from lattice.llm.base import (
+    LLMProvider,
+    LLMRequest,
+    LLMResponse,
+    TokenUsage,
+    tool_calls_from_json,
+)
 from lattice.runs.store import RunRecorder
 from lattice.runtime.context import Interrupted
 
@@ -65,10 +71,7 @@ class JournaledProvider:
                     model=str(line.get("model", "unknown")),
                     latency_ms=float(line.get("latency_ms") or 0.0),
                     finish_reason=line.get("finish_reason"),
-                    tool_calls=tuple(
-                        ToolCall(str(c["id"]), str(c["name"]), dict(c.get("arguments") or {}))
-                        for c in line.get("tool_calls") or ()
-                    ),
+                    tool_calls=tool_calls_from_json(line.get("tool_calls")),
                 )
         sent = {"op_id": request.op_id, "prompt_hash": prompt_hash}
         self._journal({"kind": "request", **sent})
