@@ -21,6 +21,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"contracts"}),
     frozenset({"config"}),
     frozenset({"tools"}),
+    frozenset({"workspace"}),
     frozenset({"agents"}),
     frozenset({"lower"}),
     frozenset({"runs"}),

@@ -14,7 +14,7 @@ Lattice or of the user's configuration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from lattice.llm.base import ToolDef
@@ -24,9 +24,10 @@ from lattice.llm.base import ToolDef
 class FileChange:
     """One file an agent's tool changed (or, in patch-only mode, would have changed).
 
-    ``diff`` is a unified diff of the change relative to the workspace root;
+    ``path`` is relative to the workspace root; ``diff`` is a unified diff of the change;
     ``before``/``after`` are sha256 digests of the file's bytes (None: absent), so a
-    call replayed after a crash can tell whether the change is already applied.
+    change replayed after a crash can tell whether it is already applied; ``content`` is
+    the file's new text, kept so that a recorded change can be applied again exactly.
     """
 
     path: str
@@ -34,6 +35,7 @@ class FileChange:
     before: str | None
     after: str | None
     applied: bool = True
+    content: str | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,7 +44,19 @@ class FileChange:
             "before": self.before,
             "after": self.after,
             "applied": self.applied,
+            "content": self.content,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FileChange:
+        return cls(
+            path=data["path"],
+            diff=data["diff"],
+            before=data.get("before"),
+            after=data.get("after"),
+            applied=data.get("applied", True),
+            content=data.get("content"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +72,14 @@ class ToolResult:
         if self.changes:
             out["changes"] = [change.to_json() for change in self.changes]
         return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolResult:
+        return cls(
+            text=data["text"],
+            is_error=data.get("is_error", False),
+            changes=tuple(FileChange.from_json(c) for c in data.get("changes", ())),
+        )
 
 
 @runtime_checkable

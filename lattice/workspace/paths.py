@@ -1,0 +1,83 @@
+"""Confining a path a model gives to the granted workspace root.
+
+A path may be relative to the root or absolute inside it. It is refused when it names a
+parent (``..``), leads outside the root once symbolic links are followed, or reaches into
+``.git/`` (a repository's own database is not the agent's to read or change). Files are
+opened without following a final symbolic link, so a link made after the check cannot
+lead out either.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+
+class ToolRefused(Exception):
+    """A tool call the model can correct: the message says what was wrong."""
+
+
+PROTECTED_DIRS = frozenset({".git"})
+
+
+class Workspace:
+    """The granted root, and the checks every file tool makes against it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(os.path.realpath(root))
+        if not self.root.is_dir():
+            raise ValueError(f"the workspace {root} is not a directory")
+
+    def resolve(self, given: str, *, must_exist: bool = True) -> Path:
+        """The real path ``given`` names inside the root; ToolRefused when it is not one."""
+        if not isinstance(given, str) or not given.strip():
+            raise ToolRefused("give a path: relative to the workspace root, or absolute inside it")
+        if "\x00" in given:
+            raise ToolRefused("a path cannot contain a NUL character")
+        text = given.strip()
+        if ".." in PurePosixPath(text).parts:
+            raise ToolRefused(
+                f"{text!r}: paths may not name a parent ('..'); stay inside the workspace"
+            )
+        candidate = Path(text) if os.path.isabs(text) else self.root / text
+        real = Path(os.path.realpath(candidate))
+        if not self.contains(real):
+            raise ToolRefused(
+                f"{text!r} is outside the workspace ({self.root}); use a path inside it"
+            )
+        relative = real.relative_to(self.root)
+        if PROTECTED_DIRS.intersection(relative.parts):
+            raise ToolRefused(f"{text!r} is inside .git/, which agents may not read or change")
+        if must_exist and not real.exists():
+            raise ToolRefused(f"{self.show(real)} does not exist")
+        return real
+
+    def contains(self, path: Path) -> bool:
+        return path == self.root or self.root in path.parents
+
+    def show(self, path: Path) -> str:
+        """``path`` as the model sees it: relative to the root ('.' for the root)."""
+        relative = path.relative_to(self.root).as_posix()
+        return relative or "."
+
+    def walk(self, start: Path) -> list[Path]:
+        """Every file under ``start``, sorted, not following links, skipping ``.git``."""
+        found: list[Path] = []
+        for folder, dirs, files in os.walk(start, followlinks=False):
+            dirs[:] = sorted(d for d in dirs if d not in PROTECTED_DIRS)
+            found.extend(Path(folder) / name for name in sorted(files))
+        return found
+
+
+def open_for_reading(path: Path) -> int:
+    """A descriptor on ``path``, refusing a final symbolic link and anything not a file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ToolRefused(f"cannot open {path.name}: {exc.strerror}") from None
+    import stat
+
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ToolRefused(f"{path.name} is not a regular file")
+    return fd

@@ -1,0 +1,225 @@
+"""Bash: a shell command in a bubblewrap sandbox.
+
+The command runs under Debian's ``bwrap`` in fresh namespaces (no network, its own
+process tree, no host processes visible), with the system's programs read-only, a
+private ``/tmp``, and the workspace as the only writable path (mounted at its own path,
+so the paths the model sees work inside). Limits: a wall-clock time (the process tree
+is killed at its end), address space, file size, processes (a pids cgroup where one
+can be made, else ``RLIMIT_NPROC``) and captured output. Without bubblewrap the tool is
+refused with a message saying how to install it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from lattice.workspace.grants import WorkspaceGrant
+from lattice.workspace.paths import ToolRefused
+
+INSTALL_HINT = (
+    "the Bash tool needs bubblewrap (bwrap) to sandbox commands, and it is not installed: "
+    "apt-get install bubblewrap (Debian, Ubuntu) or dnf install bubblewrap (Fedora)"
+)
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SYSTEM_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/passwd",
+    "/etc/group",
+)
+MAX_FILE_BYTES = 100_000_000
+"""The largest file a sandboxed command may write."""
+PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+
+
+@functools.cache
+def sandbox_problem() -> str | None:
+    """Why commands cannot be sandboxed here (None: they can); probed once per process."""
+    if shutil.which("bwrap") is None:
+        return INSTALL_HINT
+    try:
+        probe = subprocess.run(
+            ["bwrap", *_mounts(None), "--unshare-all", "true"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap is installed but could not start: {exc}"
+    if probe.returncode != 0:
+        reason = probe.stderr.decode("utf-8", "replace").strip()[:300]
+        return f"bubblewrap is installed but cannot make a sandbox here: {reason}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ShellOutcome:
+    exit_code: int | None
+    output: str
+    timed_out: bool
+    cut: bool
+
+    def describe(self, limit_s: float) -> str:
+        parts = [self.output.rstrip("\n")] if self.output.strip() else []
+        if self.cut:
+            parts.append("[output cut at the limit]")
+        if self.timed_out:
+            parts.append(f"[killed: the command ran past its {limit_s:g} s limit]")
+        else:
+            parts.append(f"[exit code {self.exit_code}]")
+        return "\n".join(parts)
+
+
+async def run_command(grant: WorkspaceGrant, command: str, timeout: float) -> ShellOutcome:
+    """Run ``command`` with ``bash -c`` in the sandbox, inside the workspace."""
+    problem = sandbox_problem()
+    if problem is not None:
+        raise ToolRefused(problem)
+    assert grant.root is not None
+    argv = [
+        "bwrap",
+        *_mounts(grant.root),
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--uid", "1000", "--gid", "1000",
+        "--chdir", str(grant.root),
+        "--clearenv",
+        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+        "--setenv", "HOME", "/tmp",
+        "--setenv", "LANG", "C.UTF-8",
+        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        "bash", "-c", command,
+    ]  # fmt: skip
+    cgroup = _PidsCgroup.make(grant.shell_processes)
+    limits = functools.partial(_limit_child, grant, cgroup)
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        preexec_fn=limits,
+        start_new_session=True,
+    )
+    try:
+        output, cut, timed_out = await _collect(process, grant.shell_output_bytes, timeout)
+    finally:
+        _kill_tree(process)
+        await process.wait()
+        if cgroup is not None:
+            cgroup.remove()
+    text = output.decode("utf-8", errors="replace")
+    return ShellOutcome(process.returncode, text, timed_out, cut)
+
+
+async def _collect(
+    process: asyncio.subprocess.Process, limit: int, timeout: float
+) -> tuple[bytes, bool, bool]:
+    assert process.stdout is not None
+    kept = bytearray()
+    cut = False
+
+    async def read_all() -> None:
+        nonlocal cut
+        assert process.stdout is not None
+        while chunk := await process.stdout.read(65536):
+            room = limit - len(kept)
+            if room > 0:
+                kept.extend(chunk[:room])
+            if len(chunk) > room:
+                cut = True
+        await process.wait()
+
+    try:
+        await asyncio.wait_for(read_all(), timeout)
+    except TimeoutError:
+        return bytes(kept), cut, True
+    return bytes(kept), cut, False
+
+
+def _kill_tree(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def _mounts(root: Path | None) -> list[str]:
+    args: list[str] = []
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in SYSTEM_FILES:
+        args += ["--ro-bind-try", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    if root is not None:
+        args += ["--bind", str(root), str(root)]
+    return args
+
+
+def _limit_child(grant: WorkspaceGrant, cgroup: _PidsCgroup | None) -> None:
+    """In the child before exec: resource limits, and the pids cgroup."""
+    memory = grant.shell_memory_bytes
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if cgroup is not None:
+        cgroup.enter()
+    else:
+        processes = grant.shell_processes
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+
+
+class _PidsCgroup:
+    """A pids cgroup that caps a command's processes (root ignores ``RLIMIT_NPROC``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def make(cls, limit: int) -> _PidsCgroup | None:
+        for base in PIDS_CGROUPS:
+            if not (base / "cgroup.procs").exists() or not os.access(base, os.W_OK):
+                continue
+            path = base / f"lattice-{uuid.uuid4().hex[:12]}"
+            try:
+                path.mkdir()
+                (path / "pids.max").write_text(str(limit))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+                continue
+            return cls(path)
+        return None
+
+    def enter(self) -> None:
+        with open(self.path / "cgroup.procs", "w") as handle:
+            handle.write(str(os.getpid()))
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                pids = (self.path / "cgroup.procs").read_text().split()
+            except OSError:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.02)
