@@ -15,35 +15,32 @@ can act on.
 
 With a ``ToolJournal`` (a run with a folder), each call is journaled before it runs
 and its result as soon as it comes back; a resumed run takes recorded results from the
-journal instead of running the call again. A write whose result was not recorded is
-checked against the file: applied already (the file is no longer as it was before the
-call) it is not applied again.
+journal instead of running the call again. A write to a toolset that can plan its
+changes (``PlanningToolset``: the workspace's) is planned first and the planned change
+(path, digests before and after, new content) journaled before it is applied; a resumed
+run applies a planned change whose result was not recorded again, which leaves a file
+that already holds it as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from lattice.agents.records import AgentTranscript, ToolCallRecord, TurnRecord
 from lattice.contracts.calls import CallEnv
 from lattice.errors import LatticeRunError
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message, ToolCall, ToolDef
-from lattice.tools.toolset import FileChange, ToolResult, Toolset
+from lattice.tools.toolset import ToolResult, Toolset
 
 WRITE_TOOLS = frozenset({"Edit", "MultiEdit", "Write"})
-"""Tools that change one file (``file_path``): replayed idempotently after a crash."""
+"""Tools whose changes are planned, journaled, then applied (idempotent after a crash)."""
 PREVIEW_CHARS = 500
 """Arguments and results in events are cut to this many characters."""
-PROBE_TEXT_BYTES = 256 * 1024
-"""A file up to this size is kept whole in a write's journal line (to rebuild its diff)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +67,16 @@ class ToolJournal(Protocol):
         ...
 
 
+@runtime_checkable
+class PlanningToolset(Protocol):
+    """A toolset whose writing tools can be split in two: plan the change, then apply it
+    (``lattice.workspace.WorkspaceToolset``)."""
+
+    async def plan(self, name: str, arguments: dict[str, Any]) -> ToolResult: ...
+
+    async def apply(self, planned: ToolResult) -> ToolResult: ...
+
+
 class ToolBox:
     """The tools offered to a model, each routed to the toolset that has it."""
 
@@ -90,20 +97,31 @@ class ToolBox:
     def names(self) -> tuple[str, ...]:
         return tuple(self._routes)
 
+    def planner(self, name: str) -> PlanningToolset | None:
+        """The toolset that plans ``name``'s changes before applying them, if any."""
+        route = self._routes.get(name)
+        if name in WRITE_TOOLS and route is not None and isinstance(route[1], PlanningToolset):
+            return route[1]
+        return None
+
     async def call(self, call: ToolCall, timeout_s: float) -> ToolResult:
         """Run one call under its time limit; failures come back as error results."""
         route = self._routes.get(call.name)
         if route is None:
             offered = ", ".join(self._routes) or "none"
             return ToolResult(f"There is no tool {call.name!r}; the tools are: {offered}.", True)
-        try:
-            return await asyncio.wait_for(route[1].call(call.name, call.arguments), timeout_s)
-        except TimeoutError:
-            return ToolResult(
-                f"{call.name} did not finish within {timeout_s:g} s and was stopped; "
-                "try a smaller request.",
-                True,
-            )
+        return await _limited(call.name, route[1].call(call.name, call.arguments), timeout_s)
+
+
+async def _limited(name: str, work: Any, timeout_s: float) -> ToolResult:
+    try:
+        result: ToolResult = await asyncio.wait_for(work, timeout_s)
+    except TimeoutError:
+        return ToolResult(
+            f"{name} did not finish within {timeout_s:g} s and was stopped; try a smaller request.",
+            True,
+        )
+    return result
 
 
 def identity(text: str) -> str:
@@ -121,7 +139,7 @@ class AgentLoop:
         bounds: AgentBounds,
         *,
         journal: ToolJournal | None = None,
-        workspace: Path | None = None,
+        patch_only: bool = False,
         mask: Callable[[str], str] = identity,
     ) -> None:
         self.name = inner.name
@@ -130,7 +148,7 @@ class AgentLoop:
         self.box = box
         self.bounds = bounds
         self.journal = journal
-        self.workspace = workspace
+        self.patch_only = patch_only
         self.mask = mask
         self.transcript = AgentTranscript(tools=box.names)
         self._attempts = 0
@@ -226,39 +244,64 @@ class AgentLoop:
         key = f"{turn.prompt_hash}:{index}:{call.id}"
         recorded = self.journal.recorded_tool(op_id, key) if self.journal else None
         if recorded is not None and recorded.get("kind") == "tool_result":
-            record = ToolCallRecord(call, _result_from(recorded), replayed=True)
+            record = ToolCallRecord(call, ToolResult.from_json(recorded), replayed=True)
             self._finished(turn, record)
             return record
-        probe = self._probe(call)
-        if recorded is not None and probe is not None:
-            applied = _applied_before(recorded, probe)
-            if applied is not None:
-                record = ToolCallRecord(call, applied, replayed=True)
-                self._journal_result(op_id, key, record)
-                self._finished(turn, record)
-                return record
+        arguments = json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
         self.env.emit(
             "tool_call_started",
             {
                 "turn": turn.number,
                 "call_id": call.id,
                 "tool": call.name,
-                "arguments": self._show(
-                    json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
-                ),
+                "arguments": self._show(arguments),
             },
         )
-        if self.journal is not None:
-            line = {"kind": "tool_call", "op_id": op_id, "key": key, "tool": call.name}
-            if probe is not None:
-                line["file"] = probe
-            self.journal.journal_tool(line)
         started = time.perf_counter()
-        result = await self.box.call(call, self.bounds.tool_timeout_s)
+        planner = self.box.planner(call.name)
+        if planner is not None:
+            result = await self._write(planner, call, op_id, key, recorded)
+        else:
+            self._journal(op_id, key, call, None)
+            result = await self.box.call(call, self.bounds.tool_timeout_s)
         record = ToolCallRecord(call, result, (time.perf_counter() - started) * 1000)
         self._journal_result(op_id, key, record)
         self._finished(turn, record)
         return record
+
+    async def _write(
+        self,
+        planner: PlanningToolset,
+        call: ToolCall,
+        op_id: str | None,
+        key: str,
+        recorded: dict[str, Any] | None,
+    ) -> ToolResult:
+        """Plan the change (or take the plan a crashed run journaled), journal it, apply it."""
+        timeout = self.bounds.tool_timeout_s
+        planned_line = (recorded or {}).get("planned")
+        if isinstance(planned_line, dict):
+            planned = ToolResult.from_json(planned_line)
+        else:
+            planned = await _limited(call.name, planner.plan(call.name, call.arguments), timeout)
+            self._journal(op_id, key, call, planned)
+        if planned.is_error or self.patch_only:
+            return planned
+        return await _limited(call.name, planner.apply(planned), timeout)
+
+    def _journal(
+        self, op_id: str | None, key: str, call: ToolCall, planned: ToolResult | None
+    ) -> None:
+        if self.journal is not None:
+            line: dict[str, Any] = {
+                "kind": "tool_call",
+                "op_id": op_id,
+                "key": key,
+                "tool": call.name,
+            }
+            if planned is not None:
+                line["planned"] = planned.to_json()
+            self.journal.journal_tool(line)
 
     def _journal_result(self, op_id: str | None, key: str, record: ToolCallRecord) -> None:
         if self.journal is not None:
@@ -285,22 +328,6 @@ class AgentLoop:
         text = self.mask(text)
         return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
-    def _probe(self, call: ToolCall) -> dict[str, Any] | None:
-        """For a write: the target file as it is before the call (path, digest, text)."""
-        if call.name not in WRITE_TOOLS or self.workspace is None:
-            return None
-        path = call.arguments.get("file_path")
-        if not isinstance(path, str):
-            return None
-        target = _inside(self.workspace, path)
-        if target is None:
-            return None
-        data = _read_bytes(target)
-        probe: dict[str, Any] = {"path": path, "target": str(target), "before": _digest(data)}
-        if data is not None and len(data) <= PROBE_TEXT_BYTES:
-            probe["text"] = data.decode("utf-8", errors="replace")
-        return probe
-
 
 async def _refused(call: ToolCall, why: str) -> ToolCallRecord:
     return ToolCallRecord(call, ToolResult(why, True))
@@ -311,57 +338,3 @@ def _final_note(exhausted: str) -> str:
         f"You have used all of your {exhausted}. Do not call tools any more: give your "
         "final answer now, as the instructions above ask for it."
     )
-
-
-def _result_from(line: dict[str, Any]) -> ToolResult:
-    changes = tuple(
-        FileChange(
-            path=str(change.get("path")),
-            diff=str(change.get("diff", "")),
-            before=change.get("before"),
-            after=change.get("after"),
-            applied=bool(change.get("applied", True)),
-        )
-        for change in line.get("changes") or ()
-    )
-    return ToolResult(str(line.get("text", "")), bool(line.get("is_error")), changes)
-
-
-def _applied_before(started: dict[str, Any], probe: dict[str, Any]) -> ToolResult | None:
-    """The result of a write that started before a crash and whose result was not
-    recorded, when the file shows it was applied (it is no longer as it was before the
-    call); None when the file is unchanged (the write is to be run)."""
-    before = (started.get("file") or {}).get("before")
-    if probe["before"] == before:
-        return None
-    old = str((started.get("file") or {}).get("text", ""))
-    new = str(probe.get("text", ""))
-    path = str(probe["path"])
-    diff = "".join(
-        difflib.unified_diff(
-            old.splitlines(keepends=True),
-            new.splitlines(keepends=True),
-            f"a/{path}",
-            f"b/{path}",
-        )
-    )
-    change = FileChange(path=path, diff=diff, before=before, after=probe["before"])
-    return ToolResult(f"The change to {path} was applied.", changes=(change,))
-
-
-def _inside(root: Path, path: str) -> Path | None:
-    """``path`` (relative to ``root`` or absolute inside it) resolved; None outside."""
-    base = root.resolve()
-    target = (base / path).resolve()
-    return target if target == base or base in target.parents else None
-
-
-def _read_bytes(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes() if path.is_file() else None
-    except OSError:
-        return None
-
-
-def _digest(data: bytes | None) -> str | None:
-    return None if data is None else hashlib.sha256(data).hexdigest()

@@ -14,12 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lattice.agents.catalog import BUILTIN_TOOLS, BUILTIN_TYPE_TOOLS, READ_ONLY_TOOLS, is_known_tool
 from lattice.document.models import Node
 from lattice.errors import did_you_mean
 from lattice.ir.models import AgentLimits
 from lattice.lower.fields import get_number
 from lattice.lower.registry import LoweringContext
+from lattice.workspace.grants import (
+    BUILTIN_TYPE_TOOLS,
+    CLAUDE_CODE_TOOLS,
+    READ_ONLY_TOOLS,
+    is_known_tool,
+)
 
 CODEX_SANDBOX_TOOLS: dict[str, tuple[str, ...]] = {
     "read-only": READ_ONLY_TOOLS,
@@ -130,8 +135,8 @@ def _known_tools(
         ctx.warn(
             node,
             "agent-tool-unknown",
-            f"unknown tool {name!r}{did_you_mean(name, BUILTIN_TOOLS)}; the agent is not "
-            f"offered it (tools: {', '.join(BUILTIN_TOOLS)}, or mcp__<server>__<tool>)",
+            f"unknown tool {name!r}{did_you_mean(name, CLAUDE_CODE_TOOLS)}; the agent is not "
+            f"offered it (tools: {', '.join(CLAUDE_CODE_TOOLS)}, or mcp__<server>__<tool>)",
             "data",
             field,
         )

@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from lattice.agents.grants import ToolDecision
 from lattice.agents.loop import AgentBounds, AgentLoop, ToolBox, ToolJournal
 from lattice.ir.models import AgentOp
 from lattice.runtime.context import Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import AgentSettings, RuntimeSettings
 from lattice.tools.toolset import FileChange, Toolset
+from lattice.workspace.grants import ToolDecision
+from lattice.workspace.toolset import workspace_toolsets
 
 
 def agent_bounds(op: AgentOp, agents: AgentSettings) -> AgentBounds:
@@ -52,7 +53,7 @@ class AgentExecutor(LLMWriteExecutor):
 
     async def run(self, ctx: RunContext) -> Outcome:
         op = self.op
-        toolsets = self._open_toolsets()
+        toolsets = self._open_toolsets(ctx)
         try:
             box = await ToolBox.open(toolsets, self.decision.granted)
             journal = ctx.llm.provider if isinstance(ctx.llm.provider, ToolJournal) else None
@@ -62,7 +63,7 @@ class AgentExecutor(LLMWriteExecutor):
                 box,
                 self.bounds,
                 journal=journal,
-                workspace=self.agents.grant.root,
+                patch_only=self.agents.grant.patch_only,
                 mask=ctx.redact,
             )
             ctx.emit("agent_started", {"tools": list(box.names), "refused": self._refused()})
@@ -87,11 +88,16 @@ class AgentExecutor(LLMWriteExecutor):
             record["changes"] = self._save_changes(ctx, changes)
         return Outcome(output=value, record=record)
 
-    def _open_toolsets(self) -> list[Toolset]:
-        factory = self.agents.toolsets
-        if factory is None or not self.decision.granted:
+    def _open_toolsets(self, ctx: RunContext) -> list[Toolset]:
+        granted = self.decision.granted
+        if not granted:
             return []
-        return factory(self.agents.grant, self.decision.granted)
+        if self.agents.toolsets is not None:
+            return self.agents.toolsets(self.agents.grant, granted)
+        mcp = ctx.tools if any(name.startswith("mcp__") for name in granted) else None
+        return workspace_toolsets(
+            self.agents.grant, granted, http_client=ctx.http_pool.client, mcp=mcp
+        )
 
     def _refused(self) -> list[dict[str, str]]:
         return [{"tool": tool, "grant": setting} for tool, setting in self.decision.refused]

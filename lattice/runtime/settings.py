@@ -9,7 +9,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from lattice.agents.grants import AgentGrant
 from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
@@ -20,12 +19,13 @@ from lattice.telemetry.settings import TelemetrySettings, telemetry_from_config
 from lattice.tools.http import HttpPolicy
 from lattice.tools.mcp import McpServerSpec, specs_from_config
 from lattice.tools.toolset import Toolset
+from lattice.workspace.grants import WorkspaceGrant
 
 if TYPE_CHECKING:  # settings_from_config takes a config; the runtime itself needs none
     from lattice.config import LatticeConfig
 
 
-ToolsetFactory = Callable[[AgentGrant, tuple[str, ...]], list[Toolset]]
+ToolsetFactory = Callable[[WorkspaceGrant, tuple[str, ...]], list[Toolset]]
 """Opens the toolsets that serve the granted tools of one agent op's visit."""
 
 
@@ -34,13 +34,13 @@ class AgentSettings:
     """What the user lets agent ops do (``[agents]`` and the command-line flags) and
     the caps on every agent op's limits (None: the op's own)."""
 
-    grant: AgentGrant = field(default_factory=AgentGrant)
+    grant: WorkspaceGrant = field(default_factory=WorkspaceGrant)
     max_turns: int | None = None
     max_tool_calls: int | None = None
     max_tokens: int | None = None
     tool_timeout_s: float | None = None
     toolsets: ToolsetFactory | None = None
-    """Makes the toolsets of a visit (None: no tool is served, whatever is granted)."""
+    """Makes the toolsets of a visit (None: ``lattice.workspace.workspace_toolsets``)."""
 
 
 @dataclass(frozen=True)

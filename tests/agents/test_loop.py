@@ -11,7 +11,7 @@ import pytest
 from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
 from lattice.runtime.settings import RuntimeSettings
-from tests.agents.fixtures import FixtureFiles, ScriptedModel, answer, calls, fixture_agents
+from tests.agents.fixtures import RecordingToolset, ScriptedModel, answer, calls, recording_agents
 from tests.builders import chain, lower_ok, node
 
 FIX_SCHEMA = {
@@ -51,9 +51,9 @@ def test_an_agent_reads_edits_and_answers_under_its_contract(
     workspace: Path, tmp_path: Path
 ) -> None:
     model = ScriptedModel({"fix": fix_script()})
-    opened: list[FixtureFiles] = []
+    opened: list[RecordingToolset] = []
     settings = RuntimeSettings(
-        agents=fixture_agents(workspace, opened=opened, read=True, write=True)
+        agents=recording_agents(workspace, opened=opened, read=True, write=True)
     )
     result = run(agent_ir(), model, settings, tmp_path)
     assert result.status == "completed", result.failure
@@ -61,11 +61,19 @@ def test_an_agent_reads_edits_and_answers_under_its_contract(
     assert (workspace / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
     # the model saw the tools granted, and each turn answered the previous one's calls
     first, second, third = model.requests
-    assert [t.name for t in first.tools] == ["Read", "LS", "Edit", "Write"]
+    assert [t.name for t in first.tools] == [
+        "Read",
+        "LS",
+        "Glob",
+        "Grep",
+        "Edit",
+        "MultiEdit",
+        "Write",
+    ]  # Bash is asked for and not granted
     tool_messages = [m for m in second.messages if m.role == "tool"]
     assert [m.tool_call_id for m in tool_messages] == ["call_0", "call_1"]
-    assert tool_messages[0].content.endswith("return a - b\n")
-    assert third.messages[-1].content == "edited app.py"
+    assert tool_messages[0].content.endswith("2\t    return a - b")
+    assert third.messages[-1].content == "changed app.py"
     assert result.usage.requests == 3
     assert opened[0].closed
     # recorded: the transcript, the change and its diff in the run folder
@@ -83,14 +91,14 @@ def test_an_agent_reads_edits_and_answers_under_its_contract(
 
 def test_tools_not_granted_are_not_offered(workspace: Path, tmp_path: Path) -> None:
     model = ScriptedModel({"fix": [answer('{"fixed": false, "file": "app.py"}')]})
-    settings = RuntimeSettings(agents=fixture_agents(workspace, read=True))
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
     result = run(agent_ir(), model, settings, tmp_path)
     assert result.status == "completed"
-    assert [t.name for t in model.requests[0].tools] == ["Read", "LS"]
+    assert [t.name for t in model.requests[0].tools] == ["Read", "LS", "Glob", "Grep"]
     (started,) = [e for e in result.events if e["type"] == "agent_started"]
     refused = {r["tool"]: r["grant"] for r in started["data"]["refused"]}
     assert set(refused) == {"Edit", "MultiEdit", "Write", "Bash"}
-    assert refused["Edit"].startswith("--allow write")
+    assert refused["Edit"] == "[agents] allow = ['write'] (or --allow write)"
 
 
 def test_nothing_is_granted_by_default(workspace: Path, tmp_path: Path) -> None:
@@ -108,7 +116,7 @@ def test_a_bad_final_answer_is_repaired_like_an_llm_answer(workspace: Path, tmp_
         answer('{"fixed": true, "file": "app.py"}'),
     ]
     model = ScriptedModel({"fix": script})
-    settings = RuntimeSettings(agents=fixture_agents(workspace, read=True, write=True))
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True, write=True))
     result = run(agent_ir(), model, settings, tmp_path)
     assert result.status == "completed", result.failure
     assert result.output == {"fixed": True, "file": "app.py"}
@@ -120,7 +128,7 @@ def test_a_bad_final_answer_is_repaired_like_an_llm_answer(workspace: Path, tmp_
 def test_the_turn_bound_asks_for_the_answer_without_tools(workspace: Path, tmp_path: Path) -> None:
     looping = [calls(("Read", {"file_path": "app.py"}))] * 2
     model = ScriptedModel({"fix": [*looping, answer('{"fixed": false, "file": "app.py"}')]})
-    settings = RuntimeSettings(agents=fixture_agents(workspace, read=True))
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
     result = run(agent_ir(maxTurns=3), model, settings, tmp_path)
     assert result.status == "completed", result.failure
     assert [bool(r.tools) for r in model.requests] == [True, True, False]
@@ -131,7 +139,7 @@ def test_a_model_that_keeps_calling_tools_past_its_bound_fails_the_op(
     workspace: Path, tmp_path: Path
 ) -> None:
     model = ScriptedModel({"fix": [calls(("Read", {"file_path": "app.py"}))] * 9})
-    settings = RuntimeSettings(agents=fixture_agents(workspace, read=True))
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
     result = run(agent_ir(maxTurns=2, escalate=False), model, settings, tmp_path)
     assert result.status == "failed"
     assert result.failure.category == "agent_limit"
@@ -140,8 +148,8 @@ def test_a_model_that_keeps_calling_tools_past_its_bound_fails_the_op(
 def test_the_tool_call_bound_refuses_the_calls_past_it(workspace: Path, tmp_path: Path) -> None:
     three = calls(*[("Read", {"file_path": "app.py"})] * 3)
     model = ScriptedModel({"fix": [three, answer('{"fixed": false, "file": "app.py"}')]})
-    opened: list[FixtureFiles] = []
-    settings = RuntimeSettings(agents=fixture_agents(workspace, opened=opened, read=True))
+    opened: list[RecordingToolset] = []
+    settings = RuntimeSettings(agents=recording_agents(workspace, opened=opened, read=True))
     result = run(agent_ir(maxToolCalls=2), model, settings, tmp_path)
     assert result.status == "completed", result.failure
     assert len(opened[0].ran) == 2
@@ -152,7 +160,9 @@ def test_the_tool_call_bound_refuses_the_calls_past_it(workspace: Path, tmp_path
 
 def test_every_turn_counts_against_the_runs_call_budget(workspace: Path, tmp_path: Path) -> None:
     model = ScriptedModel({"fix": fix_script()})
-    settings = RuntimeSettings(max_calls=2, agents=fixture_agents(workspace, read=True, write=True))
+    settings = RuntimeSettings(
+        max_calls=2, agents=recording_agents(workspace, read=True, write=True)
+    )
     result = run(agent_ir(), model, settings, tmp_path)
     assert result.status == "failed"
     assert result.failure.category == "budget_exceeded"
@@ -164,8 +174,8 @@ def test_a_tool_the_model_was_not_offered_answers_with_an_error(
 ) -> None:
     script = [calls(("Bash", {"command": "rm -rf /"})), answer('{"fixed": false, "file": "-"}')]
     model = ScriptedModel({"fix": script})
-    settings = RuntimeSettings(agents=fixture_agents(workspace, read=True))
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
     result = run(agent_ir(), model, settings, tmp_path)
     assert result.status == "completed"
     (tool,) = [m for m in model.requests[1].messages if m.role == "tool"]
-    assert tool.content == "Error: There is no tool 'Bash'; the tools are: Read, LS."
+    assert tool.content == "Error: There is no tool 'Bash'; the tools are: Read, LS, Glob, Grep."
