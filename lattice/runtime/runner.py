@@ -40,6 +40,7 @@ from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState, read_journal
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, file_text, new_run_id
+from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -211,6 +212,12 @@ class Runner:
                 recorder.write_json("checkpoint.json", ctx.checkpoint)
                 await recorder.sync_started()
             ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
+            for refused in refused_tools(self.ir, self.settings.agents.grant):
+                ctx.emit(
+                    "agent_tool_refused",
+                    {"node": refused.node, "tools": list(refused.tools), "grant": refused.setting},
+                    op=False,
+                )
         except BaseException:
             _abandon(ctx)
             raise

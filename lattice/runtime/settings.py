@@ -138,6 +138,37 @@ class RuntimeSettings:
         return tuple(dict.fromkeys((*self.secrets_allow, *passed_on)))
 
 
+def agent_settings_from_config(config: LatticeConfig) -> AgentSettings:
+    """``[agents]`` as the runtime takes it (a workspace that is not a folder is an error)."""
+    agents = config.agents
+    root: Path | None = None
+    if agents.workspace:
+        root = Path(agents.workspace).expanduser().resolve()
+        if not root.is_dir():
+            raise LatticeUserError(
+                f"agents workspace {agents.workspace}: not a directory", error_type="config_error"
+            )
+    grant = WorkspaceGrant(
+        root=root,
+        read="read" in agents.allow,
+        write="write" in agents.allow,
+        shell="shell" in agents.allow,
+        web="web" in agents.allow,
+        mcp_servers=tuple(agents.mcp_servers),
+        patch_only=agents.patch_only,
+        tool_timeout=agents.tool_timeout,
+    )
+    return AgentSettings(
+        grant=grant,
+        max_turns=agents.max_turns,
+        max_tool_calls=agents.max_tool_calls,
+        max_tokens=agents.max_tokens,
+        # the tools stop themselves at tool_timeout (the shell a little later): the loop's
+        # own limit is a backstop that leaves them room to say why
+        tool_timeout_s=agents.tool_timeout + 10,
+    )
+
+
 def settings_from_config(
     config: LatticeConfig,
     *,
@@ -175,4 +206,5 @@ def settings_from_config(
         secrets_allow=tuple(config.secrets.allow),
         temperature=config.llm.temperature,
         prices={model: (p.input, p.output) for model, p in config.prices.items()},
+        agents=agent_settings_from_config(config),
     )

@@ -55,9 +55,7 @@ def check_script_nodes(ir: ExecIR, nodes: Iterable[str], *, where: str = "mock s
     unknown = [node for node in nodes if node not in known]
     if not unknown:
         return
-    calling = sorted(
-        {op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)}
-    )
+    calling = sorted({op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)})
     named = []
     for node in unknown:
         close = difflib.get_close_matches(node, sorted(known), n=1)

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from lattice.ir.models import AskOp, ContractOpBase, ExecIR, LLMWriteOp
+from lattice.ir.models import AgentOp, AskOp, ContractOpBase, ExecIR, LLMWriteOp
 from lattice.lower import DEFAULT_REGISTRY, LoweringResult, lower_document
 from lattice.lower.subflows import NAMESPACE_SEPARATOR
 from tests.conftest import REPO
@@ -122,6 +122,9 @@ def test_mock_answers_fit_the_output_contracts(path: Path) -> None:
         op = ir.ops[node_id]
         assert isinstance(op, ContractOpBase)
         for index, answer in enumerate(answers):
+            if isinstance(answer, dict) and "$tool_calls" in answer:
+                assert isinstance(op, AgentOp), f"{node_id}[{index}]: tool calls of a non-agent"
+                continue  # an agent's turn, not its answer
             if op.output_schema is None:
                 assert isinstance(answer, str), f"{node_id}[{index}]: free-text node, answer text"
                 continue
