@@ -125,6 +125,7 @@ OTEL_VARIABLES = (
 
 SLOW_FIRST = (
     "tests/runs/test_crash.py",  # kill -9 of 50 lattice processes
+    "tests/agents/test_kill.py",  # kill -9 of about 50 agent runs and resumes
     "tests/test_typing.py",  # mypy --strict over the package (20-50 s with a cold cache)
     "tests/fuzz/",
     "tests/lower/test_equivalence.py",
