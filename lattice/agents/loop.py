@@ -184,7 +184,8 @@ class AgentLoop:
             for record in await self._run_calls(turn, response.tool_calls, request.op_id):
                 turn.calls.append(record)
                 result = record.result
-                text = f"Error: {result.text}" if result.is_error else result.text
+                text = self.mask(result.text)  # a secret's value never reaches the model
+                text = f"Error: {text}" if result.is_error else text
                 messages.append(Message("tool", text, tool_call_id=record.call.id))
 
     def _exhausted(self) -> str | None:

@@ -179,3 +179,52 @@ def test_a_tool_the_model_was_not_offered_answers_with_an_error(
     assert result.status == "completed"
     (tool,) = [m for m in model.requests[1].messages if m.role == "tool"]
     assert tool.content == "Error: There is no tool 'Bash'; the tools are: Read, LS, Glob, Grep."
+
+
+def test_each_tool_call_is_an_execute_tool_span_under_its_op(
+    workspace: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from lattice.telemetry import TelemetrySettings
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    settings = RuntimeSettings(
+        agents=recording_agents(workspace, read=True, write=True),
+        telemetry=TelemetrySettings(tracer_provider=provider),
+    )
+    model = ScriptedModel({"fix": fix_script()})
+    assert run(agent_ir(), model, settings, tmp_path).status == "completed"
+    spans = exporter.get_finished_spans()
+    (op,) = [s for s in spans if s.name == "AGENT fix"]
+    tools = sorted(
+        (s for s in spans if s.name.startswith("execute_tool")), key=lambda s: s.start_time or 0
+    )
+    assert [s.attributes["gen_ai.tool.name"] for s in tools] == ["Read", "LS", "Edit"]
+    assert all(s.parent is not None and s.parent.span_id == op.context.span_id for s in tools)
+    assert [s.attributes["gen_ai.tool.call.id"] for s in tools] == ["call_0", "call_1", "call_0"]
+    assert tools[2].attributes["lattice.tool.changes"] == ("app.py",)
+
+
+def test_secrets_are_masked_in_tool_events_and_for_the_model(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "app.py").write_text("TOKEN = 'sk-live-123456'\n")
+    model = ScriptedModel(
+        {"fix": [calls(("Read", {"file_path": "app.py"})), answer('{"fixed": false, "file": "x"}')]}
+    )
+    settings = RuntimeSettings(
+        agents=recording_agents(workspace, read=True), secrets_allow=("AGENT_TOKEN",)
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AGENT_TOKEN", "sk-live-123456")
+        result = run(agent_ir(), model, settings, tmp_path)
+    assert result.status == "completed"
+    (finished,) = [e for e in result.events if e["type"] == "tool_call_finished"]
+    assert "sk-live-123456" not in finished["data"]["result"]
+    assert "sk-live-123456" not in (result.run_dir / "events.jsonl").read_text()
+    (tool,) = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert "TOKEN = '***'" in tool.content  # the model is never offered the value
