@@ -50,6 +50,10 @@ def show_run(folder: Path) -> str:
         record = _load(record_path) or {}
         attempts = record.get("attempts") or []
         calls = f"  {len(attempts)} call(s)" if attempts else ""
+        transcript = record.get("transcript")
+        if isinstance(transcript, dict):  # an agent: its turns (requests) and tool calls
+            turns = len(transcript.get("turns") or [])
+            calls = f"  {turns} turn(s), {transcript.get('tool_calls', 0)} tool call(s)"
         port = record.get("port")
         branch = f"  → {port}" if port not in (None, "", "default") else ""
         error = record.get("error")
@@ -70,6 +74,16 @@ def show_run(folder: Path) -> str:
         f"usage: {usage.get('calls', 0)} calls, {usage.get('input_tokens', 0)} input + "
         f"{usage.get('output_tokens', 0)} output tokens"
     )
+    changes = result.get("changes") or []
+    if changes:
+        verb = "changed" if all(c.get("applied", True) for c in changes) else "changed (or patched)"
+        lines.append(f"files agents {verb}:")
+        for change in changes:
+            state = "" if change.get("applied", True) else "  (patch only, not applied)"
+            lines.append(
+                f"  {change.get('path')}  by {change.get('op')}  diff: {change.get('diff_file')}"
+                f"{state}"
+            )
     failure = result.get("failure")
     if failure:
         lines.append(

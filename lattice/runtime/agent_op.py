@@ -141,5 +141,8 @@ class AgentExecutor(LLMWriteExecutor):
             if ctx.recorder.run_dir is not None:
                 (ctx.recorder.run_dir / "changes").mkdir(exist_ok=True)
                 ctx.recorder.write_text(name, change.diff)
-            out.append({**change.to_json(), "diff_file": name})
+            entry = {**change.to_json(), "diff_file": name}
+            entry.pop("content", None)  # the diff says it; the new text stays in the journal
+            out.append(entry)
+        ctx.root.changes.extend({"op": self.op.id, **entry} for entry in out)
         return out

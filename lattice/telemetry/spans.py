@@ -530,7 +530,6 @@ class TraceListener:
         span.end(end_time=now)
         track.tool = None
 
-
     def _agent_tool_started(self, run: _Run, event: dict[str, Any], now: int) -> None:
         track = run.track(event.get("branch"))
         data = event["data"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lattice.cli.main import main
+from lattice.runs.view import show_run
 from lattice.workspace import sandbox_problem
 from tests.conftest import REPO
 
@@ -81,5 +82,11 @@ def test_the_agents_fix_the_bug_and_the_tests_pass(tmp_path: Path) -> None:
     assert "+    return sum(values) / len(values)" in diff
     result = json.loads((folder / "result.json").read_text())
     assert result["output"]["tests_passed"] is True
+    assert [(c["op"], c["path"], c["diff_file"]) for c in result["changes"]] == [
+        ("fix", "tally/stats.py", "changes/fix-1.diff")
+    ]
+    shown = show_run(folder)
+    assert "AGENT      explore" in shown and "3 turn(s), 4 tool call(s)" in shown
+    assert "files agents changed:\n  tally/stats.py  by fix  diff: changes/fix-1.diff" in shown
     # the example itself is untouched: the run changed the copy only
     assert "(len(values) + 1)" in (EXAMPLES / "fix-a-bug-project/tally/stats.py").read_text()
