@@ -536,6 +536,7 @@ def _mock_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="write the answers file here (default with -o: beside it, <name>.answers.json)",
     )
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    add_agent_options(p)  # agent nodes call the tools these grant
     _handler(p, "lattice.cli.mock:init")
 
 

@@ -5,6 +5,12 @@ classifier of a natural-language ifElse/switch (its first branch), an example of
 output schema for a structured node, a short text otherwise. Nodes inside a loop get a
 few answers, so that a loop that needs more than one pass can make them. Questions get
 their first option. Edit the answers to steer the run down other branches.
+
+An agent node gets its turns: one plausible call of each tool it asks for that the
+user's grant gives it (the reading tools, the web and MCP tools at once; each writing
+tool and the shell in a turn of its own, on a scratch file ``lattice-mock.txt``), then
+a final answer of the right shape. Without a grant it gets only the final answer (a
+scripted tool call needs a tool to call).
 """
 
 from __future__ import annotations
@@ -14,22 +20,55 @@ from collections.abc import Iterable
 from typing import Any
 
 from lattice.errors import LatticeUserError
-from lattice.ir.models import AskOp, ContractOpBase, ExecIR, LLMWriteOp, McpCall, ToolCallOp
+from lattice.ir.models import (
+    AgentOp,
+    AskOp,
+    ContractOpBase,
+    ExecIR,
+    LLMWriteOp,
+    McpCall,
+    ToolCallOp,
+)
 from lattice.llm.examples import example_value
 from lattice.lower.graph import strongly_connected_components
+from lattice.workspace.grants import WorkspaceGrant
 
 LOOP_ANSWERS = 3
 """Answers given to a node that can run more than once (it sits on a cycle)."""
 
 
-def mock_script(ir: ExecIR) -> dict[str, Any]:
-    """The mock script: ``{"description", "responses": {node: [answers]}}``."""
+SCRATCH_FILE = "lattice-mock.txt"
+"""The file a mock agent's writing tools create and edit (inside the granted workspace)."""
+READING_CALLS: dict[str, dict[str, Any]] = {
+    "Read": {"file_path": "README.md", "limit": 40},
+    "LS": {"path": "."},
+    "Glob": {"pattern": "**/*"},
+    "Grep": {"pattern": "TODO"},
+    "WebFetch": {"url": "https://example.com/", "prompt": "What is this page about?"},
+}
+WRITING_CALLS: dict[str, dict[str, Any]] = {
+    "Write": {"file_path": SCRATCH_FILE, "content": "written by a lattice mock script\n"},
+    "Edit": {"file_path": SCRATCH_FILE, "old_string": "written", "new_string": "edited"},
+    "MultiEdit": {
+        "file_path": SCRATCH_FILE,
+        "edits": [{"old_string": "mock", "new_string": "mock agent"}],
+    },
+    "Bash": {"command": "ls"},
+}
+"""Each in a turn of its own, in this order (the edits need the file Write made)."""
+
+
+def mock_script(ir: ExecIR, grant: WorkspaceGrant | None = None) -> dict[str, Any]:
+    """The mock script: ``{"description", "responses": {node: [answers]}}``; agent nodes
+    call the tools ``grant`` gives them first."""
     looping = _on_cycles(ir)
     responses: dict[str, list[Any]] = {}
+    grant = grant or WorkspaceGrant()
     for op in ir.ops.values():
         if isinstance(op, ContractOpBase):
             times = LOOP_ANSWERS if op.id in looping else 1
-            responses.setdefault(op.source_node, []).extend([_answer(op)] * times)
+            turns = agent_turns(grant.decide(op.tools).granted) if isinstance(op, AgentOp) else []
+            responses.setdefault(op.source_node, []).extend([*turns, _answer(op)] * times)
     return {
         "description": f"Mock answers for {ir.workflow.name or ir.workflow.id}, made by "
         "lattice mock init: classifiers take their first branch; edit to steer the run.",
@@ -78,6 +117,23 @@ def needs_mcp(ir: ExecIR) -> list[str]:
         if isinstance(op, ToolCallOp) and isinstance(op.call, McpCall)
     )
     return sorted(servers)
+
+
+def agent_turns(granted: Iterable[str]) -> list[dict[str, Any]]:
+    """The ``$tool_calls`` turns of a mock agent: one plausible call of each granted tool."""
+    names = list(granted)
+    reading = [
+        {"name": name, "arguments": READING_CALLS.get(name, {})}
+        for name in names
+        if name in READING_CALLS or name.startswith("mcp__")
+    ]
+    turns = [{"$tool_calls": reading}] if reading else []
+    turns += [
+        {"$tool_calls": [{"name": name, "arguments": arguments}]}
+        for name, arguments in WRITING_CALLS.items()
+        if name in names
+    ]
+    return turns
 
 
 def _answer(op: ContractOpBase) -> Any:

@@ -211,7 +211,9 @@ def test_each_tool_call_is_an_execute_tool_span_under_its_op(
     assert tools[2].attributes["lattice.tool.changes"] == ("app.py",)
 
 
-def test_secrets_are_masked_in_tool_events_and_for_the_model(workspace: Path, tmp_path: Path) -> None:
+def test_secrets_are_masked_in_tool_events_and_for_the_model(
+    workspace: Path, tmp_path: Path
+) -> None:
     (workspace / "app.py").write_text("TOKEN = 'sk-live-123456'\n")
     model = ScriptedModel(
         {"fix": [calls(("Read", {"file_path": "app.py"})), answer('{"fixed": false, "file": "x"}')]}
