@@ -11,7 +11,7 @@ from lattice.contracts.invariants import invariant_names
 from lattice.contracts.policies import ACTIONS
 from lattice.document.models import SEQUENTIAL_PORT, Node
 from lattice.errors import did_you_mean
-from lattice.ir.models import FAILED_PORT, AgentOp, ContractOpBase, LLMWriteOp
+from lattice.ir.models import FAILED_PORT, AgentOp, LLMWriteOp
 from lattice.ir.templates import path_text
 from lattice.lower.agent_nodes import AgentAsk, agent_ask
 from lattice.lower.fields import get_dict, get_list, get_number, get_schema, get_str
@@ -230,19 +230,20 @@ def _llm_op(
         reads += ctx.use_template(node, value, "data", "variables", name)
     already = _read_prefixes(reads)
     context = [p for p in ctx.upstream_results(node.id) if p not in already]
-    op_type: type[ContractOpBase] = LLMWriteOp if agent is None else AgentOp
-    op = op_type(
-        id=node.id,
-        source_node=node.id,
-        name=node.title,
-        prompt=prompt,
-        system=system,
-        variables=variables,
-        context=context,
-        reads=sorted(set(reads) | set(context)),
-        writes=path_text("$vars", node.id, "result"),
+    fields: dict[str, Any] = {
+        "id": node.id,
+        "source_node": node.id,
+        "name": node.title,
+        "prompt": prompt,
+        "system": system,
+        "variables": variables,
+        "context": context,
+        "reads": sorted(set(reads) | set(context)),
+        "writes": path_text("$vars", node.id, "result"),
         **contract,
-        **({} if agent is None else agent.op_fields()),
+    }
+    op: LLMWriteOp | AgentOp = (
+        LLMWriteOp(**fields) if agent is None else AgentOp(**fields, **agent.op_fields())
     )
     return NodeLowering.single(op, ports=LLM_PORTS, result_schema=contract["output_schema"])
 
