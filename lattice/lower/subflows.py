@@ -95,6 +95,18 @@ def _prepare(flow: SubAgentFlow, pointer: str) -> _Flow:
     return _Flow(flow, pointer, pattern, len(flow.nodes) + len(flow.connections), data)
 
 
+def _with_call_tools(call: Node, inner: Node, data: dict[str, Any]) -> dict[str, Any]:
+    """An inner ``subAgent`` that names no tools of its own (no ``tools``, no
+    ``builtInType``) gets the calling node's ``tools``: the flow runs as an agent with
+    them (docs/agents.md); the user's grant still decides what it gets."""
+    tools = call.data.get("tools")
+    if inner.type != "subAgent" or tools in (None, "", []):
+        return data
+    if data.get("tools") not in (None, "", []) or data.get("builtInType") is not None:
+        return data
+    return {**data, "tools": tools}
+
+
 def _expand_one(
     call: Node, prepared: _Flow, pointers: dict[str, str]
 ) -> tuple[list[Node], list[Connection], list[str], list[tuple[str, str]]]:
@@ -108,6 +120,7 @@ def _expand_one(
         if inner.id in starts or inner.id in ends:
             continue
         data = _rewrite(inner.data, pattern, prefix) if pattern else inner.data
+        data = _with_call_tools(call, inner, data)
         nodes.append(inner.model_copy(update={"id": prefix + inner.id, "data": data}))
         pointers[prefix + inner.id] = pointer_join(prepared.pointer, "nodes", index)
     edges: list[Connection] = []

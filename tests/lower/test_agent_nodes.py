@@ -73,3 +73,30 @@ def test_the_document_may_lower_an_agents_limits() -> None:
     assert (op.limits.max_turns, op.limits.max_tool_calls) == (3, 7)
     result = lower_document(chain(node("a", "subAgent", prompt="p", tools="Read", maxTurns=0)))
     assert result.errors
+
+
+def test_a_sub_agent_flows_tools_go_to_its_sub_agents_without_their_own() -> None:
+    flow = {
+        "id": "f",
+        "name": "f",
+        "nodes": [
+            node("fs", "start"),
+            node("ask", "subAgent", prompt="Look around"),
+            node("own", "subAgent", prompt="Plan", builtInType="plan"),
+            node("write", "prompt", prompt="Summarise"),
+            node("fe", "end"),
+        ],
+        "connections": [
+            {"from": "fs", "to": "ask"},
+            {"from": "ask", "to": "own"},
+            {"from": "own", "to": "write"},
+            {"from": "write", "to": "fe"},
+        ],
+    }
+    call = node("call", "subAgentFlow", subAgentFlowId="f", tools="Read, Grep")
+    ir = lower_ok(chain(call, subAgentFlows=[flow]))
+    assert ir.ops["call__ask"].tools == ["Read", "Grep"]
+    assert ir.ops["call__own"].tools == ["Read", "LS", "Glob", "Grep"]  # its own type wins
+    assert isinstance(ir.ops["call__write"], LLMWriteOp)
+    plain = lower_ok(chain(node("call", "subAgentFlow", subAgentFlowId="f"), subAgentFlows=[flow]))
+    assert isinstance(plain.ops["call__ask"], LLMWriteOp)
