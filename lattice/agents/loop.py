@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from lattice.agents.records import AgentTranscript, ToolCallRecord, TurnRecord
 from lattice.contracts.calls import CallEnv
+from lattice.contracts.policies import policy_stack
 from lattice.errors import LatticeRunError
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message, ToolCall, ToolDef
 from lattice.tools.toolset import ToolResult, Toolset
@@ -165,11 +166,8 @@ class AgentLoop:
             turn_request = replace(
                 request, messages=tuple(messages), tools=() if exhausted else self.box.defs
             )
-            if not counted:
-                self.env.budget.check(self.env.usage)
-                self.env.usage.requests += 1
+            response = await self._send(turn_request, counted=counted)
             counted = False
-            response = await self.inner.complete(turn_request)
             turn = self._record_turn(turn_request, response, tools_offered=not exhausted)
             if not response.tool_calls:
                 return response
@@ -187,6 +185,29 @@ class AgentLoop:
                 text = self.mask(result.text)  # a secret's value never reaches the model
                 text = f"Error: {text}" if result.is_error else text
                 messages.append(Message("tool", text, tool_call_id=record.call.id))
+
+    async def _send(self, request: LLMRequest, *, counted: bool) -> LLMResponse:
+        """One turn's request. A later turn of an attempt that fails in a way its policy
+        retries (a cut stream, a rate limit) is sent again here, after the same backoff
+        as a retried attempt: starting the attempt over would run its tools again."""
+        env, retries = self.env, 0
+        while True:
+            if not counted:
+                env.budget.check(env.usage)
+                env.usage.requests += 1
+            try:
+                return await self.inner.complete(request)
+            except LatticeRunError as exc:
+                stack = policy_stack(exc.error_type, None, env.base_policies)
+                if counted or "retry" not in stack or retries >= env.retry.max_retries:
+                    raise
+                retries += 1
+                delay = env.retry.delay(retries - 1, _retry_after(exc))
+                env.emit(
+                    "retry",
+                    {"error_type": exc.error_type, "delay_s": round(delay, 3), "retry": retries},
+                )
+                await env.sleep(delay)
 
     def _exhausted(self) -> str | None:
         """The bound that has run out (its name), or None."""
@@ -332,6 +353,11 @@ class AgentLoop:
 
 async def _refused(call: ToolCall, why: str) -> ToolCallRecord:
     return ToolCallRecord(call, ToolResult(why, True))
+
+
+def _retry_after(exc: LatticeRunError) -> float | None:
+    value = exc.details.get("retry_after")
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _final_note(exhausted: str) -> str:
