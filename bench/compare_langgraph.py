@@ -21,14 +21,19 @@ Sections (``--sections``, all by default):
     and end ops are charged to it too).
 ``async``
     The same through the async entry points, awaited inside one event loop on both
-    sides: ``Runner.arun`` against ``ainvoke``.
+    sides: ``Runner.arun`` against ``ainvoke``, LangGraph's nodes written as
+    ``async def`` (plain ``def`` nodes would each go to a thread under ``ainvoke``).
 ``persist``
     The same synchronous chains with persistence: Lattice run folders
     (``RunStore(dir, durability="fsync")``, the default, and ``"os"``) against LangGraph
-    with ``InMemorySaver`` and ``SqliteSaver`` (a file in the same directory; WAL mode,
-    and the ``synchronous`` pragma printed), LangGraph's ``durability`` ``"sync"``
-    (each checkpoint saved before the next step, like Lattice's journal) and its
-    default ``"async"``. A new thread id per run, as Lattice makes a new folder per run.
+    with ``InMemorySaver`` and ``SqliteSaver`` (a file in the same directory, WAL mode),
+    paired by what they guarantee (``PERSIST_PAIRS``, printed with each table):
+    ``fsync`` against ``durability="sync"`` with ``PRAGMA synchronous=FULL`` (each step
+    synced before the next), ``os`` against ``durability="sync"`` with
+    ``synchronous=OFF`` (each step handed to the OS, never synced); and, marked as
+    different guarantees, ``fsync`` against LangGraph's default ``"async"`` (steps saved
+    on a background thread) and ``os`` against ``InMemorySaver``. A new thread id per
+    run, as Lattice makes a new folder per run.
 ``concurrent``
     1, 10, 100 and 1,000 concurrent runs of five model calls gathered in one event
     loop. Both sides call the same kind of mock: ``await asyncio.sleep(latency)`` on
@@ -350,28 +355,37 @@ class LLMState(TypedDict):
     out: Annotated[list[str], operator.add]
 
 
-def lg_chain(n: int, kind: str, checkpointer: Any = None) -> Any:
+def lg_chain(n: int, kind: str, checkpointer: Any = None, *, asynchronous: bool = False) -> Any:
+    """A chain of ``n`` LangGraph nodes doing ``kind``'s op. ``asynchronous`` makes every node
+    an ``async def``, as a graph run with ``ainvoke`` is written: plain ``def`` nodes under
+    ``ainvoke`` are each handed to a thread, which costs LangGraph about 1.5x."""
     schema: Any = {"counter": CounterState, "append": AppendState, "transform": TransformState}[
         kind
     ]
     graph = StateGraph(schema)
 
-    def make(i: int) -> Callable[[Any], dict[str, Any]]:
+    def make(i: int) -> Callable[[Any], Any]:
         if kind == "counter":
 
-            def step(state: Any) -> dict[str, Any]:
+            def update(state: Any) -> dict[str, Any]:
                 return {"count": state["count"] + 1}
 
         elif kind == "append":
 
-            def step(state: Any) -> dict[str, Any]:
+            def update(state: Any) -> dict[str, Any]:
                 return {"items": [i]}
 
         else:
             key = f"n{i}"
 
-            def step(state: Any) -> dict[str, Any]:
+            def update(state: Any) -> dict[str, Any]:
                 return {"results": {key: len(state["results"])}}
+
+        if not asynchronous:
+            return update
+
+        async def step(state: Any) -> dict[str, Any]:
+            return update(state)
 
         return step
 
@@ -444,7 +458,7 @@ def section_chains(plan: Plan, gc_modes: list[str], mode: str) -> dict[str, Any]
                 for n in plan.chain_sizes:
                     ir = lower(chain_document(n, kind))
                     runner = Runner(ir, store=RunStore(None), settings=settings_for(gc_mode))
-                    app = lg_chain(n, kind)
+                    app = lg_chain(n, kind, asynchronous=loop is not None)
                     config = {"recursion_limit": n + 10}
                     start = lg_input(kind)
                     if loop is None:
@@ -491,13 +505,26 @@ def section_chains(plan: Plan, gc_modes: list[str], mode: str) -> dict[str, Any]
     return out
 
 
-def _sqlite_saver(path: Path) -> tuple[Any, str]:
+def _sqlite_saver(path: Path, synchronous: str) -> tuple[Any, str]:
+    """A SqliteSaver on ``path`` with ``PRAGMA synchronous`` set: ``FULL`` syncs every commit
+    (a committed step survives a power cut, as under Lattice's ``fsync``), ``OFF`` leaves
+    commits to the OS (they survive a killed process, as under Lattice's ``os``)."""
     conn = sqlite3.connect(str(path), check_same_thread=False)
     saver = SqliteSaver(conn)
     saver.setup()
+    conn.execute(f"PRAGMA synchronous={synchronous}")
     sync = conn.execute("PRAGMA synchronous").fetchone()[0]
     mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
     return saver, f"journal_mode={mode}, synchronous={sync}"
+
+
+PERSIST_PAIRS = {
+    ("fsync", "sqlite-full"): "same: each step on disk (synced) before the next",
+    ("os", "sqlite-off"): "same: each step handed to the OS before the next (no sync)",
+    ("fsync", "sqlite-full-async"): "differ: LangGraph saves steps on a background thread",
+    ("os", "memory"): "differ: LangGraph keeps steps in memory only",
+}
+"""Lattice's durability against LangGraph's checkpointer, and what each pair guarantees."""
 
 
 def lg_call(
@@ -520,8 +547,13 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="lattice-compare-", dir=os.environ.get("BENCH_DIR")))
     counter = itertools.count()
     try:
-        saver_sqlite, pragma = _sqlite_saver(base / "checkpoints.sqlite")
-        print(f"\npersist: files under {base} (SqliteSaver: {pragma})")
+        saver_full, pragma_full = _sqlite_saver(base / "checkpoints-full.sqlite", "FULL")
+        saver_off, pragma_off = _sqlite_saver(base / "checkpoints-off.sqlite", "OFF")
+        print(
+            f"\npersist: files under {base} (SqliteSaver: {pragma_full}; and {pragma_off})"
+        )
+        for (mine, theirs), guarantee in PERSIST_PAIRS.items():
+            print(f"  folder {mine} vs LG {theirs}: guarantees {guarantee}")
         sizes: list[list[str]] = []
         for gc_mode in gc_modes:
             rows = []
@@ -540,20 +572,15 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
                         check_lattice(runner.run({}), kind, n)
                     apps = {
                         "memory": (lg_chain(n, kind, InMemorySaver()), None),
-                        "sqlite-sync": (lg_chain(n, kind, saver_sqlite), "sync"),
-                        "sqlite-async": (lg_chain(n, kind, saver_sqlite), "async"),
+                        "sqlite-full": (lg_chain(n, kind, saver_full), "sync"),
+                        "sqlite-off": (lg_chain(n, kind, saver_off), "sync"),
+                        "sqlite-full-async": (lg_chain(n, kind, saver_full), "async"),
                     }
                     start = lg_input(kind)
 
                     for app, durability in apps.values():
                         check_lg(lg_call(app, durability, start, n, counter)(), kind, n)
-                    pairs = {
-                        ("fsync", "sqlite-sync"): None,
-                        ("fsync", "sqlite-async"): None,
-                        ("os", "sqlite-async"): None,
-                        ("os", "memory"): None,
-                    }
-                    for mine, theirs in pairs:
+                    for mine, theirs in PERSIST_PAIRS:
                         runner = runners[mine]
                         app, durability = apps[theirs]
                         pair = interleaved(
@@ -569,6 +596,7 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
                                 f"{n:,}",
                                 f"folder {mine}",
                                 f"LG {theirs}",
+                                PERSIST_PAIRS[mine, theirs].split(":")[0],
                                 us(med(pair.lattice_wall)),
                                 us(med(pair.other_wall)),
                                 fmt_spread(pair.ratios("wall")),
@@ -589,6 +617,7 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
                     "N",
                     "Lattice",
                     "LangGraph",
+                    "guarantees",
                     "Lattice wall",
                     "LG wall",
                     "ratio wall",
@@ -614,7 +643,7 @@ def _bytes_per_op(base: Path, ir: Any, kind: str, n: int, ids: itertools.count[i
     result = Runner(ir, store=RunStore(base / "bytes", durability="os")).run({})
     assert result.run_dir is not None
     mine = sum(p.stat().st_size for p in result.run_dir.rglob("*") if p.is_file())
-    saver, _ = _sqlite_saver(base / f"bytes-{kind}-{n}.sqlite")
+    saver, _ = _sqlite_saver(base / f"bytes-{kind}-{n}.sqlite", "FULL")
     lg_call(lg_chain(n, kind, saver), "sync", lg_input(kind), n, ids)()
     conn = saver.conn
     theirs = conn.execute(

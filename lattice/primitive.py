@@ -58,7 +58,7 @@ from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError, LatticeUserError, did_you_mean
 from lattice.ir.templates import to_text
-from lattice.llm.base import LLMProvider, Message
+from lattice.llm.base import LLMProvider, Message, ScriptedProvider, close_loop_clients
 from lattice.prompts.builtin import TEMPLATES
 from lattice.prompts.registry import PromptTemplate
 from lattice.runtime.context import EventListener
@@ -265,8 +265,7 @@ class LLMPrimitive(Generic[OutputT]):
             _mistake("provider must be an LLMProvider (an object with async complete(request))")
         if settings is None:
             settings = settings_from_config(cfg) if cfg is not None else RuntimeSettings()
-        covers = getattr(provider, "covers", None)
-        if callable(covers) and not covers(name):
+        if isinstance(provider, ScriptedProvider) and not provider.covers(name):
             _mistake(f"the mock script has no responses (and no default) for {name!r}")
 
         if output_model is not None:
@@ -500,9 +499,7 @@ class LLMPrimitive(Generic[OutputT]):
         try:
             return await coro
         finally:
-            close = getattr(self.provider, "aclose_loop_clients", None)
-            if callable(close):
-                await close()
+            await close_loop_clients(self.provider)
 
 
 # -- construction helpers ---------------------------------------------------------------

@@ -183,8 +183,10 @@ class AgentLoop:
                 turn.calls.append(record)
                 result = record.result
                 text = self.mask(result.text)  # a secret's value never reaches the model
-                text = f"Error: {text}" if result.is_error else text
-                messages.append(Message("tool", text, tool_call_id=record.call.id))
+                text = f"Error: {text}" if result.is_error else text  # OpenAI's shape: text only
+                messages.append(
+                    Message("tool", text, tool_call_id=record.call.id, is_error=result.is_error)
+                )
 
     async def _send(self, request: LLMRequest, *, counted: bool) -> LLMResponse:
         """One turn's request. A later turn of an attempt that fails in a way its policy

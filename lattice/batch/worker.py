@@ -34,7 +34,14 @@ from lattice.config import LatticeConfig
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeError, LatticeRunError
 from lattice.ir.serialize import ir_from_json
-from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse
+from lattice.llm.base import (
+    LLMProvider,
+    LLMRequest,
+    LLMResponse,
+    close_loop_clients,
+    provider_checkpoint,
+    restore_provider,
+)
 from lattice.runs.redaction import PROVIDER_KEY_VARIABLES, make_redactor
 from lattice.runs.store import RunStore
 from lattice.runtime.context import Interrupted
@@ -166,19 +173,14 @@ class BatchProvider:
         return response
 
     def checkpoint(self) -> Any:
-        state = getattr(self._inner(), "checkpoint", None)
-        return state() if callable(state) else None
+        return provider_checkpoint(self._inner())
 
     def restore(self, state: Any, *, committed: Any = None) -> None:
         """Hand a resumed run's provider state to the row's provider (its mock)."""
-        restore = getattr(self._inner(), "restore", None)
-        if callable(restore):
-            restore(state, committed=committed)
+        restore_provider(self._inner(), state, committed=committed)
 
     async def aclose_loop_clients(self) -> None:
-        close = getattr(self.shared, "aclose_loop_clients", None)
-        if callable(close):
-            await close()
+        await close_loop_clients(self.shared)
 
 
 def _stop_row(reason: str) -> None:

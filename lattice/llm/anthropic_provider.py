@@ -193,7 +193,13 @@ def anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] | None = None  # the tool results of the turn being built
     for m in messages:
         if m.role == "tool":
-            result = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id,
+                "content": m.content,
+            }
+            if m.is_error:
+                result["is_error"] = True
             if results is None:
                 results = []
                 out.append({"role": "user", "content": results})

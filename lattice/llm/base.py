@@ -95,9 +95,11 @@ def tool_calls_from_json(items: Any) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def parse_tool_arguments(text: str | None) -> dict[str, Any]:
+def parse_tool_arguments(text: str | dict[str, Any] | None) -> dict[str, Any]:
     """A model's tool-call arguments text as ``ToolCall.arguments``: the JSON object it
     spells (empty text is no arguments), else ``{MALFORMED_ARGUMENTS: text}``."""
+    if isinstance(text, dict):  # a server that sends the object itself
+        return text
     if text is None or not text.strip():
         return {}
     try:
@@ -113,13 +115,16 @@ class Message:
 
     An ``assistant`` message may carry the ``tool_calls`` the model asked for (``content``
     is then its text beside them, often empty); a ``tool`` message answers one call, named
-    by ``tool_call_id``, with the tool's result as ``content``.
+    by ``tool_call_id``, with the tool's result as ``content``, and ``is_error`` when the
+    tool failed (Anthropic's ``tool_result`` says so in its ``is_error``; the OpenAI shape
+    has only the text, which should say it).
     """
 
     role: Role
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    is_error: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -127,6 +132,8 @@ class Message:
             out["tool_calls"] = [call.to_json() for call in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        if self.is_error:  # absent otherwise, so the prompt hashes of results stay put
+            out["is_error"] = True
         return out
 
 
@@ -243,7 +250,11 @@ class LLMRequest:
         return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
     def size_chars(self) -> int:
-        return sum([len(m.content) for m in self.messages])
+        """The characters the messages send: their text, and the tool calls' names and
+        arguments of an agent's transcript."""
+        text = sum([len(m.content) for m in self.messages])
+        calls = [c for m in self.messages for c in m.tool_calls]
+        return text + sum([len(c.name) + len(c.arguments_json()) for c in calls]) if calls else text
 
 
 def _canonical_message(message: Message) -> dict[str, Any]:
@@ -291,6 +302,58 @@ class LLMProvider(Protocol):
     name: str
 
     async def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+# -- what some providers can do besides ``complete`` --------------------------------------
+
+
+@runtime_checkable
+class CheckpointedProvider(Protocol):
+    """A provider with a position a run folder saves and a resume goes on from (a mock's
+    cursor through its script). Wrappers pass both through to what they wrap, and their
+    ``checkpoint`` is None when that has no position."""
+
+    def checkpoint(self) -> Any:
+        """The position, as JSON (saved in the run folder)."""
+        ...
+
+    def restore(self, state: Any, *, committed: Any = None) -> None:
+        """Go on from ``state``; ``committed`` is the state as of the last committed op,
+        given when the resume runs a failed op again."""
+        ...
+
+
+@runtime_checkable
+class LoopBoundProvider(Protocol):
+    """A provider that keeps clients bound to an event loop (SDK adapters, and wrappers
+    of providers that do); each run closes its loop's clients when it ends."""
+
+    async def aclose_loop_clients(self) -> None: ...
+
+
+@runtime_checkable
+class ScriptedProvider(Protocol):
+    """A provider that answers from a script, and can say before a run whether a node
+    has answers (the mock provider)."""
+
+    def covers(self, node_id: str) -> bool: ...
+
+
+def provider_checkpoint(provider: object) -> Any:
+    """The provider's position (``CheckpointedProvider``), None when it has none."""
+    return provider.checkpoint() if isinstance(provider, CheckpointedProvider) else None
+
+
+def restore_provider(provider: object, state: Any, *, committed: Any = None) -> None:
+    """Hand a resumed run's saved position to the provider, when it keeps one."""
+    if isinstance(provider, CheckpointedProvider):
+        provider.restore(state, committed=committed)
+
+
+async def close_loop_clients(provider: object) -> None:
+    """Close the provider's clients bound to the running event loop, when it keeps any."""
+    if isinstance(provider, LoopBoundProvider):
+        await provider.aclose_loop_clients()
 
 
 def estimate_tokens(text: str) -> int:

@@ -18,6 +18,9 @@ from lattice.llm.base import (
     LLMRequest,
     LLMResponse,
     TokenUsage,
+    close_loop_clients,
+    provider_checkpoint,
+    restore_provider,
     tool_calls_from_json,
 )
 
@@ -70,20 +73,15 @@ class FixtureProvider:
 
     async def aclose_loop_clients(self) -> None:
         """Close the wrapped live provider's clients of the running loop (when recording)."""
-        close = getattr(self.record_with, "aclose_loop_clients", None)
-        if callable(close):
-            await close()
+        await close_loop_clients(self.record_with)
 
     def checkpoint(self) -> Any:
         """Where the provider being recorded is (a mock's cursor), so a resumed run goes on."""
-        state = getattr(self.record_with, "checkpoint", None)
-        return state() if callable(state) else None
+        return provider_checkpoint(self.record_with)
 
     def restore(self, state: Any, *, committed: Any = None) -> None:
         """Hand a resumed run's provider state to the provider being recorded."""
-        restore = getattr(self.record_with, "restore", None)
-        if callable(restore):
-            restore(state, committed=committed)
+        restore_provider(self.record_with, state, committed=committed)
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         prompt_hash = request.prompt_hash()

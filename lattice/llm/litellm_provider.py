@@ -5,7 +5,9 @@ speaks to (``gemini/gemini-2.5-flash``, ``bedrock/anthropic.claude-…``, ``vert
 
 It works like the OpenAI adapter, whose chat-completion format LiteLLM returns: structured
 output as ``response_format`` (a JSON Schema), with a plain-prompt fallback remembered
-per model when a backend rejects it; streaming with ``stream_options.include_usage``;
+per model when a backend rejects it; tools as function tools and tool calls as the
+message's ``tool_calls`` (LiteLLM translates them for its backends), streamed ones put
+together from their deltas; streaming with ``stream_options.include_usage``;
 LiteLLM's own retries off (``num_retries=0``: Lattice's policies decide). LiteLLM's
 exceptions are subclasses of the ``openai`` SDK's, so they map to Lattice error types the
 same way (rate limit with its Retry-After, context length, credentials, timeout, server

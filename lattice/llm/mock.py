@@ -332,4 +332,7 @@ def _expected(node: str, request: LLMRequest) -> str:
         answer, shape = example_value(request.response_schema), " (a value of its output schema)"
     else:
         answer, shape = "some text", " (free text)"
+    if request.tools:
+        call = {"name": request.tools[0].name, "arguments": {}}
+        shape += f', or a turn of tool calls: {{"$tool_calls": [{json.dumps(call)}]}}'
     return f'"{node}": [{json.dumps(answer, ensure_ascii=False)}]{shape}'

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse
+from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, close_loop_clients
 from lattice.llm.errors import LoopLocalClients
 
 
@@ -36,9 +36,7 @@ class LimitedProvider:
             await asyncio.sleep(wait)
 
     async def aclose_loop_clients(self) -> None:
-        close = getattr(self.inner, "aclose_loop_clients", None)
-        if callable(close):
-            await close()
+        await close_loop_clients(self.inner)
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         async with self._semaphores.get():
@@ -74,9 +72,7 @@ class RouterProvider:
 
     async def aclose_loop_clients(self) -> None:
         for provider in self._built.values():
-            close = getattr(provider, "aclose_loop_clients", None)
-            if callable(close):
-                await close()
+            await close_loop_clients(provider)
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         provider, routed = self._route(request)

@@ -13,10 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from lattice.llm.base import (
+    CheckpointedProvider,
     LLMProvider,
     LLMRequest,
     LLMResponse,
     TokenUsage,
+    provider_checkpoint,
     tool_calls_from_json,
 )
 from lattice.runs.store import RunRecorder
@@ -38,7 +40,7 @@ class JournaledProvider:
         self.branch = branch
         self.name = inner.name
         self._recorder = recorder
-        self._checkpoint = getattr(inner, "checkpoint", None)
+        self._checkpointed = isinstance(inner, CheckpointedProvider)
         self._replay: dict[tuple[str | None, str], deque[dict[str, Any]]] = {}
         self._tools: dict[tuple[str | None, str], dict[str, Any]] = {}
         for line in recorded:
@@ -96,8 +98,8 @@ class JournaledProvider:
         }
         if response.tool_calls:
             line["tool_calls"] = [call.to_json() for call in response.tool_calls]
-        if callable(self._checkpoint):
-            line["provider_state"] = self._checkpoint()
+        if self._checkpointed:
+            line["provider_state"] = provider_checkpoint(self.inner)
         self._journal(line)
         return response
 

@@ -22,6 +22,17 @@ from lattice.runs.journal import JournalState
 from lattice.runtime.walk import BranchResume
 
 
+@dataclass(frozen=True)
+class StartFrom:
+    """Where a re-run starts: an op of the IR (not the entry), the state it starts with
+    (``in`` and ``vars``; ``tmp`` starts empty and ``ctx`` is the new run's), and the
+    run and visit it was taken from, recorded as the new run's ``parent``."""
+
+    op: str
+    state: dict[str, Any]
+    parent: dict[str, Any]
+
+
 @dataclass
 class Position:
     """Where a walk starts (or goes on)."""
@@ -47,7 +58,7 @@ def journal_position(
     if queued is None:
         queued = checkpoint.get("initial_answers") or checkpoint.get("answers") or {}
     answers: dict[str, Any] = dict(queued)
-    position = Position(ir.entry, op_seq=journal.last_op_seq)
+    position = Position(checkpoint.get("start_op") or ir.entry, op_seq=journal.last_op_seq)
     position.usage = journal_usage(ir, journal)
     for line in [*journal.ops, *(line for lines in journal.branches.values() for line in lines)]:
         op_id = str(line.get("op_id"))

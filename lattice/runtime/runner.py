@@ -28,7 +28,12 @@ from lattice.errors import InputError, LatticeRunError, LatticeUserError
 from lattice.ir.models import AgentOp, AskOp, ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import (
+    LLMProvider,
+    close_loop_clients,
+    provider_checkpoint,
+    restore_provider,
+)
 from lattice.llm.disabled import DisabledProvider
 from lattice.runs.checkpoint import (
     file_digests,
@@ -55,7 +60,13 @@ from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
 from lattice.runtime.journaled import JournaledProvider
 from lattice.runtime.results import RunResult
-from lattice.runtime.resume import Position, journal_position, legacy_position, resumable_ir
+from lattice.runtime.resume import (
+    Position,
+    StartFrom,
+    journal_position,
+    legacy_position,
+    resumable_ir,
+)
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
 from lattice.runtime.sync import run_sync
@@ -173,33 +184,57 @@ class Runner:
     # -- entry points -----------------------------------------------------------------
 
     def run(
-        self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        start: StartFrom | None = None,
     ) -> RunResult:
         """Synchronous ``arun``, on this thread's reused event loop (``lattice.runtime.sync``);
         the provider's clients bound to that loop are closed after the run."""
         return run_sync(
             lambda: _closing_loop_clients(
-                self.provider, self._start(inputs, run_id, own_loop=True)
+                self.provider, self._start(inputs, run_id, start, own_loop=True)
             ),
             what="await runner.arun(...)",
         )
 
     async def arun(
-        self, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        start: StartFrom | None = None,
     ) -> RunResult:
-        """Run from the entry op. Inputs that fail the inputs schema raise InputError before anything is written."""
-        return await self._start(inputs, run_id, own_loop=False)
+        """Run from the entry op. Inputs that fail the inputs schema raise InputError before
+        anything is written. ``start`` makes it a re-run: from that op, with that state
+        (its ``in`` are the inputs), linked to the run it came from."""
+        return await self._start(inputs, run_id, start, own_loop=False)
 
     async def _start(
-        self, inputs: Mapping[str, Any] | None, run_id: str | None, *, own_loop: bool
+        self,
+        inputs: Mapping[str, Any] | None,
+        run_id: str | None,
+        start: StartFrom | None,
+        *,
+        own_loop: bool,
     ) -> RunResult:
         """``arun``; ``own_loop``: the loop runs nothing but this run (``run``), so the
         journal is forced to disk on the loop's thread instead of a worker's."""
+        if start is not None:
+            if start.op not in self.ir.ops:
+                raise LatticeUserError(f"cannot start from {start.op!r}: the workflow has no such op")
+            inputs = start.state.get("in") or {}
         inputs = {**self._input_defaults, **(inputs or {})}
         self.validate_inputs(inputs)
         redact = self._redactor() if self.store.root is not None else None
         run_id, recorder = self._open_recorder(run_id, redact)
-        state = StateStore(inputs, ctx=self._ctx(run_id), secrets=self._read_secret)
+        state = StateStore(
+            inputs,
+            ctx=self._ctx(run_id),
+            vars=copy.deepcopy(start.state.get("vars") or {}) if start is not None else None,
+            secrets=self._read_secret,
+        )
         ctx = self._context(run_id, state, recorder, Usage(), seq=0, redact=redact)
         try:
             if recorder.run_dir is not None:
@@ -211,9 +246,14 @@ class Runner:
                 recorder.write_json("input.json", inputs)
                 recorder.write_json("state_initial.json", state.snapshot())
                 ctx.checkpoint = self._started(ctx, recorder.run_dir)
+                if start is not None:
+                    ctx.checkpoint |= {"start_op": start.op, "parent": start.parent}
                 recorder.write_json("checkpoint.json", ctx.checkpoint)
                 await recorder.sync_started()
-            ctx.emit("run_started", {"workflow": self.ir.workflow.id, "inputs": inputs}, op=False)
+            started: dict[str, Any] = {"workflow": self.ir.workflow.id, "inputs": inputs}
+            if start is not None:
+                started |= {"start_op": start.op, "parent": start.parent}
+            ctx.emit("run_started", started, op=False)
             for refused in refused_tools(self.ir, self.settings.agents.grant):
                 ctx.emit(
                     "agent_tool_refused",
@@ -225,7 +265,7 @@ class Runner:
             raise
         ctx.commit_here = own_loop
         with gc_pacing(self.settings.gc_pacing):
-            return await self._walk(ctx, Position(self.ir.entry))
+            return await self._walk(ctx, Position(start.op if start else self.ir.entry))
 
     def _changes(self, ctx: RunContext) -> list[dict[str, Any]]:
         """The files the run's agent ops changed: from the op records of its folder (a
@@ -410,10 +450,9 @@ class Runner:
             meta=checkpoint.get("meta"),
             settings=settings,
         )
-        restore = getattr(runner.provider, "restore", None)
-        if callable(restore) and provider_state is not None:
+        if provider_state is not None:
             # a mock whose script was edited since goes back to committed_state
-            restore(provider_state, committed=committed_state)
+            restore_provider(runner.provider, provider_state, committed=committed_state)
 
         async def go() -> RunResult:
             return await runner._continue(
@@ -670,7 +709,6 @@ class Runner:
             recorder.write_json("failure_report.json", failure.to_json())
         else:  # a resumed run that now completed
             (recorder.run_dir / "failure_report.json").unlink(missing_ok=True)
-        provider_state = getattr(self.provider, "checkpoint", None)
         recorder.write_json(
             "checkpoint.json",
             {
@@ -684,7 +722,7 @@ class Runner:
                 "last_result": ctx.last_result,
                 "usage": ctx.usage.to_json(),
                 "answers": ctx.answers,
-                "provider_state": provider_state() if callable(provider_state) else None,
+                "provider_state": provider_checkpoint(self.provider),
             },
         )
         return result
@@ -703,7 +741,15 @@ class ReopenedRun:
         return await self._go()
 
 
-_CHECKPOINT_BASE = ("run_id", "started_at", "initial_answers", "meta", "limits")
+_CHECKPOINT_BASE = (
+    "run_id",
+    "started_at",
+    "initial_answers",
+    "meta",
+    "limits",
+    "start_op",
+    "parent",
+)
 """What a run's checkpoint keeps from its start through every resume."""
 
 
@@ -720,9 +766,7 @@ async def _closing_loop_clients(
     try:
         return await coro
     finally:
-        close = getattr(provider, "aclose_loop_clients", None)
-        if callable(close):
-            await close()
+        await close_loop_clients(provider)
 
 
 def _input_message(err: jsonschema.ValidationError) -> str:

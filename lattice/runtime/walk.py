@@ -26,7 +26,7 @@ from lattice.contracts.report import FailureReport, failure_report
 from lattice.errors import LatticeRunError
 from lattice.ir.models import FAILED_PORT, ExecIR, ForEachOp, ForkOp, Op
 from lattice.ir.templates import StatePath, ValueTemplate, path_text
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import CheckpointedProvider, LLMProvider
 from lattice.runs.redaction import redact_value
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
 from lattice.runtime.executors import Executor
@@ -533,9 +533,8 @@ def stopped_line(ctx: RunContext, op_seq: int, op_id: str | None) -> dict[str, A
     }
     if ctx.branch is not None:
         line["branch"] = ctx.branch
-    checkpoint = getattr(ctx.root.base_provider, "checkpoint", None)
-    if callable(checkpoint):
-        line["provider_state"] = checkpoint()
+    if isinstance(ctx.root.base_provider, CheckpointedProvider):
+        line["provider_state"] = ctx.root.base_provider.checkpoint()
     return line
 
 

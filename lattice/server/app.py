@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Body, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -39,6 +40,7 @@ from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.providers import ProviderChoice
+from lattice.service.rerun import note_rerun, prepare_rerun, rerun_point
 from lattice.service.runs import ProviderSpec, RunOptions, prepare_resume, prepare_run
 
 log = logging.getLogger("lattice.server")
@@ -147,6 +149,22 @@ class ResumeRun(ProviderOptions):
 
     answers: dict[str, Any] = Field(default_factory=dict)
     accept_changed: bool = False
+
+
+class RerunRun(ProviderOptions):
+    """``POST /v1/runs/{id}/rerun``: a new run from one step of this one, with the state
+    it had there (edited where ``state`` says). The run's own provider unless another is
+    given."""
+
+    op: str = Field(description="the op to start from (an op id of the run's ExecIR)")
+    visit: int | None = Field(
+        default=None, ge=1, description="which visit of the op (default: the last)"
+    )
+    state: dict[str, Any] | None = Field(
+        default=None,
+        description='the state to start with, {"in": {...}, "vars": {...}} (each part given '
+        "replaces the parent's; default: the parent's state before that visit)",
+    )
 
 
 class CheckDocument(BaseModel):
@@ -571,6 +589,67 @@ def create_app(settings: ServerSettings) -> FastAPI:
             202,
             {"run_id": run_id, "status": manager.status(active.run_id), "links": links(run_id)},
             {"Location": f"/v1/runs/{run_id}"},
+        )
+
+    @app.get(
+        "/v1/runs/{run_id}/rerun",
+        tags=["runs"],
+        summary="the state a re-run from a step of this run starts with",
+    )
+    def rerun_preview(
+        run_id: str, op: str, visit: Annotated[int | None, Query(ge=1)] = None
+    ) -> Response:
+        folder = manager.folder(run_id)
+        try:
+            point = rerun_point(folder, op, visit)
+        except LatticeUserError as exc:
+            raise from_user_error(exc) from None
+        return respond(200, point.to_json())
+
+    @app.post(
+        "/v1/runs/{run_id}/rerun",
+        status_code=202,
+        tags=["runs"],
+        summary="start a new run from a step of this one",
+    )
+    async def rerun_run(run_id: str, body: RerunRun) -> Response:
+        folder = manager.folder(run_id)
+        spec = body.spec(library)
+        async with manager.starting:
+            manager.check_resumable(
+                run_id,
+                ("completed", "failed", "halted", "interrupted"),
+                "a run is re-run from a step once it has stopped",
+            )
+            manager.check_capacity()
+            try:
+                prepared = await run_in_threadpool(
+                    lambda: prepare_rerun(
+                        folder,
+                        op=body.op,
+                        visit=body.visit,
+                        state=body.state,
+                        provider=spec,
+                        config=config,
+                        runs_dir=manager.runs_dir,
+                        store_type=LoopStore,
+                    )
+                )
+            except LatticeUserError as exc:
+                raise from_user_error(exc) from None
+            api_hint(prepared.runner.provider)
+            active = await manager.start(prepared)
+        assert prepared.start is not None
+        await run_in_threadpool(note_rerun, folder, prepared.start, active.run_id)
+        return respond(
+            202,
+            {
+                "run_id": active.run_id,
+                "status": manager.status(active.run_id),
+                "parent": prepared.start.parent,
+                "links": links(active.run_id),
+            },
+            {"Location": f"/v1/runs/{active.run_id}"},
         )
 
     @app.post(

@@ -29,6 +29,7 @@ from lattice.runtime.runner import Runner
 from lattice.server.errors import ApiError, from_user_error, not_found
 from lattice.server.events import EventChannel, event_line
 from lattice.server.store import LoopStore
+from lattice.service.rerun import reruns_of
 from lattice.service.runs import PreparedResume, PreparedRun
 
 log = logging.getLogger("lattice.server")
@@ -329,6 +330,8 @@ class RunManager:
             "cost_usd": (usage or {}).get("estimated_cost_usd"),
             "failure": failure,
             "question": question(run_id, failure) if status == "halted" else None,
+            "parent": checkpoint.get("parent"),
+            "reruns": reruns_of(folder),
             "links": links(run_id),
         }
         active = self.active.get(run_id)
@@ -359,6 +362,7 @@ class RunManager:
                 "tokens": (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0),
                 "cost_usd": usage.get("estimated_cost_usd"),
                 "failure_category": failure.get("category"),
+                "parent": checkpoint.get("parent"),
                 "links": {"self": f"/v1/runs/{run_id}", "events": f"/v1/runs/{run_id}/events"},
             }
             cached = (key, base, status_fields(checkpoint))

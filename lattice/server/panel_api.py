@@ -13,7 +13,9 @@ it with every API call); everything else below needs the token like any API rout
   attempts, output);
 - ``GET /v1/forms/{name}``: what the new-run form of a workflow needs (its inputs
   schema, example inputs, the mock scripts under ``--workflows``, its canvas);
-- ``POST /v1/graph``: the canvas of an inline document.
+- ``POST /v1/graph``: the canvas of an inline document;
+- ``GET /v1/runs/{id}/compare/{other}``: what differs between two runs, as
+  ``lattice runs diff --json`` says it, with both outputs.
 
 The routes that read files are plain ``def`` (run in FastAPI's thread pool, off the
 event loop the runs share).
@@ -31,6 +33,7 @@ from fastapi import FastAPI, Query
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import FileResponse, Response
 
+from lattice.batch.diff import diff_runs
 from lattice.ir.serialize import ir_to_dict
 from lattice.runs.store import safe_name
 from lattice.server.errors import ApiError, diagnostics_json, not_found
@@ -164,6 +167,20 @@ def add_panel_routes(
         ):
             raise not_found(f"no panel file {path!r}")
         return FileResponse(file, media_type=media, headers=PAGE_HEADERS)
+
+    @app.get(
+        "/v1/runs/{run_id}/compare/{other_id}",
+        tags=["panel"],
+        summary="what differs between two runs (lattice runs diff)",
+    )
+    def compare_runs(run_id: str, other_id: str) -> Response:
+        a, b = manager.folder(run_id), manager.folder(other_id)
+        diff = diff_runs(a, b)
+        out = diff.to_json()
+        out["a"], out["b"] = run_id, other_id
+        out["output"] = {"changes": out["output"], "a": diff.a.output, "b": diff.b.output}
+        out["changed"] = diff.changed
+        return respond(200, out)
 
     @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
     def graph_of_run(run_id: str) -> Response:

@@ -20,7 +20,7 @@ from lattice.config import AgentsConfig, LatticeConfig, load_config
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import LLMProvider, close_loop_clients
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
 from lattice.runs.checkpoint import read_checkpoint
@@ -28,6 +28,7 @@ from lattice.runs.folder import read_run_json
 from lattice.runs.store import RunStore
 from lattice.runtime.context import AskHuman, EventListener
 from lattice.runtime.results import RunResult
+from lattice.runtime.resume import StartFrom
 from lattice.runtime.runner import RunLimits, Runner
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
 from lattice.service.mocks import check_script_nodes
@@ -145,15 +146,17 @@ class PreparedRun:
     runner: Runner
     settings: RuntimeSettings
     inputs: dict[str, Any]
+    start: StartFrom | None = None
+    """Set for a re-run: the op it starts from, its state and its parent."""
 
     def run(self, *, run_id: str | None = None) -> RunResult:
         """Run to its end in a private event loop (the CLI)."""
-        return self.runner.run(self.inputs, run_id=run_id)
+        return self.runner.run(self.inputs, run_id=run_id, start=self.start)
 
     async def arun(self, *, run_id: str | None = None) -> RunResult:
         """Run on the caller's event loop, then close the provider's clients bound to it."""
         try:
-            return await self.runner.arun(self.inputs, run_id=run_id)
+            return await self.runner.arun(self.inputs, run_id=run_id, start=self.start)
         finally:
             await close_loop_clients(self.runner.provider)
 
@@ -321,11 +324,3 @@ def check_mock_nodes(ir: ExecIR, provider: LLMProvider, spec: ProviderSpec) -> N
     if isinstance(provider, MockProvider):
         where = f"mock script {spec.choice.mock}" if spec.choice.mock else "mock script"
         check_script_nodes(ir, provider.responses, where=where)
-
-
-async def close_loop_clients(provider: LLMProvider | None) -> None:
-    """Close the provider's HTTP clients bound to the running event loop (a run on a
-    long-lived loop builds its provider for itself, and releases it when it ends)."""
-    close = getattr(provider, "aclose_loop_clients", None)
-    if callable(close):
-        await close()

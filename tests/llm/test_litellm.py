@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,19 @@ import pytest
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeRunError
-from lattice.llm.base import LLMRequest, LLMResponse, Message
+from lattice.llm.base import LLMRequest, LLMResponse, Message, ToolCall, ToolDef
 from lattice.llm.litellm_provider import LiteLLMProvider
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
 from lattice.service.providers import make_provider
 from tests.builders import conn, lower_ok, node, workflow
-from tests.fake_llm_server import FakeLLMServer, serve, two_step_answer, two_step_document
+from tests.fake_llm_server import (
+    FakeLLMServer,
+    ToolTurn,
+    serve,
+    two_step_answer,
+    two_step_document,
+)
 
 pytestmark = [
     # LiteLLM's own code warns under pydantic 2.14 (not ours to fix, and not errors here)
@@ -265,6 +272,69 @@ def _mocked(answer: Any) -> LiteLLMProvider:
     return LiteLLMProvider(
         default_model="gemini/gemini-2.5-flash", completion_kwargs={"mock_response": answer}
     )
+
+
+# -- tool calls (the OpenAI shape, through LiteLLM) -----------------------------------------
+
+READ = ToolDef(
+    "Read",
+    "Read a file.",
+    {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]},
+)
+TWO_CALLS = ToolTurn(
+    [
+        ("call_a1", "Read", json.dumps({"file_path": "src/app.py"})),
+        ("call_b2", "Read", json.dumps({"file_path": "tests/test_app.py"})),
+    ]
+)
+
+
+def _tool_turn(**overrides: Any) -> LLMRequest:
+    return _request(tools=(READ,), **overrides)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_parallel_tool_calls_and_the_transcript(streamed: bool) -> None:
+    answers: list[str | ToolTurn] = [TWO_CALLS, ANSWER]
+    with serve(lambda body: answers.pop(0)) as server:
+        server.piece_chars = 6
+        sink = (lambda text: None) if streamed else None
+        provider = _provider(server)
+        first = _complete(provider, _tool_turn(on_delta=sink))
+        assert first.tool_calls == (
+            ToolCall("call_a1", "Read", {"file_path": "src/app.py"}),
+            ToolCall("call_b2", "Read", {"file_path": "tests/test_app.py"}),
+        )
+        assert first.finish_reason == "tool_calls"
+        body = server.received[-1].body
+        assert body["tools"][0]["function"]["name"] == "Read"
+        assert "response_format" not in body  # tools and native schemas do not mix
+
+        history = (
+            Message("assistant", "", tool_calls=first.tool_calls),
+            Message("tool", "def add_todo(): ...", tool_call_id="call_a1"),
+            Message("tool", "def test_add(): ...", tool_call_id="call_b2"),
+        )
+        request = _tool_turn(on_delta=sink)
+        final = _complete(provider, replace(request, messages=request.messages + history))
+        assert (final.text, final.tool_calls) == (ANSWER, ())
+        sent = server.received[-1].body["messages"]
+        assert sent[2]["tool_calls"][1]["function"]["arguments"] == TWO_CALLS.calls[1][2]
+        assert sent[3] == {
+            "role": "tool",
+            "tool_call_id": "call_a1",
+            "content": "def add_todo(): ...",
+        }
+
+
+@pytest.mark.parametrize("style", ["chunked", "eof"])
+def test_a_stream_cut_inside_a_calls_arguments_is_an_error(style: str) -> None:
+    with serve(lambda body: TWO_CALLS) as server:
+        server.piece_chars = 5
+        server.cuts = [(2, style)]
+        with pytest.raises(LatticeRunError) as info:
+            _complete(_provider(server), _tool_turn(on_delta=lambda text: None))
+    assert info.value.error_type == "provider_error"
 
 
 def test_a_run_with_litellms_mock_response() -> None:

@@ -140,3 +140,20 @@ def test_a_default_of_tool_calls_is_checked_too() -> None:
 def test_a_call_without_arguments_has_empty_ones() -> None:
     provider = MockProvider.from_script({"default": {"$tool_calls": [{"name": "LS"}]}})
     assert ask(provider, turn()).tool_calls == (ToolCall("call_1", "LS", {}),)
+
+
+def test_an_agent_whose_turns_are_used_up_is_shown_both_kinds_of_item() -> None:
+    provider = MockProvider({"explore": []})
+    with pytest.raises(LatticeRunError) as raised:
+        ask(provider, turn(response_schema={"type": "object"}))
+    assert raised.value.error_type == "mock_exhausted"
+    assert '"explore": [{}] (a value of its output schema)' in raised.value.message
+    assert '{"$tool_calls": [{"name": "Read", "arguments": {}}]}' in raised.value.message
+
+
+def test_a_transcripts_calls_count_toward_the_request_size() -> None:
+    calls = (ToolCall("call_1", "Read", {"file_path": "src/app.py"}),)
+    plain = turn()
+    with_calls = turn(*results(calls))
+    expected = len("Read") + len('{"file_path": "src/app.py"}') + len("result of Read")
+    assert with_calls.size_chars() - plain.size_chars() == expected

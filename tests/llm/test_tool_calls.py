@@ -23,6 +23,7 @@ from lattice.llm.base import (
     Message,
     ToolCall,
     ToolDef,
+    parse_tool_arguments,
 )
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.openai_provider import OpenAIProvider
@@ -119,7 +120,7 @@ def second_turn(calls: tuple[ToolCall, ...], *, on_delta: Any = None) -> LLMRequ
             *first.messages,
             Message("assistant", "Looking at the code first.", tool_calls=calls),
             Message("tool", "1: def add_todo(items, text):", tool_call_id=calls[0].id),
-            Message("tool", "src/app.py:1: def add_todo", tool_call_id=calls[1].id),
+            Message("tool", "error: no such file", tool_call_id=calls[1].id, is_error=True),
         ),
         model=first.model,
         max_tokens=first.max_tokens,
@@ -241,7 +242,7 @@ def test_openai_request_carries_function_tools_and_the_transcript(
             ],
         },
         {"role": "tool", "tool_call_id": "call_a1", "content": "1: def add_todo(items, text):"},
-        {"role": "tool", "tool_call_id": "call_b2", "content": "src/app.py:1: def add_todo"},
+        {"role": "tool", "tool_call_id": "call_b2", "content": "error: no such file"},
     ]
 
 
@@ -289,7 +290,8 @@ def test_anthropic_request_carries_tools_tool_use_and_merged_results(
                 {
                     "type": "tool_result",
                     "tool_use_id": "call_b2",
-                    "content": "src/app.py:1: def add_todo",
+                    "content": "error: no such file",
+                    "is_error": True,
                 },
             ],
         },
@@ -388,3 +390,9 @@ def test_a_fixture_line_with_malformed_tool_calls_names_the_line(tmp_path: Path)
     with pytest.raises(LatticeUserError) as raised:
         FixtureProvider(path)
     assert raised.value.message.startswith(f"{path}:1: each tool call is")
+
+
+def test_arguments_a_server_sends_as_an_object_are_taken_as_they_are() -> None:
+    assert parse_tool_arguments({"file_path": "a.py"}) == {"file_path": "a.py"}
+    assert parse_tool_arguments("") == parse_tool_arguments(None) == {}
+    assert parse_tool_arguments("[1, 2]") == {MALFORMED_ARGUMENTS: "[1, 2]"}

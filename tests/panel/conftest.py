@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from lattice.config import LatticeConfig, RunsConfig
 from lattice.server.app import ServerSettings
+from tests.conftest import EXAMPLES
 from tests.panel.helpers import workflows_folder
-from tests.server.helpers import serve_in_thread
+from tests.server.helpers import TIMEOUT, serve_in_thread, wait_for_status
 
 
 @pytest.fixture(scope="module")
@@ -29,3 +32,22 @@ def base_url(space: Path) -> Iterator[str]:
     )
     with serve_in_thread(settings) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def triage(base_url: str) -> str:
+    """A finished support-triage run whose classification was repaired, then escalated."""
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
+        inputs = json.loads((EXAMPLES / "support-triage.inputs.json").read_text())
+        response = client.post(
+            "/v1/runs",
+            json={
+                "workflow": "support-triage.json",
+                "mock": "support-triage-repair.mock.json",
+                "inputs": inputs,
+            },
+        )
+        assert response.status_code == 202, response.text
+        run_id = str(response.json()["run_id"])
+        wait_for_status(client, run_id, ("completed",))
+        return run_id

@@ -613,7 +613,8 @@ class KilledAtRepair:
     def __init__(self, inner: MockProvider) -> None:
         self.inner = inner
         self.b1_finished = asyncio.Event()
-        self.checkpoint = inner.checkpoint
+        self.checkpoint = inner.checkpoint  # a CheckpointedProvider, as the mock is
+        self.restore = inner.restore
 
     def listen(self, event: dict[str, Any]) -> None:
         if event["type"] == "op_finished" and event.get("op_id") == "b1":

@@ -7,7 +7,32 @@
 // nearest node in that direction, Home and End to the first and last, Enter or Space
 // opens the node in the inspector, + and - zoom, 0 fits the drawing to the view.
 
-import { h, s, truncate } from "./dom.js";
+import { fmtInt, fmtMs, h, s, truncate } from "./dom.js";
+
+/** The smallest size, in screen pixels, that Fit lets a node's name be drawn at. */
+export const MIN_LABEL_PX = 11;
+const TITLE_PX = 13;
+const CHAR_PX = 7.4;
+
+/** A node's name on at most two lines of `perLine` characters, cut only past that. */
+export function wrapLabel(label, perLine) {
+  const text = String(label ?? "");
+  if (text.length <= perLine) return [text];
+  let cut = text.lastIndexOf(" ", perLine);
+  if (cut < perLine / 3) cut = perLine;
+  const first = text.slice(0, cut).trimEnd();
+  return [first, truncate(text.slice(cut).trimStart(), perLine)];
+}
+
+/** The badge under a node: visits, time, tokens, forEach items. */
+export function nodeStats(state) {
+  const parts = [];
+  if (state.visits > 1) parts.push(`×${state.visits}`);
+  if (state.items) parts.push(`${fmtInt(state.items)} item${state.items === 1 ? "" : "s"}`);
+  if (state.visits > 0 && state.ms >= 0.5) parts.push(fmtMs(state.ms));
+  if (state.tokens) parts.push(`${fmtInt(state.tokens)} tok`);
+  return parts.join(" · ");
+}
 
 const CATEGORY = {
   start: "terminal",
@@ -83,14 +108,19 @@ function shape(category, w, hgt) {
   }
 }
 
-function edgePath(a, b) {
+function edgePath(a, b, nodes) {
   const sx = a.x + a.w;
   const sy = a.y + a.h / 2;
   const tx = b.x;
   const ty = b.y + b.h / 2;
-  if (tx < sx && Math.abs(ty - sy) < (a.h + b.h) / 2 + 12) {
-    // A loop back along the same row: out to the right, under both nodes, in from the left.
-    const below = Math.max(a.y + a.h, b.y + b.h) + 34;
+  if (tx < sx) {
+    // A loop back: out to the right, under every node between the two ends, in from the
+    // left, so that it never crosses a node.
+    let bottom = Math.max(a.y + a.h, b.y + b.h);
+    for (const n of nodes) {
+      if (n.x + n.w >= tx - 30 && n.x <= sx + 30 && n.y <= bottom + 40 && n.y + n.h > bottom - 1) bottom = Math.max(bottom, n.y + n.h);
+    }
+    const below = bottom + 34;
     const d = `M${sx},${sy} C${sx + 60},${sy} ${sx + 60},${below} ${sx},${below} L${tx},${below} C${tx - 60},${below} ${tx - 60},${ty} ${tx},${ty}`;
     return { d, lx: (sx + tx) / 2, ly: below };
   }
@@ -200,9 +230,12 @@ export class Canvas {
         this.edgeEls.push(null);
         return;
       }
-      const { d, lx, ly } = edgePath(a, b);
+      const { d, lx, ly: wanted } = edgePath(a, b, g.nodes);
+      const ly = edge.label ? this.placeLabel(lx, wanted, truncate(edge.label, 24).length * 6.6 + 12) : wanted;
       const path = s("path", { class: "edge", d, "marker-end": "url(#arrow)", "data-edge": index });
       edges.append(path);
+      const count = s("text", { class: "edge-count", x: lx, y: ly + (edge.label ? 22 : 4), "text-anchor": "middle" }, "");
+      labels.append(count);
       let label = null;
       if (edge.label) {
         const text = truncate(edge.label, 24);
@@ -215,7 +248,7 @@ export class Canvas {
         );
         labels.append(label);
       }
-      this.edgeEls.push({ path, label });
+      this.edgeEls.push({ path, label, count });
     });
     const nodes = s("g", { class: "nodes" });
     for (const n of g.nodes) {
@@ -244,15 +277,42 @@ export class Canvas {
         title,
         s("rect", { class: "focus-ring", x: -5, y: -5, width: n.w + 10, height: n.h + 10, rx: 12 }),
         shape(category, n.w, n.h),
-        s("text", { class: "title", x: category === "branch" || category === "ask" ? 20 : 14, y: 22 }, truncate(n.label, Math.max(8, Math.floor((n.w - 44) / 7.4)))),
-        s("text", { class: "kind", x: category === "branch" || category === "ask" ? 20 : 14, y: 40 }, n.type),
+        ...this.titleLines(n, category),
         glyph,
         visits,
+        s("text", { class: "stats", x: 2, y: n.h + 14 }, ""),
       );
-      this.nodeEls.set(n.id, { el, glyph, visits, visitsText: visits.querySelector("text"), node: n });
+      const stats = el.querySelector(".stats");
+      this.nodeEls.set(n.id, { el, glyph, visits, stats, visitsText: visits.querySelector("text"), node: n });
       nodes.append(el);
     }
     this.viewport.append(groups, edges, labels, nodes);
+  }
+
+  /** A free spot for an edge label centred at (x, y): moved down past the labels already
+   * placed until its box overlaps none of them. */
+  placeLabel(x, y, width) {
+    this.placed ??= [];
+    const overlaps = (p, yy) => Math.abs(p.x - x) < (p.w + width) / 2 + 4 && Math.abs(p.y - yy) < 24;
+    let ly = y;
+    for (let tries = 0; tries < 50 && this.placed.some((p) => overlaps(p, ly)); tries++) ly += 24;
+    this.placed.push({ x, y: ly, w: width });
+    return ly;
+  }
+
+  /** The node's name (wrapped onto a second line before it is cut) and its type. */
+  titleLines(n, category) {
+    const x = category === "branch" || category === "ask" ? 20 : 14;
+    const lines = wrapLabel(n.label, Math.max(8, Math.floor((n.w - 44) / CHAR_PX)));
+    const out = [];
+    if (lines.length === 1) {
+      out.push(s("text", { class: "title", x, y: 22 }, lines[0]));
+      out.push(s("text", { class: "kind", x, y: 40 }, n.type));
+    } else {
+      out.push(s("text", { class: "title", x, y: 17 }, s("tspan", { x, dy: 0 }, lines[0]), s("tspan", { x, dy: 15 }, lines[1])));
+      out.push(s("text", { class: "kind", x, y: 46 }, n.type));
+    }
+    return out;
   }
 
   bind() {
@@ -437,6 +497,51 @@ export class Canvas {
 
   apply() {
     this.viewport.setAttribute("transform", `translate(${this.tx.toFixed(1)},${this.ty.toFixed(1)}) scale(${this.scale.toFixed(4)})`);
+    this.drawMinimap();
+  }
+
+  /** A small overview in the corner while part of the drawing is out of view: the nodes,
+   * and the part in view as a frame; a click there centres the view on that point. */
+  drawMinimap() {
+    const rect = this.viewSize();
+    if (!rect.width) return;
+    const b = this.graph.bounds;
+    const show = !this.wholeInView();
+    if (!this.minimap) {
+      if (!show) return;
+      const W = 160;
+      const k = W / Math.max(b.w, 1);
+      const H = Math.max(40, Math.min(120, (b.h + 40) * k));
+      const kk = Math.min(k, H / Math.max(b.h + 40, 1));
+      const frame = s("rect", { class: "minimap-view" });
+      const map = s(
+        "svg",
+        { class: "minimap", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Overview of the workflow" },
+        s("rect", { class: "minimap-back", width: W, height: H }),
+        ...this.graph.nodes.map((n) => s("rect", { class: "minimap-node", "data-node": n.id, x: (n.x - b.x) * kk, y: (n.y - b.y + 20) * kk, width: Math.max(2, n.w * kk), height: Math.max(2, n.h * kk) })),
+        frame,
+      );
+      map.addEventListener("pointerdown", (e) => {
+        const box = map.getBoundingClientRect();
+        const gx = (e.clientX - box.left) / kk + b.x;
+        const gy = (e.clientY - box.top) / kk + b.y - 20;
+        this.setFollow(false);
+        this.tx = this.size.width / 2 - gx * this.scale;
+        this.ty = this.size.height / 2 - gy * this.scale;
+        this.apply();
+      });
+      this.minimap = { map, frame, k: kk };
+      this.el.append(map);
+    }
+    const { map, frame, k } = this.minimap;
+    map.style.display = show ? "" : "none";
+    if (!show) return;
+    const x = ((-this.tx) / this.scale - b.x) * k;
+    const y = ((-this.ty) / this.scale - b.y + 20) * k;
+    frame.setAttribute("x", x.toFixed(1));
+    frame.setAttribute("y", y.toFixed(1));
+    frame.setAttribute("width", ((rect.width / this.scale) * k).toFixed(1));
+    frame.setAttribute("height", ((rect.height / this.scale) * k).toFixed(1));
   }
 
   zoom(factor, px, py) {
@@ -451,39 +556,56 @@ export class Canvas {
     this.apply();
   }
 
+  /** The whole drawing in view, unless that would draw node names under MIN_LABEL_PX:
+   * then as large as that allows, centred where it fits and from its start where it does
+   * not (pan, or use the minimap, for the rest). */
   fit() {
     const rect = this.svg.getBoundingClientRect();
     const b = this.graph.bounds;
     if (!rect.width || !rect.height) return;
     const pad = 40;
-    const scale = Math.min((rect.width - 2 * pad) / Math.max(b.w, 1), (rect.height - 2 * pad) / Math.max(b.h + 40, 1), 1.25);
-    this.scale = Math.max(0.05, scale);
-    this.tx = (rect.width - b.w * this.scale) / 2 - b.x * this.scale;
-    this.ty = (rect.height - (b.h + 40) * this.scale) / 2 - (b.y - 20) * this.scale;
+    const whole = Math.min((rect.width - 2 * pad) / Math.max(b.w, 1), (rect.height - 2 * pad) / Math.max(b.h + 40, 1), 1.25);
+    this.scale = Math.max(MIN_LABEL_PX / TITLE_PX, whole);
+    const w = b.w * this.scale;
+    const hh = (b.h + 40) * this.scale;
+    this.tx = w <= rect.width ? (rect.width - w) / 2 - b.x * this.scale : pad / 2 - b.x * this.scale;
+    if (hh <= rect.height) {
+      this.ty = (rect.height - hh) / 2 - (b.y - 20) * this.scale;
+    } else {
+      const start = this.byId.get(this.focusId);
+      const y = start ? start.y + start.h / 2 : b.y + b.h / 2;
+      this.ty = Math.min(pad / 2 - (b.y - 20) * this.scale, rect.height / 2 - y * this.scale);
+    }
     this.apply();
   }
 
-  /** The first view: the whole drawing when it is legible so, else its start, readable. */
+  /** Whether the whole drawing is in view (the minimap is shown when it is not). */
+  wholeInView() {
+    const rect = this.viewSize();
+    const b = this.graph.bounds;
+    const left = b.x * this.scale + this.tx;
+    const top = (b.y - 20) * this.scale + this.ty;
+    return left >= -1 && top >= -1 && left + b.w * this.scale <= rect.width + 1 && top + (b.h + 40) * this.scale <= rect.height + 1;
+  }
+
+  /** The first view: Fit. */
   initialView() {
     this.fit();
-    if (this.scale >= 0.45) return;
-    const rect = this.svg.getBoundingClientRect();
-    const start = this.byId.get(this.focusId);
-    if (!start || !rect.width) return;
-    this.scale = 0.8;
-    this.tx = 40 - start.x * this.scale;
-    this.ty = rect.height / 2 - (start.y + start.h / 2) * this.scale;
-    this.apply();
   }
 
   /** Redraw what `dirty` (from RunModel.takeDirty) says changed. */
   update(model, dirty) {
     const ids = dirty.all ? this.nodeEls.keys() : dirty.nodes;
+    const finished = model.finished();
     for (const id of ids) {
       const entry = this.nodeEls.get(id);
       const state = model.nodes.get(id);
       if (!entry || !state) continue;
-      const { el, glyph, visits, visitsText, node } = entry;
+      const { el, glyph, visits, visitsText, node, stats } = entry;
+      const skipped = finished && state.visits === 0 && state.status === "pending";
+      el.classList.toggle("not-executed", skipped);
+      const badge = nodeStats(state);
+      if (stats.textContent !== badge) stats.textContent = badge;
       if (el.dataset.status !== state.status) {
         el.dataset.status = state.status;
         glyph.textContent = GLYPH[state.status] || "";
@@ -494,7 +616,8 @@ export class Canvas {
         visits.classList.toggle("shown", Boolean(count));
       }
       el.classList.toggle("repaired", state.repairs > 0);
-      const parts = [node.label, node.type, state.status];
+      const parts = [node.label, node.type, skipped ? "not executed" : state.status];
+      if (badge) el.setAttribute("aria-description", badge);
       if (state.visits > 1) parts.push(`visited ${state.visits} times`);
       if (state.repairs) parts.push(`${state.repairs} repair${state.repairs > 1 ? "s" : ""}`);
       el.setAttribute("aria-label", parts.join(", "));
@@ -511,6 +634,8 @@ export class Canvas {
       entry.path.setAttribute("marker-end", taken ? "url(#arrow-taken)" : "url(#arrow)");
       entry.label?.classList.toggle("taken", taken);
       entry.label?.classList.toggle("current", current);
+      const times = state.count > 1 ? `×${state.count}` : "";
+      if (entry.count.textContent !== times) entry.count.textContent = times;
     }
   }
 }

@@ -1,6 +1,8 @@
 // The execution panel of `lattice serve` (docs/panel.md): a page per location hash,
-// `#/` (the runs and the new-run form) and `#/runs/<id>?node=<nodeId>` (one run).
+// `#/` (the runs and the new-run form), `#/runs/<id>?node=<nodeId>` (one run) and
+// `#/compare/<a>/<b>` (two runs side by side).
 
+import { CompareView } from "./compare.js";
 import { clear } from "./dom.js";
 import { HomeView } from "./runs.js";
 import { RunView, stats } from "./runview.js";
@@ -19,6 +21,8 @@ function parse() {
   const params = new URLSearchParams(query || "");
   const run = /^\/runs\/([^/]+)\/?$/.exec(path);
   if (run) return { name: "run", runId: decodeURIComponent(run[1]), node: params.get("node") };
+  const compare = /^\/compare\/([^/]+)\/([^/]+)\/?$/.exec(path);
+  if (compare) return { name: "compare", a: decodeURIComponent(compare[1]), b: decodeURIComponent(compare[2]) };
   return { name: "home" };
 }
 
@@ -26,7 +30,10 @@ function route() {
   view?.destroy();
   const where = parse();
   clear(main);
-  if (where.name === "run") {
+  if (where.name === "compare") {
+    view = new CompareView({ a: where.a, b: where.b });
+    document.title = `Compare ${where.a} and ${where.b} · Lattice`;
+  } else if (where.name === "run") {
     view = new RunView({ runId: where.runId, node: where.node, navigate });
     document.title = `Run ${where.runId} · Lattice`;
   } else {

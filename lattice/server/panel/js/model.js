@@ -29,10 +29,17 @@ export class RunModel {
         repairs: 0,
         escalations: 0,
         tokens: 0,
+        ms: 0,
+        items: 0,
         lastPort: null,
         events: [],
       });
     }
+    // The timeline: one step per op execution (op id and branch), in start order.
+    this.steps = [];
+    this.openSteps = new Map();
+    this.startedAt = null;
+    this.endedAt = null;
     this.edges = this.graph.edges.map(() => ({ count: 0, last: -1 }));
     this.trackLast = new Map();
     this.resumeFrom = null;
@@ -69,6 +76,66 @@ export class RunModel {
     this.dirtyNodes.add(id);
   }
 
+  /** Whether the run has ended (not halted: a halted run goes on when answered). */
+  finished() {
+    return this.status === "completed" || this.status === "failed" || this.status === "interrupted";
+  }
+
+  /** Keep the timeline: a step opens at op_started and closes at op_finished. */
+  step(ev, type, data, id) {
+    const at = ev.ts ? Date.parse(ev.ts) : NaN;
+    if (!Number.isNaN(at)) {
+      if (this.startedAt === null) this.startedAt = at;
+      this.endedAt = at;
+    }
+    if (!ev.op_id) return;
+    const key = `${ev.op_id}|${ev.branch || ""}`;
+    if (type === "op_started") {
+      const kind = this.graph.ops[ev.op_id]?.kind || data.kind || "";
+      const step = { op: ev.op_id, node: id, branch: ev.branch || "", kind, start: at, end: null, ms: null, tokens: 0, attempts: [], tools: [], port: null, error: null };
+      this.steps.push(step);
+      this.openSteps.set(key, step);
+      this.stepsDirty = true;
+      return;
+    }
+    const step = this.openSteps.get(key);
+    if (!step) return;
+    this.stepsDirty = true;
+    switch (type) {
+      case "llm_request":
+        step.attempts.push({ kind: data.kind || "initial", model_class: data.model_class || "", ok: null });
+        break;
+      case "llm_response":
+        step.tokens += (data.input_tokens || 0) + (data.output_tokens || 0);
+        break;
+      case "validation_failed":
+        if (step.attempts.length) step.attempts[step.attempts.length - 1].ok = false;
+        break;
+      case "tool_call":
+      case "tool_call_started":
+        step.tools.push({ name: data.tool || data.name || "tool", ms: null, error: false });
+        break;
+      case "tool_result":
+      case "tool_call_finished": {
+        const open = step.tools.findLast((t) => t.ms === null);
+        if (open) {
+          open.ms = data.duration_ms ?? null;
+          open.error = Boolean(data.is_error);
+        }
+        break;
+      }
+      case "op_finished":
+        step.end = at;
+        step.ms = typeof data.duration_ms === "number" ? data.duration_ms : (Number.isNaN(at) ? null : at - step.start);
+        step.port = data.port ?? null;
+        step.error = data.error_type || null;
+        this.openSteps.delete(key);
+        break;
+      default:
+        break;
+    }
+  }
+
   /** Apply one event (its index in the run's event list is `index`). */
   apply(ev, index) {
     this.applied = index + 1;
@@ -78,6 +145,7 @@ export class RunModel {
     const id = ev.op_id ? this.nodeOfOp(ev.op_id) : null;
     const node = id !== null ? this.nodes.get(id) : undefined;
     if (node) node.events.push(index);
+    this.step(ev, type, data, id);
 
     switch (type) {
       case "run_started":
@@ -114,6 +182,7 @@ export class RunModel {
           else if (data.port === "failed") node.status = "failed";
           else node.status = "completed";
           node.lastPort = data.port ?? null;
+          if (typeof data.duration_ms === "number") node.ms += data.duration_ms;
           this.settle(id, node);
         }
         if (entry && data.port !== undefined) {
@@ -122,6 +191,12 @@ export class RunModel {
         }
         break;
       }
+      case "for_each_started":
+        if (node) {
+          node.items += data.items || 0;
+          this.dirtyNodes.add(id);
+        }
+        break;
       case "fork_started": {
         const entry = this.graph.ops[ev.op_id];
         for (const branch of (entry && entry.branches) || []) this.light(branch.edge, ev.seq);
@@ -178,6 +253,7 @@ export class RunModel {
       case "run_finished":
         if (data.status) this.status = data.status;
         if (data.usage) this.finishedUsage = data.usage;
+        this.dirtyAll = true; // nodes that never ran are greyed out now
         if (TERMINAL.has(this.status)) {
           for (const [nid, n] of this.nodes) {
             if (n.running.size) {

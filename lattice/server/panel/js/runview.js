@@ -12,6 +12,8 @@ import { clear, duration, fmtCost, fmtInt, fmtMs, fmtTime, h, preview, statusBad
 import { Inspector, LiveAnswers } from "./inspector.js";
 import { RunModel } from "./model.js";
 import { StateTimeline } from "./state.js";
+import { openRerun } from "./rerun.js";
+import { Timeline } from "./timeline.js";
 import { tree } from "./tree.js";
 
 export const MAX_BATCH = 1000;
@@ -65,6 +67,11 @@ export class RunView {
       onSelect: (id) => this.selectNode(id),
       label: `Workflow ${graph.workflow?.name || graph.workflow?.id || ""}: ${graph.nodes.length} nodes`,
     });
+    this.waterfall = new Timeline({
+      graph,
+      onSelect: (id) => this.selectNode(id),
+      onRerun: (op, visit, label) => openRerun({ runId: this.runId, op, visit, label, navigate: (id) => { location.hash = `#/runs/${encodeURIComponent(id)}`; } }),
+    });
     this.answers = new LiveAnswers();
     this.inspector = new Inspector({ runId: this.runId, graph, model: this.model, events: this.events, answers: this.answers });
     this.build();
@@ -79,6 +86,7 @@ export class RunView {
     this.stream?.close();
     clearInterval(this.clock);
     clearTimeout(this.stateTimer);
+    clearTimeout(this.timelineTimer);
     this.visibility?.disconnect();
   }
 
@@ -126,12 +134,14 @@ export class RunView {
         this.notice,
         h("section", { class: "canvas-area", "aria-label": "Workflow canvas" }, this.canvas.el),
         this.inspector.el,
+        this.waterfall.el,
         this.stateView,
       ),
     );
     this.renderHead();
     this.renderNotice();
     this.renderState();
+    this.waterfall.render(this.model);
     this.visibility = new IntersectionObserver((entries) => {
       this.stateVisible = entries[entries.length - 1].isIntersecting;
       if (this.stateVisible && this.stateStale) this.renderState();
@@ -176,6 +186,7 @@ export class RunView {
           h("dt", {}, "cost"),
           f.cost,
         ),
+        (f.lineage = h("p", { class: "lineage" })),
         f.actions,
       );
     }
@@ -187,6 +198,12 @@ export class RunView {
     set(f.calls, fmtInt(usage.calls || 0));
     set(f.tokens, fmtInt(tokens));
     set(f.cost, fmtCost(run.cost_usd));
+    this.renderLineage(f.lineage, run);
+    const stopped = status === "completed" || status === "failed" || status === "halted" || status === "interrupted";
+    if (this.waterfall.rerunnable !== stopped) {
+      this.waterfall.rerunnable = stopped;
+      this.waterfall.render(this.model);
+    }
     if (f.status !== status) {
       f.status = status;
       f.badge.replaceWith((f.badge = statusBadge(status)));
@@ -198,6 +215,21 @@ export class RunView {
       clear(f.actions).append(...actions, back);
       if (focused) (actions[0] || back).focus();
     }
+  }
+
+  /** "Re-run of <parent> from <op>" and the runs re-run from this one, as links. */
+  renderLineage(el, run) {
+    const key = JSON.stringify([run.parent, run.reruns]);
+    if (el.dataset.key === key) return;
+    el.dataset.key = key;
+    const link = (id) => h("a", { href: `#/runs/${encodeURIComponent(id)}` }, h("code", {}, id));
+    const parts = [];
+    const compare = (a, b) => h("a", { class: "compare-link", href: `#/compare/${encodeURIComponent(a)}/${encodeURIComponent(b)}` }, "compare");
+    if (run.parent) parts.push(h("span", { class: "parent" }, "Re-run of ", link(run.parent.run_id), ` from ${run.parent.op}${run.parent.visit > 1 ? ` (visit ${run.parent.visit})` : ""} (`, compare(run.parent.run_id, run.run_id), ")"));
+    if (run.reruns && run.reruns.length) {
+      parts.push(h("span", { class: "reruns" }, "Re-runs: ", ...run.reruns.flatMap((r, i) => [i ? ", " : "", link(r.run_id), ` from ${r.op} (`, compare(run.run_id, r.run_id), ")"])));
+    }
+    el.replaceChildren(...parts);
   }
 
   renderNotice() {
@@ -328,6 +360,7 @@ export class RunView {
 
   selectNode(id, focus = false) {
     this.canvas.select(id);
+    this.waterfall.select(id);
     this.inspector.show(id);
     const url = `#/runs/${encodeURIComponent(this.runId)}?node=${encodeURIComponent(id)}`;
     if (location.hash !== url) history.replaceState(null, "", url);
@@ -414,6 +447,7 @@ export class RunView {
     this.inspector.touched(this.events.slice(from, to));
     this.inspector.renderAnswer();
     this.stateSoon();
+    this.timelineSoon();
     const t4 = performance.now();
     recordBatch(size, t4 - t0, { parse: t1 - t0, fold: t2 - t1, draw: t3 - t2, rest: t4 - t3 });
     if (this.queueHead < this.queue.length) this.schedule();
@@ -472,6 +506,7 @@ export class RunView {
     this.cursor = count;
     this.model.rebuild(this.events, count);
     this.canvas.update(this.model, this.model.takeDirty());
+    this.timelineSoon();
     this.slider.value = String(count);
     this.renderPosition();
     this.renderState();
@@ -509,6 +544,16 @@ export class RunView {
     this.slider.setAttribute("aria-valuetext", text);
     this.liveButton.disabled = this.live;
     this.stateView.classList.toggle("past", !this.live);
+  }
+
+  /** Redraw the timeline after the batch, at most every STATE_RENDER_MS (it follows the
+   * slider: it shows the ops up to the event the slider is on). */
+  timelineSoon() {
+    if (this.timelineTimer) return;
+    this.timelineTimer = setTimeout(() => {
+      this.timelineTimer = null;
+      if (!this.dead && this.model.stepsDirty) this.waterfall.render(this.model);
+    }, STATE_RENDER_MS);
   }
 
   /** Redraw the state tree after the batch, at most every STATE_RENDER_MS, and only
