@@ -17,7 +17,7 @@ from typing import Any
 from lattice.document.models import Node
 from lattice.errors import did_you_mean
 from lattice.ir.models import AgentLimits
-from lattice.lower.fields import get_number
+from lattice.lower.fields import get_number, get_str
 from lattice.lower.registry import LoweringContext
 from lattice.workspace.grants import (
     BUILTIN_TYPE_TOOLS,
@@ -62,8 +62,10 @@ def _asked_tools(ctx: LoweringContext, node: Node) -> tuple[tuple[str, ...], str
     data = node.data
     if node.type == "subAgent":
         if data.get("tools") not in (None, "", []):
-            return _tool_list(ctx, node, "tools"), str(data.get("builtInType") or "custom"), "tools"
-        builtin = data.get("builtInType")
+            builtin_type = data.get("builtInType")
+            kind = builtin_type if isinstance(builtin_type, str) and builtin_type else "custom"
+            return _tool_list(ctx, node, "tools"), kind, "tools"
+        builtin = get_str(ctx, node, "builtInType")
         if builtin is None:
             return None
         if builtin not in BUILTIN_TYPE_TOOLS:
@@ -83,7 +85,7 @@ def _asked_tools(ctx: LoweringContext, node: Node) -> tuple[tuple[str, ...], str
             return None
         return _tool_list(ctx, node, "allowedTools"), "skill", "allowedTools"
     if node.type == "codex":
-        sandbox = data.get("sandbox")
+        sandbox = get_str(ctx, node, "sandbox")
         if sandbox is None:
             return None
         if sandbox not in CODEX_SANDBOX_TOOLS:

@@ -100,3 +100,21 @@ def test_a_sub_agent_flows_tools_go_to_its_sub_agents_without_their_own() -> Non
     assert isinstance(ir.ops["call__write"], LLMWriteOp)
     plain = lower_ok(chain(node("call", "subAgentFlow", subAgentFlowId="f"), subAgentFlows=[flow]))
     assert isinstance(plain.ops["call__ask"], LLMWriteOp)
+
+
+@pytest.mark.parametrize(
+    ("node_type", "data"),
+    [
+        ("subAgent", {"builtInType": []}),
+        ("subAgent", {"builtInType": {"x": 1}}),
+        ("codex", {"sandbox": ["read-only"]}),
+        ("subAgent", {"tools": 7}),
+        ("skill", {"name": "s", "executionMode": "execute", "allowedTools": {"Read": 1}}),
+    ],
+)
+def test_a_malformed_agent_field_is_a_located_error_not_a_crash(
+    node_type: str, data: dict[str, Any]
+) -> None:
+    result = lower_document(chain(node("a", node_type, prompt="p", **data)))
+    errors = [d for d in result.diagnostics if d.code == "invalid-field"]
+    assert errors and errors[0].pointer.startswith("/nodes/1/data/")
