@@ -102,3 +102,53 @@ def test_a_run_warns_once_per_node_and_setting_of_what_it_left_out(
         "Bash",
     }
     assert all(r["node"] == "fix" for r in refused)
+
+
+def test_serve_takes_the_grant_flags(tmp_path: Path) -> None:
+    pytest.importorskip("fastapi")
+    from lattice.cli.parser import build_parser
+    from lattice.server.main import settings_from_args
+
+    argv = ["serve", "--workspace", str(tmp_path), "--allow", "read", "--patch-only"]
+    settings = settings_from_args(build_parser().parse_args(argv))
+    agents = settings.config.agents
+    assert (agents.workspace, agents.allow, agents.patch_only) == (str(tmp_path), ["read"], True)
+
+
+def test_batch_runs_agents_with_the_grant_flags(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "notes.txt").write_text("the answer is 42\n")
+    doc = write_json(
+        tmp_path / "doc.json", chain(node("a", "subAgent", prompt="{{ $in.q }}", tools="Read"))
+    )
+    read = {"$tool_calls": [{"name": "Read", "arguments": {"file_path": "notes.txt"}}]}
+    mock = write_json(tmp_path / "mock.json", {"responses": {"a": [read, "42", read, "42"]}})
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"q": "what is it?"}\n{"q": "and again?"}\n')
+    out = tmp_path / "results.jsonl"
+    code, _, err = cli(
+        capsys,
+        "batch",
+        doc,
+        "--inputs",
+        rows,
+        "--output",
+        out,
+        "--mock",
+        mock,
+        "--concurrency",
+        "1",
+        "--runs-dir",
+        tmp_path / "runs",
+        "--workspace",
+        tmp_path,
+        "--allow",
+        "read",
+    )
+    assert code == 0, err
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in results] == ["completed", "completed"]
+    records = sorted((tmp_path / "runs").glob("*/ops/*-a.json"))
+    calls = [json.loads(p.read_text())["transcript"]["tool_calls"] for p in records]
+    assert calls == [1, 1]
