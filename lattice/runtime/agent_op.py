@@ -20,7 +20,6 @@ from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import AgentSettings, RuntimeSettings
 from lattice.tools.toolset import FileChange, Toolset
 from lattice.workspace.grants import ToolDecision, WorkspaceGrant
-from lattice.workspace.toolset import workspace_toolsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +122,8 @@ class AgentExecutor(LLMWriteExecutor):
             return []
         if self.agents.toolsets is not None:
             return self.agents.toolsets(self.agents.grant, granted)
+        from lattice.workspace.toolset import workspace_toolsets  # httpx: only when agents run
+
         mcp = ctx.tools if any(name.startswith("mcp__") for name in granted) else None
         return workspace_toolsets(
             self.agents.grant, granted, http_client=ctx.http_pool.client, mcp=mcp
