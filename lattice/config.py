@@ -44,7 +44,7 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     [mcp.servers.time]
     command = "mcp-server-time"
     args = []
-    [telemetry]                      # OpenTelemetry traces (pip install 'lattice-lre[otel]')
+    [telemetry]                      # OpenTelemetry traces (pip install -e '.[otel]')
     otlp_endpoint = "http://localhost:4318"  # OTLP/HTTP collector (env OTEL_EXPORTER_OTLP_ENDPOINT)
     capture_content = false          # prompts and answers on the spans (masked)
     service_name = "lattice"         # env OTEL_SERVICE_NAME

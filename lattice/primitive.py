@@ -157,8 +157,9 @@ class LLMPrimitive(Generic[OutputT]):
     model class (first call included; default 3); ``escalation`` is True (up the ladder to
     large), False, or the highest class to try. ``policies`` overrides recovery stacks by
     error type (``{"schema_error": ["repair", "fail"]}``). ``max_attempts_total`` caps the
-    model calls of one call in all (default: ``repair`` per class × the ladder, 9 with the
-    defaults). ``strict_output=True`` makes prose around the JSON a violation
+    model calls of one call in all (default: at most ``repair`` per class × the ladder, 9
+    with the defaults; a class whose repair repeats the violations it was shown gets no
+    further repair, so an answer that never becomes valid costs 4 from ``small``). ``strict_output=True`` makes prose around the JSON a violation
     (``explanatory_text``) instead of salvaging a reply that holds exactly one valid JSON
     value. ``repair_context_chars`` caps the input lines a repair packet quotes (0: none).
 

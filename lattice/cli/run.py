@@ -10,6 +10,7 @@ from typing import Any
 
 from lattice.cli.common import (
     Progress,
+    TerminalAsker,
     config_with_grants,
     lower_for_cli,
     note,
@@ -17,9 +18,8 @@ from lattice.cli.common import (
     provider_choice,
     read_json_object,
     report,
-    terminal_asker,
 )
-from lattice.cli.main import EXIT_USAGE
+from lattice.cli.main import EXIT_INTERRUPTED, EXIT_USAGE
 from lattice.config import load_config
 from lattice.document.loader import read_json_file
 from lattice.errors import InputError, LatticeUserError
@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if answers:
         check_answers(ir, answers, what=f"answers in {args.answers}")
     interactive = not args.answers and sys.stdin.isatty()
+    asker = TerminalAsker()
     prepared = prepare_run(
         ir,
         config=config,
@@ -84,23 +85,23 @@ def run(args: argparse.Namespace) -> int:
         answers=answers,
         workflow=read_json_file(Path(args.workflow)),
         runs_dir=None if args.no_record else Path(args.runs_dir),
-        ask_human=terminal_asker if interactive else None,
+        ask_human=asker if interactive else None,
     )
     runner = prepared.runner
     for refused in refused_tools(ir, prepared.settings.agents.grant):
         note(f"warning: {refused.message()}")
     if args.dry_run:
         return _dry_run(runner, inputs)
-    progress = Progress(live=sys.stderr.isatty() and not args.json)
+    progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)
     runner.subscribe(progress)
     try:
         outcome = prepared.run()
     except KeyboardInterrupt:
         progress.stop()
         if progress.run_id is not None and not args.no_record:
-            note(
-                f"interrupted; continue with: lattice resume {Path(args.runs_dir) / progress.run_id}"
-            )
+            resume_with = Path(args.runs_dir) / progress.run_id
+            note(f"interrupted; continue with: lattice resume {resume_with}")
+            return EXIT_INTERRUPTED
         raise
     finally:
         progress.stop()
@@ -131,7 +132,8 @@ def _dry_run(runner: Runner, inputs: dict[str, Any]) -> int:
 
 
 def run_folder(run: str, runs_dir: str) -> Path:
-    """The folder of ``run``: a run folder's path, or a run id under ``runs_dir``."""
+    """The folder of ``run``: a run folder's path, or a run id under ``runs_dir``; what
+    every command that takes a RUN (``resume`` and each ``runs`` action) resolves it with."""
     folder = Path(run)
     if folder.is_dir():
         return folder
@@ -147,6 +149,7 @@ def resume(args: argparse.Namespace) -> int:
     folder = run_folder(args.run_dir, args.runs_dir)
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
     interactive = sys.stdin.isatty() and not args.answer
+    asker = TerminalAsker()
     prepared = prepare_resume(
         folder,
         provider=ProviderSpec(provider_choice(args)),
@@ -154,15 +157,15 @@ def resume(args: argparse.Namespace) -> int:
         accept_changed=args.accept_changed,
         config_path=args.config,
         repo=args.repo,
-        ask_human=terminal_asker if interactive else None,
+        ask_human=asker if interactive else None,
     )
-    progress = Progress(live=sys.stderr.isatty() and not args.json)
+    progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)
     try:
         result = prepared.run(on_event=progress)
     except KeyboardInterrupt:
         progress.stop()
         note(f"interrupted; continue with: lattice resume {folder}")
-        raise
+        return EXIT_INTERRUPTED
     return report(result, progress, args.json, prepared.settings)
 
 
@@ -175,8 +178,8 @@ def runs(args: argparse.Namespace) -> int:
         return open_run(args)
     if args.action == "show":
         if not args.run_dir:
-            raise LatticeUserError("lattice runs show RUN_DIR")
-        sys.stdout.write(show_run(Path(args.run_dir)))
+            raise LatticeUserError("lattice runs show RUN (a run folder or a run id)")
+        sys.stdout.write(show_run(run_folder(args.run_dir, args.runs_dir)))
     else:
         sys.stdout.write(list_runs(Path(args.runs_dir)))
     return 0

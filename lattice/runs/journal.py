@@ -12,12 +12,15 @@ Line kinds::
      "last_result", "usage"?, "answers"?, "output"?}
     {"kind": "op_failed", "op_seq", "op_id", "usage", "provider_state"?}   an op that
                                                     failed or halted
-    {"kind": "request", "op_id", "prompt_hash"}     a request sent to a model (before
-                                                    it is: a request whose answer never
+    {"kind": "request", "op_id", "prompt_hash"}     a request sent to a model (as it
+                                                    goes out, once it holds its provider
+                                                    slot: a request whose answer never
                                                     came counts toward the call budget)
     {"kind": "request_unsent", "op_id", "prompt_hash"}  the request before it was
-                                                    refused without being sent (a
-                                                    batch's budget gate): not counted
+                                                    refused without being sent: not
+                                                    counted (written by earlier versions,
+                                                    which journaled requests before their
+                                                    slot)
     {"kind": "answer", "op_seq", "op_id", "prompt_hash", "model_class", "text", "model",
      "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?,
      "tool_calls"?}                                 an answer; ``tool_calls`` when the

@@ -203,7 +203,7 @@ class AskExecutor(Executor):
         answer = take_answer(ctx.answers, op)
         question = self.question.render(ctx.state.resolve)
         if answer is None and ctx.ask_human is not None:
-            answer = ctx.ask_human(op)
+            answer = ctx.ask_human(op.model_copy(update={"question": question}))
             if inspect.isawaitable(answer):
                 answer = await answer
         if answer is None:

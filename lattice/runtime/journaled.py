@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from lattice.llm.base import (
@@ -75,15 +76,27 @@ class JournaledProvider:
                     finish_reason=line.get("finish_reason"),
                     tool_calls=tool_calls_from_json(line.get("tool_calls")),
                 )
-        sent = {"op_id": request.op_id, "prompt_hash": prompt_hash}
-        self._journal({"kind": "request", **sent})
+        journaled = False
+
+        def sending() -> None:
+            nonlocal journaled
+            if not journaled:
+                journaled = True
+                self._journal(
+                    {"kind": "request", "op_id": request.op_id, "prompt_hash": prompt_hash}
+                )
+
+        # Journaled when the provider sends it, after any wait for a slot: a request that
+        # waited and was never sent (refused by a batch's budget gate, or the process
+        # killed meanwhile) does not count toward the run's budget when it resumes.
         try:
-            response = await self.inner.complete(request)
+            response = await self.inner.complete(replace(request, on_send=sending))
         except Interrupted:
-            # Refused before it was sent (a batch's budget gate): the run stops, and the
-            # request it never sent does not count toward its budget when it resumes.
-            self._journal({"kind": "request_unsent", **sent})
+            raise  # refused before it was sent (a batch's budget gate): not counted
+        except Exception:
+            sending()  # a provider that does not say when it sends: it may have sent
             raise
+        sending()  # a provider that does not say when it sends: it answered, so it sent
         line = {
             "kind": "answer",
             "op_id": request.op_id,

@@ -40,11 +40,11 @@ from lattice.runs.checkpoint import (
     file_digests,
     owner,
     read_checkpoint,
-    refuse_if_running,
     status_of,
 )
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState, read_journal
+from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import (
     RunFolderExists,
@@ -109,7 +109,8 @@ class Runner:
     ``provider``: the LLMProvider (default: DisabledProvider, which fails clearly).
     ``store``: a RunStore (default ``RunStore("runs")``; ``RunStore(None)`` keeps runs in memory).
     ``answers``: answers to ASK nodes by node id (label, index or text).
-    ``ask_human``: called for an ASK without an answer; return None to halt.
+    ``ask_human``: called for an ASK without an answer (the op, its question rendered);
+    return None to halt.
     ``workflow``: the source document, copied into the run folder when given.
     ``settings``: model map, attempts, recovery policies, retries, budgets (RuntimeSettings).
     """
@@ -432,10 +433,44 @@ class Runner:
         it yet: subscribe to it or keep it (to ``request_stop`` the run), then
         ``await reopened.arun()``. The arguments are ``aresume``'s."""
         folder = Path(run_dir)
+        if not folder.is_dir():
+            raise LatticeUserError(f"{folder} is not a resumable run folder (no such folder)")
+        # Owned before anything is read: what a resume reads is what no one else writes.
+        ownership = claim(folder)
+        try:
+            return cls._reopen_owned(
+                folder,
+                ownership,
+                answers=answers,
+                provider=provider,
+                ask_human=ask_human,
+                limits=limits,
+                settings=settings,
+                accept_changed=accept_changed,
+                store=store,
+            )
+        except BaseException:
+            ownership.release()
+            raise
+
+    @classmethod
+    def _reopen_owned(
+        cls,
+        folder: Path,
+        ownership: Ownership,
+        *,
+        answers: Mapping[str, Any] | None,
+        provider: LLMProvider | None,
+        ask_human: AskHuman | None,
+        limits: RunLimits | None,
+        settings: RuntimeSettings | None,
+        accept_changed: bool,
+        store: RunStore | None,
+    ) -> ReopenedRun:
+        """``reopen``, once this process owns ``folder``."""
         checkpoint = read_checkpoint(folder)
         if checkpoint.get("status") == "completed":
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
-        refuse_if_running(folder, checkpoint)
         journal = read_journal(folder)
         ir = resumable_ir(folder, checkpoint, journal, accept_changed=accept_changed)
         committed_state: Any = None
@@ -471,29 +506,35 @@ class Runner:
 
         async def go() -> RunResult:
             return await runner._continue(
-                folder, checkpoint, journal, position, state_data, pending
+                folder, ownership, checkpoint, journal, position, state_data, pending
             )
 
-        return ReopenedRun(runner, go)
+        return ReopenedRun(runner, go, ownership)
 
     async def _continue(
         self,
         folder: Path,
+        ownership: Ownership,
         checkpoint: dict[str, Any],
         journal: JournalState | None,
         position: Position,
         state_data: dict[str, Any],
         pending: list[dict[str, Any]],
     ) -> RunResult:
-        """Rebuild a reopened run's state and context, then walk on from its position."""
-        state = StateStore.from_snapshot(state_data, secrets=self._read_secret)
-        if journal is not None:
-            for line in journal.ops:
-                for change in line.get("changes") or ():
-                    state.apply(change)
-        state.clear_tmp()
-        redact = self._redactor()
-        recorder = self.store.reopen(folder, redact=redact)
+        """Rebuild a reopened run's state and context, then walk on from its position
+        (the recorder takes ``ownership`` over and lets it go when the run stops)."""
+        try:
+            state = StateStore.from_snapshot(state_data, secrets=self._read_secret)
+            if journal is not None:
+                for line in journal.ops:
+                    for change in line.get("changes") or ():
+                        state.apply(change)
+            state.clear_tmp()
+            redact = self._redactor()
+            recorder = self.store.reopen(folder, redact=redact, ownership=ownership)
+        except BaseException:
+            ownership.release()
+            raise
         last_seq, last_segment = recorder.event_summary()
         ctx = self._context(
             checkpoint.get("run_id", folder.name),
@@ -752,15 +793,22 @@ class Runner:
 
 @dataclass
 class ReopenedRun:
-    """A run folder read back, ready to go on (``Runner.reopen``)."""
+    """A run folder read back and owned by this process, ready to go on
+    (``Runner.reopen``). ``arun`` lets the folder go when the run stops; a reopened run
+    that is not run must be ``release``d."""
 
     runner: Runner
     """The Runner that continues it (subscribe to it, or ``request_stop`` the run)."""
     _go: Callable[[], Awaitable[RunResult]]
+    ownership: Ownership
 
     async def arun(self) -> RunResult:
         """Continue the run to its end (or its next halt or failure)."""
         return await self._go()
+
+    def release(self) -> None:
+        """Give the folder up without running it (after ``arun``, nothing to do)."""
+        self.ownership.release()
 
 
 _CHECKPOINT_BASE = (

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
-from lattice.errors import LatticeUserError
+from lattice.errors import LatticeUserError, install_hint
 from lattice.llm.base import LLMProvider
 from lattice.runtime.state import StateLimits
 from lattice.telemetry.settings import TelemetrySettings, telemetry_from_config
@@ -118,7 +118,7 @@ class RuntimeSettings:
         except ImportError as exc:
             raise LatticeUserError(
                 "tracing is configured ([telemetry] or OTEL_EXPORTER_OTLP_ENDPOINT) but "
-                "OpenTelemetry is not installed: pip install 'lattice-lre[otel]'",
+                f"OpenTelemetry is not installed: {install_hint('otel')}",
                 error_type="config_error",
             ) from exc
 

@@ -1,14 +1,16 @@
 """The FastAPI application of ``lattice serve``: routes, request bodies, errors and the
 guard (bearer token, body size) in front of them. docs/server.md documents each route.
 
-Routes that only read folders (run folders, the workflows folder) are plain ``def``:
-FastAPI runs them in its thread pool, so that their file reads never hold up the event
-loop every run and event stream shares. The others are ``async def`` and read no file
-(the event stream reads ``events.jsonl`` in a worker thread), except starting and
-resuming a run, which prepare the run folder on the loop."""
+Routes that only read folders (run folders, the workflows folder) or lower a document
+are plain ``def``: FastAPI runs them in its thread pool, so that their file reads and
+checks (work that grows with the document) never hold up the event loop every run and
+event stream shares. The others are ``async def`` and read no file (the event stream
+reads ``events.jsonl`` in a worker thread), except starting and resuming a run, which
+prepare the run folder on the loop; starting one lowers its document in a worker thread."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hmac
 import inspect
@@ -33,6 +35,7 @@ from lattice.errors import LatticeUserError
 from lattice.llm.disabled import DisabledProvider
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
+from lattice.server.api_docs import add_docs_routes, is_docs_asset
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
 from lattice.server.events import FolderTails, stream
 from lattice.server.manager import RunManager, links
@@ -178,10 +181,15 @@ class CheckDocument(BaseModel):
 # -- the guard ----------------------------------------------------------------------------
 
 
+def _public(path: str) -> bool:
+    """Files that hold no run data: the panel's page and files, the API docs' assets."""
+    return is_public(path) or is_docs_asset(path)
+
+
 class Guard:
-    """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``
-    and the panel's page and static files, which hold no run data) and the body size
-    limit (413 before the body is read past the limit)."""
+    """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``,
+    the panel's page and static files and the API docs' assets, which hold no run data)
+    and the body size limit (413 before the body is read past the limit)."""
 
     def __init__(
         self,
@@ -208,7 +216,7 @@ class Guard:
         if (
             self.expected is not None
             and scope["path"] != "/healthz"
-            and not (scope["method"] in ("GET", "HEAD") and is_public(scope["path"]))
+            and not (scope["method"] in ("GET", "HEAD") and _public(scope["path"]))
         ):
             given = headers.get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
@@ -345,6 +353,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         version=VERSION,
         description="Start, watch, answer and resume Lattice runs (docs/server.md).",
         lifespan=lifespan,
+        docs_url=None,  # add_docs_routes serves /docs without a CDN
+        redoc_url=None,  # ReDoc loads its logo from the internet
         **_NO_TELEMETRY,
     )
     app.state.manager = manager
@@ -434,14 +444,17 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def _start(body: StartRun) -> Response:
         manager.check_capacity()
         meta: dict[str, Any] = {}
+        # lowering is CPU work that grows with the document: in a worker thread, as
+        # every check is, so that the loop keeps answering other requests meanwhile
         if body.workflow is not None:
-            loaded = library.load(body.workflow)
+            loaded = await asyncio.to_thread(library.load, body.workflow)
             lowered, document = loaded.lowered, loaded.document
             meta["workflow_name"] = body.workflow
             where = f"workflow {body.workflow!r}"
         else:
             assert body.document is not None
-            lowered, document = library.lower_inline(body.document), body.document
+            lowered = await asyncio.to_thread(library.lower_inline, body.document)
+            document = body.document
             where = "the document"
         if lowered.ir is None:
             raise document_error(lowered.diagnostics, where=where)
@@ -678,7 +691,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return respond(200, library.load(name).describe(full=True))
 
     @app.post("/v1/check", tags=["workflows"], summary="the diagnostics of an inline document")
-    async def check(body: CheckDocument) -> Response:
+    def check(body: CheckDocument) -> Response:
         lowered = library.lower_inline(body.document)
         return respond(
             200,
@@ -689,6 +702,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         )
 
     add_panel_routes(app, manager=manager, library=library, respond=respond)
+    add_docs_routes(app)
     return app
 
 

@@ -264,10 +264,14 @@ class PreparedResume:
                 accept_changed=self.accept_changed,
                 store=self.store,
             )
-            if on_event is not None:
-                reopened.runner.subscribe(on_event)
-            if on_runner is not None:
-                on_runner(reopened.runner)
+            try:
+                if on_event is not None:
+                    reopened.runner.subscribe(on_event)
+                if on_runner is not None:
+                    on_runner(reopened.runner)
+            except BaseException:
+                reopened.release()
+                raise
             return await reopened.arun()
         finally:
             await close_loop_clients(self.provider)

@@ -41,7 +41,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from lattice.errors import LatticeUserError
+from lattice.errors import LatticeUserError, install_hint
 from lattice.llm.base import LIVE_PROVIDERS
 from lattice.runs.redaction import make_redactor
 from lattice.telemetry.settings import TelemetrySettings
@@ -74,7 +74,7 @@ def shared_provider(settings: TelemetrySettings) -> Any:
             except ImportError as exc:  # pragma: no cover - depends on the install
                 raise LatticeUserError(
                     "tracing needs the OpenTelemetry SDK and OTLP exporter: "
-                    "pip install 'lattice-lre[otel]'",
+                    + install_hint("otel"),
                     error_type="config_error",
                 ) from exc
             provider = TracerProvider(

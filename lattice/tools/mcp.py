@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from lattice.errors import LatticeRunError
+from lattice.errors import LatticeRunError, install_hint
 
 BUILTIN_SERVER_ID = "lattice"
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -168,7 +168,7 @@ class McpSession:
             from mcp.client.stdio import stdio_client
         except ImportError:
             raise tool_error(
-                spec.server_id, "MCP needs the mcp package: pip install 'lattice-lre[mcp]'"
+                spec.server_id, f"MCP needs the mcp package: {install_hint('mcp')}"
             ) from None
 
         target: Any
