@@ -22,6 +22,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"config"}),
     frozenset({"tools"}),
     frozenset({"workspace"}),
+    frozenset({"agents"}),
     frozenset({"lower"}),
     frozenset({"runs"}),
     frozenset({"telemetry"}),

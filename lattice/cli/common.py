@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.cli.main import EXIT_BY_STATUS
-from lattice.config import LatticeConfig
+from lattice.config import LatticeConfig, with_agent_grants
 from lattice.errors import Diagnostic, InputError, Severity
 from lattice.ir.models import AskOp
 from lattice.lower import lower_document
@@ -24,6 +24,17 @@ from lattice.runs.view import count_calls
 from lattice.runtime.results import RunResult
 from lattice.runtime.settings import RuntimeSettings
 from lattice.service.providers import ProviderChoice
+
+
+def config_with_grants(config: LatticeConfig, args: argparse.Namespace) -> LatticeConfig:
+    """``config`` with the agent grants of the command's flags (``add_agent_options``)."""
+    return with_agent_grants(
+        config,
+        workspace=args.workspace,
+        allow=args.allow,
+        mcp_servers=args.allow_mcp,
+        patch_only=args.patch_only,
+    )
 
 
 def note(text: str) -> None:

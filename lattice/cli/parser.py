@@ -130,9 +130,15 @@ def _compile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     _handler(p, "lattice.cli.compile:lower")
 
-    p = sub.add_parser("check", help="check a workflow document and print its diagnostics")
+    p = sub.add_parser(
+        "check",
+        help="check a workflow document and print its diagnostics",
+        description="Check a workflow document: its diagnostics, and per agent node the "
+        "tools it asks for and which of them the configuration and flags grant.",
+    )
     p.add_argument("workflow", help="workflow document (JSON)")
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    add_agent_options(p)
     _handler(p, "lattice.cli.compile:check")
 
     p = sub.add_parser("hash-prompt", help="print the prompt hash of a request read from stdin")
@@ -148,6 +154,31 @@ def _compile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     p = sub.add_parser("schema", help="print the JSON Schema of ExecIR")
     _handler(p, "lattice.cli.compile:schema")
+
+
+def add_agent_options(p: argparse.ArgumentParser) -> None:
+    """What agent nodes may do (docs/agents.md); added to ``[agents]`` of lattice.toml."""
+    group = p.add_argument_group("agent grants (nothing is granted by default)")
+    group.add_argument(
+        "--workspace", metavar="DIR", help="the folder agents' file tools and shell work in"
+    )
+    group.add_argument(
+        "--allow",
+        action="append",
+        metavar="GRANTS",
+        help="what agents may do: read,write,shell,web (comma-separated, repeatable)",
+    )
+    group.add_argument(
+        "--allow-mcp",
+        action="append",
+        metavar="SERVER",
+        help="a configured MCP server whose tools agents may call (repeatable)",
+    )
+    group.add_argument(
+        "--patch-only",
+        action="store_true",
+        help="record agents' changes as patches in the run folder; leave the files as they are",
+    )
 
 
 def add_provider_options(p: argparse.ArgumentParser) -> None:
@@ -194,6 +225,7 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="DIR",
         help="repository root that retrieve_context may read and patches are checked against",
     )
+    add_agent_options(p)
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -356,6 +388,7 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --mock: each mock call waits this long (demos, benchmarks)",
     )
     p.add_argument("--repo", metavar="DIR", help="repository root (as lattice run --repo)")
+    add_agent_options(p)
     p.add_argument("--max-steps", type=positive_int, metavar="N", help="ops per run")
     p.add_argument("--max-visits", type=positive_int, metavar="N", help="executions of one op")
     limits = p.add_argument_group("limits of the whole batch (every run in flight shares them)")
@@ -541,6 +574,7 @@ def _mock_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="write the answers file here (default with -o: beside it, <name>.answers.json)",
     )
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    add_agent_options(p)  # agent nodes call the tools these grant
     _handler(p, "lattice.cli.mock:init")
 
 
@@ -571,6 +605,7 @@ def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and fixtures they name are read from here too",
     )
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    add_agent_options(p)
     p.add_argument(
         "--token",
         help="bearer token every API route requires (not /healthz, nor the panel's page and files; default: $LATTICE_SERVER_TOKEN)",

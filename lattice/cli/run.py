@@ -11,6 +11,7 @@ from typing import Any
 from lattice.cli.common import (
     Progress,
     TerminalAsker,
+    config_with_grants,
     lower_for_cli,
     note,
     parse_pairs,
@@ -26,6 +27,7 @@ from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
 from lattice.runs.store import RunStore
 from lattice.runs.view import list_runs, show_run
+from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.runner import Runner, check_answers
 from lattice.service.runs import (
     ProviderSpec,
@@ -56,7 +58,7 @@ def collect_inputs(args: argparse.Namespace, ir: ExecIR) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = config_with_grants(load_config(args.config), args)
     result = lower_for_cli(args.workflow, config)
     if result.ir is None:
         return EXIT_USAGE
@@ -86,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         ask_human=asker if interactive else None,
     )
     runner = prepared.runner
+    for refused in refused_tools(ir, prepared.settings.agents.grant):
+        note(f"warning: {refused.message()}")
     if args.dry_run:
         return _dry_run(runner, inputs)
     progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,15 +15,16 @@ from pydantic import ValidationError
 from lattice.errors import LatticeUserError
 from lattice.ir.models import (
     IR_VERSION,
+    AgentOp,
     AskOp,
     Condition,
+    ContractOpBase,
     EndOp,
     ExecIR,
     ForEachOp,
     ForkOp,
     HttpCall,
     JoinOp,
-    LLMWriteOp,
     McpCall,
     Op,
     StateOp,
@@ -195,6 +197,21 @@ def _schema(schema: dict[str, Any] | None) -> Callable[[], object]:
     return check
 
 
+TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,127}$")
+"""A tool name a model can be offered (Claude Code's ``Read``, ``mcp__server__tool``)."""
+
+
+def _tool_names(names: list[str]) -> Callable[[], object]:
+    def check() -> None:
+        for index, name in enumerate(names):
+            if not TOOL_NAME.match(name):
+                raise ValueError(f"[{index}]: {name!r} is not a tool name")
+        if len(set(names)) != len(names):
+            raise ValueError("a tool is named twice")
+
+    return check
+
+
 def _jmespath(expression: str) -> Callable[[], object]:
     def check() -> None:
         try:
@@ -234,13 +251,15 @@ def _op_checks(op: Op) -> Iterator[tuple[str, Callable[[], object]]]:
         yield f"reads[{index}]", _path(read)
     if isinstance(op, EndOp):
         yield "output", _template(op.output)
-    elif isinstance(op, LLMWriteOp):
+    elif isinstance(op, ContractOpBase):
         yield "prompt", lambda: parse_template(op.prompt)
         yield "variables", _template(op.variables)
         for index, path in enumerate(op.context):
             yield f"context[{index}]", _path(path)
         yield "writes", _path(op.writes)
         yield "outputSchema", _schema(op.output_schema)
+        if isinstance(op, AgentOp):
+            yield "tools", _tool_names(op.tools)
     elif isinstance(op, SwitchOp):
         yield "input", _path(op.input)
         for index, case in enumerate(op.cases):

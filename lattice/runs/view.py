@@ -97,6 +97,10 @@ def show_run(folder: Path) -> str:
     for record_path in sorted((folder / "ops").glob("*.json")):
         record = _load(record_path) or {}
         calls = _calls(record.get("attempts") or [])
+        transcript = record.get("transcript")
+        if isinstance(transcript, dict):  # an agent: its turns (requests) and tool calls
+            turns = len(transcript.get("turns") or [])
+            calls = f"  {turns} turn(s), {transcript.get('tool_calls', 0)} tool call(s)"
         port = record.get("port")
         branch = f"  → {port}" if port not in (None, "", "default") else ""
         error = record.get("error")
@@ -117,6 +121,16 @@ def show_run(folder: Path) -> str:
         f"usage: {count_calls(usage.get('calls', 0), usage.get('requests', 0))}, "
         f"{usage.get('input_tokens', 0)} input + {usage.get('output_tokens', 0)} output tokens"
     )
+    changes = result.get("changes") or []
+    if changes:
+        verb = "changed" if all(c.get("applied", True) for c in changes) else "changed (or patched)"
+        lines.append(f"files agents {verb}:")
+        for change in changes:
+            state = "" if change.get("applied", True) else "  (patch only, not applied)"
+            lines.append(
+                f"  {change.get('path')}  by {change.get('op')}  diff: {change.get('diff_file')}"
+                f"{state}"
+            )
     failure = result.get("failure")
     if failure:
         lines.append(

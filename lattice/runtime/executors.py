@@ -13,6 +13,7 @@ from jmespath.exceptions import JMESPathError
 
 from lattice.errors import LatticeRunError
 from lattice.ir.models import (
+    AgentOp,
     AskOp,
     EndOp,
     ForEachOp,
@@ -29,6 +30,7 @@ from lattice.ir.models import (
     TransformOp,
 )
 from lattice.ir.templates import ValueTemplate, parse_path
+from lattice.runtime.agent_op import AgentExecutor
 from lattice.runtime.conditions import compile_condition, compile_jmespath
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
@@ -374,6 +376,8 @@ def build_executor(op: Op, settings: RuntimeSettings) -> Executor | None:
     None for FORK and FOR_EACH, which the walk runs itself."""
     if isinstance(op, ForkOp | ForEachOp):
         return None
+    if isinstance(op, AgentOp):
+        return AgentExecutor(op, settings)  # type: ignore[return-value]
     if isinstance(op, LLMWriteOp):
         return LLMWriteExecutor(op, settings)  # type: ignore[return-value]
     if isinstance(op, ToolCallOp):

@@ -1,6 +1,10 @@
 """The provider of a run that has a folder: every request goes to the run's journal as
 it is sent and every model answer as it arrives, and a resumed run gets the answers its
-op in flight had already paid for from the journal instead of asking the model again."""
+op in flight had already paid for from the journal instead of asking the model again.
+
+It is the run's tool journal too (``lattice.agents.loop.ToolJournal``): an agent op's
+tool calls are journaled before they run and their results as they come back, and a
+resumed run's op in flight finds them here."""
 
 from __future__ import annotations
 
@@ -39,7 +43,13 @@ class JournaledProvider:
         self._recorder = recorder
         self._checkpointed = isinstance(inner, CheckpointedProvider)
         self._replay: dict[tuple[str | None, str], deque[dict[str, Any]]] = {}
+        self._tools: dict[tuple[str | None, str], dict[str, Any]] = {}
         for line in recorded:
+            if line.get("kind") in ("tool_call", "tool_result"):
+                tool_key = (line.get("op_id"), str(line.get("key")))
+                if self._tools.get(tool_key, {}).get("kind") != "tool_result":
+                    self._tools[tool_key] = line
+                continue
             key = (line.get("op_id"), str(line.get("prompt_hash")))
             self._replay.setdefault(key, deque()).append(line)
 
@@ -105,6 +115,13 @@ class JournaledProvider:
             line["provider_state"] = provider_checkpoint(self.inner)
         self._journal(line)
         return response
+
+    def recorded_tool(self, op_id: str | None, key: str) -> dict[str, Any] | None:
+        """The journal's line of tool call ``key`` of ``op_id``: its result, else its start."""
+        return self._tools.get((op_id, key))
+
+    def journal_tool(self, line: dict[str, Any]) -> None:
+        self._journal(dict(line))
 
     def _journal(self, line: dict[str, Any]) -> None:
         if self.branch is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.errors import InputError, LatticeRunError, LatticeUserError
-from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
+from lattice.ir.models import AgentOp, AskOp, ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
 from lattice.llm.base import (
@@ -53,6 +54,7 @@ from lattice.runs.store import (
     new_run_id,
     refuse_secrets_in,
 )
+from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -162,8 +164,9 @@ class Runner:
         }
         """Values of the inputs schema's top-level ``default``s, for inputs not given."""
         self._model_classes = sorted(
-            {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
+            {op.model_class for op in ir.ops.values() if isinstance(op, ContractOpBase)}
         )
+        self._has_agents = any(isinstance(op, AgentOp) for op in ir.ops.values())
         self._event_listeners: list[EventListener] = self.settings.run_listeners(
             self.provider, workflow=ir.workflow.id
         )
@@ -269,12 +272,30 @@ class Runner:
             if start is not None:
                 started |= {"start_op": start.op, "parent": start.parent}
             ctx.emit("run_started", started, op=False)
+            for refused in refused_tools(self.ir, self.settings.agents.grant):
+                ctx.emit(
+                    "agent_tool_refused",
+                    {"node": refused.node, "tools": list(refused.tools), "grant": refused.setting},
+                    op=False,
+                )
         except BaseException:
             _abandon(ctx)
             raise
         ctx.commit_here = own_loop
         with gc_pacing(self.settings.gc_pacing):
             return await self._walk(ctx, Position(start.op if start else self.ir.entry))
+
+    def _changes(self, ctx: RunContext) -> list[dict[str, Any]]:
+        """The files the run's agent ops changed: from the op records of its folder (a
+        resumed run's earlier segments included), else as this process saw them."""
+        folder = ctx.recorder.run_dir
+        if folder is None or not self._has_agents:
+            return list(ctx.changes)
+        changes: list[dict[str, Any]] = []
+        for path in sorted((folder / "ops").glob("*.json")):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            changes += [{"op": record.get("op_id"), **c} for c in record.get("changes") or ()]
+        return changes
 
     def _started(self, ctx: RunContext, folder: Path) -> dict[str, Any]:
         """The checkpoint of a run that has just started."""
@@ -736,6 +757,7 @@ class Runner:
             usage=ctx.usage,
             failure=failure,
             events=ctx.events,
+            changes=self._changes(ctx),
         )
         if recorder.run_dir is None:
             return result
@@ -827,7 +849,7 @@ def check_answers(ir: ExecIR, answers: Mapping[str, Any], what: str = "answers")
     """Raise InputError when answers name unknown ASK nodes or options none of them has;
     its message starts ``invalid <what>:``."""
     asks = {op.source_node: op for op in ir.ops.values() if isinstance(op, AskOp)}
-    llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
+    llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)}
     problems = []
     for node_id, answer in answers.items():
         op = asks.get(node_id)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import uvicorn
 
-from lattice.config import load_config
+from lattice.config import load_config, with_agent_grants
 from lattice.errors import LatticeUserError
 from lattice.server.app import ServerSettings, create_app
 from lattice.server.manager import RunManager
@@ -79,7 +79,13 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(
         runs_dir=runs_dir,
         workflows_dir=workflows,
-        config=load_config(args.config),
+        config=with_agent_grants(
+            load_config(args.config),
+            workspace=args.workspace,
+            allow=args.allow,
+            mcp_servers=args.allow_mcp,
+            patch_only=args.patch_only,
+        ),
         config_path=str(Path(args.config).resolve()) if args.config else None,
         token=token,
         max_body_bytes=args.max_body_bytes,

@@ -13,7 +13,7 @@ import pytest
 from lattice.cli import main
 from tests.builders import approval as approval_document
 from tests.builders import chain, conn, node, workflow
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLE_GRANTS, EXAMPLES, example_workspace
 
 TRIAGE = EXAMPLES / "support-triage.json"
 TRIAGE_MOCK = EXAMPLES / "support-triage.mock.json"
@@ -658,6 +658,9 @@ def test_every_example_runs_from_the_cli(
         helper = path.with_name(f"{path.stem}.{kind}.json")
         if helper.exists():
             args += [flag, helper]
+    workspace = example_workspace(path, tmp_path)
+    if workspace is not None:
+        args += ["--workspace", workspace, "--allow", ",".join(EXAMPLE_GRANTS)]
     code, out, err = cli(capsys, *args, "--runs-dir", tmp_path / "runs", "--json")
     assert code == 0, err
     result = json.loads(out)

@@ -9,7 +9,14 @@ import re
 from tests.conftest import REPO
 
 CODE = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)+")
-NOT_CODES = {"utf-8", "ai-generated"}
+NOT_CODES = {
+    "utf-8",
+    "ai-generated",
+    "general-purpose",
+    "read-only",
+    "workspace-write",
+    "danger-full-access",
+}
 """Strings in the source that look like codes but are not."""
 
 
