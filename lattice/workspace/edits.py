@@ -14,7 +14,8 @@ import contextlib
 import difflib
 import hashlib
 import os
-import tempfile
+import stat
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,23 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_digest(path: Path) -> str | None:
-    """sha256 of the file's bytes; None when it does not exist."""
+def file_digest(path: Path, *, folder_fd: int | None = None) -> str | None:
+    """sha256 of the file's bytes (``path.name`` in ``folder_fd`` when given); None when
+    it does not exist. A symbolic link or anything not a regular file is refused."""
     try:
-        return digest(path.read_bytes())
+        fd = os.open(
+            path.name if folder_fd is not None else path,
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+            dir_fd=folder_fd,
+        )
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise ToolRefused(f"cannot open {path.name}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ToolRefused(f"{path.name} is not a regular file")
+        return digest(handle.read())
 
 
 def plan_edit(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]) -> FileChange:
@@ -113,7 +125,13 @@ def _change(workspace: Workspace, path: Path, old: str | None, new: str) -> File
             tofile=f"b/{shown}",
         )
     )
-    before = file_digest(path) if old is not None else None
+    before = None
+    if old is not None:
+        folder = workspace.open_folder(path.parent)
+        try:
+            before = file_digest(path, folder_fd=folder)
+        finally:
+            os.close(folder)
     return FileChange(
         path=shown,
         diff=diff,
@@ -130,30 +148,44 @@ def apply_change(workspace: Workspace, change: FileChange) -> FileChange:
     Raises ToolRefused when the file changed since the change was planned (a conflict).
     """
     path = workspace.resolve(change.path, must_exist=False)
-    current = file_digest(path)
-    if current == change.after:
-        return replace(change, applied=True)
-    if current != change.before:
-        raise ToolRefused(
-            f"{change.path} changed since this edit was planned; Read it again and redo the edit"
-        )
-    assert change.content is not None
     path.parent.mkdir(parents=True, exist_ok=True)
-    workspace.resolve(change.path, must_exist=False)  # the made folders are still inside
-    mode = path.stat().st_mode & 0o7777 if current is not None else 0o644
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".lattice")
+    path = workspace.resolve(change.path, must_exist=False)  # the made folders are inside
+    # Everything below works in the folder's descriptor, checked to be inside the root
+    # once opened: a folder swapped for a link meanwhile cannot lead the write out.
+    folder = workspace.open_folder(path.parent)
+    try:
+        current = file_digest(path, folder_fd=folder)
+        if current == change.after:
+            return replace(change, applied=True)
+        if current != change.before:
+            raise ToolRefused(
+                f"{change.path} changed since this edit was planned; Read it again and redo "
+                "the edit"
+            )
+        assert change.content is not None
+        _write_atomically(folder, path.name, change.content.encode("utf-8"), current is not None)
+    finally:
+        os.close(folder)
+    return replace(change, applied=True)
+
+
+def _write_atomically(folder: int, name: str, data: bytes, exists: bool) -> None:
+    """Replace ``name`` in the folder ``folder`` by ``data`` (keeping its mode), atomically."""
+    mode = os.stat(name, dir_fd=folder).st_mode & 0o7777 if exists else 0o644
+    temporary = f".{name}.{uuid.uuid4().hex[:12]}.lattice"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(temporary, flags, 0o600, dir_fd=folder)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(change.content.encode("utf-8"))
+            handle.write(data)
             handle.flush()
+            os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
+        os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+            os.unlink(temporary, dir_fd=folder)
         raise
-    return replace(change, applied=True)
 
 
 def _path_arg(args: dict[str, Any]) -> str:

@@ -56,7 +56,7 @@ class Glob:
 
 def read_text(workspace: Workspace, grant: WorkspaceGrant, path: Path) -> str:
     """The text of a workspace file, refusing large and binary files."""
-    fd = open_for_reading(path)
+    fd = open_for_reading(workspace, path)
     with os.fdopen(fd, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > grant.max_file_bytes:

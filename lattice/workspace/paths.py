@@ -3,13 +3,15 @@
 A path may be relative to the root or absolute inside it. It is refused when it names a
 parent (``..``), leads outside the root once symbolic links are followed, or reaches into
 ``.git/`` (a repository's own database is not the agent's to read or change). Files are
-opened without following a final symbolic link, so a link made after the check cannot
-lead out either.
+opened without following a final symbolic link, and what was opened is checked again
+(by its descriptor) to be inside the root, so a folder swapped for a link between the
+check and the open (by a command running at the same time) cannot lead out either.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path, PurePosixPath
 
 
@@ -52,6 +54,26 @@ class Workspace:
             raise ToolRefused(f"{self.show(real)} does not exist")
         return real
 
+    def check_opened(self, fd: int, path: Path) -> None:
+        """Close ``fd`` and refuse when what it opened is not inside the root (a folder on
+        the way to ``path`` became a link after ``resolve`` checked it)."""
+        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if not self.contains(real) or PROTECTED_DIRS.intersection(
+            real.relative_to(self.root).parts
+        ):
+            os.close(fd)
+            raise ToolRefused(f"{self.show(path)} changed while it was opened; try again")
+
+    def open_folder(self, path: Path) -> int:
+        """A descriptor on the folder ``path`` (a real path ``resolve`` gave), checked
+        to be inside the root once opened."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise ToolRefused(f"cannot open {self.show(path)}: {exc.strerror}") from None
+        self.check_opened(fd, path)
+        return fd
+
     def contains(self, path: Path) -> bool:
         return path == self.root or self.root in path.parents
 
@@ -69,14 +91,19 @@ class Workspace:
         return found
 
 
-def open_for_reading(path: Path) -> int:
-    """A descriptor on ``path``, refusing a final symbolic link and anything not a file."""
+def open_for_reading(workspace: Workspace, path: Path, *, dir_fd: int | None = None) -> int:
+    """A descriptor on ``path`` inside the workspace (a name in ``dir_fd`` when given),
+    refusing a final symbolic link, anything not a file, and a file that turned out to
+    be outside the root once opened."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(
+            path.name if dir_fd is not None else path,
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+            dir_fd=dir_fd,
+        )
     except OSError as exc:
         raise ToolRefused(f"cannot open {path.name}: {exc.strerror}") from None
-    import stat
-
+    workspace.check_opened(fd, path)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise ToolRefused(f"{path.name} is not a regular file")

@@ -14,6 +14,7 @@ from lattice.tools.toolset import ToolResult
 from lattice.workspace import WorkspaceGrant, WorkspaceToolset
 from lattice.workspace.edits import file_digest
 from lattice.workspace.files import glob_regex
+from lattice.workspace.paths import Workspace
 
 ALL = ("Read", "LS", "Glob", "Grep", "Edit", "MultiEdit", "Write")
 
@@ -259,3 +260,55 @@ def test_a_glob_past_its_deadline_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(Exception, match="ran out of time"):
         Glob("**/*.py", time.monotonic() - 1).fullmatch("a/b.py")
+
+
+class _SwapAfterResolve:
+    """Stands for a command running at the same time: right after the ``calls``-th
+    ``resolve`` checked a path, the folder ``d`` becomes a link to ``outside``."""
+
+    def __init__(self, root: Path, outside: Path, calls: int) -> None:
+        self.root, self.outside, self.left = root, outside, calls
+        self.original = Workspace.resolve
+
+    def __call__(self, workspace: Workspace, given: str, **kwargs: Any) -> Path:
+        real = self.original(workspace, given, **kwargs)
+        self.left -= 1
+        if self.left == 0:
+            (self.root / "d").rename(self.root / "d.moved")
+            (self.root / "d").symlink_to(self.outside)
+        return real
+
+
+@pytest.fixture
+def racing(tmp_path: Path) -> tuple[Path, Path]:
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f.txt").write_text("inside\n")
+    outside.mkdir()
+    (outside / "f.txt").write_text("SECRET\n")
+    return root, outside
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_cannot_be_read_through(
+    racing: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, outside = racing
+    swap = _SwapAfterResolve(root, outside, 1)
+    monkeypatch.setattr(Workspace, "resolve", lambda ws, given, **kw: swap(ws, given, **kw))
+    result = call(toolset(root), "Read", file_path="d/f.txt")
+    assert result.is_error and "SECRET" not in result.text, result.text
+    assert "changed while it was opened" in result.text
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_cannot_be_written_through(
+    racing: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, outside = racing
+    tools = toolset(root)
+    planned = asyncio.run(tools.plan("Write", {"file_path": "d/new.txt", "content": "x\n"}))
+    assert not planned.is_error, planned.text
+    swap = _SwapAfterResolve(root, outside, 2)
+    monkeypatch.setattr(Workspace, "resolve", lambda ws, given, **kw: swap(ws, given, **kw))
+    applied = asyncio.run(tools.apply(planned))
+    assert applied.is_error, applied.text
+    assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
