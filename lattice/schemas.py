@@ -18,7 +18,8 @@ ExecIR read back from a file, an MCP server's ``inputSchema`` and an ``LLMPrimit
 - ``schema_errors(validator, value)`` lists the errors, with ``VALIDATION_SECONDS`` of
   pattern matching in all; a value a pattern cannot decide in time is an error at its
   place (``validator == "patternTimeout"``), a value too deep to check is an error
-  (``validator == "depth"``), a reference that cannot be resolved raises
+  (``validator == "depth"``), as is one whose check would follow more than
+  ``MAX_REFERENCES_FOLLOWED`` references (``validator == "complexity"``), a reference that cannot be resolved raises
   ``LatticeRunError(invalid_schema)``, never a traceback.
 
 jsonschema and referencing are imported by the first schema (heavy modules).
@@ -26,6 +27,7 @@ jsonschema and referencing are imported by the first schema (heavy modules).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import types
@@ -52,6 +54,21 @@ __all__ = [
 
 VALIDATION_SECONDS = 0.5
 """The CPU time the patterns of one validation may take together."""
+
+MAX_REFERENCES_FOLLOWED = 20_000
+"""References one validation may follow. Two references to one ``$defs`` entry per
+level (``{"anyOf": [{"$ref": "#/$defs/d1"}, {"$ref": "#/$defs/d1"}]}``, 20 levels) make
+a 1 KB schema that takes a million checks: past the cap, the value is an error at its
+place (``validator == "complexity"``) instead of a stall."""
+
+_references_left: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "_references_left", default=None
+)
+
+
+class _TooManyReferences(Exception):
+    """A validation followed more than ``MAX_REFERENCES_FOLLOWED`` references."""
+
 
 PATTERN_TIMEOUT = "patternTimeout"
 """The ``validator`` of an error raised for a value a pattern could not decide in time."""
@@ -319,9 +336,16 @@ def schema_errors(validator: Validator, value: Any) -> list[ValidationError]:
     import referencing.exceptions
     from jsonschema.exceptions import ValidationError
 
+    token = _references_left.set([MAX_REFERENCES_FOLLOWED])
     try:
         with time_budget(VALIDATION_SECONDS):
             return list(validator.iter_errors(value))
+    except _TooManyReferences:
+        message = (
+            f"could not be checked: its schema's references branch into more than "
+            f"{MAX_REFERENCES_FOLLOWED:,} checks"
+        )
+        return [ValidationError(message, validator="complexity", validator_value=None)]
     except PatternTimeout as exc:  # a property name against a patternProperties key
         return [ValidationError(str(exc), validator=PATTERN_TIMEOUT, validator_value=exc.pattern)]
     except RecursionError:
@@ -338,6 +362,8 @@ def schema_errors(validator: Validator, value: Any) -> list[ValidationError]:
             f"the schema holds a regular expression that cannot be used: {exc}",
             error_type="invalid_schema",
         ) from None
+    finally:
+        _references_left.reset(token)
 
 
 def _as_reference(exc: Exception) -> str:
@@ -398,5 +424,22 @@ def _validator_class(base: Any) -> Any:
         for name in ("patternProperties", "additionalProperties", "unevaluatedProperties")
         if base.VALIDATORS.get(name) is getattr(_keywords, name)  # older drafts keep theirs
     }
+    for name in ("$ref", "$dynamicRef"):
+        if name in base.VALIDATORS:
+            keywords[name] = _counted(base.VALIDATORS[name])
     extend: Any = jsonschema.validators.extend
     return extend(base, validators={**keywords, "pattern": _pattern})
+
+
+def _counted(keyword: Any) -> Any:
+    """``keyword`` (``$ref``, ``$dynamicRef``), counted against the validation's cap."""
+
+    def follow(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        left = _references_left.get()
+        if left is not None:
+            left[0] -= 1
+            if left[0] < 0:
+                raise _TooManyReferences
+        yield from keyword(validator, value, instance, schema)
+
+    return follow

@@ -354,3 +354,41 @@ def test_the_server_checks_inputs_off_its_event_loop(
     assert response.status_code == 422, response.text
     assert "did not finish" in response.text
     assert on_loop == [False]
+
+
+def _branching_schema(levels: int) -> dict[str, Any]:
+    """A 1 KB-per-20-levels schema whose check of a non-string branches 2**levels ways."""
+    defs: dict[str, Any] = {"d0": {"type": "string"}}
+    for level in range(1, levels):
+        ref = {"$ref": f"#/$defs/d{level - 1}"}
+        defs[f"d{level}"] = {"anyOf": [ref, dict(ref)]}
+    return {"$defs": defs, "$ref": f"#/$defs/d{levels - 1}"}
+
+
+def test_references_that_branch_exponentially_end_in_an_error_not_a_stall() -> None:
+    """40 levels: 2**40 reference follows; without a cap this never finishes."""
+    from lattice.schemas import schema_errors, schema_validator
+
+    validator = schema_validator(_branching_schema(40))
+    found: list[Any] = []
+    worker = threading.Thread(target=lambda: found.append(schema_errors(validator, 5)))
+    worker.daemon = True
+    worker.start()
+    worker.join(120)
+    assert found, "the check did not end"
+    assert [error.validator for error in found[0]] == ["complexity"]
+    assert schema_errors(validator, "fine") == []
+
+
+def test_many_references_over_a_large_value_are_still_checked() -> None:
+    from lattice.schemas import schema_errors, schema_validator
+
+    schema = {
+        "$defs": {"item": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+        "type": "array",
+        "items": {"$ref": "#/$defs/item"},
+    }
+    validator = schema_validator(schema)
+    assert schema_errors(validator, [{"n": i} for i in range(5000)]) == []
+    errors = schema_errors(validator, [{"n": i} for i in range(4999)] + [{"n": "x"}])
+    assert [list(error.absolute_path) for error in errors] == [[4999, "n"]]
