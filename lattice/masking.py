@@ -74,18 +74,32 @@ def provider_keys() -> list[str]:
     return [v for name in PROVIDER_KEY_VARIABLES if (v := os.environ.get(name))]
 
 
-def _char_forms(char: str) -> str:
-    """A pattern for one character as it may be written: itself, percent-encoded (its
-    UTF-8 bytes), escaped in JSON, or ``+`` for a space in a form-encoded query."""
+def _char_written(char: str) -> list[str]:
+    """Each way one character may be written: itself, percent-encoded (its UTF-8 bytes),
+    escaped in JSON (as Python writes it, as ``\\uXXXX`` as Go writes ``&<>``, ``\\/``
+    as PHP writes ``/``), ``+`` for a space in a form-encoded query, and each JSON
+    escape escaped once more (JSON text inside a JSON string: a recorded response body)."""
     if char in _UNRESERVED:
-        return re.escape(char)
-    forms = {re.escape(char), re.escape("".join(f"%{b:02x}" for b in char.encode()))}
+        return [char]
+    forms = {char, "".join(f"%{b:02x}" for b in char.encode())}
     for ascii_only in (False, True):
-        escaped = json.dumps(char, ensure_ascii=ascii_only)[1:-1]
-        forms.add(re.escape(escaped))
+        forms.add(json.dumps(char, ensure_ascii=ascii_only)[1:-1])
+    units = char.encode("utf-16-be")
+    forms.add("".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2)))
+    if char == "/":
+        forms.add("\\/")
     if char == " ":
-        forms.add(r"\+")
-    return "(?:" + "|".join(sorted(forms, key=len, reverse=True)) + ")"
+        forms.add("+")
+    forms.update([json.dumps(f)[1:-1] for f in forms if "\\" in f])
+    return sorted(forms, key=len, reverse=True)
+
+
+def _char_forms(char: str) -> str:
+    """A pattern for one character in each of the ways it may be written."""
+    written = _char_written(char)
+    if len(written) == 1:
+        return re.escape(written[0])
+    return "(?:" + "|".join(re.escape(form) for form in written) + ")"
 
 
 def _idna_forms(value: str) -> list[str]:
@@ -146,9 +160,7 @@ def forms_pattern(value: str) -> tuple[str, int]:
     """A regular expression (source) matching ``value`` in each of its forms, and the
     length of its longest match."""
     chars = [_char_forms(c) for c in value]
-    longest = sum(
-        1 if c in _UNRESERVED else max(len(c.encode()) * 3, len(json.dumps(c)) - 2) for c in value
-    )
+    longest = sum(len(_char_written(c)[0]) for c in value)
     alternatives = ["(?i:" + "".join(chars) + ")"]
     for form in _idna_forms(value):
         alternatives.append("(?i:" + re.escape(form) + ")")

@@ -9,6 +9,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 import httpx
@@ -169,3 +170,37 @@ def test_the_quick_test_never_lets_a_form_through(value: str, prefix: str) -> No
                 assert redact(text) == pattern.sub("***", text), text
     finally:
         del os.environ["LATTICE_PROPERTY_SECRET"]
+
+
+def _go_json(text: str) -> str:
+    """JSON as Go's encoding/json writes it: ``&``, ``<`` and ``>`` as ``\\u0026``…"""
+    out = json.dumps(text, ensure_ascii=False)
+    return out.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        pytest.param(lambda s: json.dumps(s).replace("/", "\\/"), id="php-escaped-slash"),
+        pytest.param(_go_json, id="go-escaped-html-chars"),
+        pytest.param(lambda s: json.dumps(json.dumps({"k": s})), id="json-in-a-json-string"),
+        pytest.param(
+            lambda s: json.dumps(json.dumps({"k": s}, ensure_ascii=False)), id="json-in-json-utf8"
+        ),
+        pytest.param(
+            lambda s: json.dumps(json.dumps({"k": s}).replace("/", "\\/")), id="php-in-json"
+        ),
+    ],
+)
+def test_a_secret_escaped_as_other_json_writers_do_is_masked(
+    written: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A response body echoing a secret, as a PHP or Go server writes JSON, recorded as a
+    string inside an event line (JSON text inside a JSON string)."""
+    secret = 'Zq81/x+y&z<w>"é\\-key'
+    monkeypatch.setenv("LATTICE_TEST_SECRET", secret)
+    redact = make_redactor(("LATTICE_TEST_SECRET",))
+    text = f"body: {written(secret)} end"
+    masked = redact(text)
+    assert "***" in masked, masked
+    assert "Zq81" not in masked and "key" not in masked, masked
