@@ -1,0 +1,61 @@
+"""``lattice worker --temporal HOST:PORT``: a worker that runs Lattice runs' workflows and ops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from lattice.config import LatticeConfig
+from lattice.durable.temporal import DEFAULT_TASK_QUEUE
+from lattice.durable.temporal.ops import OpExecutor
+from lattice.durable.temporal.workflow import OP_ACTIVITY, LatticeRunWorkflow
+
+HEARTBEAT_EVERY = 1.0
+"""Seconds between an op's heartbeats: a lost worker is noticed after the run's
+heartbeat timeout, and a cancelled run's op hears of it at its next heartbeat."""
+
+
+class OpActivity:
+    """The ``lattice.op`` activity: one op on this worker, heartbeating while it runs."""
+
+    def __init__(self, config: LatticeConfig) -> None:
+        self.executor = OpExecutor(config)
+
+    @activity.defn(name=OP_ACTIVITY)
+    async def run_op(self, request: dict[str, Any]) -> dict[str, Any]:
+        beating = asyncio.ensure_future(_heartbeat())
+        try:
+            return await self.executor.run_op(request)
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+
+
+async def _heartbeat() -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(HEARTBEAT_EVERY)
+
+
+def make_worker(
+    client: Client, config: LatticeConfig, *, task_queue: str = DEFAULT_TASK_QUEUE
+) -> Worker:
+    """A worker for Lattice runs on ``task_queue`` (``async with`` it, or ``await run()``)."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[LatticeRunWorkflow],
+        activities=[OpActivity(config).run_op],
+    )
+
+
+async def run_worker(address: str, config: LatticeConfig, *, task_queue: str) -> None:
+    """Connect to Temporal at ``address`` and work until cancelled."""
+    client = await Client.connect(address)
+    await make_worker(client, config, task_queue=task_queue).run()
