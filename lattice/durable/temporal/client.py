@@ -8,11 +8,14 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
+from lattice.contracts.report import FailureReport
+from lattice.contracts.usage import Usage
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.plan import ActivityOptions, run_spec
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR
+from lattice.runtime.results import RunResult
 from lattice.runtime.runner import check_answers
 
 FOLLOW_EVERY = 0.2
@@ -90,3 +93,37 @@ async def answer(client: Client, run_id: str, ir: ExecIR, node_id: str, value: A
     node's options first: an answer that fits none is an InputError, and is not sent)."""
     check_answers(ir, {node_id: value}, what="answer")
     await client.get_workflow_handle(run_id).signal("answer", args=[node_id, value])
+
+
+def run_result(
+    outcome: dict[str, Any], *, answer_hint: str = "lattice resume RUN --answer NODE=VALUE"
+) -> RunResult:
+    """``follow``'s outcome as the RunResult a local run returns: a run waiting for an
+    answer is ``halted``, its failure report says what is asked and how to answer
+    (``answer_hint``, with ``RUN`` the run id)."""
+    if outcome.get("status") == "waiting" and "question" in outcome:
+        question = outcome["question"]
+        run_id = str(outcome.get("run_id", ""))
+        failure = FailureReport(
+            phase="run",
+            run_id=run_id,
+            op_id=question.get("op_id"),
+            node_id=question.get("node_id"),
+            category=question.get("reason", "waiting_for_answer"),
+            summary=question.get("summary", ""),
+            details=question.get("details") or {},
+            recovery_action=answer_hint.replace("RUN", run_id).replace(
+                "NODE", str(question.get("node_id"))
+            ),
+        )
+        return RunResult("halted", None, {}, run_id, None, Usage(), failure)
+    failure_data = outcome.get("failure")
+    return RunResult(
+        status=outcome["status"],
+        output=outcome.get("output"),
+        state={"vars": outcome.get("vars") or {}},
+        run_id=outcome["run_id"],
+        run_dir=None,
+        usage=Usage.from_json(outcome.get("usage")),
+        failure=FailureReport(**failure_data) if failure_data else None,
+    )

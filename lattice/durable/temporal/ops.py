@@ -160,18 +160,15 @@ class OpExecutor:
             exc = _as_run_error(raised, op_id)
             exc.op_id = exc.op_id or op_id
             exc.node_id = exc.node_id or op.source_node
-            report = run_failure(ctx, exc, phase="op").to_json()
             if FAILED_PORT in {edge.port for edge in op.next} and not isinstance(exc, Interrupted):
-                masked = redact_value(report, ctx.redact)
-                state.write(f"$vars.{op.source_node}.error", masked)
-                outcome = Outcome(port=FAILED_PORT, record={"error": masked})
+                report = redact_value(run_failure(ctx, exc, phase="op").to_json(), ctx.redact)
+                state.write(f"$vars.{op.source_node}.error", report)
+                outcome = Outcome(port=FAILED_PORT, record={"error": report})
             else:
-                done["failure"] = {
-                    **report,
-                    "error_type": exc.error_type,
-                    "message": exc.message,
-                    "attempts": exc.details.get("attempts", []),
-                }
+                failure = run_failure(ctx, exc, phase="run")
+                failure.recovery_action = "fix the cause and run the workflow again"
+                done["failure"] = failure.to_json()
+                done["error"] = {"error_type": exc.error_type, "message": exc.message}
         finally:
             if state.tmp:
                 state.clear_tmp()
@@ -191,7 +188,7 @@ class OpExecutor:
         elif "failure" in done:
             ctx.emit(
                 "op_finished",
-                {"duration_ms": duration_ms, "error_type": done["failure"]["error_type"]},
+                {"duration_ms": duration_ms, "error_type": done["error"]["error_type"]},
             )
         done |= {
             "changes": state.changes or [],

@@ -60,6 +60,7 @@ class LatticeRunWorkflow:
         """Events after number ``after``, the status, the open question and, once the run
         is over, its result."""
         return {
+            "run_id": self.run_id,
             "status": self.status,
             "events": [e for e in self.events if e["seq"] > after],
             "question": self.question,
@@ -120,9 +121,12 @@ class LatticeRunWorkflow:
                 steps += 1
                 visits[current] = visits.get(current, 0) + 1
                 if steps > limits["max_steps"] or visits[current] > limits["max_visits"]:
-                    return self._finish(
-                        "failed", None, carried, failure=_limit_failure(limits, current, step)
+                    message = (
+                        f"the run exceeded its limit of steps ({limits['max_steps']}) or of "
+                        f"visits of {current!r} ({limits['max_visits']}); a loop may not terminate"
                     )
+                    failure = self._failure("step_limit", message, current, step["node"])
+                    return self._finish("failed", None, carried, failure=failure)
                 done = await self._op(spec, current, state, carried)
                 if "halt" in done:
                     node = done["halt"]["node_id"]
@@ -140,21 +144,20 @@ class LatticeRunWorkflow:
                     visits[current] -= 1
                     continue
                 if "failure" in done:
-                    return self._finish("failed", None, carried, failure=done["failure"])
+                    return self._finish(
+                        "failed", None, carried, failure=done["failure"], error=done["error"]
+                    )
                 if step["kind"] == "END":
                     output = done.get("output")
                     break
                 nxt = step["edges"].get(done["port"])
                 if nxt is None and step["edges"] and done["port"] != "default":
-                    failure = {
-                        "error_type": "dead_end",
-                        "category": "dead_end",
-                        "message": f"op {current!r} left through port {done['port']!r}, "
-                        "which leads nowhere",
-                        "summary": f"op {current!r} left through port {done['port']!r}",
-                        "node_id": step["node"],
-                        "op_id": current,
-                    }
+                    failure = self._failure(
+                        "dead_end",
+                        f"op {current!r} left through port {done['port']!r}, which leads nowhere",
+                        current,
+                        step["node"],
+                    )
                     return self._finish("failed", None, carried, failure=failure)
                 if nxt is None:
                     last = carried["last_result"]
@@ -169,12 +172,13 @@ class LatticeRunWorkflow:
                 "interrupted",
                 None,
                 carried,
-                failure={
-                    "error_type": "interrupted",
-                    "category": "interrupted",
-                    "summary": "the run was cancelled through Temporal",
-                    "op_id": current,
-                },
+                failure=self._failure(
+                    "interrupted",
+                    "the run was cancelled through Temporal",
+                    current,
+                    None,
+                    action="start it again (a cancelled workflow does not go on)",
+                ),
                 emit=False,
             )
         return self._finish("completed", output, carried)
@@ -209,18 +213,16 @@ class LatticeRunWorkflow:
                 result_type=dict,
             )
         except ActivityError as exc:
-            cause = exc.cause
-            message = str(cause) if cause is not None else str(exc)
+            message = str(exc.cause) if exc.cause is not None else str(exc)
             return {
-                "failure": {
-                    "error_type": "worker_error",
-                    "category": "worker_error",
-                    "message": message,
-                    "summary": f"op {op_id!r} could not be run on a worker: {message}",
-                    "op_id": op_id,
-                    "node_id": spec["plan"][op_id]["node"],
-                    "recovery_action": "check the workers' logs, then run again",
-                }
+                "failure": self._failure(
+                    "worker_error",
+                    f"op {op_id!r} could not be run on a worker: {message}",
+                    op_id,
+                    spec["plan"][op_id]["node"],
+                    action="check the workers' logs, then run again",
+                ),
+                "error": {"error_type": "worker_error", "message": message},
             }
         for change in done["changes"]:
             state.apply(change)
@@ -242,6 +244,29 @@ class LatticeRunWorkflow:
             )
         )
 
+    def _failure(
+        self,
+        category: str,
+        summary: str,
+        op_id: str | None,
+        node_id: str | None,
+        *,
+        action: str = "fix the cause and run the workflow again",
+    ) -> dict[str, Any]:
+        """A FailureReport (``lattice.contracts.report``) as JSON, for a failure of the walk."""
+        return {
+            "phase": "run",
+            "run_id": self.run_id,
+            "op_id": op_id,
+            "node_id": node_id,
+            "category": category,
+            "summary": summary,
+            "details": {},
+            "attempts": [],
+            "blocking": True,
+            "recovery_action": action,
+        }
+
     def _finish(
         self,
         status: str,
@@ -249,6 +274,7 @@ class LatticeRunWorkflow:
         carried: dict[str, Any],
         *,
         failure: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
         emit: bool = True,
     ) -> dict[str, Any]:
         usage = carried["usage"] or {}
@@ -256,10 +282,8 @@ class LatticeRunWorkflow:
             if status == "completed":
                 self._emit("run_finished", {"status": status, "usage": usage})
             elif status == "failed" and failure is not None:
-                self._emit(
-                    "run_failed",
-                    {"error_type": failure.get("error_type"), "message": failure.get("message")},
-                )
+                error = error or {"error_type": failure["category"], "message": failure["summary"]}
+                self._emit("run_failed", error)
         self.status = status
         assert self.state is not None
         self.result = {
@@ -276,18 +300,3 @@ class LatticeRunWorkflow:
 
 def _timestamp(moment: Any) -> str:
     return str(moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
-
-
-def _limit_failure(limits: dict[str, int], op_id: str, step: dict[str, Any]) -> dict[str, Any]:
-    message = (
-        f"the run exceeded its limit of steps ({limits['max_steps']}) or of visits of "
-        f"{op_id!r} ({limits['max_visits']}); a loop may not terminate"
-    )
-    return {
-        "error_type": "step_limit",
-        "category": "step_limit",
-        "message": message,
-        "summary": message,
-        "op_id": op_id,
-        "node_id": step["node"],
-    }
