@@ -11,6 +11,7 @@ from temporalio.client import Client, WorkflowHandle
 from lattice.contracts.report import FailureReport
 from lattice.contracts.usage import Usage
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
+from lattice.durable.temporal.converter import DATA_CONVERTER
 from lattice.durable.temporal.plan import ActivityOptions, run_spec
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
@@ -26,7 +27,7 @@ async def connect(address: str) -> Client:
     """A client of the Temporal server at ``address`` (HOST:PORT); a server that cannot be
     reached is a LatticeUserError naming it."""
     try:
-        return await Client.connect(address)
+        return await Client.connect(address, data_converter=DATA_CONVERTER)
     except Exception as exc:  # the SDK raises RuntimeError with the gRPC reason
         raise LatticeUserError(
             f"cannot reach Temporal at {address}: {exc}", error_type="temporal_unreachable"

@@ -12,6 +12,7 @@ from temporalio.worker import Worker
 
 from lattice.config import LatticeConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
+from lattice.durable.temporal.client import connect
 from lattice.durable.temporal.ops import OpExecutor
 from lattice.durable.temporal.workflow import OP_ACTIVITY, LatticeRunWorkflow
 
@@ -46,7 +47,8 @@ async def _heartbeat() -> None:
 def make_worker(
     client: Client, config: LatticeConfig, *, task_queue: str = DEFAULT_TASK_QUEUE
 ) -> Worker:
-    """A worker for Lattice runs on ``task_queue`` (``async with`` it, or ``await run()``)."""
+    """A worker for Lattice runs on ``task_queue`` (``async with`` it, or ``await run()``);
+    ``client`` must use ``DATA_CONVERTER`` (``client.connect`` makes such a client)."""
     return Worker(
         client,
         task_queue=task_queue,
@@ -57,5 +59,5 @@ def make_worker(
 
 async def run_worker(address: str, config: LatticeConfig, *, task_queue: str) -> None:
     """Connect to Temporal at ``address`` and work until cancelled."""
-    client = await Client.connect(address)
+    client = await connect(address)
     await make_worker(client, config, task_queue=task_queue).run()
