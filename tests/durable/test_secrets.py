@@ -1,0 +1,109 @@
+"""A ``$secrets`` value is read on the worker and never enters Temporal's history."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lattice.config import load_config
+from lattice.lower.compiler import lower_document
+from tests.builders import chain, node
+from tests.durable.helpers import with_worker
+
+pytest.importorskip("temporalio")
+
+from lattice.durable.temporal.client import follow, start_run
+
+SECRET = "s3cr3t-" + uuid.uuid4().hex
+NAME = "LATTICE_TEMPORAL_TEST_TOKEN"
+
+
+@pytest.fixture
+def echo() -> Iterator[tuple[str, list[str]]]:
+    """A server on 127.0.0.1 that answers with the Authorization header it was sent."""
+    seen: list[str] = []
+
+    class Echo(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            auth = self.headers.get("Authorization", "")
+            seen.append(auth)
+            body = json.dumps({"you_sent": auth}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def history_text(value: Any) -> str:
+    """A workflow history as text, its payloads (base64 in JSON) decoded."""
+    if isinstance(value, dict):
+        parts = []
+        for key, item in value.items():
+            if key == "data" and isinstance(item, str):
+                parts.append(base64.b64decode(item).decode("utf-8", errors="replace"))
+            parts.append(history_text(item))
+        return "\n".join(parts)
+    if isinstance(value, list):
+        return "\n".join(history_text(item) for item in value)
+    return str(value)
+
+
+def test_a_secret_is_sent_by_the_worker_and_kept_out_of_history(
+    temporal_address: str,
+    echo: tuple[str, list[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, seen = echo
+    monkeypatch.setenv(NAME, SECRET)
+    config_file = tmp_path / "lattice.toml"
+    config_file.write_text(
+        f'[secrets]\nallow = ["{NAME}"]\n\n[http]\nallow_hosts = ["127.0.0.1"]\n', encoding="utf-8"
+    )
+    doc = chain(
+        node(
+            "call",
+            "httpRequest",
+            method="GET",
+            url=f"{url}/who",
+            headers={"Authorization": "Bearer {{ $secrets." + NAME + " }}"},
+        )
+    )
+    ir = lower_document(doc).ir
+    assert ir is not None
+    rid = f"secret-{uuid.uuid4().hex[:10]}"
+
+    async def body(client: Any, queue: str) -> tuple[dict[str, Any], str]:
+        handle = await start_run(client, ir, run_id=rid, inputs={}, task_queue=queue)
+        outcome = await follow(handle)
+        history = await handle.fetch_history()
+        return outcome, history_text(history.to_json_dict())
+
+    outcome, history = asyncio.run(with_worker(temporal_address, body, load_config(config_file)))
+    assert seen == [f"Bearer {SECRET}"]  # the worker read the secret and sent it
+    assert outcome["status"] == "completed"
+    assert outcome["vars"]["call"]["result"]["body"] == {"you_sent": "Bearer ***"}
+    assert "you_sent" in history  # the history holds the response, masked
+    assert SECRET not in history
