@@ -155,3 +155,60 @@ def test_importing_lattice_does_not_import_temporalio() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_cancelled_run_ends_interrupted(temporal_address: str) -> None:
+    ir = lower_document(approval()).ir  # type: ignore[arg-type]
+    assert ir is not None
+    rid = run_id()
+
+    async def body(client: Any, queue: str) -> dict[str, Any]:
+        handle = await start_run(
+            client,
+            ir,
+            run_id=rid,
+            inputs={"topic": "tea"},
+            provider={"mock_script": APPROVAL_SCRIPT},
+            task_queue=queue,
+        )
+        assert (await follow(handle))["status"] == "waiting"
+        await handle.cancel()
+        return await follow(handle)
+
+    done = asyncio.run(with_worker(temporal_address, body))
+    assert done["status"] == "interrupted"
+    assert done["failure"]["category"] == "interrupted"
+    assert done["failure"]["op_id"] == "approve"
+    assert run_result(done).status == "interrupted"
+
+
+def test_a_run_cancelled_in_the_middle_of_an_op_ends_interrupted(temporal_address: str) -> None:
+    ir = lower_document(approval()).ir  # type: ignore[arg-type]
+    assert ir is not None
+    rid = run_id()
+
+    async def body(client: Any, queue: str) -> dict[str, Any]:
+        slow = {"mock_script": APPROVAL_SCRIPT, "mock_latency": 60}
+        handle = await start_run(
+            client, ir, run_id=rid, inputs={"topic": "tea"}, provider=slow, task_queue=queue
+        )
+        while not await _op_running(handle, "draft"):
+            await asyncio.sleep(0.05)
+        await handle.cancel()
+        return await asyncio.wait_for(follow(handle), 30)
+
+    done = asyncio.run(with_worker(temporal_address, body))
+    assert done["status"] == "interrupted"
+    assert done["failure"]["op_id"] == "draft"
+
+
+async def _op_running(handle: Any, op_id: str) -> bool:
+    """Whether a worker has started op ``op_id`` of the run (activity ids end in the op id)."""
+    from temporalio.api.enums.v1 import PendingActivityState
+
+    description = await handle.describe()
+    return any(
+        pending.activity_id.endswith(f"-{op_id}")
+        and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        for pending in description.raw_description.pending_activities
+    )

@@ -20,7 +20,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from lattice.runtime.events import make_event
@@ -47,6 +47,8 @@ class LatticeRunWorkflow:
         self.run_id = ""
         self.seq = 0
         self.spec: dict[str, Any] = {}
+        self.scheduled = 0
+        """Activities scheduled so far: an op's activity id is ``<number>-<op id>``."""
 
     # -- what clients send and ask -------------------------------------------------------
 
@@ -200,9 +202,11 @@ class LatticeRunWorkflow:
             **carried,
         }
         try:
+            self.scheduled += 1
             done: dict[str, Any] = await workflow.execute_activity(
                 OP_ACTIVITY,
                 request,
+                activity_id=f"{self.scheduled:04d}-{op_id}",
                 start_to_close_timeout=timedelta(seconds=options["start_to_close_seconds"]),
                 heartbeat_timeout=timedelta(seconds=options["heartbeat_seconds"]),
                 retry_policy=RetryPolicy(
@@ -213,6 +217,8 @@ class LatticeRunWorkflow:
                 result_type=dict,
             )
         except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):  # the run was cancelled meanwhile
+                raise asyncio.CancelledError from exc
             message = str(exc.cause) if exc.cause is not None else str(exc)
             return {
                 "failure": self._failure(
