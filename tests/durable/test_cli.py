@@ -102,6 +102,7 @@ def test_a_question_halts_then_resume_answers_it_and_export_writes_the_folder(
         cwd=tmp_path,
     )
     assert halted.returncode == 3, halted.stderr
+    assert "halted in" in halted.stderr and "2 ops, 1 model calls" in halted.stderr
     found = re.search(
         r"next: lattice resume (\S+) --temporal \S+ --answer approve=<answer>", halted.stderr
     )

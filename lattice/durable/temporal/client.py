@@ -117,7 +117,8 @@ def run_result(
                 "NODE", str(question.get("node_id"))
             ),
         )
-        return RunResult("halted", None, {}, run_id, None, Usage(), failure)
+        usage = Usage.from_json(outcome.get("usage"))
+        return RunResult("halted", None, {}, run_id, None, usage, failure)
     failure_data = outcome.get("failure")
     return RunResult(
         status=outcome["status"],

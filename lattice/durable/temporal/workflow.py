@@ -48,6 +48,8 @@ class LatticeRunWorkflow:
         self.seq = 0
         self.spec: dict[str, Any] = {}
         self.scheduled = 0
+        self.usage: dict[str, Any] | None = None
+        """What the run's model calls have used so far (``Usage.to_json``)."""
         """Activities scheduled so far: an op's activity id is ``<number>-<op id>``."""
 
     # -- what clients send and ask -------------------------------------------------------
@@ -66,6 +68,7 @@ class LatticeRunWorkflow:
             "status": self.status,
             "events": [e for e in self.events if e["seq"] > after],
             "question": self.question,
+            "usage": self.usage,
             "result": self.result,
         }
 
@@ -239,6 +242,7 @@ class LatticeRunWorkflow:
             self.ops.append({"seq": len(self.ops) + 1, **done["record"]})
         for key in carried:
             carried[key] = done[key]
+        self.usage = done["usage"]
         return done
 
     def _emit(self, type_: str, data: dict[str, Any], *, op: tuple[str, str] | None = None) -> None:
