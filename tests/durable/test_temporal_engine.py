@@ -74,7 +74,7 @@ APPROVAL_SCRIPT = {"responses": {"draft": ["A note about tea."], "polish": ["A p
 
 
 def test_a_question_waits_for_its_answer_sent_as_a_signal(temporal_address: str) -> None:
-    ir = lower_document(approval()).ir  # type: ignore[arg-type]
+    ir = lower_document(approval()).ir
     assert ir is not None
     inputs = {"topic": "tea"}
     local = run_locally(ir, APPROVAL_SCRIPT, inputs, answers={"approve": "Send"})
@@ -158,7 +158,7 @@ def test_importing_lattice_does_not_import_temporalio() -> None:
 
 
 def test_a_cancelled_run_ends_interrupted(temporal_address: str) -> None:
-    ir = lower_document(approval()).ir  # type: ignore[arg-type]
+    ir = lower_document(approval()).ir
     assert ir is not None
     rid = run_id()
 
@@ -183,7 +183,7 @@ def test_a_cancelled_run_ends_interrupted(temporal_address: str) -> None:
 
 
 def test_a_run_cancelled_in_the_middle_of_an_op_ends_interrupted(temporal_address: str) -> None:
-    ir = lower_document(approval()).ir  # type: ignore[arg-type]
+    ir = lower_document(approval()).ir
     assert ir is not None
     rid = run_id()
 
