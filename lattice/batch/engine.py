@@ -53,7 +53,7 @@ from lattice.lower import lower
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.runner import Runner, check_answers
 from lattice.runtime.settings import settings_from_config
-from lattice.service.mocks import check_script_nodes
+from lattice.service.mocks import check_script_nodes, check_tool_keys
 from lattice.service.providers import ProviderChoice
 from lattice.service.runs import ProviderSpec, repo_root
 
@@ -218,9 +218,11 @@ def prepare(options: BatchOptions) -> Prepared:
             "mock script" if isinstance(options.mock, Mapping) else f"mock script {options.mock}"
         )
         check_script_nodes(ir, mock.script.get("responses") or {}, where=named)
+        check_tool_keys(ir, mock.script.get("tools") or {}, where=named)
         for row_id, override in mock.rows.items():
             where = f"{named}: rows[{json.dumps(row_id, ensure_ascii=False)}]"
             check_script_nodes(ir, override.get("responses") or {}, where=where)
+            check_tool_keys(ir, override.get("tools") or {}, where=where)
         if "rows" in mock_data or isinstance(options.mock, Mapping):
             # each run folder records the script it ran against (lattice run cannot read
             # a script with rows)

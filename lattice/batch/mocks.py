@@ -14,8 +14,8 @@ To give chosen rows other answers (a failure, another branch), a batch script ma
      "rows": {"t-17": {"responses": {"classify": ["bug"]}},
               "t-42": {"responses": {"draft": [{"$error": "invalid_request", "message": "…"}]}}}}
 
-A row's entry replaces the lists of the nodes it names (and ``default`` when it gives
-one); the other nodes keep the script's lists.
+A row's entry replaces the lists of the nodes it names, under ``responses`` and under
+``tools`` (and ``default`` when it gives one); the other nodes keep the script's lists.
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ class BatchMock:
             node: list(items) for node, items in (script.get("responses") or {}).items()
         }
         self._default: Any = script.get("default", _NO_DEFAULT)
+        self._tools: dict[str, list[Any]] = {
+            key: list(items) for key, items in (script.get("tools") or {}).items()
+        }
 
     @classmethod
     def from_data(cls, data: Any, *, latency: float = 0.0) -> BatchMock:
@@ -101,6 +104,9 @@ class BatchMock:
         merged: dict[str, Any] = {
             "responses": {**self.script.get("responses", {}), **override.get("responses", {})}
         }
+        tools = {**self.script.get("tools", {}), **override.get("tools", {})}
+        if tools:
+            merged["tools"] = tools
         if "default" in override:
             merged["default"] = override["default"]
         elif "default" in self.script:
@@ -117,5 +123,6 @@ class BatchMock:
             self._responses,
             latency=self.latency,
             keep_calls=False,
+            tools=self._tools,
             **({} if self._default is _NO_DEFAULT else {"default": self._default}),
         )

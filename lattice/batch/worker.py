@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-import os
 import tempfile
 import time
 from collections import OrderedDict
@@ -42,7 +41,7 @@ from lattice.llm.base import (
     provider_checkpoint,
     restore_provider,
 )
-from lattice.runs.redaction import PROVIDER_KEY_VARIABLES, make_redactor
+from lattice.runs.redaction import make_redactor, secret_values
 from lattice.runs.store import RunStore
 from lattice.runtime.context import Interrupted
 from lattice.runtime.results import RunResult
@@ -242,9 +241,7 @@ class BatchWorker:
         )
         secret_names = self.settings.secret_names()
         self._redact = make_redactor(secret_names)
-        self._masks = bool(secret_names) or any(
-            len(os.environ.get(name) or "") >= 4 for name in PROVIDER_KEY_VARIABLES
-        )
+        self._masks = bool(secret_values(secret_names))
         self._runners: OrderedDict[str, Runner] = OrderedDict()
         self.stopped_usage: dict[str, dict[str, Any]] = {}
         """What each row cancelled part-way had spent (by row key; see ``_spent``)."""

@@ -20,6 +20,8 @@ def lower(args: argparse.Namespace) -> int:
     result = lower_for_cli(args.workflow, load_config(args.config))
     if result.ir is None:
         return EXIT_USAGE
+    for line in result.ir.workflow.notes or ():
+        print(f"{args.workflow}: note: {line}", file=sys.stderr)
     text = EMITTERS[args.emit](result.ir)
     if args.output:
         write_output_file(Path(args.output), text)
@@ -36,6 +38,8 @@ def check(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    for line in result.ir.workflow.notes or ():
+        print(f"{args.workflow}: note: {line}", file=sys.stderr)
     ops = len(result.ir.ops)
     print(f"{args.workflow}: ok ({ops} ops, {len(result.warnings)} warning(s))", file=sys.stderr)
     return EXIT_OK

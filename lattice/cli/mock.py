@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
 
 from lattice.cli.common import lower_for_cli, note
 from lattice.cli.main import EXIT_OK, EXIT_USAGE
-from lattice.config import load_config
+from lattice.config import LatticeConfig, load_config
+from lattice.errors import LatticeRunError
 from lattice.files import write_output_file
 from lattice.ir.models import ExecIR
-from lattice.service.mocks import answers_file, mock_script, needs_mcp
+from lattice.service.mocks import MockPlan, ToolSchemas, needs_mcp, plan_mocks
+from lattice.tools.builtin import BuiltinTools
+from lattice.tools.mcp import BUILTIN_SERVER_ID, McpServerSpec, ToolSessions, specs_from_config
 
 
 def _dump(data: object) -> str:
@@ -20,18 +24,21 @@ def _dump(data: object) -> str:
 
 
 def init(args: argparse.Namespace) -> int:
-    result = lower_for_cli(args.workflow, load_config(args.config))
+    config = load_config(args.config)
+    result = lower_for_cli(args.workflow, config)
     if result.ir is None:
         return EXIT_USAGE
     ir = result.ir
-    script, answers = mock_script(ir), answers_file(ir)
+    plan = plan_mocks(ir, _configured_tool_schemas(ir, config))
+    script, answers = plan.script, plan.answers
     answers_path = args.answers_output
     if answers and answers_path is None and args.output:
         name = Path(args.output).name.removesuffix(".json").removesuffix(".mock")
         answers_path = str(Path(args.output).with_name(f"{name}.answers.json"))
     if args.output:
         write_output_file(Path(args.output), _dump(script))
-        note(f"wrote {args.output}: {len(script['responses'])} LLM node(s)")
+        tools = len(script.get("tools", {}))
+        note(f"wrote {args.output}: {len(script['responses'])} LLM node(s), {tools} tool node(s)")
     else:
         sys.stdout.write(_dump(script))
     if answers_path:
@@ -39,9 +46,7 @@ def init(args: argparse.Namespace) -> int:
         note(f"wrote {answers_path}: {len(answers)} question(s)")
     elif answers:
         note(f"the workflow asks {len(answers)} question(s): add --answers-output FILE")
-    servers = needs_mcp(ir)
-    if servers:
-        note(f"it also calls MCP server(s) {', '.join(servers)}: configure them in lattice.toml")
+    _note_choices(plan)
     mock = args.output or "MOCK_FILE"
     extra = f" --answers {answers_path}" if answers_path else ""
     note(
@@ -66,3 +71,42 @@ def _inputs_hint(workflow: str, ir: ExecIR) -> str:
     if beside.is_file():
         return f" --inputs {beside}"
     return "".join(f" --input {name}=…" for name in needed)
+
+
+def _note_choices(plan: MockPlan) -> None:
+    """Say which branch each classifier and question takes, and why."""
+    for choice in plan.choices:
+        if len(choice.labels) < 2:
+            continue
+        how = (
+            f"the shortest way to an end ({choice.steps:g} op(s))"
+            if choice.steps != float("inf")
+            else "no branch reaches an end"
+        )
+        note(f"{choice.node}: answers {choice.label!r} of {len(choice.labels)}: {how}")
+
+
+def _configured_tool_schemas(ir: ExecIR, config: LatticeConfig) -> ToolSchemas:
+    """The input schemas of the tools of every configured MCP server the document calls
+    (each server is asked once, then closed); a server that cannot be asked is named and
+    left out (its nodes' own ``parameters`` shape the answers)."""
+    specs = specs_from_config(config.mcp.servers)
+    servers = [s for s in needs_mcp(ir) if s in specs or s == BUILTIN_SERVER_ID]
+    return asyncio.run(_list_schemas(specs, servers)) if servers else {}
+
+
+async def _list_schemas(specs: dict[str, McpServerSpec], servers: list[str]) -> ToolSchemas:
+    schemas: dict[str, dict[str, dict[str, object]]] = {}
+    sessions = ToolSessions(specs, builtin=BuiltinTools(repo_root=None))
+    try:
+        for server in servers:
+            try:
+                tools = await sessions.list_tools(server)
+            except LatticeRunError as exc:
+                note(f"could not list the tools of MCP server {server!r}: {exc.message}")
+                continue
+            schemas[server] = {tool.name: tool.input_schema for tool in tools}
+            note(f"asked MCP server {server!r} for its tools: arguments follow their inputSchema")
+    finally:
+        await sessions.aclose()
+    return schemas

@@ -299,6 +299,12 @@ class WorkflowInfo(IRModel):
     id: str
     name: str
     description: str | None = None
+    notes: list[str] | None = None
+    """What the document asks that Lattice reads but does not do (``lattice lower`` shows
+    them; docs/documents.md); None when there is nothing to say."""
+    tools_asked: list[str] | None = None
+    """The tools ``slashCommandOptions.allowedTools`` asks agents may use: asked for
+    only, granted by the user (docs/agents.md); None when it asks for none."""
 
 
 class IRDiagnostic(IRModel):

@@ -69,6 +69,7 @@ class AnthropicProvider(SdkProvider):
         super().__init__()
         anthropic = self._sdk()
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        self._keys = (key,) if key else ()
         if not key:
             raise LatticeUserError(
                 "the anthropic provider needs ANTHROPIC_API_KEY in the environment",

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
 from lattice.errors import LatticeRunError
+from lattice.masking import scrub
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
@@ -126,3 +127,45 @@ def map_sdk_error(
             status=exc.status_code,
         )
     return provider_error("provider_error", f"{where}: {type(exc).__name__}: {exc}", exc, node_id)
+
+
+def without_keys(exc: BaseException, keys: Iterable[str]) -> BaseException | None:
+    """None when neither ``exc`` nor an exception it was raised from quotes one of
+    ``keys`` (API keys); else what to raise ``from None`` in its place (the exceptions it
+    was raised from are dropped, since their text quotes a key): a LatticeRunError with
+    the keys taken out of its message and details, and for another exception an
+    ``internal_error`` with its cleaned text."""
+    keys = [k for k in keys if k]
+    if not keys or not any(scrub(text, keys) != text for text in _chain_texts(exc)):
+        return None
+    if isinstance(exc, LatticeRunError):
+        exc.message = scrub(exc.message, keys)
+        exc.args = (exc.message, *exc.args[1:])
+        exc.details = _scrubbed(exc.details, keys)
+        return exc
+    return LatticeRunError(
+        f"{type(exc).__name__}: {scrub(str(exc), keys)}", error_type="internal_error"
+    )
+
+
+def _chain_texts(exc: BaseException) -> Iterator[str]:
+    """The texts of ``exc`` and of the exceptions it was raised from or during."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield str(current)
+        yield repr(current.args)
+        if isinstance(current, LatticeRunError):
+            yield repr(current.details)
+        current = current.__cause__ or current.__context__
+
+
+def _scrubbed(value: Any, keys: list[str]) -> Any:
+    if isinstance(value, str):
+        return scrub(value, keys)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, keys) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrubbed(v, keys) for v in value]
+    return value

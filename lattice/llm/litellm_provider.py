@@ -115,6 +115,7 @@ class LiteLLMProvider(SdkProvider):
         self.default_model = default_model or os.environ.get(MODEL_VARIABLE) or ""
         self.api_base = api_base
         self.api_key = api_key
+        self._keys = (api_key,) if api_key else ()
         self.timeout = timeout
         self.completion_kwargs = dict(completion_kwargs or {})
 

@@ -2,14 +2,17 @@
 
 Script format (docs/mocks.md)::
 
-    {"responses": {"<nodeId>": ["<text or JSON value>", ...]}, "default": "<optional>"}
+    {"responses": {"<nodeId>": ["<text or JSON value>", ...]}, "default": "<optional>",
+     "tools": {"<mcp or httpRequest nodeId> | <server>/<tool>": [<result>, ...]}}
 
 Each call made for node X takes the next item of X's list (JSON values are
 serialised to text); a call for an unlisted node takes ``default``; a node that is
 called with neither, or whose list is used up, fails that call with ``mock_exhausted``
 and a message showing an answer of the shape the node expects. A classifier (the
 ``{"branch": <label>}`` op of a natural-language ifElse/switch) may be answered with
-its plain label. An item ``{"$error": "<error_type>", "message": ..., "retry_after": ...}``
+its plain label. ``tools`` answers tool calls the same way (``tool_answer``): an mcp or
+httpRequest node's list by its id, an MCP tool's by ``server/tool`` (how agents' tool
+calls are keyed); a call the script does not list goes to the real server. An item ``{"$error": "<error_type>", "message": ..., "retry_after": ...}``
 makes that call fail with that Lattice error type instead (to script provider failures).
 An item ``{"$tool_calls": [{"name": "Read", "arguments": {...}}, ...], "text": "…"}``
 answers an agent's turn with those tool calls (finish reason ``tool_calls``; ``text``,
@@ -38,6 +41,8 @@ from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, ToolCall, esti
 from lattice.llm.examples import branch_labels, example_value
 
 _UNSET: Any = object()
+TOOL_CURSOR = "tool:"
+"""Prefix of the cursor entries of ``tools`` lists (node ids and ``server/tool`` keys)."""
 
 
 class MockProvider:
@@ -61,13 +66,15 @@ class MockProvider:
         pieces: int = 0,
         model: str = "mock-model",
         keep_calls: bool = True,
+        tools: Mapping[str, list[Any]] | None = None,
     ) -> None:
         self.responses = {node: list(items) for node, items in (responses or {}).items()}
         self.default = default
+        self.tools = {key: list(items) for key, items in (tools or {}).items()}
         self.latency = latency
         self.pieces = pieces
         self.model = model
-        self.digest = script_digest(self.responses, default)
+        self.digest = script_digest(self.responses, default, self.tools)
         """A digest of the script (its lists and default), recorded with the cursor."""
         self.cursor: dict[str, int] = {}
         self.calls: list[LLMRequest] = []
@@ -78,7 +85,8 @@ class MockProvider:
         """Build from a parsed mock script; a malformed script is a LatticeUserError."""
         check_script(script)
         default = script.get("default", _UNSET)
-        return cls(script.get("responses", {}), default=default, **kwargs)
+        tools = script.get("tools") or None
+        return cls(script.get("responses", {}), default=default, tools=tools, **kwargs)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> MockProvider:
@@ -105,6 +113,42 @@ class MockProvider:
     def covers(self, node_id: str) -> bool:
         """True when a call for ``node_id`` has a scripted answer (list or default)."""
         return node_id in self.responses or self.default is not _UNSET
+
+    def tool_key(self, node_id: str, server: str | None, tool: str | None) -> str | None:
+        """The ``tools`` key that answers a call of ``node_id`` (its id, else
+        ``server/tool``); None when the script leaves the call to the real tool.
+        ``tool`` None (chosen by a model later) matches any ``server/…`` key."""
+        if node_id in self.tools:
+            return node_id
+        if server is None:
+            return None
+        if tool is not None:
+            key = f"{server}/{tool}"
+            return key if key in self.tools else None
+        return next((key for key in self.tools if key.startswith(server + "/")), None)
+
+    def tool_answer(self, key: str) -> Any:
+        """The next scripted result for the ``tools`` key ``key``; a used-up list, or an
+        ``{"$error": …}`` item, fails the call."""
+        items = self.tools[key]
+        index = self.cursor.get(TOOL_CURSOR + key, 0)
+        if index >= len(items):
+            raise LatticeRunError(
+                f"the mock script's tool results for {key!r} are used up "
+                f"({len(items)} given, call {index + 1} asked); add more under "
+                f'"tools": {{"{key}": [...]}}',
+                error_type="mock_exhausted",
+            )
+        self.cursor[TOOL_CURSOR + key] = index + 1
+        item = items[index]
+        if isinstance(item, Mapping) and "$error" in item:
+            details = {k: v for k, v in item.items() if k not in ("$error", "message")}
+            raise LatticeRunError(
+                str(item.get("message") or f"mock {item['$error']}"),
+                error_type=str(item["$error"]),
+                details=details,
+            )
+        return item
 
     def checkpoint(self) -> dict[str, Any]:
         """How far each node's list has been consumed, and the digest of the script it
@@ -196,7 +240,7 @@ def check_script(script: Any) -> None:
     """Refuse a malformed mock script with a LatticeUserError naming the key at fault."""
     if not isinstance(script, Mapping):
         _bad('a mock script is a JSON object {"responses": {...}}', prefix="")
-    unknown = set(script) - {"responses", "default", "description"}
+    unknown = set(script) - {"responses", "default", "description", "tools"}
     if "rows" in unknown:
         _bad(
             '"rows" (answers per dataset row) is for lattice batch only; lattice run and '
@@ -218,6 +262,19 @@ def check_script(script: Any) -> None:
             _bad(f"{where} must be a list of completions, e.g. {example}")
         for index, item in enumerate(items):
             _check_item(item, f"{where}[{index}]")
+    tools = script.get("tools", {})
+    if not isinstance(tools, Mapping):
+        _bad(
+            '"tools" maps mcp/httpRequest node ids or "server/tool" to lists of results, '
+            'e.g. {"tools": {"github/get_issue": [{"title": "…"}]}}'
+        )
+    for key, items in tools.items():
+        where = f"tools[{json.dumps(key, ensure_ascii=False)}]"
+        if not isinstance(items, list):
+            _bad(f'{where} must be a list of tool results, e.g. [{{"ok": true}}]')
+        for index, item in enumerate(items):
+            if isinstance(item, Mapping) and "$error" in item:
+                _check_error_item(item, f"{where}[{index}]")
     if "default" in script:
         _check_item(script["default"], "default")
 
@@ -290,11 +347,18 @@ def _bad(message: str, *, prefix: str = "mock script: ") -> NoReturn:
     raise LatticeUserError(prefix + message, error_type="mock_error")
 
 
-def script_digest(responses: Mapping[str, list[Any]], default: Any = _UNSET) -> str:
-    """The sha256 of a script's lists and default (what its answers depend on)."""
+def script_digest(
+    responses: Mapping[str, list[Any]],
+    default: Any = _UNSET,
+    tools: Mapping[str, list[Any]] | None = None,
+) -> str:
+    """The sha256 of a script's lists, default and tool results (what its answers
+    depend on)."""
     script: dict[str, Any] = {"responses": responses}
     if default is not _UNSET:
         script["default"] = default
+    if tools:
+        script["tools"] = tools
     text = json.dumps(script, sort_keys=True, ensure_ascii=False, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -97,6 +97,7 @@ class OpenAIProvider(SdkProvider):
         openai = self._sdk()
         key = api_key or os.environ.get("OPENAI_API_KEY")
         base = base_url or os.environ.get("OPENAI_BASE_URL")
+        self._keys = (key,) if key else ()
         if not key and not base:
             raise LatticeUserError(
                 "the openai provider needs OPENAI_API_KEY in the environment "

@@ -13,6 +13,11 @@ too); each piece of text goes to ``on_delta`` as it arrives and the whole answer
 returned as usual. A stream that ends before the server said the answer was complete
 (no finish reason, no ``message_stop``), or breaks off, is a ``provider_error``: the
 policies retry it, and the part received is never taken for an answer.
+
+Provider keys never leave in an error: a server may echo the key it was sent, an SDK may
+quote it; every error ``complete`` raises has the keys taken out of its text
+(``without_keys``), however short a key is (``test`` and ``EMPTY`` are too plain for
+run folders to mask, so they must not reach one).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from typing import Any
 
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse
-from lattice.llm.errors import LoopLocalClients, provider_error
+from lattice.llm.errors import LoopLocalClients, provider_error, without_keys
+from lattice.masking import provider_keys
 
 
 class StreamBroken(Exception):
@@ -47,6 +53,9 @@ class SdkProvider:
 
     def __init__(self) -> None:
         self._no_schema_models: set[str] = set()
+        self._keys: tuple[str, ...] = ()
+        """Keys given to the adapter itself (besides those in the environment): kept out
+        of the errors it raises."""
 
     @property
     def client(self) -> Any:
@@ -124,6 +133,15 @@ class SdkProvider:
         )
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
+        try:
+            return await self._complete(request)
+        except Exception as exc:
+            cleaned = without_keys(exc, (*provider_keys(), *self._keys))
+            if cleaned is None:
+                raise
+            raise cleaned from None
+
+    async def _complete(self, request: LLMRequest) -> LLMResponse:
         sdk = self._sdk()
         model = request.model or self.default_model
         structured = (

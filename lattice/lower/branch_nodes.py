@@ -254,6 +254,42 @@ class SwitchLowerer(_BranchLowerer):
     node_type: ClassVar[str] = "switch"
 
 
+class LegacyBranchLowerer(_BranchLowerer):
+    """``branch``, the node upstream's editor still reads from old files: ``branchType``
+    ``conditional`` (exactly two ways) or ``switch`` (two or more). Upstream has the
+    orchestrating model pick the branch whose condition holds, so no branch is a default:
+    natural-language conditions make a classifier, deterministic ones a SWITCH (a value
+    no condition matches fails the run), as for ``switch``."""
+
+    node_type: ClassVar[str] = "branch"
+
+    def _default_index(self, node: Node, branches: list[dict[str, Any]]) -> int | None:
+        return None
+
+    def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
+        kind = node.data.get("branchType", "conditional")
+        branches = node.data.get("branches")
+        if kind not in ("conditional", "switch"):
+            ctx.error(
+                node,
+                "invalid-field",
+                f"branchType is 'conditional' (two ways) or 'switch' (two or more), not {kind!r}",
+                "data",
+                "branchType",
+            )
+        elif isinstance(branches, list) and branches:
+            wanted = "exactly two" if kind == "conditional" else "two or more"
+            if len(branches) != 2 if kind == "conditional" else len(branches) < 2:
+                ctx.error(
+                    node,
+                    "invalid-field",
+                    f"a {kind} branch node has {wanted} branches, not {len(branches)}",
+                    "data",
+                    "branches",
+                )
+        return super().lower(node, ctx)
+
+
 ASK_RESULT_SCHEMA = {
     "type": "object",
     "properties": {

@@ -19,7 +19,12 @@ from lattice.document.loader import parse_workflow, pointer_join, read_json_file
 from lattice.document.models import Connection, Workflow
 from lattice.errors import Diagnostic, DocumentError, Severity, Suggester
 from lattice.ir.models import Edge, ExecIR, ForEachOp, IRDiagnostic, Op, WorkflowInfo
-from lattice.lower.branch_nodes import AskUserQuestionLowerer, IfElseLowerer, SwitchLowerer
+from lattice.lower.branch_nodes import (
+    AskUserQuestionLowerer,
+    IfElseLowerer,
+    LegacyBranchLowerer,
+    SwitchLowerer,
+)
 from lattice.lower.checks import Reachability, ReferenceChecker, reachability_warnings
 from lattice.lower.flow_nodes import (
     DataTransformLowerer,
@@ -32,6 +37,7 @@ from lattice.lower.flow_nodes import (
     VariableStoreLowerer,
 )
 from lattice.lower.foreach import ForEachLowerer, expand_for_each
+from lattice.lower.format_notes import document_model_class, format_notes, tools_asked
 from lattice.lower.graph import DiGraph
 from lattice.lower.llm_nodes import CodexLowerer, PromptLowerer, SkillLowerer, SubAgentLowerer
 from lattice.lower.loops import loop_diagnostics
@@ -51,6 +57,7 @@ def default_registry() -> LowererRegistry:
         SubAgentLowerer(),
         IfElseLowerer(),
         SwitchLowerer(),
+        LegacyBranchLowerer(),
         AskUserQuestionLowerer(),
         McpLowerer(),
         HttpRequestLowerer(),
@@ -107,6 +114,7 @@ class _Compiler:
         self.registry = registry
         self.ctx = LoweringContext(self.workflow, base_dir=base_dir, node_pointers=pointers)
         self.ctx.for_each_bodies = bodies
+        self.ctx.document_model_class = document_model_class(self.workflow)
         self.ctx.diagnostics.extend(foreach_diags + inline_diags)
         self.lowerings: dict[str, NodeLowering] = {}
         self.ports: dict[str, list[str] | None] = {}
@@ -117,6 +125,7 @@ class _Compiler:
 
     def run(self) -> LoweringResult:
         start, ends = self._check_shape()
+        self.notes = format_notes(self.ctx)
         self._lower_nodes()
         self._wire()
         self._wire_bodies()
@@ -144,6 +153,8 @@ class _Compiler:
                 id=self.workflow.id or self.workflow.name or "workflow",
                 name=self.workflow.name or self.workflow.id or "workflow",
                 description=self.workflow.description,
+                notes=self.notes or None,
+                tools_asked=tools_asked(self.workflow) or None,
             ),
             entry=start,
             inputs_schema=inputs_schema,

@@ -169,6 +169,14 @@ def parameters_schema(parameters: Any) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required}
 
 
+LEGACY_MCP_MODES = {
+    "detailed": "manualParameterConfig",
+    "naturalLanguageParam": "aiParameterConfig",
+    "fullNaturalLanguage": "aiToolSelection",
+}
+"""The mcp ``mode`` names of older files, as upstream's editor maps them when it loads one."""
+
+
 class McpLowerer:
     """``mcp``: TOOL_CALL; AI modes put an LLM_WRITE (arguments or tool choice) before it."""
 
@@ -183,6 +191,7 @@ class McpLowerer:
         mode = get_str(ctx, node, "mode") or (
             "manualParameterConfig" if tool_name else "aiToolSelection"
         )
+        mode = LEGACY_MCP_MODES.get(mode, mode)
         if mode not in ("manualParameterConfig", "aiParameterConfig", "aiToolSelection"):
             ctx.error(
                 node,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, ClassVar
@@ -10,7 +11,7 @@ from lattice.contracts.invariants import invariant_names
 from lattice.contracts.policies import ACTIONS
 from lattice.document.models import SEQUENTIAL_PORT, Node
 from lattice.errors import did_you_mean
-from lattice.ir.models import FAILED_PORT, LLMWriteOp
+from lattice.ir.models import FAILED_PORT, LLMWriteOp, TransformOp
 from lattice.ir.templates import path_text
 from lattice.lower.fields import get_dict, get_list, get_number, get_schema, get_str
 from lattice.lower.registry import LoweringContext, NodeLowering
@@ -41,11 +42,14 @@ def model_class_of(ctx: LoweringContext, node: Node) -> tuple[str, str | None]:
         )
         model_class = None
     model = get_str(ctx, node, "model")
+    inherited = ctx.document_model_class
     if model is not None and model.lower() in CLAUDE_MODEL_CLASSES:
-        return model_class or CLAUDE_MODEL_CLASSES[model.lower()], None
+        chosen = model_class or CLAUDE_MODEL_CLASSES[model.lower()]
+        return inherited if chosen == "default" else chosen, None
     if model is not None and model.lower() in MODEL_CLASSES:
-        return model_class or model.lower(), None
-    return model_class or "default", model or None
+        chosen = model_class or model.lower()
+        return inherited if chosen == "default" else chosen, None
+    return model_class or (inherited if not model else "default"), model or None
 
 
 def llm_contract(ctx: LoweringContext, node: Node) -> dict[str, Any]:
@@ -282,12 +286,15 @@ class SubAgentLowerer:
 SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def find_skill_file(name: str, scope: str | None, base_dir: Path | None) -> Path | None:
-    """Locate ``.claude/skills/<name>/SKILL.md`` for a skill node.
+def find_skill_file(
+    name: str, scope: str | None, base_dir: Path | None, source: str | None = None
+) -> Path | None:
+    """Locate ``<root>/.claude/skills/<name>/SKILL.md`` for a skill node
+    (``.github/skills/`` when ``source`` is ``copilot``).
 
     Only files with that exact shape are read, never an arbitrary path from the
-    document: project skills under the document's folder or its parents, personal
-    skills under the user's home.
+    document: project (and ``local``) skills under the document's folder or its
+    parents, personal skills under the user's home.
     """
     if not SKILL_NAME.match(name):
         return None
@@ -296,15 +303,19 @@ def find_skill_file(name: str, scope: str | None, base_dir: Path | None) -> Path
         roots.append(Path.home())
     elif base_dir is not None:
         roots.extend([base_dir, *list(base_dir.resolve().parents)[:3]])
+    folder = (".github", "skills") if source == "copilot" else (".claude", "skills")
     for root in roots:
-        candidate = root / ".claude" / "skills" / name / "SKILL.md"
+        candidate = root.joinpath(*folder, name, "SKILL.md")
         if candidate.is_file():
             return candidate
     return None
 
 
 class SkillLowerer:
-    """``skill``: an LLM_WRITE whose system part is the skill's SKILL.md when it can be found."""
+    """``skill``: an LLM_WRITE whose system part is the skill's SKILL.md when it can be
+    found, its task ``executionPrompt`` (else ``prompt``, else "apply the skill");
+    ``executionMode: load`` makes the node's result the skill's text instead (no model
+    call), which the nodes after it receive as their input."""
 
     node_type: ClassVar[str] = "skill"
 
@@ -315,12 +326,14 @@ class SkillLowerer:
         name = get_str(ctx, node, "name", required=True) or node.id
         description = get_str(ctx, node, "description") or ""
         scope = get_str(ctx, node, "scope")
-        path = find_skill_file(name, scope, ctx.base_dir)
+        source = get_str(ctx, node, "source")
+        path = find_skill_file(name, scope, ctx.base_dir, source)
         if path is not None:
             system: str | None = path.read_text(encoding="utf-8", errors="replace")
         else:
             system = None
-            where = "~/.claude/skills" if scope in ("personal", "user") else ".claude/skills"
+            folder = ".github/skills" if source == "copilot" else ".claude/skills"
+            where = f"~/{folder}" if scope in ("personal", "user") else folder
             ctx.warn(
                 node,
                 "skill-unresolved",
@@ -328,9 +341,13 @@ class SkillLowerer:
                 "the LLM op uses the skill's name and description only",
                 "data",
             )
-        own_prompt = get_str(ctx, node, "prompt")
-        if own_prompt:
-            return _llm_op(ctx, node, prompt=own_prompt, system=system, prompt_key="prompt")
+        if get_str(ctx, node, "executionMode") == "load":
+            text = system if system is not None else f"Skill {name}: {description}".strip()
+            return _loaded_skill(node, text)
+        for key in ("executionPrompt", "prompt"):
+            own_prompt = get_str(ctx, node, key)
+            if own_prompt:
+                return _llm_op(ctx, node, prompt=own_prompt, system=system, prompt_key=key)
         prompt = (
             f"Apply the skill {name!r}"
             + (f" ({description})" if description else "")
@@ -343,6 +360,20 @@ class SkillLowerer:
         return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key=None, pieces=pieces)
 
 
+def _loaded_skill(node: Node, text: str) -> NodeLowering:
+    """A skill in ``load`` mode: a TRANSFORM whose result is the skill's text."""
+    literal = "`" + json.dumps(text, ensure_ascii=False).replace("`", "\\`") + "`"
+    op = TransformOp(
+        id=node.id,
+        source_node=node.id,
+        name=node.title,
+        expression=literal,
+        input="$in",
+        writes=path_text("$vars", node.id, "result"),
+    )
+    return NodeLowering.single(op, ports=LLM_PORTS, result_schema={"type": "string"})
+
+
 class CodexLowerer:
     """``codex``: the node's prompt as an LLM_WRITE (the Codex agent itself is not called)."""
 
@@ -352,5 +383,11 @@ class CodexLowerer:
         return LLM_PORTS
 
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
-        prompt = get_str(ctx, node, "prompt", required=True) or ""
+        generated = node.data.get("promptMode") == "ai-generated"
+        prompt = get_str(ctx, node, "prompt", required=not generated) or ""
+        if generated and not prompt.strip():
+            # upstream lets the orchestrating model write the prompt: here the task is
+            # the node's, and its input the results before it
+            task = f"Carry out the task {node.title!r} for the input."
+            return _llm_op(ctx, node, prompt=task, system=None, prompt_key=None)
         return _llm_op(ctx, node, prompt=prompt, system=None, prompt_key="prompt")

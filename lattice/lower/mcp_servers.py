@@ -23,7 +23,11 @@ def unknown_mcp_servers(
     """One diagnostic (an error, or ``severity``) per mcp node whose ``serverId`` is
     neither configured nor built in."""
     known = ", ".join(sorted(configured)) or "none"
-    then = "" if severity is Severity.ERROR else "; until then a run fails at this node"
+    then = (
+        ""
+        if severity is Severity.ERROR
+        else "; until then a run fails at this node (unless a mock script's tools answer it)"
+    )
     diagnostics = []
     for node in _all_nodes(workflow):
         server = node.data.get("serverId")

@@ -145,6 +145,8 @@ class LoweringContext:
         self._upstream_memo: dict[str, list[tuple[str, str]]] = {}
         self.for_each_bodies: dict[str, str] = {}
         """forEach node → the first node of its flow's copy (``expand_for_each``)."""
+        self.document_model_class = "default"
+        """The model class of LLM nodes that name none (``slashCommandOptions.model``)."""
         self.template_errors = 0
         """``template-syntax`` diagnostics so far (``check_prompt`` reports only new ground)."""
 

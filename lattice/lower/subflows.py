@@ -37,6 +37,12 @@ MAX_INLINED_DATA = 16 * 1024 * 1024
 """Most characters of node data that inlining may copy in one document."""
 
 
+FLOW_MODELS = frozenset({"haiku", "sonnet", "opus"})
+"""A subAgentFlow node's ``model`` values that its flow's nodes take (``inherit``: none)."""
+MODEL_TAKERS = frozenset({"prompt", "subAgent", "skill", "subAgentFlow"})
+"""Node types inside a flow that take the calling node's ``model`` when they name none."""
+
+
 def _flow_id(node: Node) -> str | None:
     value = node.data.get("subAgentFlowId")
     return value if isinstance(value, str) else None
@@ -104,10 +110,14 @@ def _expand_one(
     starts = {n.id for n in flow.nodes if n.type == "start"}
     ends = {n.id for n in flow.nodes if n.type == "end"}
     nodes: list[Node] = []
+    model = call.data.get("model")
     for index, inner in enumerate(flow.nodes):
         if inner.id in starts or inner.id in ends:
             continue
         data = _rewrite(inner.data, pattern, prefix) if pattern else inner.data
+        named = "model" in data or "modelClass" in data
+        if model in FLOW_MODELS and inner.type in MODEL_TAKERS and not named:
+            data = {**data, "model": model}
         nodes.append(inner.model_copy(update={"id": prefix + inner.id, "data": data}))
         pointers[prefix + inner.id] = pointer_join(prepared.pointer, "nodes", index)
     edges: list[Connection] = []

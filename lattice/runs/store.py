@@ -12,7 +12,8 @@ it wrote on the OS. With ``durability="fsync"`` (the default) the files a resume
 (``state_initial.json``, ``execir.json``, ``checkpoint.json``, the journal) also reach
 the disk before the run moves on: a new run's folder and first files together, before
 its first op (``sync_started``), then the journal at every op boundary. Every text
-passes through ``redact`` before it is written.
+passes through ``redact`` before it is written, except the document and its ExecIR
+(``UNMASKED_FILES``), which a resume runs as they are.
 """
 
 from __future__ import annotations
@@ -88,6 +89,29 @@ DURABLE_FILES = frozenset(
     {"workflow.json", "execir.json", "input.json", "state_initial.json", "checkpoint.json"}
 )
 """Files a resume reads: forced to disk when written under ``durability="fsync"``."""
+
+UNMASKED_FILES = frozenset({"workflow.json", "execir.json"})
+"""Files written as they are, never masked: a resume runs what they say, so masking may
+not change a word of them. A document holds references to secrets, never their values;
+one that holds a value as text is refused before its folder is made
+(``refuse_secrets_in``) rather than recorded."""
+
+
+class SecretInDocument(LatticeUserError):
+    """A document holds the value of a secret (a provider key, an allowed ``$secrets``
+    variable) as text: its run folder would record it."""
+
+
+def refuse_secrets_in(texts: dict[str, str], redact: Redactor) -> None:
+    """Raise SecretInDocument when ``redact`` would change one of ``texts`` (the
+    ``UNMASKED_FILES`` of a run about to start, by name)."""
+    for name, text in texts.items():
+        if redact(text) != text:
+            raise SecretInDocument(
+                "the workflow holds the value of a secret (a provider API key or a "
+                f"[secrets] allow variable) as text, and {name} would record it: refer to "
+                "it as {{ $secrets.NAME }} in an httpRequest's url, headers, query or body"
+            )
 
 
 class RunRecorder(Protocol):
@@ -227,7 +251,8 @@ class FolderRecorder:
         self.write_text(name, file_text(data))
 
     def write_text(self, name: str, text: str) -> None:
-        text = self._redact(text)
+        if name not in UNMASKED_FILES:
+            text = self._redact(text)
         if self.durability != "fsync" or name not in DURABLE_FILES:
             write_replacing(self._dir / name, text)
         elif self._starting is not None:  # new files: forced to disk by sync_started

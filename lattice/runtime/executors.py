@@ -31,6 +31,7 @@ from lattice.ir.templates import ValueTemplate, parse_path
 from lattice.runtime.conditions import compile_condition, compile_jmespath
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
+from lattice.runtime.mock_tools import scripted_result, scripted_tool
 from lattice.runtime.settings import RuntimeSettings
 from lattice.tools.http import HttpExecutor
 
@@ -283,12 +284,20 @@ class ToolCallExecutor(Executor):
 
     async def run(self, ctx: RunContext) -> Outcome:
         if self.mcp is not None:
-            result = await self.mcp.run(ctx)
+            result = await self.mcp.run(ctx, self.op.source_node)
         else:
             assert self.http is not None
-            ctx.emit("tool_call", {"tool": "http", "method": self.http.call.method})
-            result = await self.http.run(ctx.state.resolve, ctx.http_pool)
-            ctx.emit("tool_result", {"tool": "http", "status": result["status"]})
+            method = self.http.call.method
+            key = scripted_tool(ctx, self.op.source_node, None, None)
+            if key is not None:
+                ctx.emit("tool_call", {"tool": "http", "method": method, "mocked": True})
+                result = scripted_result(ctx, key)
+                status = result.get("status") if isinstance(result, dict) else None
+            else:
+                ctx.emit("tool_call", {"tool": "http", "method": method})
+                result = await self.http.run(ctx.state.resolve, ctx.http_pool)
+                status = result["status"]
+            ctx.emit("tool_result", {"tool": "http", "status": status})
         ctx.write_result(self.op.writes, result)
         return Outcome(output=result)
 
@@ -301,7 +310,7 @@ class McpCallExecutor:
         self.arguments = ValueTemplate(call.arguments)
         self.arguments_from = parse_path(call.arguments_from) if call.arguments_from else None
 
-    async def run(self, ctx: RunContext) -> Any:
+    async def run(self, ctx: RunContext, node_id: str) -> Any:
         call = self.call
         tool, arguments = call.tool_name, None
         if self.arguments_from is None:
@@ -317,8 +326,14 @@ class McpCallExecutor:
                 f"arguments for MCP tool {tool!r} must be an object, got {_excerpt(arguments)}",
                 error_type="tool_error",
             )
-        ctx.emit("tool_call", {"tool": "mcp", "server": call.server_id, "name": tool})
-        result = await ctx.tools.call(call.server_id, str(tool), arguments)
+        called = {"tool": "mcp", "server": call.server_id, "name": tool}
+        key = scripted_tool(ctx, node_id, call.server_id, str(tool))
+        if key is not None:
+            ctx.emit("tool_call", {**called, "mocked": True})
+            result = scripted_result(ctx, key)
+        else:
+            ctx.emit("tool_call", called)
+            result = await ctx.tools.call(call.server_id, str(tool), arguments)
         ctx.emit(
             "tool_result",
             {

@@ -25,6 +25,7 @@ from lattice.llm.base import Message
 from lattice.prompts.builtin import TEMPLATES
 from lattice.prompts.registry import PromptTemplate
 from lattice.runtime.context import HaltRun, Outcome, RunContext
+from lattice.runtime.mock_tools import offline_contract, scripted_tool
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.tool_contracts import tool_contract
 
@@ -178,8 +179,13 @@ class LLMWriteExecutor:
         return Outcome(output=value, record={"attempts": attempts})
 
     async def _tool_engine(self, ctx: RunContext) -> tuple[ContractEngine, str]:
-        """The contract engine for the server's current tool schemas (compiled once per schema)."""
-        schema, tools = await tool_contract(self.op, ctx.tools)
+        """The contract engine for the server's current tool schemas (compiled once per
+        schema); an open one when the mock script answers the tool call (no server)."""
+        op = self.op
+        if scripted_tool(ctx, op.source_node, op.tool_server, op.tool_name) is not None:
+            schema, tools = offline_contract(op.purpose), ""
+        else:
+            schema, tools = await tool_contract(op, ctx.tools)
         key = json.dumps(schema, sort_keys=True)
         engine = self._tool_engines.get(key)
         if engine is None:

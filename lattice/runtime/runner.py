@@ -34,6 +34,7 @@ from lattice.llm.base import (
     restore_provider,
 )
 from lattice.llm.disabled import DisabledProvider
+from lattice.masking import MIN_MASKED_LENGTH, maskable
 from lattice.runs.checkpoint import (
     file_digests,
     owner,
@@ -44,7 +45,14 @@ from lattice.runs.checkpoint import (
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState, read_journal
 from lattice.runs.redaction import Redactor, make_redactor
-from lattice.runs.store import RunFolderExists, RunRecorder, RunStore, file_text, new_run_id
+from lattice.runs.store import (
+    RunFolderExists,
+    RunRecorder,
+    RunStore,
+    file_text,
+    new_run_id,
+    refuse_secrets_in,
+)
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -220,11 +228,21 @@ class Runner:
         journal is forced to disk on the loop's thread instead of a worker's."""
         if start is not None:
             if start.op not in self.ir.ops:
-                raise LatticeUserError(f"cannot start from {start.op!r}: the workflow has no such op")
+                raise LatticeUserError(
+                    f"cannot start from {start.op!r}: the workflow has no such op"
+                )
             inputs = start.state.get("in") or {}
         inputs = {**self._input_defaults, **(inputs or {})}
         self.validate_inputs(inputs)
         redact = self._redactor() if self.store.root is not None else None
+        documents: dict[str, str] = {}
+        if redact is not None:
+            if self.workflow is not None:
+                documents["workflow.json"] = file_text(self.workflow)
+            if self._execir_text is None:  # the same for every run
+                self._execir_text = file_text(ir_to_dict(self.ir))
+            documents["execir.json"] = self._execir_text
+            refuse_secrets_in(documents, redact)  # before the folder is made
         run_id, recorder = self._open_recorder(run_id, redact)
         state = StateStore(
             inputs,
@@ -235,11 +253,8 @@ class Runner:
         ctx = self._context(run_id, state, recorder, Usage(), seq=0, redact=redact)
         try:
             if recorder.run_dir is not None:
-                if self.workflow is not None:
-                    recorder.write_json("workflow.json", self.workflow)
-                if self._execir_text is None:  # the same for every run
-                    self._execir_text = file_text(ir_to_dict(self.ir))
-                recorder.write_text("execir.json", self._execir_text)
+                for name, text in documents.items():
+                    recorder.write_text(name, text)
                 recorder.write_json("input.json", inputs)
                 recorder.write_json("state_initial.json", state.snapshot())
                 ctx.checkpoint = self._started(ctx, recorder.run_dir)
@@ -506,6 +521,13 @@ class Runner:
         if value is None:
             raise LatticeRunError(
                 f"$secrets.{name}: the environment variable {name} is not set",
+                error_type="secret_error",
+            )
+        if not maskable(value):  # it could not be masked in what the run records
+            raise LatticeRunError(
+                f"$secrets.{name}: the value of {name} is too short or too plain to be kept "
+                f"out of run records (at least {MIN_MASKED_LENGTH} characters, not only "
+                "words or digits)",
                 error_type="secret_error",
             )
         return value

@@ -12,7 +12,8 @@ it with every API call); everything else below needs the token like any API rout
   time, or with ``?node=ID`` the full records of one node's latest ops (inputs,
   attempts, output);
 - ``GET /v1/forms/{name}``: what the new-run form of a workflow needs (its inputs
-  schema, example inputs, the mock scripts under ``--workflows``, its canvas);
+  schema, example inputs, the mock scripts under ``--workflows``, its canvas, and the
+  notes on fields of the document Lattice reads but does not act on);
 - ``POST /v1/graph``: the canvas of an inline document;
 - ``GET /v1/runs/{id}/compare/{other}``: what differs between two runs, as
   ``lattice runs diff --json`` says it, with both outputs.
@@ -252,6 +253,7 @@ def add_panel_routes(
             {
                 "diagnostics": diagnostics_json(loaded.lowered.diagnostics),
                 "inputs_schema": (ir or {}).get("inputsSchema"),
+                "notes": (ir or {}).get("workflow", {}).get("notes") or [],
                 "example_inputs": _read_side(library, example_inputs),
                 "example_answers": _read_side(library, example_answers),
                 "mocks": mock_scripts(library),

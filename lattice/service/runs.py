@@ -31,7 +31,7 @@ from lattice.runtime.results import RunResult
 from lattice.runtime.resume import StartFrom
 from lattice.runtime.runner import RunLimits, Runner
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
-from lattice.service.mocks import check_script_nodes
+from lattice.service.mocks import check_script_nodes, check_tool_keys
 from lattice.service.providers import ProviderChoice
 
 MAX_MOCK_LATENCY = 60.0
@@ -321,3 +321,4 @@ def check_mock_nodes(ir: ExecIR, provider: LLMProvider, spec: ProviderSpec) -> N
     if isinstance(provider, MockProvider):
         where = f"mock script {spec.choice.mock}" if spec.choice.mock else "mock script"
         check_script_nodes(ir, provider.responses, where=where)
+        check_tool_keys(ir, provider.tools, where=where)

@@ -43,6 +43,7 @@ from lattice.errors import LatticeRunError
 from lattice.ir.models import HttpCall, ToolCallOp
 from lattice.ir.templates import Ref, ValueTemplate, is_secret, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
+from lattice.masking import forms_pattern
 
 if TYPE_CHECKING:
     import httpx
@@ -571,20 +572,22 @@ def _safe_url(url: str) -> str:
 
 
 def _mask(exc: LatticeRunError, secrets: dict[str, str]) -> None:
-    """Replace, in ``exc``'s message and details, each secret value of ``secrets`` (and its
-    percent-encoded forms, as a URL carries it) with its reference."""
-    forms: dict[str, str] = {}
-    for value, ref in secrets.items():
-        for form in (value, quote(value, safe="/"), quote(value, safe="")):
-            if form:
-                forms.setdefault(form, ref)
-    if not forms:
+    """Replace, in ``exc``'s message and details, each secret value of ``secrets`` in each
+    form a request gives it (lower-cased in a host, percent-encoded, IDNA-encoded, in a
+    basic-auth header: ``lattice.masking``) with its reference."""
+    patterns = [
+        (re.compile(forms_pattern(value)[0]), ref)
+        for value, ref in sorted(secrets.items(), key=lambda item: len(item[0]), reverse=True)
+        if value
+    ]
+    if not patterns:
         return
-    pattern = re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
 
     def masked(value: Any) -> Any:
         if isinstance(value, str):
-            return pattern.sub(lambda m: forms[m.group(0)], value)
+            for pattern, ref in patterns:
+                value = pattern.sub(ref.replace("\\", "\\\\"), value)
+            return value
         if isinstance(value, dict):
             return {masked(k): masked(v) for k, v in value.items()}
         if isinstance(value, list | tuple):

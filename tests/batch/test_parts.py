@@ -176,6 +176,21 @@ def test_every_row_gets_a_fresh_copy_of_the_mock_script_and_rows_their_own() -> 
         BatchMock.from_data({"responses": {}, "rows": []})
 
 
+def test_rows_get_the_scripts_tool_results_and_their_own() -> None:
+    mock = BatchMock.from_data(
+        {
+            "responses": {},
+            "tools": {"clock": [{"t": 1}], "time/now": [{"t": 2}]},
+            "rows": {"7": {"tools": {"clock": [{"t": 7}]}}},
+        }
+    )
+    plain, own = mock.for_row(1), mock.for_row(7)
+    assert plain.tool_answer("clock") == {"t": 1}
+    assert own.tool_answer("clock") == {"t": 7}
+    assert own.tool_answer("time/now") == {"t": 2}
+    assert mock.script_for(7)["tools"] == {"clock": [{"t": 7}], "time/now": [{"t": 2}]}
+
+
 def test_the_plan_of_a_resumed_batch() -> None:
     rows = [Row(f"r{i}", i, {"t": i}) for i in range(6)]
     latest = {

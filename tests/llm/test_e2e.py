@@ -736,6 +736,39 @@ def test_api_key_in_a_provider_error_is_not_printed(
     assert SECRET not in out
 
 
+@pytest.mark.parametrize("key", ["test", "EMPTY", "sk-no-key-required"])
+def test_a_key_too_plain_to_mask_is_kept_out_of_a_provider_error(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    server: FakeLLMServer,
+    doc: Path,
+    tmp_path: Path,
+    key: str,
+) -> None:
+    """A server that quotes the key it was sent: a key that is also a word is not masked
+    in run folders (it would garble them), so it is taken out of the error itself."""
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url + "/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    server.fail_with = (
+        400,
+        {"error": {"message": f"Invalid key {key} (Authorization: Bearer {key}); a latest-test"}},
+        {},
+    )
+    runs = tmp_path / "runs"
+    code, out, err = cli(
+        capsys, "run", doc, "--provider", "openai", "--input", "topic=tides", "--runs-dir", runs
+    )
+    assert code == 1
+    assert server.received[0].headers["authorization"] == f"Bearer {key}"
+    quoted = "Invalid key *** (Authorization: Bearer ***)"
+    assert quoted in err
+    [folder] = run_folders(runs)
+    texts = [p.read_text(encoding="utf-8") for p in folder.rglob("*") if p.is_file()]
+    assert any(quoted in text for text in texts)
+    for text in [out, err, *texts]:
+        assert f"Invalid key {key}" not in text and f"Bearer {key}" not in text
+
+
 @given(
     contents=st.lists(st.text(), min_size=1, max_size=3),
     temperature=st.one_of(st.none(), st.floats(0, 2, allow_nan=False)),

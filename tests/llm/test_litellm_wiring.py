@@ -48,7 +48,7 @@ def test_the_help_names_it(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_keys_of_litellm_backends_are_masked(monkeypatch: pytest.MonkeyPatch) -> None:
     from lattice.runs.redaction import make_redactor
 
-    monkeypatch.setenv("GEMINI_API_KEY", "gemini-secret-value")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-value")
-    text = make_redactor()("keys: gemini-secret-value aws-secret-value")
+    monkeypatch.setenv("GEMINI_API_KEY", "AIzaSy-gemini-9Value")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalr+AWS/Secret9Key")
+    text = make_redactor()("keys: AIzaSy-gemini-9Value wJalr+AWS/Secret9Key")
     assert text == "keys: *** ***"

@@ -9,7 +9,7 @@ import re
 from tests.conftest import REPO
 
 CODE = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)+")
-NOT_CODES = {"utf-8"}
+NOT_CODES = {"utf-8", "ai-generated"}
 """Strings in the source that look like codes but are not."""
 
 

@@ -163,7 +163,10 @@ def test_examples_cover_every_node_type() -> None:
         seen |= {n["type"] for n in doc["nodes"]}
         for flow in doc.get("subAgentFlows", []):
             seen |= {n["type"] for n in flow.get("nodes", [])}
-    assert set(DEFAULT_REGISTRY.types()) <= seen, set(DEFAULT_REGISTRY.types()) - seen
+    # the legacy branch node is read for old files; examples show today's ifElse/switch
+    # (tests/lower/test_legacy_forms.py runs it)
+    current = set(DEFAULT_REGISTRY.types()) - {"branch"}
+    assert current <= seen, current - seen
 
 
 def test_examples_cover_the_documented_features() -> None:

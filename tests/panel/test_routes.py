@@ -155,6 +155,16 @@ def test_the_form_of_a_workflow(client: httpx.Client) -> None:
     assert client.get("/v1/forms/missing.json").status_code == 404
 
 
+def test_the_form_lists_the_fields_read_but_not_acted_on(client: httpx.Client, space: Path) -> None:
+    doc = approval()
+    doc["slashCommandOptions"] = {"allowedTools": "Bash", "model": "haiku"}
+    (space / "workflows" / "asks-tools.json").write_text(json.dumps(doc))
+    notes = client.get("/v1/forms/asks-tools.json").json()["notes"]
+    assert any("allowedTools asks for Bash" in note for note in notes)
+    assert any("model class 'small'" in note for note in notes)
+    assert client.get("/v1/forms/approval.json").json()["notes"] == []
+
+
 def test_the_canvas_of_an_inline_document(client: httpx.Client) -> None:
     graph = client.post("/v1/graph", json={"document": approval()}).json()
     assert graph["layout"] == "layered" and graph["diagnostics"] == []

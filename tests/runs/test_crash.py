@@ -114,19 +114,21 @@ def configure(work: Path, server: FakeLLMServer) -> Path:
     return config
 
 
-def environment(config: Path) -> dict[str, str]:
+def environment(config: Path, key: str = "sk-test") -> dict[str, str]:
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("LATTICE_", "OPENAI_"))},
-        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_API_KEY": key,
         "LATTICE_CONFIG": str(config),
     }
 
 
-def lattice_subprocess(work: Path, config: Path, *args: str) -> subprocess.Popen[bytes]:
+def lattice_subprocess(
+    work: Path, config: Path, *args: str, key: str = "sk-test"
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "lattice.cli.main", *args],
         cwd=work,
-        env=environment(config),
+        env=environment(config, key),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -161,7 +163,7 @@ class Lattice:
         context: Any,
         lock: threading.Lock,
         work: Path,
-        config: Path,
+        env: dict[str, str],
         args: tuple[str, ...],
         number: int,
     ) -> None:
@@ -169,7 +171,7 @@ class Lattice:
         self.lock = lock
         self.process = context.Process(
             target=_lattice_main,
-            args=(list(args), str(work), environment(config), os.devnull, str(self.err)),
+            args=(list(args), str(work), env, os.devnull, str(self.err)),
         )
         self.process.start()
         self.pid = self.process.pid
@@ -198,9 +200,11 @@ class Lattice:
 
 
 class Forker:
-    """Starts ``lattice`` processes from a forkserver that preloaded ``PRELOAD``."""
+    """Starts ``lattice`` processes from a forkserver that preloaded ``PRELOAD``, with
+    ``key`` as their ``OPENAI_API_KEY``."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: str = "sk-test") -> None:
+        self.key = key
         self.context = multiprocessing.get_context("forkserver")
         self.context.set_forkserver_preload(PRELOAD)
         self.started = 0
@@ -210,7 +214,8 @@ class Forker:
     def __call__(self, work: Path, config: Path, *args: str) -> Lattice:
         with self.lock:
             self.started += 1
-            return Lattice(self.context, self.lock, work, config, args, self.started)
+            env = environment(config, self.key)
+            return Lattice(self.context, self.lock, work, env, args, self.started)
 
 
 @pytest.fixture(scope="module")

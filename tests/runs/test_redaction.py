@@ -1,10 +1,28 @@
-"""Masking secrets in texts that arrive in pieces (streamed model answers)."""
+"""Masking secrets: which values, in which forms, and in texts that arrive in pieces
+(streamed model answers)."""
 
 from __future__ import annotations
 
-import pytest
+import base64
+import contextlib
+import json
+import os
+import re
+from pathlib import Path
+from urllib.parse import quote, quote_plus
 
-from lattice.runs.redaction import PieceMasker
+import httpx
+import idna
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lattice.masking import MIN_MASKED_LENGTH, maskable, secrets_pattern
+from lattice.runs.redaction import PieceMasker, make_redactor
+from lattice.runs.store import SecretInDocument
+from lattice.runtime import Runner, RunStore
+from lattice.runtime.settings import RuntimeSettings
+from tests.builders import chain, lower_ok, node
 
 SECRET = "s3cret-value-for-tests"
 
@@ -24,13 +42,17 @@ def test_a_secret_cut_between_pieces_goes_out_masked(masker: PieceMasker, cut: i
     masked = text.replace(SECRET, "***")
     assert SECRET not in out
     assert masked.startswith(out) and out.startswith("the key is *** and")
-    # at most the secret's length less one is held back, to be told by the next piece
-    assert len(masked) - len(out) <= len(SECRET) - 1
+    # at most the longest form of the secret less one is held back, to be told by the
+    # next piece (its base64 form is longer than the secret)
+    longest = secrets_pattern([SECRET])[1]
+    assert len(SECRET) <= longest <= len(SECRET) * 4 // 3 + 1
+    assert len(masked) - len(out) <= longest - 1
 
 
 def test_a_new_stream_drops_what_the_last_one_held(masker: PieceMasker) -> None:
-    assert masker.mask("b", "call 1", "x" * 40) == "x" * (40 - len(SECRET) + 1)
-    assert masker.mask("b", "call 2", "y" * 40) == "y" * (40 - len(SECRET) + 1)
+    held = secrets_pattern([SECRET])[1] - 1
+    assert masker.mask("b", "call 1", "x" * 40) == "x" * (40 - held)
+    assert masker.mask("b", "call 2", "y" * 40) == "y" * (40 - held)
 
 
 def test_without_secrets_pieces_pass_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,3 +60,112 @@ def test_without_secrets_pieces_pass_as_they_are(monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv(name, raising=False)
     masker = PieceMasker(())
     assert [masker.mask(None, 1, p) for p in ("ab", "cd")] == ["ab", "cd"]
+
+
+@pytest.mark.parametrize("key", ["test", "EMPTY", "ollama", "not-needed", "sk-no-key-required"])
+def test_a_key_that_is_also_a_word_is_never_masked(
+    monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """Masking it would rewrite every such word, the SWITCH case keys of an ExecIR
+    included (``{"port": "Billing", "test": {...}}``); it is kept out at the source."""
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    text = f'{{"port": "Billing", "test": {{"op": "eq"}}, "note": "a {key} and {key.upper()}"}}'
+    assert make_redactor()(text) == text
+    assert PieceMasker().mask(None, 1, text) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "maskable_"),
+    [
+        ("test", False),
+        ("password", False),
+        ("not-needed", False),
+        ("sk-test-1234", False),
+        ("12345678", False),
+        ("Hello World", False),
+        ("sk-proj-4fG7hQ2", True),
+        ("password1", True),
+        ("sk-live-0123456789", True),
+        ("hunter2-not-for-anyone", True),
+        ("CamelCaseWord", True),
+    ],
+)
+def test_which_values_are_masked(value: str, maskable_: bool) -> None:
+    assert maskable(value) is maskable_
+
+
+def test_every_form_of_a_secret_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "Sé+cret/=42 x"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    redact = make_redactor()
+    basic = base64.b64encode(f"user:{secret}".encode()).decode()
+    for form in (
+        secret,
+        secret.lower(),
+        secret.upper(),
+        quote(secret, safe=""),
+        quote(secret, safe="").lower(),
+        quote(secret, safe="/"),
+        quote_plus(secret),
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+    ):
+        assert redact(f"<{form}>") == "<***>", form
+    masked = redact(f"Basic {basic}")
+    assert masked.startswith("Basic dXNlcjp") and "***" in masked and len(masked) < 20
+    url_secret = "https://Bücher-Hook-9f3a.example/x"
+    monkeypatch.setenv("OPENAI_API_KEY", url_secret)
+    host = httpx.URL(url_secret).raw_host.decode()
+    assert host.startswith("xn--")
+    assert make_redactor()(f"connecting to {host}") == "connecting to ***.example"
+
+
+def test_a_document_that_holds_a_secret_is_refused_not_masked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A resume runs the document and ExecIR as written: masking them would change what
+    runs, so a document holding a secret's value as text is refused."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    doc = chain(node("p", "prompt", prompt=f"the key is {SECRET}"))
+    runner = Runner(
+        lower_ok(doc), settings=RuntimeSettings(gc_pacing=False), store=RunStore(tmp_path)
+    )
+    with pytest.raises(SecretInDocument, match="refer to it as"):
+        runner.run({})
+    assert list(tmp_path.iterdir()) == []  # refused before its folder was made
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.text(
+        alphabet=st.sampled_from("aZ09-_.~+/= !%éüßİK\u212a日"), min_size=MIN_MASKED_LENGTH
+    ).filter(maskable),
+    prefix=st.sampled_from(["", "u:", "user:", "x"]),
+)
+def test_the_quick_test_never_lets_a_form_through(value: str, prefix: str) -> None:
+    """The redactor skips the pattern when the text lacks every anchor: never when the
+    pattern would have found a form of the secret."""
+    os.environ["LATTICE_PROPERTY_SECRET"] = value
+    try:
+        redact = make_redactor(("LATTICE_PROPERTY_SECRET",))
+        pattern, _ = secrets_pattern([value])
+        assert pattern is not None
+        texts = [
+            value,
+            value.lower(),
+            value.upper(),
+            quote(value, safe=""),
+            quote(value, safe="").lower(),
+            quote_plus(value),
+            json.dumps(value),
+            json.dumps(value, ensure_ascii=False),
+            base64.b64encode(f"{prefix}{value}".encode()).decode(),
+        ]
+        for label in re.split(r"[^\w-]|_", value.lower()):
+            with contextlib.suppress(idna.IDNAError, UnicodeError):
+                texts.append(idna.encode(label, uts46=True).decode())
+        for text in texts:
+            if pattern.search(text):
+                assert redact(text) == pattern.sub("***", text), text
+    finally:
+        del os.environ["LATTICE_PROPERTY_SECRET"]

@@ -1,4 +1,5 @@
-"""``lattice mock init``: the script it writes runs each document to completion offline."""
+"""``lattice mock init``: the script it writes runs each document to completion offline,
+MCP and HTTP nodes included, with no server started and no op failing."""
 
 from __future__ import annotations
 
@@ -8,27 +9,28 @@ from pathlib import Path
 import pytest
 
 from lattice.cli import main
+from lattice.ir.models import LLMWriteOp
 from lattice.llm.examples import example_value
 from lattice.lower import lower
-from lattice.service.mocks import answers_file, mock_script, needs_mcp
+from lattice.service.mocks import LOOP_ANSWERS, answers_file, mock_script, plan_mocks
 from tests.conftest import CORPUS, REPO, corpus_files
 
 WORKFLOWS = sorted(
     p
-    for p in (REPO / "workflows").rglob("*.json")
+    for p in (REPO / "workflows" / "examples").rglob("*.json")
     if not p.name.endswith((".mock.json", ".answers.json", ".inputs.json"))
 )
-
-
-def offline(paths: list[Path]) -> list[Path]:
-    """The documents that need no MCP server."""
-    return [p for p in paths if not needs_mcp(lower(p))]
+"""The shipped examples (workflows/pipelines/vpvc.json checks patches against a
+repository given with --repo, so it runs with its own script: tests/examples)."""
 
 
 def run_with_init(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``mock init`` then ``run``: the run completes, no op fails (no failure route is
+    taken), every tool call is answered by the script and no tool server is opened."""
     mock = tmp_path / "flow.mock.json"
     assert main(["mock", "init", str(path), "-o", str(mock)]) == 0
-    args = ["run", str(path), "--mock", str(mock), "--no-record"]
+    runs = tmp_path / "runs"
+    args = ["run", str(path), "--mock", str(mock), "--runs-dir", str(runs)]
     answers = tmp_path / "flow.answers.json"
     if answers.exists():
         args += ["--answers", str(answers)]
@@ -44,13 +46,21 @@ def run_with_init(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err
     assert code == 0, err
     assert "completed" in err
+    (events_file,) = runs.glob("*/events.jsonl")
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    finished = [e for e in events if e["type"] == "op_finished"]
+    assert finished and all(e["data"].get("port") != "failed" for e in finished), path.name
+    assert not [e for e in events if e["type"] == "tool_session_opened"]
+    calls = [e for e in events if e["type"] == "tool_call"]
+    assert all(e["data"].get("mocked") is True for e in calls)
 
 
 def test_the_shipped_workflows_are_walked() -> None:
-    assert len(offline(WORKFLOWS)) >= 7
+    assert len(WORKFLOWS) >= 12
+    assert sum(any(op.kind == "TOOL_CALL" for op in lower(p).ops.values()) for p in WORKFLOWS) >= 5
 
 
-@pytest.mark.parametrize("path", offline(WORKFLOWS), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
 def test_mock_init_runs_each_shipped_workflow(
     path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -62,8 +72,8 @@ def test_mock_init_runs_each_corpus_document(
 ) -> None:
     if not CORPUS.is_dir():
         pytest.skip(f"the corpus is not beside this checkout ({CORPUS})")
-    documents = offline(corpus_files())
-    assert len(documents) >= 10
+    documents = corpus_files()
+    assert len(documents) >= 14
     for number, path in enumerate(documents):
         folder = tmp_path / str(number)
         folder.mkdir()
@@ -76,12 +86,12 @@ def test_the_script_has_the_shapes_nodes_expect() -> None:
     classify = next(op for op in ir.ops.values() if op.source_node == "classify")
     assert set(script) >= {"classify", "review"}
     assert isinstance(script["review"][0], dict)
-    assert len(script["review"]) == 3  # on the revision loop
+    assert len(script["review"]) == LOOP_ANSWERS  # on the revision loop
     assert getattr(classify, "output_schema", None) is not None
     assert answers_file(ir) == {}
 
 
-def test_questions_get_their_first_option(
+def test_questions_take_the_shortest_way_to_an_end(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = REPO / "workflows" / "examples" / "release-announcement.json"
@@ -89,9 +99,11 @@ def test_questions_get_their_first_option(
     assert main(["mock", "init", str(path), "-o", str(mock)]) == 0
     answers = json.loads((tmp_path / "release.answers.json").read_text())
     ir = lower(path)
-    asks = [op for op in ir.ops.values() if op.kind == "ASK"]
-    assert answers == {ask.source_node: ask.options[0].label for ask in asks}  # type: ignore[attr-defined]
-    assert "--answers" in capsys.readouterr().err
+    assert answers == {"confirm": "Cancel"}  # straight to an end; Publish posts first
+    err = capsys.readouterr().err
+    assert "confirm: answers 'Cancel' of 3: the shortest way to an end" in err
+    assert "--answers" in err
+    assert [c.label for c in plan_mocks(ir).choices] == ["Cancel"]
 
 
 def test_the_run_hint_names_the_inputs_a_run_needs(
@@ -119,3 +131,78 @@ def test_a_document_without_questions_gets_no_answers_file_nor_flag(
     assert not (tmp_path / "flow.answers.json").exists()
     assert hint.startswith(f"lattice: run it: lattice run {path} --mock {mock}")
     assert "--answers" not in hint
+
+
+def _node(node_id: str, type_: str, **data: object) -> dict[str, object]:
+    return {"id": node_id, "type": type_, "name": node_id, "data": data}
+
+
+def _agent(node_id: str) -> dict[str, object]:
+    return _node(node_id, "subAgent", agentDefinition="You help.", prompt=f"Do {node_id}.")
+
+
+def _edge(source: str, target: str, port: str = "output") -> dict[str, str]:
+    return {"from": source, "to": target, "fromPort": port}
+
+
+def test_a_loop_with_parallel_branches_gets_answers_for_every_pass_and_leaves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review loop whose body forks into two analysts; the verdict's first branch goes
+    back into the loop. The branches need an answer per pass, and the verdict must take
+    the way out."""
+    document = {
+        "id": "loop-fork",
+        "name": "loop-fork",
+        "nodes": [
+            _node("start", "start"),
+            _agent("draft"),
+            _agent("legal"),
+            _agent("style"),
+            _agent("merge"),
+            _node(
+                "verdict",
+                "ifElse",
+                evaluationTarget="the merged review",
+                branches=[
+                    {"label": "Revise", "condition": "the reviewers want changes"},
+                    {"label": "Done", "condition": "otherwise"},
+                ],
+            ),
+            _node("end", "end"),
+        ],
+        "connections": [
+            _edge("start", "draft"),
+            _edge("draft", "legal"),
+            _edge("draft", "style"),
+            _edge("legal", "merge"),
+            _edge("style", "merge"),
+            _edge("merge", "verdict"),
+            _edge("verdict", "draft", "branch-0"),
+            _edge("verdict", "end", "branch-1"),
+        ],
+    }
+    path = tmp_path / "loop-fork.json"
+    path.write_text(json.dumps(document))
+    responses = mock_script(lower(path))["responses"]
+    assert len(responses["legal"]) == len(responses["style"]) == LOOP_ANSWERS
+    assert responses["verdict"][0] == "Done"
+    run_with_init(path, tmp_path, capsys)
+
+
+def test_tool_results_hold_what_later_nodes_read() -> None:
+    ir = lower(REPO / "workflows" / "examples" / "world-clock.json")
+    tools = mock_script(ir)["tools"]
+    clock = tools["clock"][0]
+    assert {"datetime", "day_of_week", "timezone"} <= set(clock)
+    member = tools["member"][0]
+    assert member["status"] == 200
+    assert {"start", "end"} <= set(member["body"]["working_hours"])
+
+
+def test_an_mcp_ai_mode_gets_arguments_of_its_parameters_schema() -> None:
+    ir = lower(REPO / "workflows" / "examples" / "meeting-prep.json")
+    arguments = mock_script(ir)["responses"]["schedule"][0]
+    op = ir.ops["schedule"]
+    assert isinstance(op, LLMWriteOp) and op.output_schema is not None
+    assert set(op.output_schema["required"]) <= set(arguments)

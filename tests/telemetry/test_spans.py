@@ -248,12 +248,12 @@ def test_captured_content_is_on_the_attempt_and_masked(
     exporter: InMemorySpanExporter,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-very-secret-key")
-    mock = MockProvider({"greet": [{"greeting": "Hi sk-very-secret-key"}]})
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-very-secret-9f3a")
+    mock = MockProvider({"greet": [{"greeting": "Hi sk-proj-very-secret-9f3a"}]})
     doc = greeter(system="Be brief.")
     result = Runner(
         lower(doc), provider=mock, store=RunStore(None), settings=traced(provider, capture=True)
-    ).run({"name": "Ada sk-very-secret-key"})
+    ).run({"name": "Ada sk-proj-very-secret-9f3a"})
     assert result.status == "completed"
     (call,) = attempts(exporter.get_finished_spans())
     system = json.loads(call.attributes["gen_ai.system_instructions"])
@@ -270,7 +270,7 @@ def test_captured_content_is_on_the_attempt_and_masked(
         }
     ]
     dumped = json.dumps({k: str(v) for k, v in call.attributes.items()})
-    assert "sk-very-secret-key" not in dumped
+    assert "sk-proj-very-secret-9f3a" not in dumped
 
 
 def test_content_events_are_emitted_only_for_a_listener_that_asks(

@@ -872,6 +872,22 @@ def test_a_secret_not_allowed_fails_naming_the_config_key(
     assert api.requests == []
 
 
+@pytest.mark.parametrize("value", ["test", "EMPTY", "ollama", "not-needed", "12345678"])
+def test_a_secret_too_plain_to_mask_is_refused_before_anything_is_sent(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str
+) -> None:
+    """A value that masking could not tell from ordinary words would be written wherever
+    a response echoes it: it is refused, not sent."""
+    monkeypatch.setenv("API_TOKEN", value)
+    api = script(harness, echo)
+    result = harness.run(secret_doc(), store=RunStore(tmp_path), secrets_allow=("API_TOKEN",))
+
+    report = assert_failed(result, "secret_error")
+    assert "$secrets.API_TOKEN" in report["summary"]
+    assert "too short or too plain" in report["summary"]
+    assert api.requests == []
+
+
 def test_an_allowed_secret_missing_from_the_environment_fails(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

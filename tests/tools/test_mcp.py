@@ -350,7 +350,7 @@ def test_check_and_run_flag_unconfigured_servers_with_their_location(
     warning = (
         "warning[mcp-server-unknown] node 'gh' at /nodes/1/data/serverId: MCP server 'github' "
         "is not configured: add [mcp.servers.github] to lattice.toml (configured: none); "
-        "until then a run fails at this node"
+        "until then a run fails at this node (unless a mock script's tools answer it)"
     )
     assert main(["check", str(path)]) == 0
     err = capsys.readouterr().err

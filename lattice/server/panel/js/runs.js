@@ -181,6 +181,9 @@ export class HomeView {
     const answers = h("textarea", { id: "answers-input", rows: 2, class: "json", spellcheck: "false", placeholder: '{"<nodeId>": "<option>"}' }, info.example_answers ? JSON.stringify(info.example_answers) : "");
     clear(fields).append(
       info.description ? h("p", { class: "help wf-desc" }, info.description) : null,
+      (info.notes || []).length
+        ? h("details", { class: "wf-notes" }, h("summary", {}, `Read, not acted on (${info.notes.length})`), h("ul", {}, info.notes.map((n) => h("li", {}, n))))
+        : null,
       h("fieldset", {}, h("legend", {}, "Inputs"), this.inputs.el),
       h(
         "fieldset",

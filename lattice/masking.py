@@ -1,0 +1,209 @@
+"""Finding a secret's value in text, in every form it takes on its way out.
+
+A value inserted into a URL comes back lower-cased (a host), percent-encoded (any part
+of a URL), IDNA-encoded (a host with non-ASCII letters) or inside a base64 blob (the
+password of a URL, sent as HTTP basic auth); written into JSON it is escaped. The
+pattern :func:`secrets_pattern` makes finds each of those forms.
+
+Only a value that cannot be ordinary text is looked for (:func:`maskable`): masking
+``test``, ``EMPTY`` or ``ollama`` would rewrite every such word of a run folder, SWITCH
+case keys of its ExecIR included. Such a value must be kept out of run data where it
+could enter instead (:func:`scrub` for an error message that may quote it).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from collections.abc import Iterable
+
+MIN_MASKED_LENGTH = 8
+"""The shortest value masked in run data."""
+
+PROVIDER_KEY_VARIABLES = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    # the keys of backends commonly reached through LiteLLM
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+    "COHERE_API_KEY",
+    "OPENROUTER_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "TOGETHERAI_API_KEY",
+    "XAI_API_KEY",
+)
+"""Environment variables holding provider API keys."""
+
+_SEPARATORS = re.compile(r"[-_. ]+")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def maskable(value: str) -> bool:
+    """Whether ``value`` can be masked wherever it occurs without garbling ordinary text:
+    at least :data:`MIN_MASKED_LENGTH` characters, and neither a number (``12345678``)
+    nor plain words: words all lower-case, all upper-case or all capitalised, perhaps
+    with numbers of at most four digits, joined by ``-``, ``_``, ``.`` or spaces
+    (``not-needed``, ``sk-no-key-required``, ``sk-test-1234``)."""
+    return len(value) >= MIN_MASKED_LENGTH and not _plain(value)
+
+
+def _plain(value: str) -> bool:
+    words = [word for word in _SEPARATORS.split(value) if word]
+    letters = [word for word in words if not word.isdigit()]
+    if not letters:
+        return True  # a number
+    if any(len(word) > 4 for word in words if word.isdigit()):
+        return False  # a long number among words: an identifier, not prose
+    if not all(word.isalpha() for word in letters):
+        return False
+    return any(all(style(word) for word in letters) for style in _STYLES)
+
+
+_STYLES = (str.islower, str.isupper, str.istitle)
+
+
+def provider_keys() -> list[str]:
+    """The provider API keys set in the environment now (maskable or not)."""
+    return [v for name in PROVIDER_KEY_VARIABLES if (v := os.environ.get(name))]
+
+
+def _char_forms(char: str) -> str:
+    """A pattern for one character as it may be written: itself, percent-encoded (its
+    UTF-8 bytes), escaped in JSON, or ``+`` for a space in a form-encoded query."""
+    if char in _UNRESERVED:
+        return re.escape(char)
+    forms = {re.escape(char), re.escape("".join(f"%{b:02x}" for b in char.encode()))}
+    for ascii_only in (False, True):
+        escaped = json.dumps(char, ensure_ascii=ascii_only)[1:-1]
+        forms.add(re.escape(escaped))
+    if char == " ":
+        forms.add(r"\+")
+    return "(?:" + "|".join(sorted(forms, key=len, reverse=True)) + ")"
+
+
+def _idna_forms(value: str) -> list[str]:
+    """The ASCII forms (IDNA) that the non-ASCII host names in ``value`` take: ``value``
+    itself as a host name, and each maskable run of letters, digits and ``-`` in it (a
+    label: a secret may be a URL, ``https://bücher.example/hook``)."""
+    if value.isascii():
+        return []
+    lower = value.lower()
+    texts = [lower, *(run for run in _NOT_IN_LABELS.split(lower) if not run.isascii())]
+    forms: list[str] = []
+    for index, text in enumerate(texts):
+        if index and not maskable(text):
+            continue
+        for encode in (_idna2008, _idna2003):
+            encoded = encode(text)
+            if encoded and encoded != text:
+                forms.append(encoded)
+    return list(dict.fromkeys(forms))
+
+
+_NOT_IN_LABELS = re.compile(r"[^\w-]|_")
+
+
+def _idna2008(text: str) -> str | None:
+    try:
+        import idna  # httpx's own dependency: how it writes a host
+    except ImportError:  # pragma: no cover - installed with httpx
+        return None
+    try:
+        return idna.encode(text, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError):
+        return None
+
+
+def _idna2003(text: str) -> str | None:
+    try:
+        return text.encode("idna").decode("ascii")
+    except UnicodeError:
+        return None
+
+
+def _base64_forms(value: str) -> list[str]:
+    """The part of ``value``'s base64 encoding that does not depend on what surrounds it,
+    for each of the three alignments it can have in a longer encoded text (``user:pass``
+    in HTTP basic auth), in the standard and the URL-safe alphabet."""
+    raw = value.encode()
+    forms: list[str] = []
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
+        core = encoded[(8 * offset + 5) // 6 : (8 * (offset + len(raw))) // 6]
+        if len(core) >= MIN_MASKED_LENGTH:
+            forms += [core, core.translate(str.maketrans("+/", "-_"))]
+    return list(dict.fromkeys(forms))
+
+
+def forms_pattern(value: str) -> tuple[str, int]:
+    """A regular expression (source) matching ``value`` in each of its forms, and the
+    length of its longest match."""
+    chars = [_char_forms(c) for c in value]
+    longest = sum(
+        1 if c in _UNRESERVED else max(len(c.encode()) * 3, len(json.dumps(c)) - 2) for c in value
+    )
+    alternatives = ["(?i:" + "".join(chars) + ")"]
+    for form in _idna_forms(value):
+        alternatives.append("(?i:" + re.escape(form) + ")")
+        longest = max(longest, len(form))
+    for form in _base64_forms(value):
+        alternatives.append(re.escape(form))
+        longest = max(longest, len(form))
+    return "|".join(alternatives), longest
+
+
+def secrets_pattern(values: Iterable[str]) -> tuple[re.Pattern[str] | None, int]:
+    """One pattern finding each maskable value of ``values`` in each of its forms (the
+    longest value first), and the length of its longest match; None when none is
+    maskable."""
+    kept = sorted({v for v in values if maskable(v)}, key=len, reverse=True)
+    if not kept:
+        return None, 0
+    parts = [forms_pattern(v) for v in kept]
+    return re.compile("|".join(p for p, _ in parts)), max(n for _, n in parts)
+
+
+def anchors(values: Iterable[str]) -> list[str] | None:
+    """For a quick test before the pattern of :func:`secrets_pattern` runs: strings one of
+    which the lower-cased text holds whenever the pattern would find something there
+    (each maskable value's longest run of characters that no encoding changes, its IDNA
+    and its base64 forms), or None when some value has no such run (the pattern must run)."""
+    found: list[str] = []
+    for value in {v for v in values if maskable(v)}:
+        longest = max(_ENCODED.split(value), key=len)  # ASCII: lower-cased alike anywhere
+        if len(longest) < 3:
+            return None
+        found.append(longest.lower())
+        found += [form.lower() for form in (*_idna_forms(value), *_base64_forms(value))]
+    return list(dict.fromkeys(found))
+
+
+_ENCODED = re.compile(r"[^A-Za-z0-9-]+")
+"""Where percent-encoding, JSON or IDNA may rewrite or cut a value: anything but ASCII
+letters, digits and ``-`` (IDNA encodes each label of a host name on its own, and a
+label ends at a character that cannot be in one)."""
+
+
+def scrub(text: str, values: Iterable[str], replacement: str = "***") -> str:
+    """``text`` with each of ``values`` replaced: a maskable value in each of its forms,
+    any other only as a whole token (not inside a longer word), as it is or
+    percent-encoded. For texts that may quote a key and are not run data themselves (an
+    error message of a provider)."""
+    for value in sorted({v for v in values if v}, key=len, reverse=True):
+        if maskable(value):
+            source = forms_pattern(value)[0]
+        else:
+            source = (
+                r"(?<![A-Za-z0-9])(?:"
+                + "".join(_char_forms(c) for c in value)
+                + r")(?![A-Za-z0-9])"
+            )
+        text = re.sub(source, lambda _: replacement, text)
+    return text
