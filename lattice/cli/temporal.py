@@ -17,6 +17,7 @@ from lattice.config import load_config
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import AskOp, ExecIR
 from lattice.ir.serialize import ir_from_json
+from lattice.runs.redaction import make_redactor
 from lattice.runs.store import new_run_id
 from lattice.service.runs import PreparedRun, ProviderSpec
 
@@ -76,6 +77,7 @@ def run_on_temporal(
                 "max_visits": prepared.runner.limits.max_visits,
             },
             task_queue=args.task_queue,
+            redact=make_redactor(settings.secret_names()),
         )
         note(f"run {run_id} started on Temporal at {address} (workflow id {handle.id})")
         return await _follow(client, run_id, ir, address, progress, args, settings)

@@ -107,3 +107,36 @@ def test_a_secret_is_sent_by_the_worker_and_kept_out_of_history(
     assert outcome["vars"]["call"]["result"]["body"] == {"you_sent": "Bearer ***"}
     assert "you_sent" in history  # the history holds the response, masked
     assert SECRET not in history
+
+
+def test_a_run_whose_document_or_inputs_hold_a_secret_value_is_not_started(
+    temporal_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lattice.runs.redaction import make_redactor
+    from lattice.runs.store import SecretInDocument
+
+    monkeypatch.setenv(NAME, SECRET)
+    redact = make_redactor((NAME,))
+    leaky = lower_document(chain(node("say", "prompt", prompt=f"The key is {SECRET}"))).ir
+    plain = lower_document(
+        {**chain(node("say", "prompt", prompt="Say {{ $in.word }}")), "id": "plain"}
+    ).ir
+    assert leaky is not None and plain is not None
+    ids = [f"leak-{uuid.uuid4().hex[:10]}" for _ in range(2)]
+
+    async def body(client: Any, queue: str) -> list[bool]:
+        for rid, ir, inputs in ((ids[0], leaky, {}), (ids[1], plain, {"word": SECRET})):
+            with pytest.raises(SecretInDocument):
+                await start_run(
+                    client, ir, run_id=rid, inputs=inputs, task_queue=queue, redact=redact
+                )
+        started = []
+        for rid in ids:
+            try:
+                await client.get_workflow_handle(rid).describe()
+                started.append(True)
+            except Exception:
+                started.append(False)
+        return started
+
+    assert asyncio.run(with_worker(temporal_address, body)) == [False, False]

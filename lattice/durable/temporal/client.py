@@ -16,6 +16,8 @@ from lattice.durable.temporal.plan import ActivityOptions, run_spec
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR
+from lattice.runs.redaction import Redactor
+from lattice.runs.store import file_text, refuse_secrets_in
 from lattice.runtime.results import RunResult
 from lattice.runtime.runner import check_answers
 
@@ -46,10 +48,15 @@ async def start_run(
     limits: dict[str, int] | None = None,
     activity: ActivityOptions | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
+    redact: Redactor | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
     provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
-    runs an op may be on another machine); inputs and answers are checked by the caller."""
+    runs an op may be on another machine); inputs and answers are checked by the caller.
+
+    Everything given here enters Temporal's history as it is: with ``redact`` (the run's
+    redactor), a document, inputs, answers or mock script holding a secret's value is
+    refused (``SecretInDocument``) before anything is sent."""
     spec = run_spec(
         ir,
         run_id=run_id,
@@ -60,6 +67,19 @@ async def start_run(
         limits=limits or {"max_steps": 10_000, "max_visits": 1_000},
         activity=activity or ActivityOptions(),
     )
+    if redact is not None:
+        refuse_secrets_in(
+            {
+                name: file_text(spec[key])
+                for name, key in (
+                    ("execir.json", "execir"),
+                    ("input.json", "inputs"),
+                    ("the answers", "answers"),
+                    ("the mock script", "provider"),
+                )
+            },
+            redact,
+        )
     return await client.start_workflow(
         WORKFLOW_NAME, spec, id=run_id, task_queue=task_queue, result_type=dict
     )

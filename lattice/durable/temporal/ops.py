@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from lattice.config import LatticeConfig
@@ -38,6 +37,7 @@ from lattice.runs.redaction import redact_value
 from lattice.runs.store import RunStore
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
 from lattice.runtime.executors import Executor, build_executor
+from lattice.runtime.runner import read_secret
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
 from lattice.runtime.state import StateStore
 from lattice.runtime.walk import run_failure
@@ -118,7 +118,7 @@ class OpExecutor:
         if request.get("provider_state") is not None:
             restore_provider(provider, request["provider_state"])
         events: list[dict[str, Any]] = []
-        state = StateStore.from_snapshot(request["state"], secrets=_secret_reader(settings))
+        state = StateStore.from_snapshot(request["state"], secrets=partial(read_secret, settings))
         state.changes = []
         state.limit(settings.state_limits)
         ctx = RunContext(
@@ -223,26 +223,6 @@ def _record(
         "output": outcome.output,
         **(outcome.record or {}),
     }
-
-
-def _secret_reader(settings: RuntimeSettings) -> Callable[[str], str]:
-    """Reads ``$secrets.NAME`` from the worker's environment, as a local run does."""
-
-    def read(name: str) -> str:
-        if name not in settings.secrets_allow:
-            raise LatticeRunError(
-                f"$secrets.{name} is not allowed: add it to [secrets] allow in lattice.toml",
-                error_type="secret_error",
-            )
-        value = os.environ.get(name)
-        if value is None:
-            raise LatticeRunError(
-                f"$secrets.{name}: the environment variable {name} is not set on the worker",
-                error_type="secret_error",
-            )
-        return value
-
-    return read
 
 
 def _as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
