@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -64,3 +65,17 @@ async def with_worker(
     queue = f"test-{uuid.uuid4().hex[:12]}"
     async with make_worker(client, config or LatticeConfig(), task_queue=queue):
         return await body(client, queue)
+
+
+def history_text(value: Any) -> str:
+    """A workflow history as text, its payloads (base64 in JSON) decoded."""
+    if isinstance(value, dict):
+        parts = []
+        for key, item in value.items():
+            if key == "data" and isinstance(item, str):
+                parts.append(base64.b64decode(item).decode("utf-8", errors="replace"))
+            parts.append(history_text(item))
+        return "\n".join(parts)
+    if isinstance(value, list):
+        return "\n".join(history_text(item) for item in value)
+    return str(value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import threading
 import uuid
@@ -17,7 +16,7 @@ import pytest
 from lattice.config import load_config
 from lattice.lower.compiler import lower_document
 from tests.builders import chain, node
-from tests.durable.helpers import with_worker
+from tests.durable.helpers import history_text, with_worker
 
 pytest.importorskip("temporalio")
 
@@ -54,20 +53,6 @@ def echo() -> Iterator[tuple[str, list[str]]]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-def history_text(value: Any) -> str:
-    """A workflow history as text, its payloads (base64 in JSON) decoded."""
-    if isinstance(value, dict):
-        parts = []
-        for key, item in value.items():
-            if key == "data" and isinstance(item, str):
-                parts.append(base64.b64decode(item).decode("utf-8", errors="replace"))
-            parts.append(history_text(item))
-        return "\n".join(parts)
-    if isinstance(value, list):
-        return "\n".join(history_text(item) for item in value)
-    return str(value)
 
 
 def test_a_secret_is_sent_by_the_worker_and_kept_out_of_history(

@@ -18,7 +18,7 @@ from lattice.lower.compiler import lower_document
 from lattice.runs.view import show_run
 from tests.builders import approval
 from tests.conftest import EXAMPLES
-from tests.durable.helpers import example, op_path, run_locally, with_worker
+from tests.durable.helpers import example, history_text, op_path, run_locally, with_worker
 
 pytest.importorskip("temporalio")  # the temporal_address fixture says how to install it
 
@@ -123,6 +123,8 @@ def test_an_exported_run_is_a_run_folder(temporal_address: str, tmp_path: Path) 
             task_queue=queue,
         )
         await follow(handle)
+        history = history_text((await handle.fetch_history()).to_json_dict())
+        assert history.count('"irVersion"') == 1  # in the run's start only: ops carry a digest
         await export_run(client, rid, folder)
         with pytest.raises(LatticeUserError, match="exists"):
             await export_run(client, rid, folder)

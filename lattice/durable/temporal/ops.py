@@ -1,7 +1,8 @@
 """One op of a run, executed on a worker: what the ``lattice.op`` activity does.
 
-The workflow (``workflow.py``) sends the op's id, the run's state and what the run has
-used so far; ``OpExecutor.run_op`` executes the op with Lattice's own executor (an LLM op
+The workflow (``workflow.py``) sends the op's id, the digest of the run's ExecIR (a
+worker reads the ExecIR itself once, and keeps it compiled), the run's state and what the
+run has used so far; ``OpExecutor.run_op`` executes the op with Lattice's own executor (an LLM op
 through the contract engine, with its retries, repairs and budgets) and returns what the
 op did: the port it left through, its output, the state changes it made, the events it
 emitted, its op record, and where the provider and the answers stand after it. A failure
@@ -21,6 +22,7 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -45,6 +47,8 @@ from lattice.service.runs import ProviderSpec
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import ToolSessions
 
+LoadExecIR = Callable[[], Awaitable[dict[str, Any]]]
+"""Reads a run's ExecIR (from its workflow): ops carry only its digest."""
 CACHED_DOCUMENTS = 64
 """Compiled ExecIRs a worker keeps (by digest), so an op does not compile its run again."""
 
@@ -82,13 +86,21 @@ class OpExecutor:
             max_tokens_total=budgets.get("max_tokens_total"),
         )
 
-    def _compile(self, request: dict[str, Any], settings: RuntimeSettings) -> CompiledRun:
-        key = (str(request["execir_digest"]), str(request.get("budgets")))
+    async def _compile(
+        self, request: dict[str, Any], settings: RuntimeSettings, load: LoadExecIR
+    ) -> CompiledRun:
+        digest = str(request["execir_digest"])
+        key = (digest, str(request.get("budgets")))
         compiled = self._compiled.get(key)
         if compiled is not None:
             self._compiled.move_to_end(key)
             return compiled
-        ir = ir_from_json(request["execir"])
+        execir = await load()
+        if execir_digest(execir) != digest:
+            raise LatticeRunError(
+                f"the run's ExecIR does not match its digest {digest}", error_type="internal_error"
+            )
+        ir = ir_from_json(execir)
         compiled = CompiledRun(
             ir,
             {op_id: build_executor(op, settings) for op_id, op in ir.ops.items()},
@@ -102,10 +114,11 @@ class OpExecutor:
             self._compiled.popitem(last=False)
         return compiled
 
-    async def run_op(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Execute ``request["op_id"]`` of the run and return what it did (module docstring)."""
+    async def run_op(self, request: dict[str, Any], load: LoadExecIR) -> dict[str, Any]:
+        """Execute ``request["op_id"]`` of the run and return what it did (module docstring).
+        ``load`` gives the run's ExecIR when this worker has not compiled it yet."""
         settings = self.settings(request)
-        compiled = self._compile(request, settings)
+        compiled = await self._compile(request, settings, load)
         op_id = str(request["op_id"])
         op = compiled.ir.ops[op_id]
         executor = compiled.executors[op_id]

@@ -24,14 +24,23 @@ heartbeat timeout, and a cancelled run's op hears of it at its next heartbeat.""
 class OpActivity:
     """The ``lattice.op`` activity: one op on this worker, heartbeating while it runs."""
 
-    def __init__(self, config: LatticeConfig) -> None:
+    def __init__(self, client: Client, config: LatticeConfig) -> None:
+        self.client = client
         self.executor = OpExecutor(config)
 
     @activity.defn(name=OP_ACTIVITY)
     async def run_op(self, request: dict[str, Any]) -> dict[str, Any]:
+        workflow_id = activity.info().workflow_id
+
+        async def load() -> dict[str, Any]:
+            execir: dict[str, Any] = await self.client.get_workflow_handle(workflow_id).query(
+                "execir"
+            )
+            return execir
+
         beating = asyncio.ensure_future(_heartbeat())
         try:
-            return await self.executor.run_op(request)
+            return await self.executor.run_op(request, load)
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -53,7 +62,7 @@ def make_worker(
         client,
         task_queue=task_queue,
         workflows=[LatticeRunWorkflow],
-        activities=[OpActivity(config).run_op],
+        activities=[OpActivity(client, config).run_op],
     )
 
 

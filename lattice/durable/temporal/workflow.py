@@ -73,6 +73,12 @@ class LatticeRunWorkflow:
         }
 
     @workflow.query
+    def execir(self) -> dict[str, Any]:
+        """The run's ExecIR (a worker asks for it once per document: ops do not carry it)."""
+        execir: dict[str, Any] = self.spec["execir"]
+        return execir
+
+    @workflow.query
     def record(self) -> dict[str, Any]:
         """Everything a run folder holds (``export.py`` writes it)."""
         return {
@@ -196,7 +202,6 @@ class LatticeRunWorkflow:
         request = {
             "run_id": self.run_id,
             "op_id": op_id,
-            "execir": spec["execir"],
             "execir_digest": spec["execir_digest"],
             "provider": spec["provider"],
             "budgets": spec["budgets"],
