@@ -281,7 +281,9 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--no-browser", action="store_true", help="open: print the URL without opening a browser"
     )
     p.add_argument(
-        "--temporal", metavar="HOST:PORT", help="export: the Temporal server the run is on"
+        "--temporal",
+        metavar="HOST:PORT",
+        help="show, export: the run is on Temporal (RUN is its id) at this address",
     )
     p.add_argument("-o", "--output", metavar="DIR", help="export: the run folder to write")
     _handler(p, "lattice.cli.run:runs")

@@ -181,6 +181,10 @@ def runs(args: argparse.Namespace) -> int:
         from lattice.cli.panel import open_run  # the server extra, needed only here
 
         return open_run(args)
+    if args.action == "show" and args.temporal:
+        from lattice.cli.temporal import show
+
+        return show(args)
     if args.action == "show":
         if not args.run_dir:
             raise LatticeUserError("lattice runs show RUN_DIR")

@@ -170,3 +170,26 @@ def export(args: argparse.Namespace) -> int:
     folder = asyncio.run(go())
     note(f"run {args.run_dir} written to {folder} (lattice runs show {folder})")
     return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    """``lattice runs show RUN_ID --temporal HOST:PORT``: the run as ``runs show`` shows a
+    folder (exported to a temporary folder first)."""
+    import tempfile
+
+    from lattice.durable.temporal.client import connect
+    from lattice.durable.temporal.export import export_run
+    from lattice.runs.view import show_run
+
+    if not args.run_dir:
+        raise InputError("lattice runs show RUN_ID --temporal HOST:PORT")
+    address = _address(args)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / str(args.run_dir)
+
+        async def go() -> None:
+            await export_run(await connect(address), str(args.run_dir), folder)
+
+        asyncio.run(go())
+        sys.stdout.write(show_run(folder))
+    return 0

@@ -122,6 +122,9 @@ def test_a_question_halts_then_resume_answers_it_and_export_writes_the_folder(
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("run exported: completed (approval)")
     assert "ASK" in shown.stdout and 'output: "A polished note."' in shown.stdout
+    by_id = lattice("runs", "show", run_id, *common, cwd=tmp_path)
+    assert by_id.returncode == 0, by_id.stderr
+    assert by_id.stdout.replace(run_id, "exported", 1) == shown.stdout
 
 
 def test_what_the_temporal_engine_cannot_run_is_a_usage_error(tmp_path: Path) -> None:
