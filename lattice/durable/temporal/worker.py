@@ -8,6 +8,7 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from lattice.config import LatticeConfig
@@ -31,6 +32,8 @@ class OpActivity:
     @activity.defn(name=OP_ACTIVITY)
     async def run_op(self, request: dict[str, Any]) -> dict[str, Any]:
         workflow_id = activity.info().workflow_id
+        if workflow_id is None:  # a standalone activity: there is no run to read
+            raise ApplicationError("lattice.op runs inside a LatticeRun workflow only")
 
         async def load() -> dict[str, Any]:
             execir: dict[str, Any] = await self.client.get_workflow_handle(workflow_id).query(
