@@ -242,7 +242,7 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
-        help="the run is on Temporal: RUN is its id; answers are sent to it as signals",
+        help="the run is on Temporal: RUN is its id; answers are sent to it as updates",
     )
     _handler(p, "lattice.cli.run:resume")
 

@@ -103,7 +103,7 @@ async def _follow(
     settings: Any,
 ) -> int:
     """Follow the run to its end; a question is asked on the terminal when there is one
-    (its answer is signalled), else the run is reported ``halted`` (exit 3)."""
+    (its answer is sent), else the run is reported ``halted`` (exit 3)."""
     from lattice.durable.temporal.client import answer, follow, run_result
 
     handle = client.get_workflow_handle(run_id)
@@ -125,7 +125,7 @@ async def _follow(
 
 def resume(args: argparse.Namespace) -> int:
     """``lattice resume RUN_ID --temporal HOST:PORT [--answer NODE=VALUE]``: answer the
-    run's question (signals) and follow it to its end or its next question."""
+    run's question (the workflow's answer update) and follow it to its end or its next question."""
     from lattice.durable.temporal.client import answer, connect
     from lattice.runtime.settings import settings_from_config
 

@@ -1,5 +1,5 @@
 """Runs on Temporal's dev server: the same outputs as the local engine, questions answered
-by signal, the run folder exported, parallel branches refused, secrets kept out of history."""
+by update, the run folder exported, parallel branches refused, secrets kept out of history."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from lattice.errors import InputError, LatticeUserError
 from lattice.lower.compiler import lower_document
 from lattice.runs.view import show_run
-from tests.builders import approval
+from tests.builders import approval, conn, node, workflow
 from tests.conftest import EXAMPLES
 from tests.durable.helpers import example, history_text, op_path, run_locally, with_worker
 
@@ -73,7 +73,7 @@ def test_a_shipped_example_gives_the_local_engines_output(temporal_address: str,
 APPROVAL_SCRIPT = {"responses": {"draft": ["A note about tea."], "polish": ["A polished note."]}}
 
 
-def test_a_question_waits_for_its_answer_sent_as_a_signal(temporal_address: str) -> None:
+def test_a_question_waits_for_its_answer_sent_as_an_update(temporal_address: str) -> None:
     ir = lower_document(approval()).ir
     assert ir is not None
     inputs = {"topic": "tea"}
@@ -214,3 +214,41 @@ async def _op_running(handle: Any, op_id: str) -> bool:
         and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
         for pending in description.raw_description.pending_activities
     )
+
+
+def test_a_question_in_a_loop_is_asked_again_at_each_visit(temporal_address: str) -> None:
+    doc = workflow(
+        [
+            node("start", "start"),
+            node("count", "variableStore", operation="increment", name="n", value=1),
+            node(
+                "again",
+                "askUserQuestion",
+                questionText="Again?",
+                options=[{"label": "Yes"}, {"label": "No"}],
+            ),
+            node("end", "end", output="$vars.n"),
+        ],
+        [
+            conn("start", "count"),
+            conn("count", "again"),
+            conn("again", "count", "branch-0"),
+            conn("again", "end", "branch-1"),
+        ],
+        id="loop",
+    )
+    ir = lower_document(doc).ir
+    assert ir is not None
+    rid = run_id()
+
+    async def body(client: Any, queue: str) -> dict[str, Any]:
+        handle = await start_run(client, ir, run_id=rid, inputs={}, task_queue=queue)
+        for given in ("Yes", "Yes", "No"):
+            waiting = await follow(handle)
+            assert waiting["status"] == "waiting", waiting
+            await answer(client, rid, ir, "again", given)
+        return await follow(handle)
+
+    done = asyncio.run(with_worker(temporal_address, body))
+    assert done["status"] == "completed"
+    assert done["output"] == 3

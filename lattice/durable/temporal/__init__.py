@@ -1,4 +1,4 @@
-"""Runs on Temporal: a run is a workflow, an op an activity, a question a signal.
+"""Runs on Temporal: a run is a workflow, an op an activity, a question an update it waits for.
 
 Needs the ``temporal`` extra (``pip install 'lattice-lre[temporal]'``); importing this
 package without it raises a LatticeUserError that says so. ``plan.py`` turns an ExecIR

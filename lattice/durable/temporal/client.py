@@ -113,7 +113,7 @@ async def answer(client: Client, run_id: str, ir: ExecIR, node_id: str, value: A
     """Answer the question of ASK node ``node_id`` of run ``run_id`` (checked against the
     node's options first: an answer that fits none is an InputError, and is not sent)."""
     check_answers(ir, {node_id: value}, what="answer")
-    await client.get_workflow_handle(run_id).signal("answer", args=[node_id, value])
+    await client.get_workflow_handle(run_id).execute_update("answer", args=[node_id, value])
 
 
 def run_result(

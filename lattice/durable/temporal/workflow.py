@@ -3,7 +3,7 @@
 ``LatticeRun`` walks the run's ops along their edges, one ``lattice.op`` activity per op
 (``ops.py`` executes it on a worker), and keeps what the run records: its events, its
 state, its op records and its usage. A question (ASK) without an answer waits, for as
-long as it takes, on the ``answer`` signal. Cancelling the workflow (Temporal's
+long as it takes, for the ``answer`` update. Cancelling the workflow (Temporal's
 cancellation) ends the run ``interrupted``. Queries give any client the run's progress
 (``progress``), and everything a run folder holds (``record``).
 
@@ -54,10 +54,15 @@ class LatticeRunWorkflow:
 
     # -- what clients send and ask -------------------------------------------------------
 
-    @workflow.signal
+    @workflow.update
     def answer(self, node_id: str, value: Any) -> None:
-        """An answer to the question of ASK node ``node_id`` (a label, an index or text)."""
+        """An answer to the question of ASK node ``node_id`` (a label, an index or text).
+
+        An update, not a signal: when the client's call returns, the run no longer reads
+        as waiting on that question, so whoever follows it next never sees it stale."""
         self.given[node_id] = value
+        if self.question is not None and self.question["node_id"] == node_id:
+            self.question, self.status = None, "running"
 
     @workflow.query
     def progress(self, after: int = 0) -> dict[str, Any]:
@@ -149,7 +154,11 @@ class LatticeRunWorkflow:
                         op=(current, node),
                     )
                     await workflow.wait_condition(lambda n=node: n in self.given)  # type: ignore[misc]
-                    carried["answers"][node] = self.given.pop(node)
+                    given = self.given.pop(node)
+                    # as a resumed local run takes it: a single-choice answer answers the
+                    # next visit only (a question in a loop is asked again)
+                    multi = bool(done["halt"]["details"].get("multiSelect"))
+                    carried["answers"][node] = given if multi else [given]
                     self.question, self.status = None, "running"
                     steps -= 1
                     visits[current] -= 1
