@@ -16,7 +16,7 @@ that depend on the log, a model-validator failure, a wrong type, a pattern, a ne
 field, two failures in a row, and one case that never gets valid.
 
 Each framework gets three model calls per case: Lattice ``max_attempts_total=3`` (the
-default would be 3 per class × 3 classes), Instructor ``max_retries=2``, PydanticAI
+default allows up to 3 per class × 3 classes), Instructor ``max_retries=2``, PydanticAI
 ``retries={"output": 2}``. Instructor runs in ``Mode.JSON_SCHEMA`` and PydanticAI with
 ``NativeOutput``: like Lattice, both send the schema as ``response_format`` and read the
 answer from the message text. Runs are interleaved (case by case, the frameworks in a
@@ -558,7 +558,7 @@ async def main_async(args: argparse.Namespace) -> int:
             if runner is not None:
                 runners[name] = runner
         if args.variants:
-            runners["Lattice, default budget (3 per class × ladder)"] = lattice_runner(base_url)
+            runners["Lattice, default budget (at most 3 per class × ladder)"] = lattice_runner(base_url)
             runners["Lattice, strict, no repair context"] = lattice_runner(
                 base_url, max_attempts_total=ATTEMPTS, strict_output=True, repair_context_chars=0
             )

@@ -1,27 +1,42 @@
 """Fuzz lowering in-process: mutate the shipped and corpus documents, lower each, and when
-lowering accepts one, emit every format and build a Runner.
+lowering accepts one, emit every format, build a Runner and run it with a mock.
 
-Counts what the standard forbids: any exception other than a ``LatticeUserError``
-(a *crash*), and documents that take longer than the per-document time limit
-(a *timeout*, interrupted with SIGALRM). Documents slower than ``--slow`` seconds are
-listed. Each crash or timeout is written to ``--out`` as ``<n>-<kind>.json`` (the
-document, or ``.txt`` for garbled JSON text) with a ``.txt`` note holding the traceback.
+The mutations include schemas (``$ref`` to URLs, files and pointers to nothing,
+``pattern`` with nested quantifiers) and ``matches`` conditions; a run gets inputs and
+mock answers made from its schemas, half of them with the strings replaced by a text the
+catastrophic patterns backtrack on, and an httpRequest answered in-process.
+
+Counts what the standard forbids: any exception other than a ``LatticeUserError``, or a
+run that fails as ``internal_error`` (a *crash*); documents that take longer than the
+per-document time limit (a *timeout*, interrupted with SIGALRM); and *reaches*: a
+request to the local server mutated ``$ref``s point at, any socket connection or name
+look-up, and any file opened outside the Python installation, the ``lattice`` package
+and the fuzzer's scratch folder (an audit hook, ``sys.addaudithook``, watches while a
+document is probed). Documents slower than ``--slow`` seconds are listed. Each crash,
+timeout or reach is written to ``--out`` as ``<n>-<kind>.json`` (the document, or
+``.txt`` for garbled JSON text) with a ``.note`` holding the traceback.
 
     python bench/fuzz_documents.py                       # 10,000 documents, seed 0
     python bench/fuzz_documents.py -n 50000 --seed 7 --out /tmp/fuzz-repro
     python bench/fuzz_documents.py --replay /tmp/fuzz-repro/12-crash.json
+    python bench/fuzz_documents.py --no-run                # lowering only, as before
 
-Prints crashes and timeouts per 10,000 documents and documents per second.
+Prints crashes, timeouts and reaches per 10,000 documents, documents run, and documents
+per second.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.server
 import json
 import random
 import signal
 import sys
+import sysconfig
 import tempfile
+import threading
 import time
 import traceback
 from collections import Counter
@@ -31,7 +46,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fuzz.mutations import load_documents, mutate, mutate_text, probe
+from tests.fuzz import mutations
+from tests.fuzz.mutations import (
+    REPO,
+    VICTIM,
+    load_documents,
+    mutate,
+    mutate_schema,
+    mutate_text,
+    probe,
+)
 
 
 class DocumentTimeout(Exception):
@@ -40,6 +64,155 @@ class DocumentTimeout(Exception):
 
 def _alarm(signum: int, frame: FrameType | None) -> None:
     raise DocumentTimeout
+
+
+class Reaches:
+    """What a probed document reached outside the process: requests the counting server
+    answered, socket connections and look-ups, files opened outside ``allowed``."""
+
+    def __init__(self, allowed: list[str]) -> None:
+        self.allowed = tuple(allowed)
+        self.armed = False
+        self.seen: list[str] = []
+        self.hits: list[str] = []
+        hits = self.hits
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                hits.append(self.path)
+                body = b'{"type": "string"}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/schema.json"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        sys.addaudithook(self._audit)
+
+    def _audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.armed:
+            return
+        if event in ("socket.connect", "socket.getaddrinfo", "urllib.Request"):
+            self.seen.append(f"{event} {args[1] if event == 'socket.connect' else args[0]!r}")
+        elif event == "open" and isinstance(args[0], str | bytes):
+            path = args[0].decode(errors="replace") if isinstance(args[0], bytes) else args[0]
+            if not path.startswith(self.allowed) and path not in sys.path:  # import probes
+                self.seen.append(f"open {path!r} {args[1]!r}")
+
+    def take(self) -> list[str]:
+        """What was reached since the last call."""
+        found = self.seen + [f"GET {path} (counting server)" for path in self.hits]
+        self.seen.clear()
+        self.hits.clear()
+        return found
+
+
+def allowed_paths(scratch: Path) -> list[str]:
+    """Where a probe may open files: the Python installation and the ``lattice`` package
+    (modules, package data) and the fuzzer's scratch folder (documents read from a file)."""
+    paths = {sys.prefix, sys.base_prefix, *sysconfig.get_paths().values()}
+    paths |= {str(REPO / "lattice"), str(scratch)}
+    return sorted(str(Path(p).resolve()) + "/" for p in paths if p)
+
+
+def _victimize(value: Any) -> Any:
+    """``value`` with every string replaced by the text catastrophic patterns choke on,
+    and that text as the key of every empty object (for ``patternProperties``)."""
+    if isinstance(value, str):
+        return VICTIM
+    if isinstance(value, list):
+        return [_victimize(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _victimize(v) for k, v in value.items()} if value else {VICTIM: 1}
+    return value
+
+
+RUN_STATUSES: Counter[str] = Counter()
+"""How the runs of accepted documents ended."""
+STOPPED: Counter[str] = Counter()
+"""Pattern searches stopped at their time limit, by pattern (evidence the runs reach them)."""
+
+
+def count_stopped_searches() -> None:
+    from lattice import patterns
+
+    init = patterns.PatternTimeout.__init__
+
+    def counting(self: Any, pattern: str, seconds: float) -> None:
+        STOPPED[pattern] += 1
+        init(self, pattern, seconds)
+
+    patterns.PatternTimeout.__init__ = counting  # type: ignore[method-assign]
+
+
+def run_with_mock(ir: Any, rng: random.Random) -> BaseException | None:
+    """Run ``ir`` with a mock made from its schemas (strings swapped for ``VICTIM`` half
+    the time) and an in-process HTTP answer. None when the run ended as the standard
+    says (any status, a ``LatticeUserError``), else what escaped or an internal error."""
+    import httpx
+
+    from lattice.errors import LatticeUserError
+    from lattice.llm.examples import example_value
+    from lattice.llm.mock import MockProvider
+    from lattice.runs.store import RunStore
+    from lattice.runtime import RunLimits, Runner
+    from lattice.runtime.settings import RuntimeSettings
+    from lattice.service.mocks import mock_script
+    from lattice.tools.http import HttpPolicy
+
+    victims = rng.random() < 0.5
+    responses = mock_script(ir)["responses"]
+    inputs = example_value(ir.inputs_schema) if ir.inputs_schema else {}
+    if victims:
+        responses = {node: [_victimize(a) for a in answers] for node, answers in responses.items()}
+        inputs = _victimize(inputs)
+    answer = httpx.Response(200, json={"a": VICTIM if victims else "ok"})
+    settings = RuntimeSettings(
+        repo_root=REPO, http=HttpPolicy(transport=httpx.MockTransport(lambda request: answer))
+    )
+    runner = Runner(
+        ir,
+        provider=MockProvider(responses, default=VICTIM),
+        store=RunStore(None),
+        settings=settings,
+        limits=RunLimits(max_steps=300, max_visits=30),
+    )
+    try:
+        result = runner.run(inputs if isinstance(inputs, dict) else {})
+    except LatticeUserError as exc:
+        RUN_STATUSES[f"refused ({exc.error_type})"] += 1
+        return None
+    except Exception as exc:  # the fuzzer reports whatever escapes
+        return exc
+    failure = result.failure
+    RUN_STATUSES[result.status + (f" ({failure.category})" if failure is not None else "")] += 1
+    if failure is not None and failure.category == "internal_error":
+        return RuntimeError(f"the run failed as internal_error: {failure.summary}")
+    return None
+
+
+def probe_and_run(source: Any, rng: random.Random, run: bool) -> BaseException | None:
+    """``probe`` (lowering, emitters, check_ir, a Runner), then a run with a mock."""
+    exc = probe(source)
+    if exc is not None or not run:
+        return exc
+    from lattice.lower import lower_document
+
+    try:
+        result = lower_document(source)
+    except Exception:  # probe said all went as the standard says: a LatticeUserError
+        return None
+    if result.ir is None:
+        return None
+    try:
+        return run_with_mock(result.ir, rng)
+    except Exception as exc:  # making the mock script or inputs (lattice mock init's code)
+        return exc
 
 
 def _signature(exc: BaseException) -> str:
@@ -101,11 +274,21 @@ def run(args: argparse.Namespace) -> int:
     timeouts = 0
     slow: list[tuple[float, int]] = []
     scratch = Path(tempfile.mkdtemp(prefix="lattice-fuzz-"))
+    reaches = Reaches(allowed_paths(scratch))
+    count_stopped_searches()
+    mutations.REMOTE_URL = reaches.url
+    reached = 0
+    most, most_cpu = (0.0, 0.0), 0.0
     started = time.perf_counter()
     for n in range(args.count):
         name, base = documents[rng.randrange(len(documents))]
         text: str | None = None
-        doc: Any = mutate(base, rng, rng.randint(1, args.max_mutations))
+        if rng.random() < args.schema_share:  # a schema or condition made odd, little else
+            doc: Any = mutate(base, rng, rng.randint(0, 1))
+            with contextlib.suppress(RecursionError):  # a value nested past Python's recursion
+                doc = mutate_schema(doc, rng)
+        else:
+            doc = mutate(base, rng, rng.randint(1, args.max_mutations))
         source: Any = doc
         if rng.random() < args.text_share:  # through the file reader
             try:
@@ -117,17 +300,28 @@ def run(args: argparse.Namespace) -> int:
             path = scratch / "doc.json"
             path.write_text(text, encoding="utf-8", errors="surrogatepass")
             source = path
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         signal.setitimer(signal.ITIMER_REAL, args.limit)
+        reaches.armed = True
         try:
-            exc = probe(source)
+            exc = probe_and_run(source, rng, args.run)
         except DocumentTimeout:
             exc = DocumentTimeout(f"over {args.limit}s")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        elapsed = time.perf_counter() - t0
+            reaches.armed = False
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        most = max(most, (elapsed, cpu))
+        most_cpu = max(most_cpu, cpu)
         if elapsed > args.slow:
             slow.append((elapsed, n))
+            note = f"base: {name}\nelapsed: {elapsed:.2f}s wall, {cpu:.2f}s CPU\n"
+            _save(out, n, "slow", doc, text, note)
+        found = reaches.take()
+        if found:
+            reached += 1
+            note = f"base: {name}\nreached:\n  " + "\n  ".join(found[:20]) + "\n"
+            _save(out, n, "reach", doc, text, note)
         if exc is None:
             continue
         kind = "timeout" if isinstance(exc, DocumentTimeout) else "crash"
@@ -146,14 +340,22 @@ def run(args: argparse.Namespace) -> int:
     print(f"documents: {count} in {total:.1f}s ({count / total:.0f} documents/s), seed {args.seed}")
     print(f"crashes: {crashed} ({crashed * 10_000 / count:.1f} per 10,000)")
     print(f"timeouts (> {args.limit:g}s): {timeouts} ({timeouts * 10_000 / count:.1f} per 10,000)")
+    print(f"reaches (network, files outside the run): {reached}")
+    runs = sum(RUN_STATUSES.values())
+    print(f"runs: {runs} ({', '.join(f'{k} {v}' for k, v in RUN_STATUSES.most_common())})")
     for sig, times in crashes.most_common():
         print(f"  {times:5d}  {sig}")
-    print(f"slow (> {args.slow:g}s): {len(slow)}")
-    for elapsed, n in sorted(slow, reverse=True)[:10]:
+    print(f"pattern searches stopped at their time limit: {sum(STOPPED.values())} {dict(STOPPED)}")
+    print(
+        f"slowest document: {most[0]:.2f}s wall ({most[1]:.2f}s CPU); "
+        f"most CPU for one document: {most_cpu:.2f}s"
+    )
+    print(f"slow (> {args.slow:g}s wall): {len(slow)}")
+    for elapsed, n in sorted(slow, reverse=True)[:10]:  # replay: --replay OUT/<n>-slow.json
         print(f"  #{n}: {elapsed:.2f}s")
-    if crashed or timeouts:
+    if crashed or timeouts or reached or slow:
         print(f"reproducers in {out}")
-    return 1 if crashed or timeouts else 0
+    return 1 if crashed or timeouts or reached else 0
 
 
 def replay(path: Path) -> int:
@@ -164,7 +366,7 @@ def replay(path: Path) -> int:
             source = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, RecursionError):
             source = path
-    exc = probe(source)
+    exc = probe_and_run(source, random.Random(0), True)
     if exc is None:
         print("ok: no crash")
         return 0
@@ -178,9 +380,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-mutations", type=int, default=6, help="mutations per document")
     parser.add_argument("--limit", type=float, default=10.0, help="seconds per document")
-    parser.add_argument("--slow", type=float, default=1.0, help="report documents slower than this")
+    parser.add_argument("--slow", type=float, default=5.0, help="report documents slower than this")
+    parser.add_argument(
+        "--run",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the documents lowering accepts, with a mock (default: yes)",
+    )
     parser.add_argument(
         "--text-share", type=float, default=0.1, help="share of documents read from a file"
+    )
+    parser.add_argument(
+        "--schema-share",
+        type=float,
+        default=0.3,
+        help="share of documents given a schema or condition mutation and at most one other",
     )
     parser.add_argument("--out", default="fuzz-reproducers", help="folder for reproducers")
     parser.add_argument("--replay", type=Path, help="probe one saved reproducer instead")

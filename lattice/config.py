@@ -44,7 +44,7 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     [mcp.servers.time]
     command = "mcp-server-time"
     args = []
-    [telemetry]                      # OpenTelemetry traces (pip install 'lattice-lre[otel]')
+    [telemetry]                      # OpenTelemetry traces (pip install -e '.[otel]')
     otlp_endpoint = "http://localhost:4318"  # OTLP/HTTP collector (env OTEL_EXPORTER_OTLP_ENDPOINT)
     capture_content = false          # prompts and answers on the spans (masked)
     service_name = "lattice"         # env OTEL_SERVICE_NAME
@@ -183,6 +183,31 @@ class TelemetryConfig(_Strict):
         return base if base.endswith("/v1/traces") else base + "/v1/traces"
 
 
+AGENT_GRANTS = ("read", "write", "shell", "web")
+
+
+class AgentsConfig(_Strict):
+    """``[agents]``: what agent nodes may do. Nothing is granted by default; a document
+    can only ask (docs/agents.md)."""
+
+    workspace: str | None = None
+    """The folder every file tool and the shell are confined to (none: no file tools)."""
+    allow: list[Literal["read", "write", "shell", "web"]] = Field(default_factory=list)
+    mcp_servers: list[str] = Field(default_factory=list)
+    """Configured MCP servers (``[mcp.servers.<id>]``) whose tools agents may call."""
+    patch_only: bool = False
+    """Record every change as a patch in the run folder without touching the files."""
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    max_tool_calls: int | None = Field(default=None, ge=0, le=10_000)
+    max_tokens: int | None = Field(default=None, ge=1)
+    tool_timeout: float = Field(default=30.0, gt=0, le=3600)
+    """Seconds one tool call may take (the shell's command included)."""
+
+    def granted(self) -> bool:
+        """Whether anything at all is granted."""
+        return bool(self.workspace or self.allow or self.mcp_servers)
+
+
 class LatticeConfig(_Strict):
     """The whole ``lattice.toml``."""
 
@@ -196,6 +221,7 @@ class LatticeConfig(_Strict):
     http: HttpConfig = Field(default_factory=HttpConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
     source: str | None = Field(default=None, exclude=True)
 
     @field_validator("providers")
@@ -217,6 +243,16 @@ class LatticeConfig(_Strict):
                 raise ValueError(f"policies.{error_type}: actions are {', '.join(ACTIONS)}")
         return value
 
+    @model_validator(mode="after")
+    def _agents_mcp_configured(self) -> LatticeConfig:
+        unknown = [s for s in self.agents.mcp_servers if s not in self.mcp.servers]
+        if unknown:
+            raise ValueError(
+                f"agents.mcp_servers names {unknown}, not in [mcp.servers] "
+                f"(configured: {', '.join(self.mcp.servers) or 'none'})"
+            )
+        return self
+
     def provider_config(self, name: str) -> ProviderConfig:
         return self.providers.get(name, ProviderConfig())
 
@@ -235,6 +271,44 @@ class LatticeConfig(_Strict):
             )
         }
         return data
+
+
+def with_agent_grants(
+    config: LatticeConfig,
+    *,
+    workspace: str | None = None,
+    allow: list[str] | None = None,
+    mcp_servers: list[str] | None = None,
+    patch_only: bool = False,
+) -> LatticeConfig:
+    """``config`` with the grants of ``--workspace``, ``--allow`` (comma-separated, may be
+    repeated), ``--allow-mcp`` and ``--patch-only`` added to its ``[agents]``: the
+    workspace replaces the configured one, the rest add to it."""
+    kinds = [kind.strip() for item in allow or () for kind in item.split(",") if kind.strip()]
+    unknown = [kind for kind in kinds if kind not in AGENT_GRANTS]
+    if unknown:
+        raise LatticeUserError(
+            f"--allow {','.join(unknown)}: grants are {', '.join(AGENT_GRANTS)}",
+            error_type="config_error",
+        )
+    if workspace is None and not kinds and not mcp_servers and not patch_only:
+        return config
+    agents = config.agents.model_dump()
+    if workspace is not None:
+        agents["workspace"] = workspace
+    agents["allow"] = list(dict.fromkeys([*agents["allow"], *kinds]))
+    agents["mcp_servers"] = list(dict.fromkeys([*agents["mcp_servers"], *(mcp_servers or ())]))
+    agents["patch_only"] = agents["patch_only"] or patch_only
+    data = config.model_dump()
+    data["agents"] = agents
+    try:
+        updated = LatticeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise LatticeUserError(
+            f"agent grants: {exc.errors()[0]['msg']}", error_type="config_error"
+        ) from None
+    updated.source = config.source
+    return updated
 
 
 def _apply_env(data: dict[str, Any]) -> dict[str, Any]:

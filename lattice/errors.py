@@ -184,3 +184,24 @@ class Suggester:
         """`` (did you mean 'x'?)`` when a choice is close to ``word``, else ``""``."""
         match = self.closest(word)
         return f" (did you mean {match!r}?)" if match is not None and match != word else ""
+
+
+EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
+    "openai": ("openai",),
+    "anthropic": ("anthropic",),
+    "mcp": ("mcp",),
+    "otel": ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"),
+    "litellm": ("litellm",),
+    "ray": ("ray",),
+    "server": ("fastapi", "fastapi-offline", "uvicorn"),
+}
+"""The packages each optional extra of ``pyproject.toml`` brings (the ones a hint names)."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra: from a clone of Lattice (it is on no package
+    index), or its packages by name into an environment Lattice is already in."""
+    return (
+        f"pip install -e '.[{extra}]' in your clone of Lattice, "
+        f"or pip install {' '.join(EXTRA_PACKAGES[extra])}"
+    )

@@ -31,7 +31,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Generic, Literal, NoReturn, TypeVar, cast
 
-import jsonschema
 from pydantic import BaseModel, PydanticUserError, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from typing_extensions import TypeVar as DefaultTypeVar
@@ -67,6 +66,7 @@ from lattice.runtime.llm_op import compose_messages
 from lattice.runtime.results import RunStatus
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
 from lattice.runtime.sync import run_sync
+from lattice.schemas import schema_problems
 from lattice.service.providers import make_provider
 
 __all__ = ["MODEL_CLASSES", "POLICY_WORDS", "LLMPrimitive", "ModelClass", "Response"]
@@ -157,8 +157,9 @@ class LLMPrimitive(Generic[OutputT]):
     model class (first call included; default 3); ``escalation`` is True (up the ladder to
     large), False, or the highest class to try. ``policies`` overrides recovery stacks by
     error type (``{"schema_error": ["repair", "fail"]}``). ``max_attempts_total`` caps the
-    model calls of one call in all (default: ``repair`` per class × the ladder, 9 with the
-    defaults). ``strict_output=True`` makes prose around the JSON a violation
+    model calls of one call in all (default: at most ``repair`` per class × the ladder, 9
+    with the defaults; a class whose repair repeats the violations it was shown gets no
+    further repair, so an answer that never becomes valid costs 4 from ``small``). ``strict_output=True`` makes prose around the JSON a violation
     (``explanatory_text``) instead of salvaging a reply that holds exactly one valid JSON
     value. ``repair_context_chars`` caps the input lines a repair packet quotes (0: none).
 
@@ -535,11 +536,10 @@ def _schema_of(
     if not isinstance(output_schema, Mapping):
         _mistake("output_schema must be a JSON Schema object (a dict)")
     schema = to_jsonable_python(dict(output_schema))
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        pointer = "/" + "/".join(str(p) for p in exc.absolute_path)
-        _mistake(f"output_schema is not a valid JSON Schema at {pointer}: {exc.message}")
+    for problem in schema_problems(schema)[:1]:
+        pointer = "/" + "/".join(str(p) for p in problem.path)
+        reason = problem.message.removeprefix("invalid JSON Schema: ")
+        _mistake(f"output_schema is not a valid JSON Schema at {pointer}: {reason}")
     return cast(dict[str, Any], schema)
 
 

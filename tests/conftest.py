@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import shutil
 import signal
 import socket
 from collections.abc import Iterator
@@ -13,6 +14,21 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus" / "ccwf"
 EXAMPLES = REPO / "workflows" / "examples"
+EXAMPLE_GRANTS = ("read", "write", "shell")
+"""What an example with a project beside it (``<name>-project/``) is run with."""
+
+
+def example_workspace(path: Path, tmp: Path) -> Path | None:
+    """A copy of the project an example's agents work in (``<name>-project/`` beside
+    it), made under ``tmp``; None for an example without one."""
+    project = path.with_name(f"{path.stem}-project")
+    if not project.is_dir():
+        return None
+    copy = tmp / project.name
+    shutil.copytree(project, copy, dirs_exist_ok=True)
+    return copy
+
+
 TRIAGE_PATH = [
     "start",
     "classify",
@@ -109,6 +125,7 @@ OTEL_VARIABLES = (
 
 SLOW_FIRST = (
     "tests/runs/test_crash.py",  # kill -9 of 50 lattice processes
+    "tests/agents/test_kill.py",  # kill -9 of about 50 agent runs and resumes
     "tests/test_typing.py",  # mypy --strict over the package (20-50 s with a cold cache)
     "tests/fuzz/",
     "tests/lower/test_equivalence.py",

@@ -15,13 +15,14 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "lattice"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "files", "masking"}),
+    frozenset({"errors", "files", "masking", "patterns", "schemas"}),
     frozenset({"document", "ir", "prompts"}),
     frozenset({"llm"}),
     frozenset({"contracts"}),
     frozenset({"config"}),
     frozenset({"tools"}),
     frozenset({"workspace"}),
+    frozenset({"agents"}),
     frozenset({"lower"}),
     frozenset({"runs"}),
     frozenset({"telemetry"}),

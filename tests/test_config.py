@@ -619,7 +619,7 @@ def test_config_budget_stops_the_run(
     )
     assert code == 1
     assert "budget_exceeded" in err
-    assert "1 model calls" in err
+    assert "1 model call," in err
 
 
 def test_config_policy_changes_recovery(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +47,7 @@ class Meeting(BaseModel):
 SCHEMA = Report.model_json_schema()
 VALID = {"title": "Quarterly report", "count": 3}
 INVALID = {"title": "Quarterly report", "count": "three"}
+OTHER_INVALID = {"title": "Quarterly report", "count": "three (again)"}
 SYSTEM = "You write report headers for the finance team."
 LLM_EVENTS = {
     "llm_request",
@@ -84,8 +86,13 @@ def block(
     provider = MockProvider({"gen": items})
     fields: dict[str, Any] = {"system_prompt": SYSTEM, "output_model": Report}
     fields.update(kwargs)
-    settings = RuntimeSettings(sleep=sleep, models=models or {})
+    settings = RuntimeSettings(sleep=sleep, models=models or {}, retry=same_jitter())
     return LLMPrimitive(name="gen", provider=provider, settings=settings, **fields), provider
+
+
+def same_jitter() -> RetrySettings:
+    """Retry settings whose jitter repeats (a workflow and a block compared delay for delay)."""
+    return RetrySettings(rng=random.Random(0))
 
 
 def types(response: Response[Any] | RunResult) -> list[str]:
@@ -199,7 +206,7 @@ def test_pydantic_validators_are_part_of_the_contract(sleep: FakeSleep) -> None:
 
 def test_failures_escalate_to_the_next_class(sleep: FakeSleep) -> None:
     gen, provider = block(
-        [INVALID, INVALID, "not json", VALID],
+        [INVALID, OTHER_INVALID, "not json", VALID],
         sleep,
         model_class="small",
         models={"small": "tiny-1", "medium": "mid-1", "large": "big-1"},
@@ -219,7 +226,8 @@ def test_failures_escalate_to_the_next_class(sleep: FakeSleep) -> None:
 
 
 def test_exhausted_ladder_returns_a_failed_response_with_every_attempt(sleep: FakeSleep) -> None:
-    gen, provider = block([INVALID] * 4, sleep, model_class="small", escalation="medium", repair=2)
+    script = [OTHER_INVALID, INVALID] * 2
+    gen, provider = block(script, sleep, model_class="small", escalation="medium", repair=2)
     response = gen.run("Q3 sales")
     assert not response.ok and response.status == "failed"
     assert response.data is None and response.value is None
@@ -510,7 +518,7 @@ def _through_workflow(
         lower(doc),
         provider=provider,
         store=RunStore(tmp_path),
-        settings=RuntimeSettings(sleep=sleep),
+        settings=RuntimeSettings(sleep=sleep, retry=same_jitter()),
     )
     result = runner.run(TICKET)
     if result.failure is not None:

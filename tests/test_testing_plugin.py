@@ -250,16 +250,21 @@ def test_retries_escalations_and_halts() -> None:
                 "prompt",
                 prompt="Greet",
                 modelClass="small",
-                outputSchema={"type": "object", "required": ["greeting"]},
+                outputSchema={
+                    "type": "object",
+                    "properties": {"greeting": {"type": "string"}},
+                    "required": ["greeting"],
+                },
             ),
             node("end", "end"),
         ],
         [conn("start", "greet"), conn("greet", "end")],
     )
-    mock = {
+    mock = {  # each answer wrong in its own way: none repeats what it was told to fix
         "greet": [
             {"$error": "rate_limit_error"},
-            *[{"no": n} for n in range(4)],
+            {"no": 0},
+            *[{"greeting": n} for n in range(1, 4)],
             {"greeting": "Hi"},
         ]
     }

@@ -1,4 +1,4 @@
-"""The ``ray`` engine: a batch's rows spread over Ray actors (``pip install 'lattice-lre[ray]'``).
+"""The ``ray`` engine: a batch's rows spread over Ray actors (``pip install -e '.[ray]'``).
 
 The driver (the ``lattice batch`` process) starts ``--ray-actors`` actors (default: one
 per CPU of the cluster); each holds a ``BatchWorker`` built from the batch's
@@ -34,7 +34,7 @@ from typing import Any
 
 from lattice.batch.limits import LIMITER_LOST, BatchLimits, Limiter, LimiterLost
 from lattice.batch.worker import BatchWorker, RowTask, WorkerSpec
-from lattice.errors import LatticeUserError
+from lattice.errors import LatticeUserError, install_hint
 from lattice.telemetry import flush as flush_spans
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -54,7 +54,7 @@ def import_ray() -> Any:
         import ray
     except ImportError:
         raise LatticeUserError(
-            "the ray engine needs Ray: pip install 'lattice-lre[ray]' (or pip install ray)",
+            f"the ray engine needs Ray: {install_hint('ray')}",
             error_type="usage_error",
         ) from None
     return ray

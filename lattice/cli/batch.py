@@ -11,11 +11,13 @@ from lattice.batch.diff import diff_batches
 from lattice.batch.engine import BatchOptions, BatchRun
 from lattice.batch.limits import BatchLimits
 from lattice.batch.rows import InvalidLine
-from lattice.cli.common import lower_for_cli, note
+from lattice.cli.common import config_with_grants, lower_for_cli, note
 from lattice.cli.main import EXIT_INTERRUPTED, EXIT_USAGE
 from lattice.config import load_config
 from lattice.document.loader import read_json_file
 from lattice.errors import LatticeError
+from lattice.runtime.agent_op import refused_tools
+from lattice.runtime.settings import agent_settings_from_config
 from lattice.runtime.sync import run_sync
 
 SHOWN_INVALID = 20
@@ -23,10 +25,12 @@ SHOWN_INVALID = 20
 
 
 def batch(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = config_with_grants(load_config(args.config), args)
     lowered = lower_for_cli(args.workflow, config)
     if lowered.ir is None:
         return EXIT_USAGE
+    for refused in refused_tools(lowered.ir, agent_settings_from_config(config).grant):
+        note(f"warning: {refused.message()}")
     shown = 0
 
     def on_invalid(item: InvalidLine) -> None:

@@ -5,22 +5,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from lattice.cli.main import EXIT_BY_STATUS
-from lattice.config import LatticeConfig
+from lattice.config import LatticeConfig, with_agent_grants
 from lattice.errors import Diagnostic, InputError, Severity
 from lattice.ir.models import AskOp
 from lattice.lower import lower_document
 from lattice.lower.compiler import LoweringResult
 from lattice.runs.redaction import make_redactor
+from lattice.runs.view import count_calls
 from lattice.runtime.results import RunResult
 from lattice.runtime.settings import RuntimeSettings
 from lattice.service.providers import ProviderChoice
+
+
+def config_with_grants(config: LatticeConfig, args: argparse.Namespace) -> LatticeConfig:
+    """``config`` with the agent grants of the command's flags (``add_agent_options``)."""
+    return with_agent_grants(
+        config,
+        workspace=args.workspace,
+        allow=args.allow,
+        mcp_servers=args.allow_mcp,
+        patch_only=args.patch_only,
+    )
 
 
 def note(text: str) -> None:
@@ -77,21 +91,81 @@ def escape(text: str) -> str:
     return rich_escape(text)
 
 
-def terminal_asker(ask: AskOp) -> Any:
-    """Ask an ASK op's question on the terminal; an empty answer halts the run."""
+def terminal_asker(ask: AskOp, read: Callable[[str], str] | None = None) -> Any:
+    """Ask an ASK op's question on the terminal, its options numbered from 1; an answer
+    that is no option asks again, an empty one halts the run. Returns the chosen label
+    (a list of labels for a multi-select question) or the text typed."""
     from rich.console import Console
     from rich.prompt import Prompt
 
     console = Console(stderr=True)
-    console.print(f"\n[bold]{ask.question}[/bold]")
-    for i, option in enumerate(ask.options):
-        extra = f" — {option.description}" if option.description else ""
-        console.print(f"  [cyan]{i}[/cyan]. {option.label}{extra}")
-    hint = "number or label" if ask.options else "your answer"
-    answer = Prompt.ask(
-        f"Answer ({hint}, empty to stop)", console=console, default="", show_default=False
-    )
-    return answer or None
+    console.print(f"\n[bold]{escape(ask.question)}[/bold]")
+    for number, option in enumerate(ask.options, start=1):
+        extra = f" — {escape(option.description)}" if option.description else ""
+        console.print(f"  [cyan]{number}[/cyan]. {escape(option.label)}{extra}")
+    if not ask.options:
+        hint = "your answer"
+    elif ask.multi_select:
+        hint = "numbers or labels, comma-separated"
+    else:
+        hint = "number or label"
+
+    def prompt(text: str) -> str:
+        return str(Prompt.ask(text, console=console, default="", show_default=False))
+
+    while True:
+        typed = (read or prompt)(f"Answer ({hint}, empty to stop)").strip()
+        if not typed or not ask.options:
+            return typed or None
+        answer = option_answer(ask, typed)
+        if answer is not None:
+            return answer
+        numbers = f"1-{len(ask.options)}" if len(ask.options) > 1 else "1"
+        console.print(f"[red]{escape(typed)!r} is not an option[/red]: type {numbers} or a label")
+
+
+def option_answer(ask: AskOp, typed: str) -> str | list[str] | None:
+    """The label(s) ``typed`` names: numbers count from 1, labels match whatever their
+    case; None when a part of it names no option."""
+    labels = [option.label for option in ask.options]
+    parts = [part.strip() for part in typed.split(",")] if ask.multi_select else [typed]
+    chosen: list[str] = []
+    for part in parts:
+        if not part:
+            continue
+        by_label = [label for label in labels if label.lower() == part.lower()]
+        if by_label:
+            chosen.append(by_label[0])
+        elif part.isdigit() and 1 <= int(part) <= len(labels):
+            chosen.append(labels[int(part) - 1])
+        else:
+            return None
+    if not chosen:
+        return None
+    return chosen if ask.multi_select else chosen[0]
+
+
+class TerminalAsker:
+    """``terminal_asker`` for a run whose progress line (set once it exists) is paused
+    while the question waits for an answer."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+
+    def __call__(self, ask: AskOp) -> Any:
+        if self.progress is not None:
+            self.progress.pause()
+        # The event loop's own SIGINT handler only cancels the run's task, which waits
+        # for this call: while a question waits, Ctrl-C interrupts the prompt itself.
+        in_main = threading.current_thread() is threading.main_thread()
+        handler = signal.signal(signal.SIGINT, signal.default_int_handler) if in_main else None
+        try:
+            return terminal_asker(ask)
+        finally:
+            if in_main:
+                signal.signal(signal.SIGINT, handler)
+            if self.progress is not None:
+                self.progress.resume()
 
 
 class Progress:
@@ -169,6 +243,14 @@ class Progress:
         if self.status is not None:
             self.status.stop()
 
+    def pause(self) -> None:
+        """Take the live line off the terminal (while a question waits for an answer)."""
+        self.stop()
+
+    def resume(self) -> None:
+        if self.status is not None:
+            self.status.start()
+
 
 def report(result: RunResult, progress: Progress, as_json: bool, settings: RuntimeSettings) -> int:
     """Print a run's summary and failure on stderr, its output (or whole result) on
@@ -178,7 +260,8 @@ def report(result: RunResult, progress: Progress, as_json: bool, settings: Runti
     where = f", run folder {result.run_dir}" if result.run_dir else ""
     print(
         f"lattice: {result.status} in {elapsed:.2f}s: {progress.ops} ops, "
-        f"{result.usage.calls} model calls, {result.usage.total_tokens} tokens{where}",
+        f"{count_calls(result.usage.calls, result.usage.requests)}, "
+        f"{result.usage.total_tokens} tokens{where}",
         file=sys.stderr,
     )
     redact = make_redactor(settings.secret_names())

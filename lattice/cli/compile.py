@@ -7,13 +7,16 @@ import json
 import sys
 from pathlib import Path
 
-from lattice.cli.common import lower_for_cli
+from lattice.cli.common import config_with_grants, lower_for_cli
 from lattice.cli.main import EXIT_OK, EXIT_USAGE
 from lattice.config import load_config
 from lattice.files import write_output_file
 from lattice.ir import execir_json_schema
+from lattice.ir.models import AgentOp
 from lattice.llm.base import LLMRequest, Message
 from lattice.lower.emit import EMITTERS
+from lattice.runtime.settings import agent_settings_from_config
+from lattice.workspace.grants import WorkspaceGrant
 
 
 def lower(args: argparse.Namespace) -> int:
@@ -31,7 +34,8 @@ def lower(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
-    result = lower_for_cli(args.workflow, load_config(args.config))
+    config = config_with_grants(load_config(args.config), args)
+    result = lower_for_cli(args.workflow, config)
     if result.ir is None:
         print(
             f"{args.workflow}: {len(result.errors)} error(s), {len(result.warnings)} warning(s)",
@@ -42,7 +46,27 @@ def check(args: argparse.Namespace) -> int:
         print(f"{args.workflow}: note: {line}", file=sys.stderr)
     ops = len(result.ir.ops)
     print(f"{args.workflow}: ok ({ops} ops, {len(result.warnings)} warning(s))", file=sys.stderr)
+    agents = [op for op in result.ir.ops.values() if isinstance(op, AgentOp)]
+    if agents:
+        sys.stdout.write(agent_listing(agents, agent_settings_from_config(config).grant))
     return EXIT_OK
+
+
+def agent_listing(agents: list[AgentOp], grant: WorkspaceGrant) -> str:
+    """Per agent node: the tools it asks for, those granted, and what would grant the rest."""
+    lines = [f"agent nodes ({grant.describe()}):"]
+    for op in agents:
+        decision = grant.decide(op.tools)
+        kind = f" ({op.agent_type})" if op.agent_type else ""
+        lines.append(f"  {op.source_node}{kind}")
+        lines.append(f"    asks for: {', '.join(op.tools) or 'no tools'}")
+        lines.append(f"    granted:  {', '.join(decision.granted) or 'none'}")
+        by_setting: dict[str, list[str]] = {}
+        for tool, setting in decision.refused:
+            by_setting.setdefault(setting, []).append(tool)
+        for setting, tools in by_setting.items():
+            lines.append(f"    not granted: {', '.join(tools)} (to grant: {setting})")
+    return "\n".join(lines) + "\n"
 
 
 def schema(args: argparse.Namespace) -> int:

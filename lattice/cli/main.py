@@ -1,6 +1,7 @@
 """The ``lattice`` command's entry point: parse, run the command's handler, map errors
 to exit codes.
 
+``lattice`` alone prints the help and exits 0, as ``lattice --help`` does.
 Exit codes: 0 completed, 1 run failed, 2 bad usage or invalid document, 3 halted
 waiting for a human, 130 interrupted, 141 (as a shell reports a command killed by
 SIGPIPE) when the reader of its output went away before the command finished.
@@ -39,9 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:2] == ["batch", "diff"]:  # ``lattice batch WORKFLOW`` has a sub-command too
         args = build_batch_diff_parser().parse_args(words[2:])
-    else:
+    elif words:
         args = build_parser().parse_args(words)
     try:
+        if not words:  # what a new user types first: the help, as ``lattice --help`` prints it
+            build_parser().print_help()
+            return EXIT_OK
         return _run(args)
     except BrokenPipeError:
         # The reader left while the command was still writing: its outcome is unknown

@@ -8,12 +8,13 @@ import json
 import sys
 from pathlib import Path
 
-from lattice.cli.common import lower_for_cli, note
+from lattice.cli.common import config_with_grants, lower_for_cli, note
 from lattice.cli.main import EXIT_OK, EXIT_USAGE
 from lattice.config import LatticeConfig, load_config
 from lattice.errors import LatticeRunError
 from lattice.files import write_output_file
 from lattice.ir.models import ExecIR
+from lattice.runtime.settings import agent_settings_from_config
 from lattice.service.mocks import MockPlan, ToolSchemas, needs_mcp, plan_mocks
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import BUILTIN_SERVER_ID, McpServerSpec, ToolSessions, specs_from_config
@@ -24,12 +25,13 @@ def _dump(data: object) -> str:
 
 
 def init(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = config_with_grants(load_config(args.config), args)
     result = lower_for_cli(args.workflow, config)
     if result.ir is None:
         return EXIT_USAGE
     ir = result.ir
-    plan = plan_mocks(ir, _configured_tool_schemas(ir, config))
+    grant = agent_settings_from_config(config).grant
+    plan = plan_mocks(ir, _configured_tool_schemas(ir, config), grant)
     script, answers = plan.script, plan.answers
     answers_path = args.answers_output
     if answers and answers_path is None and args.output:
@@ -49,10 +51,19 @@ def init(args: argparse.Namespace) -> int:
     _note_choices(plan)
     mock = args.output or "MOCK_FILE"
     extra = f" --answers {answers_path}" if answers_path else ""
+    extra += _grant_hint(args)
     note(
         f"run it: lattice run {args.workflow} --mock {mock}{extra}{_inputs_hint(args.workflow, ir)}"
     )
     return EXIT_OK
+
+
+def _grant_hint(args: argparse.Namespace) -> str:
+    """The grant flags the script was made for (its agents' tool calls need them)."""
+    hint = f" --workspace {args.workspace}" if args.workspace else ""
+    hint += "".join(f" --allow {allow}" for allow in args.allow or ())
+    hint += "".join(f" --allow-mcp {server}" for server in args.allow_mcp or ())
+    return hint + (" --patch-only" if args.patch_only else "")
 
 
 def _inputs_hint(workflow: str, ir: ExecIR) -> str:

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from lattice.cli.common import note
 from lattice.cli.serve import SERVER_PACKAGES
-from lattice.errors import InputError, LatticeUserError
+from lattice.errors import InputError, LatticeUserError, install_hint
 
 HOST = "127.0.0.1"
 TOKEN_VARIABLE = "LATTICE_SERVER_TOKEN"
@@ -76,7 +76,7 @@ def show(url: str, browser: bool) -> None:
 def open_run(args: argparse.Namespace) -> int:
     """The ``lattice runs open`` command."""
     if not args.run_dir:
-        raise LatticeUserError("lattice runs open RUN_DIR (a run folder or a run id)")
+        raise LatticeUserError("lattice runs open RUN (a run folder or a run id)")
     folder = run_folder(args.run_dir, args.runs_dir).resolve()
     if not (folder / "checkpoint.json").is_file() and not (folder / "events.jsonl").is_file():
         raise InputError(f"{folder} is not a run folder (it has no checkpoint.json)")
@@ -99,7 +99,7 @@ def open_run(args: argparse.Namespace) -> int:
         if (exc.name or "").split(".")[0] in SERVER_PACKAGES:
             raise LatticeUserError(
                 f"lattice runs open needs FastAPI and uvicorn ({exc.name} is missing): "
-                "pip install 'lattice-lre[server]'"
+                + install_hint("server")
             ) from exc
         raise
     workflows = Path(args.workflows) if args.workflows else None

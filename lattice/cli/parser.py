@@ -8,6 +8,8 @@ imports that one module when the command runs.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import Any
 
 CONFIG_HELP = (
     "lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml); with one, mcp nodes must name "
@@ -62,9 +64,44 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+class CommandParser(argparse.ArgumentParser):
+    """An argparse parser for ``lattice`` and each of its commands (``add_subparsers``
+    makes every command's parser of this class too).
+
+    Options are written in full (``allow_abbrev=False``: ``--moc`` is not ``--mock``), and
+    an argument a command does not know is reported by that command, with its usage and
+    the nearest option it has ("did you mean --mock?"), not by ``lattice`` with the
+    usage of every command. No parser here hands unknown arguments on."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._nearest(extras)}")
+        return parsed, extras
+
+    def _nearest(self, extras: list[str]) -> str:
+        """`` (did you mean --x?)`` for the first unknown option close to one of ours."""
+        import difflib  # only when an argument is wrong: --help stays light
+
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        for word in extras:
+            if not word.startswith("--"):
+                continue
+            close = difflib.get_close_matches(word.partition("=")[0], options, n=1, cutoff=0.6)
+            if close:
+                return f" (did you mean {close[0]}?)"
+        return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``lattice`` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = CommandParser(
         prog="lattice",
         description="Compile and run LLM workflows under contracts.",
     )
@@ -93,9 +130,15 @@ def _compile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     _handler(p, "lattice.cli.compile:lower")
 
-    p = sub.add_parser("check", help="check a workflow document and print its diagnostics")
+    p = sub.add_parser(
+        "check",
+        help="check a workflow document and print its diagnostics",
+        description="Check a workflow document: its diagnostics, and per agent node the "
+        "tools it asks for and which of them the configuration and flags grant.",
+    )
     p.add_argument("workflow", help="workflow document (JSON)")
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    add_agent_options(p)
     _handler(p, "lattice.cli.compile:check")
 
     p = sub.add_parser("hash-prompt", help="print the prompt hash of a request read from stdin")
@@ -111,6 +154,31 @@ def _compile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     p = sub.add_parser("schema", help="print the JSON Schema of ExecIR")
     _handler(p, "lattice.cli.compile:schema")
+
+
+def add_agent_options(p: argparse.ArgumentParser) -> None:
+    """What agent nodes may do (docs/agents.md); added to ``[agents]`` of lattice.toml."""
+    group = p.add_argument_group("agent grants (nothing is granted by default)")
+    group.add_argument(
+        "--workspace", metavar="DIR", help="the folder agents' file tools and shell work in"
+    )
+    group.add_argument(
+        "--allow",
+        action="append",
+        metavar="GRANTS",
+        help="what agents may do: read,write,shell,web (comma-separated, repeatable)",
+    )
+    group.add_argument(
+        "--allow-mcp",
+        action="append",
+        metavar="SERVER",
+        help="a configured MCP server whose tools agents may call (repeatable)",
+    )
+    group.add_argument(
+        "--patch-only",
+        action="store_true",
+        help="record agents' changes as patches in the run folder; leave the files as they are",
+    )
 
 
 def add_provider_options(p: argparse.ArgumentParser) -> None:
@@ -175,6 +243,7 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="DIR",
         help="repository root that retrieve_context may read and patches are checked against",
     )
+    add_agent_options(p)
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -261,7 +330,8 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "run_dir",
         nargs="?",
-        help="run folder (or run id) for 'show' and 'open'; the first for 'diff'",
+        metavar="RUN",
+        help="run folder or run id for 'show' and 'open'; the first for 'diff'",
     )
     p.add_argument("other", nargs="?", metavar="RUN_B", help="the second run for 'diff'")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
@@ -370,6 +440,7 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --mock: each mock call waits this long (demos, benchmarks)",
     )
     p.add_argument("--repo", metavar="DIR", help="repository root (as lattice run --repo)")
+    add_agent_options(p)
     p.add_argument("--max-steps", type=positive_int, metavar="N", help="ops per run")
     p.add_argument("--max-visits", type=positive_int, metavar="N", help="executions of one op")
     limits = p.add_argument_group("limits of the whole batch (every run in flight shares them)")
@@ -394,7 +465,7 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--engine",
         choices=["local", "ray"],
         default="local",
-        help="local: this process; ray: Ray actors (needs lattice-lre[ray])",
+        help="local: this process; ray: Ray actors (needs the ray extra)",
     )
     engine.add_argument(
         "--ray-address",
@@ -426,7 +497,7 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def build_batch_diff_parser() -> argparse.ArgumentParser:
     """``lattice batch diff OLD NEW`` (``lattice.cli.main`` sends ``batch diff …`` here)."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="lattice batch diff",
         description="The rows whose status, error type or result changed between two results "
         "files of lattice batch (by row id), with a JSON difference per row and counts. "
@@ -555,13 +626,14 @@ def _mock_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="write the answers file here (default with -o: beside it, <name>.answers.json)",
     )
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    add_agent_options(p)  # agent nodes call the tools these grant
     _handler(p, "lattice.cli.mock:init")
 
 
 def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
-        help="an HTTP API to start, watch, answer and resume runs (needs lattice-lre[server])",
+        help="an HTTP API to start, watch, answer and resume runs (needs the server extra)",
         description="Serve runs over HTTP (docs/server.md): POST /v1/runs starts one, "
         "GET /v1/runs/{id}/events streams its events, POST .../answers answers a halted "
         "question, POST .../resume and .../cancel resume and stop runs. Every run is an "
@@ -585,6 +657,7 @@ def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and fixtures they name are read from here too",
     )
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    add_agent_options(p)
     p.add_argument(
         "--token",
         help="bearer token every API route requires (not /healthz, nor the panel's page and files; default: $LATTICE_SERVER_TOKEN)",

@@ -10,15 +10,16 @@ from typing import Any
 
 from lattice.cli.common import (
     Progress,
+    TerminalAsker,
+    config_with_grants,
     lower_for_cli,
     note,
     parse_pairs,
     provider_choice,
     read_json_object,
     report,
-    terminal_asker,
 )
-from lattice.cli.main import EXIT_USAGE
+from lattice.cli.main import EXIT_INTERRUPTED, EXIT_USAGE
 from lattice.config import load_config
 from lattice.document.loader import read_json_file
 from lattice.errors import InputError, LatticeUserError
@@ -26,6 +27,7 @@ from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
 from lattice.runs.store import RunStore
 from lattice.runs.view import list_runs, show_run
+from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.runner import Runner, check_answers
 from lattice.service.runs import (
     ProviderSpec,
@@ -56,7 +58,7 @@ def collect_inputs(args: argparse.Namespace, ir: ExecIR) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = config_with_grants(load_config(args.config), args)
     result = lower_for_cli(args.workflow, config)
     if result.ir is None:
         return EXIT_USAGE
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if answers:
         check_answers(ir, answers, what=f"answers in {args.answers}")
     interactive = not args.answers and sys.stdin.isatty()
+    asker = TerminalAsker()
     prepared = prepare_run(
         ir,
         config=config,
@@ -82,25 +85,27 @@ def run(args: argparse.Namespace) -> int:
         answers=answers,
         workflow=read_json_file(Path(args.workflow)),
         runs_dir=None if args.no_record else Path(args.runs_dir),
-        ask_human=terminal_asker if interactive else None,
+        ask_human=asker if interactive else None,
     )
     runner = prepared.runner
+    for refused in refused_tools(ir, prepared.settings.agents.grant):
+        note(f"warning: {refused.message()}")
     if args.dry_run:
         return _dry_run(runner, inputs)
     if args.engine == "temporal":
         from lattice.cli.temporal import run_on_temporal  # the temporal extra, needed only here
 
         return run_on_temporal(args, prepared, ir, answers)
-    progress = Progress(live=sys.stderr.isatty() and not args.json)
+    progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)
     runner.subscribe(progress)
     try:
         outcome = prepared.run()
     except KeyboardInterrupt:
         progress.stop()
         if progress.run_id is not None and not args.no_record:
-            note(
-                f"interrupted; continue with: lattice resume {Path(args.runs_dir) / progress.run_id}"
-            )
+            resume_with = Path(args.runs_dir) / progress.run_id
+            note(f"interrupted; continue with: lattice resume {resume_with}")
+            return EXIT_INTERRUPTED
         raise
     finally:
         progress.stop()
@@ -131,7 +136,8 @@ def _dry_run(runner: Runner, inputs: dict[str, Any]) -> int:
 
 
 def run_folder(run: str, runs_dir: str) -> Path:
-    """The folder of ``run``: a run folder's path, or a run id under ``runs_dir``."""
+    """The folder of ``run``: a run folder's path, or a run id under ``runs_dir``; what
+    every command that takes a RUN (``resume`` and each ``runs`` action) resolves it with."""
     folder = Path(run)
     if folder.is_dir():
         return folder
@@ -151,6 +157,7 @@ def resume(args: argparse.Namespace) -> int:
     folder = run_folder(args.run_dir, args.runs_dir)
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
     interactive = sys.stdin.isatty() and not args.answer
+    asker = TerminalAsker()
     prepared = prepare_resume(
         folder,
         provider=ProviderSpec(provider_choice(args)),
@@ -158,15 +165,15 @@ def resume(args: argparse.Namespace) -> int:
         accept_changed=args.accept_changed,
         config_path=args.config,
         repo=args.repo,
-        ask_human=terminal_asker if interactive else None,
+        ask_human=asker if interactive else None,
     )
-    progress = Progress(live=sys.stderr.isatty() and not args.json)
+    progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)
     try:
         result = prepared.run(on_event=progress)
     except KeyboardInterrupt:
         progress.stop()
         note(f"interrupted; continue with: lattice resume {folder}")
-        raise
+        return EXIT_INTERRUPTED
     return report(result, progress, args.json, prepared.settings)
 
 
@@ -187,8 +194,8 @@ def runs(args: argparse.Namespace) -> int:
         return show(args)
     if args.action == "show":
         if not args.run_dir:
-            raise LatticeUserError("lattice runs show RUN_DIR")
-        sys.stdout.write(show_run(Path(args.run_dir)))
+            raise LatticeUserError("lattice runs show RUN (a run folder or a run id)")
+        sys.stdout.write(show_run(run_folder(args.run_dir, args.runs_dir)))
     else:
         sys.stdout.write(list_runs(Path(args.runs_dir)))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lattice.errors import LatticeUserError
+from lattice.errors import LatticeUserError, install_hint
 
 SERVER_PACKAGES = ("fastapi", "uvicorn", "starlette", "anyio", "h11")
 
@@ -16,7 +16,7 @@ def serve(args: argparse.Namespace) -> int:
         if (exc.name or "").split(".")[0] in SERVER_PACKAGES:
             raise LatticeUserError(
                 f"lattice serve needs FastAPI and uvicorn ({exc.name} is missing): "
-                "pip install 'lattice-lre[server]'"
+                + install_hint("server")
             ) from exc
         raise
     return run_server(args)

@@ -16,6 +16,7 @@ text there, which such a provider takes out of the messages it sends).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -163,7 +164,11 @@ class ContractEngine:
             raise
         self._answered(request, response, env, attempt)
         state.in_class += 1
-        checked = self.checks.inspect(response.text, salvage=not self.contract.strict_output)
+        salvage = not self.contract.strict_output
+        if self.checks.uses_patterns:  # a slow pattern must not hold up the loop's other runs
+            checked = await asyncio.to_thread(self.checks.inspect, response.text, salvage=salvage)
+        else:
+            checked = self.checks.inspect(response.text, salvage=salvage)
         if checked.salvaged is not None:
             attempt["salvaged"] = checked.salvaged
             env.emit(

@@ -74,23 +74,32 @@ def ladder_from(
     return (model_class, *(("large",) if top == len(MODEL_LADDER) - 1 else ()))
 
 
+_JITTER = random.SystemRandom()
+"""The default source of retry jitter (``os.urandom``: nothing to seed, nothing shared)."""
+
+
 @dataclass(frozen=True)
 class RetrySettings:
     """``max_retries``: retries of one call in all, whatever errors caused them.
     Backoff for ``retry``: ``base * 2**n`` capped at ``cap`` plus up to ``jitter`` (a fraction);
     a Retry-After from the server is a floor, itself capped at ``max_retry_after`` so that a
-    server cannot park a run for as long as it likes."""
+    server cannot park a run for as long as it likes.
+
+    ``rng`` draws the jitter: by default the operating system's randomness, so that no two
+    processes (nor two runs, nor the copies of these settings a batch sends to its
+    workers) retry on one schedule and a burst of failures does not come back as a burst
+    of retries; a seeded ``random.Random`` gives a schedule that repeats (tests)."""
 
     max_retries: int = 3
     base: float = 1.0
     cap: float = 30.0
     jitter: float = 0.25
     max_retry_after: float = 300.0
-    rng: random.Random = field(default_factory=lambda: random.Random(0), compare=False)
+    rng: random.Random | None = field(default=None, compare=False)
 
     def delay(self, retry_number: int, retry_after: float | None) -> float:
         backoff = min(self.cap, self.base * 2.0**retry_number)
-        backoff *= 1 + self.rng.uniform(0, self.jitter)
+        backoff *= 1 + (self.rng or _JITTER).uniform(0, self.jitter)
         if retry_after is None:
             return backoff
         return max(backoff, min(float(retry_after), self.max_retry_after))

@@ -74,6 +74,20 @@ class CallState:
         """Whether the exhaustion budget allows another request."""
         return self.max_attempts_total is None or len(self.attempts) < self.max_attempts_total
 
+    def repeats_itself(self) -> bool:
+        """Whether the last attempt, which was shown what the one before it got wrong (a
+        repair or an escalation), broke the contract in exactly the same ways: another
+        repair on this class would resend what it has just answered."""
+        if len(self.attempts) < 2:
+            return False
+        last, before = self.attempts[-1], self.attempts[-2]
+        violations = last.get("violations")
+        return (
+            last.get("kind") in ("repair", "escalation")
+            and bool(violations)
+            and violations == before.get("violations")
+        )
+
     def remember(self, completion: str, violations: list[Violation]) -> None:
         if self.best is None or len(violations) <= len(self.best[1]):
             self.best = (completion, violations)
@@ -122,13 +136,16 @@ class Retry:
 
 
 class Repair:
-    """A fix-only repair packet to the same model class, while it has attempts left."""
+    """A fix-only repair packet to the same model class, while it has attempts left and
+    its last answer changed something (a model that repeats the very violations it was
+    shown is not asked again: the stack goes on to escalate, or to fail)."""
 
     def applies(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> bool:
         return (
             isinstance(exc, OutputInvalid)
             and state.in_class < state.max_attempts
             and state.attempts_left()
+            and not state.repeats_itself()
         )
 
     async def prepare(self, exc: LatticeRunError, state: CallState, env: CallEnv) -> None:

@@ -14,7 +14,9 @@ JSON value with prose (or prose and fence markers) around it is *salvaged*: the 
 through 2-4 as if it had been sent alone, and ``Checked.salvaged`` says what was taken away.
 
 jsonschema is imported when the first contract with a schema is compiled (a lazy import
-of a heavy module: about 65 ms that a free-text workflow never needs).
+of a heavy module: about 65 ms that a free-text workflow never needs). Validators come
+from ``lattice.schemas``: references stay inside the schema, patterns run with a time
+limit (a value a pattern cannot decide in time is a ``schema_error`` at its pointer).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from lattice.contracts.extract import Extracted, ExtractionError, explanatory_me
 from lattice.contracts.invariants import BoundInvariant
 from lattice.contracts.violations import SchemaProblems, Violation, schema_problems
 from lattice.errors import LatticeRunError
+from lattice.schemas import schema_errors, schema_validator, uses_patterns
 
 if TYPE_CHECKING:
-    import jsonschema
+    from jsonschema.protocols import Validator
 
 __all__ = ["Checked", "OutputValidator", "Violation"]
 
@@ -53,11 +56,11 @@ class OutputValidator:
     def __init__(self, schema: dict[str, Any] | None, invariants: Sequence[BoundInvariant]) -> None:
         self.schema = schema
         self.invariants = tuple(invariants)
-        self.schema_validator: jsonschema.Draft202012Validator | None = None
+        self.schema_validator: Validator | None = None
+        self.uses_patterns = uses_patterns(schema)
+        """Checking may run a document's regular expression (an event loop checks in a thread)."""
         if schema is not None:
-            import jsonschema
-
-            self.schema_validator = jsonschema.Draft202012Validator(schema)
+            self.schema_validator = schema_validator(schema)
 
     def check(self, text: str, *, salvage: bool = False) -> Any:
         """The artifact in ``text``, or OutputInvalid / NeedsHuman / LatticeRunError(invalid_request)."""
@@ -122,7 +125,7 @@ class OutputValidator:
     def problems(self, value: Any) -> SchemaProblems:
         """Every way ``value`` breaks the schema (document order), and the terms to look up."""
         assert self.schema_validator is not None
-        return schema_problems(self.schema_validator.iter_errors(value), self.schema)
+        return schema_problems(schema_errors(self.schema_validator, value), self.schema)
 
     def schema_violations(self, value: Any) -> list[Violation]:
         """Every way ``value`` breaks the schema, in document order."""

@@ -146,20 +146,29 @@ def pointer_of(path: Iterable[Any]) -> str:
     return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
+def _resolved(schema: Any, root: Any, depth: int = 0) -> Any:
+    """``schema`` with a local ``$ref`` (``#/...``) followed (None where it leads nowhere)."""
+    ref = schema.get("$ref") if isinstance(schema, dict) else None
+    if not isinstance(ref, str) or depth > 5:
+        return schema
+    if not ref.startswith("#"):
+        return None
+    target: Any = root
+    for part in ref[2:].split("/") if len(ref) > 1 else []:
+        target = (
+            target.get(part.replace("~1", "/").replace("~0", "~"))
+            if isinstance(target, dict)
+            else None
+        )
+    return _resolved(target, root, depth + 1)
+
+
 def _options_of(schema: Any, root: Any, depth: int = 0) -> list[str]:
     """The enum options of ``schema`` (through a local ``$ref`` and ``anyOf``/``oneOf``)."""
     if not isinstance(schema, dict) or depth > 5:
         return []
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/"):
-        target: Any = root
-        for part in ref[2:].split("/"):
-            target = (
-                target.get(part.replace("~1", "/").replace("~0", "~"))
-                if isinstance(target, dict)
-                else None
-            )
-        return _options_of(target, root, depth + 1)
+    if "$ref" in schema:
+        return _options_of(_resolved(schema, root), root, depth + 1)
     if isinstance(schema.get("enum"), list):
         return [str(v) for v in schema["enum"][:20] if isinstance(v, str | int)]
     if "const" in schema and isinstance(schema["const"], str | int):
@@ -169,6 +178,80 @@ def _options_of(schema: Any, root: Any, depth: int = 0) -> list[str]:
         for branch in schema.get(key) or []:
             options += _options_of(branch, root, depth + 1)
     return options
+
+
+@dataclass(frozen=True)
+class Discriminator:
+    """How a ``oneOf``/``anyOf`` picks its alternative: the value of one property (the
+    tag), as pydantic writes a tagged union."""
+
+    name: str
+    """The tag's property."""
+    tags: dict[str, int]
+    """Each tag and the index of the alternative it picks."""
+
+    def pick(self, value: Any) -> int | None:
+        """The alternative ``value``'s tag picks (None: it has no known tag)."""
+        tag = value.get(self.name) if isinstance(value, dict) else None
+        return self.tags.get(tag) if isinstance(tag, str) else None
+
+    def message(self, value: Any) -> str:
+        tags = ", ".join(repr(tag) for tag in self.tags)
+        if not isinstance(value, dict) or self.name not in value:
+            return f"has no {self.name!r}, the tag that picks its kind: one of {tags}"
+        return f"{self.name!r} is {short(value[self.name])}, not one of the tags {tags}"
+
+
+def discriminator_of(error: ValidationError, root: Any = None) -> Discriminator | None:
+    """The tag of a ``oneOf``/``anyOf`` error's alternatives: the schema's
+    ``discriminator.propertyName`` (its ``mapping`` or each alternative's ``const``), or
+    else a property every alternative fixes to one value (``const`` or a one-item
+    ``enum``). None when the alternatives have no such property."""
+    alternatives = error.validator_value
+    if error.validator not in ("oneOf", "anyOf") or not isinstance(alternatives, list):
+        return None
+    branches = [_resolved(branch, root) for branch in alternatives]
+    explicit = error.schema.get("discriminator") if isinstance(error.schema, dict) else None
+    named = explicit.get("propertyName") if isinstance(explicit, dict) else None
+    if isinstance(named, str):
+        tags = _tags(branches, named)
+        mapping = explicit.get("mapping") if isinstance(explicit, dict) else None
+        if isinstance(mapping, dict):
+            refs = [b.get("$ref") if isinstance(b, dict) else None for b in alternatives]
+            for tag, ref in mapping.items():
+                if isinstance(tag, str) and ref in refs:
+                    tags.setdefault(tag, refs.index(ref))
+        return Discriminator(named, tags) if tags else None
+    first = branches[0] if branches else None
+    properties = first.get("properties") if isinstance(first, dict) else None
+    for name in properties if isinstance(properties, dict) else ():
+        tags = _tags(branches, name)
+        if len(tags) == len(branches) > 1:
+            return Discriminator(name, tags)
+    return None
+
+
+def _tags(branches: list[Any], name: str) -> dict[str, int]:
+    """Each alternative's one value of property ``name``, where it fixes one."""
+    tags: dict[str, int] = {}
+    for index, branch in enumerate(branches):
+        properties = branch.get("properties") if isinstance(branch, dict) else None
+        prop = properties.get(name) if isinstance(properties, dict) else None
+        if not isinstance(prop, dict):
+            continue
+        values = [prop["const"]] if "const" in prop else prop.get("enum")
+        if isinstance(values, list) and len(values) == 1 and isinstance(values[0], str):
+            tags.setdefault(values[0], index)
+    return tags
+
+
+def branch_errors(error: ValidationError, index: int) -> list[ValidationError]:
+    """The errors of alternative ``index`` of a ``oneOf``/``anyOf`` error."""
+    return [
+        e
+        for e in error.context or ()
+        if e.relative_schema_path and e.relative_schema_path[0] == index
+    ]
 
 
 def terms_of(error: ValidationError, root: Any = None) -> list[str]:
@@ -206,9 +289,31 @@ class SchemaProblems:
     terms: list[str] = field(default_factory=list)
 
     def add(self, error: ValidationError, root: Any = None) -> None:
+        tagged = discriminator_of(error, root)
+        if tagged is not None:
+            self._add_tagged(error, tagged, root)
+            return
         pointer = pointer_of(error.absolute_path)
-        self.violations.append({"pointer": pointer, "message": message_of(error)})
-        for term in terms_of(error, root):
+        self._add(pointer, message_of(error), terms_of(error, root))
+
+    def _add_tagged(self, error: ValidationError, tagged: Discriminator, root: Any) -> None:
+        """A tagged union's value: the faults of the alternative its tag picks, each at
+        its own place; with no known tag, the tag's fault and the tags allowed."""
+        index = tagged.pick(error.instance)
+        if index is None:
+            where = list(error.absolute_path)
+            if isinstance(error.instance, dict) and tagged.name in error.instance:
+                where.append(tagged.name)
+            names = [p for p in error.absolute_path if isinstance(p, str)][-1:]
+            terms = [*names, tagged.name, *tagged.tags]
+            self._add(pointer_of(where), tagged.message(error.instance), terms)
+            return
+        for inner in sorted(branch_errors(error, index), key=lambda e: list(e.absolute_path)):
+            self.add(inner, root)
+
+    def _add(self, pointer: str, message: str, terms: Iterable[str]) -> None:
+        self.violations.append({"pointer": pointer, "message": message})
+        for term in terms:
             if term not in self.terms:
                 self.terms.append(term)
 

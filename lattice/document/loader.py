@@ -139,6 +139,18 @@ def parse_workflow(raw: Any) -> tuple[Workflow | None, list[Diagnostic]]:
         diagnostics.append(
             Diagnostic("invalid-document", "the document has no 'nodes' list", pointer=base or "/")
         )
+    links = "connections"
+    if "edges" in raw and "connections" not in raw:
+        links = "edges"  # read as connections, so that what follows is judged as if renamed
+        diagnostics.append(
+            Diagnostic(
+                "invalid-document",
+                "the document has 'edges' but no 'connections': Lattice reads the links "
+                "between nodes from 'connections' only; rename 'edges' to 'connections' "
+                '(each one {"from": node id, "to": node id, "fromPort": port})',
+                pointer=pointer_join(base, "edges"),
+            )
+        )
     envelope = {k: v for k, v in raw.items() if k not in ("nodes", "connections", "subAgentFlows")}
     try:
         workflow = Workflow.model_validate(envelope)
@@ -151,8 +163,8 @@ def parse_workflow(raw: Any) -> tuple[Workflow | None, list[Diagnostic]]:
     )
     workflow.connections = _validate_items(
         Connection,
-        raw.get("connections"),
-        pointer_join(base, "connections"),
+        raw.get(links),
+        pointer_join(base, links),
         diagnostics,
         "invalid-connection",
     )

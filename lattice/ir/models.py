@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-IR_VERSION = "2"
+IR_VERSION = "3"
 """Bumped whenever the meaning of an existing field changes."""
 
 DEFAULT_PORT = "default"
@@ -71,12 +71,10 @@ class EndOp(OpBase):
     """A value template (``$``-path or ``{{ }}`` template) selecting the run's output."""
 
 
-class LLMWriteOp(OpBase):
-    """Ask a model for one artifact under a contract and write it to ``writes``."""
+class ContractOpBase(OpBase):
+    """The fields of an op whose artifact comes from a model under a contract (LLM_WRITE,
+    AGENT): the prompt, the model, and the contract the answer is held to."""
 
-    kind: Literal["LLM_WRITE"] = "LLM_WRITE"
-    purpose: Literal["generate", "classify", "tool_arguments", "tool_selection"] = "generate"
-    """Why lowering created this op; classifiers and tool-argument ops come from other nodes."""
     prompt: str
     """User part: a text template rendered against state."""
     system: str | None = None
@@ -111,6 +109,16 @@ class LLMWriteOp(OpBase):
     """Model calls of one visit in all (None: ``max_attempts`` per class × the ladder)."""
     repair_context_chars: int | None = None
     """Cap on the input lines a repair packet quotes (None: 2,000; 0: none)."""
+    writes: str
+    """State path the validated output is written to (``$vars.<node>.result``)."""
+
+
+class LLMWriteOp(ContractOpBase):
+    """Ask a model for one artifact under a contract and write it to ``writes``."""
+
+    kind: Literal["LLM_WRITE"] = "LLM_WRITE"
+    purpose: Literal["generate", "classify", "tool_arguments", "tool_selection"] = "generate"
+    """Why lowering created this op; classifiers and tool-argument ops come from other nodes."""
     labels: list[str] | None = None
     """For classifiers: the branch labels the output's ``branch`` must be one of."""
     tool_server: str | None = None
@@ -118,8 +126,34 @@ class LLMWriteOp(OpBase):
     contract at run time (``output_schema`` is then the document's fallback description)."""
     tool_name: str | None = None
     """For tool_arguments ops: the tool whose ``inputSchema`` is the output schema."""
-    writes: str
-    """State path the validated output is written to (``$vars.<node>.result``)."""
+
+
+class AgentLimits(IRModel):
+    """The bounds of one visit of an AGENT op (each ends the loop with ``agent_limit``)."""
+
+    max_turns: int = Field(default=20, ge=1)
+    """Model turns (requests) of the loop, repairs of the final answer not counted."""
+    max_tool_calls: int = Field(default=50, ge=0)
+    """Tool calls in all."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Input plus output tokens of all turns (None: only the run's budget)."""
+    tool_timeout_s: float = Field(default=60.0, gt=0)
+    """Wall-clock limit of one tool call, in seconds."""
+
+
+class AgentOp(ContractOpBase):
+    """A bounded loop of model turn → tool calls → tool results → model turn …, ending in
+    a final answer held to the op's contract exactly like an LLM_WRITE's, written to
+    ``writes``. Which of ``tools`` the model is offered is the user's grant, never the IR's."""
+
+    kind: Literal["AGENT"] = "AGENT"
+    tools: list[str] = Field(default_factory=list)
+    """The tools the document asks for, by their Claude Code names (``Read``, ``Edit``,
+    ``Bash``, ``mcp__<server>__<tool>``), in the document's order."""
+    agent_type: str | None = None
+    """The document's ``builtInType`` (``explore``/``plan``/``general-purpose``) or the
+    node type the tools came from (``skill``, ``codex``), for people."""
+    limits: AgentLimits = Field(default_factory=AgentLimits)
 
 
 class Condition(IRModel):
@@ -283,6 +317,7 @@ Op = Annotated[
     StartOp
     | EndOp
     | LLMWriteOp
+    | AgentOp
     | SwitchOp
     | ToolCallOp
     | StateOp

@@ -15,15 +15,16 @@ from pydantic import ValidationError
 from lattice.errors import LatticeUserError
 from lattice.ir.models import (
     IR_VERSION,
+    AgentOp,
     AskOp,
     Condition,
+    ContractOpBase,
     EndOp,
     ExecIR,
     ForEachOp,
     ForkOp,
     HttpCall,
     JoinOp,
-    LLMWriteOp,
     McpCall,
     Op,
     StateOp,
@@ -42,6 +43,8 @@ from lattice.ir.templates import (
     parse_path,
     parse_template,
 )
+from lattice.patterns import pattern_problem
+from lattice.schemas import schema_problems
 
 SECRET_LANE = ("call.url", "call.headers", "call.query", "call.body", "reads[")
 """The fields of an HTTP TOOL_CALL op that may read ``$secrets`` (lowering's secret lane:
@@ -97,7 +100,7 @@ def check_ir(ir: ExecIR) -> list[str]:
     """Every problem that would stop a Runner from being built for ``ir`` or from walking
     it: another IR version, unknown entry, edge, branch, join, fork or body ops, templates,
     state paths, conditions, JMESPath expressions and JSON Schemas that do not compile,
-    and ``$secrets`` read outside an HTTP call's url, headers, query or body (where
+    a schema ``$ref`` that leads outside its schema or to nothing, and ``$secrets`` read outside an HTTP call's url, headers, query or body (where
     lowering's ``secret-outside-lane`` keeps them). Each names the op and its field.
     Lowering never emits such an IR; an IR read from a file may hold anything."""
     problems: list[str] = []
@@ -108,6 +111,11 @@ def check_ir(ir: ExecIR) -> list[str]:
         )
     if ir.entry not in ir.ops:
         problems.append(f"entry: no op {ir.entry!r}")
+    try:
+        _schema(ir.inputs_schema)()
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
+        problems.append(f"inputsSchema: {reason}")
     for op_id, op in ir.ops.items():
         if op.id != op_id:
             problems.append(f"ops[{op_id!r}]: its id is {op.id!r}")
@@ -181,13 +189,25 @@ def _template(value: Any) -> Callable[[], object]:
 
 def _schema(schema: dict[str, Any] | None) -> Callable[[], object]:
     def check() -> None:
-        if schema is not None:
-            import jsonschema  # heavy: imported when an IR's schema is first checked
+        problems = schema_problems(schema) if schema is not None else ()
+        if problems:
+            where = "".join(f"/{part}" for part in problems[0].path)
+            raise ValueError(f"{problems[0].message}" + (f" (at {where})" if where else ""))
 
-            try:
-                jsonschema.Draft202012Validator.check_schema(schema)
-            except jsonschema.SchemaError as exc:
-                raise ValueError(f"invalid JSON Schema: {exc.message}") from None
+    return check
+
+
+TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,127}$")
+"""A tool name a model can be offered (Claude Code's ``Read``, ``mcp__server__tool``)."""
+
+
+def _tool_names(names: list[str]) -> Callable[[], object]:
+    def check() -> None:
+        for index, name in enumerate(names):
+            if not TOOL_NAME.match(name):
+                raise ValueError(f"[{index}]: {name!r} is not a tool name")
+        if len(set(names)) != len(names):
+            raise ValueError("a tool is named twice")
 
     return check
 
@@ -208,10 +228,9 @@ def _condition(condition: Condition) -> Callable[[], object]:
         if op == "matches":
             if not isinstance(value, str):
                 raise ValueError("matches needs a regular expression")
-            try:
-                re.compile(value)
-            except (re.error, OverflowError) as exc:
-                raise ValueError(f"invalid regular expression: {exc}") from None
+            problem = pattern_problem(value)
+            if problem is not None:
+                raise ValueError(f"invalid regular expression: {problem}")
         elif op == "jmespath":
             if not isinstance(value, str):
                 raise ValueError("jmespath needs an expression")
@@ -232,13 +251,15 @@ def _op_checks(op: Op) -> Iterator[tuple[str, Callable[[], object]]]:
         yield f"reads[{index}]", _path(read)
     if isinstance(op, EndOp):
         yield "output", _template(op.output)
-    elif isinstance(op, LLMWriteOp):
+    elif isinstance(op, ContractOpBase):
         yield "prompt", lambda: parse_template(op.prompt)
         yield "variables", _template(op.variables)
         for index, path in enumerate(op.context):
             yield f"context[{index}]", _path(path)
         yield "writes", _path(op.writes)
         yield "outputSchema", _schema(op.output_schema)
+        if isinstance(op, AgentOp):
+            yield "tools", _tool_names(op.tools)
     elif isinstance(op, SwitchOp):
         yield "input", _path(op.input)
         for index, case in enumerate(op.cases):

@@ -167,6 +167,11 @@ class LLMRequest:
     loop that wants the final answer under native structured output asks for it in a
     request with no tools; the transcript goes as it is (OpenAI-shaped APIs take tool
     messages without tools; one that refuses them answers ``invalid_request``).
+
+    ``on_send``, when set, is called (through ``sending()``) by the provider that sends the
+    request, right before it does: after any wait for a slot (``max_concurrency``, a
+    batch's budget gate), so that a run's journal counts the requests that went out, not
+    those that waited. Not compared, not hashed either.
     """
 
     messages: tuple[Message, ...]
@@ -182,6 +187,12 @@ class LLMRequest:
     tools: tuple[ToolDef, ...] = ()
     """Tools the model may call (an agent's turn); empty for a plain call."""
     on_delta: DeltaSink | None = field(default=None, compare=False, repr=False)
+    on_send: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+
+    def sending(self) -> None:
+        """Say the request is being sent now (a provider calls this right before sending)."""
+        if self.on_send is not None:
+            self.on_send()
 
     def schema_sent_natively(self) -> LLMRequest:
         """This request as a provider that sends ``response_schema`` natively sends it: each

@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 _MAX_DEPTH = 12
+_MAX_SIZE = 1000
+"""Items of an array, characters of a string an example holds at most: a schema that asks
+for more (``"minLength": 1e30``) gets a shorter example, never a huge allocation."""
 
 
 def example_value(schema: Any, *, root: Any = None, depth: int = 0) -> Any:
@@ -46,7 +49,7 @@ def example_value(schema: Any, *, root: Any = None, depth: int = 0) -> Any:
             if isinstance(name, str)
         }
     if kind == "array":
-        count = max(int(schema.get("minItems") or 1), 1)
+        count = min(max(int(schema.get("minItems") or 1), 1), _MAX_SIZE)
         if "maxItems" in schema:
             count = min(count, int(schema["maxItems"]))
         item = example_value(schema.get("items", {}), root=root, depth=depth + 1)
@@ -71,7 +74,7 @@ def _string(schema: dict[str, Any]) -> str:
         "uuid": "00000000-0000-4000-8000-000000000000",
     }
     text = formats.get(str(schema.get("format")), "example")
-    low = int(schema.get("minLength") or 0)
+    low = min(int(schema.get("minLength") or 0), _MAX_SIZE)
     high = schema.get("maxLength")
     if len(text) < low:
         text = text + "x" * (low - len(text))

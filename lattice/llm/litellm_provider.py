@@ -1,7 +1,7 @@
 """LiteLLM adapter: one ``litellm.acompletion`` call for the hundred-odd backends LiteLLM
 speaks to (``gemini/gemini-2.5-flash``, ``bedrock/anthropic.claude-…``, ``vertex_ai/…``,
 ``mistral/…``, ``ollama/…``, ``openai/…`` at any ``api_base``), imported on first use
-(``pip install 'lattice-lre[litellm]'``).
+(``pip install -e '.[litellm]'`` in a clone of Lattice).
 
 It works like the OpenAI adapter, whose chat-completion format LiteLLM returns: structured
 output as ``response_format`` (a JSON Schema), with a plain-prompt fallback remembered
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.errors import LatticeRunError, LatticeUserError, install_hint
 from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse
 from lattice.llm.errors import map_sdk_error, provider_error, retry_after_seconds
 from lattice.llm.openai_provider import chat_body, chat_response, read_chat_stream
@@ -125,7 +125,7 @@ class LiteLLMProvider(SdkProvider):
             litellm: Any = importlib.import_module("litellm")
         except ImportError as exc:
             raise LatticeUserError(
-                "the litellm provider needs LiteLLM: pip install 'lattice-lre[litellm]'"
+                f"the litellm provider needs LiteLLM: {install_hint('litellm')}"
             ) from exc
         litellm.suppress_debug_info = True
         return litellm  # type: ignore[no-any-return]

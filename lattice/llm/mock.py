@@ -192,6 +192,7 @@ class MockProvider:
         return items[index]
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
+        request.sending()
         if self.keep_calls:
             self.calls.append(request)
         started = time.perf_counter()

@@ -27,7 +27,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.errors import LatticeRunError, LatticeUserError, install_hint
 from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse
 from lattice.llm.errors import LoopLocalClients, provider_error, without_keys
 from lattice.masking import provider_keys
@@ -74,7 +74,7 @@ class SdkProvider:
             return importlib.import_module(self.name)
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise LatticeUserError(
-                f"the {self.name} provider needs the SDK: pip install 'lattice-lre[{self.name}]'"
+                f"the {self.name} provider needs the SDK: {install_hint(self.name)}"
             ) from exc
 
     def _body(self, request: LLMRequest, model: str, *, structured: bool) -> dict[str, Any]:
@@ -106,6 +106,7 @@ class SdkProvider:
     # -- the call ---------------------------------------------------------------------------
 
     async def _call(self, body: dict[str, Any], request: LLMRequest, model: str) -> Any:
+        request.sending()
         on_delta = request.on_delta
         if on_delta is None:
             return await self._create(body)

@@ -3,13 +3,15 @@
 References are checked against the node graph (``lattice.lower.graph.DiGraph``):
 ``$vars.X`` read by node R is valid only when X can run before R (X reaches R).
 Reachability queries use the condensation's topological order to prune, so the common
-case (a reference to a nearby upstream node) costs a few steps, not a graph walk.
+case (a reference to a nearby upstream node) costs a few steps, not a graph walk. A
+variable set by many nodes is asked about as one source (``Reachability.any_of``), so
+its readers cost one query each, not one per setter.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from lattice.document.models import Node
@@ -46,11 +48,31 @@ class Reachability:
     (far away), ``prepare`` answers all of a document's queries at once, 256 sources per
     pass over the graph in topological order with one bit per source; queries it was not
     asked about fall back to caching one endpoint's descendants or ancestors.
+
+    ``groups`` names sets of nodes (the setters of a variable) to be asked about as one:
+    ``any_of(name)`` is a stand-in that reaches what any of them reaches.
     """
 
-    def __init__(self, graph: DiGraph[str]) -> None:
+    def __init__(
+        self, graph: DiGraph[str], groups: Mapping[str, Iterable[str]] | None = None
+    ) -> None:
         self.graph = graph
-        self._condensed: Condensation[str] = Condensation(graph)
+        self._any_of: dict[str, str] = {}
+        stand_ins: dict[str, dict[str, None]] = {}
+        for name, members in (groups or {}).items():
+            present = [m for m in members if m in graph]
+            if len(present) == 1:
+                self._any_of[name] = present[0]
+            elif present:
+                # a source that leads where the members lead: "can any member run before
+                # b" is one question, and its edges number at most the members' edges
+                stand_in = "\0any of " + name
+                while stand_in in graph or stand_in in stand_ins:
+                    stand_in += "'"
+                stand_ins[stand_in] = {t: None for m in present for t in graph.succ[m]}
+                self._any_of[name] = stand_in
+        succ = {**graph.succ, **stand_ins} if stand_ins else graph.succ
+        self._condensed: Condensation[str] = Condensation(succ)
         self._scc: dict[str, int] = self._condensed.component
         """Node → its component; components are numbered in topological order."""
         self._descendants: dict[int, set[int]] = {}
@@ -58,6 +80,11 @@ class Reachability:
         self._far_sources: dict[int, int] = {}
         self._far_targets: dict[int, int] = {}
         self._answers: dict[tuple[int, int], bool] = {}
+
+    def any_of(self, group: str) -> str | None:
+        """The node to ask ``reaches`` about for "can any node of ``group`` run before",
+        or None when none of its nodes is in the graph."""
+        return self._any_of.get(group)
 
     def reaches(self, source: str, target: str) -> bool:
         """True when a path of one or more edges leads from ``source`` to ``target``."""
@@ -183,14 +210,19 @@ def reachability_warnings(
     start: str | None,
     ends: list[str],
     nodes: Iterable[Node],
+    *,
+    unjudged: Collection[str] = (),
 ) -> None:
-    """Warn about nodes start cannot reach and nodes from which no end is reachable."""
+    """Warn about nodes start cannot reach and nodes from which no end is reachable.
+
+    A node in ``unjudged`` (its type unknown, its id duplicated: already reported) may
+    be an end, and is not warned about itself."""
     reachable = (
         descendants(graph, start) | {start} if start is not None and start in graph else set()
     )
     # Every node some end is reached from: one search back from all the ends at once (a
     # search per end is quadratic in a document of many ends).
-    can_finish = {end for end in ends if end in graph}
+    can_finish = {end for end in [*ends, *unjudged] if end in graph}
     waiting = list(can_finish)
     while waiting:
         for source in graph.pred[waiting.pop()]:
@@ -198,7 +230,7 @@ def reachability_warnings(
                 can_finish.add(source)
                 waiting.append(source)
     for node in nodes:
-        if node.id not in graph:
+        if node.id not in graph or node.id in unjudged:
             continue
         if start is not None and node.id not in reachable:
             ctx.warn(node, "node-unreachable", "no path from the start node reaches this node")
@@ -245,16 +277,21 @@ class ReferenceChecker:
     def __init__(
         self,
         ctx: LoweringContext,
-        reach: Reachability,
+        graph: DiGraph[str],
         lowerings: dict[str, NodeLowering],
         variables: dict[str, list[str]],
         inputs_schema: dict[str, Any] | None,
+        unjudged: Collection[str] = (),
     ) -> None:
+        """``graph``: which node can run before which; ``variables``: each variable's
+        setters; ``unjudged``: names whose node is not known for sure (its type unknown,
+        its id duplicated), already reported: references to them are not judged."""
         self.ctx = ctx
-        self.reach = reach
+        self.reach = Reachability(graph, groups=variables)
         self.lowerings = lowerings
         self.variables = variables
         self.inputs_schema = inputs_schema
+        self.unjudged = unjudged
         self.input_keys: set[str] = set()
         self.reads_all_inputs = False
         """True when something reads ``$in`` as a whole, so no key list can be inferred."""
@@ -295,12 +332,15 @@ class ReferenceChecker:
             if isinstance(ref, NameRef) or ref.root != "$vars" or not ref.keys:
                 continue
             name = str(ref.keys[0])
+            if name in self.unjudged:
+                continue
             if name in self.lowerings:
                 if self.lowerings[name].produces:
                     yield name, use.node_id
             else:
-                for setter in self.variables.get(name, ()):
-                    yield setter, use.node_id
+                setters = self.reach.any_of(name)
+                if setters is not None:
+                    yield setters, use.node_id
 
     def check(self, use: RefUse) -> None:
         ref = use.ref
@@ -360,11 +400,13 @@ class ReferenceChecker:
         if not ref.keys:
             return
         name = str(ref.keys[0])
+        if name in self.unjudged:
+            return
         if name in self.lowerings:
             self._check_node_ref(use, ref, name)
         elif name in self.variables:
-            setters = self.variables[name]
-            if not any(self.reach.reaches(s, use.node_id) for s in setters):
+            setters = self.reach.any_of(name)
+            if setters is None or not self.reach.reaches(setters, use.node_id):
                 self._error(
                     use,
                     "template-ref-not-before",

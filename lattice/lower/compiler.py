@@ -25,7 +25,7 @@ from lattice.lower.branch_nodes import (
     LegacyBranchLowerer,
     SwitchLowerer,
 )
-from lattice.lower.checks import Reachability, ReferenceChecker, reachability_warnings
+from lattice.lower.checks import ReferenceChecker, reachability_warnings
 from lattice.lower.flow_nodes import (
     DataTransformLowerer,
     EndLowerer,
@@ -122,6 +122,12 @@ class _Compiler:
         self._stand_ins: tuple[str, str] | None = None
         """The checks' graph's stand-ins for any source and any target (``_stand_in_for``)."""
         self._types: Suggester | None = None
+        self.unjudged: set[str] = set()
+        """Names whose node is not known for sure (an unknown type, an id two nodes have, an
+        id a duplicate most likely had): what reads them or connects to them is not judged
+        again, so that one mistake gets one diagnostic."""
+        self._renamed: set[str] = set()
+        """Names connections use that no node has, put down to a duplicated id."""
 
     def run(self) -> LoweringResult:
         start, ends = self._check_shape()
@@ -129,7 +135,9 @@ class _Compiler:
         self._lower_nodes()
         self._wire()
         self._wire_bodies()
-        reachability_warnings(self.ctx, self.graph, start, ends, self.workflow.nodes)
+        reachability_warnings(
+            self.ctx, self.graph, start, ends, self.workflow.nodes, unjudged=self.unjudged
+        )
         inputs_schema = self._check_references(start)
         if any(d.is_error for d in self.ctx.diagnostics) or start is None:
             return LoweringResult(None, self.ctx.diagnostics)
@@ -182,15 +190,30 @@ class _Compiler:
 
     def _check_shape(self) -> tuple[str | None, list[str]]:
         ctx, seen = self.ctx, set()
+        duplicates = []
         for node in self.workflow.nodes:
             if node.id in seen:
-                ctx.error(
-                    node, "node-duplicate-id", f"another node already has id {node.id!r}", "id"
-                )
+                duplicates.append(node)
             seen.add(node.id)
+        if duplicates:
+            hint = self._renamed_ids(len(duplicates), seen)
+            for node in duplicates:
+                ctx.error(
+                    node,
+                    "node-duplicate-id",
+                    f"another node already has id {node.id!r}{hint}",
+                    "id",
+                )
+                self.unjudged.add(node.id)
         starts = [n for n in self.workflow.nodes if n.type == "start"]
         ends = [n.id for n in self.workflow.nodes if n.type == "end"]
-        if not starts:
+        # a misspelt start or end is reported as an unknown type that suggests it
+        meant = {
+            self._meant_type(n.type)
+            for n in self.workflow.nodes
+            if self.registry.get(n.type) is None
+        }
+        if not starts and "start" not in meant:
             ctx.error(None, "start-missing", "the workflow has no start node", "nodes")
         for extra in starts[1:]:
             ctx.error(
@@ -198,17 +221,42 @@ class _Compiler:
                 "start-multiple",
                 f"a workflow has exactly one start node; {starts[0].id!r} is the first",
             )
-        if not ends:
+        if not ends and "end" not in meant:
             ctx.error(None, "end-missing", "the workflow has no end node", "nodes")
         return (starts[0].id if starts else None), ends
+
+    def _meant_type(self, node_type: str) -> str | None:
+        """The known node type ``node_type`` is most likely a misspelling of, if any."""
+        if self._types is None:
+            self._types = Suggester(self.registry.types())
+        return self._types.closest(node_type)
+
+    def _renamed_ids(self, duplicates: int, ids: set[str]) -> str:
+        """A node given the id of another most likely had its own before: connections
+        (and references) still name it. When no more names are missing than ids are
+        duplicated, they are put down to that one mistake (``_renamed``) and named in
+        its message rather than reported again. Returns the message's addition."""
+        missing: dict[str, None] = {}
+        for conn in self.workflow.connections:
+            for end in (conn.source, conn.target):
+                if end not in ids:
+                    missing[end] = None
+        if not missing or len(missing) > duplicates:
+            return ""
+        self._renamed = set(missing)
+        self.unjudged.update(missing)
+        names = [repr(name) for name in missing]
+        if len(names) == 1:
+            return f"; connections name {names[0]}, which no node has: was that this node's id?"
+        listed = ", ".join(names[:-1]) + " and " + names[-1]
+        return f"; connections name {listed}, which no node has: was one of them this node's id?"
 
     def _lower_nodes(self) -> None:
         for node in self.workflow.nodes:
             lowerer = self.registry.get(node.type)
             if lowerer is None:
-                if self._types is None:
-                    self._types = Suggester(self.registry.types())
-                hint = self._types.hint(node.type)
+                meant = self._meant_type(node.type)
+                hint = f" (did you mean {meant!r}?)" if meant else ""
                 self.ctx.error(
                     node,
                     "unknown-node-type",
@@ -218,20 +266,27 @@ class _Compiler:
                 )
                 self.lowerings[node.id] = NodeLowering(produces=())
                 self.ports[node.id] = None  # unknown: its connections are not judged again
+                self.unjudged.add(node.id)  # nor what reads its result
                 self.graph.add_node(node.id)
                 continue
-            errors = self._error_count()
+            before = len(self.ctx.diagnostics)
             self.lowerings[node.id] = lowerer.lower(node, self.ctx)
             ports = lowerer.ports(node)
             # a node whose data is in error and that has no ports then (a switch without
             # branches) cannot judge its connections: they stay edges of the graph, their
             # ports unjudged, as an unknown type's
-            self.ports[node.id] = ports if ports or self._error_count() == errors else None
+            self.ports[node.id] = ports if ports or not self._errors_since(before) else None
+            if node.id in self.unjudged:  # an id two nodes have: whose ports?
+                self.ports[node.id] = None
             if node.type != "group":
                 self.graph.add_node(node.id)
 
-    def _error_count(self) -> int:
-        return sum(1 for d in self.ctx.diagnostics if d.is_error)
+    def _errors_since(self, before: int) -> bool:
+        """Whether an error was reported after the first ``before`` diagnostics (only
+        the new ones are looked at: a scan of all would make lowering quadratic in the
+        number of errors)."""
+        diagnostics = self.ctx.diagnostics
+        return any(diagnostics[i].is_error for i in range(before, len(diagnostics)))
 
     def _wire(self) -> None:
         ctx, ops_by_id = self.ctx, {op.id: op for lw in self.lowerings.values() for op in lw.ops}
@@ -241,7 +296,9 @@ class _Compiler:
             problems = False
             for end, key in ((conn.source, "from"), (conn.target, "to")):
                 node = ctx.nodes.get(end)
-                if node is None:
+                if node is None and end in self._renamed:  # told with the duplicate id
+                    problems = True
+                elif node is None:
                     ctx.diagnostics.append(
                         Diagnostic(
                             "connection-unknown-node",
@@ -266,16 +323,7 @@ class _Compiler:
                 continue
             ports = self.ports[conn.source]
             if ports is not None and conn.port not in ports:
-                have = ", ".join(ports) if ports else "none"
-                ctx.diagnostics.append(
-                    Diagnostic(
-                        "connection-unknown-port",
-                        f"node {conn.source!r} has no output port {conn.from_port or 'default'!r} "
-                        f"(its ports: {have})",
-                        node_id=conn.source,
-                        pointer=pointer_join(where, "fromPort"),
-                    )
-                )
+                ctx.diagnostics.append(self._port_problem(conn, ports, where))
                 self.graph.add_edge(conn.source, conn.target)  # its ends are clear
                 continue
             self.graph.add_edge(conn.source, conn.target)
@@ -284,6 +332,37 @@ class _Compiler:
                 continue
             for op_id, ir_port in self.lowerings[conn.source].exits.get(conn.port, []):
                 ops_by_id[op_id].next.append(Edge(port=ir_port, to=target_entry))
+
+    def _port_problem(self, conn: Connection, ports: list[str], where: str) -> Diagnostic:
+        """``connection-unknown-port``, located at what was written: ``fromPort`` when
+        the connection has one, else ``from`` (a node with no outputs, such as an end
+        node) or the connection itself (a node whose ports all have names)."""
+        source = conn.source
+        if conn.from_port is not None:
+            message = (
+                f"node {source!r} has no output port {conn.from_port!r} "
+                f"(its ports: {', '.join(ports) if ports else 'none'})"
+            )
+            return Diagnostic(
+                "connection-unknown-port",
+                message,
+                node_id=source,
+                pointer=pointer_join(where, "fromPort"),
+            )
+        if not ports:
+            kind = self.ctx.nodes[source].type
+            message = f"node {source!r} ({kind}) has no outputs: no connection can leave it"
+            return Diagnostic(
+                "connection-unknown-port",
+                message,
+                node_id=source,
+                pointer=pointer_join(where, "from"),
+            )
+        message = (
+            f"node {source!r} has no default output: the connection needs a fromPort "
+            f"(one of {', '.join(ports)})"
+        )
+        return Diagnostic("connection-unknown-port", message, node_id=source, pointer=where)
 
     def _stand_in_for(self, conn: Connection) -> None:
         """A connection with an end that is not a node could have been meant for any
@@ -337,10 +416,11 @@ class _Compiler:
         declared = self.lowerings[start].result_schema if start in self.lowerings else None
         checker = ReferenceChecker(
             self.ctx,
-            Reachability(self.graph),
+            self.graph,
             self.lowerings,
             variables,
             declared,
+            unjudged=self.unjudged,
         )
         checker.check_all(self.ctx.ref_uses)
         if declared is not None:

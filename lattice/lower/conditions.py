@@ -30,6 +30,7 @@ from jmespath.exceptions import JMESPathError
 
 from lattice.document.limits import check_json_value
 from lattice.ir.models import Condition
+from lattice.patterns import pattern_problem
 
 _UNARY = {
     "exists": "exists",
@@ -145,12 +146,7 @@ def _parse_operand(op: str, rhs: str, text: str) -> object:
     if op == "matches":
         if not isinstance(value, str):
             raise ConditionError(f"condition {text!r} needs a regular expression in quotes")
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ConditionError(f"invalid regular expression in {text!r}: {exc}") from None
-        except (RecursionError, OverflowError):
-            raise ConditionError(
-                f"the regular expression in {_short(text)} is too complex to compile"
-            ) from None
+        problem = pattern_problem(value)
+        if problem is not None:
+            raise ConditionError(f"invalid regular expression in {_short(text)}: {problem}")
     return value

@@ -115,8 +115,10 @@ class Condensation(Generic[N]):
 
     __slots__ = ("component", "pred", "size", "succ")
 
-    def __init__(self, graph: DiGraph[N]) -> None:
-        components = list(strongly_connected_components(graph.succ))
+    def __init__(self, graph: DiGraph[N] | Mapping[N, Iterable[N]]) -> None:
+        """``graph``: a DiGraph, or a mapping of every node to its successors."""
+        succ = graph.succ if isinstance(graph, DiGraph) else graph
+        components = list(strongly_connected_components(succ))
         count = len(components)
         self.component: dict[N, int] = {}
         self.size: list[int] = []
@@ -127,7 +129,7 @@ class Condensation(Generic[N]):
         self.succ: list[set[int]] = [set() for _ in range(count)]
         self.pred: list[set[int]] = [set() for _ in range(count)]
         component = self.component
-        for source, targets in graph.succ.items():
+        for source, targets in succ.items():
             a = component[source]
             for target in targets:
                 b = component[target]

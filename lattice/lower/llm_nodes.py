@@ -1,4 +1,5 @@
-"""Lowerers of nodes that become LLM_WRITE ops: prompt, subAgent, skill, codex."""
+"""Lowerers of nodes that become LLM_WRITE ops: prompt, subAgent, skill, codex (the last
+three become AGENT ops when they ask for tools: ``lattice.lower.agent_nodes``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from lattice.contracts.invariants import invariant_names
 from lattice.contracts.policies import ACTIONS
 from lattice.document.models import SEQUENTIAL_PORT, Node
 from lattice.errors import did_you_mean
-from lattice.ir.models import FAILED_PORT, LLMWriteOp, TransformOp
+from lattice.ir.models import FAILED_PORT, AgentOp, LLMWriteOp, TransformOp
 from lattice.ir.templates import path_text
+from lattice.lower.agent_nodes import AgentAsk, agent_ask
 from lattice.lower.fields import get_dict, get_list, get_number, get_schema, get_str
 from lattice.lower.registry import LoweringContext, NodeLowering
 from lattice.prompts.builtin import TEMPLATES
@@ -213,8 +215,9 @@ def _llm_op(
     system: str | None,
     prompt_key: str | None,
     pieces: tuple[tuple[str, tuple[str | int, ...]], ...] = (),
+    agent: AgentAsk | None = None,
 ) -> NodeLowering:
-    """One LLM_WRITE. ``prompt_key`` names the data field the prompt is (read as a text
+    """One LLM_WRITE, or one AGENT when the node asks for tools (``agent``). ``prompt_key`` names the data field the prompt is (read as a text
     template, as the runtime reads it); ``pieces`` are document texts a built prompt
     embeds, each with its place, checked the same way."""
     contract = llm_contract(ctx, node)
@@ -231,17 +234,20 @@ def _llm_op(
         reads += ctx.use_template(node, value, "data", "variables", name)
     already = _read_prefixes(reads)
     context = [p for p in ctx.upstream_results(node.id) if p not in already]
-    op = LLMWriteOp(
-        id=node.id,
-        source_node=node.id,
-        name=node.title,
-        prompt=prompt,
-        system=system,
-        variables=variables,
-        context=context,
-        reads=sorted(set(reads) | set(context)),
-        writes=path_text("$vars", node.id, "result"),
+    fields: dict[str, Any] = {
+        "id": node.id,
+        "source_node": node.id,
+        "name": node.title,
+        "prompt": prompt,
+        "system": system,
+        "variables": variables,
+        "context": context,
+        "reads": sorted(set(reads) | set(context)),
+        "writes": path_text("$vars", node.id, "result"),
         **contract,
+    }
+    op: LLMWriteOp | AgentOp = (
+        LLMWriteOp(**fields) if agent is None else AgentOp(**fields, **agent.op_fields())
     )
     return NodeLowering.single(op, ports=LLM_PORTS, result_schema=contract["output_schema"])
 
@@ -261,7 +267,8 @@ class PromptLowerer:
 
 
 class SubAgentLowerer:
-    """``subAgent``: ``agentDefinition`` is the system part, ``prompt`` the task → LLM_WRITE."""
+    """``subAgent``: ``agentDefinition`` is the system part, ``prompt`` the task → LLM_WRITE,
+    or AGENT when it names ``tools`` or a ``builtInType``."""
 
     node_type: ClassVar[str] = "subAgent"
 
@@ -280,7 +287,9 @@ class SubAgentLowerer:
                 node, "missing-field", "subAgent node needs data.prompt or data.description", "data"
             )
             prompt, key = "", None
-        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key=key)
+        return _llm_op(
+            ctx, node, prompt=prompt, system=system, prompt_key=key, agent=agent_ask(ctx, node)
+        )
 
 
 SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -344,10 +353,13 @@ class SkillLowerer:
         if get_str(ctx, node, "executionMode") == "load":
             text = system if system is not None else f"Skill {name}: {description}".strip()
             return _loaded_skill(node, text)
+        agent = agent_ask(ctx, node)
         for key in ("executionPrompt", "prompt"):
             own_prompt = get_str(ctx, node, key)
             if own_prompt:
-                return _llm_op(ctx, node, prompt=own_prompt, system=system, prompt_key=key)
+                return _llm_op(
+                    ctx, node, prompt=own_prompt, system=system, prompt_key=key, agent=agent
+                )
         prompt = (
             f"Apply the skill {name!r}"
             + (f" ({description})" if description else "")
@@ -357,7 +369,9 @@ class SkillLowerer:
             (repr(name), ("data", "name")),
             (description, ("data", "description")),
         )
-        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key=None, pieces=pieces)
+        return _llm_op(
+            ctx, node, prompt=prompt, system=system, prompt_key=None, pieces=pieces, agent=agent
+        )
 
 
 def _loaded_skill(node: Node, text: str) -> NodeLowering:
@@ -375,7 +389,8 @@ def _loaded_skill(node: Node, text: str) -> NodeLowering:
 
 
 class CodexLowerer:
-    """``codex``: the node's prompt as an LLM_WRITE (the Codex agent itself is not called)."""
+    """``codex``: the node's prompt as an LLM_WRITE, or an AGENT when it names a ``sandbox``
+    (the Codex agent itself is not called)."""
 
     node_type: ClassVar[str] = "codex"
 
@@ -385,9 +400,10 @@ class CodexLowerer:
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
         generated = node.data.get("promptMode") == "ai-generated"
         prompt = get_str(ctx, node, "prompt", required=not generated) or ""
+        agent = agent_ask(ctx, node)
         if generated and not prompt.strip():
             # upstream lets the orchestrating model write the prompt: here the task is
             # the node's, and its input the results before it
             task = f"Carry out the task {node.title!r} for the input."
-            return _llm_op(ctx, node, prompt=task, system=None, prompt_key=None)
-        return _llm_op(ctx, node, prompt=prompt, system=None, prompt_key="prompt")
+            return _llm_op(ctx, node, prompt=task, system=None, prompt_key=None, agent=agent)
+        return _llm_op(ctx, node, prompt=prompt, system=None, prompt_key="prompt", agent=agent)

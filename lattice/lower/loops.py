@@ -10,7 +10,7 @@ says so: a warning (``loop-exit-by-model``) naming the limits that stop it other
 
 from __future__ import annotations
 
-from lattice.ir.models import ForEachOp, ForkOp, LLMWriteOp, Op, SwitchOp
+from lattice.ir.models import ContractOpBase, ForEachOp, ForkOp, Op, SwitchOp
 from lattice.lower.graph import DiGraph, strongly_connected_components
 from lattice.lower.registry import LoweringContext
 
@@ -27,7 +27,7 @@ def loop_diagnostics(ops: dict[str, Op], ctx: LoweringContext) -> None:
             if target in ops:
                 graph.add_edge(op_id, target)
     model_results = {
-        f"$vars.{op.source_node}." for op in ops.values() if isinstance(op, LLMWriteOp)
+        f"$vars.{op.source_node}." for op in ops.values() if isinstance(op, ContractOpBase)
     }
     order = {op_id: i for i, op_id in enumerate(ops)}
     for component in strongly_connected_components(graph.succ):

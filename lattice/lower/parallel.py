@@ -354,26 +354,20 @@ def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContex
                 yield from writers[op.variable]
 
     order = search.order
+    shared: dict[str, tuple[ForkOp, list[str]]] = {}  # node → the first fork, its branches
     for original in forks:
         fork = ops[original.id]
         assert isinstance(fork, ForkOp)
         regions = search.branches(fork.branches, stop=fork.join, exclude=None, extra=setting)
-        reached: dict[str, str] = {}  # op → the first branch that reaches it
+        reaching: dict[str, list[str]] = {}  # node → the branches that reach it, in order
         variables: dict[str, tuple[str, str]] = {}  # variable → (branch, node)
         for branch, region in zip(fork.branches, regions, strict=True):
             for op_id in sorted(region, key=order.__getitem__):
                 op = ops[op_id]
-                other = reached.setdefault(op_id, branch)
-                if other != branch and not isinstance(op, JoinOp | ForkOp):
-                    ctx.error(
-                        ctx.nodes.get(op.source_node),
-                        "parallel-shared-node",
-                        f"node {op.source_node!r} is reached by two parallel branches "
-                        f"(from {_node(ops, other)!r} and {_node(ops, branch)!r}) before "
-                        f"they meet: {_fan_out(ops, fork)}; it would run once per branch: "
-                        "remove a connection added by mistake, connect the branches to it "
-                        "after they meet, or give each branch its own node",
-                    )
+                if not isinstance(op, JoinOp | ForkOp):
+                    branches = reaching.setdefault(op.source_node, [])
+                    if branch not in branches:
+                        branches.append(branch)
                 if isinstance(op, StateOp) and op.operation != "get":
                     owner = variables.setdefault(op.variable, (branch, op.source_node))
                     if owner[0] != branch:
@@ -387,6 +381,28 @@ def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContex
                             "data",
                             "name",
                         )
+        for node_id, branches in reaching.items():
+            if len(branches) > 1:
+                shared.setdefault(node_id, (fork, branches))
+    # one error per node, however many branches (and forks) reach it, in document order
+    position = {node_id: index for index, node_id in enumerate(ctx.nodes)}
+    for node_id in sorted(shared, key=lambda n: position.get(n, len(position))):
+        fork, branches = shared[node_id]
+        ctx.error(
+            ctx.nodes.get(node_id),
+            "parallel-shared-node",
+            f"node {node_id!r} is reached by {len(branches)} parallel branches (from "
+            f"{_names(_node(ops, b) for b in branches)}) before they meet: "
+            f"{_fan_out(ops, fork)}; it would run once per branch: remove a connection "
+            "added by mistake, connect the branches to it after they meet, or give each "
+            "branch its own node",
+        )
+
+
+def _names(names: Iterable[str]) -> str:
+    """``'a'``, ``'a' and 'b'``, ``'a', 'b' and 'c'``."""
+    quoted = [repr(name) for name in names]
+    return ", ".join(quoted[:-1]) + " and " + quoted[-1] if len(quoted) > 1 else "".join(quoted)
 
 
 def _node(ops: dict[str, Op], op_id: str) -> str:

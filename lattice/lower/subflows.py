@@ -101,6 +101,18 @@ def _prepare(flow: SubAgentFlow, pointer: str) -> _Flow:
     return _Flow(flow, pointer, pattern, len(flow.nodes) + len(flow.connections), data)
 
 
+def _with_call_tools(call: Node, inner: Node, data: dict[str, Any]) -> dict[str, Any]:
+    """An inner ``subAgent`` that names no tools of its own (no ``tools``, no
+    ``builtInType``) gets the calling node's ``tools``: the flow runs as an agent with
+    them (docs/agents.md); the user's grant still decides what it gets."""
+    tools = call.data.get("tools")
+    if inner.type != "subAgent" or tools in (None, "", []):
+        return data
+    if data.get("tools") not in (None, "", []) or data.get("builtInType") is not None:
+        return data
+    return {**data, "tools": tools}
+
+
 def _expand_one(
     call: Node, prepared: _Flow, pointers: dict[str, str]
 ) -> tuple[list[Node], list[Connection], list[str], list[tuple[str, str]]]:
@@ -118,6 +130,7 @@ def _expand_one(
         named = "model" in data or "modelClass" in data
         if model in FLOW_MODELS and inner.type in MODEL_TAKERS and not named:
             data = {**data, "model": model}
+        data = _with_call_tools(call, inner, data)
         nodes.append(inner.model_copy(update={"id": prefix + inner.id, "data": data}))
         pointers[prefix + inner.id] = pointer_join(prepared.pointer, "nodes", index)
     edges: list[Connection] = []

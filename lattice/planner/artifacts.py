@@ -26,10 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text
+from lattice.schemas import schema_errors, schema_validator
 
 STATUSES = ("draft", "approved", "locked")
 STATUS_RANK = {status: rank for rank, status in enumerate(STATUSES)}
@@ -61,8 +60,8 @@ def load_schema(artifact_type: str) -> dict[str, Any]:
 
 def schema_problems(artifact_type: str, content: Any) -> list[str]:
     """Every way ``content`` breaks its type's schema, as ``<pointer>: <message>``."""
-    validator = jsonschema.Draft202012Validator(load_schema(artifact_type))
-    errors = sorted(validator.iter_errors(content), key=lambda e: list(e.absolute_path))
+    validator = schema_validator(load_schema(artifact_type))
+    errors = sorted(schema_errors(validator, content), key=lambda e: list(e.absolute_path))
     return ["/" + "/".join(str(p) for p in e.absolute_path) + ": " + e.message for e in errors]
 
 

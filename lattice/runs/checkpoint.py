@@ -131,15 +131,3 @@ def status_of(checkpoint: dict[str, Any] | None) -> str:
     if status in STOPPED:
         return str(status)
     return "running" if owner_alive(checkpoint) else "interrupted"
-
-
-def refuse_if_running(folder: Path, checkpoint: dict[str, Any]) -> None:
-    """A run that another live process is still running cannot be resumed (this process
-    may resume its own runs: it knows they stopped)."""
-    if checkpoint.get("status") == "running" and owner_alive(checkpoint):
-        who = checkpoint.get("owner") or {}
-        if who.get("pid") != os.getpid() or who.get("host") != socket.gethostname():
-            raise LatticeUserError(
-                f"run {folder.name} is still running (process {who.get('pid')} on "
-                f"{who.get('host')}); wait for it or stop it before resuming"
-            )

@@ -12,16 +12,23 @@ Line kinds::
      "last_result", "usage"?, "answers"?, "output"?}
     {"kind": "op_failed", "op_seq", "op_id", "usage", "provider_state"?}   an op that
                                                     failed or halted
-    {"kind": "request", "op_id", "prompt_hash"}     a request sent to a model (before
-                                                    it is: a request whose answer never
+    {"kind": "request", "op_id", "prompt_hash"}     a request sent to a model (as it
+                                                    goes out, once it holds its provider
+                                                    slot: a request whose answer never
                                                     came counts toward the call budget)
     {"kind": "request_unsent", "op_id", "prompt_hash"}  the request before it was
-                                                    refused without being sent (a
-                                                    batch's budget gate): not counted
+                                                    refused without being sent: not
+                                                    counted (written by earlier versions,
+                                                    which journaled requests before their
+                                                    slot)
     {"kind": "answer", "op_seq", "op_id", "prompt_hash", "model_class", "text", "model",
      "input_tokens", "output_tokens", "finish_reason", "latency_ms", "provider_state"?,
      "tool_calls"?}                                 an answer; ``tool_calls`` when the
                                                     model called tools (an agent's turn)
+    {"kind": "tool_call", "op_id", "key", "tool", "file"?}   an agent's tool call, before
+                                                    it runs (``file``: a write's target
+                                                    as it was: path, digest, text)
+    {"kind": "tool_result", "op_id", "key", "text", "is_error", "changes"?}  its result
 
 Lines of an op that ran in a branch of a fork (or an item of a for-each) carry its
 ``branch`` (``0005.2``); their ``op_seq`` counts within the branch, and their changes
@@ -111,8 +118,8 @@ class JournalState:
     last_op_seq: int = 0
     """The highest op sequence number the main walk used (committed or failed)."""
     pending: dict[str | None, list[dict[str, Any]]] = field(default_factory=dict)
-    """Model answers received after the last committed op of each branch (None: the main
-    walk): what its op in flight had already paid for."""
+    """Model answers and agent tool lines recorded after the last committed op of each
+    branch (None: the main walk): what its op in flight had already paid for or done."""
     provider_state: Any = None
     """The provider's state after the last answer (or failed op) that recorded one."""
     committed_provider_state: Any = None
@@ -166,6 +173,8 @@ def read_journal(folder: Path) -> JournalState | None:
             state.received.append(line)
             if "provider_state" in line:
                 state.provider_state = line["provider_state"]
+        elif kind in ("tool_call", "tool_result"):
+            state.pending.setdefault(branch, []).append(line)
         elif kind == "op_failed":
             state.pending[branch] = []
             state.usage = line.get("usage", state.usage)

@@ -30,6 +30,7 @@ from typing import IO, Any, Literal, Protocol
 from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text, write_replacing
 from lattice.runs.journal import JOURNAL, drop_torn_tail, open_append, read_lines
+from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -188,8 +189,10 @@ def _line(data: Any) -> str:
 
 
 class FolderRecorder:
-    """Writes one run's folder. Reopening an existing run's folder (resume) cuts a line
-    torn by a crash off its events and journal, then appends to them."""
+    """Writes one run's folder, owning it (``lattice.runs.ownership``) from its creation
+    until ``close``. Reopening an existing run's folder (resume) takes it over (or uses
+    the ``ownership`` already taken), cuts a line torn by a crash off its events and
+    journal, then appends to them."""
 
     def __init__(
         self,
@@ -198,6 +201,7 @@ class FolderRecorder:
         redact: Redactor | None = None,
         resume: bool = False,
         durability: Durability = "fsync",
+        ownership: Ownership | None = None,
     ) -> None:
         self.run_dir: Path | None = run_dir
         self.takes_events = True
@@ -206,22 +210,28 @@ class FolderRecorder:
         self._redact = redact or (lambda text: text)
         self.torn: list[str] = []
         """Files whose torn last line was dropped when the folder was reopened."""
-        try:
-            if not resume:
+        if not resume:
+            try:
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    run_dir.mkdir()  # a new run never writes into an existing run's folder
-                except FileExistsError:
-                    raise RunFolderExists(
-                        f"run folder {run_dir} already exists; choose another run id"
-                    ) from None
-            else:
+                run_dir.mkdir()  # a new run never writes into an existing run's folder
+            except FileExistsError:
+                raise RunFolderExists(
+                    f"run folder {run_dir} already exists; choose another run id"
+                ) from None
+            except OSError as exc:
+                raise LatticeUserError(
+                    f"cannot create run folder {run_dir}: {exc.strerror}"
+                ) from exc
+        self.ownership = ownership if ownership is not None else claim(run_dir)
+        try:
+            if resume:
                 self.torn = [
                     name for name in ("events.jsonl", JOURNAL) if drop_torn_tail(run_dir / name)
                 ]
             (run_dir / "ops").mkdir(exist_ok=True)
             self._journal: IO[str] = open_append(run_dir / JOURNAL)
         except OSError as exc:
+            self.ownership.release()
             raise LatticeUserError(f"cannot create run folder {run_dir}: {exc.strerror}") from exc
         self._events: IO[str] | None = None
         self._unsynced = False
@@ -328,10 +338,13 @@ class FolderRecorder:
         if self._events is not None:
             self._events.close()
             self._events = None
-        if not self._journal.closed:
-            if self._unsynced and self.durability == "fsync":
-                os.fdatasync(self._journal.fileno())
-            self._journal.close()
+        try:
+            if not self._journal.closed:
+                if self._unsynced and self.durability == "fsync":
+                    os.fdatasync(self._journal.fileno())
+                self._journal.close()
+        finally:
+            self.ownership.release()
 
 
 def _close_all(fds: list[int]) -> None:
@@ -366,8 +379,19 @@ class RunStore:
             durability=self.durability,
         )
 
-    def reopen(self, run_dir: Path, *, redact: Redactor | None = None) -> FolderRecorder:
-        """A recorder that continues the run folder ``run_dir`` (resume), wherever it is."""
+    def reopen(
+        self,
+        run_dir: Path,
+        *,
+        redact: Redactor | None = None,
+        ownership: Ownership | None = None,
+    ) -> FolderRecorder:
+        """A recorder that continues the run folder ``run_dir`` (resume), wherever it is,
+        holding ``ownership`` of it (taken here when not given)."""
         return FolderRecorder(
-            run_dir, redact=redact or self.redact, resume=True, durability=self.durability
+            run_dir,
+            redact=redact or self.redact,
+            resume=True,
+            durability=self.durability,
+            ownership=ownership,
         )

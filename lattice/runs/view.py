@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,51 @@ def list_runs(root: Path) -> str:
     return ("\n".join(rows) + "\n") if rows else f"no runs under {root}\n"
 
 
+def count_calls(calls: int, requests: int) -> str:
+    """``N model call(s)``, with the requests sent when some went unanswered: a call is
+    an answered request, as in the run's usage and ``lattice run``'s summary."""
+    text = f"{calls} model call{'' if calls == 1 else 's'}"
+    if requests > calls:
+        text += f" ({requests} request{'' if requests == 1 else 's'})"
+    return text
+
+
+def _calls(attempts: list[dict[str, Any]]) -> str:
+    """An op's model calls, counted as its run's usage counts them."""
+    sent = [a for a in attempts if "prompt_hash" in a]
+    if not sent:
+        return ""
+    return "  " + count_calls(sum(1 for a in sent if "model" in a), len(sent))
+
+
+_SEGMENT_STARTS = ("run_started", "run_resumed")
+
+
+def _duration(events: Path) -> float | None:
+    """Seconds the run ran: from each start or resume to the last event before the next,
+    added up (the pause of a halted run until its resume is not counted)."""
+    total = 0.0
+    first = last = None
+    try:
+        with events.open("rb") as lines:
+            for line in lines:
+                try:
+                    event = json.loads(line)
+                    stamp = datetime.fromisoformat(event["ts"].replace("Z", "+00:00"))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue
+                if first is None or event.get("type") in _SEGMENT_STARTS:
+                    if first is not None and last is not None:
+                        total += (last - first).total_seconds()
+                    first = stamp
+                last = stamp
+    except OSError:
+        return None
+    if first is None or last is None:
+        return None
+    return max(0.0, total + (last - first).total_seconds())
+
+
 def show_run(folder: Path) -> str:
     """Ops in order with ports (branch choices), durations and model calls, then the outcome."""
     if not (folder / "events.jsonl").is_file():
@@ -45,11 +91,16 @@ def show_run(folder: Path) -> str:
     result = _load(folder / "result.json") or {}
     checkpoint = _load(folder / "checkpoint.json")
     status = status_of(checkpoint) if checkpoint is not None else result.get("status", "?")
-    lines = [f"run {folder.name}: {status} ({result.get('workflow', '?')})"]
+    took = _duration(folder / "events.jsonl")
+    took_text = f" in {took:.2f}s" if took is not None else ""
+    lines = [f"run {folder.name}: {status}{took_text} ({result.get('workflow', '?')})"]
     for record_path in sorted((folder / "ops").glob("*.json")):
         record = _load(record_path) or {}
-        attempts = record.get("attempts") or []
-        calls = f"  {len(attempts)} call(s)" if attempts else ""
+        calls = _calls(record.get("attempts") or [])
+        transcript = record.get("transcript")
+        if isinstance(transcript, dict):  # an agent: its turns (requests) and tool calls
+            turns = len(transcript.get("turns") or [])
+            calls = f"  {turns} turn(s), {transcript.get('tool_calls', 0)} tool call(s)"
         port = record.get("port")
         branch = f"  → {port}" if port not in (None, "", "default") else ""
         error = record.get("error")
@@ -67,9 +118,19 @@ def show_run(folder: Path) -> str:
         )
     usage = result.get("usage") or {}
     lines.append(
-        f"usage: {usage.get('calls', 0)} calls, {usage.get('input_tokens', 0)} input + "
-        f"{usage.get('output_tokens', 0)} output tokens"
+        f"usage: {count_calls(usage.get('calls', 0), usage.get('requests', 0))}, "
+        f"{usage.get('input_tokens', 0)} input + {usage.get('output_tokens', 0)} output tokens"
     )
+    changes = result.get("changes") or []
+    if changes:
+        verb = "changed" if all(c.get("applied", True) for c in changes) else "changed (or patched)"
+        lines.append(f"files agents {verb}:")
+        for change in changes:
+            state = "" if change.get("applied", True) else "  (patch only, not applied)"
+            lines.append(
+                f"  {change.get('path')}  by {change.get('op')}  diff: {change.get('diff_file')}"
+                f"{state}"
+            )
     failure = result.get("failure")
     if failure:
         lines.append(

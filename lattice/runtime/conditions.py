@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jmespath
 import jmespath.visitor
+from jmespath.exceptions import JMESPathError
 
+from lattice.errors import LatticeRunError
 from lattice.ir.models import Condition
+from lattice.patterns import PatternTimeout, compile_pattern, search
+
+if TYPE_CHECKING:
+    import regex
 
 Test = Callable[[Any], bool]
 
@@ -64,6 +69,25 @@ def _contains(needle: Any) -> Test:
     return test
 
 
+def _matches(pattern: regex.Pattern[str]) -> Test:
+    """A ``matches`` test: a search of at most ``MATCH_SECONDS``; a pattern that cannot
+    decide in time fails the op (``pattern_timeout``) rather than stall the run."""
+
+    def test(value: Any) -> bool:
+        if not isinstance(value, str):
+            return False
+        try:
+            return search(pattern, value) is not None
+        except PatternTimeout as exc:
+            raise LatticeRunError(
+                f"a 'matches' condition: {exc}",
+                error_type="pattern_timeout",
+                details={"pattern": pattern.pattern, "text_chars": len(value)},
+            ) from None
+
+    return test
+
+
 def _empty(value: Any) -> bool:
     return value is None or value == "" or value == [] or value == {}
 
@@ -87,8 +111,7 @@ def compile_condition(condition: Condition) -> Test:
         contains = _contains(right)
         return lambda v: not contains(v)
     if op == "matches":
-        pattern = re.compile(right)
-        return lambda v: isinstance(v, str) and pattern.search(v) is not None
+        return _matches(compile_pattern(right))
     if op == "exists":
         return lambda v: v is not None
     if op == "not_exists":
@@ -97,8 +120,24 @@ def compile_condition(condition: Condition) -> Test:
         return _empty
     if op == "not_empty":
         return lambda v: not _empty(v)
-    search = compile_jmespath(right)
-    return lambda v: _truthy(search(v))
+    return _jmespath_test(right)
+
+
+def _jmespath_test(expression: str) -> Test:
+    """A ``jmespath:`` test; an expression that fails on the value (``length(@)`` of
+    null) fails the op as ``condition_error``, naming the expression."""
+    search = compile_jmespath(expression)
+
+    def test(value: Any) -> bool:
+        try:
+            return _truthy(search(value))
+        except JMESPathError as exc:
+            raise LatticeRunError(
+                f"condition 'jmespath: {expression}' failed on the value: {exc}",
+                error_type="condition_error",
+            ) from None
+
+    return test
 
 
 def _truthy(value: Any) -> bool:

@@ -132,6 +132,8 @@ class RunContext:
         was op 5), None for the run's main walk."""
         self.cancelled = False
         """Set when a sibling branch failed: this branch stops at its next op boundary."""
+        self.changes: list[dict[str, Any]] = []
+        """The file changes of the agent ops this run completed (its main context's list)."""
         self.commit_here = False
         """The main walk forces the journal to disk on the loop's thread: the loop is the
         run's own (``Runner.run``) and waits for nothing else meanwhile."""

@@ -3,6 +3,7 @@ conditions compiled there) and then run many times against a RunContext."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from jmespath.exceptions import JMESPathError
 
 from lattice.errors import LatticeRunError
 from lattice.ir.models import (
+    AgentOp,
     AskOp,
     EndOp,
     ForEachOp,
@@ -28,6 +30,7 @@ from lattice.ir.models import (
     TransformOp,
 )
 from lattice.ir.templates import ValueTemplate, parse_path
+from lattice.runtime.agent_op import AgentExecutor
 from lattice.runtime.conditions import compile_condition, compile_jmespath
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
@@ -84,6 +87,9 @@ class SwitchExecutor(Executor):
         self.op = op
         self.input = parse_path(op.input) if op.input else None
         self.cases = [(case.port, compile_condition(case.test), case.source) for case in op.cases]
+        self.slow = any(case.test.op == "matches" for case in op.cases)
+        """A case runs a document's regular expression: cases are tried in a worker thread,
+        so that a slow pattern never holds up the loop's other runs."""
 
     async def run(self, ctx: RunContext) -> Outcome:
         if self.input is not None:
@@ -94,10 +100,11 @@ class SwitchExecutor(Executor):
             value = ctx.state.read(source)
         else:
             source, value = "(nothing yet)", None
-        for port, test, condition in self.cases:
-            if test(value):
-                ctx.emit("branch_taken", {"port": port, "condition": condition, "input": source})
-                return Outcome(port=port, output=value)
+        taken = await asyncio.to_thread(self._first, value) if self.slow else self._first(value)
+        if taken is not None:
+            port, condition = taken
+            ctx.emit("branch_taken", {"port": port, "condition": condition, "input": source})
+            return Outcome(port=port, output=value)
         if self.op.default_port is not None:
             ctx.emit(
                 "branch_taken",
@@ -110,6 +117,13 @@ class SwitchExecutor(Executor):
             error_type="no_matching_branch",
             details={"input": source, "value": value, "conditions": [c for _, _, c in self.cases]},
         )
+
+    def _first(self, value: Any) -> tuple[str, str] | None:
+        """The port and condition of the first case that holds for ``value``."""
+        for port, test, condition in self.cases:
+            if test(value):
+                return port, condition
+        return None
 
 
 def _excerpt(value: Any, limit: int = 200) -> str:
@@ -201,7 +215,7 @@ class AskExecutor(Executor):
         answer = take_answer(ctx.answers, op)
         question = self.question.render(ctx.state.resolve)
         if answer is None and ctx.ask_human is not None:
-            answer = ctx.ask_human(op)
+            answer = ctx.ask_human(op.model_copy(update={"question": question}))
             if inspect.isawaitable(answer):
                 answer = await answer
         if answer is None:
@@ -362,6 +376,8 @@ def build_executor(op: Op, settings: RuntimeSettings) -> Executor | None:
     None for FORK and FOR_EACH, which the walk runs itself."""
     if isinstance(op, ForkOp | ForEachOp):
         return None
+    if isinstance(op, AgentOp):
+        return AgentExecutor(op, settings)  # type: ignore[return-value]
     if isinstance(op, LLMWriteOp):
         return LLMWriteExecutor(op, settings)  # type: ignore[return-value]
     if isinstance(op, ToolCallOp):

@@ -1,11 +1,16 @@
 """The provider of a run that has a folder: every request goes to the run's journal as
 it is sent and every model answer as it arrives, and a resumed run gets the answers its
-op in flight had already paid for from the journal instead of asking the model again."""
+op in flight had already paid for from the journal instead of asking the model again.
+
+It is the run's tool journal too (``lattice.agents.loop.ToolJournal``): an agent op's
+tool calls are journaled before they run and their results as they come back, and a
+resumed run's op in flight finds them here."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from lattice.llm.base import (
@@ -38,7 +43,13 @@ class JournaledProvider:
         self._recorder = recorder
         self._checkpointed = isinstance(inner, CheckpointedProvider)
         self._replay: dict[tuple[str | None, str], deque[dict[str, Any]]] = {}
+        self._tools: dict[tuple[str | None, str], dict[str, Any]] = {}
         for line in recorded:
+            if line.get("kind") in ("tool_call", "tool_result"):
+                tool_key = (line.get("op_id"), str(line.get("key")))
+                if self._tools.get(tool_key, {}).get("kind") != "tool_result":
+                    self._tools[tool_key] = line
+                continue
             key = (line.get("op_id"), str(line.get("prompt_hash")))
             self._replay.setdefault(key, deque()).append(line)
 
@@ -65,15 +76,27 @@ class JournaledProvider:
                     finish_reason=line.get("finish_reason"),
                     tool_calls=tool_calls_from_json(line.get("tool_calls")),
                 )
-        sent = {"op_id": request.op_id, "prompt_hash": prompt_hash}
-        self._journal({"kind": "request", **sent})
+        journaled = False
+
+        def sending() -> None:
+            nonlocal journaled
+            if not journaled:
+                journaled = True
+                self._journal(
+                    {"kind": "request", "op_id": request.op_id, "prompt_hash": prompt_hash}
+                )
+
+        # Journaled when the provider sends it, after any wait for a slot: a request that
+        # waited and was never sent (refused by a batch's budget gate, or the process
+        # killed meanwhile) does not count toward the run's budget when it resumes.
         try:
-            response = await self.inner.complete(request)
+            response = await self.inner.complete(replace(request, on_send=sending))
         except Interrupted:
-            # Refused before it was sent (a batch's budget gate): the run stops, and the
-            # request it never sent does not count toward its budget when it resumes.
-            self._journal({"kind": "request_unsent", **sent})
+            raise  # refused before it was sent (a batch's budget gate): not counted
+        except Exception:
+            sending()  # a provider that does not say when it sends: it may have sent
             raise
+        sending()  # a provider that does not say when it sends: it answered, so it sent
         line = {
             "kind": "answer",
             "op_id": request.op_id,
@@ -92,6 +115,13 @@ class JournaledProvider:
             line["provider_state"] = provider_checkpoint(self.inner)
         self._journal(line)
         return response
+
+    def recorded_tool(self, op_id: str | None, key: str) -> dict[str, Any] | None:
+        """The journal's line of tool call ``key`` of ``op_id``: its result, else its start."""
+        return self._tools.get((op_id, key))
+
+    def journal_tool(self, line: dict[str, Any]) -> None:
+        self._journal(dict(line))
 
     def _journal(self, line: dict[str, Any]) -> None:
         if self.branch is not None:

@@ -13,13 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from lattice.contracts.calls import Sampling
+from lattice.contracts.calls import CallEnv, Sampling
 from lattice.contracts.engine import Contract, ContractEngine
 from lattice.contracts.invariants import bind_invariants
 from lattice.contracts.packets import REPAIR_CONTEXT_CHARS
 from lattice.contracts.policies import ladder_from
 from lattice.errors import LatticeRunError
-from lattice.ir.models import LLMWriteOp
+from lattice.ir.models import ContractOpBase, LLMWriteOp
 from lattice.ir.templates import ValueTemplate, parse_path, parse_template, to_text
 from lattice.llm.base import Message
 from lattice.prompts.builtin import TEMPLATES
@@ -40,8 +40,8 @@ def _context_label(path: str) -> str:
     return path
 
 
-def contract_for(op: LLMWriteOp, settings: RuntimeSettings) -> Contract:
-    """The Contract of an LLM_WRITE op under ``settings``."""
+def contract_for(op: ContractOpBase, settings: RuntimeSettings) -> Contract:
+    """The Contract of an LLM_WRITE or AGENT op under ``settings``."""
     escalate = op.escalate
     max_class = escalate.get("maxClass") if isinstance(escalate, dict) else None
     enabled = escalate is not False and not (
@@ -61,7 +61,7 @@ def contract_for(op: LLMWriteOp, settings: RuntimeSettings) -> Contract:
     )
 
 
-def template_for(op: LLMWriteOp) -> PromptTemplate | None:
+def template_for(op: ContractOpBase) -> PromptTemplate | None:
     if op.template:
         return TEMPLATES.get(op.template)
     if op.output_schema is not None:
@@ -110,7 +110,7 @@ def compose_messages(
 class LLMWriteExecutor:
     """Compiled once per op: templates, variables, context paths, validator and invariants."""
 
-    def __init__(self, op: LLMWriteOp, settings: RuntimeSettings | None = None) -> None:
+    def __init__(self, op: ContractOpBase, settings: RuntimeSettings | None = None) -> None:
         self.op = op
         self.settings = settings or RuntimeSettings()
         self.prompt = parse_template(op.prompt)
@@ -155,12 +155,21 @@ class LLMWriteExecutor:
     async def run(self, ctx: RunContext) -> Outcome:
         op = self.op
         engine, tools = self.engine, ""
-        if op.tool_server is not None:
+        if isinstance(op, LLMWriteOp) and op.tool_server is not None:
             engine, tools = await self._tool_engine(ctx)
+        value, attempts = await self.call(ctx, engine, self.render(ctx, engine, tools), ctx.llm)
+        ctx.write_result(op.writes, value)
+        return Outcome(output=value, record={"attempts": attempts})
+
+    async def call(
+        self, ctx: RunContext, engine: ContractEngine, messages: tuple[Message, ...], env: CallEnv
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """Run the contract call; a ``halt`` recovery becomes a HaltRun."""
+        op = self.op
         try:
-            value, attempts = await engine.run(
-                self.render(ctx, engine, tools),
-                ctx.llm,
+            return await engine.run(
+                messages,
+                env,
                 sampling=self.sampling,
                 model=op.model,
                 node_id=op.source_node,
@@ -175,13 +184,12 @@ class LLMWriteExecutor:
                     f"lattice resume RUN_DIR --answer {op.source_node}=<the missing information>",
                 ) from exc
             raise
-        ctx.write_result(op.writes, value)
-        return Outcome(output=value, record={"attempts": attempts})
 
     async def _tool_engine(self, ctx: RunContext) -> tuple[ContractEngine, str]:
         """The contract engine for the server's current tool schemas (compiled once per
         schema); an open one when the mock script answers the tool call (no server)."""
         op = self.op
+        assert isinstance(op, LLMWriteOp)
         if scripted_tool(ctx, op.source_node, op.tool_server, op.tool_name) is not None:
             schema, tools = offline_contract(op.purpose), ""
         else:

@@ -26,6 +26,10 @@ class RunResult:
     failure: FailureReport | None = None
     events: EventsField = field(default=EventsField(), repr=False)
     """The run's events (docs/runs.md), in order."""
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    """The files agent ops changed (or, patch-only, would have changed), in order: each
+    with its op, path, digests, whether it was applied and its diff's file in the run
+    folder (``changes/<op>-<n>.diff``)."""
 
     @property
     def vars(self) -> dict[str, Any]:
@@ -41,4 +45,5 @@ class RunResult:
             "vars": self.vars,
             "usage": self.usage.to_json(),
             "failure": self.failure.to_json() if self.failure else None,
+            **({"changes": self.changes} if self.changes else {}),
         }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.errors import InputError, LatticeRunError, LatticeUserError
-from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
+from lattice.ir.models import AgentOp, AskOp, ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
 from lattice.llm.base import (
@@ -39,11 +40,11 @@ from lattice.runs.checkpoint import (
     file_digests,
     owner,
     read_checkpoint,
-    refuse_if_running,
     status_of,
 )
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState, read_journal
+from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import (
     RunFolderExists,
@@ -53,6 +54,7 @@ from lattice.runs.store import (
     new_run_id,
     refuse_secrets_in,
 )
+from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -85,11 +87,13 @@ from lattice.runtime.walk import (
     run_failure,
     stopped_line,
 )
+from lattice.schemas import schema_errors, schema_validator
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import ToolSessions
 
 if TYPE_CHECKING:
-    import jsonschema
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,8 @@ class Runner:
     ``provider``: the LLMProvider (default: DisabledProvider, which fails clearly).
     ``store``: a RunStore (default ``RunStore("runs")``; ``RunStore(None)`` keeps runs in memory).
     ``answers``: answers to ASK nodes by node id (label, index or text).
-    ``ask_human``: called for an ASK without an answer; return None to halt.
+    ``ask_human``: called for an ASK without an answer (the op, its question rendered);
+    return None to halt.
     ``workflow``: the source document, copied into the run folder when given.
     ``settings``: model map, attempts, recovery policies, retries, budgets (RuntimeSettings).
     """
@@ -148,7 +153,7 @@ class Runner:
             max_visits=self.limits.max_visits,
             max_parallel=self.settings.max_parallel,
         )
-        self._input_validator: jsonschema.Draft202012Validator | None = None
+        self._input_validator: Validator | None = None
         """Made when an input first needs jsonschema (a heavy import; flat schemas never do)."""
         self._inputs_accepted = flat_object_check(ir.inputs_schema)
         properties = (ir.inputs_schema or {}).get("properties")
@@ -159,8 +164,9 @@ class Runner:
         }
         """Values of the inputs schema's top-level ``default``s, for inputs not given."""
         self._model_classes = sorted(
-            {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
+            {op.model_class for op in ir.ops.values() if isinstance(op, ContractOpBase)}
         )
+        self._has_agents = any(isinstance(op, AgentOp) for op in ir.ops.values())
         self._event_listeners: list[EventListener] = self.settings.run_listeners(
             self.provider, workflow=ir.workflow.id
         )
@@ -266,12 +272,30 @@ class Runner:
             if start is not None:
                 started |= {"start_op": start.op, "parent": start.parent}
             ctx.emit("run_started", started, op=False)
+            for refused in refused_tools(self.ir, self.settings.agents.grant):
+                ctx.emit(
+                    "agent_tool_refused",
+                    {"node": refused.node, "tools": list(refused.tools), "grant": refused.setting},
+                    op=False,
+                )
         except BaseException:
             _abandon(ctx)
             raise
         ctx.commit_here = own_loop
         with gc_pacing(self.settings.gc_pacing):
             return await self._walk(ctx, Position(start.op if start else self.ir.entry))
+
+    def _changes(self, ctx: RunContext) -> list[dict[str, Any]]:
+        """The files the run's agent ops changed: from the op records of its folder (a
+        resumed run's earlier segments included), else as this process saw them."""
+        folder = ctx.recorder.run_dir
+        if folder is None or not self._has_agents:
+            return list(ctx.changes)
+        changes: list[dict[str, Any]] = []
+        for path in sorted((folder / "ops").glob("*.json")):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            changes += [{"op": record.get("op_id"), **c} for c in record.get("changes") or ()]
+        return changes
 
     def _started(self, ctx: RunContext, folder: Path) -> dict[str, Any]:
         """The checkpoint of a run that has just started."""
@@ -310,13 +334,9 @@ class Runner:
             return
         validator = self._input_validator
         if validator is None:
-            import jsonschema
-
-            validator = jsonschema.Draft202012Validator(self.ir.inputs_schema or {})
+            validator = schema_validator(self.ir.inputs_schema or {})
             self._input_validator = validator
-        if validator.is_valid(inputs):
-            return
-        errors = sorted(validator.iter_errors(dict(inputs)), key=lambda e: list(e.absolute_path))
+        errors = sorted(schema_errors(validator, dict(inputs)), key=lambda e: list(e.absolute_path))
         if errors:
             lines = []
             for err in errors:
@@ -411,10 +431,44 @@ class Runner:
         it yet: subscribe to it or keep it (to ``request_stop`` the run), then
         ``await reopened.arun()``. The arguments are ``aresume``'s."""
         folder = Path(run_dir)
+        if not folder.is_dir():
+            raise LatticeUserError(f"{folder} is not a resumable run folder (no such folder)")
+        # Owned before anything is read: what a resume reads is what no one else writes.
+        ownership = claim(folder)
+        try:
+            return cls._reopen_owned(
+                folder,
+                ownership,
+                answers=answers,
+                provider=provider,
+                ask_human=ask_human,
+                limits=limits,
+                settings=settings,
+                accept_changed=accept_changed,
+                store=store,
+            )
+        except BaseException:
+            ownership.release()
+            raise
+
+    @classmethod
+    def _reopen_owned(
+        cls,
+        folder: Path,
+        ownership: Ownership,
+        *,
+        answers: Mapping[str, Any] | None,
+        provider: LLMProvider | None,
+        ask_human: AskHuman | None,
+        limits: RunLimits | None,
+        settings: RuntimeSettings | None,
+        accept_changed: bool,
+        store: RunStore | None,
+    ) -> ReopenedRun:
+        """``reopen``, once this process owns ``folder``."""
         checkpoint = read_checkpoint(folder)
         if checkpoint.get("status") == "completed":
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
-        refuse_if_running(folder, checkpoint)
         journal = read_journal(folder)
         ir = resumable_ir(folder, checkpoint, journal, accept_changed=accept_changed)
         committed_state: Any = None
@@ -450,29 +504,35 @@ class Runner:
 
         async def go() -> RunResult:
             return await runner._continue(
-                folder, checkpoint, journal, position, state_data, pending
+                folder, ownership, checkpoint, journal, position, state_data, pending
             )
 
-        return ReopenedRun(runner, go)
+        return ReopenedRun(runner, go, ownership)
 
     async def _continue(
         self,
         folder: Path,
+        ownership: Ownership,
         checkpoint: dict[str, Any],
         journal: JournalState | None,
         position: Position,
         state_data: dict[str, Any],
         pending: list[dict[str, Any]],
     ) -> RunResult:
-        """Rebuild a reopened run's state and context, then walk on from its position."""
-        state = StateStore.from_snapshot(state_data, secrets=self._read_secret)
-        if journal is not None:
-            for line in journal.ops:
-                for change in line.get("changes") or ():
-                    state.apply(change)
-        state.clear_tmp()
-        redact = self._redactor()
-        recorder = self.store.reopen(folder, redact=redact)
+        """Rebuild a reopened run's state and context, then walk on from its position
+        (the recorder takes ``ownership`` over and lets it go when the run stops)."""
+        try:
+            state = StateStore.from_snapshot(state_data, secrets=self._read_secret)
+            if journal is not None:
+                for line in journal.ops:
+                    for change in line.get("changes") or ():
+                        state.apply(change)
+            state.clear_tmp()
+            redact = self._redactor()
+            recorder = self.store.reopen(folder, redact=redact, ownership=ownership)
+        except BaseException:
+            ownership.release()
+            raise
         last_seq, last_segment = recorder.event_summary()
         ctx = self._context(
             checkpoint.get("run_id", folder.name),
@@ -679,6 +739,7 @@ class Runner:
             usage=ctx.usage,
             failure=failure,
             events=ctx.events,
+            changes=self._changes(ctx),
         )
         if recorder.run_dir is None:
             return result
@@ -712,15 +773,22 @@ class Runner:
 
 @dataclass
 class ReopenedRun:
-    """A run folder read back, ready to go on (``Runner.reopen``)."""
+    """A run folder read back and owned by this process, ready to go on
+    (``Runner.reopen``). ``arun`` lets the folder go when the run stops; a reopened run
+    that is not run must be ``release``d."""
 
     runner: Runner
     """The Runner that continues it (subscribe to it, or ``request_stop`` the run)."""
     _go: Callable[[], Awaitable[RunResult]]
+    ownership: Ownership
 
     async def arun(self) -> RunResult:
         """Continue the run to its end (or its next halt or failure)."""
         return await self._go()
+
+    def release(self) -> None:
+        """Give the folder up without running it (after ``arun``, nothing to do)."""
+        self.ownership.release()
 
 
 _CHECKPOINT_BASE = (
@@ -775,7 +843,7 @@ def read_secret(settings: RuntimeSettings, name: str) -> str:
     return value
 
 
-def _input_message(err: jsonschema.ValidationError) -> str:
+def _input_message(err: ValidationError) -> str:
     if err.validator == "additionalProperties":
         return (
             f"{err.message} (unknown input; the workflow's inputs are declared by its start node)"
@@ -787,7 +855,7 @@ def check_answers(ir: ExecIR, answers: Mapping[str, Any], what: str = "answers")
     """Raise InputError when answers name unknown ASK nodes or options none of them has;
     its message starts ``invalid <what>:``."""
     asks = {op.source_node: op for op in ir.ops.values() if isinstance(op, AskOp)}
-    llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
+    llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)}
     problems = []
     for node_id, answer in answers.items():
         op = asks.get(node_id)

@@ -12,15 +12,35 @@ from typing import TYPE_CHECKING, Any
 from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
-from lattice.errors import LatticeUserError
+from lattice.errors import LatticeUserError, install_hint
 from lattice.llm.base import LLMProvider
 from lattice.runtime.state import StateLimits
 from lattice.telemetry.settings import TelemetrySettings, telemetry_from_config
 from lattice.tools.http import HttpPolicy
 from lattice.tools.mcp import McpServerSpec, specs_from_config
+from lattice.tools.toolset import Toolset
+from lattice.workspace.grants import WorkspaceGrant
 
 if TYPE_CHECKING:  # settings_from_config takes a config; the runtime itself needs none
     from lattice.config import LatticeConfig
+
+
+ToolsetFactory = Callable[[WorkspaceGrant, tuple[str, ...]], list[Toolset]]
+"""Opens the toolsets that serve the granted tools of one agent op's visit."""
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """What the user lets agent ops do (``[agents]`` and the command-line flags) and
+    the caps on every agent op's limits (None: the op's own)."""
+
+    grant: WorkspaceGrant = field(default_factory=WorkspaceGrant)
+    max_turns: int | None = None
+    max_tool_calls: int | None = None
+    max_tokens: int | None = None
+    tool_timeout_s: float | None = None
+    toolsets: ToolsetFactory | None = None
+    """Makes the toolsets of a visit (None: ``lattice.workspace.workspace_toolsets``)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,8 @@ class RuntimeSettings:
     the run takes deltas; True: always (a provider that can stream does); False: never."""
     telemetry: TelemetrySettings | None = None
     """Trace every run (OpenTelemetry spans, ``lattice.telemetry``); None: no tracing."""
+    agents: AgentSettings = field(default_factory=AgentSettings)
+    """What agent ops may do: the user's grant (nothing by default) and limit caps."""
 
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
@@ -96,7 +118,7 @@ class RuntimeSettings:
         except ImportError as exc:
             raise LatticeUserError(
                 "tracing is configured ([telemetry] or OTEL_EXPORTER_OTLP_ENDPOINT) but "
-                "OpenTelemetry is not installed: pip install 'lattice-lre[otel]'",
+                f"OpenTelemetry is not installed: {install_hint('otel')}",
                 error_type="config_error",
             ) from exc
 
@@ -114,6 +136,37 @@ class RuntimeSettings:
         allowed ``$secrets`` and those that MCP servers' ``env`` passes on as ``${NAME}``."""
         passed_on = (name for spec in self.mcp_servers.values() for name in spec.env_references())
         return tuple(dict.fromkeys((*self.secrets_allow, *passed_on)))
+
+
+def agent_settings_from_config(config: LatticeConfig) -> AgentSettings:
+    """``[agents]`` as the runtime takes it (a workspace that is not a folder is an error)."""
+    agents = config.agents
+    root: Path | None = None
+    if agents.workspace:
+        root = Path(agents.workspace).expanduser().resolve()
+        if not root.is_dir():
+            raise LatticeUserError(
+                f"agents workspace {agents.workspace}: not a directory", error_type="config_error"
+            )
+    grant = WorkspaceGrant(
+        root=root,
+        read="read" in agents.allow,
+        write="write" in agents.allow,
+        shell="shell" in agents.allow,
+        web="web" in agents.allow,
+        mcp_servers=tuple(agents.mcp_servers),
+        patch_only=agents.patch_only,
+        tool_timeout=agents.tool_timeout,
+    )
+    return AgentSettings(
+        grant=grant,
+        max_turns=agents.max_turns,
+        max_tool_calls=agents.max_tool_calls,
+        max_tokens=agents.max_tokens,
+        # the tools stop themselves at tool_timeout (the shell a little later): the loop's
+        # own limit is a backstop that leaves them room to say why
+        tool_timeout_s=agents.tool_timeout + 10,
+    )
 
 
 def settings_from_config(
@@ -153,4 +206,5 @@ def settings_from_config(
         secrets_allow=tuple(config.secrets.allow),
         temperature=config.llm.temperature,
         prices={model: (p.input, p.output) for model, p in config.prices.items()},
+        agents=agent_settings_from_config(config),
     )

@@ -1,14 +1,17 @@
 """The FastAPI application of ``lattice serve``: routes, request bodies, errors and the
 guard (bearer token, body size) in front of them. docs/server.md documents each route.
 
-Routes that only read folders (run folders, the workflows folder) are plain ``def``:
-FastAPI runs them in its thread pool, so that their file reads never hold up the event
-loop every run and event stream shares. The others are ``async def`` and read no file
-(the event stream reads ``events.jsonl`` in a worker thread), except starting and
-resuming a run, which prepare the run folder on the loop."""
+Routes that only read folders (run folders, the workflows folder) or lower a document
+are plain ``def``: FastAPI runs them in its thread pool, so that their file reads and
+checks (work that grows with the document) never hold up the event loop every run and
+event stream shares. The others are ``async def`` and read no file (the event stream
+reads ``events.jsonl`` in a worker thread), except starting and resuming a run, which
+prepare the run folder on the loop; starting one lowers its document and checks its
+inputs (its schemas' patterns) in a worker thread."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hmac
 import inspect
@@ -31,8 +34,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
 from lattice.llm.disabled import DisabledProvider
+from lattice.lower.compiler import LoweringResult
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
+from lattice.server.api_docs import add_docs_routes, is_docs_asset
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
 from lattice.server.events import FolderTails, stream
 from lattice.server.manager import RunManager, links
@@ -41,7 +46,13 @@ from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.providers import ProviderChoice
 from lattice.service.rerun import note_rerun, prepare_rerun, rerun_point
-from lattice.service.runs import ProviderSpec, RunOptions, prepare_resume, prepare_run
+from lattice.service.runs import (
+    PreparedRun,
+    ProviderSpec,
+    RunOptions,
+    prepare_resume,
+    prepare_run,
+)
 
 log = logging.getLogger("lattice.server")
 
@@ -178,10 +189,15 @@ class CheckDocument(BaseModel):
 # -- the guard ----------------------------------------------------------------------------
 
 
+def _public(path: str) -> bool:
+    """Files that hold no run data: the panel's page and files, the API docs' assets."""
+    return is_public(path) or is_docs_asset(path)
+
+
 class Guard:
-    """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``
-    and the panel's page and static files, which hold no run data) and the body size
-    limit (413 before the body is read past the limit)."""
+    """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``,
+    the panel's page and static files and the API docs' assets, which hold no run data)
+    and the body size limit (413 before the body is read past the limit)."""
 
     def __init__(
         self,
@@ -208,7 +224,7 @@ class Guard:
         if (
             self.expected is not None
             and scope["path"] != "/healthz"
-            and not (scope["method"] in ("GET", "HEAD") and is_public(scope["path"]))
+            and not (scope["method"] in ("GET", "HEAD") and _public(scope["path"]))
         ):
             given = headers.get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
@@ -286,14 +302,18 @@ class MaskingFilter(logging.Filter):
 
 
 def load_what_runs_use() -> None:
-    """Import and build now what a process loads on first use (jsonschema, the guarded
-    HTTP transport, the document and ExecIR models' validators), so that the first run
-    does not pay for it on the loop every run shares."""
-    import jsonschema  # noqa: F401
+    """Import and build now what a process loads on first use (jsonschema and the
+    validator class of ``lattice.schemas``, the regex package, the guarded HTTP
+    transport, the document and ExecIR models' validators), so that the first run does
+    not pay for it on the loop every run shares."""
+    import regex  # noqa: F401
 
     import lattice.tools.guarded  # noqa: F401
     from lattice.document import models as document_models
     from lattice.ir import models as ir_models
+    from lattice.schemas import schema_validator
+
+    schema_validator({})
 
     for module in (document_models, ir_models):
         for value in vars(module).values():
@@ -345,6 +365,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         version=VERSION,
         description="Start, watch, answer and resume Lattice runs (docs/server.md).",
         lifespan=lifespan,
+        docs_url=None,  # add_docs_routes serves /docs without a CDN
+        redoc_url=None,  # ReDoc loads its logo from the internet
         **_NO_TELEMETRY,
     )
     app.state.manager = manager
@@ -431,8 +453,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         async with manager.starting:
             return await _start(body)
 
-    async def _start(body: StartRun) -> Response:
-        manager.check_capacity()
+    def _prepare(body: StartRun) -> tuple[LoweringResult, PreparedRun]:
+        """The run ``body`` asks for: its document lowered, its inputs checked."""
         meta: dict[str, Any] = {}
         if body.workflow is not None:
             loaded = library.load(body.workflow)
@@ -466,6 +488,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
             )
         except LatticeUserError as exc:
             raise from_user_error(exc) from None
+        return lowered, prepared
+
+    async def _start(body: StartRun) -> Response:
+        manager.check_capacity()
+        # Lowering (CPU work that grows with the document) and checking the inputs (their
+        # schema's patterns): in a worker thread, so that the loop keeps answering meanwhile.
+        lowered, prepared = await asyncio.to_thread(_prepare, body)
         api_hint(prepared.runner.provider)
         active = await manager.start(prepared)
         return respond(
@@ -678,7 +707,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return respond(200, library.load(name).describe(full=True))
 
     @app.post("/v1/check", tags=["workflows"], summary="the diagnostics of an inline document")
-    async def check(body: CheckDocument) -> Response:
+    def check(body: CheckDocument) -> Response:
         lowered = library.lower_inline(body.document)
         return respond(
             200,
@@ -689,6 +718,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         )
 
     add_panel_routes(app, manager=manager, library=library, respond=respond)
+    add_docs_routes(app)
     return app
 
 

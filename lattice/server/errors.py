@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lattice.errors import Diagnostic, DocumentError, InputError, LatticeUserError
+from lattice.runs.ownership import RunOwned
 
 
 class ApiError(Exception):
@@ -68,7 +69,10 @@ def input_diagnostic(message: str, pointer: str) -> dict[str, Any]:
 def from_user_error(exc: LatticeUserError) -> ApiError:
     """The API error for a LatticeUserError raised while preparing or resuming a run:
     422 for a document, inputs or answers that do not fit (one diagnostic per problem,
-    located in the request body), 400 for other bad options."""
+    located in the request body), 409 for a run another process (or run) owns, 400 for
+    other bad options."""
+    if isinstance(exc, RunOwned):
+        return ApiError(409, "conflict", exc.message, extra={"status": "running"})
     if isinstance(exc, DocumentError):
         return document_error(exc.diagnostics, where="the document")
     if isinstance(exc, InputError):

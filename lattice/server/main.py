@@ -19,7 +19,7 @@ from pathlib import Path
 
 import uvicorn
 
-from lattice.config import load_config
+from lattice.config import load_config, with_agent_grants
 from lattice.errors import LatticeUserError
 from lattice.server.app import ServerSettings, create_app
 from lattice.server.manager import RunManager
@@ -37,9 +37,33 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_token(token: str, where: str) -> None:
+    """Refuse a token that no ``Authorization: Bearer`` header can carry: blank, with
+    whitespace around it (a header's value is trimmed), or with characters other than
+    printable ASCII."""
+    if not token.strip():
+        raise LatticeUserError(
+            f"{where} is blank: a server whose token is blank could be used by no one; "
+            "give a token of printable characters (or none, to listen on 127.0.0.1 only)"
+        )
+    if token != token.strip():
+        raise LatticeUserError(
+            f"{where} starts or ends with whitespace, which no client can send (headers "
+            "are trimmed); give the token without it"
+        )
+    if not all(" " < char <= "~" for char in token):
+        raise LatticeUserError(
+            f"{where} has a character a header cannot carry as it is (a space, a control "
+            "character or non-ASCII text); use printable ASCII characters only"
+        )
+
+
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
-    """The server's settings; a non-loopback address without a token is refused."""
-    token = args.token or os.environ.get(TOKEN_VARIABLE) or None
+    """The server's settings; a non-loopback address without a token is refused, and so
+    is a token no client could send."""
+    token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
+    if token is not None:
+        check_token(token, "--token" if args.token is not None else f"${TOKEN_VARIABLE}")
     if not is_loopback(args.host) and not token:
         raise LatticeUserError(
             f"refusing to listen on {args.host} without a token: anyone who can reach it "
@@ -55,7 +79,13 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(
         runs_dir=runs_dir,
         workflows_dir=workflows,
-        config=load_config(args.config),
+        config=with_agent_grants(
+            load_config(args.config),
+            workspace=args.workspace,
+            allow=args.allow,
+            mcp_servers=args.allow_mcp,
+            patch_only=args.patch_only,
+        ),
         config_path=str(Path(args.config).resolve()) if args.config else None,
         token=token,
         max_body_bytes=args.max_body_bytes,

@@ -4,8 +4,10 @@ under its runs folder (whoever started them).
 A run started or resumed over HTTP is an ordinary run folder, prepared by
 ``lattice.service.runs`` exactly as the CLI prepares its runs, and driven by one asyncio
 task on the server's loop. Its status is its folder's (``checkpoint.json``), except that
-a run this process is running reads ``running`` and one this process owned but no longer
-runs (a bug stopped its task) reads ``interrupted``.
+a run this process is running reads ``running``; one it has just run reads as it ended
+(``Ended``) until its folder says so too, so that nobody who saw its stream's ``end``
+reads an older status; and one this process owned but no longer runs (a bug stopped its
+task) reads ``interrupted``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from lattice.errors import LatticeUserError
 from lattice.runs.checkpoint import status_of
 from lattice.runs.redaction import PieceMasker
 from lattice.runs.store import RunStore, new_run_id
+from lattice.runtime.events import utc_now
 from lattice.runtime.results import RunResult
 from lattice.runtime.runner import Runner
 from lattice.server.errors import ApiError, from_user_error, not_found
@@ -82,6 +85,20 @@ class DeltaRelay:
             self.channel.add_delta(event["seq"], event_line(masked))
 
 
+@dataclass(frozen=True)
+class Ended:
+    """How a run this server ran ended: its status and what its ``result.json`` holds,
+    known before its stream's ``end`` is sent, whatever its folder says yet."""
+
+    status: str
+    result: dict[str, Any]
+
+
+ENDED_KEPT = 1024
+"""Runs whose end the manager remembers at most (each is forgotten as soon as its
+folder is seen to say the same)."""
+
+
 def read_json(path: Path) -> Any:
     """A JSON file of a run folder, or None when it is missing or unreadable."""
     try:
@@ -123,6 +140,8 @@ class RunManager:
         """Held while a run is prepared and started (lowering, the Runner, the folder's
         first files): a burst of starts takes turns with the runs and streams already
         going, instead of queueing all its work ahead of theirs."""
+        self.ended: dict[str, Ended] = {}
+        """Runs this server ran, by id, until their folders say how they ended."""
         self._summaries: dict[str, tuple[tuple[int, int], dict[str, Any], dict[str, Any]]] = {}
         """Per run folder: the mtimes of its checkpoint and result, what the list shows
         of it, and what its status is told from (``status_fields``)."""
@@ -143,15 +162,35 @@ class RunManager:
         return active.channel if active is not None else None
 
     def status(self, run_id: str, checkpoint: Any = None) -> str:
-        """``running`` while this server runs it, else what its folder says."""
+        """``running`` while this server runs it; how it ended when this server has just
+        run it and its folder does not say so yet; else what its folder says."""
         if run_id in self.active:
             return "running"
         if checkpoint is None:
             checkpoint = read_json(self.runs_dir / run_id / "checkpoint.json")
-        status = status_of(checkpoint if isinstance(checkpoint, dict) else None)
-        if status == "running" and (checkpoint.get("owner") or {}).get("pid") == os.getpid():
+        checkpoint = checkpoint if isinstance(checkpoint, dict) else None
+        ended = self.ended_ahead(run_id, checkpoint)
+        if ended is not None:
+            return ended.status
+        status = status_of(checkpoint)
+        if status == "running" and (checkpoint or {}).get("owner", {}).get("pid") == os.getpid():
             return "interrupted"  # this process owned it and does not run it any more
         return status
+
+    def ended_ahead(self, run_id: str, checkpoint: dict[str, Any] | None) -> Ended | None:
+        """How run ``run_id`` ended here, while its folder (``checkpoint``) still says it
+        runs here; None once the folder has caught up (the run is then forgotten) or
+        another process has taken the run since."""
+        ended = self.ended.get(run_id)
+        if ended is None:
+            return None
+        owner = (checkpoint or {}).get("owner") or {}
+        if checkpoint is None or (
+            checkpoint.get("status") == "running" and owner.get("pid") == os.getpid()
+        ):
+            return ended
+        self.ended.pop(run_id, None)
+        return None
 
     def check_capacity(self) -> None:
         if len(self.active) >= self.max_active_runs:
@@ -243,6 +282,9 @@ class RunManager:
         try:
             result = await run
             status = result.status
+            self._remember(
+                active.run_id, Ended(status, {**result.to_json(), "finished_at": utc_now()})
+            )
         except asyncio.CancelledError:
             status = "interrupted"
             raise
@@ -260,6 +302,13 @@ class RunManager:
                 if self.active.get(active.run_id) is active:
                     del self.active[active.run_id]
                 active.channel.close(status or self.status(active.run_id))
+
+    def _remember(self, run_id: str, ended: Ended) -> None:
+        """Keep how a run ended (before its stream's ``end`` goes out)."""
+        self.ended.pop(run_id, None)
+        self.ended[run_id] = ended
+        while len(self.ended) > ENDED_KEPT:
+            self.ended.pop(next(iter(self.ended)), None)
 
     def cancel(self, run_id: str) -> None:
         """Stop a run this server runs at its next op boundary (it ends interrupted)."""
@@ -297,17 +346,23 @@ class RunManager:
         folder = self.folder(run_id)
         checkpoint = read_json(folder / "checkpoint.json")
         checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
-        status = self.status(run_id, checkpoint)
+        ended = None if run_id in self.active else self.ended_ahead(run_id, checkpoint)
+        status = ended.status if ended is not None else self.status(run_id, checkpoint)
         # A run killed while running left the result.json and failure report of an
         # earlier stop, if any: they are read only when the checkpoint says it stopped.
         stopped = checkpoint.get("status") != "running"
-        result = read_json(folder / "result.json") if stopped else None
+        if ended is not None:  # ended here; its folder does not say so yet
+            result: Any = ended.result
+        else:
+            result = read_json(folder / "result.json") if stopped else None
         result = result if isinstance(result, dict) else {}
         meta = checkpoint.get("meta") or {}
         usage = result.get("usage") or checkpoint.get("usage")
         failure = None
-        if stopped and status in ("failed", "halted", "interrupted"):
-            failure = read_json(folder / "failure_report.json") or result.get("failure")
+        if (stopped or ended is not None) and status in ("failed", "halted", "interrupted"):
+            if ended is None:
+                failure = read_json(folder / "failure_report.json")
+            failure = failure or result.get("failure")
             if isinstance(failure, dict):  # what to do next, said in this API's terms
                 failure = {**failure, "recovery_action": next_step(run_id, status)}
         elif status == "interrupted":
@@ -368,9 +423,17 @@ class RunManager:
             cached = (key, base, status_fields(checkpoint))
             self._summaries[run_id] = cached
         _key, base, owned = cached
-        status = self.status(run_id, owned)
+        ended = None if run_id in self.active else self.ended_ahead(run_id, owned)
+        status = ended.status if ended is not None else self.status(run_id, owned)
         out = {**base, "status": status}
-        if owned.get("status") == "running":  # result.json is a former stop's
+        if ended is not None:  # ended here; its folder does not say so yet
+            usage = ended.result.get("usage") or {}
+            out["finished_at"] = ended.result.get("finished_at")
+            out["calls"] = usage.get("calls", 0)
+            out["tokens"] = (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)
+            out["cost_usd"] = usage.get("estimated_cost_usd")
+            out["failure_category"] = (ended.result.get("failure") or {}).get("category")
+        elif owned.get("status") == "running":  # result.json is a former stop's
             out["finished_at"] = None
             out["failure_category"] = "interrupted" if status == "interrupted" else None
         return out

@@ -264,7 +264,7 @@ def add_panel_routes(
         return respond(200, out)
 
     @app.post("/v1/graph", tags=["panel"], summary="the canvas of an inline document")
-    async def graph_of_document(body: GraphRequest) -> Response:
+    def graph_of_document(body: GraphRequest) -> Response:  # lowering: in the thread pool
         lowered = library.lower_inline(body.document)
         ir = ir_to_dict(lowered.ir) if lowered.ir is not None else None
         graph = document_graph(body.document, ir)

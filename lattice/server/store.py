@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from lattice.files import atomic_write_text, sync_directory
 from lattice.runs.journal import JOURNAL, open_append
+from lattice.runs.ownership import Ownership
 from lattice.runs.redaction import Redactor
 from lattice.runs.store import (
     DURABLE_FILES,
@@ -70,9 +71,12 @@ class LoopRecorder(FolderRecorder):
         resume: bool = False,
         durability: Durability = "fsync",
         on_line: EventLine | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
         # Opened as "os" so that creating the folder does not force it to disk here.
-        super().__init__(run_dir, redact=redact, resume=resume, durability="os")
+        super().__init__(
+            run_dir, redact=redact, resume=resume, durability="os", ownership=ownership
+        )
         self.durability = durability
         self.pending: list[asyncio.Future[None]] = []
         """fsyncs the next commit waits for."""
@@ -202,13 +206,20 @@ class LoopStore(RunStore):
         self.recorders.append(recorder)
         return recorder
 
-    def reopen(self, run_dir: Path, *, redact: Redactor | None = None) -> FolderRecorder:
+    def reopen(
+        self,
+        run_dir: Path,
+        *,
+        redact: Redactor | None = None,
+        ownership: Ownership | None = None,
+    ) -> FolderRecorder:
         recorder = LoopRecorder(
             run_dir,
             redact=redact or self.redact,
             resume=True,
             durability=self.durability,
             on_line=self.on_line,
+            ownership=ownership,
         )
         self.recorders.append(recorder)
         return recorder

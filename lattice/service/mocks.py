@@ -9,6 +9,12 @@ question) takes the branch that reaches an ``end`` node by the fewest ops, so a 
 left at its first pass; ``choices`` says which. Nodes that can run more than once (on a
 cycle, in a parallel branch of one, or in a forEach flow) get a few answers. Edit the
 answers to steer the run down other branches.
+
+An agent node gets its turns: one plausible call of each tool it asks for that the
+user's grant gives it (the reading tools, the web and MCP tools at once; each writing
+tool and the shell in a turn of its own, on a scratch file ``lattice-mock.txt``), then
+a final answer of the right shape. Without a grant it gets only the final answer (a
+scripted tool call needs a tool to call).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from typing import Any
 
 from lattice.errors import LatticeUserError
 from lattice.ir.models import (
+    AgentOp,
     AskOp,
+    ContractOpBase,
     EndOp,
     ExecIR,
     ForEachOp,
@@ -36,11 +44,32 @@ from lattice.ir.models import (
 from lattice.ir.templates import TemplateSyntaxError, parse_path
 from lattice.llm.examples import example_value
 from lattice.lower.graph import reached, strongly_connected_components
+from lattice.workspace.grants import WorkspaceGrant
 
 LOOP_ANSWERS = 3
 """Answers given to a node that can run more than once (it sits on a cycle)."""
 
 UNREACHABLE = float("inf")
+
+SCRATCH_FILE = "lattice-mock.txt"
+"""The file a mock agent's writing tools create and edit (inside the granted workspace)."""
+READING_CALLS: dict[str, dict[str, Any]] = {
+    "Read": {"file_path": "README.md", "limit": 40},
+    "LS": {"path": "."},
+    "Glob": {"pattern": "**/*"},
+    "Grep": {"pattern": "TODO"},
+    "WebFetch": {"url": "https://example.com/", "prompt": "What is this page about?"},
+}
+WRITING_CALLS: dict[str, dict[str, Any]] = {
+    "Write": {"file_path": SCRATCH_FILE, "content": "written by a lattice mock script\n"},
+    "Edit": {"file_path": SCRATCH_FILE, "old_string": "written", "new_string": "edited"},
+    "MultiEdit": {
+        "file_path": SCRATCH_FILE,
+        "edits": [{"old_string": "mock", "new_string": "mock agent"}],
+    },
+    "Bash": {"command": "ls"},
+}
+"""Each in a turn of its own, in this order (the edits need the file Write made)."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +96,13 @@ ToolSchemas = Mapping[str, Mapping[str, dict[str, Any]]]
 """server → tool → inputSchema, as configured servers list them."""
 
 
-def plan_mocks(ir: ExecIR, tool_schemas: ToolSchemas | None = None) -> MockPlan:
+def plan_mocks(
+    ir: ExecIR, tool_schemas: ToolSchemas | None = None, grant: WorkspaceGrant | None = None
+) -> MockPlan:
     """The mock script and answers that take ``ir`` from start to an end offline.
     ``tool_schemas`` (from the configured servers) shape MCP AI-mode arguments; without
-    them the node's own ``parameters`` do."""
+    them the node's own ``parameters`` do. Agent nodes call the tools ``grant`` gives
+    them before they answer."""
     graph = _op_graph(ir)
     distance = _steps_to_end(ir, graph)
     repeated = _repeated_ops(ir, graph)
@@ -84,6 +116,9 @@ def plan_mocks(ir: ExecIR, tool_schemas: ToolSchemas | None = None) -> MockPlan:
             choice = made.get(op.id)
             answer = choice.label if choice is not None else _answer(op, tool_schemas or {})
             responses.setdefault(op.source_node, []).extend([answer] * times)
+        elif isinstance(op, AgentOp):
+            turns = agent_turns((grant or WorkspaceGrant()).decide(op.tools).granted)
+            responses.setdefault(op.source_node, []).extend([*turns, _result_of(op)] * times)
         elif isinstance(op, ToolCallOp):
             tools.setdefault(op.source_node, []).extend([_tool_result(ir, op)] * times)
     script: dict[str, Any] = {
@@ -104,9 +139,9 @@ def plan_mocks(ir: ExecIR, tool_schemas: ToolSchemas | None = None) -> MockPlan:
     return MockPlan(script, answers, ordered)
 
 
-def mock_script(ir: ExecIR) -> dict[str, Any]:
+def mock_script(ir: ExecIR, grant: WorkspaceGrant | None = None) -> dict[str, Any]:
     """The mock script: ``{"description", "responses": {node: [answers]}, "tools"?}``."""
-    return plan_mocks(ir).script
+    return plan_mocks(ir, grant=grant).script
 
 
 def answers_file(ir: ExecIR) -> dict[str, Any]:
@@ -123,7 +158,7 @@ def check_script_nodes(ir: ExecIR, nodes: Iterable[str], *, where: str = "mock s
     unknown = [node for node in nodes if node not in known]
     if not unknown:
         return
-    calling = sorted({op.source_node for op in ir.ops.values() if isinstance(op, LLMWriteOp)})
+    calling = sorted({op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)})
     named = []
     for node in unknown:
         close = difflib.get_close_matches(node, sorted(known), n=1)
@@ -178,6 +213,29 @@ def _answer(op: LLMWriteOp, tool_schemas: ToolSchemas) -> Any:
             tool, schema = next(iter(listed.items()))
             return {"tool": tool, "arguments": example_value(schema)}
         return {"tool": op.tool_name or "(the tool to call)", "arguments": {}}
+    if op.output_schema is not None:
+        return example_value(op.output_schema)
+    return f"(mock answer of {op.name or op.source_node})"
+
+
+def agent_turns(granted: Iterable[str]) -> list[dict[str, Any]]:
+    """The ``$tool_calls`` turns of a mock agent: one plausible call of each granted tool."""
+    names = list(granted)
+    reading = [
+        {"name": name, "arguments": READING_CALLS.get(name, {})}
+        for name in names
+        if name in READING_CALLS or name.startswith("mcp__")
+    ]
+    turns = [{"$tool_calls": reading}] if reading else []
+    turns += [
+        {"$tool_calls": [{"name": name, "arguments": arguments}]}
+        for name, arguments in WRITING_CALLS.items()
+        if name in names
+    ]
+    return turns
+
+
+def _result_of(op: ContractOpBase) -> Any:
     if op.output_schema is not None:
         return example_value(op.output_schema)
     return f"(mock answer of {op.name or op.source_node})"

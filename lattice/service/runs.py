@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lattice.config import LatticeConfig, load_config
+from lattice.config import AgentsConfig, LatticeConfig, load_config
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
@@ -203,6 +203,7 @@ def prepare_run(
             "max_tokens_total": options.max_tokens_total,
             "repo": str(options.repo) if options.repo else None,
             "workflow": ir.workflow.id,
+            **({"agents": config.agents.model_dump()} if config.agents.granted() else {}),
             **options.meta,
         },
         settings=settings,
@@ -263,10 +264,14 @@ class PreparedResume:
                 accept_changed=self.accept_changed,
                 store=self.store,
             )
-            if on_event is not None:
-                reopened.runner.subscribe(on_event)
-            if on_runner is not None:
-                on_runner(reopened.runner)
+            try:
+                if on_event is not None:
+                    reopened.runner.subscribe(on_event)
+                if on_runner is not None:
+                    on_runner(reopened.runner)
+            except BaseException:
+                reopened.release()
+                raise
             return await reopened.arun()
         finally:
             await close_loop_clients(self.provider)
@@ -291,6 +296,8 @@ def prepare_resume(
     meta = checkpoint.get("meta") or {}
     if config is None:
         config = load_config(config_path or meta.get("config"))
+    if isinstance(meta.get("agents"), dict):  # the grants the run was started with
+        config = config.model_copy(update={"agents": AgentsConfig.model_validate(meta["agents"])})
     spec = provider if provider is not None and provider.given else ProviderSpec.from_meta(meta)
     built = spec.build(config)
     if provider is not None and provider.given:  # a script the run has not seen yet

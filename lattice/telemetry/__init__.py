@@ -8,7 +8,7 @@ listener; a Runner whose settings have ``telemetry`` subscribes one to every run
 Nothing here imports OpenTelemetry: ``spans`` does, and it is imported only when tracing
 is configured (``[telemetry] otlp_endpoint`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``, or a
 ``TelemetrySettings`` given in Python). The SDK and the OTLP exporter come with
-``pip install 'lattice-lre[otel]'``.
+``pip install -e '.[otel]'`` (in a clone of Lattice).
 """
 
 from __future__ import annotations

@@ -16,7 +16,10 @@ event arrived:
   ``output_tokens``, ``gen_ai.response.finish_reasons``, ``error.type``) and Lattice's
   (``lattice.attempt.kind`` initial/retry/repair/escalation, ``lattice.model_class``,
   ``lattice.violations.count``, ``lattice.prompt_hash``, ``lattice.branch``);
-- an MCP or HTTP call: ``execute_tool <tool>`` (``tool_call`` → ``tool_result``).
+- an MCP or HTTP call: ``execute_tool <tool>`` (``tool_call`` → ``tool_result``), and
+  each tool call of an agent op (``tool_call_started`` → ``tool_call_finished``, a child
+  of its op, with ``gen_ai.tool.name`` and ``gen_ai.tool.call.id``; a turn's parallel
+  calls are open at once).
 
 Retries, repairs, escalations and salvaged outputs are also span events on their op.
 With ``capture_content`` the listener asks for ``llm_content`` events and puts the
@@ -38,7 +41,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from lattice.errors import LatticeUserError
+from lattice.errors import LatticeUserError, install_hint
 from lattice.llm.base import LIVE_PROVIDERS
 from lattice.runs.redaction import make_redactor
 from lattice.telemetry.settings import TelemetrySettings
@@ -71,7 +74,7 @@ def shared_provider(settings: TelemetrySettings) -> Any:
             except ImportError as exc:  # pragma: no cover - depends on the install
                 raise LatticeUserError(
                     "tracing needs the OpenTelemetry SDK and OTLP exporter: "
-                    "pip install 'lattice-lre[otel]'",
+                    + install_hint("otel"),
                     error_type="config_error",
                 ) from exc
             provider = TracerProvider(
@@ -101,6 +104,8 @@ class _Track:
     """When the attempt's answer arrived (a good attempt ends then)."""
     attempt_failed: bool = False
     tool: Span | None = None
+    agent_tools: dict[str, Span] = field(default_factory=dict)
+    """An agent op's tool calls in flight, by call id."""
 
     def fail_attempt(self, error_type: str, description: str | None = None) -> None:
         if self.attempt is not None:
@@ -182,6 +187,8 @@ class TraceListener:
             "output_salvaged": self._salvaged,
             "tool_call": self._tool_call,
             "tool_result": self._tool_result,
+            "tool_call_started": self._agent_tool_started,
+            "tool_call_finished": self._agent_tool_finished,
             "run_finished": self._run_ended,
             "run_failed": self._run_ended,
             "run_halted": self._run_ended,
@@ -285,6 +292,10 @@ class TraceListener:
                 _error(track.tool, error_type)
             track.tool.end(end_time=now)
             track.tool = None
+        for span in track.agent_tools.values():
+            _error(span, error_type or OTHER_ERROR)
+            span.end(end_time=now)
+        track.agent_tools.clear()
         if track.attempt is not None:
             if track.answered_ns is None and not halted:  # the call itself failed
                 track.fail_attempt(error_type or OTHER_ERROR)
@@ -518,6 +529,38 @@ class TraceListener:
             _error(span, "tool_error")
         span.end(end_time=now)
         track.tool = None
+
+    def _agent_tool_started(self, run: _Run, event: dict[str, Any], now: int) -> None:
+        track = run.track(event.get("branch"))
+        data = event["data"]
+        name = data.get("tool")
+        track.agent_tools[str(data.get("call_id"))] = self._tracer.start_span(
+            f"execute_tool {name}",
+            context=self._context(track.op or run.span),
+            kind=SpanKind.INTERNAL,
+            attributes=_clean(
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": name,
+                    "gen_ai.tool.call.id": data.get("call_id"),
+                    "lattice.agent.turn": data.get("turn"),
+                    "lattice.branch": event.get("branch"),
+                }
+            ),
+            start_time=now,
+        )
+
+    def _agent_tool_finished(self, run: _Run, event: dict[str, Any], now: int) -> None:
+        track = run.track(event.get("branch"))
+        data = event["data"]
+        span = track.agent_tools.pop(str(data.get("call_id")), None)
+        if span is None:  # a result replayed from the journal: no call ran
+            return
+        if data.get("changes"):
+            span.set_attribute("lattice.tool.changes", tuple(data["changes"]))
+        if data.get("is_error"):
+            _error(span, "tool_error")
+        span.end(end_time=now)
 
 
 def _json(value: Any) -> str:

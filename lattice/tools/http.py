@@ -44,10 +44,11 @@ from lattice.ir.models import HttpCall, ToolCallOp
 from lattice.ir.templates import Ref, ValueTemplate, is_secret, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
 from lattice.masking import forms_pattern
+from lattice.schemas import schema_errors, schema_validator, uses_patterns
 
 if TYPE_CHECKING:
     import httpx
-    import jsonschema
+    from jsonschema.protocols import Validator
 
     from lattice.tools.netguard import DestinationRefused, HostRules
 
@@ -304,11 +305,10 @@ class HttpExecutor:
         self.headers = {k: ValueTemplate(v) for k, v in self.call.headers.items()}
         self.query = ValueTemplate(self.call.query)
         self.body = ValueTemplate(self.call.body) if self.call.body is not None else None
-        self.validator: jsonschema.Draft202012Validator | None = None
+        self.validator: Validator | None = None
+        self.slow_checks = uses_patterns(op.output_schema)
         if op.output_schema:
-            import jsonschema
-
-            self.validator = jsonschema.Draft202012Validator(op.output_schema)
+            self.validator = schema_validator(op.output_schema)
         self.retry = retry
         self.sleep = sleep
 
@@ -439,7 +439,11 @@ class HttpExecutor:
             )
         body = self._decode(text, response.headers.get("content-type", ""))
         if self.validator is not None:
-            errors = sorted(self.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
+            if self.slow_checks:  # a slow pattern must not hold up the loop's other runs
+                errors = await asyncio.to_thread(schema_errors, self.validator, body)
+            else:
+                errors = schema_errors(self.validator, body)
+            errors.sort(key=lambda e: list(e.absolute_path))
             if errors:
                 violations = [
                     {

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from lattice.errors import LatticeRunError
+from lattice.errors import LatticeRunError, install_hint
+from lattice.schemas import schema_errors, schema_problems, schema_validator, uses_patterns
 
 BUILTIN_SERVER_ID = "lattice"
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -168,7 +169,7 @@ class McpSession:
             from mcp.client.stdio import stdio_client
         except ImportError:
             raise tool_error(
-                spec.server_id, "MCP needs the mcp package: pip install 'lattice-lre[mcp]'"
+                spec.server_id, f"MCP needs the mcp package: {install_hint('mcp')}"
             ) from None
 
         target: Any
@@ -329,7 +330,10 @@ class ToolSessions:
     async def call(self, server_id: str, name: str, arguments: dict[str, Any]) -> Any:
         """Check ``arguments`` against the tool's ``inputSchema``, then call it."""
         spec = await self.tool(server_id, name)
-        violations = argument_violations(spec.input_schema, arguments)
+        if uses_patterns(spec.input_schema):  # a slow pattern must not hold up the loop
+            violations = await asyncio.to_thread(argument_violations, spec.input_schema, arguments)
+        else:
+            violations = argument_violations(spec.input_schema, arguments)
         if violations:
             raise LatticeRunError(
                 f"MCP server {server_id!r}: arguments for tool {name!r} break its inputSchema: "
@@ -352,15 +356,20 @@ def argument_violations(schema: Mapping[str, Any], arguments: Any) -> list[dict[
         return []
     import jsonschema  # a heavy module, imported when a tool call is first checked
 
-    validator_class = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+    problems = schema_problems(schema, meta_schema=False)  # a server may use another draft
+    if problems:
+        where = "".join(f"/{part}" for part in problems[0].path) or "/"
+        message = f"the tool's inputSchema cannot be used (at {where}): {problems[0].message}"
+        return [{"pointer": "/", "message": message}]
     try:
-        validator = validator_class(schema)
-        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        errors = schema_errors(schema_validator(schema, dialects=True), arguments)
+    except LatticeRunError as exc:
+        return [{"pointer": "/", "message": f"the tool's inputSchema is unusable: {exc}"}]
     except jsonschema.SchemaError as exc:
         return [{"pointer": "/", "message": f"the tool's inputSchema is invalid: {exc.message}"}]
     return [
         {"pointer": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
-        for e in errors
+        for e in sorted(errors, key=lambda e: list(e.absolute_path))
     ]
 
 

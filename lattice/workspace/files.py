@@ -17,6 +17,7 @@ from typing import Any
 
 import regex
 
+from lattice.patterns import PatternError, compile_pattern
 from lattice.workspace.grants import WorkspaceGrant
 from lattice.workspace.paths import ToolRefused, Workspace, open_for_reading
 
@@ -104,8 +105,8 @@ def grep(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]) -> s
     content or count), each file searched with a time limit."""
     flags = regex.IGNORECASE if args.get("-i") or args.get("case_insensitive") else 0
     try:
-        compiled = regex.compile(_text(args, "pattern"), flags | regex.MULTILINE)
-    except regex.error as exc:
+        compiled = compile_pattern(_text(args, "pattern"), flags | regex.MULTILINE)
+    except (regex.error, PatternError) as exc:
         raise ToolRefused(f"the pattern is not a valid regular expression: {exc}") from None
     mode = args.get("output_mode") or "files_with_matches"
     if mode not in ("files_with_matches", "content", "count"):

@@ -231,7 +231,7 @@ def test_the_ray_engine_says_how_to_install_ray(monkeypatch: pytest.MonkeyPatch)
     from lattice.batch.ray_engine import import_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
-    with pytest.raises(LatticeUserError, match=r"pip install 'lattice-lre\[ray\]'"):
+    with pytest.raises(LatticeUserError, match=r"pip install -e '\.\[ray\]'"):
         import_ray()
 
 

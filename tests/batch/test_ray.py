@@ -29,7 +29,7 @@ from tests.telemetry.test_otlp_e2e import Receiver
 __all__ = ["no_terminal"]
 
 ray = pytest.importorskip(
-    "ray", reason="Ray is not installed: pip install 'lattice-lre[ray]' to test the ray engine"
+    "ray", reason="Ray is not installed: pip install -e '.[ray]' to test the ray engine"
 )
 
 STABLE = ("id", "status", "result", "error_type", "error", "node_id", "usage", "line")

@@ -13,7 +13,7 @@ import pytest
 from lattice.cli import main
 from tests.builders import approval as approval_document
 from tests.builders import chain, conn, node, workflow
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLE_GRANTS, EXAMPLES, example_workspace
 
 TRIAGE = EXAMPLES / "support-triage.json"
 TRIAGE_MOCK = EXAMPLES / "support-triage.mock.json"
@@ -552,7 +552,7 @@ def test_runs_list_and_show(
         assert kind in out
     for port in ("Billing", "Needs changes", "Revise again", "Approved"):
         assert f"→ {port}" in out
-    assert "usage: 5 calls" in out
+    assert "usage: 5 model calls," in out
     assert "output:" in out
 
     code, out, _ = cli(capsys, "runs", "show", failed_run)
@@ -658,6 +658,9 @@ def test_every_example_runs_from_the_cli(
         helper = path.with_name(f"{path.stem}.{kind}.json")
         if helper.exists():
             args += [flag, helper]
+    workspace = example_workspace(path, tmp_path)
+    if workspace is not None:
+        args += ["--workspace", workspace, "--allow", ",".join(EXAMPLE_GRANTS)]
     code, out, err = cli(capsys, *args, "--runs-dir", tmp_path / "runs", "--json")
     assert code == 0, err
     result = json.loads(out)
@@ -715,3 +718,79 @@ def test_a_batch_script_given_to_run_says_rows_are_for_batch(
         in err
     )
     assert "run the batch again with --retry-failed" in err
+
+
+def test_every_runs_action_takes_a_run_id_or_a_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    assert triage(capsys, runs)[0] == 0
+    assert triage(capsys, runs)[0] == 0
+    first, second = run_folders(runs)
+
+    by_id = cli(capsys, "runs", "show", first.name, "--runs-dir", runs)
+    by_folder = cli(capsys, "runs", "show", first)
+    assert by_id[0] == by_folder[0] == 0
+    assert by_id[1] == by_folder[1]
+    assert f"run {first.name}: completed" in by_id[1]
+
+    code, out, _ = cli(capsys, "runs", "diff", first.name, second.name, "--runs-dir", runs)
+    assert code == 0, out
+
+    code, _, err = cli(capsys, "runs", "show", "20990101T000000-00000000", "--runs-dir", runs)
+    assert code == 2
+    assert "no run folder 20990101T000000-00000000" in err
+
+
+def test_runs_show_counts_calls_as_the_runs_usage_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A request that got no answer is a request, not a call: the op's line, the usage
+    line and ``lattice run``'s summary all say so."""
+    mock = write_json(
+        tmp_path / "m.json",
+        {"responses": {"greet": [{"$error": "auth_error", "message": "bad key"}]}},
+    )
+    runs = tmp_path / "runs"
+    code, _, err = cli(
+        capsys,
+        "run",
+        EXAMPLES / "hello-world.json",
+        "--mock",
+        mock,
+        "--input",
+        "name=Ada",
+        "--runs-dir",
+        runs,
+    )
+    assert code == 1
+    assert "0 model calls (1 request)," in err
+    [folder] = run_folders(runs)
+    code, out, _ = cli(capsys, "runs", "show", folder)
+    [op_line] = [line for line in out.splitlines() if "LLM_WRITE" in line]
+    assert " ms  0 model calls (1 request)  ✗ auth_error" in op_line
+    assert "usage: 0 model calls (1 request)," in out
+
+
+def test_runs_show_says_how_long_the_run_ran(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Each stretch from a start or resume to the last event before the next counts; the
+    wait for the resume does not."""
+    folder = tmp_path / "runs" / "20261126T100000-0000aaaa"
+    folder.mkdir(parents=True)
+    stamps = [
+        ("run_started", "2026-11-26T10:00:00.000Z"),
+        ("op_started", "2026-11-26T10:00:01.500Z"),
+        ("run_halted", "2026-11-26T10:00:05.250Z"),
+        ("run_resumed", "2026-11-26T11:30:00.000Z"),
+        ("run_finished", "2026-11-26T11:30:02.000Z"),
+    ]
+    events = [
+        {"seq": n, "ts": ts, "run_id": folder.name, "type": kind, "data": {}}
+        for n, (kind, ts) in enumerate(stamps, start=1)
+    ]
+    (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    code, out, _ = cli(capsys, "runs", "show", folder.name, "--runs-dir", folder.parent)
+    assert code == 0
+    assert out.splitlines()[0].startswith(f"run {folder.name}: ? in 7.25s")

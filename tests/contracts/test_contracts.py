@@ -29,6 +29,14 @@ SCHEMA: dict[str, Any] = {
 }
 VALID = {"title": "Quarterly report", "count": 3}
 INVALID = {"title": "Quarterly report", "count": "three"}
+
+
+def invalids(count: int) -> list[dict[str, Any]]:
+    """``count`` invalid answers, each wrong in its own way (a model that repeats the very
+    violations it was shown is not repaired again: see test_a_model_that_repeats_itself_…)."""
+    return [{"title": "Quarterly report", "count": f"three ({n})"} for n in range(count)]
+
+
 INPUTS = {"type": "object", "properties": {"document": {"type": "string"}}}
 
 
@@ -261,7 +269,7 @@ def test_schema_violations_repaired_on_second_and_third_attempts(sleep: FakeSlee
 
 def test_three_failures_at_small_escalate_to_medium(sleep: FakeSleep) -> None:
     result, provider = run_gen(
-        [INVALID, INVALID, "not json", VALID],
+        [*invalids(2), "not json", VALID],
         sleep,
         models={"small": "tiny-1", "medium": "mid-1", "large": "big-1"},
     )
@@ -285,7 +293,7 @@ def test_three_failures_at_small_escalate_to_medium(sleep: FakeSleep) -> None:
 def test_default_class_escalates_straight_to_large(sleep: FakeSleep) -> None:
     doc = gen_doc()
     del doc["nodes"][1]["data"]["modelClass"]
-    result, provider = run_gen([INVALID] * 3 + [VALID], sleep, doc=doc)
+    result, provider = run_gen([*invalids(3), VALID], sleep, doc=doc)
     assert_completed(result)
     assert classes(provider) == ["default"] * 3 + ["large"]
 
@@ -348,7 +356,7 @@ def test_capped_ladder_exhausted_fails_with_a_report_of_every_attempt(
 
 
 def test_whole_ladder_failing_tries_every_class(sleep: FakeSleep) -> None:
-    result, provider = run_gen([INVALID] * 9, sleep)
+    result, provider = run_gen(invalids(9), sleep)
     assert_failed(result, "schema_error")
     assert classes(provider) == ["small"] * 3 + ["medium"] * 3 + ["large"] * 3
     assert [a["model_class"] for a in attempts_of(result)] == classes(provider)
@@ -358,12 +366,33 @@ def test_whole_ladder_failing_tries_every_class(sleep: FakeSleep) -> None:
     ]
 
 
+def test_a_model_that_repeats_itself_is_not_repaired_again(sleep: FakeSleep) -> None:
+    """Shown its violations, a model that makes every one of them again would only be
+    sent the same repair packet: the call climbs the ladder instead, and at its top ends."""
+    result, provider = run_gen([INVALID] * 9, sleep)
+    assert_failed(result, "schema_error")
+    assert classes(provider) == ["small", "small", "medium", "large"]
+    assert [a["kind"] for a in attempts_of(result)] == [
+        "initial",
+        "repair",
+        "escalation",
+        "escalation",
+    ]
+
+
+def test_an_answer_that_changes_keeps_its_class_repairing(sleep: FakeSleep) -> None:
+    script = [INVALID, INVALID, *invalids(2), VALID]
+    result, provider = run_gen(script, sleep)
+    assert_completed(result)
+    assert classes(provider) == ["small", "small", "medium", "medium", "medium"]
+
+
 def test_cli_exits_1_when_the_ladder_is_exhausted(
     cli_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tmp_path = cli_env
     doc = write_json(tmp_path / "wf.json", gen_doc(escalate={"maxClass": "medium"}))
-    mock = write_json(tmp_path / "mock.json", {"responses": {"gen": [INVALID] * 6}})
+    mock = write_json(tmp_path / "mock.json", {"responses": {"gen": invalids(6)}})
     runs = tmp_path / "runs"
     code = main(
         [
@@ -461,7 +490,7 @@ def test_missing_information_halts_even_with_a_failed_route(sleep: FakeSleep) ->
 
 
 def test_failed_run_resumes_from_the_failed_op(sleep: FakeSleep, tmp_path: Path) -> None:
-    script = [INVALID] * 3 + [VALID]
+    script = [*invalids(3), VALID]
     doc = gen_doc(escalate=False)
     failed, _ = run_gen(script, sleep, doc=doc, store=RunStore(tmp_path))
     assert_failed(failed, "schema_error")
@@ -576,7 +605,7 @@ def test_failed_port_is_taken_with_the_failure_report_in_vars(sleep: FakeSleep) 
         ],
         [conn("start", "gen"), conn("gen", "ok"), conn("gen", "fallback", "failed")],
     )
-    result, provider = run_gen(["no"] * 3, sleep, doc=doc, inputs={})
+    result, provider = run_gen(["no", "nope", "no way"], sleep, doc=doc, inputs={})
     assert result.status == "completed"
     assert result.output == "failed: json_error"
     assert len(provider.calls) == 3
@@ -602,7 +631,7 @@ def test_repair_max_attempts_one_escalates_after_one_failure(sleep: FakeSleep) -
 
 def test_repair_max_attempts_two_per_class(sleep: FakeSleep) -> None:
     doc = gen_doc(repair={"maxAttempts": 2}, escalate={"maxClass": "medium"})
-    result, provider = run_gen([INVALID] * 4, sleep, doc=doc)
+    result, provider = run_gen(invalids(4), sleep, doc=doc)
     assert_failed(result, "schema_error")
     assert classes(provider) == ["small", "small", "medium", "medium"]
 
@@ -615,7 +644,7 @@ def test_settings_max_attempts_is_the_default_per_class(sleep: FakeSleep) -> Non
 
 @pytest.mark.parametrize("escalate", [False, {"enabled": False}], ids=["false", "enabled-false"])
 def test_escalate_false_fails_at_the_first_class(escalate: Any, sleep: FakeSleep) -> None:
-    result, provider = run_gen([INVALID] * 6, sleep, doc=gen_doc(escalate=escalate))
+    result, provider = run_gen(invalids(6), sleep, doc=gen_doc(escalate=escalate))
     assert_failed(result, "schema_error")
     assert classes(provider) == ["small"] * 3
     assert not events(result, "escalated")

@@ -107,6 +107,12 @@ def without(key: str) -> dict[str, Any]:
     return {k: v for k, v in VALID.items() if k != key}
 
 
+def wrong_severities(count: int) -> list[dict[str, Any]]:
+    """``count`` answers whose severity is wrong each in its own way (a model that repeats
+    the very violations it was shown is not repaired again)."""
+    return [dict(VALID, severity=f"sev{n}") for n in range(count)]
+
+
 # -- the cases of the issue ---------------------------------------------------------------------
 
 
@@ -136,13 +142,15 @@ def test_truncated_json_is_a_json_error_whose_packet_quotes_the_parser() -> None
 def test_truncated_json_every_time_fails_as_json_error_and_escalates_with_the_truth() -> None:
     truncated = TEXT[:-30]
     result, provider = run([truncated] * 9, gen_doc(escalate={"maxClass": "medium"}))
+    # the same cut-off answer again after its repair: the next class is asked at once
+    assert [c.model_class for c in provider.calls] == ["small", "small", "medium"]
     assert result.status == "failed" and result.failure is not None
     assert result.failure.category == "json_error"
     assert result.failure.summary.startswith("the output is cut off")
     assert result.failure.details["parser"]["cut_off"] is True
     assert result.failure.details["parser"]["parser_message"] == "Expecting value"
     assert "best_effort" not in result.failure.details  # nothing ever parsed
-    escalation = user_text(provider.calls[3])
+    escalation = user_text(provider.calls[2])
     assert "A previous attempt at this artifact failed validation:\n- /: the output is cut off" in (
         escalation
     )
@@ -329,8 +337,7 @@ def test_repair_context_prefers_the_field_name_and_stays_under_its_cap() -> None
 
 
 def test_max_attempts_total_caps_the_ladder() -> None:
-    bad = dict(VALID, severity="sev1")
-    result, provider = run([bad] * 9, gen_doc(maxAttemptsTotal=4))
+    result, provider = run(wrong_severities(9), gen_doc(maxAttemptsTotal=4))
     assert result.status == "failed" and result.failure is not None
     assert [c.model_class for c in provider.calls] == ["small"] * 3 + ["medium"]
     assert result.failure.category == "schema_error"
@@ -345,10 +352,16 @@ def test_max_attempts_total_of_one_is_a_single_call() -> None:
 
 
 def test_without_a_budget_exhaustion_costs_three_per_class() -> None:
-    result, provider = run([without("severity")] * 9)
+    result, provider = run(wrong_severities(9))
     assert result.status == "failed" and result.failure is not None
     assert len(provider.calls) == 9
     assert "max_attempts_total" not in result.failure.details
+
+
+def test_the_same_mistake_over_again_costs_one_call_per_class_after_the_first_repair() -> None:
+    result, provider = run([without("severity")] * 9)
+    assert result.status == "failed" and result.failure is not None
+    assert [c.model_class for c in provider.calls] == ["small", "small", "medium", "large"]
 
 
 # -- best effort ----------------------------------------------------------------------------------
@@ -390,9 +403,9 @@ def test_the_failed_port_carries_the_best_effort_already_parsed() -> None:
 
 
 def test_failure_report_best_effort_property() -> None:
-    result, _ = run([dict(VALID, severity="sev1")] * 9)
+    result, _ = run(wrong_severities(9))
     assert result.failure is not None
-    assert result.failure.best_effort == dict(VALID, severity="sev1")
+    assert result.failure.best_effort == dict(VALID, severity="sev8")
     assert result.failure.details["best_effort"]["attempt"] == 9
 
 

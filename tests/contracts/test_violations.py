@@ -127,3 +127,102 @@ def test_terms_name_the_field_and_its_options() -> None:
         terms({"severity": "low", "category": "network", "summary": "s", "tags": [1, 2, 3]}) == []
     )
     assert terms({"severity": "low", "category": "network", "summary": 3}) == ["summary"]
+
+
+CONFIG_CHANGE = {
+    "type": "object",
+    "properties": {
+        "kind": {"const": "config_change", "type": "string"},
+        "key": {"type": "string"},
+        "new_value": {"type": "integer", "maximum": 1024},
+    },
+    "required": ["kind", "key", "new_value"],
+}
+DEPLOY = {
+    "type": "object",
+    "properties": {
+        "kind": {"enum": ["deploy"], "type": "string"},
+        "deploy_id": {"type": "string"},
+        "service": {"type": "string"},
+    },
+    "required": ["kind", "deploy_id", "service"],
+}
+TAGGED = {  # what pydantic writes for Annotated[ConfigChange | Deploy, Field(discriminator="kind")]
+    "$defs": {"ConfigChange": CONFIG_CHANGE, "Deploy": DEPLOY},
+    "type": "object",
+    "properties": {
+        "action": {
+            "discriminator": {
+                "propertyName": "kind",
+                "mapping": {"config_change": "#/$defs/ConfigChange", "deploy": "#/$defs/Deploy"},
+            },
+            "oneOf": [{"$ref": "#/$defs/ConfigChange"}, {"$ref": "#/$defs/Deploy"}],
+        }
+    },
+    "required": ["action"],
+}
+UNTAGGED = {  # no discriminator keyword: the shared const property is the tag
+    "type": "object",
+    "properties": {"action": {"anyOf": [CONFIG_CHANGE, DEPLOY]}},
+}
+
+
+@pytest.mark.parametrize("schema", [TAGGED, UNTAGGED], ids=["discriminator", "const"])
+def test_a_tagged_union_reports_the_alternative_its_tag_picks(schema: dict[str, Any]) -> None:
+    value = {"action": {"kind": "config_change", "key": "k", "new_value": 4096}}
+    assert violations(schema, value) == [
+        {"pointer": "/action/new_value", "message": "is 4096, at most 1024 allowed"}
+    ]
+    value = {"action": {"kind": "deploy", "deploy_id": 7}}
+    assert violations(schema, value) == [
+        {"pointer": "/action", "message": "'service' is a required property"},
+        {"pointer": "/action/deploy_id", "message": "7 is not of type 'string'"},
+    ]
+
+
+@pytest.mark.parametrize("schema", [TAGGED, UNTAGGED], ids=["discriminator", "const"])
+def test_a_wrong_or_missing_tag_names_the_tags(schema: dict[str, Any]) -> None:
+    value = {"action": {"kind": "config_chnage", "key": "k", "new_value": 4}}
+    assert violations(schema, value) == [
+        {
+            "pointer": "/action/kind",
+            "message": "'kind' is 'config_chnage', not one of the tags 'config_change', 'deploy'",
+        }
+    ]
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = schema_problems(validator.iter_errors(value), schema)
+    assert problems.terms == ["action", "kind", "config_change", "deploy"]
+    assert violations(schema, {"action": {"key": "k"}}) == [
+        {
+            "pointer": "/action",
+            "message": "has no 'kind', the tag that picks its kind: one of "
+            "'config_change', 'deploy'",
+        }
+    ]
+
+
+def test_alternatives_without_a_shared_tag_keep_the_closest() -> None:
+    schema = {"anyOf": [{"properties": {"a": {"const": "x"}}, "required": ["b"]}, {"type": "null"}]}
+    assert "matches none of the allowed alternatives" in message(schema, {"a": "y"})
+
+
+def test_pydantics_tagged_union_schema_is_read_by_its_discriminator() -> None:
+    from typing import Annotated, Literal
+
+    from pydantic import BaseModel, Field
+
+    class ConfigChange(BaseModel):
+        kind: Literal["config_change"]
+        new_value: int = Field(le=1024)
+
+    class Deploy(BaseModel):
+        kind: Literal["deploy"]
+        deploy_id: str
+
+    class Act(BaseModel):
+        action: Annotated[ConfigChange | Deploy, Field(discriminator="kind")]
+
+    schema = Act.model_json_schema()
+    assert violations(schema, {"action": {"kind": "config_change", "new_value": 4096}}) == [
+        {"pointer": "/action/new_value", "message": "is 4096, at most 1024 allowed"}
+    ]

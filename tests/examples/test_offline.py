@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -128,6 +129,9 @@ def run_documented(
         argv = argv[len(HELPER) :]
         at = argv.index("--inputs") + 1
         argv[at] = str(local_inputs(name, services, tmp_path))
+    if "--workspace" in argv:  # the example edits its workspace: a copy of its project
+        at = argv.index("--workspace") + 1
+        argv[at] = str(shutil.copytree(EXAMPLES / f"{name}-project", tmp_path / "project"))
     seen = len(services.received)
     capsys.readouterr()
     code = main([*argv[1:], "--runs-dir", str(tmp_path / "runs"), "--json"])
@@ -297,7 +301,16 @@ def meeting_prep(run: Run) -> None:
     assert event["location"] == "Video call (link added by the calendar)"
 
 
+def fix_a_bug(run: Run) -> None:
+    assert run.output["tests_passed"] is True
+    (change,) = run.result["changes"]
+    assert change["path"] == "tally/stats.py" and change["op"] == "fix"
+    project = Path(run.result["run_dir"]).parent.parent / "project"
+    assert "return sum(values) / len(values)\n" in (project / "tally/stats.py").read_text()
+
+
 EXPECTED: dict[str, Callable[[Run], None]] = {
+    "fix-a-bug": fix_a_bug,
     "support-triage": support_triage,
     "hello-world": hello_world,
     "analyst-panel": analyst_panel,

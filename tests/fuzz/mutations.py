@@ -7,6 +7,11 @@ random templates and conditions (``{{``, ``$secrets``), odd node ids, sub-flows 
 call themselves. ``mutate_text`` garbles the JSON text itself (for the file reader).
 Everything is driven by ``rng`` so a seed reproduces a document.
 
+Schemas are mutated too (``odd_schema``): ``$ref`` to URLs (``REMOTE_URL``, which the
+bench points at a local server that counts requests), to files and to pointers that
+lead nowhere, ``$id``/``$schema`` URLs, and ``pattern`` / ``patternProperties`` with
+nested quantifiers (``CATASTROPHIC_PATTERNS``); conditions get ``matches`` with them.
+
 ``probe(doc)`` lowers a document and, when lowering accepts it, emits every format and
 builds a Runner; it returns None when all went as the standard says (IR, or a
 ``LatticeUserError``) and the exception otherwise.
@@ -131,6 +136,27 @@ TEMPLATE_PIECES = (
     "vars.",
     "\ud800",
 )
+REMOTE_URL = "http://127.0.0.1:9/schema.json"
+"""Where mutated ``$ref``s point (the bench sets a counting server's URL)."""
+CATASTROPHIC_PATTERNS = (
+    r"^(a+)+$",
+    r"^(a|aa)+$",
+    r"^(a|aa|aaa)+$",
+    r"^(a|a)+$",
+    r"(a|aa)+b",
+    r"^(a|a?)+$",
+    r"(x+x+)+y",
+    r"^(\w+\s?)*$",
+    r"^([a-z]+)*[0-9]$",
+    r"(a{1000}){1000}",
+    r"((a{100}){100}){100}",
+    r"(?:(?:a*)*)*b",
+    r"(",
+)
+STALLING_PATTERNS = (r"^(a|aa)+$", r"^(a|aa|aaa)+$", r"^(a|a)+$", r"(a|aa)+b")
+"""Those of them on which even the ``regex`` package backtracks for long against ``VICTIM``."""
+VICTIM = "a" * 36 + "!"
+"""A text on which the catastrophic patterns backtrack for long."""
 ODD_IDS = ("a.b", "x y", "{{", "}}", "$in", "a#call", "a__b", "-", "0", "é", "a/b", "~", "\ud800")
 
 
@@ -249,6 +275,98 @@ def odd_value(rng: random.Random, ids: list[str]) -> Any:
     return random_template(rng, ids)
 
 
+def _outside_refs() -> tuple[str, ...]:
+    return (
+        REMOTE_URL,
+        REMOTE_URL.replace("http:", "https:"),
+        REMOTE_URL + "#/definitions/x",
+        "file:///etc/passwd",
+        "/etc/passwd",
+        "schema.json",
+        "../secrets.json#/x",
+        "urn:example:schema",
+        "//127.0.0.1:9/x",
+        "",
+    )
+
+
+_LOCAL_REFS = ("#/definitions/nope", "#/$defs/missing", "#nope", "#/properties/a/0", "#", "#/")
+
+
+def _pattern(rng: random.Random) -> str:
+    return rng.choice(STALLING_PATTERNS if rng.random() < 0.5 else CATASTROPHIC_PATTERNS)
+
+
+def odd_schema(rng: random.Random) -> Any:
+    """A JSON Schema that reaches out, points nowhere or backtracks catastrophically."""
+    choice = rng.randrange(8)
+    if choice == 0:
+        return {"$ref": rng.choice(_outside_refs())}
+    if choice == 1:
+        return {"type": "object", "properties": {"a": {"$ref": rng.choice(_LOCAL_REFS)}}}
+    if choice == 2:
+        return {
+            "type": "object",
+            "properties": {"a": {"type": "string", "pattern": _pattern(rng)}},
+            "required": ["a"],
+        }
+    if choice == 3:
+        closed = rng.choice(("additionalProperties", "unevaluatedProperties"))
+        return {
+            "type": "object",
+            "patternProperties": {_pattern(rng): {}},
+            closed: False,
+        }
+    if choice == 4:
+        return {
+            rng.choice(("$id", "$schema")): REMOTE_URL,
+            "$defs": {"x": {"$ref": rng.choice((*_outside_refs(), *_LOCAL_REFS))}},
+            "$ref": "#/$defs/x",
+        }
+    if choice == 5:
+        return {"$dynamicRef": rng.choice((*_outside_refs(), "#meta"))}
+    if choice == 6:
+        return {
+            "type": "array",
+            "items": {"type": "string", "pattern": _pattern(rng)},
+        }
+    return {"$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}}, "$ref": "#/$defs/x"}
+
+
+def _schema_mutation(nodes: list[dict[str, Any]], rng: random.Random) -> None:
+    """One node's schema (or an ifElse condition) given an odd part: the whole schema,
+    or one property of it."""
+    node = rng.choice(nodes)
+    data = node.get("data")
+    if not isinstance(data, dict):
+        node["data"] = data = {}
+    if node.get("type") in ("ifElse", "switch") and rng.random() < 0.7:
+        condition = "matches " + json.dumps(_pattern(rng))
+        data["branches"] = [{"label": "odd", "condition": condition}, {"label": "else"}]
+        inputs = [n.get("data", {}).get("inputs") for n in nodes if n.get("type") == "start"]
+        names = [
+            name
+            for schema in inputs
+            if isinstance(schema, dict) and isinstance(schema.get("properties"), dict)
+            for name in schema["properties"]
+        ]
+        if names and rng.random() < 0.5:  # an input: the bench gives it VICTIM half the time
+            data["evaluationTarget"] = f"$in.{rng.choice(names)}"
+        return
+    key = "inputs" if node.get("type") == "start" else "outputSchema"
+    schema = data.get(key)
+    odd = odd_schema(rng)
+    if (
+        isinstance(schema, dict)
+        and isinstance(schema.get("properties"), dict)
+        and rng.random() < 0.5
+    ):
+        names = list(schema["properties"]) or ["a"]
+        schema["properties"][rng.choice(names)] = odd
+    else:
+        data[key] = odd
+
+
 def _deepen(value: Any, levels: int, rng: random.Random) -> Any:
     for _ in range(levels):
         value = [value] if rng.random() < 0.5 else {"k": value}
@@ -275,7 +393,10 @@ def _mutate_once(doc: Any, rng: random.Random) -> Any:
     body = _body(doc)
     ids = _node_ids(body)
     nodes = _all_nodes(body)
-    kind = rng.randrange(24)
+    kind = rng.randrange(27)
+    if kind >= 24 and nodes:
+        _schema_mutation(nodes, rng)
+        return doc
     if kind == 20 and nodes:  # every string of one node's data may become a template
         node = rng.choice(nodes)
         node["data"] = _storm(node.get("data"), rng, ids)
@@ -430,6 +551,14 @@ def mutate(doc: Any, rng: random.Random, count: int = 1) -> Any:
         except RecursionError:  # copying a value nested deeper than Python recurses
             continue
     return out
+
+
+def mutate_schema(doc: Any, rng: random.Random) -> Any:
+    """``doc`` (mutated in place) with one node's schema or condition made odd."""
+    nodes = _all_nodes(_body(doc))
+    if nodes:
+        _schema_mutation(nodes, rng)
+    return doc
 
 
 def mutate_text(text: str, rng: random.Random) -> str:

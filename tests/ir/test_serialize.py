@@ -159,3 +159,44 @@ def test_a_secret_in_an_http_calls_lane_is_accepted() -> None:
 
 def test_the_schema_id_names_the_ir_version() -> None:
     assert execir_json_schema()["$id"].endswith(f"/execir-{IR_VERSION}.json")
+
+
+def _agent(data: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The prompt op ``p`` of ``data`` turned into an AGENT op (with ``fields``)."""
+    op = data["ops"]["p"]
+    op.pop("purpose", None)
+    op.update(kind="AGENT", tools=["Read", "Grep", "mcp__docs__search"], **fields)
+    return data
+
+
+def test_an_agent_op_reads_back_with_its_tools_and_limits() -> None:
+    data = _agent(_ir(), limits={"maxTurns": 4, "maxToolCalls": 9, "toolTimeoutS": 2.5})
+    ir = ir_from_json(data)
+    op = ir.ops["p"]
+    assert op.kind == "AGENT"
+    assert op.tools == ["Read", "Grep", "mcp__docs__search"]
+    assert (op.limits.max_turns, op.limits.max_tool_calls, op.limits.tool_timeout_s) == (4, 9, 2.5)
+    assert op.limits.max_tokens is None
+    assert ir_to_dict(ir)["ops"]["p"]["limits"]["maxTurns"] == 4
+    assert "AgentOp" in str(execir_json_schema()["$defs"])
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"tools": ["Read", "rm -rf /"]}, "ops['p'].tools: [1]: 'rm -rf /' is not a tool name"),
+        ({"tools": ["Read", "Read"]}, "ops['p'].tools: a tool is named twice"),
+        ({"prompt": "{{ $in."}, "ops['p'].prompt"),
+        ({"limits": {"maxTurns": 0}}, "limits.maxTurns"),
+        ({"limits": {"toolTimeoutS": -1}}, "limits.toolTimeoutS"),
+        ({"purpose": "classify"}, "purpose"),
+    ],
+    ids=["tool-name", "tool-twice", "prompt", "turns", "timeout", "llm-only-field"],
+)
+def test_an_agent_op_that_cannot_run_is_refused(fields: dict[str, Any], fragment: str) -> None:
+    data = _agent(_ir())
+    data["ops"]["p"].update(fields)
+    with pytest.raises(LatticeUserError) as caught:
+        ir_from_json(data)
+    assert caught.value.error_type == "invalid_ir"
+    assert fragment in caught.value.message

@@ -19,7 +19,7 @@ def test_without_litellm_the_provider_says_how_to_install_it(
     from lattice.llm.litellm_provider import LiteLLMProvider
 
     monkeypatch.setitem(sys.modules, "litellm", None)  # import litellm → ImportError
-    with pytest.raises(LatticeUserError, match=r"pip install 'lattice-lre\[litellm\]'"):
+    with pytest.raises(LatticeUserError, match=r"pip install -e '\.\[litellm\]'"):
         LiteLLMProvider()
 
 

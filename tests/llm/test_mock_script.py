@@ -108,6 +108,23 @@ def test_examples_validate_against_their_schema(schema: dict[str, Any]) -> None:
     jsonschema.validate(example_value(schema), schema)
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "minLength": 10**30},
+        {"type": "string", "minLength": 10**9},
+        {"type": "array", "minItems": 10**30, "items": {"type": "integer"}},
+    ],
+)
+def test_an_example_for_a_schema_asking_for_a_huge_value_stays_small(
+    schema: dict[str, Any],
+) -> None:
+    """Found by bench/fuzz_documents.py: ``mock init`` raised OverflowError (or built a
+    gigabyte) for a document's ``"minLength": 1e30``."""
+    value = example_value(schema)
+    assert len(value) == 1000
+
+
 def test_pieces_stream_an_answer_to_a_streaming_request_only() -> None:
     """``pieces`` passes a streaming request's answer on in that many pieces (the whole
     answer still comes back); a request that does not stream gets it whole."""

@@ -461,6 +461,23 @@ def _unknown_targets(n: int) -> dict[str, Any]:
     return doc
 
 
+def _invalid_nodes(n: int) -> dict[str, Any]:
+    """n prompt nodes without a prompt: n errors, one per node."""
+    return chain(*[node(f"p{i}", "prompt") for i in range(n)])
+
+
+def _shared_variable(n: int) -> dict[str, Any]:
+    """n nodes in a row, every other one setting the variable x, the others reading it."""
+    return chain(
+        *[
+            node(f"s{i}", "variableStore", operation="set", name="x", value=i)
+            if i % 2 == 0
+            else node(f"r{i}", "prompt", prompt="{{ $vars.x }}")
+            for i in range(n)
+        ]
+    )
+
+
 @pytest.mark.parametrize(
     "build",
     [
@@ -471,6 +488,8 @@ def _unknown_targets(n: int) -> dict[str, Any]:
         _fan_in,
         _far_reads,
         _unknown_targets,
+        _invalid_nodes,
+        _shared_variable,
     ],
     ids=lambda f: f.__name__.strip("_"),
 )

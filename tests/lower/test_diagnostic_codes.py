@@ -9,20 +9,28 @@ import re
 from tests.conftest import REPO
 
 CODE = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)+")
-NOT_CODES = {"utf-8", "ai-generated"}
+NOT_CODES = {
+    "utf-8",
+    "ai-generated",
+    "general-purpose",
+    "read-only",
+    "workspace-write",
+    "danger-full-access",
+}
 """Strings in the source that look like codes but are not."""
 
 
 def _source_codes() -> set[str]:
-    """The code-shaped string literals of lowering and the document loader (docstrings
-    are whole sentences, so none of them is one)."""
+    """The code-shaped string literals of lowering, the document loader and the schema
+    checks lowering reports (docstrings are whole sentences, so none of them is one)."""
     codes: set[str] = set()
-    for folder in ("lower", "document"):
-        for path in (REPO / "lattice" / folder).glob("*.py"):
-            for item in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                value = item.value if isinstance(item, ast.Constant) else None
-                if isinstance(value, str) and CODE.fullmatch(value) and value not in NOT_CODES:
-                    codes.add(value)
+    package = REPO / "lattice"
+    paths = [*(package / "lower").glob("*.py"), *(package / "document").glob("*.py")]
+    for path in [*paths, package / "schemas.py"]:
+        for item in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            value = item.value if isinstance(item, ast.Constant) else None
+            if isinstance(value, str) and CODE.fullmatch(value) and value not in NOT_CODES:
+                codes.add(value)
     return codes
 
 

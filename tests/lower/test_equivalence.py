@@ -254,6 +254,43 @@ def test_reachability_matches_networkx(rnd: random.Random, size: int) -> None:
         assert reach.reaches(a, b) == expected, (a, b)
 
 
+@settings(max_examples=100, deadline=None)
+@given(rnd=st.randoms(use_true_random=False), size=st.integers(min_value=2, max_value=300))
+def test_a_group_reaches_what_any_of_its_members_reaches(rnd: random.Random, size: int) -> None:
+    """The setters of a variable are asked about as one stand-in: it must answer what
+    asking each setter would (networkx), cycles and self-loops included."""
+    graph: nx.DiGraph = nx.DiGraph()
+    graph.add_nodes_from(f"n{i}" for i in range(size))
+    for i in range(1, size):
+        if rnd.random() < 0.8:
+            graph.add_edge(f"n{i - 1}", f"n{i}")
+        if rnd.random() < 0.3:
+            graph.add_edge(f"n{rnd.randrange(size)}", f"n{rnd.randrange(size)}")
+    ours: DiGraph[str] = DiGraph()
+    for name in graph:
+        ours.add_node(name)
+    for a, b in graph.edges:
+        ours.add_edge(a, b)
+    ours.add_node("\0any of x")  # a node named like the stand-in does not confuse it
+    groups = {
+        f"g{k}": [f"n{rnd.randrange(size)}" for _ in range(rnd.randint(1, 12))] for k in range(4)
+    }
+    groups["gone"] = ["not-a-node"]
+    groups["x"] = [f"n{rnd.randrange(size)}" for _ in range(5)]
+    reach = Reachability(ours, groups=groups)
+    assert reach.any_of("gone") is None
+    queries = [(g, f"n{rnd.randrange(size)}") for g in groups if g != "gone" for _ in range(40)]
+    if rnd.random() < 0.5:
+        reach.prepare((reach.any_of(g) or "", b) for g, b in queries)
+    for group, b in queries:
+        source = reach.any_of(group)
+        assert source is not None
+        expected = any(
+            nx.has_path(graph, s, b) for member in groups[group] for s in graph.successors(member)
+        )
+        assert reach.reaches(source, b) == expected, (group, b)
+
+
 def test_far_queries_are_answered_together_in_both_directions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
+from lattice.ir.models import AgentOp, AskOp, ContractOpBase, ExecIR, LLMWriteOp
 from lattice.lower import DEFAULT_REGISTRY, LoweringResult, lower_document
 from lattice.lower.subflows import NAMESPACE_SEPARATOR
 from tests.conftest import REPO
@@ -55,8 +55,9 @@ def document(path: Path) -> dict[str, Any]:
     return raw["workflow"] if "workflow" in raw and "nodes" not in raw else raw
 
 
-def llm_ops(ir: ExecIR) -> list[LLMWriteOp]:
-    return [op for op in ir.ops.values() if isinstance(op, LLMWriteOp)]
+def llm_ops(ir: ExecIR) -> list[ContractOpBase]:
+    """The ops that call a model: LLM_WRITE and AGENT."""
+    return [op for op in ir.ops.values() if isinstance(op, ContractOpBase)]
 
 
 EXAMPLE_IDS = [p.name for p in example_files()]
@@ -119,8 +120,11 @@ def test_mock_answers_fit_the_output_contracts(path: Path) -> None:
     assert any(responses.values()), "the mock answers no LLM call at all"
     for node_id, answers in responses.items():
         op = ir.ops[node_id]
-        assert isinstance(op, LLMWriteOp)
+        assert isinstance(op, ContractOpBase)
         for index, answer in enumerate(answers):
+            if isinstance(answer, dict) and "$tool_calls" in answer:
+                assert isinstance(op, AgentOp), f"{node_id}[{index}]: tool calls of a non-agent"
+                continue  # an agent's turn, not its answer
             if op.output_schema is None:
                 assert isinstance(answer, str), f"{node_id}[{index}]: free-text node, answer text"
                 continue

@@ -12,7 +12,7 @@ import jmespath
 import pytest
 
 from lattice.cli import main
-from lattice.ir.models import LLMWriteOp, TransformOp
+from lattice.ir.models import AgentOp, LLMWriteOp, TransformOp
 from lattice.lower import lower_document
 
 
@@ -135,7 +135,7 @@ def test_an_ai_generated_codex_prompt_needs_no_prompt() -> None:
     result = lower_document(chain(codex))
     assert result.ir is not None, result.errors
     op = result.ir.ops["cx"]
-    assert isinstance(op, LLMWriteOp) and "'cx'" in op.prompt
+    assert isinstance(op, AgentOp) and "'cx'" in op.prompt  # its sandbox makes it an agent
     notes = result.ir.workflow.notes or []
     assert any("codex.sandbox 'read-only'" in n and "docs/agents.md" in n for n in notes)
     assert any("codex.reasoningEffort" in n for n in notes)

@@ -7,6 +7,7 @@ sets it), which makes a missing browser a failure.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -69,8 +70,9 @@ def require_browser() -> None:
 
 
 @contextmanager
-def chromium(width: int = 1400, height: int = 900) -> Iterator[Any]:
-    """A headless Chromium with a fresh profile, driven by selenium."""
+def chromium(width: int = 1400, height: int = 900, *, network_log: bool = False) -> Iterator[Any]:
+    """A headless Chromium with a fresh profile, driven by selenium (``network_log``: it
+    records every request the pages make, for ``requested_urls``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -83,7 +85,8 @@ def chromium(width: int = 1400, height: int = 900) -> Iterator[Any]:
         options.add_argument(flag)
     options.add_argument(f"--window-size={width},{height}")
     options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    logs = {"browser": "ALL", "performance": "ALL"} if network_log else {"browser": "ALL"}
+    options.set_capability("goog:loggingPrefs", logs)
     session = webdriver.Chrome(service=Service(driver), options=options)
     try:
         session.set_window_size(width, height)
@@ -96,3 +99,14 @@ def chromium(width: int = 1400, height: int = 900) -> Iterator[Any]:
 def console_errors(session: Any) -> list[str]:
     """The page's console errors since the last call."""
     return [entry["message"] for entry in session.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def requested_urls(session: Any) -> list[str]:
+    """The URL of every request the pages made since the last call (a ``network_log``
+    session), whether or not it got an answer."""
+    urls = []
+    for entry in session.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls

@@ -566,6 +566,7 @@ class Staged:
     async def complete(self, request: LLMRequest) -> LLMResponse:
         node_id = str(request.node_id)
         repair = "broke the contract" in request.messages[-1].content
+        request.sending()  # as a live provider says, right before it sends
         self.sent.append(node_id)
         if self.staged and node_id == "b1":
             await self.b2_answered.wait()

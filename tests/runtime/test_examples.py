@@ -6,19 +6,30 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lattice.ir import ir_to_dict
-from lattice.ir.models import AskOp, ExecIR, LLMWriteOp
+from lattice.ir.models import AskOp, ContractOpBase, ExecIR, LLMWriteOp
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runtime import RunLimits, Runner, RunResult, RunStore
-from lattice.runtime.settings import RuntimeSettings
+from lattice.runtime.settings import AgentSettings, RuntimeSettings
+from lattice.workspace.grants import WorkspaceGrant
 from tests.builders import chain, conn, corpus_params, node, workflow
-from tests.conftest import CORPUS, EXAMPLES, corpus_document, corpus_files, example_files
+from tests.conftest import (
+    CORPUS,
+    EXAMPLE_GRANTS,
+    EXAMPLES,
+    corpus_document,
+    corpus_files,
+    example_files,
+    example_workspace,
+)
 
 RUN_FILES = {
     "workflow.json",
@@ -55,13 +66,18 @@ def mocked_examples() -> list[Path]:
 def run_example(path: Path, root: Path | None) -> tuple[RunResult, MockProvider, ExecIR]:
     ir = lower(path)
     provider = MockProvider.from_file(helper(path, "mock"))
+    settings = RuntimeSettings(sleep=no_sleep)  # tool retries need no real waiting here
+    workspace = example_workspace(path, root or Path(tempfile.mkdtemp()))
+    if workspace is not None:
+        grant = WorkspaceGrant(root=workspace, **dict.fromkeys(EXAMPLE_GRANTS, True))
+        settings = replace(settings, agents=AgentSettings(grant=grant))
     runner = Runner(
         ir,
         provider=provider,
         store=RunStore(root),
         answers=read_helper(path, "answers"),
         workflow=document(path),
-        settings=RuntimeSettings(sleep=no_sleep),  # tool retries need no real waiting here
+        settings=settings,
     )
     return runner.run(read_helper(path, "inputs")), provider, ir
 
@@ -401,9 +417,14 @@ def corpus_run(path: Path, root: Path) -> tuple[RunResult, MockProvider, ExecIR]
     ir = lower(path)
     answers = {op.source_node: 0 for op in ir.ops.values() if isinstance(op, AskOp)}
     responses = {
-        op.source_node: [{"branch": op.labels[0]} if op.labels else sample(op.output_schema)] * 20
+        op.source_node: [
+            {"branch": op.labels[0]}
+            if isinstance(op, LLMWriteOp) and op.labels
+            else sample(op.output_schema)
+        ]
+        * 20
         for op in ir.ops.values()
-        if isinstance(op, LLMWriteOp) and op.output_schema is not None
+        if isinstance(op, ContractOpBase) and op.output_schema is not None
     }
     provider = MockProvider(responses, default="Done.")
     schema = ir.inputs_schema or {}

@@ -774,3 +774,32 @@ def test_result_state_is_json_and_matches_a_state_store() -> None:
     store = StateStore.from_snapshot(result.state)
     assert store.read("$vars.x.k[1]") == 2
     assert store.read("$ctx.run_id") == result.run_id
+
+
+def test_a_jmespath_condition_that_fails_on_the_value_is_a_condition_error() -> None:
+    """Found by bench/fuzz_documents.py: ``length(@)`` of null escaped as internal_error."""
+    doc = workflow(
+        [
+            node("start", "start", inputs={"type": "object", "properties": {"x": {}}}),
+            node(
+                "check",
+                "ifElse",
+                evaluationTarget="$in.x",
+                branches=[
+                    {"label": "Long", "condition": "jmespath: length(@) > `1`"},
+                    {"label": "Short"},
+                ],
+            ),
+            node("long", "end", output="long"),
+            node("short", "end", output="short"),
+        ],
+        [
+            conn("start", "check"),
+            conn("check", "long", "branch-0"),
+            conn("check", "short", "branch-1"),
+        ],
+    )
+    assert run_doc(doc, {"x": [1, 2]}).output == "long"
+    result = run_doc(doc, {"x": None})
+    assert_failed(result, "condition_error")
+    assert result.failure is not None and "length(@)" in result.failure.summary

@@ -84,7 +84,7 @@ def test_a_fan_out_lowers_to_a_fork_and_a_join_where_the_branches_meet() -> None
     assert join.next == [Edge(to="merge")]
     assert all(ir.ops[f"b{i}"].next == [Edge(to="start#fork#join")] for i in (1, 2, 3))
     assert ir.ops["start"].next == [Edge(to="start#fork")]
-    assert ir.ir_version == "2"
+    assert ir.ir_version == "3"
 
 
 def test_emitters_draw_forks_and_joins() -> None:

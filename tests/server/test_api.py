@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -25,6 +26,8 @@ import pytest
 from lattice.cli import main
 from lattice.config import LatticeConfig, SecretsConfig
 from lattice.errors import LatticeUserError
+from lattice.files import atomic_write_text
+from lattice.runs.ownership import claim
 from lattice.runs.view import list_runs
 from lattice.server.app import ServerSettings
 from lattice.server.store import LoopRecorder
@@ -372,6 +375,73 @@ def test_a_failed_run_resumes_without_asking_a_model_again(
     assert_error(client.post(f"/v1/runs/{run_id}/resume"), 409, "conflict")
 
 
+def test_a_resume_of_a_run_another_process_owns_is_a_conflict_that_writes_nothing(
+    client: httpx.Client, space: Path
+) -> None:
+    run_id = start(client, document=steps(2), mock_script=script(2, given=1))
+    _, status = follow(client, run_id)
+    assert status == "failed"
+    folder = space / "runs" / run_id
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    held = claim(folder)  # as a `lattice resume` of it would, between two status reads
+    try:
+        refused = client.post(f"/v1/runs/{run_id}/resume", json={"mock_script": script(2)})
+    finally:
+        held.release()
+    body = assert_error(refused, 409, "conflict")
+    assert f"is running (process {os.getpid()} on " in body["message"]
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    resumed = client.post(f"/v1/runs/{run_id}/resume", json={"mock_script": script(2)})
+    assert resumed.status_code == 202, resumed.text
+    assert follow(client, run_id)[1] == "completed"
+
+
+def test_after_the_end_event_the_run_reads_as_it_ended_though_its_folder_lags(
+    client: httpx.Client, space: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk slow to take the run's last files (other runs syncing) must not show a
+    client that watched until ``end`` an older status: the writes of the final
+    ``checkpoint.json`` and ``result.json`` are held back here until the test has read."""
+    disk = threading.Event()
+    held: list[threading.Thread] = []
+    write = LoopRecorder.write_text
+
+    def slow_last_files(self: LoopRecorder, name: str, text: str) -> None:
+        last = name == "result.json" or (
+            name == "checkpoint.json" and json.loads(text)["status"] != "running"
+        )
+        if not last:
+            write(self, name, text)
+            return
+        path = self.run_dir / name if self.run_dir is not None else Path(name)
+
+        def later() -> None:
+            disk.wait(TIMEOUT)
+            atomic_write_text(path, text)
+
+        held.append(threading.Thread(target=later))
+        held[-1].start()
+
+    monkeypatch.setattr(LoopRecorder, "write_text", slow_last_files)
+    try:
+        run_id = start_steps(client, 2)
+        _, status = follow(client, run_id)
+        assert status == "completed"
+        checkpoint = json.loads((space / "runs" / run_id / "checkpoint.json").read_text())
+        assert checkpoint["status"] == "running", "the folder lags behind the end event"
+        run = client.get(f"/v1/runs/{run_id}").json()
+        listed = {r["run_id"]: r for r in client.get("/v1/runs").json()["runs"]}[run_id]
+    finally:
+        disk.set()
+        for thread in held:
+            thread.join()
+    assert run["status"] == "completed"
+    assert run["output"] == "answer 1" and run["finished_at"] is not None
+    assert run["usage"]["calls"] == 2
+    assert listed["status"] == "completed" and listed["calls"] == 2
+    assert client.get(f"/v1/runs/{run_id}").json() == {**run, "finished_at": ANY}
+
+
 def test_a_run_without_a_provider_names_the_api_fields_not_cli_flags(
     client: httpx.Client,
 ) -> None:
@@ -487,6 +557,33 @@ def test_check_reports_every_diagnostic_with_its_location(client: httpx.Client) 
         "valid": True,
         "diagnostics": [],
     }
+
+
+def test_documents_are_lowered_off_the_event_loop(
+    client: httpx.Client, space: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lowering grows with the document (a 949 KB document took 31.8 s before it was
+    linear): on the loop it would hold up /healthz and every event stream meanwhile."""
+    from lattice.server import workflows
+
+    on_loop: list[bool] = []
+    real = workflows.lower_document
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(workflows, "lower_document", spy)
+    (space / "workflows" / "fresh.json").write_text(json.dumps(steps(1)))
+    assert client.post("/v1/check", json={"document": steps(1)}).status_code == 200
+    assert client.post("/v1/graph", json={"document": steps(1)}).status_code == 200
+    start(client, document=steps(1), mock_script=script(1))
+    start(client, workflow="fresh.json", mock_script=script(1))
+    assert on_loop == [False, False, False, False]
 
 
 def test_an_invalid_document_is_refused_with_its_diagnostics(

@@ -46,6 +46,8 @@ def test_every_route_but_healthz_needs_the_token(base_url: str) -> None:
             assert response.status_code == 401, (method, path)
             assert response.json()["error"] == "missing_token"
             assert response.headers["www-authenticate"] == "Bearer"
+        # the docs page's script and style hold no run data
+        assert anonymous.get("/docs/assets/swagger-ui.css").status_code == 200
         for wrong in (
             f"Bearer {TOKEN}x",
             f"Bearer {TOKEN[:-1]}",
@@ -94,6 +96,34 @@ def test_any_other_address_needs_a_token(
     monkeypatch.setenv("LATTICE_SERVER_TOKEN", "from-env")
     assert settings_from_args(args("--host", "0.0.0.0")).token == "from-env"
     assert settings_from_args(args()).token == "from-env", "a token set applies on 127.0.0.1 too"
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        (" ", "is blank"),
+        ("", "is blank"),
+        ("\t\n", "is blank"),
+        (" s3cret", "whitespace"),
+        ("s3cret\n", "whitespace"),
+        ("s3 cret", "printable ASCII"),
+        ("s3crét", "printable ASCII"),
+    ],
+)
+def test_a_token_no_client_could_send_is_refused_at_start(
+    token: str, says: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("LATTICE_SERVER_TOKEN", raising=False)
+    with pytest.raises(LatticeUserError, match=says):  # before anything listens
+        settings_from_args(args("--token", token))
+    assert main(["serve", "--port", "0", "--token", token]) == 2
+    err = capsys.readouterr().err
+    assert "--token" in err and says in err
+    assert err.startswith("lattice: error") and "Traceback" not in err
+    if token:  # an empty variable is one that is not set
+        monkeypatch.setenv("LATTICE_SERVER_TOKEN", token)
+        with pytest.raises(LatticeUserError, match="LATTICE_SERVER_TOKEN"):
+            settings_from_args(args("--host", "0.0.0.0"))
 
 
 def test_serve_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -144,7 +144,9 @@ def test_support_triage_is_a_tree_of_run_ops_and_attempts(
 def test_repairs_and_escalations_are_attempts_of_their_kind(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
-    mock = MockProvider({"greet": [{"nope": 1}] * 9})
+    # each answer wrong in its own way: a repair answered with the same violations ends
+    # its class's repairs
+    mock = MockProvider({"greet": [{"greeting": n} for n in range(9)]})
     settings = traced(provider, models={"small": "gpt-small", "medium": "anthropic:claude-m"})
     result = Runner(lower(greeter()), provider=mock, store=RunStore(None), settings=settings).run(
         {"name": "Ada"}
@@ -177,7 +179,7 @@ def test_repairs_and_escalations_are_attempts_of_their_kind(
         assert call.attributes["error.type"] == "schema_error"
         assert call.attributes["lattice.violations.count"] == 1
         assert call.status.status_code is StatusCode.ERROR
-        assert call.status.description == "/"  # the pointer: no quoted content unless captured
+        assert call.status.description == "/greeting"  # the pointer: no quoted content
     (op,) = [s for s in spans if s.name == "LLM_WRITE greet"]
     assert op.attributes["error.type"] == "schema_error"
     assert [e.name for e in op.events] == ["repair", "repair", "escalation"] * 2 + ["repair"] * 2
@@ -396,6 +398,6 @@ def test_tracing_without_opentelemetry_is_a_usage_error(monkeypatch: pytest.Monk
     settings = RuntimeSettings(
         telemetry=TelemetrySettings(traces_url="http://127.0.0.1:9/v1/traces")
     )
-    with pytest.raises(LatticeUserError, match=r"pip install 'lattice-lre\[otel\]'") as info:
+    with pytest.raises(LatticeUserError, match=r"pip install -e '\.\[otel\]'") as info:
         Runner(lower(greeter()), provider=MockProvider({}), store=RunStore(None), settings=settings)
     assert info.value.error_type == "config_error"

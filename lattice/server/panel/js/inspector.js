@@ -3,8 +3,10 @@
 // LLM ops every attempt (model and class, the messages sent, masked as in the run
 // folder, the raw answer, the failure category and violations with their JSON
 // pointers, the repair packet, escalations, tokens and latency); for tool ops the
-// request and the response. While the node runs, its live events and the answer of
-// its model call in flight as it arrives.
+// request and the response; for agent ops the transcript (each turn: what the model
+// wrote and the tools it called, each call's arguments and result) and the diff of every
+// file it changed. While the node runs, its live events and the answer of its model
+// call in flight as it arrives.
 
 import { api, runPath } from "./api.js";
 import { clear, fmtInt, fmtMs, h, preview, statusBadge, truncate } from "./dom.js";
@@ -24,6 +26,11 @@ const LIVE_TYPES = new Set([
   "human_answer",
   "tool_call",
   "tool_result",
+  "agent_started",
+  "agent_turn",
+  "tool_call_started",
+  "tool_call_finished",
+  "agent_finished",
   "fork_started",
   "fork_joined",
   "for_each_started",
@@ -176,6 +183,81 @@ function attemptCard(attempt, previous) {
   );
 }
 
+function toolCallCard(call) {
+  const bad = call.is_error === true;
+  const args = call.arguments && typeof call.arguments === "object" ? call.arguments : {};
+  const changes = Array.isArray(call.changes) ? call.changes : [];
+  return h(
+    "article",
+    { class: `tool-call${bad ? " bad" : " ok"}`, "data-tool": call.name, "data-call": call.id },
+    h(
+      "h6",
+      {},
+      h("code", {}, call.name),
+      " ",
+      bad ? h("span", { class: "badge status-failed" }, "error") : null,
+      call.replayed ? h("span", { class: "badge" }, "from the journal") : null,
+      call.duration_ms !== undefined ? h("span", { class: "muted" }, ` ${fmtMs(call.duration_ms)}`) : null,
+    ),
+    Object.keys(args).length ? tree(args, "arguments", { depth: 1 }) : null,
+    h("div", { class: "raw" }, h("div", { class: "label" }, "Result"), pre(call.result, "tool-result")),
+    changes.map((c) => diffBlock(c)),
+  );
+}
+
+function diffBlock(change) {
+  return h(
+    "div",
+    { class: "diff", "data-path": change.path },
+    h("div", { class: "label" }, `${change.applied === false ? "Patch (not applied)" : "Changed"}: ${change.path}`),
+    pre(change.diff || "(no difference)", "diff-text"),
+  );
+}
+
+function turnCard(turn) {
+  const calls = Array.isArray(turn.tool_calls) ? turn.tool_calls : [];
+  const final = !calls.length;
+  return h(
+    "article",
+    { class: `turn${final ? " final" : ""}`, "data-turn": turn.turn },
+    h(
+      "h5",
+      {},
+      `Turn ${turn.turn ?? "?"}`,
+      turn.attempt > 1 ? ` · attempt ${turn.attempt}` : "",
+      " ",
+      final ? h("span", { class: "badge status-completed" }, "answer") : h("span", { class: "badge" }, `${calls.length} tool call${calls.length > 1 ? "s" : ""}`),
+      turn.tools_offered === false ? h("span", { class: "badge status-halted" }, "no tools offered") : null,
+    ),
+    meta([
+      ["model", turn.model],
+      ["tokens", turn.input_tokens !== undefined ? `${fmtInt(turn.input_tokens)} in / ${fmtInt(turn.output_tokens)} out` : null],
+      ["finish", turn.finish_reason],
+    ]),
+    turn.text ? pre(turn.text, "completion") : null,
+    calls.map((c) => toolCallCard(c)),
+  );
+}
+
+function transcriptView(record) {
+  const transcript = record.transcript;
+  if (!transcript || !Array.isArray(transcript.turns)) return [];
+  const out = [
+    section(
+      "Transcript",
+      meta([
+        ["tools", (transcript.tools || []).join(", ") || "none granted"],
+        ["turns", String(transcript.turns.length)],
+        ["tool calls", String(transcript.tool_calls ?? 0)],
+      ]),
+      transcript.turns.map((t) => turnCard(t)),
+    ),
+  ];
+  const changes = Array.isArray(record.changes) ? record.changes : [];
+  if (changes.length) out.push(section("Files it changed", changes.map((c) => diffBlock(c))));
+  return out;
+}
+
 function failureBlock(error) {
   if (!error || typeof error !== "object") return null;
   return section(
@@ -193,6 +275,7 @@ function recordView(record, definition, open) {
   const attempts = Array.isArray(record.attempts) ? record.attempts : [];
   const badges = [];
   if (attempts.length) badges.push(h("span", { class: "badge" }, `${attempts.length} attempt${attempts.length > 1 ? "s" : ""}`));
+  if (record.transcript) badges.push(h("span", { class: "badge" }, `${record.transcript.tool_calls ?? 0} tool calls`));
   if (attempts.some((a) => a.kind === "repair")) badges.push(h("span", { class: "badge status-halted" }, "repaired"));
   if (attempts.some((a) => a.kind === "escalation")) badges.push(h("span", { class: "badge status-halted" }, "escalated"));
   if (record.error) badges.push(h("span", { class: "badge status-failed" }, record.error.category || "error"));
@@ -212,6 +295,7 @@ function recordView(record, definition, open) {
     body.push(section("Request", definition?.call ? tree(definition.call, "call", { depth: 2 }) : h("p", { class: "muted" }, "–")));
     body.push(section("Response", record.output === undefined || record.output === null ? h("p", { class: "muted" }, record.error ? "none (the call failed)" : "none") : tree(record.output, "response", { depth: 2 })));
   }
+  if (record.kind === "AGENT") body.push(...transcriptView(record));
   if (attempts.length) {
     body.push(section("Model attempts", attempts.map((a, i) => attemptCard(a, attempts[i - 1]))));
   }

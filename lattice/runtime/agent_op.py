@@ -1,0 +1,149 @@
+"""AGENT: the op's contract call, its model turns going through the agent loop.
+
+The op's tools are those the document asks for that the user granted
+(``RuntimeSettings.agents``); the loop (``lattice.agents.loop``) runs them between
+turns, and the final answer is held to the op's contract by the same engine as an
+LLM_WRITE's. The op's record holds the transcript (turns, tool calls, results) and the
+files it changed; each change's diff is also written to the run folder
+(``changes/<op>-<n>.diff``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from lattice.agents.loop import AgentBounds, AgentLoop, ToolBox, ToolJournal
+from lattice.ir.models import AgentOp, ExecIR
+from lattice.runtime.context import Outcome, RunContext
+from lattice.runtime.llm_op import LLMWriteExecutor
+from lattice.runtime.settings import AgentSettings, RuntimeSettings
+from lattice.tools.toolset import FileChange, Toolset
+from lattice.workspace.grants import ToolDecision, WorkspaceGrant
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedTools:
+    """Tools an agent node asks for that the user's grant leaves out, and the setting
+    that would grant them."""
+
+    node: str
+    tools: tuple[str, ...]
+    setting: str
+
+    def message(self) -> str:
+        names = ", ".join(self.tools)
+        return (
+            f"agent node {self.node!r} asks for {names}, not granted: left out of the "
+            f"model's tools (to grant: {self.setting})"
+        )
+
+
+def refused_tools(ir: ExecIR, grant: WorkspaceGrant) -> list[RefusedTools]:
+    """The tools the IR's agent ops ask for that ``grant`` leaves out, by node and setting."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for op in ir.ops.values():
+        if isinstance(op, AgentOp):
+            for tool, setting in grant.decide(op.tools).refused:
+                names = grouped.setdefault((op.source_node, setting), [])
+                if tool not in names:
+                    names.append(tool)
+    return [RefusedTools(node, tuple(tools), setting) for (node, setting), tools in grouped.items()]
+
+
+def agent_bounds(op: AgentOp, agents: AgentSettings) -> AgentBounds:
+    """The op's limits, each capped by the user's ``[agents]`` limit when one is set."""
+    limits = op.limits
+
+    def capped(own: Any, cap: Any) -> Any:
+        if cap is None:
+            return own
+        return cap if own is None else min(own, cap)
+
+    return AgentBounds(
+        max_turns=capped(limits.max_turns, agents.max_turns),
+        max_tool_calls=capped(limits.max_tool_calls, agents.max_tool_calls),
+        max_tokens=capped(limits.max_tokens, agents.max_tokens),
+        tool_timeout_s=capped(limits.tool_timeout_s, agents.tool_timeout_s),
+    )
+
+
+class AgentExecutor(LLMWriteExecutor):
+    """Compiled once per op, like an LLM_WRITE; each visit opens the granted toolsets."""
+
+    op: AgentOp
+
+    def __init__(self, op: AgentOp, settings: RuntimeSettings | None = None) -> None:
+        super().__init__(op, settings)
+        self.agents = self.settings.agents
+        self.decision: ToolDecision = self.agents.grant.decide(op.tools)
+        self.bounds = agent_bounds(op, self.agents)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        op = self.op
+        toolsets = self._open_toolsets(ctx)
+        try:
+            box = await ToolBox.open(toolsets, self.decision.granted)
+            journal = ctx.llm.provider if isinstance(ctx.llm.provider, ToolJournal) else None
+            loop = AgentLoop(
+                ctx.llm.provider,
+                ctx.llm,
+                box,
+                self.bounds,
+                journal=journal,
+                patch_only=self.agents.grant.patch_only,
+                mask=ctx.redact,
+            )
+            ctx.emit("agent_started", {"tools": list(box.names), "refused": self._refused()})
+            messages = self.render(ctx)
+            try:
+                value, attempts = await self.call(
+                    ctx, self.engine, messages, replace(ctx.llm, provider=loop)
+                )
+            finally:
+                transcript = loop.transcript
+                ctx.emit(
+                    "agent_finished",
+                    {"turns": len(transcript.turns), "tool_calls": transcript.tool_calls},
+                )
+        finally:
+            for toolset in toolsets:
+                await toolset.aclose()
+        changes = transcript.changes()
+        ctx.write_result(op.writes, value)
+        record: dict[str, Any] = {"attempts": attempts, "transcript": transcript.to_json()}
+        if changes:
+            record["changes"] = self._save_changes(ctx, changes)
+        return Outcome(output=value, record=record)
+
+    def _open_toolsets(self, ctx: RunContext) -> list[Toolset]:
+        granted = self.decision.granted
+        if not granted:
+            return []
+        if self.agents.toolsets is not None:
+            return self.agents.toolsets(self.agents.grant, granted)
+        from lattice.workspace.toolset import workspace_toolsets  # httpx: only when agents run
+
+        mcp = ctx.tools if any(name.startswith("mcp__") for name in granted) else None
+        return workspace_toolsets(
+            self.agents.grant, granted, http_client=ctx.http_pool.client, mcp=mcp
+        )
+
+    def _refused(self) -> list[dict[str, str]]:
+        return [{"tool": tool, "grant": setting} for tool, setting in self.decision.refused]
+
+    def _save_changes(self, ctx: RunContext, changes: list[FileChange]) -> list[dict[str, Any]]:
+        """Each change's diff as ``changes/<op>-<n>.diff`` in the run folder; the list of
+        changes (path, digests, applied, diff file) for the op's record."""
+        out = []
+        safe_op = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.op.id)
+        for number, change in enumerate(changes, 1):
+            name = f"changes/{safe_op}-{number}.diff"
+            if ctx.recorder.run_dir is not None:
+                (ctx.recorder.run_dir / "changes").mkdir(exist_ok=True)
+                ctx.recorder.write_text(name, change.diff)
+            entry = {**change.to_json(), "diff_file": name}
+            entry.pop("content", None)  # the diff says it; the new text stays in the journal
+            out.append(entry)
+        ctx.root.changes.extend({"op": self.op.id, **entry} for entry in out)
+        return out

@@ -1,0 +1,154 @@
+"""Grants come from the user: [agents] in lattice.toml and the flags; a document only asks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lattice.config import LatticeConfig, with_agent_grants
+from lattice.errors import LatticeUserError
+from lattice.runtime.settings import agent_settings_from_config
+from tests.builders import chain, node
+from tests.cli.test_run import cli, write_json
+
+GP = node("fix", "subAgent", prompt="Fix it", builtInType="general-purpose")
+
+
+def test_nothing_is_granted_by_default() -> None:
+    grant = agent_settings_from_config(LatticeConfig()).grant
+    assert grant.root is None and grant.decide(["Read", "WebFetch"]).granted == ()
+
+
+def test_flags_add_to_the_configuration(tmp_path: Path) -> None:
+    config = LatticeConfig.model_validate({"agents": {"allow": ["read"], "max_turns": 5}})
+    config = with_agent_grants(
+        config, workspace=str(tmp_path), allow=["write,shell", "web"], patch_only=True
+    )
+    settings = agent_settings_from_config(config)
+    grant = settings.grant
+    assert grant.root == tmp_path.resolve() and grant.patch_only
+    assert (grant.read, grant.write, grant.shell, grant.web) == (True, True, True, True)
+    assert settings.max_turns == 5
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"allow": ["root"]}, "--allow root: grants are read, write, shell, web"),
+        ({"mcp_servers": ["ghost"]}, "not in [mcp.servers]"),
+    ],
+)
+def test_a_bad_grant_is_a_user_error(change: dict[str, list[str]], fragment: str) -> None:
+    with pytest.raises(LatticeUserError) as caught:
+        with_agent_grants(LatticeConfig(), **change)  # type: ignore[arg-type]
+    assert fragment in caught.value.message
+
+
+def test_a_workspace_that_is_not_a_folder_is_refused(tmp_path: Path) -> None:
+    config = with_agent_grants(LatticeConfig(), workspace=str(tmp_path / "nope"))
+    with pytest.raises(LatticeUserError, match="not a directory"):
+        agent_settings_from_config(config)
+
+
+def test_check_lists_each_agents_tools_and_what_is_granted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = write_json(tmp_path / "doc.json", chain(GP))
+    code, out, _ = cli(capsys, "check", doc, "--workspace", tmp_path, "--allow", "read")
+    assert code == 0
+    assert out.splitlines() == [
+        f"agent nodes (workspace {tmp_path.resolve()}; grants read):",
+        "  fix (general-purpose)",
+        "    asks for: Read, LS, Glob, Grep, Edit, MultiEdit, Write, Bash",
+        "    granted:  Read, LS, Glob, Grep",
+        "    not granted: Edit, MultiEdit, Write (to grant: [agents] allow = ['write'] "
+        "(or --allow write))",
+        "    not granted: Bash (to grant: [agents] allow = ['shell'] (or --allow shell))",
+    ]
+
+
+def test_a_run_warns_once_per_node_and_setting_of_what_it_left_out(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = write_json(tmp_path / "doc.json", chain(GP))
+    mock = write_json(tmp_path / "mock.json", {"responses": {"fix": ["done"]}})
+    runs = tmp_path / "runs"
+    code, _, err = cli(capsys, "run", doc, "--mock", mock, "--runs-dir", runs)
+    assert code == 0
+    warnings = [line for line in err.splitlines() if "warning: agent node" in line]
+    assert warnings == [
+        f"lattice: warning: agent node 'fix' asks for {tools}, not granted: left out of the "
+        f"model's tools (to grant: [agents] workspace and allow = ['{kind}'] (or --workspace "
+        f"DIR --allow {kind}))"
+        for tools, kind in (
+            ("Read, LS, Glob, Grep", "read"),
+            ("Edit, MultiEdit, Write", "write"),
+            ("Bash", "shell"),
+        )
+    ]
+    text = next(runs.iterdir()).joinpath("events.jsonl").read_text()
+    events = [json.loads(line) for line in text.splitlines()]
+    refused = [e["data"] for e in events if e["type"] == "agent_tool_refused"]
+    assert {tool for r in refused for tool in r["tools"]} == {
+        "Read",
+        "LS",
+        "Glob",
+        "Grep",
+        "Edit",
+        "MultiEdit",
+        "Write",
+        "Bash",
+    }
+    assert all(r["node"] == "fix" for r in refused)
+
+
+def test_serve_takes_the_grant_flags(tmp_path: Path) -> None:
+    pytest.importorskip("fastapi")
+    from lattice.cli.parser import build_parser
+    from lattice.server.main import settings_from_args
+
+    argv = ["serve", "--workspace", str(tmp_path), "--allow", "read", "--patch-only"]
+    settings = settings_from_args(build_parser().parse_args(argv))
+    agents = settings.config.agents
+    assert (agents.workspace, agents.allow, agents.patch_only) == (str(tmp_path), ["read"], True)
+
+
+def test_batch_runs_agents_with_the_grant_flags(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "notes.txt").write_text("the answer is 42\n")
+    doc = write_json(
+        tmp_path / "doc.json", chain(node("a", "subAgent", prompt="{{ $in.q }}", tools="Read"))
+    )
+    read = {"$tool_calls": [{"name": "Read", "arguments": {"file_path": "notes.txt"}}]}
+    mock = write_json(tmp_path / "mock.json", {"responses": {"a": [read, "42", read, "42"]}})
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"q": "what is it?"}\n{"q": "and again?"}\n')
+    out = tmp_path / "results.jsonl"
+    code, _, err = cli(
+        capsys,
+        "batch",
+        doc,
+        "--inputs",
+        rows,
+        "--output",
+        out,
+        "--mock",
+        mock,
+        "--concurrency",
+        "1",
+        "--runs-dir",
+        tmp_path / "runs",
+        "--workspace",
+        tmp_path,
+        "--allow",
+        "read",
+    )
+    assert code == 0, err
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in results] == ["completed", "completed"]
+    records = sorted((tmp_path / "runs").glob("*/ops/*-a.json"))
+    calls = [json.loads(p.read_text())["transcript"]["tool_calls"] for p in records]
+    assert calls == [1, 1]

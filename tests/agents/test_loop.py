@@ -1,0 +1,232 @@
+"""The agent loop in a run: turns, tool calls, results, the contract, bounds and grants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lattice.runs.store import RunStore
+from lattice.runtime.runner import Runner
+from lattice.runtime.settings import RuntimeSettings
+from tests.agents.fixtures import RecordingToolset, ScriptedModel, answer, calls, recording_agents
+from tests.builders import chain, lower_ok, node
+
+FIX_SCHEMA = {
+    "type": "object",
+    "properties": {"fixed": {"type": "boolean"}, "file": {"type": "string"}},
+    "required": ["fixed", "file"],
+    "additionalProperties": False,
+}
+
+
+def agent_ir(**data: Any) -> Any:
+    fields = {"prompt": "Fix the bug", "builtInType": "general-purpose", "outputSchema": FIX_SCHEMA}
+    return lower_ok(chain(node("fix", "subAgent", **{**fields, **data})))
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "app.py").write_text("def add(a, b):\n    return a - b\n")
+    return root
+
+
+def fix_script() -> list[Any]:
+    return [
+        calls(("Read", {"file_path": "app.py"}), ("LS", {"file_path": "."})),
+        calls(("Edit", {"file_path": "app.py", "old_string": "a - b", "new_string": "a + b"})),
+        answer('{"fixed": true, "file": "app.py"}'),
+    ]
+
+
+def run(ir: Any, model: ScriptedModel, settings: RuntimeSettings, tmp_path: Path) -> Any:
+    return Runner(ir, provider=model, settings=settings, store=RunStore(tmp_path / "runs")).run({})
+
+
+def test_an_agent_reads_edits_and_answers_under_its_contract(
+    workspace: Path, tmp_path: Path
+) -> None:
+    model = ScriptedModel({"fix": fix_script()})
+    opened: list[RecordingToolset] = []
+    settings = RuntimeSettings(
+        agents=recording_agents(workspace, opened=opened, read=True, write=True)
+    )
+    result = run(agent_ir(), model, settings, tmp_path)
+    assert result.status == "completed", result.failure
+    assert result.output == {"fixed": True, "file": "app.py"}
+    assert (workspace / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
+    # the model saw the tools granted, and each turn answered the previous one's calls
+    first, second, third = model.requests
+    assert [t.name for t in first.tools] == [
+        "Read",
+        "LS",
+        "Glob",
+        "Grep",
+        "Edit",
+        "MultiEdit",
+        "Write",
+    ]  # Bash is asked for and not granted
+    tool_messages = [m for m in second.messages if m.role == "tool"]
+    assert [m.tool_call_id for m in tool_messages] == ["call_0", "call_1"]
+    assert tool_messages[0].content.endswith("2\t    return a - b")
+    assert third.messages[-1].content == "changed app.py"
+    assert result.usage.requests == 3
+    assert opened[0].closed
+    # recorded: the transcript, the change and its diff in the run folder
+    record = json.loads((result.run_dir / "ops" / "0002-fix.json").read_text())
+    turns = record["transcript"]["turns"]
+    assert [[c["name"] for c in t["tool_calls"]] for t in turns] == [["Read", "LS"], ["Edit"], []]
+    (change,) = record["changes"]
+    assert change["path"] == "app.py" and change["before"] != change["after"]
+    diff = (result.run_dir / change["diff_file"]).read_text()
+    assert "-    return a - b" in diff and "+    return a + b" in diff
+    types = [e["type"] for e in result.events]
+    assert types.count("tool_call_started") == 3 and types.count("tool_call_finished") == 3
+    assert types.count("agent_turn") == 3
+
+
+def test_tools_not_granted_are_not_offered(workspace: Path, tmp_path: Path) -> None:
+    model = ScriptedModel({"fix": [answer('{"fixed": false, "file": "app.py"}')]})
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
+    result = run(agent_ir(), model, settings, tmp_path)
+    assert result.status == "completed"
+    assert [t.name for t in model.requests[0].tools] == ["Read", "LS", "Glob", "Grep"]
+    (started,) = [e for e in result.events if e["type"] == "agent_started"]
+    refused = {r["tool"]: r["grant"] for r in started["data"]["refused"]}
+    assert set(refused) == {"Edit", "MultiEdit", "Write", "Bash"}
+    assert refused["Edit"] == "[agents] allow = ['write'] (or --allow write)"
+
+
+def test_nothing_is_granted_by_default(workspace: Path, tmp_path: Path) -> None:
+    model = ScriptedModel({"fix": [answer('{"fixed": false, "file": "?"}')]})
+    result = run(agent_ir(), model, RuntimeSettings(), tmp_path)
+    assert result.status == "completed"
+    assert model.requests[0].tools == ()
+    assert (workspace / "app.py").read_text().endswith("a - b\n")
+
+
+def test_a_bad_final_answer_is_repaired_like_an_llm_answer(workspace: Path, tmp_path: Path) -> None:
+    script = [
+        *fix_script()[:2],
+        answer('{"fixed": "yes"}'),
+        answer('{"fixed": true, "file": "app.py"}'),
+    ]
+    model = ScriptedModel({"fix": script})
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True, write=True))
+    result = run(agent_ir(), model, settings, tmp_path)
+    assert result.status == "completed", result.failure
+    assert result.output == {"fixed": True, "file": "app.py"}
+    repair = model.requests[-1]
+    assert repair.messages[-1].role == "user" and "fixed" in repair.messages[-1].content
+    assert result.usage.requests == 4
+
+
+def test_the_turn_bound_asks_for_the_answer_without_tools(workspace: Path, tmp_path: Path) -> None:
+    looping = [calls(("Read", {"file_path": "app.py"}))] * 2
+    model = ScriptedModel({"fix": [*looping, answer('{"fixed": false, "file": "app.py"}')]})
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
+    result = run(agent_ir(maxTurns=3), model, settings, tmp_path)
+    assert result.status == "completed", result.failure
+    assert [bool(r.tools) for r in model.requests] == [True, True, False]
+    assert "give your final answer now" in model.requests[-1].messages[-1].content
+
+
+def test_a_model_that_keeps_calling_tools_past_its_bound_fails_the_op(
+    workspace: Path, tmp_path: Path
+) -> None:
+    model = ScriptedModel({"fix": [calls(("Read", {"file_path": "app.py"}))] * 9})
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
+    result = run(agent_ir(maxTurns=2, escalate=False), model, settings, tmp_path)
+    assert result.status == "failed"
+    assert result.failure.category == "agent_limit"
+
+
+def test_the_tool_call_bound_refuses_the_calls_past_it(workspace: Path, tmp_path: Path) -> None:
+    three = calls(*[("Read", {"file_path": "app.py"})] * 3)
+    model = ScriptedModel({"fix": [three, answer('{"fixed": false, "file": "app.py"}')]})
+    opened: list[RecordingToolset] = []
+    settings = RuntimeSettings(agents=recording_agents(workspace, opened=opened, read=True))
+    result = run(agent_ir(maxToolCalls=2), model, settings, tmp_path)
+    assert result.status == "completed", result.failure
+    assert len(opened[0].ran) == 2
+    last = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert last[2].content.startswith("Error: the agent's tool-call budget is used up")
+    assert not model.requests[1].tools
+
+
+def test_every_turn_counts_against_the_runs_call_budget(workspace: Path, tmp_path: Path) -> None:
+    model = ScriptedModel({"fix": fix_script()})
+    settings = RuntimeSettings(
+        max_calls=2, agents=recording_agents(workspace, read=True, write=True)
+    )
+    result = run(agent_ir(), model, settings, tmp_path)
+    assert result.status == "failed"
+    assert result.failure.category == "budget_exceeded"
+    assert len(model.requests) == 2
+
+
+def test_a_tool_the_model_was_not_offered_answers_with_an_error(
+    workspace: Path, tmp_path: Path
+) -> None:
+    script = [calls(("Bash", {"command": "rm -rf /"})), answer('{"fixed": false, "file": "-"}')]
+    model = ScriptedModel({"fix": script})
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
+    result = run(agent_ir(), model, settings, tmp_path)
+    assert result.status == "completed"
+    (tool,) = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert tool.content == "Error: There is no tool 'Bash'; the tools are: Read, LS, Glob, Grep."
+
+
+def test_each_tool_call_is_an_execute_tool_span_under_its_op(
+    workspace: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from lattice.telemetry import TelemetrySettings
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    settings = RuntimeSettings(
+        agents=recording_agents(workspace, read=True, write=True),
+        telemetry=TelemetrySettings(tracer_provider=provider),
+    )
+    model = ScriptedModel({"fix": fix_script()})
+    assert run(agent_ir(), model, settings, tmp_path).status == "completed"
+    spans = exporter.get_finished_spans()
+    (op,) = [s for s in spans if s.name == "AGENT fix"]
+    tools = sorted(
+        (s for s in spans if s.name.startswith("execute_tool")), key=lambda s: s.start_time or 0
+    )
+    assert [s.attributes["gen_ai.tool.name"] for s in tools] == ["Read", "LS", "Edit"]
+    assert all(s.parent is not None and s.parent.span_id == op.context.span_id for s in tools)
+    assert [s.attributes["gen_ai.tool.call.id"] for s in tools] == ["call_0", "call_1", "call_0"]
+    assert tools[2].attributes["lattice.tool.changes"] == ("app.py",)
+
+
+def test_secrets_are_masked_in_tool_events_and_for_the_model(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "app.py").write_text("TOKEN = 'sk-live-123456'\n")
+    model = ScriptedModel(
+        {"fix": [calls(("Read", {"file_path": "app.py"})), answer('{"fixed": false, "file": "x"}')]}
+    )
+    settings = RuntimeSettings(
+        agents=recording_agents(workspace, read=True), secrets_allow=("AGENT_TOKEN",)
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AGENT_TOKEN", "sk-live-123456")
+        result = run(agent_ir(), model, settings, tmp_path)
+    assert result.status == "completed"
+    (finished,) = [e for e in result.events if e["type"] == "tool_call_finished"]
+    assert "sk-live-123456" not in finished["data"]["result"]
+    assert "sk-live-123456" not in (result.run_dir / "events.jsonl").read_text()
+    (tool,) = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert "TOKEN = '***'" in tool.content  # the model is never offered the value

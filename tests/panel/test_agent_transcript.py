@@ -1,0 +1,86 @@
+"""The panel's inspector shows an agent op as its transcript: turns, tool calls, results
+and the diff of the file it changed (a real headless Chromium against a real server
+whose configuration grants the agents a workspace)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from lattice.config import AgentsConfig, LatticeConfig, RunsConfig
+from lattice.server.app import ServerSettings
+from lattice.workspace import sandbox_problem
+from tests.conftest import EXAMPLES
+from tests.panel.browser import chromium, console_errors, require_browser
+from tests.panel.test_browser import click, node_el, open_run, start_via_api, text, until
+from tests.server.helpers import TIMEOUT, serve_in_thread, wait_for_status
+
+pytestmark = pytest.mark.skipif(sandbox_problem() is not None, reason="no sandbox here")
+
+
+@pytest.fixture(scope="module")
+def agent_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("panel-agents")
+    flows = root / "workflows"
+    flows.mkdir()
+    for suffix in (".json", ".mock.json"):
+        shutil.copy(EXAMPLES / f"fix-a-bug{suffix}", flows / f"fix-a-bug{suffix}")
+    project = root / "project"
+    shutil.copytree(EXAMPLES / "fix-a-bug-project", project)
+    config = LatticeConfig(
+        runs=RunsConfig(durability="os"),
+        agents=AgentsConfig(workspace=str(project), allow=["read", "write", "shell"]),
+    )
+    settings = ServerSettings(runs_dir=root / "runs", workflows_dir=flows, config=config)
+    with serve_in_thread(settings) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[Any]:
+    require_browser()
+    with chromium() as session:
+        session.set_window_size(1400, 900)
+        console_errors(session)
+        yield session
+        errors = [e for e in console_errors(session) if "favicon" not in e]
+        assert not errors, errors
+
+
+def test_an_agent_node_shows_its_transcript_and_diff(page: Any, agent_server: str) -> None:
+    inputs = json.loads((EXAMPLES / "fix-a-bug.inputs.json").read_text())
+    with httpx.Client(base_url=agent_server, timeout=TIMEOUT) as client:
+        run_id = start_via_api(
+            client, workflow="fix-a-bug.json", mock="fix-a-bug.mock.json", inputs=inputs
+        )
+        wait_for_status(client, run_id, ("completed",))
+    open_run(page, agent_server, run_id, finished="completed")
+    node_el(page, "fix").click()
+    until(
+        lambda: page.execute_script("return document.querySelectorAll('.turn').length") == 3,
+        "the inspector did not show the agent's three turns",
+    )
+    tools = page.execute_script(
+        "return [...document.querySelectorAll('.tool-call')].map(c => c.dataset.tool)"
+    )
+    assert tools == ["Edit", "Bash"]
+    bash = text(page, ".tool-call[data-tool='Bash'] .tool-result")
+    assert "Ran 3 tests" in bash and "OK" in bash
+    diff = text(page, ".i-section .diff[data-path='tally/stats.py'] .diff-text")
+    assert "+    return sum(values) / len(values)" in diff
+    assert "answer" in text(page, ".turn.final h5")
+    click(page, "svg .node[data-node='explore']")
+    until(
+        lambda: (
+            page.execute_script(
+                "return [...document.querySelectorAll('.tool-call')].map(c => c.dataset.tool).join()"
+            )
+            == "Glob,Grep,Read,Read"
+        ),
+        "the explore agent's calls were not shown",
+    )

@@ -1,0 +1,1 @@
+"""tally: small statistics over lists of numbers."""

@@ -1,0 +1,13 @@
+"""Averages of a list of numbers."""
+
+
+def mean(values: list[float]) -> float:
+    """The arithmetic mean of ``values`` (a ValueError for an empty list)."""
+    if not values:
+        raise ValueError("mean of an empty list")
+    return sum(values) / (len(values) + 1)
+
+
+def midrange(values: list[float]) -> float:
+    """Halfway between the smallest and the largest value."""
+    return (min(values) + max(values)) / 2
