@@ -20,6 +20,7 @@ from lattice.runs.redaction import Redactor
 from lattice.runs.store import file_text, refuse_secrets_in
 from lattice.runtime.results import RunResult
 from lattice.runtime.runner import check_answers
+from lattice.runtime.settings import RuntimeSettings
 
 FOLLOW_EVERY = 0.2
 """Seconds between two looks at a followed run's progress."""
@@ -49,6 +50,7 @@ async def start_run(
     activity: ActivityOptions | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
     redact: Redactor | None = None,
+    settings: RuntimeSettings | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
     provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
@@ -56,7 +58,8 @@ async def start_run(
 
     Everything given here enters Temporal's history as it is: with ``redact`` (the run's
     redactor), a document, inputs, answers or mock script holding a secret's value is
-    refused (``SecretInDocument``) before anything is sent."""
+    refused (``SecretInDocument``) before anything is sent. ``settings`` (the starting
+    process's; give workers the same configuration) say which agent tools are refused."""
     spec = run_spec(
         ir,
         run_id=run_id,
@@ -66,6 +69,7 @@ async def start_run(
         budgets=dict(budgets or {}),
         limits=limits or {"max_steps": 10_000, "max_visits": 1_000},
         activity=activity or ActivityOptions(),
+        settings=settings or RuntimeSettings(),
     )
     if redact is not None:
         refuse_secrets_in(

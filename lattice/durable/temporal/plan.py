@@ -9,6 +9,8 @@ from lattice.durable.temporal.ops import execir_digest
 from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR, ForEachOp, ForkOp, LLMWriteOp
 from lattice.ir.serialize import ir_to_dict
+from lattice.runtime.agent_op import refused_tools
+from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.walk import edge_table
 
 UNSUPPORTED = (ForkOp, ForEachOp)
@@ -53,12 +55,26 @@ def run_spec(
     budgets: dict[str, Any],
     limits: dict[str, int],
     activity: ActivityOptions,
+    settings: RuntimeSettings,
 ) -> dict[str, Any]:
     """The workflow's input: the ExecIR, its plan (kind, node and edges of every op) and
-    the run's inputs, answers, provider (a mock script inline), budgets and limits."""
+    the run's inputs, answers, provider (a mock script inline), budgets and limits, and
+    the events a run starts with besides ``run_started`` (an agent's tools the grant of
+    ``settings`` refuses, as a local run reports them)."""
     check_supported(ir)
     execir = ir_to_dict(ir)
     return {
+        "notices": [
+            {
+                "type": "agent_tool_refused",
+                "data": {
+                    "node": refused.node,
+                    "tools": list(refused.tools),
+                    "grant": refused.setting,
+                },
+            }
+            for refused in refused_tools(ir, settings.agents.grant)
+        ],
         "run_id": run_id,
         "execir": execir,
         "execir_digest": execir_digest(execir),

@@ -121,6 +121,8 @@ class LatticeRunWorkflow:
         self.state = state
         self.initial_state = state.snapshot()
         self._emit("run_started", {"workflow": spec["workflow"]["id"], "inputs": spec["inputs"]})
+        for notice in spec["notices"]:
+            self._emit(notice["type"], notice["data"])
         carried: dict[str, Any] = {
             "answers": dict(spec.get("answers") or {}),
             "usage": None,
