@@ -74,6 +74,17 @@ def test_an_agent_node_shows_its_transcript_and_diff(page: Any, agent_server: st
     diff = text(page, ".i-section .diff[data-path='tally/stats.py'] .diff-text")
     assert "+    return sum(values) / len(values)" in diff
     assert "answer" in text(page, ".turn.final h5")
+    # the timeline nests each tool call under its op, with its time
+    until(
+        lambda: page.execute_script(
+            "return document.querySelectorAll('.timeline-row[data-op=fix] .tool-rows li').length"
+        )
+        == 2,
+        "the timeline did not nest the agent's tool calls",
+    )
+    rows = text(page, ".timeline-row[data-op=fix] .tool-rows")
+    assert rows.splitlines()[0].startswith("Edit ") and rows.splitlines()[1].startswith("Bash ")
+    assert "…" not in rows  # both finished
     click(page, "svg .node[data-node='explore']")
     until(
         lambda: (
