@@ -43,6 +43,7 @@ from lattice.runtime.runner import read_secret
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
 from lattice.runtime.state import StateStore
 from lattice.runtime.walk import run_failure
+from lattice.runtime.walk_state import WalkState
 from lattice.service.runs import ProviderSpec
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import ToolSessions
@@ -152,7 +153,7 @@ class OpExecutor:
             seq=int(request.get("seq") or 0),
             secret_names=settings.secret_names(),
         )
-        ctx.base_provider = provider
+        ctx.walk = WalkState(base_provider=provider)
         ctx.last_result = request.get("last_result")
         ctx.current_op, ctx.current_node = op_id, op.source_node
         started = time.perf_counter()
