@@ -253,3 +253,34 @@ def test_a_question_in_a_loop_is_asked_again_at_each_visit(temporal_address: str
     done = asyncio.run(with_worker(temporal_address, body))
     assert done["status"] == "completed"
     assert done["output"] == 3
+
+
+def test_a_mock_script_answers_tool_calls_on_a_worker(temporal_address: str) -> None:
+    doc = workflow(
+        [
+            node("start", "start"),
+            node("fetch", "httpRequest", method="GET", url="https://api.example.test/items"),
+            node("end", "end", output="$vars.fetch.result.body"),
+        ],
+        [conn("start", "fetch"), conn("fetch", "end")],
+        id="tools",
+    )
+    ir = lower_document(doc).ir
+    assert ir is not None
+    script = {"responses": {}, "tools": {"fetch": [{"status": 200, "headers": {}, "body": [1]}]}}
+    local = run_locally(ir, script, {})
+
+    async def body(client: Any, queue: str) -> dict[str, Any]:
+        handle = await start_run(
+            client,
+            ir,
+            run_id=run_id(),
+            inputs={},
+            provider={"mock_script": script},
+            task_queue=queue,
+        )
+        return await follow(handle)
+
+    done = asyncio.run(with_worker(temporal_address, body))
+    assert done["status"] == "completed", done
+    assert done["output"] == local.output == [1]
