@@ -152,3 +152,18 @@ def test_batch_runs_agents_with_the_grant_flags(
     records = sorted((tmp_path / "runs").glob("*/ops/*-a.json"))
     calls = [json.loads(p.read_text())["transcript"]["tool_calls"] for p in records]
     assert calls == [1, 1]
+
+def test_a_scripted_tool_call_without_grants_says_to_grant_and_start_again(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = write_json(tmp_path / "doc.json", chain(GP))
+    calls = {"$tool_calls": [{"name": "Read", "arguments": {"file_path": "a.py"}}]}
+    mock = write_json(tmp_path / "mock.json", {"responses": {"fix": [calls, "done"]}})
+    runs = tmp_path / "runs"
+    code, _, err = cli(capsys, "run", doc, "--mock", mock, "--runs-dir", runs)
+    assert code == 1
+    assert "none of its tools is granted" in err
+    (next_step,) = [line for line in err.splitlines() if line.startswith("lattice: next:")]
+    # A resume keeps the grants the run started with: it would fail the same way.
+    assert "lattice resume" not in next_step
+    assert "--workspace DIR --allow" in next_step and "start a new run" in next_step
