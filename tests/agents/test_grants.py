@@ -37,7 +37,8 @@ def test_flags_add_to_the_configuration(tmp_path: Path) -> None:
     ("change", "fragment"),
     [
         ({"allow": ["root"]}, "--allow root: grants are read, write, shell, web"),
-        ({"mcp_servers": ["ghost"]}, "not in [mcp.servers]"),
+        ({"allow": ["reed"]}, "grants are read, write, shell, web (did you mean 'read'?)"),
+        ({"mcp_servers": ["ghost"]}, "agent grants: agents.mcp_servers names ['ghost'], not in"),
     ],
 )
 def test_a_bad_grant_is_a_user_error(change: dict[str, list[str]], fragment: str) -> None:
@@ -152,6 +153,7 @@ def test_batch_runs_agents_with_the_grant_flags(
     records = sorted((tmp_path / "runs").glob("*/ops/*-a.json"))
     calls = [json.loads(p.read_text())["transcript"]["tool_calls"] for p in records]
     assert calls == [1, 1]
+
 
 def test_a_scripted_tool_call_without_grants_says_to_grant_and_start_again(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
