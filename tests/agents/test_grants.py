@@ -9,6 +9,7 @@ import pytest
 
 from lattice.config import LatticeConfig, with_agent_grants
 from lattice.errors import LatticeUserError
+from lattice.runs.view import show_run
 from lattice.runtime.settings import agent_settings_from_config
 from tests.builders import chain, node
 from tests.cli.test_run import cli, write_json
@@ -169,3 +170,25 @@ def test_a_scripted_tool_call_without_grants_says_to_grant_and_start_again(
     # A resume keeps the grants the run started with: it would fail the same way.
     assert "lattice resume" not in next_step
     assert "--workspace DIR --allow" in next_step and "start a new run" in next_step
+
+
+def test_runs_show_counts_the_tool_calls_answered_with_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = write_json(tmp_path / "doc.json", chain(GP))
+    edit = {
+        "name": "Edit",
+        "arguments": {"file_path": "a.py", "old_string": "a", "new_string": "b"},
+    }
+    ls = {"name": "LS", "arguments": {"path": "."}}
+    calls = {"$tool_calls": [ls, edit]}
+    mock = write_json(tmp_path / "mock.json", {"responses": {"fix": [calls, "done"]}})
+    runs = tmp_path / "runs"
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    args = ["--workspace", workspace, "--allow", "read", "--runs-dir", runs]
+    code, _, _ = cli(capsys, "run", doc, "--mock", mock, *args)
+    assert code == 0
+    shown = show_run(next(runs.iterdir()))
+    # Edit is not granted: the model got an error for it, which the summary says
+    assert "2 turn(s), 2 tool call(s) (1 answered with an error)" in shown
