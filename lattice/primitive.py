@@ -199,7 +199,7 @@ class LLMPrimitive(Generic[OutputT]):
     _engine: ContractEngine
     _template: PromptTemplate | None
 
-    def __init__(
+    def __init__(  # noqa: C901
         self,
         *,
         name: str,

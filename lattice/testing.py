@@ -260,7 +260,7 @@ class _Transcript:
             self.lines.append(f"output: {_value(result.output)}")
         return "\n".join(self.lines) + "\n"
 
-    def _track(self, track: str | None, indent: str) -> None:
+    def _track(self, track: str | None, indent: str) -> None:  # noqa: C901
         forks = iter(self.children.get(track, []))
         say = self.lines.append
         inner = indent + "  "

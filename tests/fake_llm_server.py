@@ -83,7 +83,7 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeLLMServer:
     """Start with ``serve()``; ``base_url`` is ``http://127.0.0.1:<port>``."""
 
-    def __init__(self, answer: Answer, *, keep_alive: bool = False, latency: float = 0.0) -> None:
+    def __init__(self, answer: Answer, *, keep_alive: bool = False, latency: float = 0.0) -> None:  # noqa: C901
         self.answer = answer
         self.keep_alive = keep_alive
         self.latency = latency

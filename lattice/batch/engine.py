@@ -162,7 +162,7 @@ def _config(options: BatchOptions) -> tuple[LatticeConfig, str | None]:
     return config, path
 
 
-def prepare(options: BatchOptions) -> Prepared:
+def prepare(options: BatchOptions) -> Prepared:  # noqa: C901
     """Check the options, lower the workflow, choose the provider; user errors raise here."""
     if options.concurrency < 1:
         raise LatticeUserError("concurrency is at least 1")

@@ -75,7 +75,7 @@ def _options(values: Any) -> str:
     return repr(values)
 
 
-def message_of(error: ValidationError) -> str:
+def message_of(error: ValidationError) -> str:  # noqa: C901
     """The message of one jsonschema error, stating the rule and the actual size."""
     rule, limit, value = error.validator, error.validator_value, error.instance
     if rule == "maxItems" and isinstance(value, list):

@@ -11,7 +11,7 @@ _MAX_SIZE = 1000
 for more (``"minLength": 1e30``) gets a shorter example, never a huge allocation."""
 
 
-def example_value(schema: Any, *, root: Any = None, depth: int = 0) -> Any:
+def example_value(schema: Any, *, root: Any = None, depth: int = 0) -> Any:  # noqa: C901
     """A small value valid against ``schema`` where the schema allows one simply (enums,
     consts, required properties, bounded strings, numbers and arrays, local ``$ref``s,
     the first branch of ``anyOf``/``oneOf``); a best effort for anything else."""

@@ -339,7 +339,7 @@ def _after(
     return None
 
 
-def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContext) -> None:
+def _check_branches(ops: dict[str, Op], forks: list[ForkOp], ctx: LoweringContext) -> None:  # noqa: C901
     search = _Search(ops, _graph(ops))
     writers: dict[str, list[str]] = {}  # variable → the ops that set it
     for op_id, op in ops.items():

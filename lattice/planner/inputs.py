@@ -141,7 +141,7 @@ def _target_path(project: Path, raw: str) -> str:
 # -- gathering inputs -------------------------------------------------------------------
 
 
-def gather_inputs(
+def gather_inputs(  # noqa: C901
     spec: PassSpec, project: Path, subject: str | None = None, store: ArtifactStore | None = None
 ) -> PassInputs:
     """The pass's ``$in``, or MissingInputError listing every missing or unapproved input.

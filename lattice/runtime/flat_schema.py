@@ -68,7 +68,7 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def flat_object_check(schema: Mapping[str, Any] | None) -> FlatCheck | None:
+def flat_object_check(schema: Mapping[str, Any] | None) -> FlatCheck | None:  # noqa: C901
     """A quick ``is_valid`` for a flat object schema, or None when the schema is not one."""
     if not schema:
         return lambda value: True

@@ -225,7 +225,7 @@ class StateStore:
         marker = object()
         return self.get(path, marker) is not marker
 
-    def write(self, path: StatePath | str, value: Any, *, size: int | None = None) -> None:
+    def write(self, path: StatePath | str, value: Any, *, size: int | None = None) -> None:  # noqa: C901
         """Set ``path`` (under ``$vars`` or ``$tmp``), creating objects on the way.
         ``size``: ``approx_size(value)`` when the caller knows it already."""
         if isinstance(path, str):

@@ -127,117 +127,184 @@ class Walker:
     # -- one track -------------------------------------------------------------------
 
     async def run_track(self, track: Track) -> TrackEnd:
+        """Walk ``track`` from its current op until it ends (or arrives at ``stop_at``):
+        each op is entered, executed, routed and committed in turn."""
         ctx = track.ctx
-        root = ctx.root
-        counters: Counters = root.counters
-        state = ctx.state
-        recorder = ctx.recorder
-        journaled = recorder.run_dir is not None
-        in_branch = ctx.branch is not None
-        plan = self.steps
-        visits = counters.visits
-        max_steps, max_visits = self.max_steps, self.max_visits
-        emit, clock = ctx.emit, time.perf_counter
+        counters: Counters = ctx.root.counters
+        journaled = ctx.recorder.run_dir is not None
         task = asyncio.current_task()
         current = track.current
-        output: Any = None
         while current is not None:
             if current == track.stop_at:
                 return TrackEnd("arrived")
-            step = plan[current]
-            counters.steps += 1
-            count = visits.get(current, 0) + 1
-            visits[current] = count
-            ctx.current_op, ctx.current_node = current, step.node
-            if counters.steps > max_steps or count > max_visits:
-                raise _limit_error(max_steps, max_visits, current, counters.steps, count)
-            track.current = current
-            track.op_seq += 1
-            started = clock()
+            step = self.steps[current]
+            self._enter(track, step, current, counters)
+            started = time.perf_counter()
             calls_before = ctx.usage.requests
-            emit("op_started", {"kind": step.kind})
             try:
-                if step.control:
-                    outcome = await self._control(track, step.op)
-                elif in_branch:
-                    if root.limiter is None:  # made by the first branch (most runs have none)
-                        root.limiter = asyncio.Semaphore(self.max_parallel)
-                    async with root.limiter:
-                        outcome = await step.executor.run(ctx)  # type: ignore[union-attr]
-                else:
+                if step.control or ctx.branch is not None:
+                    outcome = await self._execute(track, step)
+                else:  # the common case, without a coroutine of its own
                     outcome = await step.executor.run(ctx)  # type: ignore[union-attr]
             except HaltRun as halt:
-                halt.op_id = halt.op_id or current
-                halt.node_id = halt.node_id or step.node
-                if journaled and in_branch and not step.control:
-                    # The main walk journals its own halted op (Runner); a branch's gets
-                    # its line here, or the answers it had would count as still to be
-                    # replayed, though the resumed op asks again (with the answer given).
-                    recorder.journal(stopped_line(ctx, track.op_seq, current))
+                self._halted(track, step, current, halt, journaled)
                 raise
             except Exception as raised:
-                exc = _as_run_error(raised, current)
-                exc.op_id = exc.op_id or current
-                exc.node_id = exc.node_id or step.node
-                if FAILED_PORT not in step.edges or isinstance(exc, Interrupted):
-                    self.record_op(ctx, track, current, started, None, error=exc)
-                    # An interrupted op leaves no line, as a cancelled one: the answers it
-                    # had are replayed when it runs again. A failed fork's number is used
-                    # again: its branches keep their ids.
-                    if journaled and not isinstance(exc, Interrupted):
-                        seq = track.op_seq - 1 if step.control else track.op_seq
-                        recorder.journal(stopped_line(ctx, seq, current))
-                    raise exc from (None if exc is raised else raised)
-                # Masked: the report goes into state, where a later node may send it on.
-                report = redact_value(run_failure(ctx, exc, phase="op").to_json(), ctx.redact)
-                state.write(f"$vars.{step.node}.error", report)
-                outcome = Outcome(port=FAILED_PORT, record={"error": report})
+                outcome = self._failed(track, step, current, started, raised, journaled)
             finally:
-                if state.tmp:
-                    state.clear_tmp()
+                if ctx.state.tmp:
+                    ctx.state.clear_tmp()
             self.record_op(ctx, track, current, started, outcome)
-            if step.is_end or outcome.port == ENDED:
-                nxt = None
-                output = outcome.output
-            else:
-                nxt = step.edges.get(outcome.port)
-                if nxt is None and step.op.next and outcome.port != "default":
-                    raise LatticeRunError(
-                        f"op {current!r} left through port {outcome.port!r}, which leads nowhere",
-                        error_type="dead_end",
-                        op_id=current,
-                        node_id=step.node,
-                    )
-                if nxt is None:  # a dead end (lowering warned): the track ends here
-                    output = state.read(ctx.last_result) if ctx.last_result else None
-            changes = state.changes
-            if in_branch and changes:
-                track.changes.extend(changes)
-                for change in changes:
-                    track.writers.setdefault(_entry(change[1]), current)
+            nxt, output = self._route(ctx, step, current, outcome)
             if journaled:
-                recorder.journal(
-                    _commit_line(
-                        ctx, step, track.op_seq, outcome, nxt, counters, calls_before, output
-                    )
-                )
-                await recorder.commit(here=root.commit_here and not in_branch)
-            elif changes:
-                state.changes = []
+                self._journal(track, step, outcome, nxt, counters, calls_before, output)
+                await ctx.recorder.commit(here=ctx.root.commit_here and ctx.branch is None)
+            else:
+                self._keep_changes(track)
             if nxt is None:
                 return TrackEnd("end", output)
             current = nxt
-            if root.stop_requested:
-                raise Interrupted("the run was stopped at an op boundary, as asked")
-            if task is not None and task.cancelling():
-                # Cancelled (Ctrl-C) during ops that never wait: the cancellation is
-                # delivered at an await, and a loop of deterministic ops may have none.
-                raise asyncio.CancelledError
+            self._check_stopped(ctx, task)
             if not counters.steps % YIELD_EVERY:
                 await asyncio.sleep(0)  # ops that never wait leave the loop to others too
-            if in_branch and ctx.stopped_by_sibling():
+            if ctx.branch is not None and ctx.stopped_by_sibling():
                 raise Interrupted("a sibling branch failed, so this branch stopped")
-        return TrackEnd("end", output)
+        return TrackEnd("end", None)
+
+    def _enter(self, track: Track, step: Step, current: str, counters: Counters) -> None:
+        """Count the visit against the limits, make ``current`` the track's op, say so."""
+        ctx = track.ctx
+        counters.steps += 1
+        count = counters.visits.get(current, 0) + 1
+        counters.visits[current] = count
+        ctx.current_op, ctx.current_node = current, step.node
+        if counters.steps > self.max_steps or count > self.max_visits:
+            raise _limit_error(self.max_steps, self.max_visits, current, counters.steps, count)
+        track.current = current
+        track.op_seq += 1
+        ctx.emit("op_started", {"kind": step.kind})
+
+    async def _execute(self, track: Track, step: Step) -> Outcome:
+        """Run a fork or forEach here, or a branch's op through its executor within the
+        run's limit of ops running at once."""
+        ctx = track.ctx
+        if step.control:
+            return await self._control(track, step.op)
+        if ctx.branch is None:
+            return await step.executor.run(ctx)  # type: ignore[union-attr]
+        root = ctx.root
+        if root.limiter is None:  # made by the first branch (most runs have none)
+            root.limiter = asyncio.Semaphore(self.max_parallel)
+        async with root.limiter:
+            return await step.executor.run(ctx)  # type: ignore[union-attr]
+
+    def _halted(
+        self, track: Track, step: Step, current: str, halt: HaltRun, journaled: bool
+    ) -> None:
+        """Name the op a question halted at; a branch journals its halted op here."""
+        ctx = track.ctx
+        halt.op_id = halt.op_id or current
+        halt.node_id = halt.node_id or step.node
+        if journaled and ctx.branch is not None and not step.control:
+            # The main walk journals its own halted op (Runner); a branch's gets its line
+            # here, or the answers it had would count as still to be replayed, though the
+            # resumed op asks again (with the answer given).
+            ctx.recorder.journal(stopped_line(ctx, track.op_seq, current))
+
+    def _failed(
+        self,
+        track: Track,
+        step: Step,
+        current: str,
+        started: float,
+        raised: Exception,
+        journaled: bool,
+    ) -> Outcome:
+        """The op failed: its ``failed`` route when it has one (the report in its state),
+        else the error, recorded and raised."""
+        ctx = track.ctx
+        exc = _as_run_error(raised, current)
+        exc.op_id = exc.op_id or current
+        exc.node_id = exc.node_id or step.node
+        if FAILED_PORT not in step.edges or isinstance(exc, Interrupted):
+            self.record_op(ctx, track, current, started, None, error=exc)
+            # An interrupted op leaves no line, as a cancelled one: the answers it had are
+            # replayed when it runs again. A failed fork's number is used again: its
+            # branches keep their ids.
+            if journaled and not isinstance(exc, Interrupted):
+                seq = track.op_seq - 1 if step.control else track.op_seq
+                ctx.recorder.journal(stopped_line(ctx, seq, current))
+            raise exc from (None if exc is raised else raised)
+        # Masked: the report goes into state, where a later node may send it on.
+        report = redact_value(run_failure(ctx, exc, phase="op").to_json(), ctx.redact)
+        ctx.state.write(f"$vars.{step.node}.error", report)
+        return Outcome(port=FAILED_PORT, record={"error": report})
+
+    @staticmethod
+    def _route(
+        ctx: RunContext, step: Step, current: str, outcome: Outcome
+    ) -> tuple[str | None, Any]:
+        """The next op, and the track's output when there is none."""
+        if step.is_end or outcome.port == ENDED:
+            return None, outcome.output
+        nxt = step.edges.get(outcome.port)
+        if nxt is not None:
+            return nxt, None
+        if step.op.next and outcome.port != "default":
+            raise LatticeRunError(
+                f"op {current!r} left through port {outcome.port!r}, which leads nowhere",
+                error_type="dead_end",
+                op_id=current,
+                node_id=step.node,
+            )
+        # a dead end (lowering warned): the track ends here
+        return None, ctx.state.read(ctx.last_result) if ctx.last_result else None
+
+    def _journal(
+        self,
+        track: Track,
+        step: Step,
+        outcome: Outcome,
+        nxt: str | None,
+        counters: Counters,
+        calls_before: int,
+        output: Any,
+    ) -> None:
+        """Keep a branch's writes for its join, and write the op's journal line."""
+        ctx = track.ctx
+        if ctx.branch is not None and ctx.state.changes:
+            self._keep_for_join(track)
+        ctx.recorder.journal(
+            _commit_line(ctx, step, track.op_seq, outcome, nxt, counters, calls_before, output)
+        )
+
+    def _keep_changes(self, track: Track) -> None:
+        """Without a journal: keep a branch's writes for its join, then start the next
+        op's list afresh."""
+        ctx = track.ctx
+        if not ctx.state.changes:
+            return
+        if ctx.branch is not None:
+            self._keep_for_join(track)
+        ctx.state.changes = []
+
+    @staticmethod
+    def _keep_for_join(track: Track) -> None:
+        changes = track.ctx.state.changes
+        assert changes is not None
+        track.changes.extend(changes)
+        for change in changes:
+            track.writers.setdefault(_entry(change[1]), track.current)
+
+    @staticmethod
+    def _check_stopped(ctx: RunContext, task: asyncio.Task[Any] | None) -> None:
+        """Stop at this op boundary when the run was asked to, or was cancelled."""
+        if ctx.root.stop_requested:
+            raise Interrupted("the run was stopped at an op boundary, as asked")
+        if task is not None and task.cancelling():
+            # Cancelled (Ctrl-C) during ops that never wait: the cancellation is delivered
+            # at an await, and a loop of deterministic ops may have none.
+            raise asyncio.CancelledError
 
     # -- forks and for-each ------------------------------------------------------------
 
@@ -340,7 +407,7 @@ class Walker:
         state.changes = []
         return track
 
-    async def _run_all(
+    async def _run_all(  # noqa: C901
         self,
         tracks: list[Track],
         *,

@@ -325,7 +325,7 @@ def load_what_runs_use() -> None:
                 value.model_rebuild()
 
 
-def create_app(settings: ServerSettings) -> FastAPI:
+def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
     """The ``lattice serve`` application for ``settings``."""
     config = settings.config
     secret_names = settings_from_config(config).secret_names()

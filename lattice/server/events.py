@@ -416,7 +416,7 @@ class FolderTails:
 PING = b": ping\n\n"
 
 
-async def stream(
+async def stream(  # noqa: C901
     folder: Path,
     cursor: int,
     *,

@@ -169,7 +169,7 @@ def _op_entries(
 # -- layouts ------------------------------------------------------------------------------
 
 
-def layered_positions(
+def layered_positions(  # noqa: C901
     ids: list[str], links: Iterable[tuple[str, str]], roots: Iterable[str] = ()
 ) -> dict[str, tuple[float, float]]:
     """Top-left corners of ``ids`` laid out left to right in layers: each node one layer

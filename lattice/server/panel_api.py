@@ -141,7 +141,7 @@ def _side_file(library: WorkflowLibrary, name: str, suffix: str) -> str | None:
     return side
 
 
-def add_panel_routes(
+def add_panel_routes(  # noqa: C901
     app: FastAPI,
     *,
     manager: RunManager,

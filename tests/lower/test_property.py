@@ -210,7 +210,7 @@ def _pick(items: list[Any], i: int) -> Any:
     return items[i % len(items)] if items else None
 
 
-def _apply(doc: dict[str, Any], mutation: tuple[Any, ...]) -> None:
+def _apply(doc: dict[str, Any], mutation: tuple[Any, ...]) -> None:  # noqa: C901
     body = _body(doc)
     if not isinstance(body, dict):
         return

@@ -82,6 +82,17 @@ def test_an_agent_node_shows_its_transcript_and_diff(page: Any, agent_server: st
     tokens = sum(t["input_tokens"] + t["output_tokens"] for t in turns)
     assert len(turns) == 3
     assert f"3 model calls, {tokens:,} tokens" in text(page, ".node-meta")
+    # the timeline nests each tool call under its op, with its time
+    until(
+        lambda: page.execute_script(
+            "return document.querySelectorAll('.timeline-row[data-op=fix] .tool-rows li').length"
+        )
+        == 2,
+        "the timeline did not nest the agent's tool calls",
+    )
+    rows = text(page, ".timeline-row[data-op=fix] .tool-rows")
+    assert rows.splitlines()[0].startswith("Edit ") and rows.splitlines()[1].startswith("Bash ")
+    assert "…" not in rows  # both finished
     click(page, "svg .node[data-node='explore']")
     until(
         lambda: (

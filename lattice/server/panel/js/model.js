@@ -127,11 +127,12 @@ export class RunModel {
         break;
       case "tool_call":
       case "tool_call_started":
-        step.tools.push({ name: data.tool || data.name || "tool", ms: null, error: false });
+        step.tools.push({ id: data.call_id ?? null, name: data.tool || data.name || "tool", ms: null, error: false });
         break;
       case "tool_result":
       case "tool_call_finished": {
-        const open = step.tools.findLast((t) => t.ms === null);
+        // parallel calls of one turn finish in any order: matched by their call id
+        const open = step.tools.find((t) => t.ms === null && t.id === (data.call_id ?? null)) ?? step.tools.findLast((t) => t.ms === null);
         if (open) {
           open.ms = data.duration_ms ?? null;
           open.error = Boolean(data.is_error);
