@@ -84,10 +84,12 @@ def test_an_agent_node_shows_its_transcript_and_diff(page: Any, agent_server: st
     assert f"3 model calls, {tokens:,} tokens" in text(page, ".node-meta")
     # the timeline nests each tool call under its op, with its time
     until(
-        lambda: page.execute_script(
-            "return document.querySelectorAll('.timeline-row[data-op=fix] .tool-rows li').length"
-        )
-        == 2,
+        lambda: (
+            page.execute_script(
+                "return document.querySelectorAll('.timeline-row[data-op=fix] .tool-rows li').length"
+            )
+            == 2
+        ),
         "the timeline did not nest the agent's tool calls",
     )
     rows = text(page, ".timeline-row[data-op=fix] .tool-rows")
