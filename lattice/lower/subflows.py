@@ -128,7 +128,12 @@ def _expand_one(
             continue
         data = _rewrite(inner.data, pattern, prefix) if pattern else inner.data
         named = "model" in data or "modelClass" in data
-        if model in FLOW_MODELS and inner.type in MODEL_TAKERS and not named:
+        if (
+            isinstance(model, str)
+            and model in FLOW_MODELS
+            and inner.type in MODEL_TAKERS
+            and not named
+        ):
             data = {**data, "model": model}
         data = _with_call_tools(call, inner, data)
         nodes.append(inner.model_copy(update={"id": prefix + inner.id, "data": data}))

@@ -21,6 +21,7 @@ from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
 from lattice.runtime.events import EventLog, make_event, utc_now
 from lattice.runtime.state import StateStore
+from lattice.runtime.walk_state import WalkState
 from lattice.tools.http import HttpClientPool, HttpPolicy
 from lattice.tools.mcp import ToolSessions
 
@@ -119,14 +120,8 @@ class RunContext:
         """Set to stop the run at the next op boundary (status ``interrupted``)."""
         self.checkpoint: dict[str, Any] = {}
         """The run's checkpoint as written when it started (or resumed)."""
-        self.counters: Any = None
-        """Steps and visits of every track of the run (``lattice.runtime.walk.Counters``)."""
-        self.limiter: Any = None
-        """Bounds the ops that branches run at once (``[runtime] max_parallel``)."""
-        self.base_provider: Any = None
-        """The run's provider itself (each branch wraps it for its own journal lines)."""
-        self.resume_branches: dict[str, Any] = {}
-        """Branch id → its progress in the journal, for a resumed run's forks."""
+        self.walk = WalkState()
+        """The walk's own part of the run (read on the main context: ``root.walk``)."""
         self.branch: str | None = None
         """The branch this context walks (``0005.2``: the second branch of the fork that
         was op 5), None for the run's main walk."""
@@ -134,9 +129,6 @@ class RunContext:
         """Set when a sibling branch failed: this branch stops at its next op boundary."""
         self.changes: list[dict[str, Any]] = []
         """The file changes of the agent ops this run completed (its main context's list)."""
-        self.commit_here = False
-        """The main walk forces the journal to disk on the loop's thread: the loop is the
-        run's own (``Runner.run``) and waits for nothing else meanwhile."""
         self._root: RunContext | None = None
         """The run's main context (None in the main context itself)."""
         self._parent: RunContext | None = None

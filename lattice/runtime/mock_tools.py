@@ -16,13 +16,14 @@ def scripted_tool(
     ctx: RunContext, node_id: str, server: str | None, tool: str | None
 ) -> str | None:
     """The mock script's ``tools`` key answering this call, or None (a real call)."""
-    find = getattr(ctx.root.base_provider, "tool_key", None)
+    find = getattr(ctx.root.walk.base_provider, "tool_key", None)
     return find(node_id, server, tool) if callable(find) else None
 
 
 def scripted_result(ctx: RunContext, key: str) -> Any:
     """The next result the mock script gives under ``key`` (see ``MockProvider.tool_answer``)."""
-    return ctx.root.base_provider.tool_answer(key)
+    provider: Any = ctx.root.walk.base_provider  # a MockProvider, as scripted_tool found
+    return provider.tool_answer(key)
 
 
 def offline_contract(purpose: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from lattice.llm.base import TokenUsage
 from lattice.runs.checkpoint import changed_files
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState
-from lattice.runtime.walk import BranchResume
+from lattice.runtime.walk_state import BranchResume
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,6 @@ from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
 from lattice.runtime.sync import run_sync
 from lattice.runtime.walk import (
-    Counters,
     Step,
     Track,
     Walker,
@@ -87,6 +86,7 @@ from lattice.runtime.walk import (
     run_failure,
     stopped_line,
 )
+from lattice.runtime.walk_state import Counters, WalkState
 from lattice.schemas import schema_errors, schema_validator
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import ToolSessions
@@ -281,7 +281,7 @@ class Runner:
         except BaseException:
             _abandon(ctx)
             raise
-        ctx.commit_here = own_loop
+        ctx.walk.commit_here = own_loop
         with gc_pacing(self.settings.gc_pacing):
             return await self._walk(ctx, Position(start.op if start else self.ir.entry))
 
@@ -645,16 +645,14 @@ class Runner:
             redact=redact,
             secret_names=self.settings.secret_names(),
         )
-        ctx.counters = Counters()
-        ctx.base_provider = self.provider
-        ctx.resume_branches = {}
+        ctx.walk = WalkState(base_provider=self.provider)
         return ctx
 
     async def _walk(self, ctx: RunContext, position: Position) -> RunResult:
         recorder = ctx.recorder
-        counters: Counters = ctx.counters
+        counters: Counters = ctx.walk.counters
         counters.steps, counters.visits = position.steps, position.visits
-        ctx.resume_branches = position.branches
+        ctx.walk.resume_branches = position.branches
         track = Track(ctx, position.current, op_seq=position.op_seq)
         self._active[ctx.run_id] = ctx
         try:

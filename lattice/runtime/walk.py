@@ -26,11 +26,12 @@ from lattice.contracts.report import FailureReport, failure_report
 from lattice.errors import LatticeRunError
 from lattice.ir.models import FAILED_PORT, ExecIR, ForEachOp, ForkOp, Op
 from lattice.ir.templates import StatePath, ValueTemplate, path_text
-from lattice.llm.base import CheckpointedProvider, LLMProvider
+from lattice.llm.base import CheckpointedProvider
 from lattice.runs.redaction import redact_value
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
 from lattice.runtime.executors import Executor
 from lattice.runtime.journaled import JournaledProvider
+from lattice.runtime.walk_state import BranchResume, Counters
 
 ENDED = "ended"
 """The port a FORK leaves through when no branch reached its JOIN: the run ends there."""
@@ -53,14 +54,6 @@ class Step:
         self.is_end = op.kind == "END"
         self.control = isinstance(op, ForkOp | ForEachOp)
         """The walk runs it itself: it starts tracks of its own."""
-
-
-@dataclass
-class Counters:
-    """Limits count across every track of a run."""
-
-    steps: int = 0
-    visits: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -94,16 +87,6 @@ class TrackEnd:
     output: Any = None
 
 
-@dataclass
-class BranchResume:
-    """A branch's progress read back from the journal (``lattice.runtime.resume``)."""
-
-    lines: list[dict[str, Any]]
-    """Its committed op lines, in order."""
-    answers: list[dict[str, Any]] = field(default_factory=list)
-    """Model answers its op in flight had received."""
-
-
 class Walker:
     """Runs tracks over one Runner's compiled ops."""
 
@@ -130,7 +113,7 @@ class Walker:
         """Walk ``track`` from its current op until it ends (or arrives at ``stop_at``):
         each op is entered, executed, routed and committed in turn."""
         ctx = track.ctx
-        counters: Counters = ctx.root.counters
+        counters: Counters = ctx.root.walk.counters
         journaled = ctx.recorder.run_dir is not None
         task = asyncio.current_task()
         current = track.current
@@ -158,7 +141,7 @@ class Walker:
             nxt, output = self._route(ctx, step, current, outcome)
             if journaled:
                 self._journal(track, step, outcome, nxt, counters, calls_before, output)
-                await ctx.recorder.commit(here=ctx.root.commit_here and ctx.branch is None)
+                await ctx.recorder.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
             else:
                 self._keep_changes(track)
             if nxt is None:
@@ -192,10 +175,10 @@ class Walker:
             return await self._control(track, step.op)
         if ctx.branch is None:
             return await step.executor.run(ctx)  # type: ignore[union-attr]
-        root = ctx.root
-        if root.limiter is None:  # made by the first branch (most runs have none)
-            root.limiter = asyncio.Semaphore(self.max_parallel)
-        async with root.limiter:
+        walk = ctx.root.walk
+        if walk.limiter is None:  # made by the first branch (most runs have none)
+            walk.limiter = asyncio.Semaphore(self.max_parallel)
+        async with walk.limiter:
             return await step.executor.run(ctx)  # type: ignore[union-attr]
 
     def _halted(
@@ -291,10 +274,11 @@ class Walker:
     @staticmethod
     def _keep_for_join(track: Track) -> None:
         changes = track.ctx.state.changes
-        assert changes is not None
+        current = track.current
+        assert changes is not None and current is not None
         track.changes.extend(changes)
         for change in changes:
-            track.writers.setdefault(_entry(change[1]), track.current)
+            track.writers.setdefault(_entry(change[1]), current)
 
     @staticmethod
     def _check_stopped(ctx: RunContext, task: asyncio.Task[Any] | None) -> None:
@@ -384,9 +368,10 @@ class Walker:
         """A track for one branch, over a fork of ``ctx``'s state, picking up where the
         journal says it was when the run is a resumed one."""
         root = ctx.root
-        resume: BranchResume | None = root.resume_branches.pop(branch_id, None)
+        resume: BranchResume | None = root.walk.resume_branches.pop(branch_id, None)
         state = ctx.state.fork()
-        provider: LLMProvider = root.base_provider
+        provider = root.walk.base_provider
+        assert provider is not None  # set by the Runner before the walk
         if ctx.recorder.run_dir is not None:
             provider = JournaledProvider(
                 provider, ctx.recorder, resume.answers if resume else (), branch=branch_id
@@ -604,8 +589,9 @@ def stopped_line(ctx: RunContext, op_seq: int, op_id: str | None) -> dict[str, A
     }
     if ctx.branch is not None:
         line["branch"] = ctx.branch
-    if isinstance(ctx.root.base_provider, CheckpointedProvider):
-        line["provider_state"] = ctx.root.base_provider.checkpoint()
+    provider = ctx.root.walk.base_provider
+    if isinstance(provider, CheckpointedProvider):
+        line["provider_state"] = provider.checkpoint()
     return line
 
 

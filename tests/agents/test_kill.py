@@ -167,6 +167,8 @@ def resume_until_done(
 ) -> int:
     resumes = 0
     while True:
+        if json.loads((folder / "checkpoint.json").read_text()).get("status") == "completed":
+            return resumes  # killed after it had completed, before its process ended
         process = lattice(work, config, "resume", str(folder))
         resumes += 1
         killed = resumes <= kills and kill_at_random(process, lambda: True, rng, span)

@@ -180,3 +180,16 @@ def test_a_sub_agent_flow_model_is_its_nodes_model_unless_they_name_one() -> Non
     assert result.ir is not None, result.errors
     classes = {k: op.model_class for k, op in result.ir.ops.items() if isinstance(op, LLMWriteOp)}
     assert classes == {"call__read": "large", "call__judge": "small"}
+
+
+def test_a_sub_agent_flow_model_that_is_not_a_name_does_not_crash_lowering() -> None:
+    flow = {
+        "id": "review",
+        "name": "review",
+        "nodes": [node("s", "start"), agent("read"), node("e", "end")],
+        "connections": [{"from": "s", "to": "read"}, {"from": "read", "to": "e"}],
+    }
+    for model in (["opus"], {"x": 1}, 3):
+        call = node("call", "subAgentFlow", subAgentFlowId="review", label="call", model=model)
+        result = lower_document(chain(call, subAgentFlows=[flow]))  # found by the fuzzer
+        assert result.ir is None or result.ir.ops["call__read"].model_class == "default"
