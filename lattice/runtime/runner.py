@@ -572,25 +572,7 @@ class Runner:
     # -- secrets --------------------------------------------------------------------------
 
     def _read_secret(self, name: str) -> str:
-        if name not in self.settings.secrets_allow:
-            raise LatticeRunError(
-                f"$secrets.{name} is not allowed: add it to [secrets] allow in lattice.toml",
-                error_type="secret_error",
-            )
-        value = os.environ.get(name)
-        if value is None:
-            raise LatticeRunError(
-                f"$secrets.{name}: the environment variable {name} is not set",
-                error_type="secret_error",
-            )
-        if not maskable(value):  # it could not be masked in what the run records
-            raise LatticeRunError(
-                f"$secrets.{name}: the value of {name} is too short or too plain to be kept "
-                f"out of run records (at least {MIN_MASKED_LENGTH} characters, not only "
-                "words or digits)",
-                error_type="secret_error",
-            )
-        return value
+        return read_secret(self.settings, name)
 
     def _redactor(self) -> Redactor:
         """Replaces the values of every secret name (``RuntimeSettings.secret_names``) and of
@@ -833,6 +815,30 @@ async def _closing_loop_clients(
         return await coro
     finally:
         await close_loop_clients(provider)
+
+
+def read_secret(settings: RuntimeSettings, name: str) -> str:
+    """The value of ``$secrets.NAME`` from the environment: a name ``[secrets] allow``
+    lists, set, and long and varied enough to be masked; otherwise a ``secret_error``."""
+    if name not in settings.secrets_allow:
+        raise LatticeRunError(
+            f"$secrets.{name} is not allowed: add it to [secrets] allow in lattice.toml",
+            error_type="secret_error",
+        )
+    value = os.environ.get(name)
+    if value is None:
+        raise LatticeRunError(
+            f"$secrets.{name}: the environment variable {name} is not set",
+            error_type="secret_error",
+        )
+    if not maskable(value):  # it could not be masked in what the run records
+        raise LatticeRunError(
+            f"$secrets.{name}: the value of {name} is too short or too plain to be kept "
+            f"out of run records (at least {MIN_MASKED_LENGTH} characters, not only "
+            "words or digits)",
+            error_type="secret_error",
+        )
+    return value
 
 
 def _input_message(err: ValidationError) -> str:

@@ -1,0 +1,196 @@
+"""Runs on Temporal from the shell: ``lattice worker``, ``lattice run --engine temporal``,
+``lattice resume RUN --temporal`` and ``lattice runs export RUN --temporal``.
+
+Imported only by those commands: the rest of the CLI never imports ``temporalio``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from lattice.cli.common import Progress, note, parse_pairs, read_json_object, report, terminal_asker
+from lattice.config import load_config
+from lattice.errors import InputError, LatticeUserError
+from lattice.ir.models import AskOp, ExecIR
+from lattice.ir.serialize import ir_from_json
+from lattice.runs.redaction import make_redactor
+from lattice.runs.store import new_run_id
+from lattice.service.runs import PreparedRun, ProviderSpec
+
+
+def _address(args: argparse.Namespace) -> str:
+    if not args.temporal:
+        raise InputError("the Temporal engine needs --temporal HOST:PORT (the server's address)")
+    return str(args.temporal)
+
+
+def worker(args: argparse.Namespace) -> int:
+    """``lattice worker --temporal HOST:PORT [--task-queue Q]``: work until Ctrl-C."""
+    from lattice.durable.temporal.worker import run_worker
+
+    config = load_config(args.config)
+    address = _address(args)
+    note(f"worker on Temporal at {address}, task queue {args.task_queue!r} (Ctrl-C stops it)")
+    asyncio.run(run_worker(address, config, task_queue=args.task_queue))
+    return 0
+
+
+def provider_meta(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's provider as the workers build it: a ``--mock`` script travels inline (a
+    worker may be on another machine); a live provider is configured on the workers."""
+    if args.fixtures:
+        raise InputError("--fixtures is not supported with --engine temporal yet")
+    if args.mock:
+        return ProviderSpec(script=read_json_object(args.mock, "mock script")).to_meta()
+    return ProviderSpec().to_meta() | {"provider_arg": args.provider}
+
+
+def run_on_temporal(
+    args: argparse.Namespace, prepared: PreparedRun, ir: ExecIR, answers: dict[str, Any]
+) -> int:
+    """Start the checked run on Temporal and follow it as ``lattice run`` follows a local one."""
+    from lattice.durable.temporal.client import connect, start_run
+    from lattice.durable.temporal.plan import check_supported
+
+    address = _address(args)
+    check_supported(ir)
+    settings = prepared.settings
+    progress = Progress(live=sys.stderr.isatty() and not args.json)
+    run_id = new_run_id()
+
+    async def go() -> int:
+        client = await connect(address)
+        handle = await start_run(
+            client,
+            ir,
+            run_id=run_id,
+            inputs=prepared.inputs,
+            answers=answers,
+            provider=provider_meta(args),
+            budgets={"max_calls": args.max_calls, "max_tokens_total": args.max_tokens_total},
+            limits={
+                "max_steps": prepared.runner.limits.max_steps,
+                "max_visits": prepared.runner.limits.max_visits,
+            },
+            task_queue=args.task_queue,
+            redact=make_redactor(settings.secret_names()),
+            settings=settings,
+        )
+        note(f"run {run_id} started on Temporal at {address} (workflow id {handle.id})")
+        return await _follow(client, run_id, ir, address, progress, args, settings)
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:
+        progress.stop()
+        note(
+            f"stopped following; the run goes on on Temporal: "
+            f"lattice resume {run_id} --temporal {address}"
+        )
+        raise
+
+
+async def _follow(
+    client: Any,
+    run_id: str,
+    ir: ExecIR,
+    address: str,
+    progress: Progress,
+    args: argparse.Namespace,
+    settings: Any,
+) -> int:
+    """Follow the run to its end; a question is asked on the terminal when there is one
+    (its answer is sent), else the run is reported ``halted`` (exit 3)."""
+    from lattice.durable.temporal.client import answer, follow, run_result
+
+    handle = client.get_workflow_handle(run_id)
+    interactive = sys.stdin.isatty() and not getattr(args, "answers", None)
+    while True:
+        outcome = await follow(handle, progress)
+        question = outcome.get("question") if outcome.get("status") == "waiting" else None
+        if question is not None and interactive:
+            progress.stop()
+            op = ir.ops[question["op_id"]]
+            assert isinstance(op, AskOp)
+            given = terminal_asker(op)
+            if given is not None:
+                await answer(client, run_id, ir, op.source_node, given)
+                continue
+        hint = f"lattice resume RUN --temporal {address} --answer NODE=<answer>"
+        return report(run_result(outcome, answer_hint=hint), progress, args.json, settings)
+
+
+def resume(args: argparse.Namespace) -> int:
+    """``lattice resume RUN_ID --temporal HOST:PORT [--answer NODE=VALUE]``: answer the
+    run's question (the workflow's answer update) and follow it to its end or its next question."""
+    from lattice.durable.temporal.client import answer, connect
+    from lattice.runtime.settings import settings_from_config
+
+    address = _address(args)
+    run_id = str(args.run_dir)
+    answers = parse_pairs(args.answer, "--answer")
+    progress = Progress(live=sys.stderr.isatty() and not args.json)
+    settings = settings_from_config(load_config(args.config))
+
+    async def go() -> int:
+        client = await connect(address)
+        ir = await _run_ir(client, run_id)
+        for node_id, value in answers.items():
+            await answer(client, run_id, ir, node_id, value)
+        return await _follow(client, run_id, ir, address, progress, args, settings)
+
+    return asyncio.run(go())
+
+
+async def _run_ir(client: Any, run_id: str) -> ExecIR:
+    try:
+        record = await client.get_workflow_handle(run_id).query("record")
+    except Exception as exc:  # the SDK's RPC errors name the cause
+        raise LatticeUserError(
+            f"cannot read run {run_id!r} from Temporal: {exc}", error_type="temporal_error"
+        ) from exc
+    return ir_from_json(record["execir"])
+
+
+def export(args: argparse.Namespace) -> int:
+    """``lattice runs export RUN_ID --temporal HOST:PORT -o DIR``."""
+    from lattice.durable.temporal.client import connect
+    from lattice.durable.temporal.export import export_run
+
+    if not args.run_dir or not args.output:
+        raise InputError("lattice runs export RUN_ID --temporal HOST:PORT -o DIR")
+    address = _address(args)
+
+    async def go() -> Path:
+        return await export_run(await connect(address), str(args.run_dir), Path(args.output))
+
+    folder = asyncio.run(go())
+    note(f"run {args.run_dir} written to {folder} (lattice runs show {folder})")
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    """``lattice runs show RUN_ID --temporal HOST:PORT``: the run as ``runs show`` shows a
+    folder (exported to a temporary folder first)."""
+    import tempfile
+
+    from lattice.durable.temporal.client import connect
+    from lattice.durable.temporal.export import export_run
+    from lattice.runs.view import show_run
+
+    if not args.run_dir:
+        raise InputError("lattice runs show RUN_ID --temporal HOST:PORT")
+    address = _address(args)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / str(args.run_dir)
+
+        async def go() -> None:
+            await export_run(await connect(address), str(args.run_dir), folder)
+
+        asyncio.run(go())
+        sys.stdout.write(show_run(folder))
+    return 0

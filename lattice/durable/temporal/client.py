@@ -1,0 +1,155 @@
+"""Start a Lattice run on Temporal, follow it, answer its questions, cancel it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from lattice.contracts.report import FailureReport
+from lattice.contracts.usage import Usage
+from lattice.durable.temporal import DEFAULT_TASK_QUEUE
+from lattice.durable.temporal.converter import DATA_CONVERTER
+from lattice.durable.temporal.plan import ActivityOptions, run_spec
+from lattice.durable.temporal.workflow import WORKFLOW_NAME
+from lattice.errors import LatticeUserError
+from lattice.ir.models import ExecIR
+from lattice.runs.redaction import Redactor
+from lattice.runs.store import file_text, refuse_secrets_in
+from lattice.runtime.results import RunResult
+from lattice.runtime.runner import check_answers
+from lattice.runtime.settings import RuntimeSettings
+
+FOLLOW_EVERY = 0.2
+"""Seconds between two looks at a followed run's progress."""
+
+
+async def connect(address: str) -> Client:
+    """A client of the Temporal server at ``address`` (HOST:PORT); a server that cannot be
+    reached is a LatticeUserError naming it."""
+    try:
+        return await Client.connect(address, data_converter=DATA_CONVERTER)
+    except Exception as exc:  # the SDK raises RuntimeError with the gRPC reason
+        raise LatticeUserError(
+            f"cannot reach Temporal at {address}: {exc}", error_type="temporal_unreachable"
+        ) from exc
+
+
+async def start_run(
+    client: Client,
+    ir: ExecIR,
+    *,
+    run_id: str,
+    inputs: dict[str, Any],
+    answers: dict[str, Any] | None = None,
+    provider: dict[str, Any] | None = None,
+    budgets: dict[str, Any] | None = None,
+    limits: dict[str, int] | None = None,
+    activity: ActivityOptions | None = None,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    redact: Redactor | None = None,
+    settings: RuntimeSettings | None = None,
+) -> WorkflowHandle[Any, Any]:
+    """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
+    provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
+    runs an op may be on another machine); inputs and answers are checked by the caller.
+
+    Everything given here enters Temporal's history as it is: with ``redact`` (the run's
+    redactor), a document, inputs, answers or mock script holding a secret's value is
+    refused (``SecretInDocument``) before anything is sent. ``settings`` (the starting
+    process's; give workers the same configuration) say which agent tools are refused."""
+    spec = run_spec(
+        ir,
+        run_id=run_id,
+        inputs=inputs,
+        answers=dict(answers or {}),
+        provider=dict(provider or {}),
+        budgets=dict(budgets or {}),
+        limits=limits or {"max_steps": 10_000, "max_visits": 1_000},
+        activity=activity or ActivityOptions(),
+        settings=settings or RuntimeSettings(),
+    )
+    if redact is not None:
+        refuse_secrets_in(
+            {
+                name: file_text(spec[key])
+                for name, key in (
+                    ("execir.json", "execir"),
+                    ("input.json", "inputs"),
+                    ("the answers", "answers"),
+                    ("the mock script", "provider"),
+                )
+            },
+            redact,
+        )
+    return await client.start_workflow(
+        WORKFLOW_NAME, spec, id=run_id, task_queue=task_queue, result_type=dict
+    )
+
+
+async def follow(
+    handle: WorkflowHandle[Any, Any],
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    *,
+    until_question: bool = True,
+) -> dict[str, Any]:
+    """Pass the run's events to ``on_event`` as they come, until it ends (its result) or,
+    with ``until_question``, until it waits for an answer (the progress, ``status``
+    ``waiting``, with the ``question``)."""
+    seen = 0
+    while True:
+        progress: dict[str, Any] = await handle.query("progress", seen)
+        for event in progress["events"]:
+            seen = event["seq"]
+            if on_event is not None:
+                on_event(event)
+        if progress["result"] is not None:
+            result: dict[str, Any] = progress["result"]
+            return result
+        if until_question and progress["status"] == "waiting":
+            return progress
+        await asyncio.sleep(FOLLOW_EVERY)
+
+
+async def answer(client: Client, run_id: str, ir: ExecIR, node_id: str, value: Any) -> None:
+    """Answer the question of ASK node ``node_id`` of run ``run_id`` (checked against the
+    node's options first: an answer that fits none is an InputError, and is not sent)."""
+    check_answers(ir, {node_id: value}, what="answer")
+    await client.get_workflow_handle(run_id).execute_update("answer", args=[node_id, value])
+
+
+def run_result(
+    outcome: dict[str, Any], *, answer_hint: str = "lattice resume RUN --answer NODE=VALUE"
+) -> RunResult:
+    """``follow``'s outcome as the RunResult a local run returns: a run waiting for an
+    answer is ``halted``, its failure report says what is asked and how to answer
+    (``answer_hint``, with ``RUN`` the run id)."""
+    if outcome.get("status") == "waiting" and "question" in outcome:
+        question = outcome["question"]
+        run_id = str(outcome.get("run_id", ""))
+        failure = FailureReport(
+            phase="run",
+            run_id=run_id,
+            op_id=question.get("op_id"),
+            node_id=question.get("node_id"),
+            category=question.get("reason", "waiting_for_answer"),
+            summary=question.get("summary", ""),
+            details=question.get("details") or {},
+            recovery_action=answer_hint.replace("RUN", run_id).replace(
+                "NODE", str(question.get("node_id"))
+            ),
+        )
+        usage = Usage.from_json(outcome.get("usage"))
+        return RunResult("halted", None, {}, run_id, None, usage, failure)
+    failure_data = outcome.get("failure")
+    return RunResult(
+        status=outcome["status"],
+        output=outcome.get("output"),
+        state={"vars": outcome.get("vars") or {}},
+        run_id=outcome["run_id"],
+        run_dir=None,
+        usage=Usage.from_json(outcome.get("usage")),
+        failure=FailureReport(**failure_data) if failure_data else None,
+    )

@@ -1,0 +1,58 @@
+"""``lattice runs export RUN --temporal HOST:PORT``: a run kept by Temporal as a run folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from lattice.errors import LatticeUserError
+from lattice.files import atomic_write_text
+from lattice.runs.store import file_text
+
+
+async def export_run(client: Client, run_id: str, folder: Path) -> Path:
+    """Write run ``run_id``'s folder (events.jsonl, ops/, state_initial.json,
+    state_final.json, result.json, execir.json, input.json, checkpoint.json) under
+    ``folder``, read from its workflow: ``lattice runs show`` and the inspector read it as
+    any run folder. The folder must not exist yet."""
+    handle = client.get_workflow_handle(run_id)
+    try:
+        record: dict[str, Any] = await handle.query("record")
+    except Exception as exc:
+        raise LatticeUserError(
+            f"cannot read run {run_id!r} from Temporal: {exc}", error_type="temporal_error"
+        ) from exc
+    if folder.exists():
+        raise LatticeUserError(f"{folder} exists; export into a new folder")
+    (folder / "ops").mkdir(parents=True)
+    lines = "".join(
+        json.dumps(event, ensure_ascii=False, default=str) + "\n" for event in record["events"]
+    )
+    atomic_write_text(folder / "events.jsonl", lines)
+    for op in record["ops"]:
+        name = f"{op['seq']:04d}-{op['op_id']}.json"
+        atomic_write_text(folder / "ops" / name, file_text(op))
+    atomic_write_text(folder / "execir.json", file_text(record["execir"]))
+    atomic_write_text(folder / "input.json", file_text(record["inputs"]))
+    atomic_write_text(folder / "state_initial.json", file_text(record["state_initial"]))
+    atomic_write_text(folder / "state_final.json", file_text(record["state"]))
+    result = record["result"] or {"status": "waiting" if record["question"] else "running"}
+    atomic_write_text(
+        folder / "result.json",
+        file_text({**result, "run_id": run_id, "workflow": record["workflow"]["id"]}),
+    )
+    atomic_write_text(
+        folder / "checkpoint.json",
+        file_text(
+            {
+                "run_id": run_id,
+                "status": result["status"] if record["question"] is None else "halted",
+                "engine": "temporal",
+                "meta": {"workflow": record["workflow"]["id"]},
+            }
+        ),
+    )
+    return folder

@@ -1,0 +1,248 @@
+"""One op of a run, executed on a worker: what the ``lattice.op`` activity does.
+
+The workflow (``workflow.py``) sends the op's id, the digest of the run's ExecIR (a
+worker reads the ExecIR itself once, and keeps it compiled), the run's state and what the
+run has used so far; ``OpExecutor.run_op`` executes the op with Lattice's own executor (an LLM op
+through the contract engine, with its retries, repairs and budgets) and returns what the
+op did: the port it left through, its output, the state changes it made, the events it
+emitted, its op record, and where the provider and the answers stand after it. A failure
+with a ``failed`` route is taken here, as the local walk takes it; any other failure, and
+a question without an answer, come back as data, never as an exception: Temporal retries
+an activity only when a worker was lost before it answered, so its retries never
+compound Lattice's.
+
+Secrets are read here, on the worker, from its environment; everything returned is
+masked with the run's redactor first, so a secret never enters Temporal's history.
+This module does not import ``temporalio``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from lattice.config import LatticeConfig
+from lattice.contracts.calls import TRANSIENT_EVENTS
+from lattice.contracts.usage import Usage
+from lattice.errors import LatticeRunError
+from lattice.ir.models import FAILED_PORT, ExecIR, Op
+from lattice.ir.serialize import ir_from_json
+from lattice.ir.templates import StatePath, parse_path
+from lattice.llm.base import close_loop_clients, provider_checkpoint, restore_provider
+from lattice.runs.redaction import redact_value
+from lattice.runs.store import RunStore
+from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
+from lattice.runtime.executors import Executor, build_executor
+from lattice.runtime.runner import read_secret
+from lattice.runtime.settings import RuntimeSettings, settings_from_config
+from lattice.runtime.state import StateStore
+from lattice.runtime.walk import run_failure
+from lattice.runtime.walk_state import WalkState
+from lattice.service.runs import ProviderSpec
+from lattice.tools.builtin import BuiltinTools
+from lattice.tools.mcp import ToolSessions
+
+LoadExecIR = Callable[[], Awaitable[dict[str, Any]]]
+"""Reads a run's ExecIR (from its workflow): ops carry only its digest."""
+CACHED_DOCUMENTS = 64
+"""Compiled ExecIRs a worker keeps (by digest), so an op does not compile its run again."""
+
+
+def execir_digest(execir: dict[str, Any]) -> str:
+    """The digest a run's ExecIR is cached under on workers."""
+    text = json.dumps(execir, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass
+class CompiledRun:
+    """A run's ExecIR with its executors built once (templates and conditions compiled)."""
+
+    ir: ExecIR
+    executors: dict[str, Executor | None]
+    reads: dict[str, list[StatePath]]
+
+
+class OpExecutor:
+    """Executes the ops of any run on one worker, with the worker's configuration
+    (``lattice.toml``: providers' addresses, model classes, policies, allowed secrets)."""
+
+    def __init__(self, config: LatticeConfig) -> None:
+        self.config = config
+        self._compiled: OrderedDict[tuple[str, str], CompiledRun] = OrderedDict()
+
+    def settings(self, request: dict[str, Any]) -> RuntimeSettings:
+        """The runtime settings of the run ``request`` belongs to: the worker's
+        configuration with the run's own budgets."""
+        budgets = request.get("budgets") or {}
+        return settings_from_config(
+            self.config,
+            max_calls=budgets.get("max_calls"),
+            max_tokens_total=budgets.get("max_tokens_total"),
+        )
+
+    async def _compile(
+        self, request: dict[str, Any], settings: RuntimeSettings, load: LoadExecIR
+    ) -> CompiledRun:
+        digest = str(request["execir_digest"])
+        key = (digest, str(request.get("budgets")))
+        compiled = self._compiled.get(key)
+        if compiled is not None:
+            self._compiled.move_to_end(key)
+            return compiled
+        execir = await load()
+        if execir_digest(execir) != digest:
+            raise LatticeRunError(
+                f"the run's ExecIR does not match its digest {digest}", error_type="internal_error"
+            )
+        ir = ir_from_json(execir)
+        compiled = CompiledRun(
+            ir,
+            {op_id: build_executor(op, settings) for op_id, op in ir.ops.items()},
+            {
+                op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
+                for op_id, op in ir.ops.items()
+            },
+        )
+        self._compiled[key] = compiled
+        while len(self._compiled) > CACHED_DOCUMENTS:
+            self._compiled.popitem(last=False)
+        return compiled
+
+    async def run_op(self, request: dict[str, Any], load: LoadExecIR) -> dict[str, Any]:
+        """Execute ``request["op_id"]`` of the run and return what it did (module docstring).
+        ``load`` gives the run's ExecIR when this worker has not compiled it yet."""
+        settings = self.settings(request)
+        compiled = await self._compile(request, settings, load)
+        op_id = str(request["op_id"])
+        op = compiled.ir.ops[op_id]
+        executor = compiled.executors[op_id]
+        if executor is None:
+            raise LatticeRunError(
+                f"op {op_id!r} ({op.kind}) is not supported on Temporal yet",
+                error_type="unsupported",
+            )
+        provider = ProviderSpec.from_meta(request.get("provider") or {}).build(self.config)
+        if request.get("provider_state") is not None:
+            restore_provider(provider, request["provider_state"])
+        events: list[dict[str, Any]] = []
+        state = StateStore.from_snapshot(request["state"], secrets=partial(read_secret, settings))
+        state.changes = []
+        state.limit(settings.state_limits)
+        ctx = RunContext(
+            run_id=str(request["run_id"]),
+            state=state,
+            recorder=RunStore(None).open(str(request["run_id"]), redact=None),
+            answers=dict(request.get("answers") or {}),
+            ask_human=None,
+            listeners=[events.append],
+            llm=settings.call_env(provider, usage=Usage.from_json(request.get("usage"))),
+            http=settings.http,
+            tools=lambda: ToolSessions(
+                settings.mcp_servers,
+                builtin=BuiltinTools(repo_root=settings.repo_root),
+                log_dir=None,
+                redact=None,
+            ),
+            seq=int(request.get("seq") or 0),
+            secret_names=settings.secret_names(),
+        )
+        ctx.walk = WalkState(base_provider=provider)
+        ctx.last_result = request.get("last_result")
+        ctx.current_op, ctx.current_node = op_id, op.source_node
+        started = time.perf_counter()
+        ctx.emit("op_started", {"kind": op.kind})
+        done: dict[str, Any] = {}
+        outcome: Outcome | None = None
+        try:
+            outcome = await executor.run(ctx)
+        except HaltRun as halt:
+            done["halt"] = {
+                "reason": halt.reason,
+                "summary": halt.summary,
+                "details": halt.details,
+                "action": halt.action,
+                "node_id": op.source_node,
+            }
+        except Exception as raised:
+            exc = _as_run_error(raised, op_id)
+            exc.op_id = exc.op_id or op_id
+            exc.node_id = exc.node_id or op.source_node
+            if FAILED_PORT in {edge.port for edge in op.next} and not isinstance(exc, Interrupted):
+                report = redact_value(run_failure(ctx, exc, phase="op").to_json(), ctx.redact)
+                state.write(f"$vars.{op.source_node}.error", report)
+                outcome = Outcome(port=FAILED_PORT, record={"error": report})
+            else:
+                failure = run_failure(ctx, exc, phase="run")
+                failure.recovery_action = "fix the cause and run the workflow again"
+                done["failure"] = failure.to_json()
+                done["error"] = {"error_type": exc.error_type, "message": exc.message}
+        finally:
+            if state.tmp:
+                state.clear_tmp()
+            try:
+                await ctx.aclose()
+            finally:
+                await close_loop_clients(provider)
+                ctx.detach()
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        if outcome is not None:
+            ctx.emit("op_finished", {"duration_ms": duration_ms, "port": outcome.port})
+            done |= {
+                "port": outcome.port,
+                "output": outcome.output,
+                "record": _record(ctx, compiled, op, duration_ms, outcome),
+            }
+        elif "failure" in done:
+            ctx.emit(
+                "op_finished",
+                {"duration_ms": duration_ms, "error_type": done["error"]["error_type"]},
+            )
+        done |= {
+            "changes": state.changes or [],
+            "last_result": ctx.last_result,
+            "answers": ctx.answers,
+            "usage": ctx.usage.to_json(),
+            "provider_state": provider_checkpoint(provider),
+            "events": [e for e in events if e["type"] not in TRANSIENT_EVENTS],
+            "seq": ctx.seq,
+        }
+        masked: dict[str, Any] = redact_value(done, ctx.redact)
+        return masked
+
+
+def _record(
+    ctx: RunContext, compiled: CompiledRun, op: Op, duration_ms: float, outcome: Outcome
+) -> dict[str, Any]:
+    """The op's record (``ops/<seq>-<op>.json`` in an exported folder), as the walk writes it."""
+    inputs: dict[str, Any] = {}
+    for path in compiled.reads[op.id]:
+        try:
+            inputs[path.text] = ctx.state.read(path)
+        except LatticeRunError:
+            inputs[path.text] = None
+    return {
+        "op_id": op.id,
+        "node_id": op.source_node,
+        "kind": op.kind,
+        "duration_ms": duration_ms,
+        "inputs": inputs,
+        "port": outcome.port,
+        "output": outcome.output,
+        **(outcome.record or {}),
+    }
+
+
+def _as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
+    if isinstance(exc, LatticeRunError):
+        return exc
+    return LatticeRunError(
+        f"internal error in op {op_id!r}: {type(exc).__name__}: {exc}",
+        error_type="internal_error",
+    )

@@ -1,0 +1,160 @@
+"""The commands: ``lattice worker``, ``lattice run --engine temporal``, ``lattice resume RUN
+--temporal``, ``lattice runs export RUN --temporal``, with their exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.builders import approval
+from tests.conftest import EXAMPLES
+from tests.durable.helpers import example, run_locally
+
+pytest.importorskip("temporalio")
+
+LATTICE = [sys.executable, "-m", "lattice.cli"]
+
+
+def lattice(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
+    return subprocess.run(
+        [*LATTICE, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def worker(temporal_address: str, tmp_path: Path) -> Iterator[str]:
+    """A ``lattice worker`` process on a task queue of its own; yields the queue."""
+    queue = f"cli-{uuid.uuid4().hex[:10]}"
+    env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
+    process = subprocess.Popen(
+        [*LATTICE, "worker", "--temporal", temporal_address, "--task-queue", queue],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield queue
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_lattice_run_on_temporal_prints_the_local_output(
+    temporal_address: str, worker: str, tmp_path: Path
+) -> None:
+    ir, script, inputs = example("support-triage")
+    done = lattice(
+        "run",
+        str(EXAMPLES / "support-triage.json"),
+        "--mock",
+        str(EXAMPLES / "support-triage.mock.json"),
+        "--inputs",
+        str(EXAMPLES / "support-triage.inputs.json"),
+        "--engine",
+        "temporal",
+        "--temporal",
+        temporal_address,
+        "--task-queue",
+        worker,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == run_locally(ir, script, inputs).output
+    assert "completed in" in done.stderr and "19 ops, 5 model calls" in done.stderr
+    assert not (tmp_path / "runs").exists()  # the run is kept by Temporal
+
+
+def test_a_question_halts_then_resume_answers_it_and_export_writes_the_folder(
+    temporal_address: str, worker: str, tmp_path: Path
+) -> None:
+    (tmp_path / "approval.json").write_text(json.dumps(approval()), encoding="utf-8")
+    script = {"responses": {"draft": ["A note."], "polish": ["A polished note."]}}
+    (tmp_path / "mock.json").write_text(json.dumps(script), encoding="utf-8")
+    common = ["--temporal", temporal_address]
+    halted = lattice(
+        "run",
+        "approval.json",
+        "--mock",
+        "mock.json",
+        "--input",
+        "topic=tea",
+        "--engine",
+        "temporal",
+        *common,
+        "--task-queue",
+        worker,
+        cwd=tmp_path,
+    )
+    assert halted.returncode == 3, halted.stderr
+    assert "halted in" in halted.stderr and "2 ops, 1 model call," in halted.stderr
+    found = re.search(
+        r"next: lattice resume (\S+) --temporal \S+ --answer approve=<answer>", halted.stderr
+    )
+    assert found, halted.stderr
+    run_id = found.group(1)
+
+    wrong = lattice("resume", run_id, *common, "--answer", "approve=Maybe", cwd=tmp_path)
+    assert wrong.returncode == 2 and "Maybe" in wrong.stderr
+
+    resumed = lattice("resume", run_id, *common, "--answer", "approve=Send", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == "A polished note."
+
+    exported = lattice("runs", "export", run_id, *common, "-o", "exported", cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    shown = lattice("runs", "show", "exported", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("run exported: completed")
+    assert shown.stdout.splitlines()[0].endswith("(approval)")
+    assert "ASK" in shown.stdout and 'output: "A polished note."' in shown.stdout
+    by_id = lattice("runs", "show", run_id, *common, cwd=tmp_path)
+    assert by_id.returncode == 0, by_id.stderr
+    assert by_id.stdout.replace(run_id, "exported", 1) == shown.stdout
+
+
+def test_what_the_temporal_engine_cannot_run_is_a_usage_error(tmp_path: Path) -> None:
+    no_address = lattice(
+        "run",
+        str(EXAMPLES / "hello-world.json"),
+        "--input",
+        "name=Ada",
+        "--engine",
+        "temporal",
+        "--mock",
+        str(EXAMPLES / "hello-world.mock.json"),
+        cwd=tmp_path,
+    )
+    assert no_address.returncode == 2
+    assert "--temporal HOST:PORT" in no_address.stderr
+    fork = lattice(
+        "run",
+        str(EXAMPLES / "analyst-panel.json"),
+        "--inputs",
+        str(EXAMPLES / "analyst-panel.inputs.json"),
+        "--mock",
+        str(EXAMPLES / "analyst-panel.mock.json"),
+        "--engine",
+        "temporal",
+        "--temporal",
+        "127.0.0.1:1",
+        cwd=tmp_path,
+    )
+    assert fork.returncode == 2
+    assert "does not run parallel branches (FORK, FOR_EACH) yet" in fork.stderr
+    assert "Traceback" not in fork.stderr + no_address.stderr
