@@ -61,7 +61,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lattice.contracts.policies import ACTIONS
-from lattice.errors import LatticeUserError
+from lattice.errors import LatticeUserError, did_you_mean
 
 MODEL_CLASSES = ("small", "medium", "large", "default")
 
@@ -273,6 +273,12 @@ class LatticeConfig(_Strict):
         return data
 
 
+def problem_text(message: str) -> str:
+    """A validation message without the ``Value error, `` pydantic puts before the text of
+    a ValueError raised by a validator."""
+    return message.removeprefix("Value error, ")
+
+
 def with_agent_grants(
     config: LatticeConfig,
     *,
@@ -287,8 +293,9 @@ def with_agent_grants(
     kinds = [kind.strip() for item in allow or () for kind in item.split(",") if kind.strip()]
     unknown = [kind for kind in kinds if kind not in AGENT_GRANTS]
     if unknown:
+        hint = did_you_mean(unknown[0], AGENT_GRANTS) if len(unknown) == 1 else ""
         raise LatticeUserError(
-            f"--allow {','.join(unknown)}: grants are {', '.join(AGENT_GRANTS)}",
+            f"--allow {','.join(unknown)}: grants are {', '.join(AGENT_GRANTS)}{hint}",
             error_type="config_error",
         )
     if workspace is None and not kinds and not mcp_servers and not patch_only:
@@ -305,7 +312,7 @@ def with_agent_grants(
         updated = LatticeConfig.model_validate(data)
     except ValidationError as exc:
         raise LatticeUserError(
-            f"agent grants: {exc.errors()[0]['msg']}", error_type="config_error"
+            f"agent grants: {problem_text(exc.errors()[0]['msg'])}", error_type="config_error"
         ) from None
     updated.source = config.source
     return updated
@@ -377,7 +384,7 @@ def load_config(path: str | Path | None = None) -> LatticeConfig:
         config = LatticeConfig.model_validate(_apply_env(data))
     except ValidationError as exc:
         problems = "\n  ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+            f"{'.'.join(str(p) for p in err['loc'])}: {problem_text(err['msg'])}"
             for err in exc.errors(include_url=False)
         )
         raise LatticeUserError(

@@ -104,6 +104,10 @@ class InputError(LatticeUserError):
     error_type = "input_error"
 
 
+class InvalidInputs(InputError):
+    """Run inputs checked against the inputs schema and refused: every problem, one a line."""
+
+
 class LatticeRunError(LatticeError):
     """A failure while running a workflow. Exit code 1.
 

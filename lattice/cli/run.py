@@ -22,7 +22,7 @@ from lattice.cli.common import (
 from lattice.cli.main import EXIT_INTERRUPTED, EXIT_USAGE
 from lattice.config import load_config
 from lattice.document.loader import read_json_file
-from lattice.errors import InputError, LatticeUserError
+from lattice.errors import InputError, InvalidInputs, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
 from lattice.runs.store import RunStore
@@ -48,6 +48,9 @@ def _coerce(raw: str, schema: Any) -> Any:
         return raw
 
 
+INPUTS_HINT = "(give inputs with --input KEY=VALUE, repeatable, or --inputs FILE, a JSON object)"
+
+
 def collect_inputs(args: argparse.Namespace, ir: ExecIR) -> dict[str, Any]:
     """``--inputs FILE`` overlaid with each ``--input K=V``."""
     inputs: dict[str, Any] = read_json_object(args.inputs, "inputs file") if args.inputs else {}
@@ -69,24 +72,27 @@ def run(args: argparse.Namespace) -> int:
         check_answers(ir, answers, what=f"answers in {args.answers}")
     interactive = not args.answers and sys.stdin.isatty()
     asker = TerminalAsker()
-    prepared = prepare_run(
-        ir,
-        config=config,
-        options=RunOptions(
-            provider=ProviderSpec(provider_choice(args)),
-            config_path=args.config,
-            max_calls=args.max_calls,
-            max_tokens_total=args.max_tokens_total,
-            max_steps=args.max_steps,
-            max_visits=args.max_visits,
-            repo=repo_root(args.repo),
-        ),
-        inputs=inputs,
-        answers=answers,
-        workflow=read_json_file(Path(args.workflow)),
-        runs_dir=None if args.no_record else Path(args.runs_dir),
-        ask_human=asker if interactive else None,
-    )
+    try:
+        prepared = prepare_run(
+            ir,
+            config=config,
+            options=RunOptions(
+                provider=ProviderSpec(provider_choice(args)),
+                config_path=args.config,
+                max_calls=args.max_calls,
+                max_tokens_total=args.max_tokens_total,
+                max_steps=args.max_steps,
+                max_visits=args.max_visits,
+                repo=repo_root(args.repo),
+            ),
+            inputs=inputs,
+            answers=answers,
+            workflow=read_json_file(Path(args.workflow)),
+            runs_dir=None if args.no_record else Path(args.runs_dir),
+            ask_human=asker if interactive else None,
+        )
+    except InvalidInputs as exc:
+        raise InvalidInputs(f"{exc}\n{INPUTS_HINT}") from None
     runner = prepared.runner
     for refused in refused_tools(ir, prepared.settings.agents.grant):
         note(f"warning: {refused.message()}")

@@ -312,15 +312,24 @@ def _check_tool_calls_item(item: Mapping[str, Any], where: str) -> None:
             _bad(f'{at}: "arguments" must be an object, e.g. {shape}')
 
 
+NO_TOOLS_NEXT = (
+    "grant the agent its tools (--workspace DIR --allow …, or [agents] in lattice.toml) "
+    "and start a new run: a resumed run keeps the grants it was started with"
+)
+
+
 def _tool_calls(item: Mapping[str, Any], request: LLMRequest) -> tuple[ToolCall, ...]:
     """A scripted turn's calls, with ids ``call_<n>`` numbered on from the calls already
     in the transcript (deterministic: the same transcript gives the same ids)."""
     if not request.tools:
         raise LatticeRunError(
             f"the mock script answers node {request.node_id!r} with tool calls, but this "
-            'request offers no tools (a "$tool_calls" item answers an agent\'s turn)',
+            'request offers no tools (a "$tool_calls" item answers an agent\'s turn): the '
+            "node is not an agent, or none of its tools is granted (the warnings at the "
+            "start of the run name them)",
             error_type="invalid_request",
             node_id=request.node_id,
+            details={"recovery_action": NO_TOOLS_NEXT},
         )
     before = sum(len(m.tool_calls) for m in request.messages)
     return tuple(

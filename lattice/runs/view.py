@@ -99,8 +99,15 @@ def show_run(folder: Path) -> str:
         calls = _calls(record.get("attempts") or [])
         transcript = record.get("transcript")
         if isinstance(transcript, dict):  # an agent: its turns (requests) and tool calls
-            turns = len(transcript.get("turns") or [])
-            calls = f"  {turns} turn(s), {transcript.get('tool_calls', 0)} tool call(s)"
+            turns = transcript.get("turns") or []
+            refused = sum(
+                1 for turn in turns for call in turn.get("tool_calls") or [] if call.get("is_error")
+            )
+            failed_calls = f" ({refused} answered with an error)" if refused else ""
+            calls = (
+                f"  {len(turns)} turn(s), {transcript.get('tool_calls', 0)} tool call(s)"
+                f"{failed_calls}"
+            )
         port = record.get("port")
         branch = f"  → {port}" if port not in (None, "", "default") else ""
         error = record.get("error")

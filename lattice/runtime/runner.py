@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
-from lattice.errors import InputError, LatticeRunError, LatticeUserError
+from lattice.errors import InputError, InvalidInputs, LatticeRunError, LatticeUserError
 from lattice.ir.models import AgentOp, AskOp, ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
@@ -342,7 +342,7 @@ class Runner:
             for err in errors:
                 where = "/".join(str(p) for p in err.absolute_path)
                 lines.append(f"{'$in/' + where if where else '$in'}: {_input_message(err)}")
-            raise InputError("invalid inputs:\n  " + "\n  ".join(lines))
+            raise InvalidInputs("invalid inputs:\n  " + "\n  ".join(lines))
 
     @classmethod
     def resume(

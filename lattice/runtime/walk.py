@@ -501,9 +501,13 @@ class Walker:
 
 def run_failure(ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:
     """The FailureReport of ``exc``: ``phase`` ``op`` for an op whose ``failed`` route is
-    taken, ``run`` when the run stops; its recovery action names the run's folder."""
+    taken, ``run`` when the run stops; its recovery action names the run's folder, unless
+    the error names its own (``details["recovery_action"]``: a resume cannot help)."""
     folder = ctx.recorder.run_dir
-    if folder is None:
+    own = exc.details.get("recovery_action")
+    if isinstance(own, str):
+        action = own
+    elif folder is None:
         action = "fix the cause and run again (this run kept no folder to resume)"
     elif isinstance(exc, Interrupted):
         action = f"lattice resume {folder} (completed ops do not run again)"

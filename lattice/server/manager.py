@@ -364,7 +364,9 @@ class RunManager:
                 failure = read_json(folder / "failure_report.json")
             failure = failure or result.get("failure")
             if isinstance(failure, dict):  # what to do next, said in this API's terms
-                failure = {**failure, "recovery_action": next_step(run_id, status)}
+                own = (failure.get("details") or {}).get("recovery_action")
+                step = own if isinstance(own, str) else next_step(run_id, status)
+                failure = {**failure, "recovery_action": step}
         elif status == "interrupted":
             failure = {
                 "phase": "run",

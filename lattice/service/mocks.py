@@ -121,12 +121,13 @@ def plan_mocks(
             responses.setdefault(op.source_node, []).extend([*turns, _result_of(op)] * times)
         elif isinstance(op, ToolCallOp):
             tools.setdefault(op.source_node, []).extend([_tool_result(ir, op)] * times)
-    script: dict[str, Any] = {
-        "description": f"Mock answers for {ir.workflow.name or ir.workflow.id}, made by "
-        "lattice mock init: each choice takes the shortest way to an end; edit to steer "
-        "the run. Drop an entry of tools to call the configured server instead.",
-        "responses": responses,
-    }
+    description = (
+        f"Mock answers for {ir.workflow.name or ir.workflow.id}, made by lattice mock init: "
+        "each choice takes the shortest way to an end; edit to steer the run."
+    )
+    if tools:
+        description += " Drop an entry of tools to call the configured server instead."
+    script: dict[str, Any] = {"description": description, "responses": responses}
     if tools:
         script["tools"] = tools
     answers: dict[str, Any] = {}

@@ -9,6 +9,7 @@ import pytest
 
 from lattice.config import LatticeConfig, with_agent_grants
 from lattice.errors import LatticeUserError
+from lattice.runs.view import show_run
 from lattice.runtime.settings import agent_settings_from_config
 from tests.builders import chain, node
 from tests.cli.test_run import cli, write_json
@@ -37,7 +38,8 @@ def test_flags_add_to_the_configuration(tmp_path: Path) -> None:
     ("change", "fragment"),
     [
         ({"allow": ["root"]}, "--allow root: grants are read, write, shell, web"),
-        ({"mcp_servers": ["ghost"]}, "not in [mcp.servers]"),
+        ({"allow": ["reed"]}, "grants are read, write, shell, web (did you mean 'read'?)"),
+        ({"mcp_servers": ["ghost"]}, "agent grants: agents.mcp_servers names ['ghost'], not in"),
     ],
 )
 def test_a_bad_grant_is_a_user_error(change: dict[str, list[str]], fragment: str) -> None:
@@ -152,3 +154,41 @@ def test_batch_runs_agents_with_the_grant_flags(
     records = sorted((tmp_path / "runs").glob("*/ops/*-a.json"))
     calls = [json.loads(p.read_text())["transcript"]["tool_calls"] for p in records]
     assert calls == [1, 1]
+
+
+def test_a_scripted_tool_call_without_grants_says_to_grant_and_start_again(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = write_json(tmp_path / "doc.json", chain(GP))
+    calls = {"$tool_calls": [{"name": "Read", "arguments": {"file_path": "a.py"}}]}
+    mock = write_json(tmp_path / "mock.json", {"responses": {"fix": [calls, "done"]}})
+    runs = tmp_path / "runs"
+    code, _, err = cli(capsys, "run", doc, "--mock", mock, "--runs-dir", runs)
+    assert code == 1
+    assert "none of its tools is granted" in err
+    (next_step,) = [line for line in err.splitlines() if line.startswith("lattice: next:")]
+    # A resume keeps the grants the run started with: it would fail the same way.
+    assert "lattice resume" not in next_step
+    assert "--workspace DIR --allow" in next_step and "start a new run" in next_step
+
+
+def test_runs_show_counts_the_tool_calls_answered_with_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = write_json(tmp_path / "doc.json", chain(GP))
+    edit = {
+        "name": "Edit",
+        "arguments": {"file_path": "a.py", "old_string": "a", "new_string": "b"},
+    }
+    ls = {"name": "LS", "arguments": {"path": "."}}
+    calls = {"$tool_calls": [ls, edit]}
+    mock = write_json(tmp_path / "mock.json", {"responses": {"fix": [calls, "done"]}})
+    runs = tmp_path / "runs"
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    args = ["--workspace", workspace, "--allow", "read", "--runs-dir", runs]
+    code, _, _ = cli(capsys, "run", doc, "--mock", mock, *args)
+    assert code == 0
+    shown = show_run(next(runs.iterdir()))
+    # Edit is not granted: the model got an error for it, which the summary says
+    assert "2 turn(s), 2 tool call(s) (1 answered with an error)" in shown

@@ -78,3 +78,12 @@ def test_without_a_folder_no_resume_is_suggested(
     err = capsys.readouterr().err
     assert code == 1
     assert "lattice resume" not in err and "run again" in err
+
+
+def test_missing_inputs_say_how_to_give_them(capsys: pytest.CaptureFixture[str]) -> None:
+    mock = REPO / "workflows" / "examples" / "support-triage.mock.json"
+    code = main(["run", str(TRIAGE), "--mock", str(mock), "--no-record"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "$in: 'ticket' is a required property" in err
+    assert "--input KEY=VALUE" in err and "--inputs FILE" in err

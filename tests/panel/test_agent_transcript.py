@@ -74,12 +74,22 @@ def test_an_agent_node_shows_its_transcript_and_diff(page: Any, agent_server: st
     diff = text(page, ".i-section .diff[data-path='tally/stats.py'] .diff-text")
     assert "+    return sum(values) / len(values)" in diff
     assert "answer" in text(page, ".turn.final h5")
+    # Every turn is a model request: the node counts the agent's turns and their tokens,
+    # as the op record (and `lattice runs show`) does, not only the final answer.
+    with httpx.Client(base_url=agent_server, timeout=TIMEOUT) as client:
+        records = client.get(f"/v1/runs/{run_id}/ops", params={"node": "fix"}).json()
+    turns = [t for r in records["records"] for t in r["transcript"]["turns"]]
+    tokens = sum(t["input_tokens"] + t["output_tokens"] for t in turns)
+    assert len(turns) == 3
+    assert f"3 model calls, {tokens:,} tokens" in text(page, ".node-meta")
     # the timeline nests each tool call under its op, with its time
     until(
-        lambda: page.execute_script(
-            "return document.querySelectorAll('.timeline-row[data-op=fix] .tool-rows li').length"
-        )
-        == 2,
+        lambda: (
+            page.execute_script(
+                "return document.querySelectorAll('.timeline-row[data-op=fix] .tool-rows li').length"
+            )
+            == 2
+        ),
         "the timeline did not nest the agent's tool calls",
     )
     rows = text(page, ".timeline-row[data-op=fix] .tool-rows")

@@ -346,6 +346,24 @@ def test_a_halted_question_is_answered_and_the_run_completes(client: httpx.Clien
     )
 
 
+def test_an_agent_run_without_grants_says_to_grant_and_start_again(
+    client: httpx.Client,
+) -> None:
+    run_id = start(
+        client,
+        document=json.loads((EXAMPLES / "fix-a-bug.json").read_text()),
+        mock_script=json.loads((EXAMPLES / "fix-a-bug.mock.json").read_text()),
+        inputs=json.loads((EXAMPLES / "fix-a-bug.inputs.json").read_text()),
+    )
+    _, status = follow(client, run_id)
+    assert status == "failed"
+    failure = client.get(f"/v1/runs/{run_id}").json()["failure"]
+    assert failure["node_id"] == "explore"
+    # a resume keeps the run's grants (none): it would fail the same way
+    assert "/resume" not in failure["recovery_action"]
+    assert "start a new run" in failure["recovery_action"]
+
+
 def test_a_failed_run_resumes_without_asking_a_model_again(
     client: httpx.Client, space: Path
 ) -> None:

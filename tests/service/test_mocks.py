@@ -200,6 +200,14 @@ def test_tool_results_hold_what_later_nodes_read() -> None:
     assert {"start", "end"} <= set(member["body"]["working_hours"])
 
 
+def test_the_description_speaks_of_tools_only_when_the_script_has_some() -> None:
+    examples = REPO / "workflows" / "examples"
+    with_tools = mock_script(lower(examples / "world-clock.json"))
+    without = mock_script(lower(examples / "support-triage.json"))
+    assert "tools" in with_tools and "Drop an entry of tools" in with_tools["description"]
+    assert "tools" not in without and "tools" not in without["description"]
+
+
 def test_an_mcp_ai_mode_gets_arguments_of_its_parameters_schema() -> None:
     ir = lower(REPO / "workflows" / "examples" / "meeting-prep.json")
     arguments = mock_script(ir)["responses"]["schedule"][0]

@@ -60,6 +60,17 @@ export class RunModel {
     return entry ? entry.node : null;
   }
 
+  /** The model request an event reports, or null. An agent op makes one request per
+   * turn (`agent_turn`); its `llm_response` repeats the attempt's last turn, so it is not
+   * counted again (as `lattice runs show` and the run's usage count them). */
+  request(ev, type, data) {
+    const agent = this.graph.ops[ev.op_id]?.kind === "AGENT";
+    if (type === "agent_turn" || (type === "llm_response" && !agent)) {
+      return { input: data.input_tokens || 0, output: data.output_tokens || 0 };
+    }
+    return null;
+  }
+
   light(edgeIndex, seq) {
     if (edgeIndex === null || edgeIndex === undefined) return;
     const edge = this.edges[edgeIndex];
@@ -106,8 +117,11 @@ export class RunModel {
         step.attempts.push({ kind: data.kind || "initial", model_class: data.model_class || "", ok: null });
         break;
       case "llm_response":
-        step.tokens += (data.input_tokens || 0) + (data.output_tokens || 0);
+      case "agent_turn": {
+        const request = this.request(ev, type, data);
+        if (request) step.tokens += request.input + request.output;
         break;
+      }
       case "validation_failed":
         if (step.attempts.length) step.attempts[step.attempts.length - 1].ok = false;
         break;
@@ -204,15 +218,19 @@ export class RunModel {
         break;
       }
       case "llm_response":
+      case "agent_turn": {
+        const request = this.request(ev, type, data);
+        if (!request) break;
         this.usage.calls += 1;
-        this.usage.input_tokens += data.input_tokens || 0;
-        this.usage.output_tokens += data.output_tokens || 0;
+        this.usage.input_tokens += request.input;
+        this.usage.output_tokens += request.output;
         if (node) {
           node.calls += 1;
-          node.tokens += (data.input_tokens || 0) + (data.output_tokens || 0);
+          node.tokens += request.input + request.output;
           this.dirtyNodes.add(id);
         }
         break;
+      }
       case "repair_attempt":
         if (node) {
           node.repairs += 1;
