@@ -400,6 +400,14 @@ def test_a_resume_of_a_run_another_process_owns_is_a_conflict_that_writes_nothin
     _, status = follow(client, run_id)
     assert status == "failed"
     folder = space / "runs" / run_id
+    # the stream's end can go out before the folder's last files are written: wait for them
+    deadline = time.monotonic() + TIMEOUT
+    while json.loads((folder / "checkpoint.json").read_text()).get("status") != "failed":
+        assert time.monotonic() < deadline, "the run's folder never said it failed"
+        time.sleep(0.02)
+    while not (folder / "result.json").exists():
+        assert time.monotonic() < deadline, "the run's result was never written"
+        time.sleep(0.02)
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     held = claim(folder)  # as a `lattice resume` of it would, between two status reads
     try:
