@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from lattice.config import LatticeConfig, RunsConfig
 from lattice.server.app import ServerSettings
 from tests.conftest import EXAMPLES
+from tests.panel.browser import chromium, console_errors, require_browser
 from tests.panel.helpers import workflows_folder
 from tests.server.helpers import TIMEOUT, serve_in_thread, wait_for_status
 
@@ -51,3 +53,21 @@ def triage(base_url: str) -> str:
         run_id = str(response.json()["run_id"])
         wait_for_status(client, run_id, ("completed",))
         return run_id
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium for the module's browser tests."""
+    require_browser()
+    with chromium() as session:
+        yield session
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """The browser, at its usual size, with no console error left behind by the test."""
+    browser.set_window_size(1400, 900)
+    console_errors(browser)
+    yield browser
+    errors = [e for e in console_errors(browser) if "favicon" not in e]
+    assert not errors, errors

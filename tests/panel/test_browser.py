@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import EXAMPLES, REPO, TRIAGE_PATH
-from tests.panel.browser import chromium, console_errors, require_browser
+from tests.panel.browser import console_errors
 from tests.server.helpers import TIMEOUT, script, steps, wait_for_status
 
 SCREENSHOT_ENV = "LATTICE_PANEL_SCREENSHOT"
@@ -40,23 +40,6 @@ new MutationObserver((changes) => {
 }).observe(document.body, {subtree: true, attributes: true, attributeFilter: ['data-status']});
 """
 """Records every status a canvas node takes, in order (installed by the test, not the page)."""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    require_browser()
-    with chromium() as session:
-        yield session
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """The browser, at its usual size, with no console error left behind by the test."""
-    browser.set_window_size(1400, 900)
-    console_errors(browser)
-    yield browser
-    errors = [e for e in console_errors(browser) if "favicon" not in e]
-    assert not errors, errors
 
 
 @pytest.fixture

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import EXAMPLES, REPO
-from tests.panel.browser import chromium, console_errors, require_browser
 from tests.panel.test_browser import open_run, text, until
 
 SHOTS_ENV = "LATTICE_PANEL_SHOTS"
@@ -51,20 +49,11 @@ const [documentText, width, height, done] = arguments;
 """
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    require_browser()
-    with chromium() as session:
-        yield session
-
-
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    browser.set_window_size(1440, 900)
-    console_errors(browser)
-    yield browser
-    errors = [e for e in console_errors(browser) if "favicon" not in e]
-    assert not errors, errors
+def page(page: Any) -> Any:
+    """The panel's browser at 1440 px, the width these tests measure and picture."""
+    page.set_window_size(1440, 900)
+    return page
 
 
 def overlapping(boxes: list[dict[str, float]]) -> list[tuple[int, int]]:
