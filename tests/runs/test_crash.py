@@ -300,6 +300,11 @@ def resent_calls(server: FakeLLMServer, start: int, known: set[str]) -> list[str
     return [r for r in requests_of(server, start) if answer({"messages": json.loads(r)}) in known]
 
 
+def completed(folder: Path) -> bool:
+    """Whether the run's checkpoint says it completed (a kill can land after that)."""
+    return bool(json.loads((folder / "checkpoint.json").read_text()).get("status") == "completed")
+
+
 def resume_until_done(
     lattice: Forker,
     work: Path,
@@ -313,6 +318,8 @@ def resume_until_done(
     number of resumes."""
     resumes = 0
     while True:
+        if completed(folder):
+            return resumes  # killed after it had completed, before its process ended
         known = recorded_answers(folder)
         start = len(server.received)
         process = lattice(work, config, "resume", str(folder))

@@ -400,15 +400,17 @@ def test_a_resume_of_a_run_another_process_owns_is_a_conflict_that_writes_nothin
     _, status = follow(client, run_id)
     assert status == "failed"
     folder = space / "runs" / run_id
-    # the stream's end can go out before the folder's last files are written: wait for them
+    # the stream's end can go out before the folder's last files are written: wait until
+    # it says it failed and its files stay the same
     deadline = time.monotonic() + TIMEOUT
-    while json.loads((folder / "checkpoint.json").read_text()).get("status") != "failed":
-        assert time.monotonic() < deadline, "the run's folder never said it failed"
-        time.sleep(0.02)
-    while not (folder / "result.json").exists():
-        assert time.monotonic() < deadline, "the run's result was never written"
-        time.sleep(0.02)
-    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    before: dict[str, bytes] = {}
+    while True:
+        now = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        if now == before and json.loads(now["checkpoint.json"]).get("status") == "failed":
+            break
+        assert time.monotonic() < deadline, "the run's folder never settled"
+        before = now
+        time.sleep(0.2)
     held = claim(folder)  # as a `lattice resume` of it would, between two status reads
     try:
         refused = client.post(f"/v1/runs/{run_id}/resume", json={"mock_script": script(2)})
