@@ -51,7 +51,7 @@ def triage(base_url: str) -> str:
         )
         assert response.status_code == 202, response.text
         run_id = str(response.json()["run_id"])
-        wait_for_status(client, run_id, ("completed",))
+        assert wait_for_status(client, run_id, ("completed",))["status"] == "completed"
         return run_id
 
 

@@ -21,7 +21,7 @@ from lattice.server.app import ServerSettings
 from lattice.server.panel_api import PANEL_DIR
 from tests.builders import approval
 from tests.conftest import EXAMPLES
-from tests.server.helpers import TIMEOUT, serve_in_thread, wait_for_status
+from tests.server.helpers import TIMEOUT, serve_in_thread
 
 TOKEN = "panel-token-for-tests"
 
@@ -30,25 +30,6 @@ TOKEN = "panel-token-for-tests"
 def client(base_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def triage(base_url: str) -> str:
-    """A completed support-triage run whose classification was repaired."""
-    with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
-        inputs = json.loads((EXAMPLES / "support-triage.inputs.json").read_text())
-        response = client.post(
-            "/v1/runs",
-            json={
-                "workflow": "support-triage.json",
-                "mock": "support-triage-repair.mock.json",
-                "inputs": inputs,
-            },
-        )
-        assert response.status_code == 202, response.text
-        run_id = str(response.json()["run_id"])
-        assert wait_for_status(client, run_id, ("completed",))["status"] == "completed"
-        return run_id
 
 
 def test_the_page_and_its_files_are_served(client: httpx.Client) -> None:
