@@ -412,6 +412,8 @@ def test_a_resume_of_a_run_another_process_owns_is_a_conflict_that_writes_nothin
         before = now
         time.sleep(0.2)
     held = claim(folder)  # as a `lattice resume` of it would, between two status reads
+    # the claim writes its own owner.lock; what the refused resume must leave alone is after it
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     try:
         refused = client.post(f"/v1/runs/{run_id}/resume", json={"mock_script": script(2)})
     finally:

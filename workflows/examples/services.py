@@ -130,14 +130,17 @@ class Handler(BaseHTTPRequestHandler):
                     "status": status,
                 }
             )
+        if not self.server.quiet:
+            # logged before the answer goes out, in one write: the client's next request is
+            # served on another thread, and its line must not land inside this one
+            sys.stderr.write(f"services: {method} {self.path} -> {status}\n")
+            sys.stderr.flush()
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-        if not self.server.quiet:
-            print(f"services: {method} {self.path} -> {status}", file=sys.stderr, flush=True)
 
     def log_message(self, format: str, *args: object) -> None:  # one line per request above
         return
