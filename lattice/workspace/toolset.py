@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -318,7 +319,7 @@ class McpToolset:
         specs = await self.sessions.list_tools(self.server)
         everything = not self._wanted or f"mcp__{self.server}__*" in self._wanted
         return [
-            ToolDef(f"mcp__{self.server}__{spec.name}", spec.description, spec.input_schema)
+            replace(spec, name=f"mcp__{self.server}__{spec.name}")
             for spec in specs
             if everything or f"mcp__{self.server}__{spec.name}" in self._wanted
         ]
