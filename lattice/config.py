@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lattice.contracts.policies import ACTIONS
 from lattice.errors import LatticeUserError, did_you_mean
+from lattice.ir.tool_names import mcp_grant_entry
 
 MODEL_CLASSES = ("small", "medium", "large", "default")
 
@@ -245,7 +246,14 @@ class LatticeConfig(_Strict):
 
     @model_validator(mode="after")
     def _agents_mcp_configured(self) -> LatticeConfig:
-        unknown = [s for s in self.agents.mcp_servers if s not in self.mcp.servers]
+        malformed = [s for s in self.agents.mcp_servers if mcp_grant_entry(s) is None]
+        if malformed:
+            raise ValueError(
+                f"agents.mcp_servers: {malformed[0]!r} is not a server id, mcp__<server>, "
+                "mcp__<server>__* or mcp__<server>__<tool>"
+            )
+        servers = [entry[0] for entry in map(mcp_grant_entry, self.agents.mcp_servers) if entry]
+        unknown = [s for s in servers if s not in self.mcp.servers]
         if unknown:
             raise ValueError(
                 f"agents.mcp_servers names {unknown}, not in [mcp.servers] "
