@@ -364,9 +364,11 @@ class RunManager:
                 failure = read_json(folder / "failure_report.json")
             failure = failure or result.get("failure")
             if isinstance(failure, dict):  # what to do next, said in this API's terms
-                own = (failure.get("details") or {}).get("recovery_action")
+                details = failure.get("details") or {}
+                own = details.get("recovery_action")
                 step = own if isinstance(own, str) else next_step(run_id, status)
-                failure = {**failure, "recovery_action": step}
+                resumable = details.get("resumable") is not False
+                failure = {**failure, "recovery_action": step, "resumable": resumable}
         elif status == "interrupted":
             failure = {
                 "phase": "run",
@@ -374,6 +376,7 @@ class RunManager:
                 "category": "interrupted",
                 "summary": "the process that ran it stopped while it was running",
                 "recovery_action": next_step(run_id, status),
+                "resumable": True,
             }
         out: dict[str, Any] = {
             "run_id": run_id,

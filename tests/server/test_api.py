@@ -362,6 +362,7 @@ def test_an_agent_run_without_grants_says_to_grant_and_start_again(
     # a resume keeps the run's grants (none): it would fail the same way
     assert "/resume" not in failure["recovery_action"]
     assert "start a new run" in failure["recovery_action"]
+    assert failure["resumable"] is False
 
 
 def test_a_failed_run_resumes_without_asking_a_model_again(
@@ -375,6 +376,7 @@ def test_a_failed_run_resumes_without_asking_a_model_again(
     assert run["failure"]["category"] == "mock_exhausted"
     assert run["failure"]["node_id"] == "s1"
     assert f"POST /v1/runs/{run_id}/resume" in run["failure"]["recovery_action"]
+    assert run["failure"]["resumable"] is True
     assert str(space) not in json.dumps(run), "no server path in the answer"
     assert run["usage"]["calls"] == 1
 
