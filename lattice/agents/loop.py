@@ -78,6 +78,9 @@ class PlanningToolset(Protocol):
 
     async def apply(self, planned: ToolResult) -> ToolResult: ...
 
+    def hold(self, planned: ToolResult) -> None:
+        """Patch-only: keep the planned changes unwritten, for the agent's later reads."""
+
 
 class ToolBox:
     """The tools offered to a model, each routed to the toolset that has it.
@@ -299,6 +302,7 @@ class AgentLoop:
         recorded = self.journal.recorded_tool(op_id, key) if self.journal else None
         if recorded is not None and recorded.get("kind") == "tool_result":
             record = ToolCallRecord(call, ToolResult.from_json(recorded), replayed=True)
+            self._hold(call, record.result)
             self._finished(turn, record)
             return record
         arguments = json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
@@ -339,9 +343,18 @@ class AgentLoop:
         else:
             planned = await _limited(call.name, planner.plan(call.name, call.arguments), timeout)
             self._journal(op_id, key, call, planned)
-        if planned.is_error or self.patch_only:
+        if planned.is_error:
+            return planned
+        if self.patch_only:
+            planner.hold(planned)
             return planned
         return await _limited(call.name, planner.apply(planned), timeout)
+
+    def _hold(self, call: ToolCall, result: ToolResult) -> None:
+        """Patch-only: a replayed write's changes are pending again, as when it first ran."""
+        planner = self.box.planner(call.name)
+        if self.patch_only and planner is not None and not result.is_error:
+            planner.hold(result)
 
     def _journal(
         self, op_id: str | None, key: str, call: ToolCall, planned: ToolResult | None

@@ -75,7 +75,8 @@ def plan_write(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]
     path = workspace.resolve(_path_arg(args), must_exist=False)
     if path.is_dir():
         raise ToolRefused(f"{workspace.show(path)} is a directory")
-    old = read_text(workspace, grant, path) if path.exists() else None
+    exists = path.exists() or workspace.pending_text(path) is not None
+    old = read_text(workspace, grant, path) if exists else None
     return _change(workspace, path, old, content)
 
 
@@ -126,7 +127,9 @@ def _change(workspace: Workspace, path: Path, old: str | None, new: str) -> File
         )
     )
     before = None
-    if old is not None:
+    if old is not None and workspace.pending_text(path) is not None:
+        before = digest(old.encode("utf-8"))  # patch-only: after the agent's earlier change
+    elif old is not None:
         folder = workspace.open_folder(path.parent)
         try:
             before = file_digest(path, folder_fd=folder)

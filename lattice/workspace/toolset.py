@@ -181,7 +181,9 @@ class WorkspaceToolset:
 
     ``plan`` and ``apply`` split a writing tool's call in two, so that a caller that
     records the planned change first can apply it again after a crash without applying
-    it twice; ``call`` does both (and only plans in patch-only mode).
+    it twice; ``call`` does both. In patch-only mode nothing is applied: ``hold`` keeps
+    a planned change as pending, and the file tools read pending text instead of the
+    disk (the shell does not: its commands see the files as they are).
     """
 
     name = "workspace"
@@ -205,7 +207,10 @@ class WorkspaceToolset:
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         if name in WRITE_TOOLS:
             planned = await self.plan(name, arguments)
-            if planned.is_error or self.grant.patch_only:
+            if planned.is_error:
+                return planned
+            if self.grant.patch_only:
+                self.hold(planned)
                 return planned
             return await self.apply(planned)
         return await self._guarded(name, lambda: self._run(name, arguments))
@@ -241,6 +246,15 @@ class WorkspaceToolset:
             return ToolResult(text, changes=tuple(done))
 
         return await self._guarded("apply", apply)
+
+    def hold(self, planned: ToolResult) -> None:
+        """Patch-only: keep a planned result's changes as pending, unwritten, so that the
+        agent's later Read, LS, Glob, Grep and edits of those files see them."""
+        if self.workspace is None:
+            return
+        for change in planned.changes:
+            if change.content is not None:
+                self.workspace.pending[change.path] = change.content
 
     async def aclose(self) -> None:
         if self._own_client is not None:
