@@ -203,6 +203,14 @@ class AgentsConfig(_Strict):
     max_tokens: int | None = Field(default=None, ge=1)
     tool_timeout: float = Field(default=30.0, gt=0, le=3600)
     """Seconds one tool call may take (the shell's command included)."""
+    shell_tmp_bytes: int = Field(default=128_000_000, ge=1_000_000)
+    """The size of a shell command's private /tmp (memory-backed)."""
+    shell_file_bytes: int = Field(default=100_000_000, ge=1)
+    """The largest file a shell command may write."""
+    shell_write_bytes: int = Field(default=1_000_000_000, ge=0)
+    """What one shell command may add to the workspace, in bytes; it is stopped past it."""
+    shell_write_files: int = Field(default=10_000, ge=0)
+    """How many files and folders one shell command may add to the workspace."""
 
     def granted(self) -> bool:
         """Whether anything at all is granted."""

@@ -97,6 +97,14 @@ class WorkspaceGrant:
     shell_memory_bytes: int = 1_073_741_824
     shell_processes: int = 128
     shell_output_bytes: int = 64_000
+    shell_tmp_bytes: int = 128_000_000
+    """The size of a command's private ``/tmp`` (memory-backed, so capped on its own)."""
+    shell_file_bytes: int = 100_000_000
+    """The largest file a command may write (``RLIMIT_FSIZE``)."""
+    shell_write_bytes: int = 1_000_000_000
+    """What one command may add to the workspace, in bytes of disk; it is stopped past it."""
+    shell_write_files: int = 10_000
+    """How many files (and folders) one command may add to the workspace."""
 
     def __post_init__(self) -> None:
         if self.root is not None:

@@ -299,8 +299,7 @@ class WorkspaceToolset:
         if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
             limit = min(limit, asked / 1000)
         outcome = await run_command(self.grant, command, limit)
-        failed = outcome.timed_out or outcome.exit_code != 0
-        return ToolResult(outcome.describe(limit), is_error=failed)
+        return ToolResult(outcome.describe(limit), is_error=outcome.failed)
 
     def _workspace(self, name: str) -> Workspace:
         if self.workspace is None:
