@@ -70,14 +70,32 @@ def remove_new_gits(root: Path, before: Usage, after: Usage) -> list[str]:
     """Remove each ``.git`` in ``after`` that ``before`` did not have; their paths."""
     removed = []
     for relative in sorted(after.gits - before.gits):
-        path = root / relative
-        with contextlib.suppress(FileNotFoundError):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        removed.append(relative)
+        if _remove_git(root / relative):
+            removed.append(relative)
     return removed
+
+
+def _remove_git(path: Path) -> bool:
+    """Remove ``path`` (a ``.git`` folder, file or link) from inside its own folder, opened
+    and checked to be the folder it was found in: a command running alongside that swapped
+    a folder on the way for a link cannot lead the removal elsewhere."""
+    try:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        if os.readlink(f"/proc/self/fd/{folder}") != str(path.parent):
+            return False
+        info = os.lstat(path.name, dir_fd=folder)
+        if stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(path.name, dir_fd=folder)
+        else:
+            os.unlink(path.name, dir_fd=folder)
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(folder)
+    return True
 
 
 def _mb(n: int) -> str:

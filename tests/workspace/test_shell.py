@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import socket
 import threading
 import time
@@ -218,3 +219,24 @@ def test_a_git_repository_a_command_makes_is_removed_and_existing_ones_are_read_
     assert (root / "sub" / "notes.txt").read_text() == "kept\n"
     assert (root / "vendor" / "lib" / ".git" / "hooks").is_dir()
     assert not (root / "vendor" / "lib" / ".git" / "hooks" / "post-checkout").exists()
+
+
+def test_a_git_removal_is_not_led_out_of_the_workspace_by_a_swapped_folder(
+    tmp_path: Path,
+) -> None:
+    """A command running alongside swaps the folder holding a new .git for a link to
+    another repository: the removal finds another folder there and leaves it alone."""
+    from lattice.workspace.usage import measure, remove_new_gits
+
+    root, outside = tmp_path / "ws", tmp_path / "project"
+    root.mkdir()
+    (outside / "b" / ".git").mkdir(parents=True)
+    before = measure(root)
+    (root / "a" / "b" / ".git").mkdir(parents=True)
+    (root / "made" / ".git").mkdir(parents=True)
+    after = measure(root)
+    shutil.rmtree(root / "a")
+    (root / "a").symlink_to(outside)  # a/b is now the other project's folder
+    assert remove_new_gits(root, before, after) == ["made/.git"]
+    assert (outside / "b" / ".git").is_dir()
+    assert not (root / "made" / ".git").exists()
