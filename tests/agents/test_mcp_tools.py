@@ -176,3 +176,10 @@ def test_an_ir_asking_for_a_whole_server_reads_back() -> None:
     assert check_ir(ir) == []
     (op,) = [op for op in ir_from_json(ir_to_json(ir)).ops.values() if op.kind == "AGENT"]
     assert op.tools == ["mcp__demo__*"]
+
+
+def test_mock_init_scripts_calls_of_single_mcp_tools_only() -> None:
+    from lattice.service.mocks import agent_turns
+
+    (turn,) = agent_turns(["mcp__demo__*", "mcp__demo__shout"])
+    assert [call["name"] for call in turn["$tool_calls"]] == ["mcp__demo__shout"]
