@@ -682,4 +682,14 @@ def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="warning",
         help="server log level (info logs every request; default: warning)",
     )
+    p.add_argument(
+        "--engine",
+        choices=["local", "temporal"],
+        default="local",
+        help="where runs live: run folders under --runs-dir, run by this process (local, "
+        "the default), or workflows on Temporal at --temporal HOST:PORT, run by lattice "
+        "worker processes (temporal: any number of gateways serve the same runs; "
+        "docs/temporal.md)",
+    )
+    add_temporal_options(p)
     _handler(p, "lattice.cli.serve:serve")
