@@ -353,7 +353,14 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
-        help="show, export: the run is on Temporal (RUN is its id) at this address",
+        help="list, show, open, export: the runs are on Temporal at this address (RUN is a run id)",
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=50,
+        metavar="N",
+        help="list --temporal: the N newest runs (default: 50)",
     )
     p.add_argument("-o", "--output", metavar="DIR", help="export: the run folder to write")
     _handler(p, "lattice.cli.run:runs")
