@@ -135,7 +135,12 @@ class TemporalRuns(RunBackend):
             raise RunNotFound(run_id)
         memo = await description.memo()
         return await self._view(
-            handle, description.status, description.start_time, description.close_time, memo
+            handle,
+            description.status,
+            description.start_time,
+            description.close_time,
+            memo,
+            strict=True,
         )
 
     async def list_runs(
@@ -219,7 +224,11 @@ class TemporalRuns(RunBackend):
         started: datetime | None,
         closed: datetime | None,
         memo: dict[str, Any],
+        *,
+        strict: bool = False,
     ) -> RunView:
+        """The run's view; a running run whose query no worker answers in time is an
+        error with ``strict`` (one run asked for), else shown ``running`` (a list)."""
         base: dict[str, Any] = {
             "run_id": handle.id,
             "workflow": memo.get("workflow"),
@@ -229,7 +238,9 @@ class TemporalRuns(RunBackend):
         if status == WorkflowExecutionStatus.RUNNING:
             try:
                 progress = await self._progress(handle, after=1 << 62)
-            except LatticeUserError:  # no worker answers now: shown as running
+            except LatticeUserError:
+                if strict:
+                    raise
                 return RunView(status="running", **base)
             return _progress_view(progress, base)
         if status == WorkflowExecutionStatus.COMPLETED:
@@ -306,6 +317,12 @@ def _status(progress: dict[str, Any]) -> str:
 def _not_found_or(exc: RPCError, run_id: str) -> LatticeUserError:
     if exc.status == RPCStatusCode.NOT_FOUND:
         return RunNotFound(run_id)
+    if exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
+        return LatticeUserError(
+            f"no worker answered for run {run_id!r} within {QUERY_SECONDS:g}s: a running "
+            "run is read from its workflow by a worker (is one running on its task queue?)",
+            error_type="temporal_unavailable",
+        )
     return LatticeUserError(
         f"Temporal could not answer about run {run_id!r}: {exc.message}",
         error_type="temporal_unavailable",
