@@ -12,6 +12,7 @@ gateways may serve the same runs, and one restarted serves them all again.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -223,7 +224,7 @@ class TemporalRuns(RunBackend):
         status: WorkflowExecutionStatus | None,
         started: datetime | None,
         closed: datetime | None,
-        memo: dict[str, Any],
+        memo: Mapping[str, Any],
         *,
         strict: bool = False,
     ) -> RunView:
