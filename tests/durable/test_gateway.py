@@ -270,3 +270,104 @@ def test_a_question_outlives_every_worker_and_the_gateway(
         events, end = follow(client, run_id)
         assert end == "completed"
         assert [e["type"] for e in events].count("run_halted") == 1
+
+
+def test_a_run_is_cancelled_through_either_replica(temporal_address: str, tmp_path: Path) -> None:
+    queue = f"gw-{uuid.uuid4().hex[:10]}"
+    with ExitStack() as stack:
+        stack.enter_context(workers(temporal_address, queue, tmp_path, 1))
+        a, b = (
+            stack.enter_context(
+                httpx.Client(
+                    base_url=stack.enter_context(
+                        serve_in_thread(gateway(temporal_address, queue, tmp_path / n))
+                    ),
+                    timeout=WAIT,
+                )
+            )
+            for n in ("a", "b")
+        )
+        body = {"document": approval(), "mock_script": APPROVAL_SCRIPT, "inputs": {"topic": "x"}}
+        run_id = a.post("/v1/runs", json=body).json()["run_id"]
+        assert wait_until_done(b, run_id)["status"] == "halted"
+        cancelled = b.post(f"/v1/runs/{run_id}/cancel")
+        assert cancelled.status_code == 202, cancelled.text
+        run = wait_until_done(a, run_id)
+        while run["status"] == "halted":  # the cancellation reaches the workflow
+            run = a.get(f"/v1/runs/{run_id}").json()
+        assert run["status"] == "interrupted"
+        assert run["failure"]["category"] == "interrupted"
+        assert a.post(f"/v1/runs/{run_id}/cancel").status_code == 409
+        assert follow(b, run_id)[1] == "interrupted"
+
+
+def test_runs_list_and_open_read_runs_on_temporal(temporal_address: str, tmp_path: Path) -> None:
+    queue = f"gw-{uuid.uuid4().hex[:10]}"
+    env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
+    lattice = [sys.executable, "-m", "lattice.cli"]
+    with (
+        workers(temporal_address, queue, tmp_path, 1),
+        serve_in_thread(gateway(temporal_address, queue, tmp_path / "runs")) as url,
+        httpx.Client(base_url=url, timeout=WAIT) as client,
+    ):
+        body = {
+            "document": approval(),
+            "mock_script": APPROVAL_SCRIPT,
+            "inputs": {"topic": "tea"},
+            "answers": {"approve": "Send"},
+        }
+        run_id = client.post("/v1/runs", json=body).json()["run_id"]
+        assert wait_until_done(client, run_id)["status"] == "completed"
+        listed = subprocess.run(
+            [*lattice, "runs", "list", "--temporal", temporal_address, "--limit", "500"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+        assert listed.returncode == 0, listed.stderr
+        (row,) = [line for line in listed.stdout.splitlines() if line.startswith(run_id)]
+        assert row.split()[1:3] == ["completed", "approval"]
+        assert "2 calls" in row
+        missing = subprocess.run(
+            [*lattice, "runs", "open", "no-such-run", "--temporal", temporal_address],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+        assert missing.returncode == 2
+        assert "no run 'no-such-run'" in missing.stderr
+        opened = subprocess.Popen(
+            [
+                *lattice,
+                "runs",
+                "open",
+                run_id,
+                "--temporal",
+                temporal_address,
+                "--no-browser",
+                "--port",
+                "0",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert opened.stdout is not None
+            page = opened.stdout.readline().strip()
+            assert page.endswith(f"/#/runs/{run_id}"), page
+            base = page.split("/#/")[0]
+            shown = httpx.get(f"{base}/v1/runs/{run_id}", timeout=WAIT).json()
+            assert shown["status"] == "completed"
+            assert shown["output"] == "A polished note."
+        finally:
+            opened.terminate()
+            opened.wait(WAIT)
+            if opened.stdout is not None:
+                opened.stdout.close()
