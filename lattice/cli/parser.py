@@ -644,7 +644,8 @@ def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Serve runs over HTTP (docs/server.md): POST /v1/runs starts one, "
         "GET /v1/runs/{id}/events streams its events, POST .../answers answers a halted "
         "question, POST .../resume and .../cancel resume and stop runs. Every run is an "
-        "ordinary run folder under --runs-dir. API docs at /docs.",
+        "ordinary run folder under --runs-dir, or, with --engine temporal, a workflow on "
+        "Temporal that any number of such servers serve. API docs at /docs.",
     )
     p.add_argument(
         "--host",

@@ -371,3 +371,51 @@ def test_runs_list_and_open_read_runs_on_temporal(temporal_address: str, tmp_pat
             opened.wait(WAIT)
             if opened.stdout is not None:
                 opened.stdout.close()
+
+
+def test_a_secret_in_a_gateways_request_is_refused_before_temporal(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lattice.config import load_config
+
+    secret = "tok-" + uuid.uuid4().hex
+    monkeypatch.setenv("GATEWAY_TEST_TOKEN", secret)
+    config_file = tmp_path / "lattice.toml"
+    config_file.write_text('[secrets]\nallow = ["GATEWAY_TEST_TOKEN"]\n', encoding="utf-8")
+    queue = f"gw-{uuid.uuid4().hex[:10]}"
+    settings = ServerSettings(
+        runs_dir=tmp_path / "runs",
+        config=load_config(config_file),
+        backend=TemporalRuns(temporal_address, task_queue=queue),
+    )
+    document = {**approval(), "id": f"leak-{uuid.uuid4().hex[:8]}"}
+    with (
+        serve_in_thread(settings) as url,
+        httpx.Client(base_url=url, timeout=WAIT) as client,
+    ):
+        refused = client.post(
+            "/v1/runs",
+            json={
+                "document": document,
+                "mock_script": APPROVAL_SCRIPT,
+                "inputs": {"topic": secret},
+            },
+        )
+        assert refused.status_code == 400, refused.text
+        assert secret not in refused.text
+        listed = client.get("/v1/runs", params={"workflow": document["id"]}).json()
+        assert listed["runs"] == []
+
+
+def test_serve_with_the_temporal_engine_needs_its_address(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
+    done = subprocess.run(
+        [sys.executable, "-m", "lattice.cli", "serve", "--engine", "temporal"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 2
+    assert "--engine temporal needs --temporal HOST:PORT" in done.stderr
