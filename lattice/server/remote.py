@@ -155,7 +155,6 @@ def add_backend_routes(  # noqa: C901
         return run_id
 
     def prepare(body: StartRun) -> tuple[NewRun, list[dict[str, Any]]]:
-        meta: dict[str, Any] = {}
         name = None
         if body.workflow is not None:
             loaded = library.load(body.workflow)
@@ -180,7 +179,6 @@ def add_backend_routes(  # noqa: C901
                     max_tokens_total=body.max_tokens_total,
                     max_steps=body.max_steps,
                     max_visits=body.max_visits,
-                    meta=meta,
                 ),
                 inputs=body.inputs,
                 answers=body.answers,
