@@ -1,6 +1,7 @@
-"""The execution panel on a gateway whose runs are on Temporal: a run started from the
-form shows live (its nodes turn running, then completed), its question is answered from
-the page, and it finishes; a headless Chromium drives the page (tests/panel/browser.py)."""
+"""The execution panel on a gateway whose runs are on Temporal: the page follows a run
+started from its form as it goes (its ops completed, then its question), the question is
+answered from the page and the run finishes there; a headless Chromium drives the page
+(tests/panel/browser.py)."""
 
 from __future__ import annotations
 
