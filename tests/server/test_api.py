@@ -962,3 +962,14 @@ def test_a_run_refused_after_a_slow_start_is_an_error_not_a_started_run(
     response = client.post("/v1/runs", json={"document": steps(1), "mock_script": script(1)})
     body = assert_error(response, 400, "user_error")
     assert body["message"] == "cannot sync the run folder: disk full"
+
+
+def test_a_run_on_temporal_is_never_offered_a_resume() -> None:
+    pytest.importorskip("fastapi")
+    from lattice.server.remote import run_json
+    from lattice.service.backend import RunView
+
+    flaky = {"category": "provider_error", "details": {}}
+    shown = run_json(RunView("r2", "failed", failure=flaky))["failure"]
+    assert shown["resumable"] is False  # POST .../resume is a 409 on Temporal
+    assert "start the run again" in shown["recovery_action"]
