@@ -1,5 +1,10 @@
 """File writes for run folders and command outputs: atomic (temp file + rename), with the
-permissions the user's umask gives, optionally forced to disk."""
+permissions the user's umask gives, optionally forced to disk.
+
+This module is the one place Lattice forces anything to disk (``sync_file``,
+``sync_data``, ``sync_directory``); ``tests/runs/test_sync_count.py`` counts the syncs a
+run makes through it, and ``tests/test_architecture.py`` holds that no other module
+calls ``os.fsync`` or ``os.fdatasync``."""
 
 from __future__ import annotations
 
@@ -64,7 +69,7 @@ def write_replacing(
         while view:
             view = view[os.write(fd, view) :]
         if sync:
-            os.fsync(fd)
+            sync_file(fd)
     except BaseException:
         os.close(fd)
         Path(tmp).unlink(missing_ok=True)
@@ -81,11 +86,22 @@ def write_replacing(
     return fd if keep_open else None
 
 
+def sync_file(fd: int) -> None:
+    """Force an open file's data and metadata to disk (``fsync``)."""
+    os.fsync(fd)
+
+
+def sync_data(fd: int) -> None:
+    """Force an open file's data to disk, with the metadata needed to read it back (its
+    size), not its times (``fdatasync``: what an append-only file needs)."""
+    os.fdatasync(fd)
+
+
 def sync_directory(path: Path) -> None:
     """Force a directory's entries (files created, renamed) to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        sync_file(fd)
     finally:
         os.close(fd)
 

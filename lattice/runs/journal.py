@@ -8,6 +8,13 @@ most the op in flight, and never the model answers that op had already paid for.
 
 Line kinds::
 
+    {"kind": "files", "files": {name: text}}       the files a resume reads, as written:
+                                                    at the start (the journal's first
+                                                    line: workflow.json, execir.json,
+                                                    input.json, state_initial.json,
+                                                    checkpoint.json), then checkpoint.json
+                                                    at every stop and resume (the last
+                                                    line of a stopped run)
     {"kind": "op", "op_seq", "op_id", "port", "next", "steps", "changes": [...],
      "last_result", "usage"?, "answers"?, "output"?}
     {"kind": "op_failed", "op_seq", "op_id", "usage", "provider_state"?}   an op that
@@ -37,6 +44,9 @@ reach the main state through the fork's own line, written when its branches merg
 ``changes`` are the op's changes of ``$vars`` (``StateStore.changes``); ``usage`` is
 the run's usage after the op, present when the op called a model; ``answers`` the
 answers still queued after an ASK; ``output`` the run's output when the op is END.
+The files themselves are written beside the journal but never forced to disk: the journal
+is the one file a run syncs, and its ``files`` lines are what survives a power cut
+(``journaled_copy``; a resume puts back a starting file the cut left missing or torn).
 A line cut short by a crash (no newline, or not JSON) is dropped when the folder is
 reopened; a line of a kind this reader does not know is passed over. Journals written
 before requests had lines of their own have answers without ``model_class``: each of
@@ -54,6 +64,9 @@ from typing import Any
 from lattice.errors import LatticeUserError
 
 JOURNAL = "journal.jsonl"
+FILES = "files"
+"""The kind of a line holding copies of files a resume reads."""
+_FILES_LINE = b'{"kind":"files"'
 
 
 def read_lines(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
@@ -181,6 +194,30 @@ def read_journal(folder: Path) -> JournalState | None:
             if "provider_state" in line:
                 state.provider_state = line["provider_state"]
     return state
+
+
+def journaled_copy(folder: Path, name: str) -> str | None:
+    """The text of the run file ``name`` as the journal of ``folder`` last recorded it (its
+    last whole ``files`` line naming it), or None: no journal, or one that recorded no
+    copy of it (a folder written before copies were journaled)."""
+    try:
+        data = (folder / JOURNAL).read_bytes()
+    except OSError:
+        return None
+    end = len(data)
+    while (at := data.rfind(_FILES_LINE, 0, end)) >= 0:
+        end = at
+        stop = data.find(b"\n", at)
+        if (at and data[at - 1] != 0x0A) or stop < 0:
+            continue  # not at a line's start (cannot happen in JSON lines), or torn
+        try:
+            line = json.loads(data[at:stop])
+        except (ValueError, RecursionError):
+            continue
+        files = line.get("files") if isinstance(line, dict) else None
+        if isinstance(files, dict) and isinstance(files.get(name), str):
+            return str(files[name])
+    return None
 
 
 def open_append(path: Path) -> Any:
