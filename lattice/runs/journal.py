@@ -66,7 +66,6 @@ from lattice.errors import LatticeUserError
 JOURNAL = "journal.jsonl"
 FILES = "files"
 """The kind of a line holding copies of files a resume reads."""
-_FILES_LINE = b'{"kind":"files"'
 
 
 def read_lines(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
@@ -204,19 +203,24 @@ def journaled_copy(folder: Path, name: str) -> str | None:
         data = (folder / JOURNAL).read_bytes()
     except OSError:
         return None
-    end = len(data)
-    while (at := data.rfind(_FILES_LINE, 0, end)) >= 0:
-        end = at
-        stop = data.find(b"\n", at)
-        if (at and data[at - 1] != 0x0A) or stop < 0:
-            continue  # not at a line's start (cannot happen in JSON lines), or torn
+    end = data.rfind(b"\n")  # what follows the last newline is torn
+    while end > 0:
+        start = data.rfind(b"\n", 0, end) + 1
+        raw = data[start:end]
+        end = start - 1
+        if b'"files"' not in raw:  # most lines: not parsed
+            continue
         try:
-            line = json.loads(data[at:stop])
+            line = json.loads(raw)
         except (ValueError, RecursionError):
             continue
-        files = line.get("files") if isinstance(line, dict) else None
-        if isinstance(files, dict) and isinstance(files.get(name), str):
-            return str(files[name])
+        if not isinstance(line, dict) or line.get("kind") != FILES:
+            continue
+        files = line.get("files")
+        if isinstance(files, dict):
+            text = files.get(name)
+            if isinstance(text, str):
+                return text
     return None
 
 
