@@ -22,9 +22,7 @@ def read_run_json(folder: Path, name: str) -> Any:
     except FileNotFoundError:
         copy = _copy(folder, name)
         if copy is None:
-            raise LatticeUserError(
-                f"{folder} is not a resumable run folder (no {name})"
-            ) from None
+            raise LatticeUserError(f"{folder} is not a resumable run folder (no {name})") from None
         return copy
     except (OSError, json.JSONDecodeError) as exc:
         copy = _copy(folder, name)

@@ -147,9 +147,7 @@ class Walker:
             if journaled:
                 self._journal(track, step, outcome, nxt, counters, calls_before, output)
                 if nxt is not None and not step.is_start:
-                    await ctx.recorder.commit(
-                        here=ctx.root.walk.commit_here and ctx.branch is None
-                    )
+                    await ctx.recorder.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
             else:
                 self._keep_changes(track)
             if nxt is None:

@@ -56,10 +56,7 @@ def test_a_durable_run_makes_at_most_1_1_syncs_per_op(
     runner = counter_chain(n)
     runner.store = RunStore(tmp_path / "runs", durability="fsync")
     counter = SyncCounter(monkeypatch)
-    if entry == "run":
-        result = runner.run()
-    else:
-        result = asyncio.run(runner.arun())
+    result = runner.run() if entry == "run" else asyncio.run(runner.arun())
     assert result.status == "completed" and result.vars["count"] == n
     assert result.run_dir is not None
     journal = read_journal(result.run_dir)
@@ -88,7 +85,11 @@ def test_only_lattice_files_forces_anything_to_disk() -> None:
     for path in sorted(package.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for item in ast.walk(tree):
-            if isinstance(item, ast.Attribute) and item.attr in ("fsync", "fdatasync"):
-                if isinstance(item.value, ast.Name) and item.value.id == "os":
-                    callers.append(f"{path.relative_to(package)}:{item.lineno}")
+            if (
+                isinstance(item, ast.Attribute)
+                and item.attr in ("fsync", "fdatasync")
+                and isinstance(item.value, ast.Name)
+                and item.value.id == "os"
+            ):
+                callers.append(f"{path.relative_to(package)}:{item.lineno}")
     assert callers and all(c.startswith("files.py:") for c in callers), callers
