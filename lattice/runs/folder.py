@@ -31,6 +31,15 @@ def read_run_json(folder: Path, name: str) -> Any:
         return copy
 
 
+def load_run_json(folder: Path, name: str) -> Any:
+    """``read_run_json`` for views: None instead of an error when neither the file nor a
+    journal copy of it can be read."""
+    try:
+        return read_run_json(folder, name)
+    except LatticeUserError:
+        return None
+
+
 def _copy(folder: Path, name: str) -> Any:
     text = journaled_copy(folder, name)
     if text is None:

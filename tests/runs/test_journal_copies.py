@@ -10,6 +10,8 @@ from typing import Any
 
 from lattice.llm.mock import MockProvider
 from lattice.runs.checkpoint import load_checkpoint, read_checkpoint
+from lattice.runs.export import is_run_folder
+from lattice.runs.folder import load_run_json
 from lattice.runs.view import list_runs, show_run
 from lattice.runtime import Runner
 from tests.runs.test_durability import failed_run
@@ -42,6 +44,8 @@ def test_files_a_power_cut_lost_come_back_from_the_journal(tmp_path: Path) -> No
     assert (load_checkpoint(folder) or {})["status"] == "failed"
     assert "failed" in list_runs(tmp_path)
     assert show_run(folder).startswith(f"run {folder.name}: failed")
+    assert load_run_json(folder, "execir.json") == json.loads(execir)  # the panel's canvas
+    assert is_run_folder(folder)  # SFT export
     resumed = Runner.resume(folder, provider=MockProvider(default="x"))
     assert resumed.status == "completed", resumed.failure
     assert (folder / "execir.json").read_text() == execir  # the digest still matches
