@@ -198,14 +198,35 @@ def read_journal(folder: Path) -> JournalState | None:
 def journaled_copy(folder: Path, name: str) -> str | None:
     """The text of the run file ``name`` as the journal of ``folder`` last recorded it (its
     last whole ``files`` line naming it), or None: no journal, or one that recorded no
-    copy of it (a folder written before copies were journaled)."""
+    copy of it (a folder written before copies were journaled). Read from the end: a
+    stopped run's copy of ``checkpoint.json`` is its last line."""
     try:
-        data = (folder / JOURNAL).read_bytes()
+        with (folder / JOURNAL).open("rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            window = _TAIL
+            while True:
+                start = max(0, size - window)
+                file.seek(start)
+                data = file.read(size - start)
+                # the window's first line is cut (unless it starts the file)
+                first = 0 if start == 0 else (data.find(b"\n") + 1 or len(data))
+                found = _last_copy(data, first, name)
+                if found is not None or start == 0:
+                    return found
+                window *= 8
     except OSError:
         return None
+
+
+_TAIL = 1 << 16
+"""Bytes of a journal's end read first when looking for a copy."""
+
+
+def _last_copy(data: bytes, first: int, name: str) -> str | None:
+    """``journaled_copy`` within the complete lines of ``data`` from offset ``first``."""
     end = data.rfind(b"\n")  # what follows the last newline is torn
-    while end > 0:
-        start = data.rfind(b"\n", 0, end) + 1
+    while end >= first:
+        start = data.rfind(b"\n", first, end) + 1 or first
         raw = data[start:end]
         end = start - 1
         if b'"files"' not in raw:  # most lines: not parsed

@@ -8,6 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import lattice.runs.journal as journal_module
 from lattice.llm.mock import MockProvider
 from lattice.runs.checkpoint import load_checkpoint, read_checkpoint
 from lattice.runs.export import is_run_folder
@@ -80,3 +83,22 @@ def test_a_folder_written_before_the_journal_held_copies_still_opens(tmp_path: P
     resumed = Runner.resume(folder, provider=MockProvider(default="x"))
     assert resumed.status == "completed", resumed.failure
     assert (load_checkpoint(folder) or {})["status"] == "completed"
+
+
+def test_the_last_whole_copy_is_found_however_far_from_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read from the journal's end a window at a time: a copy before many op lines, a
+    torn copy after it, and an op line holding a copy-like value are told apart."""
+    monkeypatch.setattr(journal_module, "_TAIL", 64)
+    copy = {"kind": "files", "files": {"checkpoint.json": '{"status": "failed"}'}}
+    fake = {"kind": "op", "changes": [["set", "$vars.x", {"kind": "files", "files": {}}]]}
+    text = json.dumps({"kind": "files", "files": {"checkpoint.json": "{}"}}) + "\n"
+    text += json.dumps(copy, separators=(",", ":")) + "\n"
+    text += "".join(json.dumps({"kind": "op", "pad": "y" * n}) + "\n" for n in range(0, 900, 90))
+    text += json.dumps(fake) + "\n"
+    text += '{"kind":"files","files":{"checkpoint.json":"{\\"status\\": \\"comp'  # torn
+    (tmp_path / "journal.jsonl").write_text(text)
+    assert journal_module.journaled_copy(tmp_path, "checkpoint.json") == '{"status": "failed"}'
+    assert journal_module.journaled_copy(tmp_path, "execir.json") is None
+    assert journal_module.journaled_copy(tmp_path / "nowhere", "checkpoint.json") is None
