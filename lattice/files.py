@@ -31,16 +31,11 @@ _temporary = itertools.count()
 _TEMPORARY_ATTEMPTS = 100
 
 
-def write_replacing(
-    path: Path, text: str, *, sync: bool = False, keep_open: bool = False
-) -> int | None:
+def write_replacing(path: Path, text: str, *, sync: bool = False) -> None:
     """Write ``text`` to a new file beside ``path`` and rename it over ``path``.
 
     ``sync`` forces the data to disk before the rename (the name never points at data
-    that is not there), not the directory entry: see ``sync_directory``. ``keep_open``
-    returns the file's descriptor, still open, for the caller to fsync later and close
-    (for a file new to its folder, whose loss in a crash before that fsync leaves no
-    older version lost); otherwise None.
+    that is not there), not the directory entry: see ``sync_directory``.
 
     The temporary file is created with ``O_EXCL`` and mode 0666, so the umask applies as
     for a plain ``open``; a missing parent directory is made.
@@ -74,16 +69,12 @@ def write_replacing(
         os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         raise
-    if not keep_open:
-        os.close(fd)
+    os.close(fd)
     try:
         os.replace(tmp, path)
     except BaseException:
-        if keep_open:
-            os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         raise
-    return fd if keep_open else None
 
 
 def sync_file(fd: int) -> None:
