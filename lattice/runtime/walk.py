@@ -4,7 +4,9 @@ A *track* is one line of execution: the run's main walk, or one branch of a FORK
 item of a FOR_EACH). ``Walker.run_track`` executes a track's ops until it ends (END, an
 op with no way on) or arrives at the JOIN its branch stops at. Each op is recorded
 (``ops/``), committed to the journal with the state changes it made, and only then is
-the next op started.
+the next op started. Two lines wait for a later commit: the entry op's (it does
+nothing; the first op's commit carries it) and the line of a track's last op (the
+join's commit, or the run's stop, carries it).
 
 A FORK starts one track per branch over a fork of the state (``StateStore.fork``), waits
 for all of them, and merges their changes in branch order: the result does not depend
@@ -43,7 +45,7 @@ YIELD_EVERY = 64
 class Step:
     """What the walk needs of one op, gathered once per Runner."""
 
-    __slots__ = ("control", "edges", "executor", "is_end", "kind", "node", "op")
+    __slots__ = ("control", "edges", "executor", "is_end", "is_start", "kind", "node", "op")
 
     def __init__(self, op: Op, executor: Executor | None, edges: dict[str, str]) -> None:
         self.op = op
@@ -52,6 +54,9 @@ class Step:
         self.node = op.source_node
         self.kind = op.kind
         self.is_end = op.kind == "END"
+        self.is_start = op.kind == "START"
+        """Its line needs no sync of its own: the entry op does nothing, and its line
+        reaches the disk with the first op's, before anything the run does outside."""
         self.control = isinstance(op, ForkOp | ForEachOp)
         """The walk runs it itself: it starts tracks of its own."""
 
@@ -141,7 +146,8 @@ class Walker:
             nxt, output = self._route(ctx, step, current, outcome)
             if journaled:
                 self._journal(track, step, outcome, nxt, counters, calls_before, output)
-                await ctx.recorder.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
+                if nxt is not None and not step.is_start:
+                    await ctx.recorder.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
             else:
                 self._keep_changes(track)
             if nxt is None:

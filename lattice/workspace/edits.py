@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lattice.files import sync_file
 from lattice.tools.toolset import FileChange
 from lattice.workspace.files import read_text
 from lattice.workspace.grants import WorkspaceGrant
@@ -183,7 +184,7 @@ def _write_atomically(folder: int, name: str, data: bytes, exists: bool) -> None
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+            sync_file(handle.fileno())
         os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
