@@ -43,8 +43,10 @@ class Usage:
         return None
 
 
-def measure(root: Path) -> Usage:
-    """Walk ``root`` without following links or entering any ``.git``."""
+def measure(root: Path, known_gits: frozenset[str] | None = None) -> Usage:
+    """Walk ``root`` without following links or entering a ``.git`` of ``known_gits``
+    (without it: any ``.git``). A ``.git`` a command made is entered: what it writes
+    there counts toward its limits until the ``.git`` is removed after it."""
     started = time.perf_counter()
     entries = 0
     used = 0
@@ -56,8 +58,10 @@ def measure(root: Path) -> Usage:
             for entry in listing:
                 entries += 1
                 if entry.name == GIT:
-                    gits.add(Path(entry.path).relative_to(root).as_posix())
-                    continue
+                    relative = Path(entry.path).relative_to(root).as_posix()
+                    gits.add(relative)
+                    if known_gits is None or relative in known_gits:
+                        continue
                 with contextlib.suppress(OSError):
                     info = entry.stat(follow_symlinks=False)
                     used += info.st_blocks * 512

@@ -161,6 +161,30 @@ def test_the_sandboxs_tmp_is_capped(tmp_path: Path) -> None:
 
 
 @needs_bwrap
+def test_the_tmp_cap_is_not_escaped_through_dev_shm_dev_or_the_sandboxs_root(
+    tmp_path: Path,
+) -> None:
+    if not shell_module.sizes_tmpfs():
+        pytest.skip("this bubblewrap cannot size a tmpfs (--size came in 0.8)")
+    # each of these is memory-backed: unbounded, it would let a command fill the host's RAM
+    places = ("/dev/shm/big", "/dev/big", "/big", "/usr-like/big")
+    command = "; ".join(
+        f"mkdir -p $(dirname {p}) 2>/dev/null; head -c 3000000 /dev/zero > {p} 2>/dev/null; "
+        f"echo {p}=$(stat -c %s {p} 2>/dev/null || echo none)"
+        for p in places
+    )
+    result = bash(
+        tmp_path, command + "; echo x > /dev/null && echo null-ok", shell_tmp_bytes=2_000_000
+    )
+    sizes = dict(line.split("=", 1) for line in result.text.splitlines() if "=" in line)
+    assert int(sizes["/dev/shm/big"]) <= 2_100_000, result.text
+    assert sizes["/dev/big"] == "none", result.text
+    assert sizes["/big"] == "none", result.text
+    assert sizes["/usr-like/big"] == "none", result.text
+    assert "null-ok" in result.text
+
+
+@needs_bwrap
 def test_one_file_is_capped_in_size(tmp_path: Path) -> None:
     result = bash(
         tmp_path, "head -c 3000000 /dev/zero > big; stat -c %s big", shell_file_bytes=1_000_000
@@ -196,6 +220,22 @@ def test_a_command_that_keeps_writing_is_stopped_at_the_byte_limit(tmp_path: Pat
     assert result.is_error
     assert "written into the workspace, over the 3.0 MB limit" in result.text
     assert "ran past" not in result.text
+
+
+@needs_bwrap
+def test_what_a_command_writes_into_a_git_it_made_counts_toward_its_limits(
+    tmp_path: Path,
+) -> None:
+    result = bash(
+        tmp_path,
+        "mkdir -p sub/.git; i=0; while true; do i=$((i+1)); "
+        "head -c 500000 /dev/urandom > sub/.git/b$i; done",
+        shell_write_bytes=3_000_000,
+        tool_timeout=20.0,
+    )
+    assert "written into the workspace, over the 3.0 MB limit" in result.text
+    assert "ran past" not in result.text
+    assert not (tmp_path / "sub" / ".git").exists()
 
 
 @needs_bwrap
