@@ -419,3 +419,28 @@ def test_serve_with_the_temporal_engine_needs_its_address(tmp_path: Path) -> Non
     )
     assert done.returncode == 2
     assert "--engine temporal needs --temporal HOST:PORT" in done.stderr
+
+
+def test_cancel_reaches_only_lattice_runs(temporal_address: str) -> None:
+    """The gateway's token is for Lattice's runs: another application's workflow in the
+    same namespace, or an id no workflow has, is not found, and nothing is cancelled."""
+    import asyncio
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    from lattice.service.backend import RunNotFound
+
+    async def attempt() -> None:
+        runs = TemporalRuns(temporal_address, task_queue=f"gw-{uuid.uuid4().hex[:10]}")
+        client = await runs.client()
+        foreign = await client.start_workflow(
+            "SomeoneElsesWorkflow", id=f"other-{uuid.uuid4().hex[:8]}", task_queue="nobody"
+        )
+        with pytest.raises(RunNotFound):
+            await runs.cancel(foreign.id)
+        with pytest.raises(RunNotFound):
+            await runs.cancel(f"no-such-{uuid.uuid4().hex[:8]}")
+        assert (await foreign.describe()).status == WorkflowExecutionStatus.RUNNING
+        await foreign.terminate()
+
+    asyncio.run(attempt())

@@ -116,7 +116,12 @@ class TemporalRuns(RunBackend):
 
     async def cancel(self, run_id: str) -> None:
         handle = await self._handle(run_id)
-        description = await handle.describe()
+        try:
+            description = await handle.describe()
+        except RPCError as exc:
+            raise _not_found_or(exc, run_id) from None
+        if description.workflow_type != WORKFLOW_NAME:
+            raise RunNotFound(run_id)  # another application's workflow in the namespace
         if description.status != WorkflowExecutionStatus.RUNNING:
             view = await self.describe(run_id)
             raise RunConflict(
