@@ -19,7 +19,7 @@ from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import AskOp, ExecIR
 from lattice.ir.serialize import ir_from_json
 from lattice.runs.redaction import make_redactor
-from lattice.runs.store import new_run_id
+from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.service.runs import PreparedRun, ProviderSpec
 
 
@@ -119,6 +119,9 @@ async def _follow(
             assert isinstance(op, AskOp)
             given = terminal_asker(op)
             if given is not None:
+                refuse_secret_answers(
+                    {op.source_node: given}, make_redactor(settings.secret_names())
+                )
                 await answer(client, run_id, ir, op.source_node, given)
                 continue
         hint = f"lattice resume RUN --temporal {address} --answer NODE=<answer>"
@@ -138,6 +141,7 @@ def resume(args: argparse.Namespace) -> int:
     settings = settings_from_config(load_config(args.config))
 
     async def go() -> int:
+        refuse_secret_answers(answers, make_redactor(settings.secret_names()))
         client = await connect(address)
         ir = await _run_ir(client, run_id)
         for node_id, value in answers.items():

@@ -158,3 +158,25 @@ def test_what_the_temporal_engine_cannot_run_is_a_usage_error(tmp_path: Path) ->
     assert fork.returncode == 2
     assert "does not run parallel branches (FORK, FOR_EACH) yet" in fork.stderr
     assert "Traceback" not in fork.stderr + no_address.stderr
+
+
+def test_resume_refuses_an_answer_holding_a_secret_before_sending_it(tmp_path: Path) -> None:
+    secret = "tok-" + uuid.uuid4().hex
+    (tmp_path / "lattice.toml").write_text(
+        '[secrets]\nallow = ["CLI_TEST_TOKEN"]\n', encoding="utf-8"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
+    refused = subprocess.run(
+        [*LATTICE, "resume", "20261126T000000-abcdef12", "--temporal", "127.0.0.1:1"]
+        + ["--config", str(tmp_path / "lattice.toml"), "--answer", f"draft=use {secret}"],
+        cwd=tmp_path,
+        env={**env, "CLI_TEST_TOKEN": secret},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "an answer holds the value of a secret" in refused.stderr
+    assert secret not in refused.stderr + refused.stdout
+    assert "Traceback" not in refused.stderr

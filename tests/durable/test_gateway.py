@@ -444,3 +444,43 @@ def test_cancel_reaches_only_lattice_runs(temporal_address: str) -> None:
         await foreign.terminate()
 
     asyncio.run(attempt())
+
+
+def test_a_secret_in_an_answer_is_refused_before_temporal(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer enters Temporal's history as it is (the workflow's update): one holding a
+    secret's value, here as information for an LLM node, is refused and never sent."""
+    import asyncio
+
+    from lattice.config import load_config
+
+    secret = "tok-" + uuid.uuid4().hex
+    monkeypatch.setenv("GATEWAY_TEST_TOKEN", secret)
+    config_file = tmp_path / "lattice.toml"
+    config_file.write_text('[secrets]\nallow = ["GATEWAY_TEST_TOKEN"]\n', encoding="utf-8")
+    queue = f"gw-{uuid.uuid4().hex[:10]}"
+    backend = TemporalRuns(temporal_address, task_queue=queue)
+    settings = ServerSettings(
+        runs_dir=tmp_path / "runs", config=load_config(config_file), backend=backend
+    )
+    with (
+        workers(temporal_address, queue, tmp_path, 1),
+        serve_in_thread(settings) as url,
+        httpx.Client(base_url=url, timeout=WAIT) as client,
+    ):
+        body = {"document": approval(), "mock_script": APPROVAL_SCRIPT, "inputs": {"topic": "x"}}
+        run_id = client.post("/v1/runs", json=body).json()["run_id"]
+        assert wait_until_done(client, run_id)["status"] == "halted"
+        refused = client.post(
+            f"/v1/runs/{run_id}/answers", json={"answers": {"draft": f"use {secret}"}}
+        )
+        assert refused.status_code == 400, refused.text
+        assert secret not in refused.text
+
+        async def history() -> bytes:
+            connected = await TemporalRuns(temporal_address, task_queue=queue).client()
+            events = await connected.get_workflow_handle(run_id).fetch_history()
+            return b"".join(event.SerializeToString() for event in events.events)
+
+        assert secret.encode() not in asyncio.run(history())
