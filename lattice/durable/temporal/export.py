@@ -33,7 +33,8 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
     )
     atomic_write_text(folder / "events.jsonl", lines)
     for op in record["ops"]:
-        name = f"{op['seq']:04d}-{op['op_id']}.json"
+        seq = op["seq"]  # a number, or a branch's label (``0005.2.0003``)
+        name = f"{seq if isinstance(seq, str) else format(seq, '04d')}-{op['op_id']}.json"
         atomic_write_text(folder / "ops" / name, file_text(op))
     atomic_write_text(folder / "execir.json", file_text(record["execir"]))
     atomic_write_text(folder / "input.json", file_text(record["inputs"]))
