@@ -235,9 +235,7 @@ class LatticeRunWorkflow:
             return AnsweredOp(executor, op.kind, self._ask)
         return executor
 
-    async def _send(
-        self, ctx: RunContext, op: Op
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def _send(self, ctx: RunContext, op: Op) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run ``op`` as the ``lattice.op`` activity, with the track's state and what the
         run has used so far; the request and its result (``ops.py``)."""
         spec = self.spec
