@@ -8,13 +8,18 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lattice.config import LatticeConfig
 from lattice.ir.models import ExecIR, StateOp
+from lattice.llm.mock import MockProvider
 from lattice.lower.compiler import lower_document
+from lattice.runs.store import RunStore
+from lattice.runs.view import show_run
+from lattice.runtime.runner import Runner
 from tests.builders import conn, node
 from tests.durable.helpers import example, op_path, run_locally, with_worker
 from tests.fake_llm_server import serve
@@ -24,6 +29,7 @@ from tests.runtime.test_parallel import fan_out
 pytest.importorskip("temporalio")
 
 from lattice.durable.temporal.client import answer, follow, start_run
+from lattice.durable.temporal.export import export_run
 
 WAIT = 60.0
 """Seconds a branch may take to reach the server on a loaded machine (a bound, not a timing)."""
@@ -52,7 +58,7 @@ def scheduled_activities(history: Any) -> list[str]:
 
 
 def test_only_ops_that_do_io_are_activities_and_the_history_replays(
-    temporal_address: str,
+    temporal_address: str, tmp_path: Path
 ) -> None:
     from temporalio.worker import Replayer
 
@@ -63,16 +69,19 @@ def test_only_ops_that_do_io_are_activities_and_the_history_replays(
     ir, script, inputs = example("analyst-panel")
     local = run_locally(ir, script, inputs)
 
+    rid = run_id()
+
     async def body(client: Any, queue: str) -> tuple[dict[str, Any], Any]:
         handle = await start_run(
             client,
             ir,
-            run_id=run_id(),
+            run_id=rid,
             inputs=inputs,
             provider={"mock_script": script},
             task_queue=queue,
         )
         done = await follow(handle)
+        await export_run(client, rid, tmp_path / rid)
         return done, await handle.fetch_history()
 
     done, history = asyncio.run(with_worker(temporal_address, body))
@@ -89,6 +98,15 @@ def test_only_ops_that_do_io_are_activities_and_the_history_replays(
         workflow_runner=workflow_runner(),
     )
     asyncio.run(replayer.replay_workflow(history))  # raises on a nondeterministic walk
+    # the exported folder names branch ops by their place, as a local run folder does
+    local_dir = tmp_path / "local"
+    Runner(ir, provider=MockProvider.from_script(script), store=RunStore(local_dir)).run(
+        inputs, run_id="local"
+    )
+    names = sorted(p.name for p in (tmp_path / rid / "ops").iterdir())
+    assert names == sorted(p.name for p in (local_dir / "local" / "ops").iterdir())
+    assert any(name.count(".") == 3 for name in names)  # 0002.1.0001-<op>.json
+    assert show_run(tmp_path / rid).startswith(f"run {rid}: completed")
 
 
 def test_branches_changing_one_variable_fail_as_a_state_conflict(temporal_address: str) -> None:
@@ -125,7 +143,8 @@ def test_branches_changing_one_variable_fail_as_a_state_conflict(temporal_addres
     assert done["failure"]["summary"] == local.failure.summary
 
 
-def test_a_question_inside_a_for_each_waits_for_its_answer(temporal_address: str) -> None:
+def question_each() -> dict[str, Any]:
+    """A forEach (two items at a time) whose body asks "Keep it?" and ends with the label."""
     doc = each_doc(maxConcurrency=2)
     flow = doc["subAgentFlows"][0]
     flow["nodes"][1] = node(
@@ -137,7 +156,11 @@ def test_a_question_inside_a_for_each_waits_for_its_answer(temporal_address: str
     flow["nodes"][2] = node("e", "end", output="$vars.answer.result.label")
     flow["connections"][1] = conn("answer", "e", "branch-0")
     flow["connections"].append(conn("answer", "e", "branch-1"))
-    ir = lowered(doc)
+    return doc
+
+
+def test_a_question_inside_a_for_each_waits_for_its_answer(temporal_address: str) -> None:
+    ir = lowered(question_each())
     rid = run_id()
 
     async def body(client: Any, queue: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -156,6 +179,23 @@ def test_a_question_inside_a_for_each_waits_for_its_answer(temporal_address: str
     assert done["status"] == "completed", done
     assert done["output"] == ["Keep", "Drop", "Keep"]  # in item order, answered in turn
     assert all(q["node_id"] == "each__answer" for q in asked)
+
+
+def test_a_run_cancelled_while_a_branch_waits_ends_interrupted(temporal_address: str) -> None:
+    ir = lowered(question_each())
+    rid = run_id()
+
+    async def body(client: Any, queue: str) -> dict[str, Any]:
+        handle = await start_run(
+            client, ir, run_id=rid, inputs={"items": ["a", "b"]}, task_queue=queue
+        )
+        assert (await follow(handle))["status"] == "waiting"
+        await handle.cancel()
+        return await follow(handle)
+
+    done = asyncio.run(with_worker(temporal_address, body))
+    assert done["status"] == "interrupted"
+    assert done["failure"]["op_id"] == "each"  # the main walk was at the forEach
 
 
 class Meeting:
