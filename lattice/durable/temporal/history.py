@@ -31,7 +31,7 @@ from lattice.runtime.settings import RuntimeSettings
 WORKFLOW_KINDS = frozenset({"START", "END", "STATE", "SWITCH", "TRANSFORM", "ASK", "JOIN"})
 """Op kinds that never wait on the world: they run in the workflow itself (FORK and
 FOR_EACH too: the walk runs them, and their branches' ops go their own ways)."""
-WALKED_OPS = 64
+COMPILED_RUNS = 64
 """Compiled ExecIRs a worker's workflows share (by digest): each run does not compile its
 document again, and a replay finds it compiled."""
 OWN_EVENTS = frozenset({"op_started", "op_finished"})
@@ -78,7 +78,7 @@ def compiled_walk(execir: dict[str, Any], digest: str) -> CompiledWalk:
         },
     )
     _compiled[digest] = compiled
-    while len(_compiled) > WALKED_OPS:
+    while len(_compiled) > COMPILED_RUNS:
         _compiled.popitem(last=False)
     return compiled
 

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         compiled_walk,
     )
     from lattice.errors import LatticeRunError
-    from lattice.ir.models import ForEachOp, ForkOp, Op
+    from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
     from lattice.llm.disabled import DisabledProvider
     from lattice.runs.store import NullRecorder
     from lattice.runtime.context import HaltRun, RunContext
@@ -148,33 +148,8 @@ class LatticeRunWorkflow:
         self.spec = spec
         compiled = compiled_walk(spec["execir"], spec["execir_digest"])
         ir = compiled.ir
-        settings = RuntimeSettings()
-        state = StateStore(
-            spec["inputs"],
-            ctx={
-                "run_id": run_id,
-                "started_at": _timestamp(workflow.now()),
-                "workflow_id": ir.workflow.id,
-                "workflow_name": ir.workflow.name,
-                "model_classes": spec["model_classes"],
-            },
-        )
-        state.limit(settings.state_limits)
-        self.initial_state = state.snapshot()
-        ctx = RunContext(
-            run_id=run_id,
-            state=state,
-            recorder=NullRecorder(),
-            answers=dict(spec.get("answers") or {}),
-            ask_human=None,
-            listeners=[self.events.append],
-            llm=settings.call_env(DisabledProvider()),
-            http=settings.http,
-            tools=_no_tools,
-        )
-        ctx.now = lambda: _timestamp(workflow.now())
-        ctx.walk = WalkState(base_provider=DisabledProvider(), durability=HistoryRecords(self.ops))
-        self.ctx = ctx
+        settings = RuntimeSettings()  # the workflow side's: no provider, secret or host
+        ctx = self.ctx = self._context(spec, ir, settings)
         ctx.emit("run_started", {"workflow": ir.workflow.id, "inputs": spec["inputs"]}, op=False)
         for notice in spec["notices"]:
             ctx.emit(notice["type"], notice["data"], op=False)
@@ -221,6 +196,36 @@ class LatticeRunWorkflow:
             }
             return self._finish("interrupted", None, failure=failure)
         return self._finish("completed", end.output)
+
+    def _context(self, spec: dict[str, Any], ir: ExecIR, settings: RuntimeSettings) -> RunContext:
+        """The run's context in the workflow: its state, events (kept for the queries,
+        stamped with the workflow's clock) and usage; op records kept by the history."""
+        state = StateStore(
+            spec["inputs"],
+            ctx={
+                "run_id": self.run_id,
+                "started_at": _timestamp(workflow.now()),
+                "workflow_id": ir.workflow.id,
+                "workflow_name": ir.workflow.name,
+                "model_classes": spec["model_classes"],
+            },
+        )
+        state.limit(settings.state_limits)
+        self.initial_state = state.snapshot()
+        ctx = RunContext(
+            run_id=self.run_id,
+            state=state,
+            recorder=NullRecorder(),
+            answers=dict(spec.get("answers") or {}),
+            ask_human=None,
+            listeners=[self.events.append],
+            llm=settings.call_env(DisabledProvider()),
+            http=settings.http,
+            tools=_no_tools,
+        )
+        ctx.now = lambda: _timestamp(workflow.now())
+        ctx.walk = WalkState(base_provider=DisabledProvider(), durability=HistoryRecords(self.ops))
+        return ctx
 
     def _executor(self, op: Op, local: dict[str, Executor | None]) -> Executor | None:
         """The executor of ``op`` in this run: its local one when it runs here, else the
