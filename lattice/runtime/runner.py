@@ -42,7 +42,7 @@ from lattice.runs.checkpoint import (
     read_checkpoint,
     status_of,
 )
-from lattice.runs.folder import read_run_json
+from lattice.runs.folder import read_run_json, restore_journaled_files
 from lattice.runs.journal import JournalState, read_journal
 from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor, make_redactor
@@ -466,6 +466,7 @@ class Runner:
         store: RunStore | None,
     ) -> ReopenedRun:
         """``reopen``, once this process owns ``folder``."""
+        restore_journaled_files(folder)
         checkpoint = read_checkpoint(folder)
         if checkpoint.get("status") == "completed":
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
@@ -702,6 +703,8 @@ class Runner:
             self._active.pop(ctx.run_id, None)
             try:
                 await ctx.aclose()
+                # the stop: the journal's last lines (the end op's, the final checkpoint)
+                await recorder.commit(here=ctx.walk.commit_here)
             finally:
                 recorder.close()
                 ctx.detach()

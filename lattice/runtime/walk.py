@@ -6,6 +6,9 @@ op with no way on) or arrives at the JOIN its branch stops at. Each op is record
 committed with the state changes it made, and only then is the next op started: where
 records and commits go is the run's ``Durability`` (``lattice.runtime.durability``: the
 run folder's journal, or a durable engine's history), which the walk does not know.
+Two lines wait for a later commit: the entry op's (it does nothing; the first op's
+commit carries it) and the line of a track's last op (the join's commit, or the run's
+stop, carries it).
 
 A FORK starts one track per branch over a fork of the state (``StateStore.fork``), waits
 for all of them, and merges their changes in branch order: the result does not depend
@@ -44,7 +47,7 @@ YIELD_EVERY = 64
 class Step:
     """What the walk needs of one op, gathered once per Runner."""
 
-    __slots__ = ("control", "edges", "executor", "is_end", "kind", "node", "op")
+    __slots__ = ("control", "edges", "executor", "is_end", "is_start", "kind", "node", "op")
 
     def __init__(self, op: Op, executor: Executor | None, edges: dict[str, str]) -> None:
         self.op = op
@@ -53,6 +56,9 @@ class Step:
         self.node = op.source_node
         self.kind = op.kind
         self.is_end = op.kind == "END"
+        self.is_start = op.kind == "START"
+        """Its line needs no sync of its own: the entry op does nothing, and its line
+        reaches the disk with the first op's, before anything the run does outside."""
         self.control = isinstance(op, ForkOp | ForEachOp)
         """The walk runs it itself: it starts tracks of its own."""
 
@@ -150,7 +156,8 @@ class Walker:
             nxt, output = self._route(ctx, step, current, outcome)
             if journaled:
                 self._journal(track, step, outcome, nxt, counters, calls_before, output)
-                await durability.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
+                if nxt is not None and not step.is_start:
+                    await durability.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
             else:
                 self._keep_changes(track)
             if nxt is None:
