@@ -66,7 +66,7 @@ from lattice.runtime.events import utc_now
 from lattice.runtime.executors import build_executor, normalize_answer
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
-from lattice.runtime.journaled import JournaledProvider
+from lattice.runtime.journaled import FolderJournal
 from lattice.runtime.results import RunResult
 from lattice.runtime.resume import (
     Position,
@@ -604,10 +604,10 @@ class Runner:
     ) -> RunContext:
         for listener in self._state_listeners:
             state.subscribe(listener)
-        provider = self.provider
-        if recorder.run_dir is not None:
+        durability = FolderJournal(recorder)
+        if durability.journals:
             state.changes = []
-            provider = JournaledProvider(provider, recorder, recorded_answers or ())
+        provider = durability.provider(self.provider, recorded_answers or ())
         state.limit(self.settings.state_limits)
         ctx = RunContext(
             run_id=run_id,
@@ -628,7 +628,7 @@ class Runner:
             redact=redact,
             secret_names=self.settings.secret_names(),
         )
-        ctx.walk = WalkState(base_provider=self.provider)
+        ctx.walk = WalkState(base_provider=self.provider, durability=durability)
         return ctx
 
     async def _walk(self, ctx: RunContext, position: Position) -> RunResult:
@@ -646,9 +646,9 @@ class Runner:
             ctx.current_op = None
             return self._finish(ctx, "completed", output, None, None, counters, track.op_seq)
         except HaltRun as halt:
-            if recorder.run_dir is not None and ctx.branch is None:
+            if ctx.walk.durability.journals and ctx.branch is None:
                 # a halted op leaves no record: its number is used again
-                recorder.journal(stopped_line(ctx, track.op_seq - 1, track.current))
+                ctx.walk.durability.journal(stopped_line(ctx, track.op_seq - 1, track.current))
             report = failure_report(
                 halt,
                 phase="run",
