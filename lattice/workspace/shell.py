@@ -31,7 +31,7 @@ from pathlib import Path
 
 from lattice.workspace.grants import WorkspaceGrant
 from lattice.workspace.paths import PROTECTED_DIRS, ToolRefused
-from lattice.workspace.usage import Usage, measure, remove_new_gits
+from lattice.workspace.usage import Usage, measure, protected, remove_new_gits
 
 WATCH_SECONDS = 0.25
 """The shortest pause between two measures of the workspace while a command runs (a
@@ -132,7 +132,7 @@ async def run_command(grant: WorkspaceGrant, command: str, timeout: float) -> Sh
     before = await asyncio.to_thread(measure, root)
     argv = [
         "bwrap",
-        *_mounts(root, before.gits, grant.shell_tmp_bytes),
+        *_mounts(root, protected(before), grant.shell_tmp_bytes),
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
@@ -221,10 +221,11 @@ def _kill_tree(process: asyncio.subprocess.Process) -> None:
 
 
 def _mounts(
-    root: Path | None, gits: frozenset[str] = frozenset(), tmp_bytes: int | None = None
+    root: Path | None, protected: frozenset[str] = frozenset(), tmp_bytes: int | None = None
 ) -> list[str]:
     """Bind mounts: the system read-only, a private ``/tmp`` (capped at ``tmp_bytes``
-    where bubblewrap can), the workspace writable and each of its ``gits`` read-only."""
+    where bubblewrap can), the workspace writable and each of its ``protected`` paths
+    (``usage.protected``) read-only."""
     args: list[str] = []
     for path in SYSTEM_PATHS:
         if os.path.islink(path):
@@ -243,7 +244,7 @@ def _mounts(
     args += ["--tmpfs", "/dev/shm"]
     if root is not None:
         args += ["--bind", str(root), str(root)]
-        for name in sorted(PROTECTED_DIRS | gits):  # hooks and config there run on the host
+        for name in sorted(PROTECTED_DIRS | protected):  # hooks and config there run on the host
             args += ["--ro-bind-try", str(root / name), str(root / name)]
     # bubblewrap's own root and /dev are memory-backed and unbounded: read-only, so that
     # /tmp's cap is the cap (device nodes such as /dev/null still take writes)

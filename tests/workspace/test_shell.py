@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -236,6 +238,43 @@ def test_what_a_command_writes_into_a_git_it_made_counts_toward_its_limits(
     assert "written into the workspace, over the 3.0 MB limit" in result.text
     assert "ran past" not in result.text
     assert not (tmp_path / "sub" / ".git").exists()
+
+
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_bare_repository_a_command_makes_is_no_repository_after_it(tmp_path: Path) -> None:
+    """git takes a folder holding HEAD, objects/ and refs/ for a repository (a bare one)
+    and reads its config, hooks and pager from there: as a .git would be, it is undone,
+    by removing its HEAD (nothing else the command wrote is lost), the workspace's root
+    included."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "--bare", str(root / "mirror")], check=True)
+    config = (root / "mirror" / "config").read_text()
+    result = bash(
+        root,
+        "echo '[core]pager = x' >> mirror/config 2>/dev/null || echo mirror-refused; "
+        "touch mirror/hooks/post-update 2>/dev/null || echo hooks-refused; "
+        "git init -q --bare evil && git -C evil config core.pager 'touch /tmp/pwned; cat'; "
+        "mkdir objects refs && echo 'ref: refs/heads/main' > HEAD; "
+        "mkdir -p wt && echo 'ref: refs/heads/x' > wt/HEAD && echo ../evil > wt/commondir; "
+        "echo kept > notes.txt; echo done",
+    )
+    assert "done" in result.text
+    assert "[removed HEAD, evil/HEAD, wt/HEAD: commands may not make git" in result.text
+    for folder in (root, root / "evil", root / "wt"):
+        found = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--git-dir"],
+            capture_output=True,
+            text=True,
+            env={"GIT_CEILING_DIRECTORIES": str(tmp_path), "PATH": os.environ["PATH"]},
+            check=False,
+        )
+        assert found.returncode != 0, (folder, found.stdout)
+    assert (root / "evil" / "config").is_file() and (root / "notes.txt").is_file()
+    assert "mirror-refused" in result.text and "hooks-refused" in result.text
+    assert (root / "mirror" / "config").read_text() == config
+    assert (root / "mirror" / "HEAD").is_file()  # the user's own is kept
 
 
 @needs_bwrap
