@@ -158,18 +158,30 @@ async def run_command(grant: WorkspaceGrant, command: str, timeout: float) -> Sh
     watch = asyncio.create_task(_watch_writes(grant, root, before, process))
     try:
         output, cut, timed_out = await _collect(process, grant.shell_output_bytes, timeout)
-    finally:
-        watch.cancel()
-        _kill_tree(process)
-        await process.wait()
-        if cgroup is not None:
-            cgroup.remove()
+    except BaseException:
+        # cancelled (an agent's own shorter time limit, a stopped run): what the command
+        # made of .git is removed all the same, before the cancellation goes on
+        await _stop(process, watch, cgroup)
+        remove_new_gits(root, before, measure(root, before.gits))
+        raise
+    await _stop(process, watch, cgroup)
     over = watch.result() if watch.done() and not watch.cancelled() else None
     after = await asyncio.to_thread(measure, root, before.gits)
     over = over or after.grown_past(before, grant.shell_write_bytes, grant.shell_write_files)
     removed = await asyncio.to_thread(remove_new_gits, root, before, after)
     text = output.decode("utf-8", errors="replace")
     return ShellOutcome(process.returncode, text, timed_out, cut, over, tuple(removed))
+
+
+async def _stop(
+    process: asyncio.subprocess.Process, watch: asyncio.Task[str | None], cgroup: _PidsCgroup | None
+) -> None:
+    """Stop watching, kill the command's process tree and wait for it."""
+    watch.cancel()
+    _kill_tree(process)
+    await process.wait()
+    if cgroup is not None:
+        cgroup.remove()
 
 
 async def _watch_writes(

@@ -278,6 +278,26 @@ def test_a_bare_repository_a_command_makes_is_no_repository_after_it(tmp_path: P
 
 
 @needs_bwrap
+def test_a_git_a_cancelled_command_made_is_removed_too(tmp_path: Path) -> None:
+    """An agent's own tool time limit (a document may set it below the shell's) cancels
+    the call: the command is killed and what it made of .git removed all the same."""
+    from lattice.agents.loop import _limited
+
+    grant = WorkspaceGrant(root=tmp_path, read=True, shell=True, tool_timeout=60.0)
+    tools = WorkspaceToolset(grant, ("Bash",))
+    command = "mkdir -p sub/.git/hooks && echo x > sub/.git/hooks/post-checkout; : > made; sleep 60"
+
+    async def cancelled() -> ToolResult:
+        call = tools.call("Bash", {"command": command})
+        return await _limited("Bash", call, 5.0)
+
+    result = asyncio.run(cancelled())
+    assert "did not finish within 5 s" in result.text
+    assert (tmp_path / "made").exists()  # it ran that far
+    assert not (tmp_path / "sub" / ".git").exists()
+
+
+@needs_bwrap
 def test_a_git_repository_a_command_makes_is_removed_and_existing_ones_are_read_only(
     tmp_path: Path,
 ) -> None:
