@@ -28,6 +28,14 @@ def _address(args: argparse.Namespace) -> str:
     return str(args.temporal)
 
 
+async def _connect(args: argparse.Namespace, address: str) -> Any:
+    """A client of ``address`` with the payload codec of the configuration (``--config``,
+    ``LATTICE_CONFIG`` or ./lattice.toml, and ``LATTICE_TEMPORAL_KEY``)."""
+    from lattice.durable.temporal.client import connect
+
+    return await connect(address, load_config(getattr(args, "config", None)).temporal)
+
+
 def worker(args: argparse.Namespace) -> int:
     """``lattice worker --temporal HOST:PORT [--task-queue Q]``: work until Ctrl-C."""
     from lattice.durable.temporal.worker import run_worker
@@ -53,7 +61,7 @@ def run_on_temporal(
     args: argparse.Namespace, prepared: PreparedRun, ir: ExecIR, answers: dict[str, Any]
 ) -> int:
     """Start the checked run on Temporal and follow it as ``lattice run`` follows a local one."""
-    from lattice.durable.temporal.client import connect, start_run
+    from lattice.durable.temporal.client import start_run
     from lattice.durable.temporal.plan import check_supported
 
     address = _address(args)
@@ -63,7 +71,7 @@ def run_on_temporal(
     run_id = new_run_id()
 
     async def go() -> int:
-        client = await connect(address)
+        client = await _connect(args, address)
         handle = await start_run(
             client,
             ir,
@@ -127,7 +135,7 @@ async def _follow(
 def resume(args: argparse.Namespace) -> int:
     """``lattice resume RUN_ID --temporal HOST:PORT [--answer NODE=VALUE]``: answer the
     run's question (the workflow's answer update) and follow it to its end or its next question."""
-    from lattice.durable.temporal.client import answer, connect
+    from lattice.durable.temporal.client import answer
     from lattice.runtime.settings import settings_from_config
 
     address = _address(args)
@@ -137,7 +145,7 @@ def resume(args: argparse.Namespace) -> int:
     settings = settings_from_config(load_config(args.config))
 
     async def go() -> int:
-        client = await connect(address)
+        client = await _connect(args, address)
         ir = await _run_ir(client, run_id)
         for node_id, value in answers.items():
             await answer(client, run_id, ir, node_id, value)
@@ -147,8 +155,13 @@ def resume(args: argparse.Namespace) -> int:
 
 
 async def _run_ir(client: Any, run_id: str) -> ExecIR:
+    from lattice.durable.temporal.client import check_key
+
+    await check_key(client, run_id)
     try:
         record = await client.get_workflow_handle(run_id).query("record")
+    except LatticeUserError:
+        raise  # a key that does not read the run says so itself
     except Exception as exc:  # the SDK's RPC errors name the cause
         raise LatticeUserError(
             f"cannot read run {run_id!r} from Temporal: {exc}", error_type="temporal_error"
@@ -158,7 +171,6 @@ async def _run_ir(client: Any, run_id: str) -> ExecIR:
 
 def export(args: argparse.Namespace) -> int:
     """``lattice runs export RUN_ID --temporal HOST:PORT -o DIR``."""
-    from lattice.durable.temporal.client import connect
     from lattice.durable.temporal.export import export_run
 
     if not args.run_dir or not args.output:
@@ -166,7 +178,7 @@ def export(args: argparse.Namespace) -> int:
     address = _address(args)
 
     async def go() -> Path:
-        return await export_run(await connect(address), str(args.run_dir), Path(args.output))
+        return await export_run(await _connect(args, address), str(args.run_dir), Path(args.output))
 
     folder = asyncio.run(go())
     note(f"run {args.run_dir} written to {folder} (lattice runs show {folder})")
@@ -178,7 +190,6 @@ def show(args: argparse.Namespace) -> int:
     folder (exported to a temporary folder first)."""
     import tempfile
 
-    from lattice.durable.temporal.client import connect
     from lattice.durable.temporal.export import export_run
     from lattice.runs.view import show_run
 
@@ -189,7 +200,7 @@ def show(args: argparse.Namespace) -> int:
         folder = Path(scratch) / str(args.run_dir)
 
         async def go() -> None:
-            await export_run(await connect(address), str(args.run_dir), folder)
+            await export_run(await _connect(args, address), str(args.run_dir), folder)
 
         asyncio.run(go())
         sys.stdout.write(show_run(folder))

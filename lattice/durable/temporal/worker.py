@@ -60,7 +60,7 @@ def make_worker(
     client: Client, config: LatticeConfig, *, task_queue: str = DEFAULT_TASK_QUEUE
 ) -> Worker:
     """A worker for Lattice runs on ``task_queue`` (``async with`` it, or ``await run()``);
-    ``client`` must use ``DATA_CONVERTER`` (``client.connect`` makes such a client)."""
+    ``client`` must use Lattice's data converter (``client.connect`` makes such a client)."""
     return Worker(
         client,
         task_queue=task_queue,
@@ -71,5 +71,5 @@ def make_worker(
 
 async def run_worker(address: str, config: LatticeConfig, *, task_queue: str) -> None:
     """Connect to Temporal at ``address`` and work until cancelled."""
-    client = await connect(address)
+    client = await connect(address, config.temporal)
     await make_worker(client, config, task_queue=task_queue).run()
