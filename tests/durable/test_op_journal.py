@@ -1,0 +1,113 @@
+"""An op's journal on Temporal (no server needed): what it keeps, masks and drops, and an
+op started again from the journal an earlier attempt left, which asks the model only for
+what that attempt had no answer to."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from lattice.config import LatticeConfig
+from lattice.ir.serialize import ir_to_dict
+from lattice.lower.compiler import lower_document
+from lattice.runs.redaction import make_redactor
+from lattice.runtime.state import StateStore
+from tests.builders import chain, node
+
+pytest.importorskip("temporalio")
+
+from lattice.durable.temporal.op_journal import (
+    OpJournal,
+    recorded_lines,
+    replayed_provider_state,
+)
+from lattice.durable.temporal.ops import OpExecutor, execir_digest
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"summary": {"type": "string"}},
+    "required": ["summary"],
+    "additionalProperties": False,
+}
+SCRIPT = {"responses": {"say": [{"summary": 5}, {"summary": "all about tea"}]}}
+"""The first answer breaks the schema: the op repairs it with a second call."""
+
+
+def test_the_journal_keeps_answers_and_tool_lines_masked_up_to_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "tok-" + uuid.uuid4().hex
+    monkeypatch.setenv("LATTICE_JOURNAL_TEST_TOKEN", secret)
+    seen: list[list[dict[str, Any]]] = []
+    journal = OpJournal(
+        [{"kind": "answer", "op_id": "a", "text": "before"}],
+        make_redactor(("LATTICE_JOURNAL_TEST_TOKEN",)),
+        lambda lines: seen.append(list(lines)),
+        limit=400,
+    )
+    journal.journal({"kind": "request", "op_id": "a", "prompt_hash": "h"})
+    journal.journal({"kind": "answer", "op_id": "a", "text": f"the key is {secret}"})
+    journal.journal({"kind": "tool_result", "op_id": "a", "key": "k", "text": "ok"})
+    assert [line["kind"] for line in journal.lines] == ["answer", "answer", "tool_result"]
+    assert journal.lines[1]["text"] == "the key is ***"
+    assert seen[-1] == journal.lines and len(seen) == 2
+    journal.journal({"kind": "answer", "op_id": "a", "text": "x" * 400})
+    journal.journal({"kind": "answer", "op_id": "a", "text": "small"})
+    assert journal.full and len(journal.lines) == 3  # nothing is taken once it is full
+    assert recorded_lines([journal.lines]) == journal.lines
+    assert recorded_lines([]) == [] and recorded_lines(["not a journal"]) == []
+
+
+def test_an_op_started_again_replays_the_answers_its_first_attempt_was_given() -> None:
+    ir = lower_document(
+        chain(node("say", "prompt", prompt="SUMMARY of tea", outputSchema=SCHEMA))
+    ).ir
+    assert ir is not None
+    [op_id] = [op.id for op in ir.ops.values() if op.source_node == "say"]
+    execir = ir_to_dict(ir)
+
+    async def load() -> dict[str, Any]:
+        return execir
+
+    state = StateStore({}, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot()
+    request = {
+        "run_id": "r",
+        "op_id": op_id,
+        "execir_digest": execir_digest(execir),
+        "provider": {"mock_script": SCRIPT},
+        "budgets": {},
+        "state": state,
+        "seq": 0,
+        "answers": {},
+        "usage": None,
+        "provider_state": None,
+        "last_result": None,
+    }
+    journals: list[list[dict[str, Any]]] = []
+
+    def run(recorded: list[dict[str, Any]]) -> dict[str, Any]:
+        executor = OpExecutor(LatticeConfig())
+        done = executor.run_op(request, load, recorded=recorded, on_journal=journals.append)
+        return asyncio.run(done)
+
+    whole = run([])
+    assert whole["port"] == "default" and whole["output"] == {"summary": "all about tea"}
+    first_attempt = journals[-1]
+    assert [line["text"] for line in first_attempt] == [
+        '{"summary": 5}',
+        '{"summary": "all about tea"}',
+    ]
+    # the worker died after the first answer: a new attempt gets it from the journal, and
+    # the mock (its script position restored from that answer) is asked for the second only
+    left = first_attempt[:1]
+    assert replayed_provider_state(left) is not None
+    again = run(left)
+    assert again["output"] == whole["output"]
+    assert again["changes"] == whole["changes"]
+    assert again["provider_state"] == whole["provider_state"]
+    # one call made (one line added), and the journal goes on from where it was
+    assert len(journals) == 3
+    assert [line["text"] for line in journals[-1]] == [line["text"] for line in first_attempt]
