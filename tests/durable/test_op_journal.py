@@ -5,7 +5,9 @@ what that attempt had no answer to."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,10 @@ from lattice.ir.serialize import ir_to_dict
 from lattice.lower.compiler import lower_document
 from lattice.runs.redaction import make_redactor
 from lattice.runtime.state import StateStore
+from lattice.workspace import sandbox_problem
 from tests.builders import chain, node
+from tests.conftest import EXAMPLES
+from tests.durable.helpers import example
 
 pytest.importorskip("temporalio")
 
@@ -108,6 +113,61 @@ def test_an_op_started_again_replays_the_answers_its_first_attempt_was_given() -
     assert again["output"] == whole["output"]
     assert again["changes"] == whole["changes"]
     assert again["provider_state"] == whole["provider_state"]
+    # the first (broken) answer counts as an attempt again: the repair follows it
+    assert [a["kind"] for a in again["record"]["attempts"]] == ["initial", "repair"]
     # one call made (one line added), and the journal goes on from where it was
     assert len(journals) == 3
     assert [line["text"] for line in journals[-1]] == [line["text"] for line in first_attempt]
+
+
+@pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox: {sandbox_problem()}")
+def test_an_agent_started_again_replays_its_turns_and_tool_results(tmp_path: Path) -> None:
+    ir, script, inputs = example("fix-a-bug")
+    shutil.copytree(EXAMPLES / "fix-a-bug-project", tmp_path / "project")
+    config = LatticeConfig.model_validate(
+        {"agents": {"workspace": str(tmp_path / "project"), "allow": ["read"]}}
+    )
+    execir = ir_to_dict(ir)
+
+    async def load() -> dict[str, Any]:
+        return execir
+
+    [op_id] = [op.id for op in ir.ops.values() if op.source_node == "explore"]
+    state = StateStore(inputs, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot()
+    request = {
+        "run_id": "r",
+        "op_id": op_id,
+        "execir_digest": execir_digest(execir),
+        "provider": {"mock_script": script},
+        "budgets": {},
+        "state": state,
+        "seq": 0,
+        "answers": {},
+        "usage": None,
+        "provider_state": None,
+        "last_result": None,
+    }
+    journals: list[list[dict[str, Any]]] = []
+
+    def run(recorded: list[dict[str, Any]]) -> dict[str, Any]:
+        executor = OpExecutor(config)
+        done = executor.run_op(request, load, recorded=recorded, on_journal=journals.append)
+        return asyncio.run(done)
+
+    def tools_run(done: dict[str, Any]) -> list[str]:
+        return [e["data"]["tool"] for e in done["events"] if e["type"] == "tool_call_started"]
+
+    whole = run([])
+    assert whole["port"] == "default", whole.get("failure")
+    assert tools_run(whole) == ["Glob", "Grep", "Read", "Read"]
+    kinds = [line["kind"] for line in journals[-1]]
+    assert kinds.count("answer") == 3 and kinds.count("tool_result") == 4
+    # the worker died once the first turn's tools had answered: a new attempt replays
+    # that turn and its tool results, and runs the second turn's tools only
+    first_turn = journals[-1][: kinds.index("answer", 1)]
+    again = run(first_turn)
+    assert again["output"] == whole["output"]
+    assert tools_run(again) == ["Read", "Read"]
+    assert (
+        again["record"]["transcript"]["tool_calls"] == whole["record"]["transcript"]["tool_calls"]
+    )

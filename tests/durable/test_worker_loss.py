@@ -207,9 +207,7 @@ def test_a_killed_worker_loses_no_recorded_call(
     resent = [key for key in holding.answered_before if key in holding.sent_after]
     assert resent == []
     first_of_repairs = [
-        key
-        for key in holding.answered_before
-        if '"content": "SUMMARY of <Repair' in key
+        key for key in holding.answered_before if '"content": "SUMMARY of <Repair' in key
     ]
     assert len(first_of_repairs) == repairs == RUNS // 2  # killed between two calls
     # in flight at the kill, so never answered: sent again (more than once only when a
