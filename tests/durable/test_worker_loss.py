@@ -1,11 +1,13 @@
 """A worker killed with ``kill -9`` in the middle of 20 runs: another worker finishes them,
 with the local engine's outputs, and no model call whose answer was recorded is sent again
 (counted at a local OpenAI-compatible server), the first call of an op killed between
-its two calls (a repair) included."""
+its two calls (a repair) included. The runs' payloads, the ops' journals among them,
+are encrypted with the payload codec."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -123,7 +125,9 @@ async def recorded_answers(client: Any, ids: list[str]) -> tuple[int, int]:
         completed += progress["result"] is not None
         described = await handle.describe()
         for pending in described.raw_description.pending_activities:
-            details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+            raw = pending.heartbeat_details.payloads
+            assert all(p.metadata["encoding"] == b"binary/encrypted" for p in raw)
+            details = await client.data_converter.decode(raw)
             if details:
                 total += sum(1 for line in details[0] if line.get("kind") == "answer")
     return total, completed
@@ -144,6 +148,8 @@ def test_a_killed_worker_loses_no_recorded_call(
         ]
     repairs = sum(1 for t in topics if t.startswith("repair"))
     assert [r.status for r in local] == ["completed"] * RUNS
+    # the journals travel encrypted, as everything else (the workers inherit the key)
+    monkeypatch.setenv("LATTICE_TEMPORAL_KEY", base64.b64encode(os.urandom(32)).decode())
     # every held call is in flight at once: no provider slot may keep one waiting
     (tmp_path / "lattice.toml").write_text(
         "[providers.openai]\nmax_concurrency = 64\n", encoding="utf-8"
