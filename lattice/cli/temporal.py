@@ -47,6 +47,35 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def codec_server(args: argparse.Namespace) -> int:
+    """``lattice codec-server [--host H] [--port P] [--ui-origin URL]``: until Ctrl-C."""
+    from lattice.durable.temporal.codec import codec_from_config
+    from lattice.durable.temporal.codec_server import UI_ORIGINS, make_codec_server
+
+    codec = codec_from_config(load_config(args.config).temporal)
+    if not codec.encrypts:
+        raise InputError(
+            f"the codec server needs the payload codec's key: set {codec.variable} "
+            "(or name the variable in [temporal] codec_key_env)"
+        )
+    try:
+        server = make_codec_server(
+            codec, host=args.host, port=args.port, origins=args.ui_origin or UI_ORIGINS
+        )
+    except OSError as exc:
+        raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+    address = f"http://{args.host}:{server.server_address[1]}"
+    note(
+        f"codec server at {address} (temporal server start-dev --ui-codec-endpoint {address}; "
+        f"temporal workflow show --codec-endpoint {address} …); Ctrl-C stops it"
+    )
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
 def provider_meta(args: argparse.Namespace) -> dict[str, Any]:
     """The run's provider as the workers build it: a ``--mock`` script travels inline (a
     worker may be on another machine); a live provider is configured on the workers."""

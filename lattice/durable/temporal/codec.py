@@ -80,21 +80,22 @@ class LatticeCodec(PayloadCodec):
         return self._current is not None
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        if self._current is None:
-            return list(payloads)
-        cipher = self._keys[self._current]
-        encoded = []
-        for payload in payloads:
-            nonce = os.urandom(NONCE_BYTES)
-            data = nonce + cipher.encrypt(nonce, payload.SerializeToString(), None)
-            metadata = {"encoding": ENCODING, KEY_ID: self._current.encode()}
-            encoded.append(Payload(metadata=metadata, data=data))
-        return encoded
+        return [self.encode_one(payload) for payload in payloads]
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [self._decode(payload) for payload in payloads]
+        return [self.decode_one(payload) for payload in payloads]
 
-    def _decode(self, payload: Payload) -> Payload:
+    def encode_one(self, payload: Payload) -> Payload:
+        """``payload`` encrypted with the current key (as it is without a key)."""
+        if self._current is None:
+            return payload
+        nonce = os.urandom(NONCE_BYTES)
+        data = nonce + self._keys[self._current].encrypt(nonce, payload.SerializeToString(), None)
+        return Payload(metadata={"encoding": ENCODING, KEY_ID: self._current.encode()}, data=data)
+
+    def decode_one(self, payload: Payload) -> Payload:
+        """``payload`` decrypted (as it is when it was not encrypted); a CodecKeyError when
+        none of the keys is the one it was encrypted with."""
         if payload.metadata.get("encoding") != ENCODING:
             return payload  # written without a key: readable as it is
         wanted = payload.metadata.get(KEY_ID, b"").decode(errors="replace")
