@@ -18,6 +18,7 @@ started again. This module does not import ``temporalio``.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from lattice.runs.store import NullRecorder
 KEPT = ("answer", "tool_call", "tool_result")
 """What a new attempt replays: the model's answers and the agent's tool calls (a
 ``request`` line only counts toward a local run's budget, which an op's request carries)."""
+LOG = logging.getLogger(__name__)
 LIMIT_BYTES = 1_000_000
 """The journal's size at most (as JSON): Temporal refuses a payload over 2 MB and warns
 over 512 KB."""
@@ -77,6 +79,12 @@ class OpJournal(NullRecorder):
         size = _size(masked)
         if self._size + size > self._limit:
             self.full = True
+            LOG.warning(
+                "op %s: its journal reached %d bytes; later calls are not journaled and are "
+                "made again if the op is started again",
+                line.get("op_id"),
+                self._limit,
+            )
             return
         self.lines.append(masked)
         self._size += size
