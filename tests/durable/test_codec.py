@@ -183,3 +183,37 @@ def test_the_cli_without_the_key_says_which_variable_to_set(
     assert done.returncode == 2, done.stderr
     assert "encrypted" in done.stderr and "LATTICE_TEMPORAL_KEY" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_list_leaves_out_the_runs_it_cannot_decrypt(
+    temporal_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lattice.durable.temporal.backend import TemporalRuns
+
+    key = new_key()
+    monkeypatch.setenv(VARIABLE, key)
+
+    async def listed(rid: str) -> tuple[list[str], list[str]]:
+        keyless = TemporalConfig(codec_key_env="LATTICE_TEMPORAL_TEST_NO_KEY")
+        monkeypatch.setenv("LATTICE_TEMPORAL_TEST_NO_KEY", new_key())  # another key
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:  # Temporal's visibility shows a new run after a moment
+            page = await TemporalRuns(temporal_address).list_runs(
+                status=None, workflow=None, limit=1000, before=None
+            )
+            with_key = [view.run_id for view in page.runs]
+            if rid in with_key or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        other = await TemporalRuns(temporal_address, config=keyless).list_runs(
+            status=None, workflow=None, limit=1000, before=None
+        )
+        return with_key, [view.run_id for view in other.runs]
+
+    outcome, _, (with_key, with_another) = triage_history(
+        temporal_address, LatticeConfig(), lambda rid: listed(rid)
+    )
+    assert outcome["status"] == "completed"
+    rid = outcome["run_id"]
+    assert rid in with_key
+    assert rid not in with_another  # left out, and the list of the others still comes

@@ -22,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from lattice.config import TemporalConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.client import answer, connect, start_run
+from lattice.durable.temporal.codec import CodecKeyError
 from lattice.durable.temporal.plan import check_supported
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
@@ -183,21 +184,25 @@ class TemporalRuns(RunBackend):
     ) -> list[RunView]:
         client = await self.client()
 
-        async def view(execution: Any) -> RunView:
-            memo = await execution.memo()
-            return await self._view(
-                client.get_workflow_handle(execution.id),
-                execution.status,
-                execution.start_time,
-                execution.close_time,
-                memo,
-            )
+        async def view(execution: Any) -> RunView | None:
+            try:
+                memo = await execution.memo()
+                return await self._view(
+                    client.get_workflow_handle(execution.id),
+                    execution.status,
+                    execution.start_time,
+                    execution.close_time,
+                    memo,
+                )
+            except CodecKeyError:
+                return None  # encrypted with a key this process lacks: not its to show
 
         views = await asyncio.gather(*(view(execution) for execution in executions))
         return [
             v
             for v in views
-            if (status is None or v.status == status)
+            if v is not None
+            and (status is None or v.status == status)
             and (workflow is None or workflow in (v.workflow, v.workflow_name))
         ]
 
