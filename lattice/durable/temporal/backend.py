@@ -23,7 +23,6 @@ from lattice.config import TemporalConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.client import answer, connect, start_run
 from lattice.durable.temporal.codec import CodecKeyError
-from lattice.durable.temporal.plan import check_supported
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR
@@ -90,7 +89,6 @@ class TemporalRuns(RunBackend):
     # -- starting, answering, cancelling ---------------------------------------------
 
     async def start(self, run: NewRun) -> None:
-        check_supported(run.ir)
         await start_run(
             await self.client(),
             run.ir,
