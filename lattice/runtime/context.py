@@ -209,10 +209,7 @@ class RunContext:
         if data is None:
             data = {}
         if self._compact and not self._listeners:  # EventLog.add, inlined
-            keep = self._keep
-            keep((seq, time.time(), type_, op_id, node_id, len(data)))
-            keep(data)
-            keep(data.values())
+            self._keep((seq, time.time(), type_, op_id, node_id, len(data), *data, *data.values()))
             return
         event = make_event(seq, utc_now(), self.run_id, type_, op_id, node_id, data)
         if self.branch is not None:

@@ -115,10 +115,7 @@ class EventLog:
         data: dict[str, Any],
     ) -> None:
         """Keep an event to build later (``RunContext.emit`` inlines this)."""
-        flat = self.flat
-        flat.extend((seq, when, type_, op_id, node_id, len(data)))
-        flat.extend(data)
-        flat.extend(data.values())
+        self.flat.extend((seq, when, type_, op_id, node_id, len(data), *data, *data.values()))
 
     def add_built(self, event: Event) -> None:
         self.flat.extend((event["seq"], None, None, None, None, event))

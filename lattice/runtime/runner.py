@@ -175,6 +175,7 @@ class Runner:
         self._state_listeners: list[StateListener] = []
         self._active: dict[str, RunContext] = {}
         self._execir_text: str | None = None
+        self._secret_names = self.settings.secret_names()
         self._secret_reader = functools.partial(read_secret, self.settings)
         """Made once: every run's state holds it (a bound method made per run is one more
         object alive through the run)."""
@@ -592,7 +593,7 @@ class Runner:
     def _redactor(self) -> Redactor:
         """Replaces the values of every secret name (``RuntimeSettings.secret_names``) and of
         the provider API keys with ``***``."""
-        return make_redactor(self.settings.secret_names())
+        return make_redactor(self._secret_names)
 
     # -- the walk -----------------------------------------------------------------------
 
@@ -640,7 +641,7 @@ class Runner:
             ),
             seq=seq,
             redact=redact,
-            secret_names=self.settings.secret_names(),
+            secret_names=self._secret_names,
         )
         ctx.walk = WalkState(base_provider=self.provider)
         return ctx
