@@ -386,8 +386,17 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "that Temporal's web UI (--ui-codec-endpoint) and `temporal --codec-endpoint` show "
         "runs' payloads decrypted. Whoever reaches it reads every run in the clear.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1; another needs a token)",
+    )
     p.add_argument("--port", type=port_number, default=8081, help="port (default: 8081)")
+    p.add_argument(
+        "--token",
+        help="require Authorization: Bearer TOKEN (default: $LATTICE_CODEC_TOKEN; needed "
+        "with a --host other than 127.0.0.1)",
+    )
     p.add_argument(
         "--ui-origin",
         action="append",

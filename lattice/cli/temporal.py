@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,11 +49,25 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
+CODEC_TOKEN = "LATTICE_CODEC_TOKEN"
+"""The codec server's token, when ``--token`` is not given."""
+
+
 def codec_server(args: argparse.Namespace) -> int:
     """``lattice codec-server [--host H] [--port P] [--ui-origin URL]``: until Ctrl-C."""
     from lattice.durable.temporal.codec import codec_from_config
     from lattice.durable.temporal.codec_server import UI_ORIGINS, make_codec_server
+    from lattice.server.main import check_token, is_loopback
 
+    token = args.token if args.token is not None else os.environ.get(CODEC_TOKEN) or None
+    if token is not None:
+        check_token(token, "--token" if args.token is not None else f"${CODEC_TOKEN}")
+    if not is_loopback(args.host) and not token:
+        raise InputError(
+            f"refusing to listen on {args.host} without a token: anyone who can reach it "
+            f"could read every run decrypted; give --token TOKEN or set ${CODEC_TOKEN} "
+            "(clients send Authorization: Bearer TOKEN: temporal --codec-auth 'Bearer TOKEN')"
+        )
     codec = codec_from_config(load_config(args.config).temporal)
     if not codec.encrypts:
         raise InputError(
@@ -61,7 +76,11 @@ def codec_server(args: argparse.Namespace) -> int:
         )
     try:
         server = make_codec_server(
-            codec, host=args.host, port=args.port, origins=args.ui_origin or UI_ORIGINS
+            codec,
+            host=args.host,
+            port=args.port,
+            origins=args.ui_origin or UI_ORIGINS,
+            token=token,
         )
     except OSError as exc:
         raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
