@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lattice.contracts.calls import discard_event
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.errors import LatticeRunError
-from lattice.ir.models import FAILED_PORT, ExecIR, ForEachOp, ForkOp, Op
+from lattice.ir.kinds import CONTROL_KINDS, FAILED_PORT
 from lattice.ir.templates import StatePath, ValueTemplate, path_text
 from lattice.llm.base import CheckpointedProvider
 from lattice.runs.redaction import redact_value
@@ -32,6 +32,9 @@ from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
 from lattice.runtime.executors import Executor
 from lattice.runtime.journaled import JournaledProvider
 from lattice.runtime.walk_state import BranchResume, Counters
+
+if TYPE_CHECKING:
+    from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
 
 ENDED = "ended"
 """The port a FORK leaves through when no branch reached its JOIN: the run ends there."""
@@ -52,7 +55,7 @@ class Step:
         self.node = op.source_node
         self.kind = op.kind
         self.is_end = op.kind == "END"
-        self.control = isinstance(op, ForkOp | ForEachOp)
+        self.control = op.kind in CONTROL_KINDS
         """The walk runs it itself: it starts tracks of its own."""
 
 
@@ -293,9 +296,9 @@ class Walker:
     # -- forks and for-each ------------------------------------------------------------
 
     async def _control(self, track: Track, op: Op) -> Outcome:
-        if isinstance(op, ForkOp):
+        if op.kind == "FORK":
             return await self._fork(track, op)
-        assert isinstance(op, ForEachOp)
+        assert op.kind == "FOR_EACH"
         return await self._for_each(track, op)
 
     async def _fork(self, track: Track, op: ForkOp) -> Outcome:

@@ -9,9 +9,9 @@ from lattice.durable.temporal.ops import execir_digest
 from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR, ForEachOp, ForkOp, LLMWriteOp
 from lattice.ir.serialize import ir_to_dict
-from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.walk import edge_table
+from lattice.workspace.grants import refused_tools
 
 UNSUPPORTED = (ForkOp, ForEachOp)
 """Op kinds the Temporal engine does not run yet (parallel branches)."""
