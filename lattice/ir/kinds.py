@@ -12,7 +12,5 @@ DEFAULT_PORT = "default"
 FAILED_PORT = "failed"
 """The port an op leaves through when it fails and has a failure route."""
 
-CONTRACT_KINDS = frozenset({"LLM_WRITE", "AGENT"})
-"""Kinds of the ops whose artifact comes from a model under a contract (``ContractOpBase``)."""
 CONTROL_KINDS = frozenset({"FORK", "FOR_EACH"})
 """Kinds of the ops the walk runs itself (they start tracks of their own)."""
