@@ -10,10 +10,13 @@ by the per-node time at the smallest should stay near 1.0.
 
     python bench/lower_bench.py                      # 1,000, 10,000 and 50,000 nodes
     python bench/lower_bench.py --sizes 1000 5000 20000 --repeat 5
+    python bench/lower_bench.py --shapes fanout --fresh  # one shape, each run in a new interpreter
     python bench/lower_bench.py --profile            # cProfile of the largest size
 
+Three shapes (``chain``, ``branchy``, ``fanout``: ``SHAPES``); the sizes are interleaved.
 Standard library + lattice (and its dependencies) only. Each timed run starts with the
-caches of earlier runs emptied (``cold_caches``), as in a fresh process.
+caches of earlier runs emptied (``cold_caches``), as in a fresh process; ``--fresh`` runs
+each in a new interpreter, whose heap grows for that document alone.
 """
 
 from __future__ import annotations
