@@ -1,8 +1,9 @@
 """``lattice runs open RUN``: a run in the execution panel of ``lattice serve``.
 
 A server on ``--port`` of this machine that sees the run (``GET /v1/runs/<id>``
-answers) is used as it is; otherwise one is started here, over the run's runs folder,
-and serves until Ctrl-C. The run's URL is printed on stdout and opened in a browser
+answers) is used as it is; otherwise one is started here, over the run's runs folder
+(with ``--temporal HOST:PORT``: over the runs on Temporal, RUN being a run id), and
+serves until Ctrl-C. The run's URL is printed on stdout and opened in a browser
 (Python's ``webbrowser``: ``$BROWSER`` chooses it; ``--no-browser`` leaves it closed).
 """
 
@@ -77,10 +78,17 @@ def open_run(args: argparse.Namespace) -> int:
     """The ``lattice runs open`` command."""
     if not args.run_dir:
         raise LatticeUserError("lattice runs open RUN (a run folder or a run id)")
-    folder = run_folder(args.run_dir, args.runs_dir).resolve()
-    if not (folder / "checkpoint.json").is_file() and not (folder / "events.jsonl").is_file():
-        raise InputError(f"{folder} is not a run folder (it has no checkpoint.json)")
-    run_id = folder.name
+    backend = None
+    if args.temporal:
+        from lattice.cli.temporal import gateway_backend  # the temporal extra, only here
+
+        run_id, backend = str(args.run_dir), gateway_backend(args.temporal, str(args.run_dir))
+        folder = Path(args.runs_dir).resolve() / run_id  # no folder: the runs are on Temporal
+    else:
+        folder = run_folder(args.run_dir, args.runs_dir).resolve()
+        if not (folder / "checkpoint.json").is_file() and not (folder / "events.jsonl").is_file():
+            raise InputError(f"{folder} is not a run folder (it has no checkpoint.json)")
+        run_id = folder.name
     token = os.environ.get(TOKEN_VARIABLE) or None
     browser = not args.no_browser
     if args.port:
@@ -106,7 +114,11 @@ def open_run(args: argparse.Namespace) -> int:
     if workflows is not None and not workflows.is_dir():
         raise LatticeUserError(f"--workflows {args.workflows}: not a directory")
     settings = ServerSettings(
-        runs_dir=folder.parent, workflows_dir=workflows, config=load_config(None), token=token
+        runs_dir=folder.parent,
+        workflows_dir=workflows,
+        config=load_config(None),
+        token=token,
+        backend=backend,
     )
 
     def started(base: str) -> None:

@@ -353,7 +353,14 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
-        help="show, export: the run is on Temporal (RUN is its id) at this address",
+        help="list, show, open, export: the runs are on Temporal at this address (RUN is a run id)",
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=50,
+        metavar="N",
+        help="list --temporal: the N newest runs (default: 50)",
     )
     p.add_argument("-o", "--output", metavar="DIR", help="export: the run folder to write")
     _handler(p, "lattice.cli.run:runs")
@@ -637,7 +644,8 @@ def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Serve runs over HTTP (docs/server.md): POST /v1/runs starts one, "
         "GET /v1/runs/{id}/events streams its events, POST .../answers answers a halted "
         "question, POST .../resume and .../cancel resume and stop runs. Every run is an "
-        "ordinary run folder under --runs-dir. API docs at /docs.",
+        "ordinary run folder under --runs-dir, or, with --engine temporal, a workflow on "
+        "Temporal that any number of such servers serve. API docs at /docs.",
     )
     p.add_argument(
         "--host",
@@ -682,4 +690,14 @@ def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="warning",
         help="server log level (info logs every request; default: warning)",
     )
+    p.add_argument(
+        "--engine",
+        choices=["local", "temporal"],
+        default="local",
+        help="where runs live: run folders under --runs-dir, run by this process (local, "
+        "the default), or workflows on Temporal at --temporal HOST:PORT, run by lattice "
+        "worker processes (temporal: any number of gateways serve the same runs; "
+        "docs/temporal.md)",
+    )
+    add_temporal_options(p)
     _handler(p, "lattice.cli.serve:serve")

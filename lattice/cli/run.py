@@ -194,6 +194,10 @@ def runs(args: argparse.Namespace) -> int:
         from lattice.cli.panel import open_run  # the server extra, needed only here
 
         return open_run(args)
+    if args.action == "list" and args.temporal:
+        from lattice.cli.temporal import list_runs as list_on_temporal
+
+        return list_on_temporal(args)
     if args.action == "show" and args.temporal:
         from lattice.cli.temporal import show
 

@@ -1,5 +1,6 @@
 """Runs on Temporal from the shell: ``lattice worker``, ``lattice run --engine temporal``,
-``lattice resume RUN --temporal`` and ``lattice runs export RUN --temporal``.
+``lattice resume RUN --temporal``, ``lattice runs list|show|export --temporal`` and what
+``lattice runs open RUN --temporal`` needs.
 
 Imported only by those commands: the rest of the CLI never imports ``temporalio``.
 """
@@ -194,3 +195,40 @@ def show(args: argparse.Namespace) -> int:
         asyncio.run(go())
         sys.stdout.write(show_run(folder))
     return 0
+
+
+def list_runs(args: argparse.Namespace) -> int:
+    """``lattice runs list --temporal HOST:PORT``: the runs on Temporal, newest first, as
+    ``lattice runs list`` shows run folders (the ``--limit`` newest)."""
+    from lattice.durable.temporal.backend import TemporalRuns
+
+    runs = TemporalRuns(_address(args))
+
+    async def go() -> Any:
+        return await runs.list_runs(status=None, workflow=None, limit=args.limit, before=None)
+
+    page = asyncio.run(go())
+    rows = []
+    for view in page.runs:
+        failure = view.failure if view.status in ("failed", "halted") else None
+        extra = f"  [{failure.get('category')}] {failure.get('node_id')}" if failure else ""
+        calls = (view.usage or {}).get("calls", 0)
+        rows.append(
+            f"{view.run_id}  {view.status:<9}  {view.workflow or '?':<30}  {calls:>3} calls{extra}"
+        )
+    if page.next is not None:
+        rows.append(f"(the newest {args.limit}; --limit N shows more)")
+    sys.stdout.write("\n".join(rows) + "\n" if rows else f"no runs on Temporal at {runs.address}\n")
+    return 0
+
+
+def gateway_backend(address: str, run_id: str) -> Any:
+    """The backend a panel server started by ``lattice runs open RUN --temporal`` serves
+    runs from, once run ``run_id`` is known to be there (else a LatticeUserError)."""
+    from lattice.durable.temporal.backend import TemporalRuns
+
+    async def check() -> None:
+        await TemporalRuns(address).describe(run_id)
+
+    asyncio.run(check())
+    return TemporalRuns(address)

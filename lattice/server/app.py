@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Body, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response, StreamingResponse
@@ -38,13 +38,22 @@ from lattice.lower.compiler import LoweringResult
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runtime.settings import settings_from_config
 from lattice.server.api_docs import add_docs_routes, is_docs_asset
+from lattice.server.bodies import (
+    AnswerRun,
+    CheckDocument,
+    RerunRun,
+    ResumeRun,
+    StartRun,
+    check_start,
+)
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
 from lattice.server.events import FolderTails, stream
 from lattice.server.manager import RunManager, links
 from lattice.server.panel_api import add_panel_routes, is_public
+from lattice.server.remote import add_backend_routes
 from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
-from lattice.service.providers import ProviderChoice
+from lattice.service.backend import RunBackend
 from lattice.service.rerun import note_rerun, prepare_rerun, rerun_point
 from lattice.service.runs import (
     PreparedRun,
@@ -80,110 +89,8 @@ class ServerSettings:
     token: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_active_runs: int = DEFAULT_MAX_ACTIVE
-
-
-# -- request bodies -----------------------------------------------------------------------
-
-
-class ProviderOptions(BaseModel):
-    """The provider of a run, as ``lattice run`` takes it (files relative to ``--workflows``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    provider: Literal["openai", "anthropic", "litellm", "mock", "fixture", "disabled"] | None = (
-        Field(default=None, description="default: the server's config, else disabled")
-    )
-    mock: str | None = Field(
-        default=None, description="a mock script file, relative to --workflows"
-    )
-    mock_script: dict[str, Any] | None = Field(
-        default=None, description='a mock script given inline: {"responses": {"<node>": [...]}}'
-    )
-    mock_latency_ms: float | None = Field(
-        default=None,
-        ge=0,
-        le=60_000,
-        description="a pause before each mock answer (demos, benchmarks)",
-    )
-    mock_pieces: int | None = Field(
-        default=None,
-        ge=0,
-        le=1000,
-        description="stream each mock answer in this many pieces over its pause (demos, tests)",
-    )
-    fixtures: str | None = Field(
-        default=None, description="a fixtures file, relative to --workflows"
-    )
-
-    def spec(self, library: WorkflowLibrary) -> ProviderSpec:
-        mock = str(library.resolve(self.mock, what="mock script")) if self.mock else None
-        fixtures = (
-            str(library.resolve(self.fixtures, what="fixtures file")) if self.fixtures else None
-        )
-        return ProviderSpec(
-            ProviderChoice(name=self.provider, mock=mock, fixtures=fixtures),
-            script=self.mock_script,
-            latency=(self.mock_latency_ms or 0.0) / 1000,
-            pieces=self.mock_pieces or 0,
-        )
-
-
-class StartRun(ProviderOptions):
-    """``POST /v1/runs``: a workflow by name, or a document, with its inputs and answers."""
-
-    workflow: str | None = Field(
-        default=None, description="a workflow file, relative to --workflows"
-    )
-    document: dict[str, Any] | None = Field(default=None, description="an inline workflow document")
-    inputs: dict[str, Any] = Field(default_factory=dict)
-    answers: dict[str, Any] = Field(
-        default_factory=dict, description='answers to questions: {"<nodeId>": "<option>"}'
-    )
-    max_calls: int | None = Field(default=None, ge=1)
-    max_tokens_total: int | None = Field(default=None, ge=1)
-    max_steps: int | None = Field(default=None, ge=1)
-    max_visits: int | None = Field(default=None, ge=1)
-
-
-class AnswerRun(BaseModel):
-    """``POST /v1/runs/{id}/answers``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    answers: dict[str, Any] = Field(
-        min_length=1, description='{"<nodeId>": "<option label or index, or text>"}'
-    )
-
-
-class ResumeRun(ProviderOptions):
-    """``POST /v1/runs/{id}/resume``: the run's own provider unless another is given."""
-
-    answers: dict[str, Any] = Field(default_factory=dict)
-    accept_changed: bool = False
-
-
-class RerunRun(ProviderOptions):
-    """``POST /v1/runs/{id}/rerun``: a new run from one step of this one, with the state
-    it had there (edited where ``state`` says). The run's own provider unless another is
-    given."""
-
-    op: str = Field(description="the op to start from (an op id of the run's ExecIR)")
-    visit: int | None = Field(
-        default=None, ge=1, description="which visit of the op (default: the last)"
-    )
-    state: dict[str, Any] | None = Field(
-        default=None,
-        description='the state to start with, {"in": {...}, "vars": {...}} (each part given '
-        "replaces the parent's; default: the parent's state before that visit)",
-    )
-
-
-class CheckDocument(BaseModel):
-    """``POST /v1/check``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    document: dict[str, Any]
+    backend: RunBackend | None = None
+    """Where runs live when not in run folders under ``runs_dir`` (``--engine temporal``)."""
 
 
 # -- the guard ----------------------------------------------------------------------------
@@ -359,6 +266,8 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
         gc.freeze()
         yield
         await manager.shutdown()
+        if settings.backend is not None:
+            await settings.backend.close()
 
     app = FastAPI(
         title="Lattice",
@@ -421,6 +330,18 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
 
     # -- routes --
 
+    if settings.backend is not None:
+        # first: these take the run routes' paths; the run-folder routes are dropped below
+        add_backend_routes(
+            app,
+            backend=settings.backend,
+            library=library,
+            config=config,
+            config_path=settings.config_path,
+            respond=respond,
+            redact=redact,
+        )
+
     @app.get("/healthz", tags=["server"], summary="liveness (no token needed)")
     async def healthz() -> Response:
         return respond(
@@ -435,21 +356,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
 
     @app.post("/v1/runs", status_code=202, tags=["runs"], summary="start a run")
     async def start_run(body: StartRun) -> Response:
-        if (body.workflow is None) == (body.document is None):
-            raise ApiError(
-                422,
-                "invalid_request",
-                "give either workflow (a file under the workflows folder) or document "
-                "(an inline workflow document)",
-                diagnostics=[
-                    {
-                        "code": "invalid-request",
-                        "severity": "error",
-                        "message": "exactly one of workflow and document",
-                        "pointer": "/workflow",
-                    }
-                ],
-            )
+        check_start(body)
         async with manager.starting:
             return await _start(body)
 
@@ -719,7 +626,23 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
 
     add_panel_routes(app, manager=manager, library=library, respond=respond)
     add_docs_routes(app)
+    if settings.backend is not None:
+        drop_shadowed_routes(app)
     return app
+
+
+def drop_shadowed_routes(app: FastAPI) -> None:
+    """Drop each route that an earlier one of the same path and methods answers in its
+    place (the backend's run routes stand before the run-folder ones)."""
+    seen: set[tuple[str, frozenset[str]]] = set()
+    kept = []
+    for route in app.router.routes:
+        key = (getattr(route, "path", ""), frozenset(getattr(route, "methods", None) or ()))
+        if key[1] and key in seen:
+            continue
+        seen.add(key)
+        kept.append(route)
+    app.router.routes[:] = kept
 
 
 def _request_diagnostic(problem: Mapping[str, Any]) -> dict[str, Any]:

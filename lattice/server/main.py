@@ -23,6 +23,7 @@ from lattice.config import load_config, with_agent_grants
 from lattice.errors import LatticeUserError
 from lattice.server.app import ServerSettings, create_app
 from lattice.server.manager import RunManager
+from lattice.service.backend import RunBackend
 
 TOKEN_VARIABLE = "LATTICE_SERVER_TOKEN"
 
@@ -77,6 +78,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     if runs_dir.exists() and not runs_dir.is_dir():
         raise LatticeUserError(f"--runs-dir {args.runs_dir}: not a directory")
     return ServerSettings(
+        backend=backend_from_args(args),
         runs_dir=runs_dir,
         workflows_dir=workflows,
         config=with_agent_grants(
@@ -91,6 +93,20 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         max_body_bytes=args.max_body_bytes,
         max_active_runs=args.max_active_runs,
     )
+
+
+def backend_from_args(args: argparse.Namespace) -> RunBackend | None:
+    """Where the runs live: None for run folders under ``--runs-dir`` (the default);
+    Temporal with ``--engine temporal --temporal HOST:PORT`` (the temporal extra)."""
+    if getattr(args, "engine", "local") != "temporal":
+        return None
+    if not args.temporal:
+        raise LatticeUserError(
+            "--engine temporal needs --temporal HOST:PORT (the server's address)"
+        )
+    from lattice.durable.temporal.backend import TemporalRuns  # the temporal extra, only here
+
+    return TemporalRuns(args.temporal, task_queue=args.task_queue)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -124,6 +140,7 @@ def run_server(
             server_header=False,
         ),
         manager=app.state.manager,
+        backend=settings.backend,
         announce=True,
         on_started=on_started,
     )
@@ -141,11 +158,13 @@ class LatticeServer(uvicorn.Server):
         config: uvicorn.Config,
         *,
         manager: RunManager,
+        backend: RunBackend | None = None,
         announce: bool = False,
         on_started: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(config)
         self.manager = manager
+        self.backend = backend
         self.announce = announce
         self.on_started = on_started
         """Called with the server's URL once it listens (``lattice runs open``)."""
@@ -163,9 +182,13 @@ class LatticeServer(uvicorn.Server):
         if self.on_started is not None:
             self.on_started(where)
         if self.announce:
+            runs = (
+                f"runs on {self.backend.where()}"
+                if self.backend is not None
+                else f"runs in {self.manager.runs_dir}"
+            )
             print(
-                f"lattice: serving on {where} (runs in {self.manager.runs_dir}; API docs at "
-                f"{where}/docs)",
+                f"lattice: serving on {where} ({runs}; API docs at {where}/docs)",
                 file=sys.stderr,
                 flush=True,
             )

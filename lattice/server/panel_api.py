@@ -295,11 +295,11 @@ def op_index(
     for label, _name, path in page:
         record = read_json(path)
         if isinstance(record, dict):
-            ops.append(_summary(label, record))
+            ops.append(op_summary(label, record))
     return {"ops": ops, "next": page[-1][0] if len(files) > limit else None}
 
 
-def _summary(label: str, record: Mapping[str, Any]) -> dict[str, Any]:
+def op_summary(label: str, record: Mapping[str, Any]) -> dict[str, Any]:
     attempts = record.get("attempts")
     error = record.get("error")
     return {

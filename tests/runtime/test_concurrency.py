@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
+from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runtime import Runner, RunResult, RunStore
@@ -32,21 +32,37 @@ def five_prompts() -> dict[str, Any]:
     return doc
 
 
-async def run_many(runner: Runner) -> tuple[list[RunResult], float]:
-    started = time.perf_counter()
-    results = await asyncio.gather(
-        *(runner.arun({"who": f"user-{i}", "n": i}) for i in range(RUNS))
+class PeakCountingMock(MockProvider):
+    """A mock provider that counts how many of its calls were in flight at once."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.in_flight = 0
+        self.peak = 0
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            return await super().complete(request)
+        finally:
+            self.in_flight -= 1
+
+
+async def run_many(runner: Runner) -> list[RunResult]:
+    return list(
+        await asyncio.gather(*(runner.arun({"who": f"user-{i}", "n": i}) for i in range(RUNS)))
     )
-    return list(results), time.perf_counter() - started
 
 
 def test_fifty_concurrent_runs_overlap() -> None:
-    provider = MockProvider(default="ok", latency=LATENCY)
+    provider = PeakCountingMock(default="ok", latency=LATENCY)
     runner = Runner(lower(five_prompts()), provider=provider, store=RunStore(None))
-    results, wall = asyncio.run(run_many(runner))
+    results = asyncio.run(run_many(runner))
 
-    sequential = RUNS * LLM_OPS * LATENCY  # 5 s if the runs did not overlap
-    assert wall < 1.0, f"{RUNS} runs took {wall:.2f}s (sequential would be {sequential:.1f}s)"
+    # runs that waited for one another would have one call in flight at a time; a timing
+    # bound would say the same less surely on a loaded machine
+    assert provider.peak >= RUNS // 2, provider.peak
 
     assert all(r.status == "completed" for r in results)
     assert len(provider.calls) == RUNS * LLM_OPS

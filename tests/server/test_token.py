@@ -176,7 +176,7 @@ def test_the_servers_log_masks_secret_values(
 def test_the_api_takes_every_provider_lattice_run_takes() -> None:
     from typing import get_args
 
-    from lattice.server.app import ProviderOptions
+    from lattice.server.bodies import ProviderOptions
     from lattice.service.providers import PROVIDER_NAMES
 
     (choices, _none) = get_args(ProviderOptions.model_fields["provider"].annotation)

@@ -51,6 +51,7 @@ async def start_run(
     task_queue: str = DEFAULT_TASK_QUEUE,
     redact: Redactor | None = None,
     settings: RuntimeSettings | None = None,
+    memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
     provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
@@ -59,7 +60,9 @@ async def start_run(
     Everything given here enters Temporal's history as it is: with ``redact`` (the run's
     redactor), a document, inputs, answers or mock script holding a secret's value is
     refused (``SecretInDocument``) before anything is sent. ``settings`` (the starting
-    process's; give workers the same configuration) say which agent tools are refused."""
+    process's; give workers the same configuration) say which agent tools are refused.
+    ``memo`` is what Temporal's visibility shows of the run without asking a worker
+    (by default the workflow's id; ``backend.py`` adds the workflow's file name)."""
     spec = run_spec(
         ir,
         run_id=run_id,
@@ -85,7 +88,12 @@ async def start_run(
             redact,
         )
     return await client.start_workflow(
-        WORKFLOW_NAME, spec, id=run_id, task_queue=task_queue, result_type=dict
+        WORKFLOW_NAME,
+        spec,
+        id=run_id,
+        task_queue=task_queue,
+        result_type=dict,
+        memo={"workflow": ir.workflow.id, **(memo or {})},
     )
 
 

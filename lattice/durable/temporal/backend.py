@@ -1,0 +1,340 @@
+"""The gateway's runs on Temporal: ``lattice serve --engine temporal``.
+
+``TemporalRuns`` answers everything the gateway asks about runs from Temporal, and keeps
+nothing of any run: runs are listed with Temporal's visibility (workflows of type
+``LatticeRun`` on the namespace), a finished run is read from its result (the last event
+of its history, no worker needed), a running one from its ``progress`` query, events
+with ``progress`` and the panel's state and op records with ``record``; answers are the
+workflow's ``answer`` update, cancelling is Temporal's cancellation. So any number of
+gateways may serve the same runs, and one restarted serves them all again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from lattice.durable.temporal import DEFAULT_TASK_QUEUE
+from lattice.durable.temporal.client import answer, connect, start_run
+from lattice.durable.temporal.plan import check_supported
+from lattice.durable.temporal.workflow import WORKFLOW_NAME
+from lattice.errors import LatticeUserError
+from lattice.ir.models import ExecIR
+from lattice.ir.serialize import ir_from_json
+from lattice.runs.redaction import make_redactor
+from lattice.service.backend import (
+    NewRun,
+    RunBackend,
+    RunConflict,
+    RunEvents,
+    RunNotFound,
+    RunPage,
+    RunRecord,
+    RunView,
+)
+
+QUERY_SECONDS = 10.0
+"""How long a query may wait for a worker before the run is shown without its details."""
+LOOKUPS_AT_ONCE = 16
+"""Runs of a listed page read from Temporal at once."""
+ENDED = {
+    WorkflowExecutionStatus.CANCELED: "interrupted",
+    WorkflowExecutionStatus.TERMINATED: "interrupted",
+    WorkflowExecutionStatus.TIMED_OUT: "failed",
+    WorkflowExecutionStatus.FAILED: "failed",
+}
+"""Statuses of a workflow that ended without a run's result."""
+
+
+class TemporalRuns(RunBackend):
+    """Runs on the Temporal server at ``address`` (HOST:PORT), started on ``task_queue``."""
+
+    name = "temporal"
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        secret_names: tuple[str, ...] = (),
+    ) -> None:
+        self.address = address
+        self.task_queue = task_queue
+        self.secret_names = secret_names
+        self._client: Client | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    def where(self) -> str:
+        return f"Temporal at {self.address}, task queue {self.task_queue!r}"
+
+    async def client(self) -> Client:
+        """The connection, made on first use (on the gateway's event loop)."""
+        if self._client is None:
+            if self._connecting is None:
+                self._connecting = asyncio.Lock()
+            async with self._connecting:
+                if self._client is None:
+                    self._client = await connect(self.address)
+        return self._client
+
+    # -- starting, answering, cancelling ---------------------------------------------
+
+    async def start(self, run: NewRun) -> None:
+        check_supported(run.ir)
+        await start_run(
+            await self.client(),
+            run.ir,
+            run_id=run.run_id,
+            inputs=run.inputs,
+            answers=run.answers,
+            provider=run.provider,
+            budgets=run.budgets,
+            limits=run.limits or None,
+            task_queue=self.task_queue,
+            redact=make_redactor(run.settings.secret_names()),
+            settings=run.settings,
+            memo={"workflow_name": run.workflow_name} if run.workflow_name else None,
+        )
+
+    async def answer(self, run_id: str, answers: dict[str, Any]) -> None:
+        progress = await self._progress(await self._handle(run_id), after=1 << 62)
+        question = progress["question"] if progress["status"] == "waiting" else None
+        if question is None:
+            status = _status(progress)
+            raise RunConflict(
+                f"run {run_id} is {status}; only a halted run waits for answers", status
+            )
+        ir = await self._ir(run_id)
+        client = await self.client()
+        for node_id, value in answers.items():
+            await answer(client, run_id, ir, node_id, value)
+
+    async def cancel(self, run_id: str) -> None:
+        handle = await self._handle(run_id)
+        description = await handle.describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            view = await self.describe(run_id)
+            raise RunConflict(
+                f"run {run_id} is {view.status}; only a running run can be cancelled", view.status
+            )
+        await handle.cancel()
+
+    # -- reading runs ------------------------------------------------------------------
+
+    async def describe(self, run_id: str) -> RunView:
+        handle = await self._handle(run_id)
+        try:
+            description = await handle.describe()
+        except RPCError as exc:
+            raise _not_found_or(exc, run_id) from None
+        if description.workflow_type != WORKFLOW_NAME:
+            raise RunNotFound(run_id)
+        memo = await description.memo()
+        return await self._view(
+            handle,
+            description.status,
+            description.start_time,
+            description.close_time,
+            memo,
+            strict=True,
+        )
+
+    async def list_runs(
+        self, *, status: str | None, workflow: str | None, limit: int, before: str | None
+    ) -> RunPage:
+        query = f"WorkflowType = '{WORKFLOW_NAME}'"
+        if status in ("running", "halted"):
+            query += " AND ExecutionStatus = 'Running'"
+        elif status is not None:
+            query += " AND ExecutionStatus != 'Running'"
+        client = await self.client()
+        found: list[RunView] = []
+        batch: list[Any] = []
+        more = False
+        async for execution in client.list_workflows(query, page_size=max(limit, 50)):
+            if before is not None and execution.id >= before:
+                continue
+            batch.append(execution)
+            if len(batch) < LOOKUPS_AT_ONCE:
+                continue
+            found.extend(await self._views(batch, status, workflow))
+            batch = []
+            if len(found) > limit:
+                more = True
+                break
+        else:
+            found.extend(await self._views(batch, status, workflow))
+            more = len(found) > limit
+        found.sort(key=lambda view: view.run_id, reverse=True)
+        page = found[:limit]
+        return RunPage(page, page[-1].run_id if more and page else None)
+
+    async def _views(
+        self, executions: list[Any], status: str | None, workflow: str | None
+    ) -> list[RunView]:
+        client = await self.client()
+
+        async def view(execution: Any) -> RunView:
+            memo = await execution.memo()
+            return await self._view(
+                client.get_workflow_handle(execution.id),
+                execution.status,
+                execution.start_time,
+                execution.close_time,
+                memo,
+            )
+
+        views = await asyncio.gather(*(view(execution) for execution in executions))
+        return [
+            v
+            for v in views
+            if (status is None or v.status == status)
+            and (workflow is None or workflow in (v.workflow, v.workflow_name))
+        ]
+
+    async def events(self, run_id: str, after: int) -> RunEvents:
+        progress = await self._progress(await self._handle(run_id), after=after)
+        return RunEvents(list(progress["events"]), _status(progress))
+
+    async def record(self, run_id: str) -> RunRecord:
+        record = await self._query(await self._handle(run_id), "record")
+        return RunRecord(
+            execir=record["execir"],
+            state_initial=record["state_initial"],
+            state_final=record["state"],
+            ops=list(record["ops"]),
+        )
+
+    async def close(self) -> None:
+        self._client = None
+
+    # -- helpers -----------------------------------------------------------------------
+
+    async def _handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
+        return (await self.client()).get_workflow_handle(run_id)
+
+    async def _view(
+        self,
+        handle: WorkflowHandle[Any, Any],
+        status: WorkflowExecutionStatus | None,
+        started: datetime | None,
+        closed: datetime | None,
+        memo: Mapping[str, Any],
+        *,
+        strict: bool = False,
+    ) -> RunView:
+        """The run's view; a running run whose query no worker answers in time is an
+        error with ``strict`` (one run asked for), else shown ``running`` (a list)."""
+        base: dict[str, Any] = {
+            "run_id": handle.id,
+            "workflow": memo.get("workflow"),
+            "workflow_name": memo.get("workflow_name"),
+            "started_at": _timestamp(started),
+        }
+        if status == WorkflowExecutionStatus.RUNNING:
+            try:
+                progress = await self._progress(handle, after=1 << 62)
+            except LatticeUserError:
+                if strict:
+                    raise
+                return RunView(status="running", **base)
+            return _progress_view(progress, base)
+        if status == WorkflowExecutionStatus.COMPLETED:
+            result: dict[str, Any] = await handle.result(rpc_timeout=_seconds(QUERY_SECONDS))
+            return _result_view(result, base)
+        ended = ENDED.get(status) if status is not None else None
+        return RunView(
+            status=ended or "failed",
+            finished_at=_timestamp(closed),
+            failure={
+                "phase": "run",
+                "run_id": handle.id,
+                "category": ended or "failed",
+                "summary": f"its workflow ended {status.name.lower() if status else 'unknown'} "
+                "on Temporal",
+                "recovery_action": "start it again",
+            },
+            **base,
+        )
+
+    async def _progress(self, handle: WorkflowHandle[Any, Any], *, after: int) -> dict[str, Any]:
+        progress: dict[str, Any] = await self._query(handle, "progress", after)
+        return progress
+
+    async def _query(self, handle: WorkflowHandle[Any, Any], name: str, *args: Any) -> Any:
+        try:
+            return await handle.query(name, args=list(args), rpc_timeout=_seconds(QUERY_SECONDS))
+        except RPCError as exc:
+            raise _not_found_or(exc, handle.id) from None
+
+    async def _ir(self, run_id: str) -> ExecIR:
+        execir = await self._query(await self._handle(run_id), "execir")
+        return ir_from_json(execir)
+
+
+def _progress_view(progress: dict[str, Any], base: dict[str, Any]) -> RunView:
+    """A running run's view from its ``progress`` query."""
+    if progress["result"] is not None:
+        return _result_view(progress["result"], base)
+    question = progress["question"] if progress["status"] == "waiting" else None
+    if question is None:
+        return RunView(status="running", usage=progress.get("usage"), **base)
+    failure = {
+        "phase": "run",
+        "run_id": base["run_id"],
+        "op_id": question.get("op_id"),
+        "node_id": question.get("node_id"),
+        "category": question.get("reason", "waiting_for_answer"),
+        "summary": question.get("summary", ""),
+        "details": question.get("details") or {},
+    }
+    return RunView(status="halted", usage=progress.get("usage"), failure=failure, **base)
+
+
+def _result_view(result: dict[str, Any], base: dict[str, Any]) -> RunView:
+    status = str(result.get("status", "failed"))
+    return RunView(
+        status=status,
+        finished_at=result.get("finished_at"),
+        output=result.get("output") if status == "completed" else None,
+        usage=result.get("usage"),
+        failure=result.get("failure"),
+        **base,
+    )
+
+
+def _status(progress: dict[str, Any]) -> str:
+    """The API's status of a run from its ``progress``."""
+    if progress["result"] is not None:
+        return str(progress["result"]["status"])
+    return "halted" if progress["status"] == "waiting" else "running"
+
+
+def _not_found_or(exc: RPCError, run_id: str) -> LatticeUserError:
+    if exc.status == RPCStatusCode.NOT_FOUND:
+        return RunNotFound(run_id)
+    if exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
+        return LatticeUserError(
+            f"no worker answered for run {run_id!r} within {QUERY_SECONDS:g}s: a running "
+            "run is read from its workflow by a worker (is one running on its task queue?)",
+            error_type="temporal_unavailable",
+        )
+    return LatticeUserError(
+        f"Temporal could not answer about run {run_id!r}: {exc.message}",
+        error_type="temporal_unavailable",
+    )
+
+
+def _timestamp(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)

@@ -1,0 +1,386 @@
+"""The run routes of a gateway whose runs live on a ``RunBackend`` (``lattice serve
+--engine temporal``), in the API and panel shapes of the run-folder routes
+(docs/server.md), so that clients and the panel work unchanged.
+
+Nothing of a run is kept here: each request asks the backend. A run's events stream by
+asking for those after the last one sent every ``POLL_SECONDS`` until the run stops (a
+halted run's stream ends ``halted``, as a run folder's does). What a run on a backend
+cannot do (resume, re-run, compare: a run folder's features) is a 409 that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Query
+from starlette.responses import Response, StreamingResponse
+
+from lattice.config import LatticeConfig
+from lattice.errors import LatticeUserError
+from lattice.runs.redaction import Redactor
+from lattice.runs.store import new_run_id, safe_name
+from lattice.runtime.runner import check_answers
+from lattice.server.bodies import AnswerRun, StartRun, check_start
+from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
+from lattice.server.events import PING, PING_SECONDS, end_message, event_line, message
+from lattice.server.graph import run_graph
+from lattice.server.manager import RUN_ID, links, next_step, question
+from lattice.server.panel_api import LABEL, MAX_PAGE, MAX_RECORDS, label_key, op_summary
+from lattice.server.workflows import WorkflowLibrary
+from lattice.service.backend import (
+    NewRun,
+    RunBackend,
+    RunConflict,
+    RunNotFound,
+    RunView,
+)
+from lattice.service.runs import ProviderSpec, RunOptions, prepare_run
+
+POLL_SECONDS = 0.25
+"""How often a watched run is asked for new events."""
+
+Respond = Callable[..., Response]
+
+
+def api_error(exc: LatticeUserError) -> ApiError:
+    """The API's answer to what a backend refused."""
+    if isinstance(exc, RunNotFound):
+        return ApiError(404, "not_found", exc.message)
+    if isinstance(exc, RunConflict):
+        return ApiError(409, "conflict", exc.message, extra={"status": exc.status})
+    if exc.error_type in ("temporal_unavailable", "temporal_unreachable"):
+        return ApiError(503, exc.error_type, exc.message, headers={"Retry-After": "1"})
+    return from_user_error(exc)
+
+
+def run_json(view: RunView) -> dict[str, Any]:
+    """``GET /v1/runs/{id}`` of a run on a backend (the run-folder route's fields)."""
+    failure = view.failure
+    if isinstance(failure, dict) and view.status in ("failed", "halted", "interrupted"):
+        own = (failure.get("details") or {}).get("recovery_action")
+        step = own if isinstance(own, str) else _next_step(view.run_id, view.status)
+        failure = {**failure, "recovery_action": step}
+    else:
+        failure = None
+    usage = view.usage or None
+    return {
+        "run_id": view.run_id,
+        "status": view.status,
+        "workflow": view.workflow,
+        "workflow_name": view.workflow_name,
+        "started_at": view.started_at,
+        "finished_at": view.finished_at if view.status != "running" else None,
+        "output": view.output if view.status == "completed" else None,
+        "usage": usage,
+        "cost_usd": (usage or {}).get("estimated_cost_usd"),
+        "failure": failure,
+        "question": question(view.run_id, failure) if view.status == "halted" else None,
+        "parent": None,
+        "reruns": [],
+        "links": links(view.run_id),
+    }
+
+
+def summary_json(view: RunView) -> dict[str, Any]:
+    """A run on a backend as ``GET /v1/runs`` lists it."""
+    usage = view.usage or {}
+    return {
+        "run_id": view.run_id,
+        "workflow": view.workflow,
+        "workflow_name": view.workflow_name,
+        "started_at": view.started_at,
+        "finished_at": view.finished_at,
+        "calls": usage.get("calls", 0),
+        "tokens": (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0),
+        "cost_usd": usage.get("estimated_cost_usd"),
+        "failure_category": (view.failure or {}).get("category")
+        if view.status != "running"
+        else None,
+        "parent": None,
+        "links": {"self": f"/v1/runs/{view.run_id}", "events": f"/v1/runs/{view.run_id}/events"},
+        "status": view.status,
+    }
+
+
+def _next_step(run_id: str, status: str) -> str:
+    if status == "halted":
+        return next_step(run_id, status)
+    return "fix the cause and start the run again (a run on Temporal is not resumed)"
+
+
+def provider_meta(spec: ProviderSpec) -> dict[str, Any]:
+    """The run's provider as the workers build it: a mock script travels inline (a worker
+    may be on another machine and has no workflows folder); a live provider is built
+    from the workers' configuration."""
+    choice = spec.choice
+    if choice.fixtures:
+        raise LatticeUserError(
+            "fixtures are not supported for runs on Temporal yet", error_type="invalid_request"
+        )
+    if choice.mock:
+        script = json.loads(Path(choice.mock).read_text(encoding="utf-8"))
+        return ProviderSpec(script=script, latency=spec.latency, pieces=spec.pieces).to_meta()
+    if spec.script is not None:
+        return spec.to_meta()
+    return ProviderSpec().to_meta() | {"provider_arg": choice.name}
+
+
+def add_backend_routes(  # noqa: C901
+    app: FastAPI,
+    *,
+    backend: RunBackend,
+    library: WorkflowLibrary,
+    config: LatticeConfig,
+    config_path: str | None,
+    respond: Respond,
+    redact: Redactor,
+) -> None:
+    """The run routes of ``app``, answered by ``backend``. Registered before the
+    run-folder routes of the same paths, which ``create_app`` then drops."""
+
+    async def ask(call: Any) -> Any:
+        try:
+            return await call
+        except LatticeUserError as exc:
+            raise api_error(exc) from None
+
+    def run_id_of(run_id: str) -> str:
+        if not RUN_ID.match(run_id):
+            raise ApiError(404, "not_found", f"no run {run_id!r}")
+        return run_id
+
+    def prepare(body: StartRun) -> tuple[NewRun, list[dict[str, Any]]]:
+        name = None
+        if body.workflow is not None:
+            loaded = library.load(body.workflow)
+            lowered, document = loaded.lowered, loaded.document
+            name = body.workflow
+            where = f"workflow {body.workflow!r}"
+        else:
+            assert body.document is not None
+            lowered, document = library.lower_inline(body.document), body.document
+            where = "the document"
+        if lowered.ir is None:
+            raise document_error(lowered.diagnostics, where=where)
+        try:
+            spec = body.spec(library)
+            prepared = prepare_run(
+                lowered.ir,
+                config=config,
+                options=RunOptions(
+                    provider=spec,
+                    config_path=config_path,
+                    max_calls=body.max_calls,
+                    max_tokens_total=body.max_tokens_total,
+                    max_steps=body.max_steps,
+                    max_visits=body.max_visits,
+                ),
+                inputs=body.inputs,
+                answers=body.answers,
+                workflow=document,
+                runs_dir=None,
+            )
+            if body.answers:
+                check_answers(lowered.ir, body.answers, what="answers")
+            run = NewRun(
+                run_id=new_run_id(),
+                ir=lowered.ir,
+                inputs=prepared.inputs,
+                answers=dict(body.answers),
+                provider=provider_meta(spec),
+                settings=prepared.settings,
+                budgets={"max_calls": body.max_calls, "max_tokens_total": body.max_tokens_total},
+                limits={
+                    "max_steps": prepared.runner.limits.max_steps,
+                    "max_visits": prepared.runner.limits.max_visits,
+                },
+                workflow_name=name,
+            )
+        except LatticeUserError as exc:
+            raise api_error(exc) from None
+        return run, diagnostics_json(lowered.warnings)
+
+    @app.post("/v1/runs", status_code=202, tags=["runs"], summary="start a run")
+    async def start_run(body: StartRun) -> Response:
+        check_start(body)
+        run, warnings = await asyncio.to_thread(prepare, body)
+        await ask(backend.start(run))
+        return respond(
+            202,
+            {
+                "run_id": run.run_id,
+                "status": "running",
+                "warnings": warnings,
+                "links": links(run.run_id),
+            },
+            {"Location": f"/v1/runs/{run.run_id}"},
+        )
+
+    @app.get("/v1/runs", tags=["runs"], summary="list runs, newest first")
+    async def list_runs(
+        status: Annotated[str | None, Query(pattern=STATUSES)] = None,
+        workflow: Annotated[str | None, Query(description="workflow id or file name")] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        before: Annotated[str | None, Query(description="the previous page's next")] = None,
+    ) -> Response:
+        page = await ask(
+            backend.list_runs(status=status, workflow=workflow, limit=limit, before=before)
+        )
+        return respond(200, {"runs": [summary_json(v) for v in page.runs], "next": page.next})
+
+    @app.get("/v1/runs/{run_id}", tags=["runs"], summary="one run")
+    async def get_run(run_id: str) -> Response:
+        view = await ask(backend.describe(run_id_of(run_id)))
+        return respond(200, run_json(view) | {"engine": backend.name})
+
+    @app.get(
+        "/v1/runs/{run_id}/events",
+        tags=["runs"],
+        summary="the run's events as Server-Sent Events",
+        response_class=StreamingResponse,
+    )
+    async def run_events(
+        run_id: str,
+        last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+        last_event_id: Annotated[int | None, Query(ge=0)] = None,
+        timing: Annotated[bool, Query(description="emission time before each event")] = False,
+        deltas: Annotated[
+            bool, Query(description="not on Temporal: model answers arrive whole")
+        ] = False,
+    ) -> Response:
+        cursor = last_event_id or 0
+        if last_event_id_header is not None:
+            if not last_event_id_header.strip().isdigit():
+                raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be an event's seq")
+            cursor = int(last_event_id_header)
+        first = await ask(backend.events(run_id_of(run_id), cursor))
+
+        async def messages() -> AsyncIterator[bytes]:
+            nonlocal cursor
+            batch = first
+            quiet_since = time.monotonic()
+            while True:
+                if batch.events:
+                    text = "".join(message(e["seq"], event_line(e)) for e in batch.events)
+                    yield redact(text).encode()
+                    cursor = batch.events[-1]["seq"]
+                    quiet_since = time.monotonic()
+                if batch.status != "running":
+                    yield end_message(batch.status).encode()
+                    return
+                if time.monotonic() - quiet_since > PING_SECONDS:
+                    yield PING
+                    quiet_since = time.monotonic()
+                await asyncio.sleep(POLL_SECONDS)
+                try:
+                    batch = await backend.events(run_id, cursor)
+                except LatticeUserError:
+                    return  # the client follows again from the last id it got
+
+        return StreamingResponse(
+            messages(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.post(
+        "/v1/runs/{run_id}/answers",
+        status_code=202,
+        tags=["runs"],
+        summary="answer a halted run's question and resume it",
+    )
+    async def answer_run(run_id: str, body: AnswerRun) -> Response:
+        await ask(backend.answer(run_id_of(run_id), body.answers))
+        return respond(
+            202,
+            {"run_id": run_id, "status": "running", "links": links(run_id)},
+            {"Location": f"/v1/runs/{run_id}"},
+        )
+
+    @app.post(
+        "/v1/runs/{run_id}/cancel",
+        status_code=202,
+        tags=["runs"],
+        summary="stop a run (it ends interrupted)",
+    )
+    async def cancel_run(run_id: str) -> Response:
+        await ask(backend.cancel(run_id_of(run_id)))
+        return respond(
+            202, {"run_id": run_id, "status": "running", "stopping": True, "links": links(run_id)}
+        )
+
+    def not_here(what: str) -> Callable[..., Any]:
+        async def refuse(run_id: str) -> Response:
+            raise ApiError(
+                409,
+                "not_supported",
+                f"{what} is not available for runs on {backend.name}: a halted run is "
+                f"answered (POST /v1/runs/{run_id}/answers); a failed or interrupted run is "
+                "started again",
+            )
+
+        return refuse
+
+    app.add_api_route(
+        "/v1/runs/{run_id}/resume", not_here("resuming"), methods=["POST"], tags=["runs"]
+    )
+    app.add_api_route(
+        "/v1/runs/{run_id}/rerun", not_here("re-running"), methods=["GET", "POST"], tags=["runs"]
+    )
+
+    @app.get("/v1/runs/{run_id}/compare/{other_id}", tags=["panel"])
+    async def compare_runs(run_id: str, other_id: str) -> Response:
+        raise ApiError(
+            409,
+            "not_supported",
+            f"comparing runs is not available for runs on {backend.name}: export both "
+            "(lattice runs export RUN --temporal HOST:PORT -o DIR) and use lattice runs diff",
+        )
+
+    @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
+    async def graph_of_run(run_id: str) -> Response:
+        record = await ask(backend.record(run_id_of(run_id)))
+        return respond(200, await asyncio.to_thread(run_graph, None, record.execir))
+
+    @app.get("/v1/runs/{run_id}/state", tags=["panel"], summary="the state a run started from")
+    async def state_of_run(
+        run_id: str, at: Annotated[str, Query(pattern="^(initial|final)$")] = "initial"
+    ) -> Response:
+        record = await ask(backend.record(run_id_of(run_id)))
+        return respond(200, record.state_initial if at == "initial" else record.state_final)
+
+    @app.get("/v1/runs/{run_id}/ops", tags=["panel"], summary="a run's op records")
+    async def ops_of_run(
+        run_id: str,
+        node: Annotated[str | None, Query(description="only the ops of this node")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+        after: Annotated[str | None, Query(pattern=LABEL)] = None,
+    ) -> Response:
+        record = await ask(backend.record(run_id_of(run_id)))
+        labelled = [(f"{op.get('seq', n + 1):04d}", op) for n, op in enumerate(record.ops)]
+        if node is None:
+            if after is not None:
+                labelled = [item for item in labelled if label_key(item[0]) > label_key(after)]
+            page = labelled[:limit]
+            return respond(
+                200,
+                {
+                    "ops": [op_summary(label, op) for label, op in page],
+                    "next": page[-1][0] if len(labelled) > limit else None,
+                },
+            )
+        if limit > MAX_RECORDS:
+            raise ApiError(422, "invalid_request", f"?limit: at most {MAX_RECORDS} with node")
+        graph = await asyncio.to_thread(run_graph, None, record.execir)
+        mine = {safe_name(op_id) for op_id, entry in graph["ops"].items() if entry["node"] == node}
+        chosen = [(label, op) for label, op in labelled if safe_name(str(op.get("op_id"))) in mine]
+        records = [{"label": label, **op} for label, op in chosen[-limit:]]
+        return respond(200, {"node": node, "total": len(chosen), "records": records})
+
+
+STATUSES = "^(running|completed|failed|halted|interrupted)$"

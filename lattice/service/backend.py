@@ -1,0 +1,143 @@
+"""Where a gateway's runs live when they are not run folders of its own process.
+
+``lattice serve`` keeps a run as a folder under its runs folder, driven by a task on its
+event loop. A ``RunBackend`` is the other kind of home: an engine that holds every run
+itself (Temporal: ``lattice.durable.temporal.backend``), so that any number of gateway
+processes, on any machines, start, show, stream, answer and cancel the same runs. A
+backend keeps no run's state in the process: everything it answers is read from the
+engine when asked.
+
+Statuses are the API's: ``running``, ``halted`` (waiting for an answer), ``completed``,
+``failed``, ``interrupted``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from lattice.errors import LatticeUserError
+from lattice.ir.models import ExecIR
+from lattice.runtime.settings import RuntimeSettings
+
+
+class RunNotFound(LatticeUserError):
+    """No run has this id on the backend."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r}", error_type="not_found")
+
+
+class RunConflict(LatticeUserError):
+    """What was asked does not fit the run's status (answering a run that does not wait)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message, error_type="conflict")
+        self.status = status
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to start, checked by the gateway (document lowered, inputs and answers fit)."""
+
+    run_id: str
+    ir: ExecIR
+    inputs: dict[str, Any]
+    answers: dict[str, Any]
+    provider: dict[str, Any]
+    """The provider as ``ProviderSpec.to_meta`` gives it (a mock script inline)."""
+    settings: RuntimeSettings
+    budgets: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, int] = field(default_factory=dict)
+    workflow_name: str | None = None
+    """The workflow's file name under the gateway's workflows folder, when started by name."""
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run as the gateway shows it."""
+
+    run_id: str
+    status: str
+    workflow: str | None = None
+    workflow_name: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    output: Any = None
+    usage: dict[str, Any] | None = None
+    failure: dict[str, Any] | None = None
+    """The FailureReport (JSON) of a failed, halted or interrupted run."""
+
+
+@dataclass(frozen=True)
+class RunEvents:
+    """A run's events after some sequence number, and its status when they were read."""
+
+    events: list[dict[str, Any]]
+    status: str
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run folder holds that the panel reads besides events: the ExecIR, the
+    state the run started from and the state it has now, its op records (in order)."""
+
+    execir: dict[str, Any]
+    state_initial: dict[str, Any]
+    state_final: dict[str, Any]
+    ops: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of runs, newest first; ``next`` is the ``before`` of the following page."""
+
+    runs: list[RunView]
+    next: str | None
+
+
+class RunBackend(ABC):
+    """An engine that holds a gateway's runs (the module docstring says which)."""
+
+    name: str
+    """What ``/healthz`` and the log call it (``temporal``)."""
+
+    @abstractmethod
+    def where(self) -> str:
+        """Where the runs are, in a sentence's words (``Temporal at 127.0.0.1:7233``)."""
+
+    @abstractmethod
+    async def start(self, run: NewRun) -> None:
+        """Start ``run``; a secret's value in what would be sent is a LatticeUserError."""
+
+    @abstractmethod
+    async def describe(self, run_id: str) -> RunView:
+        """Run ``run_id`` (RunNotFound when there is none)."""
+
+    @abstractmethod
+    async def list_runs(
+        self, *, status: str | None, workflow: str | None, limit: int, before: str | None
+    ) -> RunPage:
+        """Runs newest first, filtered by status and workflow (id or file name)."""
+
+    @abstractmethod
+    async def events(self, run_id: str, after: int) -> RunEvents:
+        """The run's events after sequence number ``after``."""
+
+    @abstractmethod
+    async def record(self, run_id: str) -> RunRecord:
+        """The run's ExecIR, states and op records."""
+
+    @abstractmethod
+    async def answer(self, run_id: str, answers: dict[str, Any]) -> None:
+        """Answer the question the run waits on (RunConflict when it waits on none; an
+        answer that fits none of the options is an InputError, and is not sent)."""
+
+    @abstractmethod
+    async def cancel(self, run_id: str) -> None:
+        """Stop the run (it ends ``interrupted``); RunConflict when it is over."""
+
+    async def close(self) -> None:
+        """Let go of connections (the gateway stops)."""
+        return None

@@ -1,0 +1,116 @@
+"""The execution panel on a gateway whose runs are on Temporal: the page follows a run
+started from its form as it goes (its ops completed, then its question), the question is
+answered from the page and the run finishes there; a headless Chromium drives the page
+(tests/panel/browser.py)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lattice.config import LatticeConfig
+from lattice.server.app import ServerSettings
+from tests.durable.test_gateway import workers
+from tests.panel.browser import chromium, console_errors, require_browser
+from tests.panel.helpers import workflows_folder
+from tests.server.helpers import serve_in_thread
+
+pytest.importorskip("temporalio")
+
+from lattice.durable.temporal.backend import TemporalRuns
+
+WAIT = 90.0
+"""Seconds the page may take at most on a loaded machine (a bound, not a timing)."""
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    require_browser()
+    with chromium() as session:
+        yield session
+        errors = [e for e in console_errors(session) if "favicon" not in e]
+        assert not errors, errors
+
+
+def until(what: Callable[[], Any], message: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while not (value := what()):
+        assert time.monotonic() < deadline, message
+        time.sleep(0.05)
+    return value
+
+
+def node_status(page: Any, node: str) -> str | None:
+    value = page.execute_script(
+        "return document.querySelector(`svg .node[data-node='${arguments[0]}']`)?.dataset.status",
+        node,
+    )
+    return str(value) if value is not None else None
+
+
+def run_status(page: Any) -> str:
+    return str(
+        page.execute_script("return document.querySelector('.run-head .badge')?.textContent || ''")
+    )
+
+
+def test_a_temporal_run_shows_live_and_is_answered_from_the_panel(
+    page: Any, temporal_address: str, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    flows = workflows_folder(tmp_path)
+    queue = f"panel-{uuid.uuid4().hex[:10]}"
+    settings = ServerSettings(
+        runs_dir=tmp_path / "runs",
+        workflows_dir=flows,
+        config=LatticeConfig(),
+        backend=TemporalRuns(temporal_address, task_queue=queue),
+    )
+    with workers(temporal_address, queue, tmp_path, 1), serve_in_thread(settings) as url:
+        page.get(f"{url}/")
+        until(
+            lambda: page.execute_script("return !!document.querySelector('#workflow-select')"),
+            "no form",
+        )
+        Select(page.find_element(By.CSS_SELECTOR, "#workflow-select")).select_by_value(
+            "approval.json"
+        )
+        until(
+            lambda: page.execute_script(
+                "return [...document.querySelectorAll('#mock-select option')]"
+                ".some(o => o.value === 'approval.mock.json')"
+            ),
+            "the form of the workflow did not load",
+        )
+        Select(page.find_element(By.CSS_SELECTOR, "#mock-select")).select_by_value(
+            "approval.mock.json"
+        )
+        latency = page.find_element(By.CSS_SELECTOR, "#mock-latency")
+        latency.clear()
+        latency.send_keys("500")
+        page.find_element(By.CSS_SELECTOR, ".field[data-field='topic'] textarea").send_keys("tea")
+        page.find_element(By.CSS_SELECTOR, "#start-run").click()
+        # the page follows the run as it goes: its ops turn completed, then it halts
+        until(lambda: node_status(page, "draft") == "completed", "the draft never completed")
+        until(lambda: run_status(page) == "halted", "the run did not show halted")
+        until(lambda: node_status(page, "approve") == "halted", "the question did not show")
+        assert "Send the note?" in page.execute_script(
+            "return document.querySelector('.notice.question')?.innerText ?? ''"
+        )
+        page.find_element(By.CSS_SELECTOR, ".notice.question button[data-option='Send']").click()
+        until(lambda: run_status(page) == "completed", "the run did not finish after the answer")
+        until(lambda: node_status(page, "end") == "completed", "the end node did not complete")
+        assert node_status(page, "discarded") == "pending"
+        # the run list of the panel lists it from Temporal
+        page.get(f"{url}/#/")
+        until(
+            lambda: page.execute_script("return document.body.innerText.includes('approval')"),
+            "the run list did not show the run",
+        )
