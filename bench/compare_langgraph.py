@@ -555,6 +555,7 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
         for (mine, theirs), guarantee in PERSIST_PAIRS.items():
             print(f"  folder {mine} vs LG {theirs}: guarantees {guarantee}")
         sizes: list[list[str]] = []
+        syncs: list[list[str]] = []
         for gc_mode in gc_modes:
             rows = []
             for kind in ("counter", "append"):
@@ -606,6 +607,8 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
                             ]
                         )
                     sizes.append(_bytes_per_op(base, ir, kind, n, counter))
+                    if gc_mode == gc_modes[0]:
+                        syncs.append(_syncs_per_op(runners["fsync"], kind, n))
                     for d in ("fsync", "os"):  # keep the directory small between sizes
                         shutil.rmtree(base / f"runs-{d}", ignore_errors=True)
             table(
@@ -633,6 +636,14 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
             ["op", "N", "Lattice bytes/run", "bytes/op", "LangGraph bytes/run", "bytes/op"],
             sizes[: len(sizes) // len(gc_modes)],
         )
+        table(
+            'persist: disk syncs of one Lattice run under durability="fsync" (os.fsync and '
+            "os.fdatasync calls, counted in this process); ops = the chain's N + its start "
+            "and end ops",
+            ["op", "N", "ops", "fdatasync", "fsync", "syncs", "syncs per op"],
+            syncs,
+        )
+        out["syncs"] = syncs
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return out
@@ -652,6 +663,39 @@ def _bytes_per_op(base: Path, ir: Any, kind: str, n: int, ids: itertools.count[i
     theirs += conn.execute("SELECT coalesce(sum(length(value)), 0) FROM writes").fetchone()[0]
     conn.close()
     return [kind, f"{n:,}", f"{mine:,}", f"{mine / n:,.0f}", f"{theirs:,}", f"{theirs / n:,.0f}"]
+
+
+def _syncs_per_op(runner: Any, kind: str, n: int) -> list[str]:
+    """One run of ``runner`` (``durability="fsync"``), its ``fsync`` and ``fdatasync`` calls
+    counted by wrapping the two functions of ``os`` for the length of the run."""
+    counts = {"fsync": 0, "fdatasync": 0}
+    real = {name: getattr(os, name) for name in counts}
+
+    def counting(name: str) -> Callable[[int], None]:
+        def call(fd: int) -> None:
+            counts[name] += 1
+            real[name](fd)
+
+        return call
+
+    for name in counts:
+        setattr(os, name, counting(name))
+    try:
+        check_lattice(runner.run({}), kind, n)
+    finally:
+        for name, function in real.items():
+            setattr(os, name, function)
+    total = sum(counts.values())
+    ops = n + 2
+    return [
+        kind,
+        f"{n:,}",
+        f"{ops:,}",
+        str(counts["fdatasync"]),
+        str(counts["fsync"]),
+        str(total),
+        f"{total / ops:.2f}",
+    ]
 
 
 Burst = tuple[float, float]

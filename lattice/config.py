@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lattice.contracts.policies import ACTIONS
 from lattice.errors import LatticeUserError, did_you_mean
+from lattice.ir.tool_names import mcp_grant_entry
 
 MODEL_CLASSES = ("small", "medium", "large", "default")
 
@@ -202,6 +203,14 @@ class AgentsConfig(_Strict):
     max_tokens: int | None = Field(default=None, ge=1)
     tool_timeout: float = Field(default=30.0, gt=0, le=3600)
     """Seconds one tool call may take (the shell's command included)."""
+    shell_tmp_bytes: int = Field(default=128_000_000, ge=1_000_000)
+    """The size of a shell command's private /tmp (memory-backed)."""
+    shell_file_bytes: int = Field(default=100_000_000, ge=1)
+    """The largest file a shell command may write."""
+    shell_write_bytes: int = Field(default=1_000_000_000, ge=0)
+    """What one shell command may add to the workspace, in bytes; it is stopped past it."""
+    shell_write_files: int = Field(default=10_000, ge=0)
+    """How many files and folders one shell command may add to the workspace."""
 
     def granted(self) -> bool:
         """Whether anything at all is granted."""
@@ -245,7 +254,14 @@ class LatticeConfig(_Strict):
 
     @model_validator(mode="after")
     def _agents_mcp_configured(self) -> LatticeConfig:
-        unknown = [s for s in self.agents.mcp_servers if s not in self.mcp.servers]
+        malformed = [s for s in self.agents.mcp_servers if mcp_grant_entry(s) is None]
+        if malformed:
+            raise ValueError(
+                f"agents.mcp_servers: {malformed[0]!r} is not a server id, mcp__<server>, "
+                "mcp__<server>__* or mcp__<server>__<tool>"
+            )
+        servers = [entry[0] for entry in map(mcp_grant_entry, self.agents.mcp_servers) if entry]
+        unknown = [s for s in servers if s not in self.mcp.servers]
         if unknown:
             raise ValueError(
                 f"agents.mcp_servers names {unknown}, not in [mcp.servers] "

@@ -1,5 +1,10 @@
 """File writes for run folders and command outputs: atomic (temp file + rename), with the
-permissions the user's umask gives, optionally forced to disk."""
+permissions the user's umask gives, optionally forced to disk.
+
+This module is the one place Lattice forces anything to disk (``sync_file``,
+``sync_data``, ``sync_directory``); ``tests/runs/test_sync_count.py`` counts the syncs a
+run makes through it, and ``tests/test_architecture.py`` holds that no other module
+calls ``os.fsync`` or ``os.fdatasync``."""
 
 from __future__ import annotations
 
@@ -26,16 +31,11 @@ _temporary = itertools.count()
 _TEMPORARY_ATTEMPTS = 100
 
 
-def write_replacing(
-    path: Path, text: str, *, sync: bool = False, keep_open: bool = False
-) -> int | None:
+def write_replacing(path: Path, text: str, *, sync: bool = False) -> None:
     """Write ``text`` to a new file beside ``path`` and rename it over ``path``.
 
     ``sync`` forces the data to disk before the rename (the name never points at data
-    that is not there), not the directory entry: see ``sync_directory``. ``keep_open``
-    returns the file's descriptor, still open, for the caller to fsync later and close
-    (for a file new to its folder, whose loss in a crash before that fsync leaves no
-    older version lost); otherwise None.
+    that is not there), not the directory entry: see ``sync_directory``.
 
     The temporary file is created with ``O_EXCL`` and mode 0666, so the umask applies as
     for a plain ``open``; a missing parent directory is made.
@@ -64,28 +64,35 @@ def write_replacing(
         while view:
             view = view[os.write(fd, view) :]
         if sync:
-            os.fsync(fd)
+            sync_file(fd)
     except BaseException:
         os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         raise
-    if not keep_open:
-        os.close(fd)
+    os.close(fd)
     try:
         os.replace(tmp, path)
     except BaseException:
-        if keep_open:
-            os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         raise
-    return fd if keep_open else None
+
+
+def sync_file(fd: int) -> None:
+    """Force an open file's data and metadata to disk (``fsync``)."""
+    os.fsync(fd)
+
+
+def sync_data(fd: int) -> None:
+    """Force an open file's data to disk, with the metadata needed to read it back (its
+    size), not its times (``fdatasync``: what an append-only file needs)."""
+    os.fdatasync(fd)
 
 
 def sync_directory(path: Path) -> None:
     """Force a directory's entries (files created, renamed) to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        sync_file(fd)
     finally:
         os.close(fd)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,6 +35,7 @@ from lattice.agents.records import AgentTranscript, ToolCallRecord, TurnRecord
 from lattice.contracts.calls import CallEnv
 from lattice.contracts.policies import policy_stack
 from lattice.errors import LatticeRunError
+from lattice.ir.tool_names import parse_mcp_name
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message, ToolCall, ToolDef
 from lattice.tools.toolset import ToolResult, Toolset
 
@@ -77,22 +78,43 @@ class PlanningToolset(Protocol):
 
     async def apply(self, planned: ToolResult) -> ToolResult: ...
 
+    def hold(self, planned: ToolResult) -> None:
+        """Patch-only: keep the planned changes unwritten, for the agent's later reads."""
+
 
 class ToolBox:
-    """The tools offered to a model, each routed to the toolset that has it."""
+    """The tools offered to a model, each routed to the toolset that has it.
 
-    def __init__(self, routes: dict[str, tuple[ToolDef, Toolset]]) -> None:
+    Only tools the node asked for (and the user granted) are offered, even when a toolset
+    lists more: the document's list is the most the agent gets. ``missing`` names the
+    granted asks no toolset lists (an MCP tool its server does not have, a server that
+    lists nothing), so that the run can say so instead of dropping them unseen.
+    """
+
+    def __init__(
+        self, routes: dict[str, tuple[ToolDef, Toolset]], missing: tuple[str, ...] = ()
+    ) -> None:
         self._routes = routes
         self.defs: tuple[ToolDef, ...] = tuple(tool for tool, _ in routes.values())
+        self.missing = missing
 
     @classmethod
     async def open(cls, toolsets: Sequence[Toolset], granted: Sequence[str]) -> ToolBox:
-        """The granted tools among those ``toolsets`` list, in the order they were asked for."""
+        """The granted tools among those ``toolsets`` list, in the order they were asked
+        for (a whole MCP server, ``mcp__<server>__*``, in the order its server lists them)."""
         found: dict[str, tuple[ToolDef, Toolset]] = {}
         for toolset in toolsets:
             for tool in await toolset.list_tools():
                 found.setdefault(tool.name, (tool, toolset))
-        return cls({name: found[name] for name in granted if name in found})
+        routes: dict[str, tuple[ToolDef, Toolset]] = {}
+        missing: list[str] = []
+        for asked in granted:
+            names = _listed_for(asked, found)
+            if not names:
+                missing.append(asked)
+            for name in names:
+                routes.setdefault(name, found[name])
+        return cls(routes, tuple(missing))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -112,6 +134,17 @@ class ToolBox:
             offered = ", ".join(self._routes) or "none"
             return ToolResult(f"There is no tool {call.name!r}; the tools are: {offered}.", True)
         return await _limited(call.name, route[1].call(call.name, call.arguments), timeout_s)
+
+
+def _listed_for(asked: str, listed: Mapping[str, object]) -> list[str]:
+    """The listed tool names an asked name stands for: itself, or every tool of a server."""
+    if asked in listed:
+        return [asked]
+    mcp = parse_mcp_name(asked)
+    if mcp is None or mcp[1] is not None:
+        return []
+    prefix = f"mcp__{mcp[0]}__"
+    return [name for name in listed if name.startswith(prefix)]
 
 
 async def _limited(name: str, work: Any, timeout_s: float) -> ToolResult:
@@ -269,6 +302,7 @@ class AgentLoop:
         recorded = self.journal.recorded_tool(op_id, key) if self.journal else None
         if recorded is not None and recorded.get("kind") == "tool_result":
             record = ToolCallRecord(call, ToolResult.from_json(recorded), replayed=True)
+            self._hold(call, record.result)
             self._finished(turn, record)
             return record
         arguments = json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
@@ -309,9 +343,18 @@ class AgentLoop:
         else:
             planned = await _limited(call.name, planner.plan(call.name, call.arguments), timeout)
             self._journal(op_id, key, call, planned)
-        if planned.is_error or self.patch_only:
+        if planned.is_error:
+            return planned
+        if self.patch_only:
+            planner.hold(planned)
             return planned
         return await _limited(call.name, planner.apply(planned), timeout)
+
+    def _hold(self, call: ToolCall, result: ToolResult) -> None:
+        """Patch-only: a replayed write's changes are pending again, as when it first ran."""
+        planner = self.box.planner(call.name)
+        if self.patch_only and planner is not None and not result.is_error:
+            planner.hold(result)
 
     def _journal(
         self, op_id: str | None, key: str, call: ToolCall, planned: ToolResult | None

@@ -17,6 +17,7 @@ from typing import Any
 from lattice.batch.results import read_results
 from lattice.batch.rows import id_order
 from lattice.errors import LatticeUserError
+from lattice.runs.checkpoint import load_checkpoint
 
 _MISSING: Any = object()
 
@@ -242,7 +243,7 @@ def read_run(folder: Path) -> RunView:
     if not (folder / "checkpoint.json").is_file() and not (folder / "result.json").is_file():
         raise LatticeUserError(f"{folder} is not a run folder (no checkpoint.json)")
     result = _json(folder / "result.json") or {}
-    checkpoint = _json(folder / "checkpoint.json") or {}
+    checkpoint = load_checkpoint(folder) or {}
     status = str(result.get("status") or checkpoint.get("status") or "?")
     records = []
     for path in sorted((folder / "ops").glob("*.json")):

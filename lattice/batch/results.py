@@ -29,7 +29,7 @@ from typing import Any
 
 from lattice.batch.rows import row_key
 from lattice.errors import LatticeUserError
-from lattice.files import atomic_write_text
+from lattice.files import atomic_write_text, sync_data
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import execir_digest
 from lattice.runs.journal import drop_torn_tail, read_lines
@@ -137,7 +137,7 @@ class _Syncer(threading.Thread):
                     return
                 self.dirty = False
             try:
-                os.fdatasync(self.fd)
+                sync_data(self.fd)
             except OSError as exc:  # reported by close()
                 self.error = exc
                 return
@@ -228,7 +228,7 @@ class ResultsFile:
                     raise LatticeUserError(
                         f"cannot force {self.path} to disk: {self._syncer.error.strerror}"
                     )
-                os.fdatasync(self.fd)
+                sync_data(self.fd)
             if compact and self.needs_compaction:
                 text = "".join(dumps_line(line) for line in self.latest.values())
                 atomic_write_text(self.path, text, durable=self._syncer is not None)

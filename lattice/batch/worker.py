@@ -41,6 +41,7 @@ from lattice.llm.base import (
     provider_checkpoint,
     restore_provider,
 )
+from lattice.runs.checkpoint import load_checkpoint
 from lattice.runs.redaction import make_redactor, secret_values
 from lattice.runs.store import RunStore
 from lattice.runtime.context import Interrupted
@@ -419,19 +420,15 @@ class BatchWorker:
 
 
 def _completed(folder: Path) -> bool:
-    try:
-        checkpoint = json.loads((folder / "checkpoint.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(checkpoint, dict) and checkpoint.get("status") == "completed"
+    checkpoint = load_checkpoint(folder)
+    return checkpoint is not None and checkpoint.get("status") == "completed"
 
 
 def _recorded_usage(folder: Path) -> Usage | None:
     """The usage a run folder's checkpoint records (None without a readable one)."""
     try:
-        checkpoint = json.loads((folder / "checkpoint.json").read_text(encoding="utf-8"))
-        return Usage.from_json(checkpoint["usage"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return Usage.from_json((load_checkpoint(folder) or {})["usage"])
+    except (ValueError, KeyError, TypeError):
         return None
 
 

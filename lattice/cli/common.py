@@ -204,7 +204,14 @@ class Progress:
             if self.status is not None:
                 self._stream(event)
             return
-        if kind == "op_finished":
+        if kind == "agent_tool_missing":
+            data = event["data"]
+            note(
+                f"warning: agent node {data['node']!r}: {', '.join(data['tools'])} granted, "
+                "but no tool of that name is listed (an MCP server without that tool?): "
+                "left out of the model's tools"
+            )
+        elif kind == "op_finished":
             self.ops += 1
         elif kind == "llm_response":
             self.calls += 1

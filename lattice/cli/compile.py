@@ -13,6 +13,7 @@ from lattice.config import load_config
 from lattice.files import write_output_file
 from lattice.ir import execir_json_schema
 from lattice.ir.models import AgentOp
+from lattice.ir.tool_names import parse_mcp_name
 from lattice.llm.base import LLMRequest, Message
 from lattice.lower.emit import EMITTERS
 from lattice.runtime.settings import agent_settings_from_config
@@ -60,13 +61,25 @@ def agent_listing(agents: list[AgentOp], grant: WorkspaceGrant) -> str:
         kind = f" ({op.agent_type})" if op.agent_type else ""
         lines.append(f"  {op.source_node}{kind}")
         lines.append(f"    asks for: {', '.join(op.tools) or 'no tools'}")
-        lines.append(f"    granted:  {', '.join(decision.granted) or 'none'}")
+        granted = [_granted_as(tool, grant) for tool in decision.granted]
+        lines.append(f"    granted:  {', '.join(granted) or 'none'}")
         by_setting: dict[str, list[str]] = {}
         for tool, setting in decision.refused:
             by_setting.setdefault(setting, []).append(tool)
         for setting, tools in by_setting.items():
             lines.append(f"    not granted: {', '.join(tools)} (to grant: {setting})")
     return "\n".join(lines) + "\n"
+
+
+def _granted_as(tool: str, grant: WorkspaceGrant) -> str:
+    """A granted tool name; a whole MCP server asked for and granted in part says which part."""
+    mcp = parse_mcp_name(tool)
+    if mcp is None or mcp[1] is not None:
+        return tool
+    allowed = grant.mcp_tools(mcp[0])
+    if allowed is None:
+        return tool
+    return f"{tool} (only {', '.join(f'mcp__{mcp[0]}__{name}' for name in sorted(allowed))})"
 
 
 def schema(args: argparse.Namespace) -> int:

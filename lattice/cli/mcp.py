@@ -15,6 +15,7 @@ from typing import Any
 
 from lattice.config import load_config
 from lattice.errors import InputError, LatticeRunError
+from lattice.llm.base import ToolDef
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import BUILTIN_SERVER_ID, McpServerSpec, ToolSessions, specs_from_config
 
@@ -47,13 +48,18 @@ async def _list(specs: dict[str, McpServerSpec], names: list[str]) -> list[dict[
             "transport": "builtin" if name == BUILTIN_SERVER_ID else specs[name].describe(),
         }
         try:
-            entry["tools"] = [tool.to_json() for tool in await sessions.list_tools(name)]
+            entry["tools"] = [_as_listed(tool) for tool in await sessions.list_tools(name)]
         except LatticeRunError as exc:
             entry["error"] = exc.message
         finally:
             await sessions.aclose()
         listing.append(entry)
     return listing
+
+
+def _as_listed(tool: ToolDef) -> dict[str, Any]:
+    """A tool in MCP's own spelling (``inputSchema``), as its server lists it."""
+    return {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
 
 
 def _text(listing: list[dict[str, Any]]) -> str:

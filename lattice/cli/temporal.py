@@ -55,10 +55,8 @@ def run_on_temporal(
 ) -> int:
     """Start the checked run on Temporal and follow it as ``lattice run`` follows a local one."""
     from lattice.durable.temporal.client import connect, start_run
-    from lattice.durable.temporal.plan import check_supported
 
     address = _address(args)
-    check_supported(ir)
     settings = prepared.settings
     progress = Progress(live=sys.stderr.isatty() and not args.json)
     run_id = new_run_id()

@@ -329,7 +329,7 @@ def _tool_calls(item: Mapping[str, Any], request: LLMRequest) -> tuple[ToolCall,
             "start of the run name them)",
             error_type="invalid_request",
             node_id=request.node_id,
-            details={"recovery_action": NO_TOOLS_NEXT},
+            details={"recovery_action": NO_TOOLS_NEXT, "resumable": False},
         )
     before = sum(len(m.tool_calls) for m in request.messages)
     return tuple(

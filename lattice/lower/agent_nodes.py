@@ -134,11 +134,16 @@ def _known_tools(
         if is_known_tool(name):
             kept.append(name)
             continue
+        hint = (
+            " (name the server: mcp__<server>__* asks for all of its tools)"
+            if name.startswith("mcp__")
+            else did_you_mean(name, CLAUDE_CODE_TOOLS)
+        )
         ctx.warn(
             node,
             "agent-tool-unknown",
-            f"unknown tool {name!r}{did_you_mean(name, CLAUDE_CODE_TOOLS)}; the agent is not "
-            f"offered it (tools: {', '.join(CLAUDE_CODE_TOOLS)}, or mcp__<server>__<tool>)",
+            f"unknown tool {name!r}{hint}; the agent is not offered it (tools: "
+            f"{', '.join(CLAUDE_CODE_TOOLS)}, mcp__<server>__<tool> or mcp__<server>__*)",
             "data",
             field,
         )

@@ -15,6 +15,7 @@ from lattice.lower import lower
 from lattice.planner.artifacts import Artifact, ArtifactStore, schema_problems
 from lattice.planner.inputs import PassInputs, gather_inputs, project_dir
 from lattice.planner.passes import PassSpec, get_pass
+from lattice.runs.checkpoint import read_checkpoint
 from lattice.runs.folder import read_run_json
 from lattice.runs.store import RunStore
 from lattice.runtime.results import RunResult
@@ -125,7 +126,7 @@ def save_result(inputs: PassInputs, result: RunResult) -> Artifact:
 
 def save_from_run(spec: PassSpec, project: Path, run_dir: Path) -> Artifact:
     """Save the artifact of a pass run that completed later (after ``lattice resume``)."""
-    checkpoint = read_run_json(run_dir, "checkpoint.json")
+    checkpoint = read_checkpoint(run_dir)
     plan = (checkpoint.get("meta") or {}).get("plan")
     if not isinstance(plan, dict):
         raise LatticeUserError(f"{run_dir} is not a run of lattice plan")

@@ -1,7 +1,8 @@
 """``checkpoint.json``: what a run folder is, whose it is, and whether it can go on.
 
 Written when a run starts (status ``running``) and again when it stops (``completed``,
-``failed``, ``halted`` or ``interrupted``). It names the process that runs it, so that a
+``failed``, ``halted`` or ``interrupted``), each time copied into the journal first; the
+journal's copy is what reaches the disk, so readers take it (``load_checkpoint``). It names the process that runs it, so that a
 folder whose process died without a word (``kill -9``, a power cut) reads as
 ``interrupted``, and it records the digests of ``workflow.json`` and ``execir.json``, so
 that a resume refuses a folder whose document was changed since.
@@ -18,6 +19,7 @@ from typing import Any
 
 from lattice.errors import LatticeUserError
 from lattice.runs.folder import read_run_json
+from lattice.runs.journal import journaled_copy
 
 CHECKPOINT = "checkpoint.json"
 DIGESTED = ("workflow.json", "execir.json")
@@ -27,13 +29,40 @@ STARTING_FILES = ("execir.json", "input.json", "state_initial.json")
 (with ``journal.jsonl``, which the folder holds from its start)."""
 
 
+def load_checkpoint(folder: Path) -> dict[str, Any] | None:
+    """The checkpoint of the run folder ``folder`` as its journal last recorded it, else
+    (a folder written before the journal held copies) its ``checkpoint.json``; None when
+    neither can be read. The journal's copy comes first: a process killed between the
+    two writes leaves the file behind the journal, never ahead of it, and a power cut
+    may lose the file's latest version but not a synced journal line."""
+    text = journaled_copy(folder, CHECKPOINT)
+    if text is None:
+        try:
+            text = (folder / CHECKPOINT).read_text(encoding="utf-8")
+        except OSError:
+            return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def read_checkpoint(folder: Path) -> dict[str, Any]:
     """The checkpoint of the run folder ``folder``, for a resume.
 
     A run killed before its first sync (a power cut) may leave ``checkpoint.json``
-    missing, empty or torn. When the files a resume needs are whole, the checkpoint is
-    rebuilt from them (``rebuilt_checkpoint``); otherwise the error says the run never
-    started."""
+    missing, empty or torn, and its journal without a copy. When the files a resume
+    needs are whole, the checkpoint is rebuilt from them (``rebuilt_checkpoint``);
+    otherwise the error says the run never started."""
+    copy = journaled_copy(folder, CHECKPOINT)
+    if copy is not None:
+        try:
+            data = json.loads(copy)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            return data
     path = folder / CHECKPOINT
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -57,7 +57,13 @@ class ExportStats:
 
 
 def is_run_folder(path: Path) -> bool:
-    return path.is_dir() and (path / "ops").is_dir() and (path / "execir.json").is_file()
+    """A folder with op records and what ran: ``execir.json``, or a journal (whose first
+    line holds its copy when a power cut lost the file)."""
+    return (
+        path.is_dir()
+        and (path / "ops").is_dir()
+        and ((path / "execir.json").is_file() or (path / "journal.jsonl").is_file())
+    )
 
 
 def run_folders(paths: Iterable[Path]) -> list[Path]:

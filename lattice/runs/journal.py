@@ -8,6 +8,13 @@ most the op in flight, and never the model answers that op had already paid for.
 
 Line kinds::
 
+    {"kind": "files", "files": {name: text}}       the files a resume reads, as written:
+                                                    at the start (the journal's first
+                                                    line: workflow.json, execir.json,
+                                                    input.json, state_initial.json,
+                                                    checkpoint.json), then checkpoint.json
+                                                    at every stop and resume (the last
+                                                    line of a stopped run)
     {"kind": "op", "op_seq", "op_id", "port", "next", "steps", "changes": [...],
      "last_result", "usage"?, "answers"?, "output"?}
     {"kind": "op_failed", "op_seq", "op_id", "usage", "provider_state"?}   an op that
@@ -37,6 +44,9 @@ reach the main state through the fork's own line, written when its branches merg
 ``changes`` are the op's changes of ``$vars`` (``StateStore.changes``); ``usage`` is
 the run's usage after the op, present when the op called a model; ``answers`` the
 answers still queued after an ASK; ``output`` the run's output when the op is END.
+The files themselves are written beside the journal but never forced to disk: the journal
+is the one file a run syncs, and its ``files`` lines are what survives a power cut
+(``journaled_copy``; a resume puts back a starting file the cut left missing or torn).
 A line cut short by a crash (no newline, or not JSON) is dropped when the folder is
 reopened; a line of a kind this reader does not know is passed over. Journals written
 before requests had lines of their own have answers without ``model_class``: each of
@@ -54,6 +64,8 @@ from typing import Any
 from lattice.errors import LatticeUserError
 
 JOURNAL = "journal.jsonl"
+FILES = "files"
+"""The kind of a line holding copies of files a resume reads."""
 
 
 def read_lines(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
@@ -181,6 +193,56 @@ def read_journal(folder: Path) -> JournalState | None:
             if "provider_state" in line:
                 state.provider_state = line["provider_state"]
     return state
+
+
+def journaled_copy(folder: Path, name: str) -> str | None:
+    """The text of the run file ``name`` as the journal of ``folder`` last recorded it (its
+    last whole ``files`` line naming it), or None: no journal, or one that recorded no
+    copy of it (a folder written before copies were journaled). Read from the end: a
+    stopped run's copy of ``checkpoint.json`` is its last line."""
+    try:
+        with (folder / JOURNAL).open("rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            window = _TAIL
+            while True:
+                start = max(0, size - window)
+                file.seek(start)
+                data = file.read(size - start)
+                # the window's first line is cut (unless it starts the file)
+                first = 0 if start == 0 else (data.find(b"\n") + 1 or len(data))
+                found = _last_copy(data, first, name)
+                if found is not None or start == 0:
+                    return found
+                window *= 8
+    except OSError:
+        return None
+
+
+_TAIL = 1 << 16
+"""Bytes of a journal's end read first when looking for a copy."""
+
+
+def _last_copy(data: bytes, first: int, name: str) -> str | None:
+    """``journaled_copy`` within the complete lines of ``data`` from offset ``first``."""
+    end = data.rfind(b"\n")  # what follows the last newline is torn
+    while end >= first:
+        start = data.rfind(b"\n", first, end) + 1 or first
+        raw = data[start:end]
+        end = start - 1
+        if b'"files"' not in raw:  # most lines: not parsed
+            continue
+        try:
+            line = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(line, dict) or line.get("kind") != FILES:
+            continue
+        files = line.get("files")
+        if isinstance(files, dict):
+            text = files.get(name)
+            if isinstance(text, str):
+                return text
+    return None
 
 
 def open_append(path: Path) -> Any:

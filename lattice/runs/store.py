@@ -8,12 +8,13 @@ Folder layout (docs/runs.md)::
 
 JSON files are written atomically; ``events.jsonl`` and ``journal.jsonl`` are
 append-only and flushed per line, so a process killed at any moment leaves every line
-it wrote on the OS. With ``durability="fsync"`` (the default) the files a resume needs
-(``state_initial.json``, ``execir.json``, ``checkpoint.json``, the journal) also reach
-the disk before the run moves on: a new run's folder and first files together, before
-its first op (``sync_started``), then the journal at every op boundary. Every text
-passes through ``redact`` before it is written, except the document and its ExecIR
-(``UNMASKED_FILES``), which a resume runs as they are.
+it wrote on the OS. The journal also holds a copy of every file a resume reads
+(``DURABLE_FILES``): the starting files in its first line, ``checkpoint.json`` again in
+its last line when the run stops. So with ``durability="fsync"`` (the default) the
+journal is the one file a run forces to disk: at every op boundary, the first time with
+the run's folder and its entry in the runs folder (``commit``), and once more when the
+run stops (``close``). Every text passes through ``redact`` before it is written, except
+the document and its ExecIR (``UNMASKED_FILES``), which a resume runs as they are.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from lattice.errors import LatticeUserError
-from lattice.files import atomic_write_text, write_replacing
-from lattice.runs.journal import JOURNAL, drop_torn_tail, open_append, read_lines
+from lattice.files import sync_data, sync_directory, write_replacing
+from lattice.runs.journal import FILES, JOURNAL, drop_torn_tail, open_append, read_lines
 from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor
 
@@ -89,7 +90,8 @@ process loses nothing it wrote, a power cut may lose the last writes)."""
 DURABLE_FILES = frozenset(
     {"workflow.json", "execir.json", "input.json", "state_initial.json", "checkpoint.json"}
 )
-"""Files a resume reads: forced to disk when written under ``durability="fsync"``."""
+"""Files a resume reads: each write is copied into the journal (a ``files`` line), which
+is what reaches the disk under ``durability="fsync"``."""
 
 UNMASKED_FILES = frozenset({"workflow.json", "execir.json"})
 """Files written as they are, never masked: a resume runs what they say, so masking may
@@ -142,12 +144,14 @@ class RunRecorder(Protocol):
         ...
 
     async def sync_started(self) -> None:
-        """Make a new run's folder and the files it has written so far durable."""
+        """Record the files a new run has written so far (its starting files) in its
+        journal's first line; they reach the disk with the journal's first commit."""
         ...
 
     async def commit(self, *, here: bool = False) -> None:
-        """Make the journal durable before the next op starts; ``here``: on this thread,
-        for a caller whose event loop has nothing else to do meanwhile (a synchronous run)."""
+        """Make the journal durable before the next op starts (the first commit makes the
+        run's folder durable too); ``here``: on this thread, for a caller whose event loop
+        has nothing else to do meanwhile (a synchronous run)."""
         ...
 
     def close(self) -> None: ...
@@ -238,9 +242,11 @@ class FolderRecorder:
         self._syncing: asyncio.Future[None] | None = None
         """The journal's last sync, while it runs."""
         self._ops = run_dir / "ops"
-        self._starting: list[int] | None = [] if durability == "fsync" and not resume else None
-        """A new folder's first durable files, still open: ``sync_started`` forces them to
-        disk together with the folder (one round of parallel syncs, not two per file)."""
+        self._starting: dict[str, str] | None = None if resume else {}
+        """A new run's durable files until ``sync_started`` copies them into the journal."""
+        self.folder_synced = False
+        """Whether the folder's entries (and its own entry in the runs folder) were forced
+        to disk: by the first sync of the journal, new run or resumed one alike."""
 
     def event_summary(self) -> tuple[int, int]:
         """The highest event sequence number in ``events.jsonl`` (0 when none) and the
@@ -263,14 +269,12 @@ class FolderRecorder:
     def write_text(self, name: str, text: str) -> None:
         if name not in UNMASKED_FILES:
             text = self._redact(text)
-        if self.durability != "fsync" or name not in DURABLE_FILES:
-            write_replacing(self._dir / name, text)
-        elif self._starting is not None:  # new files: forced to disk by sync_started
-            fd = write_replacing(self._dir / name, text, keep_open=True)
-            assert fd is not None
-            self._starting.append(fd)
-        else:
-            atomic_write_text(self._dir / name, text, durable=True)
+        if name in DURABLE_FILES:
+            if self._starting is not None:
+                self._starting[name] = text  # the journal's first line (sync_started)
+            else:
+                self.journal({"kind": FILES, "files": {name: text}})  # before the file
+        write_replacing(self._dir / name, text)
 
     def append_event(self, event: dict[str, Any]) -> None:
         if self._events is None:
@@ -288,32 +292,12 @@ class FolderRecorder:
         self._unsynced = True
 
     async def sync_started(self) -> None:
-        """Force the new folder (its entry in the runs directory, its own entries) and the
-        durable files written so far to disk: in parallel, so that the file system commits
-        them together."""
-        fds, self._starting = self._starting, None
-        if fds is None:
-            return
-        try:
-            for folder in (self._dir, self._dir.parent):
-                fds.append(os.open(folder, os.O_RDONLY))
-        except OSError as exc:
-            _close_all(fds)
-            raise LatticeUserError(f"cannot sync run folder {self._dir}: {exc.strerror}") from exc
-        loop = asyncio.get_running_loop()
-        syncs = asyncio.gather(
-            *(loop.run_in_executor(None, os.fsync, fd) for fd in fds), return_exceptions=True
-        )
-        # closed once every sync has returned, even if this run is cancelled meanwhile
-        syncs.add_done_callback(lambda _: _close_all(fds))
-        results = await asyncio.shield(syncs)
-        for result in results:
-            if isinstance(result, OSError):
-                raise LatticeUserError(
-                    f"cannot sync run folder {self._dir}: {result.strerror}"
-                ) from result
-            if isinstance(result, BaseException):
-                raise result
+        """Copy the starting files written so far into the journal's first line. Nothing
+        is forced to disk here: the journal's first commit makes the folder, those files
+        and the first op durable together."""
+        files, self._starting = self._starting, None
+        if files:
+            self.journal({"kind": FILES, "files": files})
 
     async def commit(self, *, here: bool = False) -> None:
         if self.durability != "fsync":
@@ -324,32 +308,41 @@ class FolderRecorder:
                 await asyncio.shield(self._syncing)
             return
         self._unsynced = False
-        fd = self._journal.fileno()
         if here:
-            os.fdatasync(fd)
+            self.sync_journal(self._journal.fileno())
             return
-        self._syncing = asyncio.get_running_loop().run_in_executor(None, os.fdatasync, fd)
+        fd = self._journal.fileno()
+        self._syncing = asyncio.get_running_loop().run_in_executor(None, self.sync_journal, fd)
         await asyncio.shield(self._syncing)
 
+    def sync_journal(self, fd: int) -> None:
+        """Force the journal (open on ``fd``) to disk, and the first time the folder's
+        entries and the runs folder's entry for it: the one sync of an op boundary."""
+        sync_data(fd)
+        if self.folder_synced:
+            return
+        try:
+            sync_directory(self._dir)
+            sync_directory(self._dir.parent)
+        except OSError as exc:
+            raise LatticeUserError(f"cannot sync run folder {self._dir}: {exc.strerror}") from exc
+        self.folder_synced = True
+
     def close(self) -> None:
-        if self._starting:  # the run stopped before sync_started
-            _close_all(self._starting)
-            self._starting = None
+        self._starting = None
         if self._events is not None:
             self._events.close()
             self._events = None
         try:
             if not self._journal.closed:
-                if self._unsynced and self.durability == "fsync":
-                    os.fdatasync(self._journal.fileno())
-                self._journal.close()
+                try:
+                    if self._unsynced and self.durability == "fsync":
+                        self._unsynced = False
+                        self.sync_journal(self._journal.fileno())
+                finally:
+                    self._journal.close()
         finally:
             self.ownership.release()
-
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        os.close(fd)
 
 
 class RunStore:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.errors import LatticeUserError
-from lattice.runs.checkpoint import status_of
+from lattice.runs.checkpoint import load_checkpoint, status_of
 
 
 def _load(path: Path) -> Any:
@@ -25,7 +25,7 @@ def list_runs(root: Path) -> str:
     rows = []
     for folder in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
         result = _load(folder / "result.json") or {}
-        checkpoint = _load(folder / "checkpoint.json")
+        checkpoint = load_checkpoint(folder)
         usage = result.get("usage") or {}
         failure = result.get("failure") or {}
         status = status_of(checkpoint) if checkpoint is not None else result.get("status", "?")
@@ -89,7 +89,7 @@ def show_run(folder: Path) -> str:
     if not (folder / "events.jsonl").is_file():
         raise LatticeUserError(f"{folder} is not a run folder (no events.jsonl)")
     result = _load(folder / "result.json") or {}
-    checkpoint = _load(folder / "checkpoint.json")
+    checkpoint = load_checkpoint(folder)
     status = status_of(checkpoint) if checkpoint is not None else result.get("status", "?")
     took = _duration(folder / "events.jsonl")
     took_text = f" in {took:.2f}s" if took is not None else ""

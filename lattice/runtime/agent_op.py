@@ -66,6 +66,11 @@ class AgentExecutor(LLMWriteExecutor):
                 mask=ctx.redact,
             )
             ctx.emit("agent_started", {"tools": list(box.names), "refused": self._refused()})
+            if box.missing:
+                ctx.emit(
+                    "agent_tool_missing",
+                    {"node": op.source_node, "tools": list(box.missing)},
+                )
             messages = self.render(ctx)
             try:
                 value, attempts = await self.call(

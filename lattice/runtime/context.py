@@ -115,6 +115,8 @@ class RunContext:
         """Nothing takes events as they happen: keep them compact until they are read."""
         self._listeners = listeners
         self.seq = seq
+        self.now: Callable[[], str] = utc_now
+        """The clock events are stamped with (a durable engine's workflow gives its own)."""
         self.last_result: str | None = None
         self.current_op: str | None = None
         self.current_node: str | None = None
@@ -213,7 +215,7 @@ class RunContext:
         if self._compact and not self._listeners:
             self._keep((seq, time.time(), type_, op_id, node_id, data))
             return
-        event = make_event(seq, utc_now(), self.run_id, type_, op_id, node_id, data)
+        event = make_event(seq, self.now(), self.run_id, type_, op_id, node_id, data)
         if self.branch is not None:
             event["branch"] = self.branch
         self.events.add_built(event)
@@ -228,7 +230,7 @@ class RunContext:
         op_id, node_id = self.current_op, self.current_node
         if op_id is None:
             node_id = None
-        event = make_event(self.root.seq, utc_now(), self.run_id, type_, op_id, node_id, data)
+        event = make_event(self.root.seq, self.now(), self.run_id, type_, op_id, node_id, data)
         if self.branch is not None:
             event["branch"] = self.branch
         for listener in listeners:

@@ -4,7 +4,11 @@ op in flight had already paid for from the journal instead of asking the model a
 
 It is the run's tool journal too (``lattice.agents.loop.ToolJournal``): an agent op's
 tool calls are journaled before they run and their results as they come back, and a
-resumed run's op in flight finds them here."""
+resumed run's op in flight finds them here.
+
+``FolderJournal`` is the run folder as the walk's ``Durability``
+(``lattice.runtime.durability``): the journal and op records go to the folder's
+recorder, and each track's provider is a ``JournaledProvider``."""
 
 from __future__ import annotations
 
@@ -24,6 +28,29 @@ from lattice.llm.base import (
 )
 from lattice.runs.store import RunRecorder
 from lattice.runtime.context import Interrupted
+
+
+class FolderJournal:
+    """The run folder as the walk's durability: ``recorder``'s journal, commit and op
+    records (a recorder without a folder keeps nothing, and journals nothing)."""
+
+    def __init__(self, recorder: RunRecorder) -> None:
+        self.recorder = recorder
+        self.journals = self.keeps_records = recorder.run_dir is not None
+        self.journal = recorder.journal
+        self.commit = recorder.commit
+        self.write_op = recorder.write_op
+
+    def provider(
+        self,
+        inner: LLMProvider,
+        recorded: Iterable[dict[str, Any]] = (),
+        *,
+        branch: str | None = None,
+    ) -> LLMProvider:
+        if not self.journals:
+            return inner
+        return JournaledProvider(inner, self.recorder, recorded, branch=branch)
 
 
 class JournaledProvider:

@@ -40,7 +40,7 @@ from lattice.runs.checkpoint import (
     read_checkpoint,
     status_of,
 )
-from lattice.runs.folder import read_run_json
+from lattice.runs.folder import read_run_json, restore_journaled_files
 from lattice.runs.journal import JournalState, read_journal
 from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor, make_redactor
@@ -63,7 +63,7 @@ from lattice.runtime.events import utc_now
 from lattice.runtime.executors import build_executor, normalize_answer
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
-from lattice.runtime.journaled import JournaledProvider
+from lattice.runtime.journaled import FolderJournal
 from lattice.runtime.results import RunResult
 from lattice.runtime.resume import (
     Position,
@@ -470,6 +470,7 @@ class Runner:
         store: RunStore | None,
     ) -> ReopenedRun:
         """``reopen``, once this process owns ``folder``."""
+        restore_journaled_files(folder)
         checkpoint = read_checkpoint(folder)
         if checkpoint.get("status") == "completed":
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
@@ -607,10 +608,10 @@ class Runner:
     ) -> RunContext:
         for listener in self._state_listeners:
             state.subscribe(listener)
-        provider = self.provider
-        if recorder.run_dir is not None:
+        durability = FolderJournal(recorder)
+        if durability.journals:
             state.changes = []
-            provider = JournaledProvider(provider, recorder, recorded_answers or ())
+        provider = durability.provider(self.provider, recorded_answers or ())
         state.limit(self.settings.state_limits)
         ctx = RunContext(
             run_id=run_id,
@@ -631,7 +632,7 @@ class Runner:
             redact=redact,
             secret_names=self.settings.secret_names(),
         )
-        ctx.walk = WalkState(base_provider=self.provider)
+        ctx.walk = WalkState(base_provider=self.provider, durability=durability)
         return ctx
 
     async def _walk(self, ctx: RunContext, position: Position) -> RunResult:
@@ -649,9 +650,9 @@ class Runner:
             ctx.current_op = None
             return self._finish(ctx, "completed", output, None, None, counters, track.op_seq)
         except HaltRun as halt:
-            if recorder.run_dir is not None and ctx.branch is None:
+            if ctx.walk.durability.journals and ctx.branch is None:
                 # a halted op leaves no record: its number is used again
-                recorder.journal(stopped_line(ctx, track.op_seq - 1, track.current))
+                ctx.walk.durability.journal(stopped_line(ctx, track.op_seq - 1, track.current))
             report = failure_report(
                 halt,
                 phase="run",
@@ -706,6 +707,8 @@ class Runner:
             self._active.pop(ctx.run_id, None)
             try:
                 await ctx.aclose()
+                # the stop: the journal's last lines (the end op's, the final checkpoint)
+                await recorder.commit(here=ctx.walk.commit_here)
             finally:
                 recorder.close()
                 ctx.detach()

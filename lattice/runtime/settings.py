@@ -157,6 +157,10 @@ def agent_settings_from_config(config: LatticeConfig) -> AgentSettings:
         mcp_servers=tuple(agents.mcp_servers),
         patch_only=agents.patch_only,
         tool_timeout=agents.tool_timeout,
+        shell_tmp_bytes=agents.shell_tmp_bytes,
+        shell_file_bytes=agents.shell_file_bytes,
+        shell_write_bytes=agents.shell_write_bytes,
+        shell_write_files=agents.shell_write_files,
     )
     return AgentSettings(
         grant=grant,

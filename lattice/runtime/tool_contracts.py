@@ -12,7 +12,8 @@ import json
 from typing import Any
 
 from lattice.ir.models import LLMWriteOp
-from lattice.tools.mcp import ToolSessions, ToolSpec
+from lattice.llm.base import ToolDef
+from lattice.tools.mcp import ToolSessions
 
 
 async def tool_contract(op: LLMWriteOp, tools: ToolSessions) -> tuple[dict[str, Any], str]:
@@ -25,7 +26,7 @@ async def tool_contract(op: LLMWriteOp, tools: ToolSessions) -> tuple[dict[str, 
     return selection_schema(specs), _describe(specs)
 
 
-def selection_schema(specs: list[ToolSpec]) -> dict[str, Any]:
+def selection_schema(specs: list[ToolDef]) -> dict[str, Any]:
     """``{"tool": <one of specs>, "arguments": <that tool's inputSchema>}``."""
     return {
         "type": "object",
@@ -50,7 +51,7 @@ def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return clean or {"type": "object"}
 
 
-def _describe(specs: list[ToolSpec]) -> str:
+def _describe(specs: list[ToolDef]) -> str:
     lines = []
     for spec in specs:
         lines.append(f"- {spec.name}: {spec.description.strip() or '(no description)'}")

@@ -2,9 +2,13 @@
 
 A *track* is one line of execution: the run's main walk, or one branch of a FORK (or one
 item of a FOR_EACH). ``Walker.run_track`` executes a track's ops until it ends (END, an
-op with no way on) or arrives at the JOIN its branch stops at. Each op is recorded
-(``ops/``), committed to the journal with the state changes it made, and only then is
-the next op started.
+op with no way on) or arrives at the JOIN its branch stops at. Each op is recorded,
+committed with the state changes it made, and only then is the next op started: where
+records and commits go is the run's ``Durability`` (``lattice.runtime.durability``: the
+run folder's journal, or a durable engine's history), which the walk does not know.
+Two lines wait for a later commit: the entry op's (it does nothing; the first op's
+commit carries it) and the line of a track's last op (the join's commit, or the run's
+stop, carries it).
 
 A FORK starts one track per branch over a fork of the state (``StateStore.fork``), waits
 for all of them, and merges their changes in branch order: the result does not depend
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,7 +35,6 @@ from lattice.llm.base import CheckpointedProvider
 from lattice.runs.redaction import redact_value
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
 from lattice.runtime.executors import Executor
-from lattice.runtime.journaled import JournaledProvider
 from lattice.runtime.walk_state import BranchResume, Counters
 
 if TYPE_CHECKING:
@@ -46,7 +50,7 @@ YIELD_EVERY = 64
 class Step:
     """What the walk needs of one op, gathered once per Runner."""
 
-    __slots__ = ("control", "edges", "executor", "is_end", "kind", "node", "op")
+    __slots__ = ("control", "edges", "executor", "is_end", "is_start", "kind", "node", "op")
 
     def __init__(self, op: Op, executor: Executor | None, edges: dict[str, str]) -> None:
         self.op = op
@@ -55,6 +59,9 @@ class Step:
         self.node = op.source_node
         self.kind = op.kind
         self.is_end = op.kind == "END"
+        self.is_start = op.kind == "START"
+        """Its line needs no sync of its own: the entry op does nothing, and its line
+        reaches the disk with the first op's, before anything the run does outside."""
         self.control = op.kind in CONTROL_KINDS
         """The walk runs it itself: it starts tracks of its own."""
 
@@ -102,7 +109,14 @@ class Walker:
         max_steps: int,
         max_visits: int,
         max_parallel: int,
+        clock: Callable[[], float] = time.perf_counter,
+        wait: Callable[..., Any] = asyncio.wait,
     ) -> None:
+        """``clock`` times ops (seconds) and ``wait`` waits for a fork's branches
+        (``asyncio.wait``'s signature): a durable engine whose walk must replay the same
+        gives its own deterministic ones."""
+        self.clock = clock
+        self.wait = wait
         self.ir = ir
         self.steps = steps
         self.reads = reads
@@ -117,7 +131,8 @@ class Walker:
         each op is entered, executed, routed and committed in turn."""
         ctx = track.ctx
         counters: Counters = ctx.root.walk.counters
-        journaled = ctx.recorder.run_dir is not None
+        durability = ctx.root.walk.durability
+        journaled = durability.journals
         task = asyncio.current_task()
         current = track.current
         while current is not None:
@@ -125,7 +140,7 @@ class Walker:
                 return TrackEnd("arrived")
             step = self.steps[current]
             self._enter(track, step, current, counters)
-            started = time.perf_counter()
+            started = self.clock()
             calls_before = ctx.usage.requests
             try:
                 if step.control or ctx.branch is not None:
@@ -144,7 +159,8 @@ class Walker:
             nxt, output = self._route(ctx, step, current, outcome)
             if journaled:
                 self._journal(track, step, outcome, nxt, counters, calls_before, output)
-                await ctx.recorder.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
+                if nxt is not None and not step.is_start:
+                    await durability.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
             else:
                 self._keep_changes(track)
             if nxt is None:
@@ -195,7 +211,7 @@ class Walker:
             # The main walk journals its own halted op (Runner); a branch's gets its line
             # here, or the answers it had would count as still to be replayed, though the
             # resumed op asks again (with the answer given).
-            ctx.recorder.journal(stopped_line(ctx, track.op_seq, current))
+            ctx.root.walk.durability.journal(stopped_line(ctx, track.op_seq, current))
 
     def _failed(
         self,
@@ -219,7 +235,7 @@ class Walker:
             # branches keep their ids.
             if journaled and not isinstance(exc, Interrupted):
                 seq = track.op_seq - 1 if step.control else track.op_seq
-                ctx.recorder.journal(stopped_line(ctx, seq, current))
+                ctx.root.walk.durability.journal(stopped_line(ctx, seq, current))
             raise exc from (None if exc is raised else raised)
         # Masked: the report goes into state, where a later node may send it on.
         report = redact_value(run_failure(ctx, exc, phase="op").to_json(), ctx.redact)
@@ -260,7 +276,7 @@ class Walker:
         ctx = track.ctx
         if ctx.branch is not None and ctx.state.changes:
             self._keep_for_join(track)
-        ctx.recorder.journal(
+        ctx.root.walk.durability.journal(
             _commit_line(ctx, step, track.op_seq, outcome, nxt, counters, calls_before, output)
         )
 
@@ -373,12 +389,11 @@ class Walker:
         root = ctx.root
         resume: BranchResume | None = root.walk.resume_branches.pop(branch_id, None)
         state = ctx.state.fork()
-        provider = root.walk.base_provider
-        assert provider is not None  # set by the Runner before the walk
-        if ctx.recorder.run_dir is not None:
-            provider = JournaledProvider(
-                provider, ctx.recorder, resume.answers if resume else (), branch=branch_id
-            )
+        base = root.walk.base_provider
+        assert base is not None  # set by the Runner before the walk
+        provider = root.walk.durability.provider(
+            base, resume.answers if resume else (), branch=branch_id
+        )
         child = ctx.branch_context(state, branch_id, replace(root.llm, provider=provider))
         track = Track(child, entry, stop_at=stop_at)
         if resume is not None and resume.lines:
@@ -420,9 +435,9 @@ class Walker:
 
         tasks = [asyncio.ensure_future(one(track)) for track in tracks]
         try:
-            pending = set(tasks)
+            pending = list(tasks)  # in order: a deterministic ``wait`` keeps it
             while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                done, pending = await self.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
                 failed = any(t.exception() is not None for t in done)
                 if failed and fail_fast:
                     for track in tracks:
@@ -468,13 +483,14 @@ class Walker:
         *,
         error: LatticeRunError | None = None,
     ) -> None:
-        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        duration_ms = round((self.clock() - started) * 1000, 3)
         if outcome is not None:
             ctx.emit("op_finished", {"duration_ms": duration_ms, "port": outcome.port})
         else:
             error_type = error.error_type if error else "error"
             ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error_type})
-        if ctx.recorder.run_dir is None:
+        durability = ctx.root.walk.durability
+        if not durability.keeps_records:
             return
         label = track.label
         op = self.ir.ops[op_id]
@@ -499,7 +515,7 @@ class Walker:
                 **{k: v for k, v in error.details.items() if k != "attempts"},
             }
             record["attempts"] = error.details.get("attempts", [])
-        ctx.recorder.write_op(label, op_id, record)
+        durability.write_op(label, op_id, record)
 
 
 def run_failure(ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:

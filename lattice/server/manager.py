@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.errors import LatticeUserError
-from lattice.runs.checkpoint import status_of
+from lattice.runs.checkpoint import load_checkpoint, status_of
 from lattice.runs.redaction import PieceMasker
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.events import utc_now
@@ -167,7 +167,7 @@ class RunManager:
         if run_id in self.active:
             return "running"
         if checkpoint is None:
-            checkpoint = read_json(self.runs_dir / run_id / "checkpoint.json")
+            checkpoint = load_checkpoint(self.runs_dir / run_id)
         checkpoint = checkpoint if isinstance(checkpoint, dict) else None
         ended = self.ended_ahead(run_id, checkpoint)
         if ended is not None:
@@ -344,7 +344,7 @@ class RunManager:
     def describe(self, run_id: str) -> dict[str, Any]:
         """Everything the API says about one run."""
         folder = self.folder(run_id)
-        checkpoint = read_json(folder / "checkpoint.json")
+        checkpoint = load_checkpoint(folder)
         checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
         ended = None if run_id in self.active else self.ended_ahead(run_id, checkpoint)
         status = ended.status if ended is not None else self.status(run_id, checkpoint)
@@ -364,9 +364,11 @@ class RunManager:
                 failure = read_json(folder / "failure_report.json")
             failure = failure or result.get("failure")
             if isinstance(failure, dict):  # what to do next, said in this API's terms
-                own = (failure.get("details") or {}).get("recovery_action")
+                details = failure.get("details") or {}
+                own = details.get("recovery_action")
                 step = own if isinstance(own, str) else next_step(run_id, status)
-                failure = {**failure, "recovery_action": step}
+                resumable = details.get("resumable") is not False
+                failure = {**failure, "recovery_action": step, "resumable": resumable}
         elif status == "interrupted":
             failure = {
                 "phase": "run",
@@ -374,6 +376,7 @@ class RunManager:
                 "category": "interrupted",
                 "summary": "the process that ran it stopped while it was running",
                 "recovery_action": next_step(run_id, status),
+                "resumable": True,
             }
         out: dict[str, Any] = {
             "run_id": run_id,
@@ -402,7 +405,7 @@ class RunManager:
         key = (_mtime(folder / "checkpoint.json"), _mtime(folder / "result.json"))
         cached = self._summaries.get(run_id)
         if cached is None or cached[0] != key:
-            checkpoint = read_json(folder / "checkpoint.json")
+            checkpoint = load_checkpoint(folder)
             checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
             result = read_json(folder / "result.json")
             result = result if isinstance(result, dict) else {}

@@ -36,6 +36,7 @@ from starlette.responses import FileResponse, Response
 
 from lattice.batch.diff import diff_runs
 from lattice.ir.serialize import ir_to_dict
+from lattice.runs.folder import load_run_json
 from lattice.runs.store import safe_name
 from lattice.server.errors import ApiError, diagnostics_json, not_found
 from lattice.server.graph import document_graph, run_graph
@@ -186,8 +187,8 @@ def add_panel_routes(  # noqa: C901
     @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
     def graph_of_run(run_id: str) -> Response:
         folder = manager.folder(run_id)
-        document = read_json(folder / "workflow.json")
-        ir = read_json(folder / "execir.json")
+        document = load_run_json(folder, "workflow.json")
+        ir = load_run_json(folder, "execir.json")
         if document is None and ir is None:
             raise not_found(f"run {run_id} has neither workflow.json nor execir.json")
         return respond(200, run_graph(document, ir))
@@ -198,7 +199,7 @@ def add_panel_routes(  # noqa: C901
         at: Annotated[str, Query(pattern="^(initial|final)$")] = "initial",
     ) -> Response:
         folder = manager.folder(run_id)
-        state = read_json(folder / f"state_{at}.json")
+        state = load_run_json(folder, f"state_{at}.json")
         if state is None:
             raise not_found(f"run {run_id} has no state_{at}.json (yet)")
         return respond(200, state)
@@ -232,7 +233,9 @@ def add_panel_routes(  # noqa: C901
                 ],
             )
         files = op_files(folder)
-        graph = run_graph(read_json(folder / "workflow.json"), read_json(folder / "execir.json"))
+        graph = run_graph(
+            load_run_json(folder, "workflow.json"), load_run_json(folder, "execir.json")
+        )
         mine = {safe_name(op_id) for op_id, entry in graph["ops"].items() if entry["node"] == node}
         chosen = [(label, path) for label, name, path in files if name in mine]
         records = []

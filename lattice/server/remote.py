@@ -64,7 +64,7 @@ def run_json(view: RunView) -> dict[str, Any]:
     if isinstance(failure, dict) and view.status in ("failed", "halted", "interrupted"):
         own = (failure.get("details") or {}).get("recovery_action")
         step = own if isinstance(own, str) else _next_step(view.run_id, view.status)
-        failure = {**failure, "recovery_action": step}
+        failure = {**failure, "recovery_action": step, "resumable": False}  # never, here
     else:
         failure = None
     usage = view.usage or None

@@ -1,58 +1,41 @@
 """Run folders written from a shared event loop, without waiting on the disk there.
 
-Under ``durability = "fsync"`` a run forces the files a resume reads (``checkpoint.json``,
-``execir.json``, …) to disk when it writes them, and its journal at every op boundary.
-The journal's ``fdatasync`` already runs in a worker thread; the other files are forced
-in the calling thread, which in a CLI run costs nothing but in a server holds up every
-other run and every event stream on the loop (about 40 ms per run start on an ext4
-disk: a dozen fsyncs of files and folders).
+Under ``durability = "fsync"`` a run forces one file to disk, its journal: at every op
+boundary (the first time with the run's folder), and once more when it stops
+(``lattice.runs.store``). A commit's sync already runs in a worker thread; the one a
+run's stop makes (``close``) would run in the calling thread, which in a CLI run costs
+nothing but in a server holds up every other run and every event stream on the loop.
 
-``LoopStore`` writes the same files the same way, but hands each of those fsyncs to a
-worker thread, and the run's next journal commit (the end of its first op, for the
-files written at its start) waits for them before the run moves on: as with the CLI,
-a power cut loses at most the op in flight. Op records (``ops/<seq>-<opId>.json``,
-which describe a run but are not what a resume reads) are serialised on the loop, as
-the op ends, and written to their files by a worker thread. Events are appended to
-``events.jsonl`` once per step of the run rather than once per event (a step emits three
-to five), or as soon as ``FLUSH_LINES`` wait, always before the journal line that commits
-their op; ``on_line`` is handed each event's line exactly as the file gets it. ``settle()`` waits for all of it: the
-server reports a run stopped only once its folder says so.
+``LoopStore`` writes the same files the same way, but hands that last sync to a worker
+thread too. Op records (``ops/<seq>-<opId>.json``, which describe a run but are not
+what a resume reads) are serialised on the loop, as the op ends, and written to their
+files by a worker thread. Events are appended to ``events.jsonl`` once per step of the
+run rather than once per event (a step emits three to five), or as soon as
+``FLUSH_LINES`` wait, always before the journal line that commits their op; ``on_line``
+is handed each event's line exactly as the file gets it. ``settle()`` waits for all of
+it: the server reports a run stopped only once its folder says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from lattice.files import atomic_write_text, sync_directory
+from lattice.files import atomic_write_text
 from lattice.runs.journal import JOURNAL, open_append
 from lattice.runs.ownership import Ownership
 from lattice.runs.redaction import Redactor
-from lattice.runs.store import (
-    DURABLE_FILES,
-    Durability,
-    FolderRecorder,
-    RunRecorder,
-    RunStore,
-    safe_name,
-)
+from lattice.runs.store import Durability, FolderRecorder, RunRecorder, RunStore, safe_name
 from lattice.server.events import KEEP
 
 FLUSH_LINES = KEEP // 4
 """Event lines a recorder holds at most before it appends them to ``events.jsonl``: well
 under what an ``EventChannel`` keeps, so that every event the channel no longer holds is
 in the file already (a watcher reads what it missed from there)."""
-
-
-def _force(path: Path, *, folder: bool) -> None:
-    """fsync ``path`` (a file, or a folder's entries) and, with ``folder``, its parent's
-    entry for it."""
-    sync_directory(path)  # an fsync of any file opened read-only
-    if folder:
-        sync_directory(path.parent)
 
 
 EventLine = Callable[[int, str], None]
@@ -73,38 +56,17 @@ class LoopRecorder(FolderRecorder):
         on_line: EventLine | None = None,
         ownership: Ownership | None = None,
     ) -> None:
-        # Opened as "os" so that creating the folder does not force it to disk here.
         super().__init__(
-            run_dir, redact=redact, resume=resume, durability="os", ownership=ownership
+            run_dir, redact=redact, resume=resume, durability=durability, ownership=ownership
         )
-        self.durability = durability
         self.pending: list[asyncio.Future[None]] = []
-        """fsyncs the next commit waits for."""
+        """The stop's sync, while it runs."""
         self.background: list[asyncio.Future[None]] = []
         """Op records being written."""
         self._mask = redact or (lambda text: text)
-        self._journal_written = False
         self.on_line = on_line
         self._lines: list[str] = []
         self._event_file: IO[str] | None = None
-        if durability == "fsync" and not resume:
-            self._later(run_dir, folder=True)
-
-    def _later(self, path: Path, *, folder: bool) -> None:
-        loop = asyncio.get_running_loop()
-        self.pending.append(loop.run_in_executor(None, lambda: _force(path, folder=folder)))
-
-    def write_text(self, name: str, text: str) -> None:
-        if self.durability != "fsync" or name not in DURABLE_FILES:
-            super().write_text(name, text)
-            return
-        self.durability = "os"
-        try:
-            super().write_text(name, text)
-        finally:
-            self.durability = "fsync"
-        assert self.run_dir is not None
-        self._later(self.run_dir / name, folder=True)
 
     def append_event(self, event: dict[str, Any]) -> None:
         line = self._mask(json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str))
@@ -147,28 +109,26 @@ class LoopRecorder(FolderRecorder):
     def journal(self, line: dict[str, Any]) -> None:
         self._write_events()  # an op's events are in the file before its commit
         super().journal(line)
-        self._journal_written = True
-
-    async def commit(self, *, here: bool = False) -> None:
-        while self.pending:
-            pending, self.pending = self.pending, []
-            await asyncio.gather(*pending)
-        self._journal_written = False
-        await super().commit(here=here)
 
     def close(self) -> None:
         self._write_events()
         if self._event_file is not None:
             self._event_file.close()
             self._event_file = None
-        durability, self.durability = self.durability, "os"
+        unsynced = self.durability == "fsync" and self._unsynced
+        self._unsynced = False  # synced below, off the loop, once the journal is closed
+        super().close()
+        if unsynced and self.run_dir is not None:
+            journal = self.run_dir / JOURNAL
+            loop = asyncio.get_running_loop()
+            self.pending.append(loop.run_in_executor(None, self._sync_closed, journal))
+
+    def _sync_closed(self, journal: Path) -> None:
+        fd = os.open(journal, os.O_RDONLY)
         try:
-            super().close()
+            self.sync_journal(fd)
         finally:
-            self.durability = durability
-        if durability == "fsync" and self._journal_written and self.run_dir is not None:
-            self._journal_written = False
-            self._later(self.run_dir / JOURNAL, folder=False)
+            os.close(fd)
 
     async def settle(self) -> None:
         """Wait until every file written so far is written (and forced to disk)."""

@@ -42,6 +42,7 @@ from lattice.ir.models import (
     ToolCallOp,
 )
 from lattice.ir.templates import TemplateSyntaxError, parse_path
+from lattice.ir.tool_names import split_mcp_name
 from lattice.llm.examples import example_value
 from lattice.lower.graph import reached, strongly_connected_components
 from lattice.workspace.grants import WorkspaceGrant
@@ -225,7 +226,7 @@ def agent_turns(granted: Iterable[str]) -> list[dict[str, Any]]:
     reading = [
         {"name": name, "arguments": READING_CALLS.get(name, {})}
         for name in names
-        if name in READING_CALLS or name.startswith("mcp__")
+        if name in READING_CALLS or split_mcp_name(name) is not None  # one MCP tool, not a server
     ]
     turns = [{"$tool_calls": reading}] if reading else []
     turns += [

@@ -12,7 +12,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from lattice.tools.mcp import BUILTIN_SERVER_ID, ToolSpec, tool_error
+from lattice.llm.base import ToolDef
+from lattice.tools.mcp import BUILTIN_SERVER_ID, tool_error
 
 
 class BuiltinTools:
@@ -21,10 +22,10 @@ class BuiltinTools:
     def __init__(self, *, repo_root: Path | None) -> None:
         self.repo_root = repo_root
 
-    async def list_tools(self) -> list[ToolSpec]:
+    async def list_tools(self) -> list[ToolDef]:
         from lattice.tools.retrieve import RETRIEVE_CONTEXT_TOOL as tool
 
-        return [ToolSpec(tool["name"], tool["description"], tool["inputSchema"])]
+        return [ToolDef(tool["name"], tool["description"], tool["inputSchema"])]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         if name != "retrieve_context":  # list_tools is checked first; this guards direct use

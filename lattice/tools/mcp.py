@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from lattice.errors import LatticeRunError, install_hint
+from lattice.llm.base import ToolDef
 from lattice.schemas import schema_errors, schema_problems, schema_validator, uses_patterns
 
 BUILTIN_SERVER_ID = "lattice"
@@ -73,26 +74,10 @@ class McpServerSpec:
         return resolved
 
 
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool as its server lists it."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "inputSchema": self.input_schema,
-        }
-
-
 class ToolServer(Protocol):
     """A connected tool server (an MCP session or the built-in one)."""
 
-    async def list_tools(self) -> list[ToolSpec]: ...
+    async def list_tools(self) -> list[ToolDef]: ...
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any: ...
 
@@ -160,7 +145,7 @@ class McpSession:
         self.log = log
         self._stack = AsyncExitStack()
         self._client: Any = None
-        self._tools: list[ToolSpec] | None = None
+        self._tools: list[ToolDef] | None = None
 
     async def open(self) -> McpSession:
         spec = self.spec
@@ -204,14 +189,14 @@ class McpSession:
                 self.log.release_writer()  # the process has its own copy by now
         return self
 
-    async def list_tools(self) -> list[ToolSpec]:
+    async def list_tools(self) -> list[ToolDef]:
         if self._tools is None:
-            tools: list[ToolSpec] = []
+            tools: list[ToolDef] = []
             cursor: str | None = None
             while True:
                 page = await self._request(self._client.list_tools(cursor=cursor), "list_tools")
                 tools += [
-                    ToolSpec(t.name, t.description or "", dict(t.input_schema or {}))
+                    ToolDef(t.name, t.description or "", dict(t.input_schema or {}))
                     for t in page.tools
                 ]
                 cursor = getattr(page, "next_cursor", None)
@@ -315,7 +300,7 @@ class ToolSessions:
         self.emit("tool_session_opened", {"server": server_id, "transport": transport})
         return session
 
-    async def tool(self, server_id: str, name: str) -> ToolSpec:
+    async def tool(self, server_id: str, name: str) -> ToolDef:
         """The server's tool ``name``; an unknown tool is a ``tool_error`` listing the others."""
         tools = await (await self.server(server_id)).list_tools()
         for spec in tools:
@@ -324,7 +309,7 @@ class ToolSessions:
         names = ", ".join(t.name for t in tools) or "none"
         raise tool_error(server_id, f"has no tool {name!r} (its tools: {names})", tool=name)
 
-    async def list_tools(self, server_id: str) -> list[ToolSpec]:
+    async def list_tools(self, server_id: str) -> list[ToolDef]:
         return await (await self.server(server_id)).list_tools()
 
     async def call(self, server_id: str, name: str, arguments: dict[str, Any]) -> Any:

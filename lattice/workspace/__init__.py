@@ -15,7 +15,6 @@ if TYPE_CHECKING:
         WorkspaceGrant,
         is_known_tool,
         parse_tool_list,
-        split_mcp_name,
         suggest_tool,
         tools_for,
     )
@@ -35,7 +34,6 @@ _HOMES = {
     "WorkspaceGrant": "grants",
     "is_known_tool": "grants",
     "parse_tool_list": "grants",
-    "split_mcp_name": "grants",
     "suggest_tool": "grants",
     "tools_for": "grants",
     "ToolRefused": "paths",
@@ -73,7 +71,6 @@ __all__ = [
     "is_known_tool",
     "parse_tool_list",
     "sandbox_problem",
-    "split_mcp_name",
     "suggest_tool",
     "tools_for",
     "workspace_toolsets",

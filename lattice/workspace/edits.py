@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lattice.files import sync_file
 from lattice.tools.toolset import FileChange
 from lattice.workspace.files import read_text
 from lattice.workspace.grants import WorkspaceGrant
@@ -75,7 +76,8 @@ def plan_write(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]
     path = workspace.resolve(_path_arg(args), must_exist=False)
     if path.is_dir():
         raise ToolRefused(f"{workspace.show(path)} is a directory")
-    old = read_text(workspace, grant, path) if path.exists() else None
+    exists = path.exists() or workspace.pending_text(path) is not None
+    old = read_text(workspace, grant, path) if exists else None
     return _change(workspace, path, old, content)
 
 
@@ -126,7 +128,9 @@ def _change(workspace: Workspace, path: Path, old: str | None, new: str) -> File
         )
     )
     before = None
-    if old is not None:
+    if old is not None and workspace.pending_text(path) is not None:
+        before = digest(old.encode("utf-8"))  # patch-only: after the agent's earlier change
+    elif old is not None:
         folder = workspace.open_folder(path.parent)
         try:
             before = file_digest(path, folder_fd=folder)
@@ -180,7 +184,7 @@ def _write_atomically(folder: int, name: str, data: bytes, exists: bool) -> None
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+            sync_file(handle.fileno())
         os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -55,7 +55,11 @@ class Glob:
 
 
 def read_text(workspace: Workspace, grant: WorkspaceGrant, path: Path) -> str:
-    """The text of a workspace file, refusing large and binary files."""
+    """The text of a workspace file, refusing large and binary files; in patch-only mode,
+    the agent's own pending text of it when it changed it."""
+    pending = workspace.pending_text(path)
+    if pending is not None:
+        return pending
     fd = open_for_reading(workspace, path)
     with os.fdopen(fd, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -109,10 +113,18 @@ def list_dir(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]) 
     deadline = time.monotonic() + grant.tool_timeout / 2
     ignore = [Glob(p, deadline) for p in _strings(args, "ignore")]
     entries = []
-    for entry in sorted(os.scandir(path), key=lambda e: e.name):
-        if entry.name == ".git" or any(p.fullmatch(entry.name) for p in ignore):
+    names = {
+        entry.name + ("/" if entry.is_dir(follow_symlinks=False) else "")
+        for entry in os.scandir(path)
+    }
+    for pending in workspace.pending_files(path):  # files only the agent's patches create
+        first = pending.relative_to(path).parts[0]
+        names.add(first if pending.parent == path else first + "/")
+    for name in sorted(names, key=lambda n: n.rstrip("/")):
+        bare = name.rstrip("/")
+        if bare == ".git" or any(p.fullmatch(bare) for p in ignore):
             continue
-        entries.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+        entries.append(name)
     return _listing(entries, grant.max_entries, f"{workspace.show(path)} is empty")
 
 
@@ -144,7 +156,8 @@ def grep(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]) -> s
     only = Glob(args["glob"], deadline) if isinstance(args.get("glob"), str) else None
     out: list[str] = []
     skipped: list[str] = []
-    for file in [start] if start.is_file() else workspace.walk(start):
+    single = start.is_file() or workspace.pending_text(start) is not None
+    for file in [start] if single else workspace.walk(start):
         if only is not None and not (
             only.fullmatch(file.name) or only.fullmatch(workspace.show(file))
         ):

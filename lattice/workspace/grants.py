@@ -3,19 +3,23 @@
 A workflow document may ask for tools (a sub-agent's ``tools``, a built-in agent type);
 only the user's configuration and flags grant them. Every built-in tool answers to its
 Claude Code name and needs one grant: ``read`` (Read, LS, Glob, Grep), ``write`` (Edit,
-MultiEdit, Write), ``shell`` (Bash) or ``web`` (WebFetch). An MCP tool,
-``mcp__<server>__<tool>``, needs its server named in ``mcp_servers``. Nothing is granted
-by default, and nothing at all without a workspace root, except the web.
+MultiEdit, Write), ``shell`` (Bash) or ``web`` (WebFetch). MCP tools are named as
+Claude Code names them: ``mcp__<server>__<tool>`` is one tool, ``mcp__<server>`` and
+``mcp__<server>__*`` are every tool of the server; a node asks in those names, and
+``mcp_servers`` grants in them too (a bare server id is the whole server). Nothing is
+granted by default, and nothing at all without a workspace root, except the web.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lattice.errors import Suggester
+from lattice.ir.tool_names import mcp_grant_entry, parse_mcp_name
 
 if TYPE_CHECKING:
     from lattice.ir.models import ExecIR
@@ -44,20 +48,10 @@ BUILTIN_TYPE_TOOLS: dict[str, tuple[str, ...]] = {
 
 GRANTS = ("read", "write", "shell", "web")
 
-MCP_PREFIX = "mcp__"
-
-
-def split_mcp_name(name: str) -> tuple[str, str] | None:
-    """``("server", "tool")`` for ``mcp__server__tool``; None for any other name."""
-    if not name.startswith(MCP_PREFIX):
-        return None
-    server, sep, tool = name[len(MCP_PREFIX) :].partition("__")
-    return (server, tool) if sep and server and tool else None
-
 
 def is_known_tool(name: str) -> bool:
-    """A built-in tool's Claude Code name, or a well-formed ``mcp__server__tool``."""
-    return name in CLAUDE_CODE_TOOLS or split_mcp_name(name) is not None
+    """A built-in tool's Claude Code name, or a well-formed MCP name (one tool or a server)."""
+    return name in CLAUDE_CODE_TOOLS or parse_mcp_name(name) is not None
 
 
 def suggest_tool(name: str) -> str | None:
@@ -94,6 +88,7 @@ class WorkspaceGrant:
     shell: bool = False
     web: bool = False
     mcp_servers: tuple[str, ...] = ()
+    """Entries of ``mcp_grant_entry``'s forms: whole servers, or single tools."""
     patch_only: bool = False
     tool_timeout: float = 30.0
     """Seconds one tool call may take (the shell's command included)."""
@@ -106,6 +101,14 @@ class WorkspaceGrant:
     shell_memory_bytes: int = 1_073_741_824
     shell_processes: int = 128
     shell_output_bytes: int = 64_000
+    shell_tmp_bytes: int = 128_000_000
+    """The size of a command's private ``/tmp`` (memory-backed, so capped on its own)."""
+    shell_file_bytes: int = 100_000_000
+    """The largest file a command may write (``RLIMIT_FSIZE``)."""
+    shell_write_bytes: int = 1_000_000_000
+    """What one command may add to the workspace, in bytes of disk; it is stopped past it."""
+    shell_write_files: int = 10_000
+    """How many files (and folders) one command may add to the workspace."""
 
     def __post_init__(self) -> None:
         if self.root is not None:
@@ -116,6 +119,26 @@ class WorkspaceGrant:
         if kind == "web":
             return self.web
         return self.root is not None and bool(getattr(self, kind))
+
+    @cached_property
+    def _mcp_grants(self) -> dict[str, frozenset[str] | None]:
+        grants: dict[str, frozenset[str] | None] = {}
+        for entry in self.mcp_servers:
+            parsed = mcp_grant_entry(entry)
+            if parsed is None:
+                continue
+            server, tool = parsed
+            held = grants.get(server, frozenset())
+            if tool is None or held is None:
+                grants[server] = None
+            else:
+                grants[server] = held | {tool}
+        return grants
+
+    def mcp_tools(self, server: str) -> frozenset[str] | None:
+        """The tools of MCP server ``server`` granted: None for all of them, else their
+        names (empty: none)."""
+        return self._mcp_grants.get(server, frozenset())
 
     def decide(self, asked: Iterable[str]) -> ToolDecision:
         """Split ``asked`` (tool names) into the granted and the refused ones."""
@@ -131,10 +154,11 @@ class WorkspaceGrant:
 
     def missing_setting(self, name: str) -> str | None:
         """None when ``name`` is granted, else the setting that would grant it."""
-        mcp = split_mcp_name(name)
+        mcp = parse_mcp_name(name)
         if mcp is not None:
-            server = mcp[0]
-            if server in self.mcp_servers:
+            server, tool = mcp
+            allowed = self.mcp_tools(server)
+            if allowed is None or (tool is None and allowed) or tool in allowed:
                 return None
             return f"[agents] mcp_servers = [{server!r}] (or --allow-mcp {server})"
         kind = CLAUDE_CODE_TOOLS.get(name)

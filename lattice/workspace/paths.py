@@ -29,6 +29,13 @@ class Workspace:
         self.root = Path(os.path.realpath(root))
         if not self.root.is_dir():
             raise ValueError(f"the workspace {root} is not a directory")
+        self.pending: dict[str, str] = {}
+        """Patch-only: the text of each file the agent changed and that was not written
+        (path as ``show`` gives it); the file tools read these instead of the disk."""
+
+    def pending_text(self, path: Path) -> str | None:
+        """The agent's own unwritten text of ``path`` (patch-only), or None."""
+        return self.pending.get(self.show(path)) if self.pending else None
 
     def resolve(self, given: str, *, must_exist: bool = True) -> Path:
         """The real path ``given`` names inside the root; ToolRefused when it is not one."""
@@ -50,7 +57,7 @@ class Workspace:
         relative = real.relative_to(self.root)
         if PROTECTED_DIRS.intersection(relative.parts):
             raise ToolRefused(f"{text!r} is inside .git/, which agents may not read or change")
-        if must_exist and not real.exists():
+        if must_exist and not real.exists() and self.pending_text(real) is None:
             raise ToolRefused(f"{self.show(real)} does not exist")
         return real
 
@@ -88,7 +95,12 @@ class Workspace:
         for folder, dirs, files in os.walk(start, followlinks=False):
             dirs[:] = sorted(d for d in dirs if d not in PROTECTED_DIRS)
             found.extend(Path(folder) / name for name in sorted(files))
-        return found
+        return found + [path for path in self.pending_files(start) if not path.exists()]
+
+    def pending_files(self, start: Path) -> list[Path]:
+        """The pending files under ``start`` (patch-only), sorted."""
+        paths = (self.root / name for name in sorted(self.pending))
+        return [path for path in paths if start == path or start in path.parents]
 
 
 def open_for_reading(workspace: Workspace, path: Path, *, dir_fd: int | None = None) -> int:

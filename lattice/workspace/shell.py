@@ -2,12 +2,15 @@
 
 The command runs under Debian's ``bwrap`` in fresh namespaces (no network, its own
 process tree, no host processes visible), with the system's programs read-only, a
-private ``/tmp``, and the workspace as the only writable path (mounted at its own path,
-so the paths the model sees work inside) except its ``.git``, which is read-only: a hook
-or a ``core.fsmonitor`` written there would run on the host at the user's next ``git``. Limits: a wall-clock time (the process tree
-is killed at its end), address space, file size, processes (a pids cgroup where one
-can be made, else ``RLIMIT_NPROC``) and captured output. Without bubblewrap the tool is
-refused with a message saying how to install it.
+private ``/tmp`` of a bounded size, and the workspace as the only writable path (mounted
+at its own path, so the paths the model sees work inside) except every ``.git`` in it,
+which is read-only: a hook or a ``core.fsmonitor`` written there would run on the host
+at the user's next ``git``. A ``.git`` the command makes is removed after it (see
+``usage``). Limits: a wall-clock time (the process tree is killed at its end), address
+space, the size of one file, what the command may add to the workspace (bytes and
+files: it is stopped past them), processes (a pids cgroup where one can be made, else
+``RLIMIT_NPROC``) and captured output. Without bubblewrap the tool is refused with a
+message saying how to install it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ from pathlib import Path
 
 from lattice.workspace.grants import WorkspaceGrant
 from lattice.workspace.paths import PROTECTED_DIRS, ToolRefused
+from lattice.workspace.usage import Usage, measure, remove_new_gits
+
+WATCH_SECONDS = 0.25
+"""The shortest pause between two measures of the workspace while a command runs (a
+workspace that takes longer to measure is measured less often)."""
 
 INSTALL_HINT = (
     "the Bash tool needs bubblewrap (bwrap) to sandbox commands, and it is not installed: "
@@ -40,9 +48,17 @@ SYSTEM_FILES = (
     "/etc/passwd",
     "/etc/group",
 )
-MAX_FILE_BYTES = 100_000_000
-"""The largest file a sandboxed command may write."""
 PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+
+
+@functools.cache
+def sizes_tmpfs() -> bool:
+    """Whether this bubblewrap can cap a tmpfs (``--size``, bubblewrap 0.8 and later)."""
+    try:
+        shown = subprocess.run(["bwrap", "--help"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--size" in shown.stdout + shown.stderr
 
 
 @functools.cache
@@ -71,15 +87,34 @@ class ShellOutcome:
     output: str
     timed_out: bool
     cut: bool
+    over_limit: str | None = None
+    """Why the command was stopped for what it wrote into the workspace."""
+    removed_gits: tuple[str, ...] = ()
+    """The ``.git`` entries the command made, removed after it."""
+
+    @property
+    def failed(self) -> bool:
+        stopped = self.timed_out or self.over_limit is not None or bool(self.removed_gits)
+        return stopped or self.exit_code != 0
 
     def describe(self, limit_s: float) -> str:
         parts = [self.output.rstrip("\n")] if self.output.strip() else []
         if self.cut:
             parts.append("[output cut at the limit]")
-        if self.timed_out:
+        if self.over_limit is not None:
+            parts.append(
+                f"[stopped: {self.over_limit}; what it wrote is still there: remove what "
+                "is not needed]"
+            )
+        elif self.timed_out:
             parts.append(f"[killed: the command ran past its {limit_s:g} s limit]")
         else:
             parts.append(f"[exit code {self.exit_code}]")
+        if self.removed_gits:
+            parts.append(
+                f"[removed {', '.join(self.removed_gits)}: commands may not make git "
+                "repositories in the workspace (git would run their hooks outside the sandbox)]"
+            )
         return "\n".join(parts)
 
 
@@ -88,15 +123,17 @@ async def run_command(grant: WorkspaceGrant, command: str, timeout: float) -> Sh
     problem = sandbox_problem()
     if problem is not None:
         raise ToolRefused(problem)
-    assert grant.root is not None
+    root = grant.root
+    assert root is not None
+    before = await asyncio.to_thread(measure, root)
     argv = [
         "bwrap",
-        *_mounts(grant.root),
+        *_mounts(root, before.gits, grant.shell_tmp_bytes),
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
         "--uid", "1000", "--gid", "1000",
-        "--chdir", str(grant.root),
+        "--chdir", str(root),
         "--clearenv",
         "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
         "--setenv", "HOME", "/tmp",
@@ -114,15 +151,38 @@ async def run_command(grant: WorkspaceGrant, command: str, timeout: float) -> Sh
         preexec_fn=limits,
         start_new_session=True,
     )
+    watch = asyncio.create_task(_watch_writes(grant, root, before, process))
     try:
         output, cut, timed_out = await _collect(process, grant.shell_output_bytes, timeout)
     finally:
+        watch.cancel()
         _kill_tree(process)
         await process.wait()
         if cgroup is not None:
             cgroup.remove()
+    over = watch.result() if watch.done() and not watch.cancelled() else None
+    after = await asyncio.to_thread(measure, root)
+    over = over or after.grown_past(before, grant.shell_write_bytes, grant.shell_write_files)
+    removed = await asyncio.to_thread(remove_new_gits, root, before, after)
     text = output.decode("utf-8", errors="replace")
-    return ShellOutcome(process.returncode, text, timed_out, cut)
+    return ShellOutcome(process.returncode, text, timed_out, cut, over, tuple(removed))
+
+
+async def _watch_writes(
+    grant: WorkspaceGrant, root: Path, before: Usage, process: asyncio.subprocess.Process
+) -> str | None:
+    """Measure the workspace while the command runs; stop it once it has written more than
+    its limits allow, and say why."""
+    pause = max(WATCH_SECONDS, before.seconds * 10)
+    while process.returncode is None:
+        await asyncio.sleep(pause)
+        now = await asyncio.to_thread(measure, root)
+        reason = now.grown_past(before, grant.shell_write_bytes, grant.shell_write_files)
+        if reason is not None:
+            _kill_tree(process)
+            return reason
+        pause = max(WATCH_SECONDS, now.seconds * 10)
+    return None
 
 
 async def _collect(
@@ -156,7 +216,11 @@ def _kill_tree(process: asyncio.subprocess.Process) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def _mounts(root: Path | None) -> list[str]:
+def _mounts(
+    root: Path | None, gits: frozenset[str] = frozenset(), tmp_bytes: int | None = None
+) -> list[str]:
+    """Bind mounts: the system read-only, a private ``/tmp`` (capped at ``tmp_bytes``
+    where bubblewrap can), the workspace writable and each of its ``gits`` read-only."""
     args: list[str] = []
     for path in SYSTEM_PATHS:
         if os.path.islink(path):
@@ -165,10 +229,13 @@ def _mounts(root: Path | None) -> list[str]:
             args += ["--ro-bind", path, path]
     for path in SYSTEM_FILES:
         args += ["--ro-bind-try", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if tmp_bytes is not None and sizes_tmpfs():
+        args += ["--size", str(tmp_bytes)]
+    args += ["--tmpfs", "/tmp"]
     if root is not None:
         args += ["--bind", str(root), str(root)]
-        for name in PROTECTED_DIRS:  # hooks and config there run on the host, outside
+        for name in sorted(PROTECTED_DIRS | gits):  # hooks and config there run on the host
             args += ["--ro-bind-try", str(root / name), str(root / name)]
     return args
 
@@ -177,7 +244,7 @@ def _limit_child(grant: WorkspaceGrant, cgroup: _PidsCgroup | None) -> None:
     """In the child before exec: resource limits, and the pids cgroup."""
     memory = grant.shell_memory_bytes
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (grant.shell_file_bytes, grant.shell_file_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if cgroup is not None:
         cgroup.enter()

@@ -12,17 +12,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
 from lattice.errors import LatticeRunError
+from lattice.ir.tool_names import parse_mcp_name, split_mcp_name
 from lattice.llm.base import ToolDef
 from lattice.tools.mcp import ToolSessions
 from lattice.tools.toolset import FileChange, ToolResult, Toolset
 from lattice.workspace.edits import apply_change, plan_edit, plan_multi_edit, plan_write
 from lattice.workspace.files import glob, grep, list_dir, read
-from lattice.workspace.grants import CLAUDE_CODE_TOOLS, WorkspaceGrant, split_mcp_name
+from lattice.workspace.grants import CLAUDE_CODE_TOOLS, WorkspaceGrant
 from lattice.workspace.paths import ToolRefused, Workspace
 from lattice.workspace.shell import run_command
 from lattice.workspace.web import fetch
@@ -179,7 +181,9 @@ class WorkspaceToolset:
 
     ``plan`` and ``apply`` split a writing tool's call in two, so that a caller that
     records the planned change first can apply it again after a crash without applying
-    it twice; ``call`` does both (and only plans in patch-only mode).
+    it twice; ``call`` does both. In patch-only mode nothing is applied: ``hold`` keeps
+    a planned change as pending, and the file tools read pending text instead of the
+    disk (the shell does not: its commands see the files as they are).
     """
 
     name = "workspace"
@@ -203,7 +207,10 @@ class WorkspaceToolset:
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         if name in WRITE_TOOLS:
             planned = await self.plan(name, arguments)
-            if planned.is_error or self.grant.patch_only:
+            if planned.is_error:
+                return planned
+            if self.grant.patch_only:
+                self.hold(planned)
                 return planned
             return await self.apply(planned)
         return await self._guarded(name, lambda: self._run(name, arguments))
@@ -239,6 +246,15 @@ class WorkspaceToolset:
             return ToolResult(text, changes=tuple(done))
 
         return await self._guarded("apply", apply)
+
+    def hold(self, planned: ToolResult) -> None:
+        """Patch-only: keep a planned result's changes as pending, unwritten, so that the
+        agent's later Read, LS, Glob, Grep and edits of those files see them."""
+        if self.workspace is None:
+            return
+        for change in planned.changes:
+            if change.content is not None:
+                self.workspace.pending[change.path] = change.content
 
     async def aclose(self) -> None:
         if self._own_client is not None:
@@ -283,8 +299,7 @@ class WorkspaceToolset:
         if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
             limit = min(limit, asked / 1000)
         outcome = await run_command(self.grant, command, limit)
-        failed = outcome.timed_out or outcome.exit_code != 0
-        return ToolResult(outcome.describe(limit), is_error=failed)
+        return ToolResult(outcome.describe(limit), is_error=outcome.failed)
 
     def _workspace(self, name: str) -> Workspace:
         if self.workspace is None:
@@ -304,28 +319,41 @@ class WorkspaceToolset:
 class McpToolset:
     """One configured MCP server's tools, offered as ``mcp__<server>__<tool>``.
 
-    ``tools`` limits them to those named (a name ``mcp__<server>__*``, or the server's
-    id alone, asks for all of them).
+    ``tools`` are the names asked for: one tool (``mcp__<server>__<tool>``) or all of
+    them (``mcp__<server>``, ``mcp__<server>__*``); ``granted`` narrows them to the tools
+    the user granted (None: the whole server).
     """
 
-    def __init__(self, sessions: ToolSessions, server: str, tools: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        sessions: ToolSessions,
+        server: str,
+        tools: Sequence[str] = (),
+        granted: frozenset[str] | None = None,
+    ) -> None:
         self.sessions = sessions
         self.server = server
         self.name = f"mcp__{server}"
-        self._wanted = frozenset(tools)
+        self._granted = granted
+        asked = [parse_mcp_name(name) for name in tools]
+        self._everything = not tools or any(p is not None and p[1] is None for p in asked)
+        self._wanted = frozenset(p[1] for p in asked if p is not None and p[1] is not None)
+
+    def _offers(self, tool: str) -> bool:
+        asked = self._everything or tool in self._wanted
+        return asked and (self._granted is None or tool in self._granted)
 
     async def list_tools(self) -> list[ToolDef]:
         specs = await self.sessions.list_tools(self.server)
-        everything = not self._wanted or f"mcp__{self.server}__*" in self._wanted
         return [
-            ToolDef(f"mcp__{self.server}__{spec.name}", spec.description, spec.input_schema)
+            replace(spec, name=f"mcp__{self.server}__{spec.name}")
             for spec in specs
-            if everything or f"mcp__{self.server}__{spec.name}" in self._wanted
+            if self._offers(spec.name)
         ]
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         parts = split_mcp_name(name)
-        if parts is None or parts[0] != self.server:
+        if parts is None or parts[0] != self.server or not self._offers(parts[1]):
             return ToolResult(
                 f"{name!r} is not a tool of MCP server {self.server!r}", is_error=True
             )
@@ -354,12 +382,12 @@ def workspace_toolsets(
         toolsets.append(WorkspaceToolset(grant, built_in, http_client=http_client))
     servers: dict[str, list[str]] = {}
     for name in tools:
-        parts = split_mcp_name(name)
-        if parts is not None and parts[0] in grant.mcp_servers:
+        parts = parse_mcp_name(name)
+        if parts is not None and grant.mcp_tools(parts[0]) != frozenset():
             servers.setdefault(parts[0], []).append(name)
     if servers and mcp is None:
         raise ValueError("MCP tools were granted but no MCP sessions were given")
     for server, names in servers.items():
         assert mcp is not None
-        toolsets.append(McpToolset(mcp, server, names))
+        toolsets.append(McpToolset(mcp, server, names, grant.mcp_tools(server)))
     return toolsets

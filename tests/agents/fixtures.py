@@ -71,6 +71,9 @@ class RecordingToolset:
     async def apply(self, planned: ToolResult) -> ToolResult:
         return await self.inner.apply(planned)
 
+    def hold(self, planned: ToolResult) -> None:
+        self.inner.hold(planned)
+
     async def aclose(self) -> None:
         self.closed = True
         await self.inner.aclose()

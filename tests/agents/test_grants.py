@@ -192,3 +192,14 @@ def test_runs_show_counts_the_tool_calls_answered_with_an_error(
     shown = show_run(next(runs.iterdir()))
     # Edit is not granted: the model got an error for it, which the summary says
     assert "2 turn(s), 2 tool call(s) (1 answered with an error)" in shown
+
+
+def test_the_shells_limits_come_from_the_configuration() -> None:
+    limits = {
+        "shell_tmp_bytes": 64_000_000,
+        "shell_file_bytes": 5_000_000,
+        "shell_write_bytes": 50_000_000,
+        "shell_write_files": 500,
+    }
+    grant = agent_settings_from_config(LatticeConfig.model_validate({"agents": limits})).grant
+    assert {name: getattr(grant, name) for name in limits} == limits

@@ -230,3 +230,37 @@ def test_secrets_are_masked_in_tool_events_and_for_the_model(
     assert "sk-live-123456" not in (result.run_dir / "events.jsonl").read_text()
     (tool,) = [m for m in model.requests[1].messages if m.role == "tool"]
     assert "TOKEN = '***'" in tool.content  # the model is never offered the value
+
+
+def _interrupt(request: Any) -> Any:
+    raise KeyboardInterrupt  # the run stops here, as Ctrl-C or a crash would stop it
+
+
+def test_under_patch_only_reads_see_the_agents_own_changes_after_a_resume_too(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The file is never written; the agent's later Read and Edit of it see its change,
+    in the run that made it and in a resumed run that takes the change from the journal."""
+    edit = calls(("Edit", {"file_path": "app.py", "old_string": "a - b", "new_string": "a + b"}))
+    read = calls(("Read", {"file_path": "app.py"}))
+    again = calls(("Edit", {"file_path": "app.py", "old_string": "a + b", "new_string": "b + a"}))
+    settings = RuntimeSettings(
+        agents=recording_agents(workspace, read=True, write=True, patch_only=True)
+    )
+    ir = agent_ir(outputSchema=None)
+    first = ScriptedModel({"fix": [edit, _interrupt]})
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(KeyboardInterrupt):
+        Runner(ir, provider=first, settings=settings, store=store).run({})
+    (folder,) = (tmp_path / "runs").iterdir()
+    model = ScriptedModel({"fix": [read, again, answer("done")]})  # the edit turn is journaled
+    result = Runner.resume(folder, provider=model, settings=settings, store=store)
+    assert result.status == "completed", result.failure
+    assert (workspace / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
+    read_answer = [m for m in model.requests[1].messages if m.role == "tool"][-1].content
+    assert read_answer.endswith("2\t    return a + b")
+    record = json.loads(next((folder / "ops").glob("*-fix.json")).read_text())
+    first_change, second_change = record["changes"]
+    assert not first_change["applied"] and not second_change["applied"]
+    assert second_change["before"] == first_change["after"]
+    assert "-    return a + b" in (folder / second_change["diff_file"]).read_text()

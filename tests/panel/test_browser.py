@@ -340,6 +340,22 @@ def test_a_failed_run_shows_its_report_and_resumes(
     until(lambda: "mock_exhausted" in text(page, ".notice.failure"), "no report after resume")
 
 
+def test_a_failure_a_resume_cannot_fix_offers_no_resume(
+    page: Any, base_url: str, client: httpx.Client
+) -> None:
+    # fix-a-bug's mock calls tools, and this server grants none: a resume keeps that
+    body = {
+        name: json.loads((EXAMPLES / f"fix-a-bug{suffix}.json").read_text())
+        for name, suffix in (("document", ""), ("mock_script", ".mock"), ("inputs", ".inputs"))
+    }
+    run_id = start_via_api(client, **body)
+    wait_for_status(client, run_id, ("failed",))
+    open_run(page, base_url, run_id, finished="failed")
+    until(lambda: "start a new run" in text(page, ".notice.failure"), "no next step shown")
+    assert "would fail the same way" in text(page, "#no-resume")
+    assert page.find_elements("css selector", "#resume-failed, #resume-run") == []
+
+
 def test_a_batch_of_a_thousand_events_is_applied_quickly(
     page: Any, base_url: str, client: httpx.Client
 ) -> None:

@@ -487,9 +487,12 @@ def test_a_bad_line_inside_the_journal_is_refused_and_nothing_is_cut(tmp_path: P
     lines = journal.read_text().splitlines()
     assert len(lines) >= 3
     lines[1] = "{ not json"
-    journal.write_text("\n".join(lines) + "\n")
-    checkpoint = json.loads((result.run_dir / "checkpoint.json").read_text())
+    stop = json.loads(lines[-1])  # the final checkpoint's copy
+    checkpoint = json.loads(stop["files"]["checkpoint.json"])
     checkpoint["status"] = "failed"  # as if it had stopped there
+    stop["files"]["checkpoint.json"] = json.dumps(checkpoint)
+    lines[-1] = json.dumps(stop)
+    journal.write_text("\n".join(lines) + "\n")
     (result.run_dir / "checkpoint.json").write_text(json.dumps(checkpoint))
     size = journal.stat().st_size
     with pytest.raises(LatticeUserError, match=r"journal.jsonl:2: not a JSON line"):

@@ -1,8 +1,10 @@
 """What each durability setting forces to disk, and when (docs/runs.md, Durability).
 
-``fsync`` (the default): a new run's folder and first files are forced to disk before
-its first op, each op's journal line before the next op starts, the final checkpoint
-before the run returns. ``os``: nothing waits for the disk. The system calls are
+``fsync`` (the default): the journal is the one file forced to disk. Its first line
+holds the starting files; each op's line reaches the disk before the next op starts
+(the first time with the run's folder and the runs folder's entry for it; the entry op's
+line with the first op's), and the final checkpoint, the journal's last line, before the
+run returns. ``os``: nothing waits for the disk. The system calls are
 watched through ``os.fsync`` and ``os.fdatasync``; the file an fd is open on is read
 from ``/proc``.
 """
@@ -10,6 +12,7 @@ from ``/proc``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import threading
@@ -73,44 +76,49 @@ def subject(tmp_path: Path, durability: str, log: SyncLog) -> Runner:
     return runner
 
 
-def test_fsync_forces_the_folder_first_then_each_op_before_the_next(
+def test_fsync_forces_the_journal_and_the_folder_once_then_each_op_before_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = SyncLog(monkeypatch)
     result = subject(tmp_path, "fsync", log).run()
     assert result.status == "completed" and result.run_dir is not None
     folder = str(result.run_dir)
+    journal = f"{folder}/journal.jsonl"
     ops = [t for k, t, _ in log.entries if k == "op"]
     assert ops == ["start", "a", "b", "end"]
-    first = log.entries.index(("op", "start", True))
-    before = {t for k, t, _ in log.entries[:first] if k != "op"}
-    # the folder's entry, its own entries, and every file a resume reads
-    assert before == {
-        str(tmp_path / "runs"),
-        folder,
-        *(
-            f"{folder}/{name}"
-            for name in (
-                "workflow.json",
-                "execir.json",
-                "input.json",
-                "state_initial.json",
-                "checkpoint.json",
-            )
-        ),
+
+    def between(first: str, then: str | None) -> list[tuple[str, str]]:
+        at = log.entries.index(("op", first, True))
+        end = log.entries.index(("op", then, True)) if then else len(log.entries)
+        return [(k, t) for k, t, _ in log.entries[at + 1 : end]]
+
+    # nothing before the first op, nor after the entry op (it does nothing)
+    assert log.entries[0] == ("op", "start", True)
+    assert between("start", "a") == []
+    # the first op's commit: its line (and the entry op's), the folder, the runs folder
+    assert between("a", "b") == [
+        ("fdatasync", journal),
+        ("fsync", folder),
+        ("fsync", str(tmp_path / "runs")),
+    ]
+    assert between("b", "end") == [("fdatasync", journal)]
+    # the end op's line and the final checkpoint: one sync, as the run stops
+    assert between("end", None) == [("fdatasync", journal)]
+    # what those syncs carry: the starting files first, the final checkpoint last
+    lines = [json.loads(line) for line in Path(journal).read_text().splitlines()]
+    assert lines[0]["kind"] == "files" and set(lines[0]["files"]) == {
+        "workflow.json",
+        "execir.json",
+        "input.json",
+        "state_initial.json",
+        "checkpoint.json",
     }
-    # between two op starts, exactly one sync: the journal line of the op before
-    journal = f"{folder}/journal.jsonl"
-    for op in ("a", "b", "end"):
-        at = log.entries.index(("op", op, True))
-        previous = max(i for i, e in enumerate(log.entries[:at]) if e[0] == "op")
-        between = log.entries[previous + 1 : at]
-        assert [(k, t) for k, t, _ in between] == [("fdatasync", journal)], op
-    after = log.entries[log.entries.index(("op", "end", True)) + 1 :]
-    assert ("fdatasync", journal) in [(k, t) for k, t, _ in after]  # END's line
-    # the final checkpoint: its data before its rename, then the folder's entry
-    synced = [t for k, t, _ in after if k == "fsync"]
-    assert synced[0].startswith(f"{folder}/.checkpoint.json.") and synced[1:] == [folder]
+    for name, text in lines[0]["files"].items():
+        if name != "checkpoint.json":
+            assert (result.run_dir / name).read_text() == text
+    assert lines[-1]["kind"] == "files" and set(lines[-1]["files"]) == {"checkpoint.json"}
+    assert lines[-1]["files"]["checkpoint.json"] == (result.run_dir / "checkpoint.json").read_text()
+    assert json.loads(lines[-1]["files"]["checkpoint.json"])["status"] == "completed"
 
 
 def test_a_synchronous_run_syncs_its_journal_on_its_own_thread_an_async_one_elsewhere(
@@ -135,32 +143,31 @@ def test_os_durability_waits_for_no_disk(tmp_path: Path, monkeypatch: pytest.Mon
     assert log.synced() == []
 
 
-def test_a_run_stopped_before_its_first_sync_leaves_no_descriptor_open(
+def test_a_run_stopped_before_its_first_commit_is_synced_when_it_closes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A run that stops at its first op (a failure, a question) never commits: closing
+    its recorder forces its journal and its folder to disk."""
+    log = SyncLog(monkeypatch)
     recorder = FolderRecorder(tmp_path / "run", durability="fsync")
     recorder.write_json("checkpoint.json", {"status": "running"})
-    (kept,) = recorder._starting or []
-    closed: list[int] = []
-    real_close = os.close
-    monkeypatch.setattr(os, "close", lambda fd: (closed.append(fd), real_close(fd))[1])
+    asyncio.run(recorder.sync_started())
+    assert log.synced() == []
     recorder.close()
-    assert kept in closed
+    assert log.synced() == [
+        str(tmp_path / "run" / "journal.jsonl"),
+        str(tmp_path / "run"),
+        str(tmp_path),
+    ]
 
 
-def test_a_folder_gone_before_its_first_sync_is_a_clear_error_and_closes_what_was_open(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_folder_gone_before_its_first_sync_is_a_clear_error(tmp_path: Path) -> None:
     recorder = FolderRecorder(tmp_path / "run", durability="fsync")
     recorder.write_json("checkpoint.json", {"status": "running"})
-    (kept,) = recorder._starting or []
+    asyncio.run(recorder.sync_started())
     shutil.rmtree(tmp_path / "run")
-    closed: list[int] = []
-    real_close = os.close
-    monkeypatch.setattr(os, "close", lambda fd: (closed.append(fd), real_close(fd))[1])
     with pytest.raises(LatticeUserError, match="cannot sync run folder"):
-        asyncio.run(recorder.sync_started())
-    assert kept in closed
+        asyncio.run(recorder.commit())
     recorder.close()
 
 

@@ -362,6 +362,7 @@ def test_an_agent_run_without_grants_says_to_grant_and_start_again(
     # a resume keeps the run's grants (none): it would fail the same way
     assert "/resume" not in failure["recovery_action"]
     assert "start a new run" in failure["recovery_action"]
+    assert failure["resumable"] is False
 
 
 def test_a_failed_run_resumes_without_asking_a_model_again(
@@ -375,6 +376,7 @@ def test_a_failed_run_resumes_without_asking_a_model_again(
     assert run["failure"]["category"] == "mock_exhausted"
     assert run["failure"]["node_id"] == "s1"
     assert f"POST /v1/runs/{run_id}/resume" in run["failure"]["recovery_action"]
+    assert run["failure"]["resumable"] is True
     assert str(space) not in json.dumps(run), "no server path in the answer"
     assert run["usage"]["calls"] == 1
 
@@ -960,3 +962,14 @@ def test_a_run_refused_after_a_slow_start_is_an_error_not_a_started_run(
     response = client.post("/v1/runs", json={"document": steps(1), "mock_script": script(1)})
     body = assert_error(response, 400, "user_error")
     assert body["message"] == "cannot sync the run folder: disk full"
+
+
+def test_a_run_on_temporal_is_never_offered_a_resume() -> None:
+    pytest.importorskip("fastapi")
+    from lattice.server.remote import run_json
+    from lattice.service.backend import RunView
+
+    flaky = {"category": "provider_error", "details": {}}
+    shown = run_json(RunView("r2", "failed", failure=flaky))["failure"]
+    assert shown["resumable"] is False  # POST .../resume is a 409 on Temporal
+    assert "start the run again" in shown["recovery_action"]

@@ -215,6 +215,32 @@ def test_patch_only_records_the_change_and_leaves_the_file(project: Path) -> Non
     assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
 
 
+def test_patch_only_reads_see_the_agents_own_pending_changes(project: Path) -> None:
+    tools = toolset(project, patch_only=True)
+    first = call(tools, "Edit", file_path="src/app.py", old_string="a - b", new_string="a + b")
+    assert call(tools, "Read", file_path="src/app.py").text.endswith("2\t    return a + b")
+    second = call(tools, "Edit", file_path="src/app.py", old_string="a + b", new_string="b + a")
+    assert not second.is_error, second.text
+    assert second.changes[0].before == first.changes[0].after  # diffs chain, in order
+    assert "-    return a + b" in second.changes[0].diff
+    created = call(tools, "Write", file_path="docs/new.md", content="TODO: ship\n")
+    assert not created.is_error and created.changes[0].before is None
+    assert call(tools, "Read", file_path="docs/new.md").text == "     1\tTODO: ship"
+    assert call(tools, "LS").text.splitlines() == ["README.md", "docs/", "src/"]
+    assert call(tools, "Glob", pattern="**/*.md").text.splitlines() == ["README.md", "docs/new.md"]
+    assert call(tools, "Grep", pattern="b \\+ a|TODO").text.splitlines() == [
+        "src/app.py",
+        "docs/new.md",
+    ]
+    rewritten = call(tools, "Write", file_path="docs/new.md", content="done\n")
+    assert rewritten.changes[0].before == created.changes[0].after
+    # nothing was written
+    assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
+    assert not (project / "docs").exists()
+    # another toolset (another agent, or the same one without patch-only) sees the disk
+    assert call(toolset(project), "Read", file_path="src/app.py").text.endswith("a - b")
+
+
 def test_without_a_workspace_file_tools_refuse(tmp_path: Path) -> None:
     tools = WorkspaceToolset(WorkspaceGrant(read=True), ("Read",))
     result = call(tools, "Read", file_path="x")

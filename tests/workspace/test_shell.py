@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import socket
 import threading
 import time
@@ -142,3 +143,100 @@ def test_a_command_cannot_change_the_workspaces_git(tmp_path: Path) -> None:
     assert (root / ".git" / "config").read_text() == "[core]\n"
     assert (root / "work.txt").read_text() == "ok\n"
     assert "[core]" in result.text  # still readable, for git log and git diff
+
+
+@needs_bwrap
+def test_the_sandboxs_tmp_is_capped(tmp_path: Path) -> None:
+    if not shell_module.sizes_tmpfs():
+        pytest.skip("this bubblewrap cannot size a tmpfs (--size came in 0.8)")
+    result = bash(
+        tmp_path,
+        "head -c 5000000 /dev/zero > /tmp/big; echo rc=$?; stat -c %s /tmp/big",
+        shell_tmp_bytes=2_000_000,
+    )
+    lines = result.text.splitlines()
+    assert "No space left on device" in result.text
+    assert "rc=1" in lines
+    assert int(lines[lines.index("rc=1") + 1]) <= 2_100_000  # the size in whole pages
+
+
+@needs_bwrap
+def test_one_file_is_capped_in_size(tmp_path: Path) -> None:
+    result = bash(
+        tmp_path, "head -c 3000000 /dev/zero > big; stat -c %s big", shell_file_bytes=1_000_000
+    )
+    assert "File size limit exceeded" in result.text
+    assert (tmp_path / "big").stat().st_size == 1_000_000
+
+
+@needs_bwrap
+def test_a_command_that_keeps_making_files_is_stopped_at_the_limit(tmp_path: Path) -> None:
+    result = bash(
+        tmp_path,
+        "i=0; while true; do i=$((i+1)); : > f$i; done",
+        shell_write_files=200,
+        tool_timeout=60.0,
+    )
+    assert result.is_error
+    assert "[stopped: " in result.text
+    assert "files made in the workspace, over the limit of 200" in result.text
+    assert "ran past" not in result.text
+    made = len(list(tmp_path.iterdir()))
+    assert made > 200
+
+
+@needs_bwrap
+def test_a_command_that_keeps_writing_is_stopped_at_the_byte_limit(tmp_path: Path) -> None:
+    result = bash(
+        tmp_path,
+        "i=0; while true; do i=$((i+1)); head -c 500000 /dev/urandom > b$i; done",
+        shell_write_bytes=3_000_000,
+        tool_timeout=60.0,
+    )
+    assert result.is_error
+    assert "written into the workspace, over the 3.0 MB limit" in result.text
+    assert "ran past" not in result.text
+
+
+@needs_bwrap
+def test_a_git_repository_a_command_makes_is_removed_and_existing_ones_are_read_only(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "ws"
+    (root / "vendor" / "lib" / ".git" / "hooks").mkdir(parents=True)
+    (root / "other").mkdir()
+    result = bash(
+        root,
+        "mkdir -p sub/.git/hooks && echo 'touch /tmp/pwned' > sub/.git/hooks/post-checkout; "
+        "printf 'gitdir: ../sub/.git\\n' > other/.git; "
+        "echo hook > vendor/lib/.git/hooks/post-checkout 2>/dev/null || echo vendor-refused; "
+        "echo kept > sub/notes.txt; echo done",
+    )
+    assert result.is_error
+    assert "vendor-refused" in result.text and "done" in result.text
+    assert "[removed other/.git, sub/.git: commands may not make git repositories" in result.text
+    assert not (root / "sub" / ".git").exists() and not (root / "other" / ".git").exists()
+    assert (root / "sub" / "notes.txt").read_text() == "kept\n"
+    assert (root / "vendor" / "lib" / ".git" / "hooks").is_dir()
+    assert not (root / "vendor" / "lib" / ".git" / "hooks" / "post-checkout").exists()
+
+
+def test_a_git_removal_is_not_led_out_of_the_workspace_by_a_swapped_folder(
+    tmp_path: Path,
+) -> None:
+    """A command running alongside swaps the folder holding a new .git for a link to
+    another repository: the removal finds another folder there and leaves it alone."""
+    from lattice.workspace.usage import measure, remove_new_gits
+
+    root, outside = tmp_path / "ws", tmp_path / "project"
+    root.mkdir()
+    (outside / "b" / ".git").mkdir(parents=True)
+    before = measure(root)
+    (root / "a" / "b" / ".git").mkdir(parents=True)
+    (root / "made" / ".git").mkdir(parents=True)
+    after = measure(root)
+    shutil.rmtree(root / "a")
+    (root / "a").symlink_to(outside)  # a/b is now the other project's folder
+    assert remove_new_gits(root, before, after) == ["made/.git"]
+    assert (outside / "b" / ".git").is_dir()
+    assert not (root / "made" / ".git").exists()

@@ -21,7 +21,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.client import answer, connect, start_run
-from lattice.durable.temporal.plan import check_supported
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR
@@ -85,7 +84,6 @@ class TemporalRuns(RunBackend):
     # -- starting, answering, cancelling ---------------------------------------------
 
     async def start(self, run: NewRun) -> None:
-        check_supported(run.ir)
         await start_run(
             await self.client(),
             run.ir,

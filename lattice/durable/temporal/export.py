@@ -10,7 +10,7 @@ from temporalio.client import Client
 
 from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text
-from lattice.runs.store import file_text
+from lattice.runs.store import file_text, safe_name
 
 
 async def export_run(client: Client, run_id: str, folder: Path) -> Path:
@@ -33,7 +33,9 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
     )
     atomic_write_text(folder / "events.jsonl", lines)
     for op in record["ops"]:
-        name = f"{op['seq']:04d}-{op['op_id']}.json"
+        seq = op["seq"]  # a number, or a branch's label (``0005.2.0003``)
+        label = seq if isinstance(seq, str) else format(seq, "04d")
+        name = f"{label}-{safe_name(op['op_id'])}.json"  # as a local run folder names it
         atomic_write_text(folder / "ops" / name, file_text(op))
     atomic_write_text(folder / "execir.json", file_text(record["execir"]))
     atomic_write_text(folder / "input.json", file_text(record["inputs"]))

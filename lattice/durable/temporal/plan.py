@@ -1,4 +1,4 @@
-"""What the workflow needs of a run, worked out before it starts (no Temporal import)."""
+"""What the workflow is given to start a run, worked out before it starts (no Temporal import)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lattice.durable.temporal.ops import execir_digest
-from lattice.errors import LatticeUserError
-from lattice.ir.models import ExecIR, ForEachOp, ForkOp, LLMWriteOp
+from lattice.ir.models import ExecIR, LLMWriteOp
 from lattice.ir.serialize import ir_to_dict
 from lattice.runtime.settings import RuntimeSettings
-from lattice.runtime.walk import edge_table
 from lattice.workspace.grants import refused_tools
-
-UNSUPPORTED = (ForkOp, ForEachOp)
-"""Op kinds the Temporal engine does not run yet (parallel branches)."""
 
 
 @dataclass(frozen=True)
@@ -34,17 +29,6 @@ class ActivityOptions:
         }
 
 
-def check_supported(ir: ExecIR) -> None:
-    """Refuse a document the Temporal engine cannot run yet, naming its nodes."""
-    nodes = sorted({op.source_node for op in ir.ops.values() if isinstance(op, UNSUPPORTED)})
-    if nodes:
-        raise LatticeUserError(
-            "the Temporal engine does not run parallel branches (FORK, FOR_EACH) yet: "
-            f"{', '.join(nodes)}; run this workflow with --engine local",
-            error_type="unsupported",
-        )
-
-
 def run_spec(
     ir: ExecIR,
     *,
@@ -57,11 +41,11 @@ def run_spec(
     activity: ActivityOptions,
     settings: RuntimeSettings,
 ) -> dict[str, Any]:
-    """The workflow's input: the ExecIR, its plan (kind, node and edges of every op) and
-    the run's inputs, answers, provider (a mock script inline), budgets and limits, and
-    the events a run starts with besides ``run_started`` (an agent's tools the grant of
-    ``settings`` refuses, as a local run reports them)."""
-    check_supported(ir)
+    """The workflow's input: the ExecIR (the workflow walks it as a local run does) and
+    the run's inputs, answers, provider (a mock script inline), budgets and limits (with
+    ``settings``' bound on ops running at once, ``max_parallel``, unless ``limits`` gives
+    one), and the events a run starts with besides ``run_started`` (an agent's tools the
+    grant of ``settings`` refuses, as a local run reports them)."""
     execir = ir_to_dict(ir)
     return {
         "notices": [
@@ -78,11 +62,6 @@ def run_spec(
         "run_id": run_id,
         "execir": execir,
         "execir_digest": execir_digest(execir),
-        "entry": ir.entry,
-        "plan": {
-            op_id: {"kind": op.kind, "node": op.source_node, "edges": edge_table(op.next)}
-            for op_id, op in ir.ops.items()
-        },
         "workflow": {"id": ir.workflow.id, "name": ir.workflow.name},
         "model_classes": sorted(
             {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
@@ -91,6 +70,6 @@ def run_spec(
         "answers": answers,
         "provider": provider,
         "budgets": budgets,
-        "limits": limits,
+        "limits": {"max_parallel": settings.max_parallel, **limits},
         "activity": activity.to_json(),
     }

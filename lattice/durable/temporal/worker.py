@@ -10,6 +10,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from lattice.config import LatticeConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
@@ -17,6 +18,22 @@ from lattice.durable.temporal.client import connect
 from lattice.durable.temporal.ops import OpExecutor
 from lattice.durable.temporal.workflow import OP_ACTIVITY, LatticeRunWorkflow
 
+PASSED_THROUGH = (
+    "lattice",
+    "jsonschema",
+    "referencing",
+    "rpds",
+    "regex",
+    "jmespath",
+    "idna",
+    "httpx",
+    "pydantic",
+    "pydantic_core",
+)
+"""Modules the workflow sandbox shares with the worker instead of importing them again
+for every run: Lattice's walk (deterministic given its ops' results: it reads no clock
+but the workflow's) and what it imports, at load or when first used (a module imported
+for the first time inside a workflow would fail its task)."""
 HEARTBEAT_EVERY = 1.0
 """Seconds between an op's heartbeats: a lost worker is noticed after the run's
 heartbeat timeout, and a cancelled run's op hears of it at its next heartbeat."""
@@ -56,6 +73,14 @@ async def _heartbeat() -> None:
         await asyncio.sleep(HEARTBEAT_EVERY)
 
 
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """Temporal's sandbox for ``LatticeRun``, sharing ``PASSED_THROUGH`` with the worker
+    (a ``Replayer`` checking a run's history uses it too)."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+    )
+
+
 def make_worker(
     client: Client, config: LatticeConfig, *, task_queue: str = DEFAULT_TASK_QUEUE
 ) -> Worker:
@@ -65,6 +90,7 @@ def make_worker(
         client,
         task_queue=task_queue,
         workflows=[LatticeRunWorkflow],
+        workflow_runner=workflow_runner(),
         activities=[OpActivity(client, config).run_op],
     )
 

@@ -1,20 +1,25 @@
-"""The Temporal workflow that runs one Lattice run: the walk, deterministic given op results.
+"""The Temporal workflow that runs one Lattice run: Lattice's own walk, deterministic.
 
-``LatticeRun`` walks the run's ops along their edges, one ``lattice.op`` activity per op
-(``ops.py`` executes it on a worker), and keeps what the run records: its events, its
-state, its op records and its usage. A question (ASK) without an answer waits, for as
-long as it takes, for the ``answer`` update. Cancelling the workflow (Temporal's
+``LatticeRun`` runs the walk of a local run (``lattice.runtime.walk.Walker``): ops that
+never wait (START, END, STATE, SWITCH, TRANSFORM, ASK, JOIN, and FORK and FOR_EACH, whose
+branches run as the workflow's own tasks) run here with their local executors; every op
+that does I/O (LLM_WRITE, AGENT, TOOL_CALL) runs as a ``lattice.op`` activity (``ops.py``
+executes it on a worker). Temporal's history is the walk's durability
+(``history.py``): a replay is given each activity's recorded result. The walk's clock
+is the workflow's (``workflow.time``, ``workflow.now``) and a fork waits for its branches
+with ``workflow.wait``, so a replay walks the same way.
+
+The workflow keeps what the run records: its events, its state, its op records and its
+usage. A question without an answer (an ASK, or a model asking for information) waits,
+for as long as it takes, for the ``answer`` update. Cancelling the workflow (Temporal's
 cancellation) ends the run ``interrupted``. Queries give any client the run's progress
 (``progress``), and everything a run folder holds (``record``).
-
-The run's plan (each op's kind, node and edges) comes with its input, worked out by the
-client (``client.py``), so that the workflow needs neither pydantic nor the compiler:
-only the state store, to apply the changes each op made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -23,12 +28,28 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from lattice.runtime.events import make_event
+    from lattice.durable.temporal.history import (
+        AnsweredOp,
+        HistoryRecords,
+        OpFailed,
+        RemoteOp,
+        compiled_walk,
+    )
+    from lattice.errors import LatticeRunError
+    from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
+    from lattice.llm.disabled import DisabledProvider
+    from lattice.runs.store import NullRecorder
+    from lattice.runtime.context import HaltRun, RunContext
+    from lattice.runtime.executors import Executor
+    from lattice.runtime.settings import RuntimeSettings
     from lattice.runtime.state import StateStore
+    from lattice.runtime.walk import Step, Track, Walker, edge_table, run_failure
+    from lattice.runtime.walk_state import WalkState
+    from lattice.tools.mcp import ToolSessions
 
 WORKFLOW_NAME = "LatticeRun"
 OP_ACTIVITY = "lattice.op"
-FAILED_PORT = "failed"
+RUN_AGAIN = "fix the cause and run the workflow again"
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -39,18 +60,30 @@ class LatticeRunWorkflow:
         self.events: list[dict[str, Any]] = []
         self.ops: list[dict[str, Any]] = []
         self.status = "running"
-        self.question: dict[str, Any] | None = None
-        self.given: dict[str, Any] = {}
-        self.state: StateStore | None = None
+        self.questions: dict[str, dict[str, Any]] = {}
+        """``<branch>/<node id>`` → the question waiting there, in the order asked
+        (branches may wait at once, on the same node too)."""
+        self.answered: dict[str, Any] = {}
+        """``<branch>/<node id>`` → the answer to its question, until the op takes it."""
+        self.early: dict[str, list[Any]] = {}
+        """Node id → answers sent before its question was asked, in order."""
+        self.ctx: RunContext | None = None
         self.initial_state: dict[str, Any] = {}
         self.result: dict[str, Any] | None = None
         self.run_id = ""
-        self.seq = 0
         self.spec: dict[str, Any] = {}
         self.scheduled = 0
-        self.usage: dict[str, Any] | None = None
-        """What the run's model calls have used so far (``Usage.to_json``)."""
         """Activities scheduled so far: an op's activity id is ``<number>-<op id>``."""
+        self.provider_state: Any = None
+        """Where the run's provider stands (a mock script's cursor) after its last op."""
+        self.one_at_a_time = asyncio.Lock()
+        """Taken by each op of a run with a scripted provider: its answers are handed out
+        in the order the walk reaches the ops, as in a local run."""
+
+    @property
+    def question(self) -> dict[str, Any] | None:
+        """The question the run waits on (the first asked, when branches wait at once)."""
+        return next(iter(self.questions.values()), None)
 
     # -- what clients send and ask -------------------------------------------------------
 
@@ -59,10 +92,17 @@ class LatticeRunWorkflow:
         """An answer to the question of ASK node ``node_id`` (a label, an index or text).
 
         An update, not a signal: when the client's call returns, the run no longer reads
-        as waiting on that question, so whoever follows it next never sees it stale."""
-        self.given[node_id] = value
-        if self.question is not None and self.question["node_id"] == node_id:
-            self.question, self.status = None, "running"
+        as waiting on that question, so whoever follows it next never sees it stale. When
+        branches wait on the same node, the question asked first takes it; an answer sent
+        before its question is asked answers it when it is."""
+        key = next((k for k, q in self.questions.items() if q["node_id"] == node_id), None)
+        if key is None:
+            self.early.setdefault(node_id, []).append(value)
+            return
+        del self.questions[key]
+        self.answered[key] = value
+        if not self.questions:
+            self.status = "running"
 
     @workflow.query
     def progress(self, after: int = 0) -> dict[str, Any]:
@@ -73,7 +113,7 @@ class LatticeRunWorkflow:
             "status": self.status,
             "events": [e for e in self.events if e["seq"] > after],
             "question": self.question,
-            "usage": self.usage,
+            "usage": self.ctx.usage.to_json() if self.ctx is not None else None,
             "result": self.result,
         }
 
@@ -95,7 +135,7 @@ class LatticeRunWorkflow:
             "events": self.events,
             "ops": self.ops,
             "state_initial": self.initial_state,
-            "state": self.state.snapshot() if self.state is not None else {},
+            "state": self.ctx.state.snapshot() if self.ctx is not None else {},
             "question": self.question,
             "result": self.result,
         }
@@ -106,222 +146,200 @@ class LatticeRunWorkflow:
     async def run(self, spec: dict[str, Any]) -> dict[str, Any]:
         self.run_id = run_id = spec["run_id"]
         self.spec = spec
-        plan: dict[str, dict[str, Any]] = spec["plan"]
-        started_at = _timestamp(workflow.now())
+        compiled = compiled_walk(spec["execir"], spec["execir_digest"])
+        ir = compiled.ir
+        settings = RuntimeSettings()  # the workflow side's: no provider, secret or host
+        ctx = self.ctx = self._context(spec, ir, settings)
+        ctx.emit("run_started", {"workflow": ir.workflow.id, "inputs": spec["inputs"]}, op=False)
+        for notice in spec["notices"]:
+            ctx.emit(notice["type"], notice["data"], op=False)
+        limits = spec["limits"]
+        walker = Walker(
+            ir,
+            {
+                op_id: Step(op, self._executor(op, compiled.local), edge_table(op.next))
+                for op_id, op in ir.ops.items()
+            },
+            compiled.reads,
+            max_steps=limits["max_steps"],
+            max_visits=limits["max_visits"],
+            max_parallel=int(limits.get("max_parallel") or settings.max_parallel),
+            clock=workflow.time,
+            wait=workflow.wait,
+        )
+        track = Track(ctx, ir.entry)
+        try:
+            end = await walker.run_track(track)
+        except OpFailed as failed:
+            error = {"error_type": failed.error_type, "message": failed.message}
+            return self._finish("failed", None, failure=failed.report, error=error)
+        except LatticeRunError as exc:
+            report = run_failure(ctx, exc, phase="run").to_json()
+            if "recovery_action" not in exc.details:
+                report["recovery_action"] = RUN_AGAIN
+            error = {"error_type": exc.error_type, "message": exc.message}
+            return self._finish("failed", None, failure=report, error=error)
+        except asyncio.CancelledError:
+            reason = "the run was cancelled through Temporal"
+            ctx.emit("run_interrupted", {"reason": reason, "next_op": track.current}, op=False)
+            failure = {
+                "phase": "run",
+                "run_id": run_id,
+                "op_id": track.current,
+                "node_id": ir.ops[track.current].source_node if track.current else None,
+                "category": "interrupted",
+                "summary": reason,
+                "details": {},
+                "attempts": [],
+                "blocking": True,
+                "recovery_action": "start it again (a cancelled workflow does not go on)",
+            }
+            return self._finish("interrupted", None, failure=failure)
+        return self._finish("completed", end.output)
+
+    def _context(self, spec: dict[str, Any], ir: ExecIR, settings: RuntimeSettings) -> RunContext:
+        """The run's context in the workflow: its state, events (kept for the queries,
+        stamped with the workflow's clock) and usage; op records kept by the history."""
         state = StateStore(
             spec["inputs"],
             ctx={
-                "run_id": run_id,
-                "started_at": started_at,
-                "workflow_id": spec["workflow"]["id"],
-                "workflow_name": spec["workflow"]["name"],
+                "run_id": self.run_id,
+                "started_at": _timestamp(workflow.now()),
+                "workflow_id": ir.workflow.id,
+                "workflow_name": ir.workflow.name,
                 "model_classes": spec["model_classes"],
             },
         )
-        self.state = state
+        state.limit(settings.state_limits)
         self.initial_state = state.snapshot()
-        self._emit("run_started", {"workflow": spec["workflow"]["id"], "inputs": spec["inputs"]})
-        for notice in spec["notices"]:
-            self._emit(notice["type"], notice["data"])
-        carried: dict[str, Any] = {
-            "answers": dict(spec.get("answers") or {}),
-            "usage": None,
-            "provider_state": None,
-            "last_result": None,
-        }
-        limits = spec["limits"]
-        steps, visits = 0, dict[str, int]()
-        current: str | None = spec["entry"]
-        output: Any = None
-        try:
-            while current is not None:
-                step = plan[current]
-                steps += 1
-                visits[current] = visits.get(current, 0) + 1
-                if steps > limits["max_steps"] or visits[current] > limits["max_visits"]:
-                    message = (
-                        f"the run exceeded its limit of steps ({limits['max_steps']}) or of "
-                        f"visits of {current!r} ({limits['max_visits']}); a loop may not terminate"
-                    )
-                    failure = self._failure("step_limit", message, current, step["node"])
-                    return self._finish("failed", None, carried, failure=failure)
-                done = await self._op(spec, current, state, carried)
-                if "halt" in done:
-                    node = done["halt"]["node_id"]
-                    self.question = {"op_id": current, **done["halt"]}
-                    self.status = "waiting"
-                    self._emit(
-                        "run_halted",
-                        {"reason": done["halt"]["reason"], "summary": done["halt"]["summary"]},
-                        op=(current, node),
-                    )
-                    await workflow.wait_condition(lambda n=node: n in self.given)  # type: ignore[misc]
-                    given = self.given.pop(node)
-                    # as a resumed local run takes it: a single-choice answer answers the
-                    # next visit only (a question in a loop is asked again)
-                    multi = bool(done["halt"]["details"].get("multiSelect"))
-                    carried["answers"][node] = given if multi else [given]
-                    self.question, self.status = None, "running"
-                    steps -= 1
-                    visits[current] -= 1
-                    continue
-                if "failure" in done:
-                    return self._finish(
-                        "failed", None, carried, failure=done["failure"], error=done["error"]
-                    )
-                if step["kind"] == "END":
-                    output = done.get("output")
-                    break
-                nxt = step["edges"].get(done["port"])
-                if nxt is None and step["edges"] and done["port"] != "default":
-                    failure = self._failure(
-                        "dead_end",
-                        f"op {current!r} left through port {done['port']!r}, which leads nowhere",
-                        current,
-                        step["node"],
-                    )
-                    return self._finish("failed", None, carried, failure=failure)
-                if nxt is None:
-                    last = carried["last_result"]
-                    output = state.read(last) if last else None
-                current = nxt
-        except asyncio.CancelledError:
-            self._emit(
-                "run_interrupted",
-                {"reason": "the run was cancelled through Temporal", "next_op": current},
-            )
-            return self._finish(
-                "interrupted",
-                None,
-                carried,
-                failure=self._failure(
-                    "interrupted",
-                    "the run was cancelled through Temporal",
-                    current,
-                    None,
-                    action="start it again (a cancelled workflow does not go on)",
-                ),
-                emit=False,
-            )
-        return self._finish("completed", output, carried)
-
-    async def _op(
-        self, spec: dict[str, Any], op_id: str, state: StateStore, carried: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Run one op as an activity and take in what it did."""
-        options = spec["activity"]
-        request = {
-            "run_id": self.run_id,
-            "op_id": op_id,
-            "execir_digest": spec["execir_digest"],
-            "provider": spec["provider"],
-            "budgets": spec["budgets"],
-            "state": state.snapshot(),
-            "seq": self.seq,
-            **carried,
-        }
-        try:
-            self.scheduled += 1
-            done: dict[str, Any] = await workflow.execute_activity(
-                OP_ACTIVITY,
-                request,
-                activity_id=f"{self.scheduled:04d}-{op_id}",
-                start_to_close_timeout=timedelta(seconds=options["start_to_close_seconds"]),
-                heartbeat_timeout=timedelta(seconds=options["heartbeat_seconds"]),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=options["maximum_attempts"],
-                    initial_interval=timedelta(milliseconds=200),
-                    non_retryable_error_types=["LatticeRunError", "LatticeUserError"],
-                ),
-                result_type=dict,
-            )
-        except ActivityError as exc:
-            if isinstance(exc.cause, CancelledError):  # the run was cancelled meanwhile
-                raise asyncio.CancelledError from exc
-            message = str(exc.cause) if exc.cause is not None else str(exc)
-            return {
-                "failure": self._failure(
-                    "worker_error",
-                    f"op {op_id!r} could not be run on a worker: {message}",
-                    op_id,
-                    spec["plan"][op_id]["node"],
-                    action="check the workers' logs, then run again",
-                ),
-                "error": {"error_type": "worker_error", "message": message},
-            }
-        for change in done["changes"]:
-            state.apply(change)
-        state.changes = None
-        self.events.extend(done["events"])
-        self.seq = done["seq"]
-        if "record" in done:
-            self.ops.append({"seq": len(self.ops) + 1, **done["record"]})
-        for key in carried:
-            carried[key] = done[key]
-        self.usage = done["usage"]
-        return done
-
-    def _emit(self, type_: str, data: dict[str, Any], *, op: tuple[str, str] | None = None) -> None:
-        self.seq += 1
-        op_id, node_id = op if op is not None else (None, None)
-        self.events.append(
-            make_event(
-                self.seq, _timestamp(workflow.now()), self.run_id, type_, op_id, node_id, data
-            )
+        ctx = RunContext(
+            run_id=self.run_id,
+            state=state,
+            recorder=NullRecorder(),
+            answers=dict(spec.get("answers") or {}),
+            ask_human=None,
+            listeners=[self.events.append],
+            llm=settings.call_env(DisabledProvider()),
+            http=settings.http,
+            tools=_no_tools,
         )
+        ctx.now = lambda: _timestamp(workflow.now())
+        ctx.walk = WalkState(base_provider=DisabledProvider(), durability=HistoryRecords(self.ops))
+        return ctx
 
-    def _failure(
-        self,
-        category: str,
-        summary: str,
-        op_id: str | None,
-        node_id: str | None,
-        *,
-        action: str = "fix the cause and run the workflow again",
-    ) -> dict[str, Any]:
-        """A FailureReport (``lattice.contracts.report``) as JSON, for a failure of the walk."""
-        return {
-            "phase": "run",
-            "run_id": self.run_id,
-            "op_id": op_id,
-            "node_id": node_id,
-            "category": category,
-            "summary": summary,
-            "details": {},
-            "attempts": [],
-            "blocking": True,
-            "recovery_action": action,
+    def _executor(self, op: Op, local: dict[str, Executor | None]) -> Executor | None:
+        """The executor of ``op`` in this run: its local one when it runs here, else the
+        activity; an op that may ask (ASK, a model asking for information) waits for its
+        answer inside it."""
+        if isinstance(op, ForkOp | ForEachOp):
+            return None  # the walk runs it itself
+        executor = local.get(op.id) if op.id in local else RemoteOp(op, self._send)
+        if executor is None:
+            return None
+        if op.kind == "ASK" or isinstance(executor, RemoteOp):
+            return AnsweredOp(executor, op.kind, self._ask)
+        return executor
+
+    async def _send(self, ctx: RunContext, op: Op) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Run ``op`` as the ``lattice.op`` activity, with the track's state and what the
+        run has used so far; the request and its result (``ops.py``)."""
+        spec = self.spec
+        serial = "mock_script" in (spec["provider"] or {})
+        async with self.one_at_a_time if serial else contextlib.nullcontext():
+            options = spec["activity"]
+            request = {
+                "run_id": self.run_id,
+                "op_id": op.id,
+                "execir_digest": spec["execir_digest"],
+                "provider": spec["provider"],
+                "budgets": spec["budgets"],
+                "state": ctx.state.snapshot(),
+                "seq": ctx.root.seq,
+                "answers": ctx.answers,
+                "usage": ctx.usage.to_json(),
+                "provider_state": self.provider_state,
+                "last_result": ctx.last_result,
+            }
+            self.scheduled += 1
+            try:
+                done: dict[str, Any] = await workflow.execute_activity(
+                    OP_ACTIVITY,
+                    request,
+                    activity_id=f"{self.scheduled:04d}-{op.id}",
+                    start_to_close_timeout=timedelta(seconds=options["start_to_close_seconds"]),
+                    heartbeat_timeout=timedelta(seconds=options["heartbeat_seconds"]),
+                    retry_policy=RetryPolicy(
+                        maximum_attempts=options["maximum_attempts"],
+                        initial_interval=timedelta(milliseconds=200),
+                        non_retryable_error_types=["LatticeRunError", "LatticeUserError"],
+                    ),
+                    result_type=dict,
+                )
+            except ActivityError as exc:
+                if isinstance(exc.cause, CancelledError):  # the run was cancelled meanwhile
+                    raise asyncio.CancelledError from exc
+                message = str(exc.cause) if exc.cause is not None else str(exc)
+                raise LatticeRunError(
+                    f"op {op.id!r} could not be run on a worker: {message}",
+                    error_type="worker_error",
+                    details={"recovery_action": "check the workers' logs, then run again"},
+                ) from exc
+            self.provider_state = done["provider_state"]
+            return request, done
+
+    async def _ask(self, ctx: RunContext, halt: HaltRun) -> Any:
+        """Wait for the answer to the question the current op of ``ctx`` halted on."""
+        node = str(ctx.current_node)
+        if self.early.get(node):
+            return self.early[node].pop(0)
+        key = f"{ctx.branch or ''}/{node}"
+        self.questions[key] = {
+            "op_id": ctx.current_op,
+            "reason": halt.reason,
+            "summary": halt.summary,
+            "details": halt.details,
+            "action": halt.action,
+            "node_id": node,
+            "branch": ctx.branch,
         }
+        self.status = "waiting"
+        ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
+        await workflow.wait_condition(lambda: key in self.answered)
+        return self.answered.pop(key)
 
     def _finish(
         self,
         status: str,
         output: Any,
-        carried: dict[str, Any],
         *,
         failure: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
-        emit: bool = True,
     ) -> dict[str, Any]:
-        usage = carried["usage"] or {}
-        if emit:
-            if status == "completed":
-                self._emit("run_finished", {"status": status, "usage": usage})
-            elif status == "failed" and failure is not None:
-                error = error or {"error_type": failure["category"], "message": failure["summary"]}
-                self._emit("run_failed", error)
+        ctx = self.ctx
+        assert ctx is not None
+        usage = ctx.usage.to_json()
+        if status == "completed":
+            ctx.emit("run_finished", {"status": status, "usage": usage}, op=False)
+        elif status == "failed":
+            ctx.emit("run_failed", error or {})
         self.status = status
-        assert self.state is not None
         self.result = {
             "status": status,
             "run_id": self.run_id,
             "output": output,
-            "vars": self.state.snapshot()["vars"],
+            "vars": ctx.state.snapshot()["vars"],
             "usage": usage,
             "failure": failure,
             "finished_at": _timestamp(workflow.now()),
         }
         return self.result
+
+
+def _no_tools() -> ToolSessions:
+    raise LatticeRunError(
+        "a tool session was asked for in the workflow: tool calls run on workers",
+        error_type="internal_error",
+    )
 
 
 def _timestamp(moment: Any) -> str:

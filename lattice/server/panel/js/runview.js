@@ -204,13 +204,15 @@ export class RunView {
       this.waterfall.rerunnable = stopped;
       this.waterfall.render(this.model);
     }
-    if (f.status !== status) {
+    const resumable = (status === "failed" || status === "interrupted") && run.failure?.resumable !== false;
+    if (f.status !== status || f.resumable !== resumable) {
+      if (f.status !== status) f.badge.replaceWith((f.badge = statusBadge(status)));
       f.status = status;
-      f.badge.replaceWith((f.badge = statusBadge(status)));
+      f.resumable = resumable;
       const focused = f.actions.contains(document.activeElement);
       const actions = [];
       if (status === "running") actions.push(h("button", { type: "button", id: "cancel-run", onclick: () => this.cancel() }, "Cancel"));
-      if (status === "failed" || status === "interrupted") actions.push(h("button", { type: "button", id: "resume-run", class: "primary", onclick: () => this.resume() }, "Resume"));
+      if (resumable) actions.push(h("button", { type: "button", id: "resume-run", class: "primary", onclick: () => this.resume() }, "Resume"));
       const back = h("a", { href: "#/", class: "back" }, "All runs");
       clear(f.actions).append(...actions, back);
       if (focused) (actions[0] || back).focus();
@@ -329,7 +331,9 @@ export class RunView {
         h("dd", {}, f.recovery_action || "–"),
       ),
       f.details ? tree(f.details, "details", { depth: 1 }) : null,
-      h("div", { class: "actions" }, h("button", { type: "button", class: "primary", id: "resume-failed", onclick: () => this.resume() }, "Resume")),
+      f.resumable === false
+        ? h("p", { class: "muted", id: "no-resume" }, "A resume would fail the same way (a resumed run keeps what it was started with): follow the next step instead.")
+        : h("div", { class: "actions" }, h("button", { type: "button", class: "primary", id: "resume-failed", onclick: () => this.resume() }, "Resume")),
       this.actionError = h("p", { class: "field-error", role: "alert" }),
     );
   }

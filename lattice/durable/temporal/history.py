@@ -1,0 +1,210 @@
+"""Lattice's own walk inside a Temporal workflow, with Temporal's history as its durability.
+
+The workflow (``workflow.py``) runs ``lattice.runtime.walk.Walker`` itself. Ops that never
+wait run in the workflow with their local executors (``runs_in_workflow``); every other
+op runs as the ``lattice.op`` activity (``RemoteOp``), whose result the history records:
+a replayed workflow is given that result, so the walk needs no journal of its own
+(``HistoryRecords``: op records kept, nothing journaled). A question, from an ASK in the
+workflow or from a model asking for information in an activity, waits for its answer
+inside the op (``AnsweredOp``), so it works in parallel branches too.
+
+This module does not import ``temporalio``: the workflow gives it the calls that do.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from lattice.contracts.usage import Usage
+from lattice.errors import LatticeRunError
+from lattice.ir.models import ExecIR, Op
+from lattice.ir.serialize import ir_from_json
+from lattice.ir.templates import StatePath, parse_path
+from lattice.llm.base import LLMProvider
+from lattice.runtime.context import HaltRun, Outcome, RunContext
+from lattice.runtime.executors import Executor, SwitchExecutor, build_executor
+from lattice.runtime.settings import RuntimeSettings
+
+WORKFLOW_KINDS = frozenset({"START", "END", "STATE", "SWITCH", "TRANSFORM", "ASK", "JOIN"})
+"""Op kinds that never wait on the world: they run in the workflow itself (FORK and
+FOR_EACH too: the walk runs them, and their branches' ops go their own ways)."""
+COMPILED_RUNS = 64
+"""Compiled ExecIRs a worker's workflows share (by digest): each run does not compile its
+document again, and a replay finds it compiled."""
+OWN_EVENTS = frozenset({"op_started", "op_finished"})
+"""What an activity reports that the walk in the workflow emits itself."""
+RECORD_BASE = frozenset({"op_id", "node_id", "kind", "duration_ms", "inputs", "port", "output"})
+"""An activity's op record fields the walk writes itself; the others are the op's own."""
+
+
+@dataclass
+class CompiledWalk:
+    """A run's ExecIR with the executors of its workflow-side ops built once."""
+
+    ir: ExecIR
+    local: dict[str, Executor | None]
+    """Op id → its local executor, for the ops that run in the workflow."""
+    reads: dict[str, list[StatePath]]
+
+
+_compiled: OrderedDict[str, CompiledWalk] = OrderedDict()
+
+
+def compiled_walk(execir: dict[str, Any], digest: str) -> CompiledWalk:
+    """``execir`` compiled (cached by ``digest``; compiling is deterministic, so a shared
+    cache keeps workflows deterministic)."""
+    compiled = _compiled.get(digest)
+    if compiled is not None:
+        _compiled.move_to_end(digest)
+        return compiled
+    ir = ir_from_json(execir)
+    settings = RuntimeSettings()  # the workflow side: no provider, secret or host is used
+    local: dict[str, Executor | None] = {}
+    for op_id, op in ir.ops.items():
+        if op.kind not in WORKFLOW_KINDS:
+            continue  # its executor is built on the workers that run it
+        executor = build_executor(op, settings)
+        if runs_in_workflow(op, executor):
+            local[op_id] = executor
+    compiled = CompiledWalk(
+        ir,
+        local,
+        {
+            op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
+            for op_id, op in ir.ops.items()
+        },
+    )
+    _compiled[digest] = compiled
+    while len(_compiled) > COMPILED_RUNS:
+        _compiled.popitem(last=False)
+    return compiled
+
+
+def runs_in_workflow(op: Op, executor: Executor | None) -> bool:
+    """Whether ``op`` runs in the workflow: a kind that never waits, reading no secret
+    (secrets are read on workers only, and masked there), and no switch matching regular
+    expressions (their time limit counts CPU time, which a replay may not repeat)."""
+    if op.kind not in WORKFLOW_KINDS:
+        return False
+    if any(path.startswith("$secrets") for path in op.reads):
+        return False
+    return not (isinstance(executor, SwitchExecutor) and executor.slow)
+
+
+class HistoryRecords:
+    """Temporal's history as the walk's durability: each activity's result is recorded
+    by the history as it completes, so nothing is journaled or committed here; op
+    records are kept (in ``records``) for the ``record`` query and ``runs export``."""
+
+    journals = False
+    keeps_records = True
+
+    def __init__(self, records: list[dict[str, Any]]) -> None:
+        self.records = records
+
+    def journal(self, line: dict[str, Any]) -> None:
+        pass
+
+    async def commit(self, *, here: bool = False) -> None:
+        pass
+
+    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
+        self.records.append(record)
+
+    def provider(
+        self,
+        inner: LLMProvider,
+        recorded: Iterable[dict[str, Any]] = (),
+        *,
+        branch: str | None = None,
+    ) -> LLMProvider:
+        return inner  # model calls are made in activities, never in the workflow
+
+
+class OpFailed(LatticeRunError):
+    """An activity's op failed with no ``failed`` route; ``report`` is its FailureReport
+    as the worker made it (masked)."""
+
+    def __init__(self, error: dict[str, Any], report: dict[str, Any]) -> None:
+        super().__init__(str(error.get("message", "")), error_type=str(error["error_type"]))
+        self.report = report
+
+
+SendOp = Callable[[RunContext, Op], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]
+"""Runs ``op`` as an activity with the track's context; returns the request it sent and
+what the op did (``ops.py``)."""
+
+
+class RemoteOp(Executor):
+    """An op executed on a worker: takes in what the activity did as the local executor
+    would have done it (state changes, events, usage, answers), and returns its outcome."""
+
+    def __init__(self, op: Op, send: SendOp) -> None:
+        self.op = op
+        self.send = send
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        sent, done = await self.send(ctx, self.op)
+        add_usage(ctx.usage, sent["usage"], done["usage"])
+        node = self.op.source_node
+        if node in done["answers"]:
+            ctx.answers[node] = done["answers"][node]
+        else:
+            ctx.answers.pop(node, None)
+        for event in done["events"]:
+            if event["type"] not in OWN_EVENTS:
+                ctx.emit(event["type"], event.get("data"))
+        if "halt" in done:  # the op runs again once answered: its changes are not kept
+            halt = done["halt"]
+            raise HaltRun(halt["reason"], halt["summary"], halt["details"], halt["action"])
+        for change in done["changes"]:
+            ctx.state.apply(change)
+        ctx.last_result = done["last_result"]
+        if "failure" in done:
+            raise OpFailed(done["error"], done["failure"])
+        record = {k: v for k, v in (done.get("record") or {}).items() if k not in RECORD_BASE}
+        return Outcome(port=done["port"], output=done.get("output"), record=record or None)
+
+
+AskFor = Callable[[RunContext, HaltRun], Awaitable[Any]]
+"""Waits for the answer to a question an op halted on; returns it as given."""
+
+
+class AnsweredOp(Executor):
+    """``inner``, which may halt on a question: the question waits for its answer
+    (``ask``), then the op runs again with it, as a resumed local run does: a
+    single-choice answer answers this visit only (a question in a loop is asked again)."""
+
+    def __init__(self, inner: Executor, kind: str, ask: AskFor) -> None:
+        self.inner = inner
+        self.kind = kind
+        self.ask = ask
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        while True:
+            try:
+                return await self.inner.run(ctx)
+            except HaltRun as halt:
+                given = await self.ask(ctx, halt)
+                node = str(ctx.current_node)
+                ctx.answers[node] = given if halt.details.get("multiSelect") else [given]
+                ctx.emit("op_started", {"kind": self.kind})  # as a resumed run starts it
+
+
+def add_usage(usage: Usage, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Add to ``usage`` what an op used on a worker: ``after`` (its usage when it ended)
+    less ``before`` (what it was sent), so that branches' ops running at once add up."""
+    for name in ("calls", "input_tokens", "output_tokens", "requests"):
+        setattr(usage, name, getattr(usage, name) + after[name] - before[name])
+    for table, was, now in (
+        (usage.by_model, before["by_model"], after["by_model"]),
+        (usage.by_class, before["by_class"], after["by_class"]),
+    ):
+        for key, row in now.items():
+            old = was.get(key, {})
+            mine = table.setdefault(key, {"calls": 0, "input_tokens": 0, "output_tokens": 0})
+            for field_name, value in row.items():
+                mine[field_name] = mine.get(field_name, 0) + value - old.get(field_name, 0)
