@@ -212,8 +212,8 @@ class RunContext:
             op_id = node_id = None
         if data is None:
             data = {}
-        if self._compact and not self._listeners:
-            self._keep((seq, time.time(), type_, op_id, node_id, data))
+        if self._compact and not self._listeners:  # EventLog.add, inlined
+            self._keep((seq, time.time(), type_, op_id, node_id, len(data), *data, *data.values()))
             return
         event = make_event(seq, self.now(), self.run_id, type_, op_id, node_id, data)
         if self.branch is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -29,6 +30,7 @@ from lattice.ir.templates import parse_path
 from lattice.llm.base import (
     LLMProvider,
     close_loop_clients,
+    keeps_loop_clients,
     provider_checkpoint,
     restore_provider,
 )
@@ -175,6 +177,10 @@ class Runner:
         self._state_listeners: list[StateListener] = []
         self._active: dict[str, RunContext] = {}
         self._execir_text: str | None = None
+        self._secret_names = self.settings.secret_names()
+        self._secret_reader = functools.partial(read_secret, self.settings)
+        """Made once: every run's state holds it (a bound method made per run is one more
+        object alive through the run)."""
         check_answers(ir, self.answers)
 
     def subscribe(self, listener: EventListener) -> None:
@@ -205,9 +211,15 @@ class Runner:
     ) -> RunResult:
         """Synchronous ``arun``, on this thread's reused event loop (``lattice.runtime.sync``);
         the provider's clients bound to that loop are closed after the run."""
+        provider = self.provider
+        if not keeps_loop_clients(provider):  # most providers: no wrapping coroutine
+            return run_sync(
+                lambda: self._start(inputs, run_id, start, own_loop=True),
+                what="await runner.arun(...)",
+            )
         return run_sync(
             lambda: _closing_loop_clients(
-                self.provider, self._start(inputs, run_id, start, own_loop=True)
+                provider, self._start(inputs, run_id, start, own_loop=True)
             ),
             what="await runner.arun(...)",
         )
@@ -258,7 +270,7 @@ class Runner:
             inputs,
             ctx=self._ctx(run_id),
             vars=copy.deepcopy(start.state.get("vars") or {}) if start is not None else None,
-            secrets=self._read_secret,
+            secrets=self._secret_reader,
         )
         ctx = self._context(run_id, state, recorder, Usage(), seq=0, redact=redact)
         try:
@@ -276,7 +288,9 @@ class Runner:
             if start is not None:
                 started |= {"start_op": start.op, "parent": start.parent}
             ctx.emit("run_started", started, op=False)
-            for refused in refused_tools(self.ir, self.settings.agents.grant):
+            for refused in (
+                refused_tools(self.ir, self.settings.agents.grant) if self._has_agents else ()
+            ):
                 ctx.emit(
                     "agent_tool_refused",
                     {"node": refused.node, "tools": list(refused.tools), "grant": refused.setting},
@@ -286,8 +300,11 @@ class Runner:
             _abandon(ctx)
             raise
         ctx.walk.commit_here = own_loop
-        with gc_pacing(self.settings.gc_pacing):
-            return await self._walk(ctx, Position(start.op if start else self.ir.entry))
+        position = Position(start.op if start else self.ir.entry)
+        if not self.settings.gc_pacing:  # nothing held across the walk
+            return await self._walk(ctx, position)
+        with gc_pacing():
+            return await self._walk(ctx, position)
 
     def _changes(self, ctx: RunContext) -> list[dict[str, Any]]:
         """The files the run's agent ops changed: from the op records of its folder (a
@@ -527,7 +544,7 @@ class Runner:
         """Rebuild a reopened run's state and context, then walk on from its position
         (the recorder takes ``ownership`` over and lets it go when the run stops)."""
         try:
-            state = StateStore.from_snapshot(state_data, secrets=self._read_secret)
+            state = StateStore.from_snapshot(state_data, secrets=self._secret_reader)
             if journal is not None:
                 for line in journal.ops:
                     for change in line.get("changes") or ():
@@ -571,18 +588,17 @@ class Runner:
         except BaseException:
             _abandon(ctx)
             raise
-        with gc_pacing(self.settings.gc_pacing):
+        if not self.settings.gc_pacing:
+            return await self._walk(ctx, position)
+        with gc_pacing():
             return await self._walk(ctx, position)
 
     # -- secrets --------------------------------------------------------------------------
 
-    def _read_secret(self, name: str) -> str:
-        return read_secret(self.settings, name)
-
     def _redactor(self) -> Redactor:
         """Replaces the values of every secret name (``RuntimeSettings.secret_names``) and of
         the provider API keys with ``***``."""
-        return make_redactor(self.settings.secret_names())
+        return make_redactor(self._secret_names)
 
     # -- the walk -----------------------------------------------------------------------
 
@@ -630,7 +646,7 @@ class Runner:
             ),
             seq=seq,
             redact=redact,
-            secret_names=self.settings.secret_names(),
+            secret_names=self._secret_names,
         )
         ctx.walk = WalkState(base_provider=self.provider, durability=durability)
         return ctx

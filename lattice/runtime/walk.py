@@ -163,6 +163,7 @@ class Walker:
                     await durability.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
             else:
                 self._keep_changes(track)
+            del outcome  # not held while the next op waits (its record may be large)
             if nxt is None:
                 return TrackEnd("end", output)
             current = nxt

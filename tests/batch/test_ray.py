@@ -140,7 +140,7 @@ def test_a_chunks_rows_stream_back_one_by_one_as_they_end(
         "--mock",
         mock,
         "--mock-latency-ms",
-        "300",
+        "1000",  # a second between the rows' ends: a margin for a loaded machine
         "--no-record",
         "--progress",
         "none",

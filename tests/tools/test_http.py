@@ -960,7 +960,8 @@ class ItemsHandler(BaseHTTPRequestHandler):
             else:
                 self.send_json(200, {"ok": True})
         elif self.path == "/slow":
-            self.server.closing.wait(0.5)
+            # far past any timeout a test sets, so a loaded machine cannot read it in time
+            self.server.closing.wait(10)
             self.send_json(200, {"late": True})
         elif self.path == "/drip":
             self.drip(20, every=0.5)
@@ -1110,6 +1111,10 @@ def test_end_to_end_a_real_timeout(items_api: ItemsAPI) -> None:
     report = assert_failed(result, "timeout_error")
     assert "timed out after 0.2s" in report["summary"]
     assert sleep.delays == [1.0]
+    # the server's thread may record the second request after the client gave up on it
+    deadline = time.monotonic() + 10
+    while len(items_api.seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert [path for _, path, _ in items_api.seen] == ["/slow", "/slow"]
 
 
