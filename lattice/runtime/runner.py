@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Any
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.errors import InputError, InvalidInputs, LatticeRunError, LatticeUserError
-from lattice.ir.models import AgentOp, AskOp, ContractOpBase, ExecIR
-from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
 from lattice.llm.base import (
     LLMProvider,
@@ -56,7 +54,6 @@ from lattice.runs.store import (
     new_run_id,
     refuse_secrets_in,
 )
-from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -92,10 +89,13 @@ from lattice.runtime.walk_state import Counters, WalkState
 from lattice.schemas import schema_errors, schema_validator
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import ToolSessions
+from lattice.workspace.grants import refused_tools
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
     from jsonschema.protocols import Validator
+
+    from lattice.ir.models import ExecIR
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,8 @@ class Runner:
         meta: Mapping[str, Any] | None = None,
         settings: RuntimeSettings | None = None,
     ) -> None:
+        from lattice.ir.models import AgentOp, ContractOpBase
+
         self.ir = ir
         self.settings = settings or RuntimeSettings()
         self.provider: LLMProvider = provider or DisabledProvider()
@@ -258,6 +260,8 @@ class Runner:
             if self.workflow is not None:
                 documents["workflow.json"] = file_text(self.workflow)
             if self._execir_text is None:  # the same for every run
+                from lattice.ir.serialize import ir_to_dict
+
                 self._execir_text = file_text(ir_to_dict(self.ir))
             documents["execir.json"] = self._execir_text
             refuse_secrets_in(documents, redact)  # before the folder is made
@@ -503,7 +507,7 @@ class Runner:
                 # the ops to run again start afresh: none of their answers replay
                 committed_state = journal.committed_provider_state or {}
         multi = {
-            op.source_node for op in ir.ops.values() if isinstance(op, AskOp) and op.multi_select
+            op.source_node for op in ir.ops.values() if op.kind == "ASK" and op.multi_select
         }
         once = {k: v if k in multi else [v] for k, v in (answers or {}).items()}
         runner = cls(
@@ -871,6 +875,8 @@ def _input_message(err: ValidationError) -> str:
 def check_answers(ir: ExecIR, answers: Mapping[str, Any], what: str = "answers") -> None:
     """Raise InputError when answers name unknown ASK nodes or options none of them has;
     its message starts ``invalid <what>:``."""
+    from lattice.ir.models import AskOp, ContractOpBase
+
     asks = {op.source_node: op for op in ir.ops.values() if isinstance(op, AskOp)}
     llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)}
     problems = []
