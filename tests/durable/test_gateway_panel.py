@@ -114,3 +114,8 @@ def test_a_temporal_run_shows_live_and_is_answered_from_the_panel(
             lambda: page.execute_script("return document.body.innerText.includes('approval')"),
             "the run list did not show the run",
         )
+        # leave the page before the gateway stops: its list refreshes every two seconds,
+        # and a refresh after the stop is a console error the fixture would report
+        errors = [e for e in console_errors(page) if "favicon" not in e]
+        page.get("about:blank")
+    assert not errors, errors
