@@ -1,8 +1,8 @@
 """One op of a run, executed on a worker: what the ``lattice.op`` activity does.
 
 The workflow (``workflow.py``) sends the op's id, the digest of the run's ExecIR (a
-worker reads the ExecIR itself once, and keeps it compiled), the run's state and what the
-run has used so far; ``OpExecutor.run_op`` executes the op with Lattice's own executor (an LLM op
+worker reads the ExecIR itself once, and keeps it compiled), the part of the run's state the op reads
+(``state_slice.py``) and what the run has used so far; ``OpExecutor.run_op`` executes the op with Lattice's own executor (an LLM op
 through the contract engine, with its retries, repairs and budgets) and returns what the
 op did: the port it left through, its output, the state changes it made, the events it
 emitted, its op record, and where the provider and the answers stand after it. A failure

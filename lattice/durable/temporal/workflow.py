@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         RemoteOp,
         compiled_walk,
     )
+    from lattice.durable.temporal.state_slice import state_for
     from lattice.errors import LatticeRunError
     from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
     from lattice.llm.disabled import DisabledProvider
@@ -241,8 +242,9 @@ class LatticeRunWorkflow:
         return executor
 
     async def _send(self, ctx: RunContext, op: Op) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Run ``op`` as the ``lattice.op`` activity, with the track's state and what the
-        run has used so far; the request and its result (``ops.py``)."""
+        """Run ``op`` as the ``lattice.op`` activity, with the part of the track's state it
+        reads (``state_slice.py``) and what the run has used so far; the request and its
+        result (``ops.py``)."""
         spec = self.spec
         serial = "mock_script" in (spec["provider"] or {})
         async with self.one_at_a_time if serial else contextlib.nullcontext():
@@ -253,7 +255,7 @@ class LatticeRunWorkflow:
                 "execir_digest": spec["execir_digest"],
                 "provider": spec["provider"],
                 "budgets": spec["budgets"],
-                "state": ctx.state.snapshot(),
+                "state": state_for(op, ctx.state, ctx.last_result),
                 "seq": ctx.root.seq,
                 "answers": ctx.answers,
                 "usage": ctx.usage.to_json(),
