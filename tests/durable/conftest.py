@@ -12,12 +12,17 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+HELD_SECONDS = 120.0
+"""How long the held server waits for its release at most (a bound, not a timing)."""
 STARTUP_SECONDS = 60.0
 """How long the server may take to answer (a loaded machine is slow to start it)."""
 
@@ -103,3 +108,34 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             server.kill()
             server.wait()
         log.close()
+
+
+@pytest.fixture
+def held() -> Iterator[tuple[str, threading.Event, threading.Event]]:
+    """A server on 127.0.0.1 whose answer waits until the test releases it: its URL, the
+    event set when a request arrived and the one that releases it."""
+    arrived, release = threading.Event(), threading.Event()
+
+    class Held(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            arrived.set()
+            release.wait(HELD_SECONDS)
+            body = b'{"held": true}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Held)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", arrived, release
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,9 +32,9 @@ import pytest
 from lattice.config import LatticeConfig
 from lattice.lower.compiler import lower_document
 from lattice.server.app import ServerSettings
-from tests.builders import approval
+from tests.builders import approval, chain, node
 from tests.durable.helpers import run_locally
-from tests.server.helpers import follow, serve_in_process, serve_in_thread, steps
+from tests.server.helpers import follow, read_sse, serve_in_process, serve_in_thread, steps
 
 pytest.importorskip("temporalio")
 
@@ -484,3 +485,35 @@ def test_a_secret_in_an_answer_is_refused_before_temporal(
             return b"".join(event.SerializeToString() for event in events.events)
 
         assert secret.encode() not in asyncio.run(history())
+
+
+def test_the_gateway_streams_an_op_as_running_while_its_activity_runs(
+    temporal_address: str, tmp_path: Path, held: tuple[str, threading.Event, threading.Event]
+) -> None:
+    url, arrived, release = held
+    (tmp_path / "lattice.toml").write_text('[http]\nallow_hosts = ["127.0.0.1"]\n')
+    queue = f"gw-{uuid.uuid4().hex[:10]}"
+    doc = chain(node("call", "httpRequest", method="GET", url=f"{url}/slow"))
+    with ExitStack() as stack:
+        stack.enter_context(workers(temporal_address, queue, tmp_path, 1))
+        base = stack.enter_context(serve_in_thread(gateway(temporal_address, queue, tmp_path)))
+        client = stack.enter_context(httpx.Client(base_url=base, timeout=WAIT))
+        started = client.post("/v1/runs", json={"document": doc, "inputs": {}})
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        seen: list[dict[str, Any]] = []
+        with client.stream("GET", f"/v1/runs/{run_id}/events") as stream:
+            for message in read_sse(stream):
+                assert message.event != "end", seen
+                seen.append(message.data)
+                if message.data["type"] == "op_started" and message.data["op_id"] == "call":
+                    break
+        assert arrived.wait(WAIT)  # the op's activity is on a worker, and held there
+        running = client.get(f"/v1/runs/{run_id}").json()
+        assert running["status"] == "running"
+        assert not any(e["type"] == "op_finished" and e.get("op_id") == "call" for e in seen)
+        release.set()
+        rest, end = follow(client, run_id, last_event_id=seen[-1]["seq"])
+        assert end == "completed"
+        finished = [e for e in rest if e["type"] == "op_finished" and e["op_id"] == "call"]
+        assert finished and finished[0]["data"]["port"] == "default"

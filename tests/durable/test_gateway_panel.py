@@ -5,16 +5,19 @@ answered from the page and the run finishes there; a headless Chromium drives th
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from lattice.config import LatticeConfig
 from lattice.server.app import ServerSettings
+from tests.builders import chain, node
 from tests.durable.test_gateway import workers
 from tests.panel.browser import chromium, console_errors, require_browser
 from tests.panel.helpers import workflows_folder
@@ -116,6 +119,35 @@ def test_a_temporal_run_shows_live_and_is_answered_from_the_panel(
         )
         # leave the page before the gateway stops: its list refreshes every two seconds,
         # and a refresh after the stop is a console error the fixture would report
+        errors = [e for e in console_errors(page) if "favicon" not in e]
+        page.get("about:blank")
+    assert not errors, errors
+
+
+def test_a_node_whose_op_runs_on_a_worker_shows_running(
+    page: Any,
+    temporal_address: str,
+    tmp_path: Path,
+    held: tuple[str, threading.Event, threading.Event],
+) -> None:
+    url_held, arrived, release = held
+    (tmp_path / "lattice.toml").write_text('[http]\nallow_hosts = ["127.0.0.1"]\n')
+    queue = f"panel-{uuid.uuid4().hex[:10]}"
+    settings = ServerSettings(
+        runs_dir=tmp_path / "runs",
+        config=LatticeConfig(),
+        backend=TemporalRuns(temporal_address, task_queue=queue),
+    )
+    doc = chain(node("call", "httpRequest", method="GET", url=f"{url_held}/slow"))
+    with workers(temporal_address, queue, tmp_path, 1), serve_in_thread(settings) as url:
+        started = httpx.post(f"{url}/v1/runs", json={"document": doc, "inputs": {}}, timeout=WAIT)
+        assert started.status_code == 202, started.text
+        page.get(f"{url}/#/runs/{started.json()['run_id']}")
+        assert arrived.wait(WAIT)  # the op's activity is on a worker, held there
+        until(lambda: node_status(page, "call") == "running", "the node never showed running")
+        release.set()
+        until(lambda: node_status(page, "call") == "completed", "the node did not complete")
+        until(lambda: run_status(page) == "completed", "the run did not finish")
         errors = [e for e in console_errors(page) if "favicon" not in e]
         page.get("about:blank")
     assert not errors, errors
