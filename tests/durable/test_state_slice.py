@@ -13,8 +13,12 @@ import pytest
 
 from lattice.errors import LatticeRunError
 from lattice.ir.models import Case, Condition, LLMWriteOp, StateOp, SwitchOp, ToolCallOp
+from lattice.llm.mock import MockProvider
 from lattice.lower.compiler import lower_document
-from lattice.runtime.state import StateStore
+from lattice.runs.store import RunStore
+from lattice.runtime.runner import Runner
+from lattice.runtime.settings import RuntimeSettings
+from lattice.runtime.state import StateLimits, StateStore
 from tests.builders import chain, node
 from tests.durable.helpers import run_locally, with_worker
 
@@ -166,3 +170,37 @@ def test_a_large_value_later_ops_do_not_read_is_not_sent_with_them(temporal_addr
     assert done["vars"] == local.vars
     assert sent["first"] == 4000  # the op that reads it is sent it
     assert {n: sent[n] for n in LATER_OPS} == dict.fromkeys(LATER_OPS, 0)
+
+
+def test_the_whole_state_stays_within_the_starting_processs_bound(temporal_address: str) -> None:
+    """The worker sees only what an op reads; the workflow, which holds the whole state,
+    keeps it within ``max_state_bytes`` of the process that started the run."""
+    doc = chain(
+        node("keep", "variableStore", operation="set", name="big", value="z" * 3000),
+        node("first", "prompt", prompt="Say something about {{ $in.topic }}."),
+    )
+    ir = lower_document(doc).ir
+    assert ir is not None
+    script = {"responses": {"first": ["w" * 3000]}}
+    settings = RuntimeSettings(state_limits=StateLimits(max_state_bytes=5000))
+    local = Runner(
+        ir, provider=MockProvider.from_script(script), store=RunStore(None), settings=settings
+    ).run({"topic": "tea"})
+    assert local.status == "failed" and local.failure is not None
+
+    async def body(client: Any, queue: str) -> dict[str, Any]:
+        handle = await start_run(
+            client,
+            ir,
+            run_id=f"test-{uuid.uuid4().hex[:12]}",
+            inputs={"topic": "tea"},
+            provider={"mock_script": script},
+            task_queue=queue,
+            settings=settings,
+        )
+        return await follow(handle)
+
+    done = asyncio.run(with_worker(temporal_address, body))
+    assert done["status"] == "failed"
+    assert done["failure"]["category"] == local.failure.category
+    assert "max_state_bytes" in done["failure"]["summary"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from lattice.durable.temporal.ops import execir_digest
@@ -44,7 +44,8 @@ def run_spec(
     """The workflow's input: the ExecIR (the workflow walks it as a local run does) and
     the run's inputs, answers, provider (a mock script inline), budgets and limits (with
     ``settings``' bound on ops running at once, ``max_parallel``, unless ``limits`` gives
-    one), and the events a run starts with besides ``run_started`` (an agent's tools the
+    one; and its bounds on the state, which the workflow holds whole: an op's worker sees
+    only the part it reads), and the events a run starts with besides ``run_started`` (an agent's tools the
     grant of ``settings`` refuses, as a local run reports them)."""
     execir = ir_to_dict(ir)
     return {
@@ -71,5 +72,6 @@ def run_spec(
         "provider": provider,
         "budgets": budgets,
         "limits": {"max_parallel": settings.max_parallel, **limits},
+        "state_limits": (None if settings.state_limits is None else asdict(settings.state_limits)),
         "activity": activity.to_json(),
     }

@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from lattice.runtime.context import HaltRun, RunContext
     from lattice.runtime.executors import Executor
     from lattice.runtime.settings import RuntimeSettings
-    from lattice.runtime.state import StateStore
+    from lattice.runtime.state import StateLimits, StateStore
     from lattice.runtime.walk import Step, Track, Walker, edge_table, run_failure
     from lattice.runtime.walk_state import WalkState
     from lattice.tools.mcp import ToolSessions
@@ -211,7 +211,7 @@ class LatticeRunWorkflow:
                 "model_classes": spec["model_classes"],
             },
         )
-        state.limit(settings.state_limits)
+        state.limit(_state_limits(spec, settings))
         self.initial_state = state.snapshot()
         ctx = RunContext(
             run_id=self.run_id,
@@ -335,6 +335,15 @@ class LatticeRunWorkflow:
             "finished_at": _timestamp(workflow.now()),
         }
         return self.result
+
+
+def _state_limits(spec: dict[str, Any], settings: RuntimeSettings) -> StateLimits | None:
+    """The starting process's bounds on the run's state (None: unbounded); a run started
+    without them has the defaults."""
+    if "state_limits" not in spec:
+        return settings.state_limits
+    bounds = spec["state_limits"]
+    return None if bounds is None else StateLimits(**bounds)
 
 
 def _no_tools() -> ToolSessions:
