@@ -105,7 +105,7 @@ def test_a_variables_bare_names_and_a_switchs_last_result_are_sent() -> None:
     switch = SwitchOp(
         id="s",
         source_node="s",
-        cases=[Case(port="hit", test=Condition(op="matches", value="^A"))],  # type: ignore[arg-type]
+        cases=[Case(port="hit", test=Condition(op="matches", value="^A"))],
     )
     assert state_for(switch, state, "$vars.draft.result")["vars"] == {
         "draft": {"result": "A note."}
