@@ -113,6 +113,16 @@ def test_a_question_halts_then_resume_answers_it_and_export_writes_the_folder(
     assert found, halted.stderr
     run_id = found.group(1)
 
+    waiting = lattice("runs", "show", run_id, *common, cwd=tmp_path)
+    assert waiting.returncode == 0, waiting.stderr
+    assert waiting.stdout.startswith(f"run {run_id}: halted")
+    assert "usage: 1 model call," in waiting.stdout  # what it used so far, as a local run shows
+    assert "failure [waiting_for_answer] at approve:" in waiting.stdout
+    answer_it = (
+        f"next: lattice resume {run_id} --temporal {temporal_address} --answer approve=<answer>"
+    )
+    assert answer_it in waiting.stdout
+
     wrong = lattice("resume", run_id, *common, "--answer", "approve=Maybe", cwd=tmp_path)
     assert wrong.returncode == 2 and "Maybe" in wrong.stderr
 

@@ -137,6 +137,7 @@ class LatticeRunWorkflow:
             "state_initial": self.initial_state,
             "state": self.ctx.state.snapshot() if self.ctx is not None else {},
             "question": self.question,
+            "usage": self.ctx.usage.to_json() if self.ctx is not None else None,
             "result": self.result,
         }
 
