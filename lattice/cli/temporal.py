@@ -16,7 +16,7 @@ from typing import Any
 from lattice.cli.common import Progress, note, parse_pairs, read_json_object, report, terminal_asker
 from lattice.config import load_config
 from lattice.errors import InputError, LatticeUserError
-from lattice.ir.models import AskOp, ExecIR
+from lattice.ir.models import AskOp, ExecIR, ToolCallOp
 from lattice.ir.serialize import ir_from_json
 from lattice.runs.redaction import make_redactor
 from lattice.runs.store import new_run_id
@@ -60,6 +60,12 @@ def run_on_temporal(
     settings = prepared.settings
     progress = Progress(live=sys.stderr.isatty() and not args.json)
     run_id = new_run_id()
+    if args.config and any(isinstance(op, ToolCallOp) for op in ir.ops.values()):
+        note(
+            f"note: on Temporal the workers call the tools, with their own configuration "
+            f"(MCP servers, [http] allow_hosts, secrets), not {args.config}: start them with "
+            f"lattice worker --temporal {address} --config {args.config}"
+        )
 
     async def go() -> int:
         client = await connect(address)

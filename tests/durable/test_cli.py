@@ -157,3 +157,47 @@ def test_what_the_temporal_engine_cannot_run_is_a_usage_error(tmp_path: Path) ->
     assert no_address.returncode == 2
     assert "--temporal HOST:PORT" in no_address.stderr
     assert "Traceback" not in no_address.stderr
+
+
+def test_a_config_given_to_a_run_that_calls_tools_on_temporal_names_the_workers(
+    tmp_path: Path,
+) -> None:
+    config = str(EXAMPLES / "meeting-prep.lattice.toml")
+    started = lattice(
+        "run",
+        str(EXAMPLES / "meeting-prep.json"),
+        "--config",
+        config,
+        "--mock",
+        str(EXAMPLES / "meeting-prep.mock.json"),
+        "--inputs",
+        str(EXAMPLES / "meeting-prep.inputs.json"),
+        "--engine",
+        "temporal",
+        "--temporal",
+        "127.0.0.1:1",  # nothing listens: the note comes before the connection
+        cwd=tmp_path,
+    )
+    assert started.returncode == 2, started.stderr
+    assert f"lattice worker --temporal 127.0.0.1:1 --config {config}" in started.stderr
+    assert "cannot reach Temporal at 127.0.0.1:1 (Connection refused): is a server" in (
+        started.stderr
+    )
+    assert "tonic::" not in started.stderr  # the SDK's transport internals stay out
+    assert "Traceback" not in started.stderr
+    plain = lattice(
+        "run",
+        str(EXAMPLES / "hello-world.json"),
+        "--config",
+        config,
+        "--input",
+        "name=Ada",
+        "--mock",
+        str(EXAMPLES / "hello-world.mock.json"),
+        "--engine",
+        "temporal",
+        "--temporal",
+        "127.0.0.1:1",
+        cwd=tmp_path,
+    )
+    assert plain.returncode == 2 and "lattice worker" not in plain.stderr  # it calls no tool
