@@ -322,7 +322,9 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "(status, output, the path taken, each node's outputs and model calls); lattice runs "
         "open RUN: the run in the execution panel of lattice serve (docs/panel.md), in a "
         "browser (a server on --port that sees the run is used, else one is started here "
-        "until Ctrl-C). A RUN is a run folder or a run id under --runs-dir.",
+        "until Ctrl-C); lattice runs export RUN --temporal HOST:PORT -o DIR: a run on "
+        "Temporal as a run folder (docs/temporal.md). A RUN is a run folder or a run id under "
+        "--runs-dir (with --temporal: a run id on Temporal).",
     )
     p.add_argument(
         "action", nargs="?", choices=["list", "show", "diff", "open", "export"], default="list"
@@ -331,7 +333,7 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "run_dir",
         nargs="?",
         metavar="RUN",
-        help="run folder or run id for 'show' and 'open'; the first for 'diff'",
+        help="run folder or run id for 'show', 'open' and 'export'; the first for 'diff'",
     )
     p.add_argument("other", nargs="?", metavar="RUN_B", help="the second run for 'diff'")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
@@ -353,7 +355,8 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
-        help="list, show, open, export: the runs are on Temporal at this address (RUN is a run id)",
+        help="list, show, open, export: the runs are on Temporal at this address (RUN is a run "
+        "id; diff: export them first)",
     )
     p.add_argument(
         "--limit",

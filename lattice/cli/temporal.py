@@ -144,11 +144,26 @@ def resume(args: argparse.Namespace) -> int:
     async def go() -> int:
         client = await connect(address)
         ir = await _run_ir(client, run_id)
+        if answers:
+            await _check_waiting(client, run_id, address)
         for node_id, value in answers.items():
             await answer(client, run_id, ir, node_id, value)
         return await _follow(client, run_id, ir, address, progress, args, settings)
 
     return asyncio.run(go())
+
+
+async def _check_waiting(client: Any, run_id: str, address: str) -> None:
+    """A LatticeUserError unless run ``run_id`` waits for an answer (an answer sent to a
+    finished workflow is refused by the server)."""
+    progress = await client.get_workflow_handle(run_id).query("progress", 1 << 62)
+    if progress["status"] == "waiting":
+        return
+    status = (progress.get("result") or {}).get("status") or progress["status"]
+    raise LatticeUserError(
+        f"run {run_id} is {status}; only a run waiting for an answer takes one "
+        f"(lattice runs show {run_id} --temporal {address})"
+    )
 
 
 async def _run_ir(client: Any, run_id: str) -> ExecIR:

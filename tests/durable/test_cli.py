@@ -129,6 +129,12 @@ def test_a_question_halts_then_resume_answers_it_and_export_writes_the_folder(
     resumed = lattice("resume", run_id, *common, "--answer", "approve=Send", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout) == "A polished note."
+    again = lattice("resume", run_id, *common, "--answer", "approve=Send", cwd=tmp_path)
+    assert again.returncode == 2, again.stderr
+    assert f"run {run_id} is completed; only a run waiting for an answer takes one" in (
+        again.stderr
+    )
+    assert "Traceback" not in again.stderr
 
     exported = lattice("runs", "export", run_id, *common, "-o", "exported", cwd=tmp_path)
     assert exported.returncode == 0, exported.stderr
