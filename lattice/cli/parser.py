@@ -31,6 +31,16 @@ def port_number(text: str) -> int:
     return value
 
 
+def temporal_address(text: str) -> str:
+    """A Temporal server's HOST:PORT (its gRPC address: no scheme, a port number)."""
+    host, colon, port = text.rpartition(":")
+    if "://" in text or not colon or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not HOST:PORT (a Temporal server's address, such as 127.0.0.1:7233)"
+        )
+    return text
+
+
 def positive_int(text: str) -> int:
     """An argument that must be a whole number of at least 1."""
     try:
@@ -219,6 +229,7 @@ def add_temporal_options(
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
+        type=temporal_address,
         required=required,
         help="the Temporal server's address" + (" (with --engine temporal)" if engine else ""),
     )
@@ -311,6 +322,7 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
+        type=temporal_address,
         help="the run is on Temporal: RUN is its id; answers are sent to it as updates",
     )
     _handler(p, "lattice.cli.run:resume")
@@ -355,6 +367,7 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
+        type=temporal_address,
         help="list, show, open, export: the runs are on Temporal at this address (RUN is a run "
         "id; diff: export them first)",
     )

@@ -207,3 +207,11 @@ def test_a_config_given_to_a_run_that_calls_tools_on_temporal_names_the_workers(
         cwd=tmp_path,
     )
     assert plain.returncode == 2 and "lattice worker" not in plain.stderr  # it calls no tool
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:7233", "127.0.0.1", "localhost:port"])
+def test_an_address_that_is_not_host_port_is_a_usage_error(tmp_path: Path, address: str) -> None:
+    listed = lattice("runs", "list", "--temporal", address, cwd=tmp_path)
+    assert listed.returncode == 2
+    assert f"{address!r} is not HOST:PORT" in listed.stderr
+    assert "Warning" not in listed.stderr and "Traceback" not in listed.stderr

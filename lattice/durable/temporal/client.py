@@ -43,8 +43,9 @@ async def connect(address: str) -> Client:
 
 def unreachable_reason(exc: BaseException) -> str:
     """The operating system's reason in the SDK's connection error (its Rust transport's
-    debug text, ``... message: "Connection refused" ...``), else the whole error."""
-    found = re.search(r'message: "([^"]+)"', str(exc))
+    debug text, ``... message: "Connection refused" ...`` or ``error: "failed to lookup
+    address information: ..."``), else the whole error."""
+    found = re.search(r'(?:message|error): "([^"]+)"', str(exc))
     return found.group(1) if found else str(exc)
 
 
