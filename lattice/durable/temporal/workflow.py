@@ -302,6 +302,7 @@ class LatticeRunWorkflow:
             "action": halt.action,
             "node_id": node,
             "branch": ctx.branch,
+            "asked_at": _timestamp(workflow.now()),
         }
         self.status = "waiting"
         ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
