@@ -35,8 +35,11 @@ def worker(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     address = _address(args)
-    note(f"worker on Temporal at {address}, task queue {args.task_queue!r} (Ctrl-C stops it)")
-    asyncio.run(run_worker(address, config, task_queue=args.task_queue))
+
+    def connected() -> None:
+        note(f"worker on Temporal at {address}, task queue {args.task_queue!r} (Ctrl-C stops it)")
+
+    asyncio.run(run_worker(address, config, task_queue=args.task_queue, connected=connected))
     return 0
 
 

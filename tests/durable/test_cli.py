@@ -215,3 +215,10 @@ def test_an_address_that_is_not_host_port_is_a_usage_error(tmp_path: Path, addre
     assert listed.returncode == 2
     assert f"{address!r} is not HOST:PORT" in listed.stderr
     assert "Warning" not in listed.stderr and "Traceback" not in listed.stderr
+
+
+def test_a_worker_that_cannot_connect_says_so_and_not_that_it_works(tmp_path: Path) -> None:
+    worker = lattice("worker", "--temporal", "127.0.0.1:1", cwd=tmp_path)
+    assert worker.returncode == 2
+    assert "cannot reach Temporal at 127.0.0.1:1" in worker.stderr
+    assert "worker on Temporal" not in worker.stderr  # said only once it is connected
