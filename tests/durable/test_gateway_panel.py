@@ -111,6 +111,8 @@ def test_a_temporal_run_shows_live_and_is_answered_from_the_panel(
         # the gateway keeps no document: the canvas is the run's ExecIR, and says so
         note = page.execute_script("return document.querySelector('.layout-note')?.innerText")
         assert "op by op" in note and "no document" in note, note
+        # nor a run folder: the timeline offers no "Re-run from here" (the server refuses it)
+        assert page.execute_script("return document.querySelectorAll('.rerun').length") == 0
         # the run list of the panel lists it from Temporal
         page.get(f"{url}/#/")
         until(
