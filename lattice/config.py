@@ -48,12 +48,15 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     otlp_endpoint = "http://localhost:4318"  # OTLP/HTTP collector (env OTEL_EXPORTER_OTLP_ENDPOINT)
     capture_content = false          # prompts and answers on the spans (masked)
     service_name = "lattice"         # env OTEL_SERVICE_NAME
+    [temporal]                       # runs on Temporal (pip install -e '.[temporal]')
+    codec_key_env = "LATTICE_TEMPORAL_KEY"   # encrypt every payload with the key(s) it holds
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -184,6 +187,31 @@ class TelemetryConfig(_Strict):
         return base if base.endswith("/v1/traces") else base + "/v1/traces"
 
 
+DEFAULT_CODEC_KEY_ENV = "LATTICE_TEMPORAL_KEY"
+
+
+class TemporalConfig(_Strict):
+    """``[temporal]``: what every client and worker of runs on Temporal shares."""
+
+    codec_key_env: str | None = None
+    """The environment variable holding the payload codec's keys (base64 of 32 bytes,
+    comma-separated: the first encrypts, all decrypt). Named here, it must be set; unnamed,
+    ``LATTICE_TEMPORAL_KEY`` is used when set, and payloads are plain otherwise."""
+
+    @field_validator("codec_key_env")
+    @classmethod
+    def _variable_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"{value!r} is not an environment variable's name")
+        return value
+
+    def codec_key_variable(self) -> tuple[str, bool]:
+        """The variable the codec's keys come from, and whether it must be set."""
+        if self.codec_key_env is not None:
+            return self.codec_key_env, True
+        return DEFAULT_CODEC_KEY_ENV, False
+
+
 AGENT_GRANTS = ("read", "write", "shell", "web")
 
 
@@ -231,6 +259,7 @@ class LatticeConfig(_Strict):
     mcp: McpConfig = Field(default_factory=McpConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    temporal: TemporalConfig = Field(default_factory=TemporalConfig)
     source: str | None = Field(default=None, exclude=True)
 
     @field_validator("providers")

@@ -41,6 +41,10 @@ PROVIDER_KEY_VARIABLES = (
 )
 """Environment variables holding provider API keys."""
 
+LATTICE_KEY_VARIABLES = ("LATTICE_SERVER_TOKEN", "LATTICE_TEMPORAL_KEY")
+"""Lattice's own keys: the gateway's bearer token and the Temporal payload codec's keys
+(a comma-separated list, each of whose keys is masked on its own)."""
+
 _SEPARATORS = re.compile(r"[-_. ]+")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 

@@ -196,6 +196,56 @@ def test_the_deferred_modules_come_when_used() -> None:
     assert _modules_after(code, DEFERRED) == sorted(DEFERRED)
 
 
+LOADED_WITH_AN_IR = ("pydantic", "lattice.ir.models")
+"""The IR's models and pydantic (about 60 ms): loaded by whatever makes or reads an ExecIR
+(lowering, ``ir_from_json``), never by importing the runtime, which is handed one."""
+LOADED_WITH_A_MODEL_OP = (
+    "lattice.runtime.llm_op",
+    "lattice.runtime.agent_op",
+    "lattice.contracts.engine",
+    "lattice.agents.loop",
+)
+"""The contract engine and the agent loop: loaded when a Runner is built for an IR with an
+LLM or AGENT op, never by an import."""
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import lattice",
+        "from lattice import Runner, lower, RunStore",
+        "import lattice.runtime, lattice.runtime.runner, lattice.lower, lattice.runs.store",
+        "import lattice.ir.templates, lattice.ir.kinds",  # lattice.ir's names come on first use
+    ],
+)
+def test_importing_the_runtime_loads_no_ir_model_nor_the_contract_engine(code: str) -> None:
+    watched = (*LOADED_WITH_AN_IR, "lattice.ir.serialize", *LOADED_WITH_A_MODEL_OP)
+    assert _modules_after(code, watched) == []
+
+
+TRANSFORM_ONLY = {
+    "nodes": [
+        {"id": "s", "type": "start"},
+        {"id": "t", "type": "dataTransform", "data": {"expression": "length(`[1, 2]`)"}},
+        {"id": "e", "type": "end"},
+    ],
+    "connections": [{"from": "s", "to": "t"}, {"from": "t", "to": "e"}],
+}
+
+
+def test_the_models_come_with_an_ir_and_the_engine_with_a_model_op() -> None:
+    """The probe above can fail: lowering brings the models; a run without model ops
+    leaves the contract engine out, a run with an LLM op brings it (and no agent loop)."""
+    plain = (
+        "from lattice import Runner, lower\n"
+        f"assert Runner(lower({TRANSFORM_ONLY!r})).run({{}}).output == 2"
+    )
+    watched = (*LOADED_WITH_AN_IR, *LOADED_WITH_A_MODEL_OP)
+    assert _modules_after(plain, watched) == sorted(LOADED_WITH_AN_IR)
+    llm_op = ["lattice.contracts.engine", "lattice.runtime.llm_op"]
+    assert _modules_after(RUN_HELLO, watched) == sorted([*LOADED_WITH_AN_IR, *llm_op])
+
+
 def test_the_heavy_modules_come_when_needed() -> None:
     """The probe above can fail: a schema and an HTTP request's transport bring theirs."""
     document = {

@@ -16,9 +16,9 @@ from lattice.cli.main import EXIT_INTERRUPTED, EXIT_USAGE
 from lattice.config import load_config
 from lattice.document.loader import read_json_file
 from lattice.errors import LatticeError
-from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.settings import agent_settings_from_config
 from lattice.runtime.sync import run_sync
+from lattice.workspace.grants import refused_tools
 
 SHOWN_INVALID = 20
 """Invalid input lines printed one by one (the rest are counted; --summary-json lists all)."""

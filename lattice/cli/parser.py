@@ -394,6 +394,29 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     _handler(p, "lattice.cli.temporal:worker")
 
+    p = sub.add_parser(
+        "codec-server",
+        help="decrypt runs on Temporal for Temporal's web UI and CLI (docs/temporal.md)",
+        description="Serve Temporal's codec server protocol (POST /decode, POST /encode) with "
+        "the payload codec's keys (LATTICE_TEMPORAL_KEY, or [temporal] codec_key_env), so "
+        "that Temporal's web UI (--ui-codec-endpoint) and `temporal --codec-endpoint` show "
+        "runs' payloads decrypted. Whoever reaches it reads every run in the clear.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=8081, help="port (default: 8081)")
+    p.add_argument(
+        "--ui-origin",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a web UI allowed to call it from the browser (repeatable; default: "
+        "http://127.0.0.1:8233 and http://localhost:8233, the dev server's UI)",
+    )
+    p.add_argument(
+        "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
+    )
+    _handler(p, "lattice.cli.temporal:codec_server")
+
 
 BATCH_DESCRIPTION = """\
 Run WORKFLOW once per line of --inputs (JSON lines: an inputs object, or

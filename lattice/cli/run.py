@@ -27,7 +27,6 @@ from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
 from lattice.runs.store import RunStore
 from lattice.runs.view import list_runs, show_run
-from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.runner import Runner, check_answers
 from lattice.service.runs import (
     ProviderSpec,
@@ -36,6 +35,7 @@ from lattice.service.runs import (
     prepare_run,
     repo_root,
 )
+from lattice.workspace.grants import refused_tools
 
 
 def _coerce(raw: str, schema: Any) -> Any:

@@ -29,6 +29,14 @@ def _address(args: argparse.Namespace) -> str:
     return str(args.temporal)
 
 
+async def _connect(args: argparse.Namespace, address: str) -> Any:
+    """A client of ``address`` with the payload codec of the configuration (``--config``,
+    ``LATTICE_CONFIG`` or ./lattice.toml, and ``LATTICE_TEMPORAL_KEY``)."""
+    from lattice.durable.temporal.client import connect
+
+    return await connect(address, load_config(getattr(args, "config", None)).temporal)
+
+
 def worker(args: argparse.Namespace) -> int:
     """``lattice worker --temporal HOST:PORT [--task-queue Q]``: work until Ctrl-C."""
     from lattice.durable.temporal.worker import run_worker
@@ -40,6 +48,35 @@ def worker(args: argparse.Namespace) -> int:
         note(f"worker on Temporal at {address}, task queue {args.task_queue!r} (Ctrl-C stops it)")
 
     asyncio.run(run_worker(address, config, task_queue=args.task_queue, connected=connected))
+    return 0
+
+
+def codec_server(args: argparse.Namespace) -> int:
+    """``lattice codec-server [--host H] [--port P] [--ui-origin URL]``: until Ctrl-C."""
+    from lattice.durable.temporal.codec import codec_from_config
+    from lattice.durable.temporal.codec_server import UI_ORIGINS, make_codec_server
+
+    codec = codec_from_config(load_config(args.config).temporal)
+    if not codec.encrypts:
+        raise InputError(
+            f"the codec server needs the payload codec's key: set {codec.variable} "
+            "(or name the variable in [temporal] codec_key_env)"
+        )
+    try:
+        server = make_codec_server(
+            codec, host=args.host, port=args.port, origins=args.ui_origin or UI_ORIGINS
+        )
+    except OSError as exc:
+        raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+    address = f"http://{args.host}:{server.server_address[1]}"
+    note(
+        f"codec server at {address} (temporal server start-dev --ui-codec-endpoint {address}; "
+        f"temporal workflow show --codec-endpoint {address} …); Ctrl-C stops it"
+    )
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
     return 0
 
 
@@ -57,7 +94,7 @@ def run_on_temporal(
     args: argparse.Namespace, prepared: PreparedRun, ir: ExecIR, answers: dict[str, Any]
 ) -> int:
     """Start the checked run on Temporal and follow it as ``lattice run`` follows a local one."""
-    from lattice.durable.temporal.client import connect, start_run
+    from lattice.durable.temporal.client import start_run
 
     address = _address(args)
     settings = prepared.settings
@@ -71,7 +108,7 @@ def run_on_temporal(
         )
 
     async def go() -> int:
-        client = await connect(address)
+        client = await _connect(args, address)
         handle = await start_run(
             client,
             ir,
@@ -135,7 +172,7 @@ async def _follow(
 def resume(args: argparse.Namespace) -> int:
     """``lattice resume RUN_ID --temporal HOST:PORT [--answer NODE=VALUE]``: answer the
     run's question (the workflow's answer update) and follow it to its end or its next question."""
-    from lattice.durable.temporal.client import answer, connect
+    from lattice.durable.temporal.client import answer
     from lattice.runtime.settings import settings_from_config
 
     address = _address(args)
@@ -145,7 +182,7 @@ def resume(args: argparse.Namespace) -> int:
     settings = settings_from_config(load_config(args.config))
 
     async def go() -> int:
-        client = await connect(address)
+        client = await _connect(args, address)
         ir = await _run_ir(client, run_id)
         if answers:
             await _check_waiting(client, run_id, address)
@@ -170,8 +207,13 @@ async def _check_waiting(client: Any, run_id: str, address: str) -> None:
 
 
 async def _run_ir(client: Any, run_id: str) -> ExecIR:
+    from lattice.durable.temporal.client import check_key
+
+    await check_key(client, run_id)
     try:
         record = await client.get_workflow_handle(run_id).query("record")
+    except LatticeUserError:
+        raise  # a key that does not read the run says so itself
     except Exception as exc:  # the SDK's RPC errors name the cause
         raise LatticeUserError(
             f"cannot read run {run_id!r} from Temporal: {exc}", error_type="temporal_error"
@@ -181,7 +223,6 @@ async def _run_ir(client: Any, run_id: str) -> ExecIR:
 
 def export(args: argparse.Namespace) -> int:
     """``lattice runs export RUN_ID --temporal HOST:PORT -o DIR``."""
-    from lattice.durable.temporal.client import connect
     from lattice.durable.temporal.export import export_run
 
     if not args.run_dir or not args.output:
@@ -189,7 +230,7 @@ def export(args: argparse.Namespace) -> int:
     address = _address(args)
 
     async def go() -> Path:
-        return await export_run(await connect(address), str(args.run_dir), Path(args.output))
+        return await export_run(await _connect(args, address), str(args.run_dir), Path(args.output))
 
     folder = asyncio.run(go())
     note(f"run {args.run_dir} written to {folder} (lattice runs show {folder})")
@@ -201,7 +242,6 @@ def show(args: argparse.Namespace) -> int:
     folder (exported to a temporary folder first)."""
     import tempfile
 
-    from lattice.durable.temporal.client import connect
     from lattice.durable.temporal.export import export_run
     from lattice.runs.view import show_run
 
@@ -212,7 +252,7 @@ def show(args: argparse.Namespace) -> int:
         folder = Path(scratch) / str(args.run_dir)
 
         async def go() -> None:
-            await export_run(await connect(address), str(args.run_dir), folder)
+            await export_run(await _connect(args, address), str(args.run_dir), folder)
 
         asyncio.run(go())
         sys.stdout.write(show_run(folder))
@@ -224,7 +264,7 @@ def list_runs(args: argparse.Namespace) -> int:
     ``lattice runs list`` shows run folders (the ``--limit`` newest)."""
     from lattice.durable.temporal.backend import TemporalRuns
 
-    runs = TemporalRuns(_address(args))
+    runs = TemporalRuns(_address(args), config=load_config(getattr(args, "config", None)).temporal)
 
     async def go() -> Any:
         return await runs.list_runs(status=None, workflow=None, limit=args.limit, before=None)
@@ -249,8 +289,10 @@ def gateway_backend(address: str, run_id: str) -> Any:
     runs from, once run ``run_id`` is known to be there (else a LatticeUserError)."""
     from lattice.durable.temporal.backend import TemporalRuns
 
+    runs = TemporalRuns(address, config=load_config().temporal)
+
     async def check() -> None:
-        await TemporalRuns(address).describe(run_id)
+        await runs.describe(run_id)
 
     asyncio.run(check())
-    return TemporalRuns(address)
+    return runs

@@ -100,26 +100,29 @@ class ContractEngine:
         node_id: str | None = None,
         op_id: str | None = None,
     ) -> tuple[Any, list[dict[str, Any]]]:
-        """Return (artifact, attempts) or raise with ``details["attempts"]`` filled in."""
+        """Return (artifact, attempts) or raise with ``details["attempts"]`` filled in.
+
+        Most calls end with a valid first answer: the call's ``CallState`` is made only
+        when an attempt fails (a recovery reads and moves it), and each attempt is sent
+        and checked here, without a coroutine of its own."""
         contract = self.contract
-        state = CallState(
-            messages=messages,
-            ladder=contract.ladder,
-            max_attempts=contract.max_attempts,
-            builtins=self._builtins,
-            max_attempts_total=contract.max_attempts_total,
-            repair_context_chars=contract.repair_context_chars,
-        )
+        attempts: list[dict[str, Any]] = []
+        state: CallState | None = None
+        model_class = contract.ladder[0]
+        request_messages, kind = messages, "initial"
         prompt_schema = None if contract.schema is None else self._builtins["schema"]
+        salvage = not contract.strict_output
+        checks = self.checks
         while True:
             concrete = (
                 model
-                if model is not None and state.class_index == 0
-                else env.models.get(state.model_class)
+                if model is not None and (state is None or state.class_index == 0)
+                else env.models.get(model_class)
             )
+            number = len(attempts) + 1
             request = LLMRequest(
-                messages=state.request_messages,
-                model_class=state.model_class,
+                messages=request_messages,
+                model_class=model_class,
                 model=concrete,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
@@ -128,58 +131,77 @@ class ContractEngine:
                 prompt_schema=prompt_schema,
                 node_id=node_id,
                 op_id=op_id,
-                on_delta=_delta_sink(env, len(state.attempts) + 1, state.model_class)
-                if env.stream
-                else None,
+                on_delta=_delta_sink(env, number, model_class) if env.stream else None,
             )
-            attempt: dict[str, Any] = {
-                "number": len(state.attempts) + 1,
-                "kind": state.kind,
-                "model_class": state.model_class,
-                "request_chars": request.size_chars(),
-                "messages": [{"role": m.role, "content": m.content} for m in request.messages],
-            }
-            state.attempts.append(attempt)
+            request_chars = request.size_chars()
+            # The attempt's record is made once the answer (or the error) is in: it is not
+            # held while the request waits, when a thousand concurrent calls would each
+            # keep one alive through several collections.
+            attempt: dict[str, Any] | None = None
+            answered = False
             try:
-                value = await self._attempt(request, env, attempt, state)
+                env.budget.check(env.usage)
+                env.usage.requests += 1
+                prompt_hash = self._requesting(request, env, number, kind, request_chars)
+                started = time.perf_counter()
+                try:
+                    response = await env.provider.complete(request)
+                except LatticeRunError:
+                    attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
+                    attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
+                    raise
+                attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
+                attempts.append(attempt)
+                self._answered(request, response, env, attempt)
+                answered = True
+                if state is not None:
+                    state.in_class += 1
+                if checks.uses_patterns:  # a slow pattern must not hold up the loop's other runs
+                    checked = await asyncio.to_thread(
+                        checks.inspect, response.text, salvage=salvage
+                    )
+                else:
+                    checked = checks.inspect(response.text, salvage=salvage)
+                if checked.salvaged is not None:
+                    attempt["salvaged"] = checked.salvaged
+                    env.emit(
+                        "output_salvaged",
+                        {"attempt": number, "model_class": model_class, **checked.salvaged},
+                    )
             except LatticeRunError as exc:
+                if attempt is None:  # refused before it was sent (the budget)
+                    attempt = _attempt_record(number, kind, request, request_chars, None)
+                if not attempts or attempts[-1] is not attempt:
+                    attempts.append(attempt)
+                if state is None:
+                    state = self._call_state(messages, attempts, in_class=1 if answered else 0)
                 self._failed(exc, attempt, state, env)
                 await self._recovery(exc, state, env).prepare(exc, state, env)
+                model_class, request_messages, kind = (
+                    state.model_class,
+                    state.request_messages,
+                    state.kind,
+                )
             else:
+                assert attempt is not None
                 attempt["ok"] = True
-                return value, state.attempts
+                return checked.value, attempts
 
-    async def _attempt(
-        self, request: LLMRequest, env: CallEnv, attempt: dict[str, Any], state: CallState
-    ) -> Any:
-        """Send one request and check its answer."""
-        env.budget.check(env.usage)
-        env.usage.requests += 1
-        self._requesting(request, env, attempt)
-        started = time.perf_counter()
-        try:
-            response = await env.provider.complete(request)
-        except LatticeRunError:
-            attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
-            raise
-        self._answered(request, response, env, attempt)
-        state.in_class += 1
-        salvage = not self.contract.strict_output
-        if self.checks.uses_patterns:  # a slow pattern must not hold up the loop's other runs
-            checked = await asyncio.to_thread(self.checks.inspect, response.text, salvage=salvage)
-        else:
-            checked = self.checks.inspect(response.text, salvage=salvage)
-        if checked.salvaged is not None:
-            attempt["salvaged"] = checked.salvaged
-            env.emit(
-                "output_salvaged",
-                {
-                    "attempt": attempt["number"],
-                    "model_class": state.model_class,
-                    **checked.salvaged,
-                },
-            )
-        return checked.value
+    def _call_state(
+        self, messages: tuple[Message, ...], attempts: list[dict[str, Any]], *, in_class: int
+    ) -> CallState:
+        """The state of a call whose first attempt failed, for the recoveries to move."""
+        contract = self.contract
+        return CallState(
+            messages=messages,
+            ladder=contract.ladder,
+            max_attempts=contract.max_attempts,
+            builtins=self._builtins,
+            max_attempts_total=contract.max_attempts_total,
+            repair_context_chars=contract.repair_context_chars,
+            in_class=in_class,
+            attempts=attempts,
+        )
 
     @staticmethod
     def _failed(
@@ -211,23 +233,26 @@ class ContractEngine:
                 return recovery
         return RECOVERIES["fail"]
 
-    def _requesting(self, request: LLMRequest, env: CallEnv, attempt: dict[str, Any]) -> None:
+    def _requesting(
+        self, request: LLMRequest, env: CallEnv, number: int, kind: str, request_chars: int
+    ) -> str:
+        """Emit the attempt's ``llm_request`` event; return its prompt hash."""
         prompt_hash = request.prompt_hash(schema_json=self._schema_json)
-        attempt["prompt_hash"] = prompt_hash
         env.emit(
             "llm_request",
             {
                 "model": request.model,
                 "model_class": request.model_class,
                 "prompt_hash": prompt_hash,
-                "attempt": attempt["number"],
-                "kind": attempt["kind"],
-                "request_chars": attempt["request_chars"],
+                "attempt": number,
+                "kind": kind,
+                "request_chars": request_chars,
                 "prompt_preview": request.preview(),
             },
         )
         if env.content:
-            env.emit("llm_content", {"attempt": attempt["number"], "messages": attempt["messages"]})
+            env.emit("llm_content", {"attempt": number, "messages": _listed(request.messages)})
+        return prompt_hash
 
     @staticmethod
     def _answered(
@@ -263,6 +288,26 @@ class ContractEngine:
                     "finish_reason": response.finish_reason,
                 },
             )
+
+
+def _listed(messages: tuple[Message, ...]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def _attempt_record(
+    number: int, kind: str, request: LLMRequest, request_chars: int, prompt_hash: str | None
+) -> dict[str, Any]:
+    """An attempt's record as far as its request goes (what came back is added to it)."""
+    attempt: dict[str, Any] = {
+        "number": number,
+        "kind": kind,
+        "model_class": request.model_class,
+        "request_chars": request_chars,
+        "messages": _listed(request.messages),
+    }
+    if prompt_hash is not None:
+        attempt["prompt_hash"] = prompt_hash
+    return attempt
 
 
 def _delta_sink(env: CallEnv, attempt: int, model_class: str) -> Callable[[str], None]:

@@ -18,11 +18,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from lattice.ir.kinds import DEFAULT_PORT as DEFAULT_PORT
+from lattice.ir.kinds import FAILED_PORT as FAILED_PORT
+
 IR_VERSION = "3"
 """Bumped whenever the meaning of an existing field changes."""
-
-DEFAULT_PORT = "default"
-FAILED_PORT = "failed"
 
 
 class IRModel(BaseModel):

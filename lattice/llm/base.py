@@ -361,10 +361,17 @@ def restore_provider(provider: object, state: Any, *, committed: Any = None) -> 
         provider.restore(state, committed=committed)
 
 
+def keeps_loop_clients(provider: object) -> bool:
+    """Whether ``provider`` is a ``LoopBoundProvider``: the same test as ``isinstance``
+    on the protocol (its one method is there), without the protocol machinery's
+    attribute walk, which cost several µs on every synchronous run."""
+    return callable(getattr(provider, "aclose_loop_clients", None))
+
+
 async def close_loop_clients(provider: object) -> None:
     """Close the provider's clients bound to the running event loop, when it keeps any."""
-    if isinstance(provider, LoopBoundProvider):
-        await provider.aclose_loop_clients()
+    if keeps_loop_clients(provider):
+        await provider.aclose_loop_clients()  # type: ignore[attr-defined]
 
 
 def estimate_tokens(text: str) -> int:

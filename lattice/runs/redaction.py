@@ -6,7 +6,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from lattice.masking import PROVIDER_KEY_VARIABLES, anchors, maskable, secrets_pattern
+from lattice.masking import (
+    LATTICE_KEY_VARIABLES,
+    PROVIDER_KEY_VARIABLES,
+    anchors,
+    maskable,
+    secrets_pattern,
+)
 
 Redactor = Callable[[str], str]
 
@@ -36,12 +42,15 @@ def make_redactor(secret_names: tuple[str, ...] = ()) -> Redactor:
 
 
 def secret_values(secret_names: tuple[str, ...] = ()) -> list[str]:
-    """The values (read from the environment now) of ``secret_names`` and of the provider
-    API keys that are masked (the maskable ones), the longest first."""
-    names = (*secret_names, *PROVIDER_KEY_VARIABLES)
-    return sorted(
-        {v for n in names if (v := os.environ.get(n)) and maskable(v)}, key=len, reverse=True
-    )
+    """The values (read from the environment now) of ``secret_names``, of the provider API
+    keys and of Lattice's own keys that are masked (the maskable ones), the longest first."""
+    names = (*secret_names, *PROVIDER_KEY_VARIABLES, *LATTICE_KEY_VARIABLES)
+    found: set[str] = set()
+    for name in names:
+        value = os.environ.get(name) or ""
+        # a list of keys (the codec's, comma-separated) is masked whole and key by key
+        found.update(v for v in (value, *(k.strip() for k in value.split(","))) if maskable(v))
+    return sorted(found, key=len, reverse=True)
 
 
 class PieceMasker:

@@ -10,45 +10,16 @@ files it changed; each change's diff is also written to the run folder
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from lattice.agents.loop import AgentBounds, AgentLoop, ToolBox, ToolJournal
-from lattice.ir.models import AgentOp, ExecIR
+from lattice.ir.models import AgentOp
 from lattice.runtime.context import Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import AgentSettings, RuntimeSettings
 from lattice.tools.toolset import FileChange, Toolset
-from lattice.workspace.grants import ToolDecision, WorkspaceGrant
-
-
-@dataclass(frozen=True, slots=True)
-class RefusedTools:
-    """Tools an agent node asks for that the user's grant leaves out, and the setting
-    that would grant them."""
-
-    node: str
-    tools: tuple[str, ...]
-    setting: str
-
-    def message(self) -> str:
-        names = ", ".join(self.tools)
-        return (
-            f"agent node {self.node!r} asks for {names}, not granted: left out of the "
-            f"model's tools (to grant: {self.setting})"
-        )
-
-
-def refused_tools(ir: ExecIR, grant: WorkspaceGrant) -> list[RefusedTools]:
-    """The tools the IR's agent ops ask for that ``grant`` leaves out, by node and setting."""
-    grouped: dict[tuple[str, str], list[str]] = {}
-    for op in ir.ops.values():
-        if isinstance(op, AgentOp):
-            for tool, setting in grant.decide(op.tools).refused:
-                names = grouped.setdefault((op.source_node, setting), [])
-                if tool not in names:
-                    names.append(tool)
-    return [RefusedTools(node, tuple(tools), setting) for (node, setting), tools in grouped.items()]
+from lattice.workspace.grants import ToolDecision
 
 
 def agent_bounds(op: AgentOp, agents: AgentSettings) -> AgentBounds:

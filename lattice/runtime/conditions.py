@@ -10,11 +10,12 @@ import jmespath.visitor
 from jmespath.exceptions import JMESPathError
 
 from lattice.errors import LatticeRunError
-from lattice.ir.models import Condition
 from lattice.patterns import PatternTimeout, compile_pattern, search
 
 if TYPE_CHECKING:
     import regex
+
+    from lattice.ir.models import Condition
 
 Test = Callable[[Any], bool]
 

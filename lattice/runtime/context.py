@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.calls import (
     TRANSIENT_EVENTS,
@@ -16,7 +16,6 @@ from lattice.contracts.calls import (
 )
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
-from lattice.ir.models import AskOp
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
 from lattice.runtime.events import EventLog, make_event, utc_now
@@ -25,8 +24,11 @@ from lattice.runtime.walk_state import WalkState
 from lattice.tools.http import HttpClientPool, HttpPolicy
 from lattice.tools.mcp import ToolSessions
 
+if TYPE_CHECKING:
+    from lattice.ir.models import AskOp
+
 EventListener = Callable[[dict[str, Any]], None]
-AskHuman = Callable[[AskOp], Awaitable[Any] | Any]
+AskHuman = Callable[["AskOp"], Awaitable[Any] | Any]
 """Asks a person an ASK op's question; returns an answer (label, index or text) or None to halt."""
 
 
@@ -210,8 +212,8 @@ class RunContext:
             op_id = node_id = None
         if data is None:
             data = {}
-        if self._compact and not self._listeners:
-            self._keep((seq, time.time(), type_, op_id, node_id, data))
+        if self._compact and not self._listeners:  # EventLog.add, inlined
+            self._keep((seq, time.time(), type_, op_id, node_id, len(data), *data, *data.values()))
             return
         event = make_event(seq, self.now(), self.run_id, type_, op_id, node_id, data)
         if self.branch is not None:

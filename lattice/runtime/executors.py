@@ -7,36 +7,32 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jmespath.exceptions import JMESPathError
 
 from lattice.errors import LatticeRunError
-from lattice.ir.models import (
-    AgentOp,
-    AskOp,
-    EndOp,
-    ForEachOp,
-    ForkOp,
-    HttpCall,
-    JoinOp,
-    LLMWriteOp,
-    McpCall,
-    Op,
-    StartOp,
-    StateOp,
-    SwitchOp,
-    ToolCallOp,
-    TransformOp,
-)
+from lattice.ir.kinds import CONTROL_KINDS
 from lattice.ir.templates import ValueTemplate, parse_path
-from lattice.runtime.agent_op import AgentExecutor
 from lattice.runtime.conditions import compile_condition, compile_jmespath
 from lattice.runtime.context import HaltRun, Outcome, RunContext
-from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.mock_tools import scripted_result, scripted_tool
 from lattice.runtime.settings import RuntimeSettings
 from lattice.tools.http import HttpExecutor
+
+if TYPE_CHECKING:
+    from lattice.ir.models import (
+        AskOp,
+        EndOp,
+        JoinOp,
+        McpCall,
+        Op,
+        StartOp,
+        StateOp,
+        SwitchOp,
+        ToolCallOp,
+        TransformOp,
+    )
 
 
 class Executor:
@@ -291,10 +287,10 @@ class ToolCallExecutor(Executor):
         self.op = op
         self.http = (
             HttpExecutor(op, settings.retry, settings.sleep)
-            if isinstance(op.call, HttpCall)
+            if op.call.tool == "http"
             else None
         )
-        self.mcp = McpCallExecutor(op.call) if isinstance(op.call, McpCall) else None
+        self.mcp = McpCallExecutor(op.call) if op.call.tool == "mcp" else None
 
     async def run(self, ctx: RunContext) -> Outcome:
         if self.mcp is not None:
@@ -373,14 +369,19 @@ EXECUTORS: dict[str, Callable[[Any], Executor]] = {
 
 def build_executor(op: Op, settings: RuntimeSettings) -> Executor | None:
     """The executor for ``op`` (compiles its templates, expressions and conditions);
-    None for FORK and FOR_EACH, which the walk runs itself."""
-    if isinstance(op, ForkOp | ForEachOp):
+    None for FORK and FOR_EACH, which the walk runs itself. The contract engine comes
+    with the first LLM or AGENT op: a run without one does not import it."""
+    if op.kind in CONTROL_KINDS:
         return None
-    if isinstance(op, AgentOp):
+    if op.kind == "AGENT":
+        from lattice.runtime.agent_op import AgentExecutor
+
         return AgentExecutor(op, settings)  # type: ignore[return-value]
-    if isinstance(op, LLMWriteOp):
+    if op.kind == "LLM_WRITE":
+        from lattice.runtime.llm_op import LLMWriteExecutor
+
         return LLMWriteExecutor(op, settings)  # type: ignore[return-value]
-    if isinstance(op, ToolCallOp):
+    if op.kind == "TOOL_CALL":
         return ToolCallExecutor(op, settings)
     executor: Executor = EXECUTORS[op.kind](op)
     return executor

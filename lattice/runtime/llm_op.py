@@ -157,7 +157,20 @@ class LLMWriteExecutor:
         engine, tools = self.engine, ""
         if isinstance(op, LLMWriteOp) and op.tool_server is not None:
             engine, tools = await self._tool_engine(ctx)
-        value, attempts = await self.call(ctx, engine, self.render(ctx, engine, tools), ctx.llm)
+        try:  # ``call``, inlined: one coroutine less for every model call of a run
+            value, attempts = await engine.run(
+                self.render(ctx, engine, tools),
+                ctx.llm,
+                sampling=self.sampling,
+                model=op.model,
+                node_id=op.source_node,
+                op_id=op.id,
+            )
+        except LatticeRunError as exc:
+            halt = self._as_halt(exc)
+            if halt is None:
+                raise
+            raise halt from exc
         ctx.write_result(op.writes, value)
         return Outcome(output=value, record={"attempts": attempts})
 
@@ -176,14 +189,21 @@ class LLMWriteExecutor:
                 op_id=op.id,
             )
         except LatticeRunError as exc:
-            if exc.details.get("action") == "halt":
-                raise HaltRun(
-                    exc.error_type,
-                    exc.message,
-                    {k: v for k, v in exc.details.items() if k != "action"},
-                    f"lattice resume RUN_DIR --answer {op.source_node}=<the missing information>",
-                ) from exc
-            raise
+            halt = self._as_halt(exc)
+            if halt is None:
+                raise
+            raise halt from exc
+
+    def _as_halt(self, exc: LatticeRunError) -> HaltRun | None:
+        """The HaltRun a ``halt`` recovery's error becomes (None for any other error)."""
+        if exc.details.get("action") != "halt":
+            return None
+        return HaltRun(
+            exc.error_type,
+            exc.message,
+            {k: v for k, v in exc.details.items() if k != "action"},
+            f"lattice resume RUN_DIR --answer {self.op.source_node}=<the missing information>",
+        )
 
     async def _tool_engine(self, ctx: RunContext) -> tuple[ContractEngine, str]:
         """The contract engine for the server's current tool schemas (compiled once per

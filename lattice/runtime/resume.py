@@ -1,25 +1,27 @@
 """Where a run stands, read back from its folder: the position a resumed walk starts at.
 
 The compiler is imported only when a changed document is lowered again
-(``accept_changed``): importing the runtime does not import ``lattice.lower``."""
+(``accept_changed``), and the IR's models when the folder's IR is read: importing the
+runtime imports neither ``lattice.lower`` nor pydantic."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.usage import Usage
 from lattice.errors import DocumentError, LatticeUserError
 from lattice.files import atomic_write_text
-from lattice.ir.models import ExecIR
-from lattice.ir.serialize import ir_from_json, ir_to_dict
 from lattice.llm.base import TokenUsage
 from lattice.runs.checkpoint import changed_files
 from lattice.runs.folder import read_run_json
 from lattice.runs.journal import JournalState
 from lattice.runtime.walk_state import BranchResume
+
+if TYPE_CHECKING:
+    from lattice.ir.models import ExecIR
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ def resumable_ir(
     """The folder's ExecIR. A changed ``workflow.json`` or ``execir.json`` is refused, or
     with ``accept_changed`` the document is lowered again (``execir.json`` as it now
     stands when the folder has no document) and must keep the ids of the completed ops."""
+    from lattice.ir.serialize import ir_from_json, ir_to_dict
+
     changed = changed_files(folder, checkpoint)
     if not changed:
         return ir_from_json(read_run_json(folder, "execir.json"))

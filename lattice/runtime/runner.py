@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -25,12 +26,11 @@ from typing import TYPE_CHECKING, Any
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.errors import InputError, InvalidInputs, LatticeRunError, LatticeUserError
-from lattice.ir.models import AgentOp, AskOp, ContractOpBase, ExecIR
-from lattice.ir.serialize import ir_to_dict
 from lattice.ir.templates import parse_path
 from lattice.llm.base import (
     LLMProvider,
     close_loop_clients,
+    keeps_loop_clients,
     provider_checkpoint,
     restore_provider,
 )
@@ -54,7 +54,6 @@ from lattice.runs.store import (
     new_run_id,
     refuse_secrets_in,
 )
-from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -90,10 +89,13 @@ from lattice.runtime.walk_state import Counters, WalkState
 from lattice.schemas import schema_errors, schema_validator
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import ToolSessions
+from lattice.workspace.grants import refused_tools
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
     from jsonschema.protocols import Validator
+
+    from lattice.ir.models import ExecIR
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,8 @@ class Runner:
         meta: Mapping[str, Any] | None = None,
         settings: RuntimeSettings | None = None,
     ) -> None:
+        from lattice.ir.models import AgentOp, ContractOpBase
+
         self.ir = ir
         self.settings = settings or RuntimeSettings()
         self.provider: LLMProvider = provider or DisabledProvider()
@@ -173,6 +177,10 @@ class Runner:
         self._state_listeners: list[StateListener] = []
         self._active: dict[str, RunContext] = {}
         self._execir_text: str | None = None
+        self._secret_names = self.settings.secret_names()
+        self._secret_reader = functools.partial(read_secret, self.settings)
+        """Made once: every run's state holds it (a bound method made per run is one more
+        object alive through the run)."""
         check_answers(ir, self.answers)
 
     def subscribe(self, listener: EventListener) -> None:
@@ -203,9 +211,15 @@ class Runner:
     ) -> RunResult:
         """Synchronous ``arun``, on this thread's reused event loop (``lattice.runtime.sync``);
         the provider's clients bound to that loop are closed after the run."""
+        provider = self.provider
+        if not keeps_loop_clients(provider):  # most providers: no wrapping coroutine
+            return run_sync(
+                lambda: self._start(inputs, run_id, start, own_loop=True),
+                what="await runner.arun(...)",
+            )
         return run_sync(
             lambda: _closing_loop_clients(
-                self.provider, self._start(inputs, run_id, start, own_loop=True)
+                provider, self._start(inputs, run_id, start, own_loop=True)
             ),
             what="await runner.arun(...)",
         )
@@ -246,6 +260,8 @@ class Runner:
             if self.workflow is not None:
                 documents["workflow.json"] = file_text(self.workflow)
             if self._execir_text is None:  # the same for every run
+                from lattice.ir.serialize import ir_to_dict
+
                 self._execir_text = file_text(ir_to_dict(self.ir))
             documents["execir.json"] = self._execir_text
             refuse_secrets_in(documents, redact)  # before the folder is made
@@ -254,7 +270,7 @@ class Runner:
             inputs,
             ctx=self._ctx(run_id),
             vars=copy.deepcopy(start.state.get("vars") or {}) if start is not None else None,
-            secrets=self._read_secret,
+            secrets=self._secret_reader,
         )
         ctx = self._context(run_id, state, recorder, Usage(), seq=0, redact=redact)
         try:
@@ -272,7 +288,9 @@ class Runner:
             if start is not None:
                 started |= {"start_op": start.op, "parent": start.parent}
             ctx.emit("run_started", started, op=False)
-            for refused in refused_tools(self.ir, self.settings.agents.grant):
+            for refused in (
+                refused_tools(self.ir, self.settings.agents.grant) if self._has_agents else ()
+            ):
                 ctx.emit(
                     "agent_tool_refused",
                     {"node": refused.node, "tools": list(refused.tools), "grant": refused.setting},
@@ -282,8 +300,11 @@ class Runner:
             _abandon(ctx)
             raise
         ctx.walk.commit_here = own_loop
-        with gc_pacing(self.settings.gc_pacing):
-            return await self._walk(ctx, Position(start.op if start else self.ir.entry))
+        position = Position(start.op if start else self.ir.entry)
+        if not self.settings.gc_pacing:  # nothing held across the walk
+            return await self._walk(ctx, position)
+        with gc_pacing():
+            return await self._walk(ctx, position)
 
     def _changes(self, ctx: RunContext) -> list[dict[str, Any]]:
         """The files the run's agent ops changed: from the op records of its folder (a
@@ -486,7 +507,7 @@ class Runner:
                 # the ops to run again start afresh: none of their answers replay
                 committed_state = journal.committed_provider_state or {}
         multi = {
-            op.source_node for op in ir.ops.values() if isinstance(op, AskOp) and op.multi_select
+            op.source_node for op in ir.ops.values() if op.kind == "ASK" and op.multi_select
         }
         once = {k: v if k in multi else [v] for k, v in (answers or {}).items()}
         runner = cls(
@@ -523,7 +544,7 @@ class Runner:
         """Rebuild a reopened run's state and context, then walk on from its position
         (the recorder takes ``ownership`` over and lets it go when the run stops)."""
         try:
-            state = StateStore.from_snapshot(state_data, secrets=self._read_secret)
+            state = StateStore.from_snapshot(state_data, secrets=self._secret_reader)
             if journal is not None:
                 for line in journal.ops:
                     for change in line.get("changes") or ():
@@ -567,18 +588,17 @@ class Runner:
         except BaseException:
             _abandon(ctx)
             raise
-        with gc_pacing(self.settings.gc_pacing):
+        if not self.settings.gc_pacing:
+            return await self._walk(ctx, position)
+        with gc_pacing():
             return await self._walk(ctx, position)
 
     # -- secrets --------------------------------------------------------------------------
 
-    def _read_secret(self, name: str) -> str:
-        return read_secret(self.settings, name)
-
     def _redactor(self) -> Redactor:
         """Replaces the values of every secret name (``RuntimeSettings.secret_names``) and of
         the provider API keys with ``***``."""
-        return make_redactor(self.settings.secret_names())
+        return make_redactor(self._secret_names)
 
     # -- the walk -----------------------------------------------------------------------
 
@@ -626,7 +646,7 @@ class Runner:
             ),
             seq=seq,
             redact=redact,
-            secret_names=self.settings.secret_names(),
+            secret_names=self._secret_names,
         )
         ctx.walk = WalkState(base_provider=self.provider, durability=durability)
         return ctx
@@ -855,6 +875,8 @@ def _input_message(err: ValidationError) -> str:
 def check_answers(ir: ExecIR, answers: Mapping[str, Any], what: str = "answers") -> None:
     """Raise InputError when answers name unknown ASK nodes or options none of them has;
     its message starts ``invalid <what>:``."""
+    from lattice.ir.models import AskOp, ContractOpBase
+
     asks = {op.source_node: op for op in ir.ops.values() if isinstance(op, AskOp)}
     llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)}
     problems = []

@@ -68,6 +68,9 @@ class RuntimeSettings:
     """Sampling temperature of LLM ops that set none themselves."""
     secrets_allow: tuple[str, ...] = ()
     """Environment variables that ``{{ $secrets.NAME }}`` may read; their values are redacted."""
+    masked_env: tuple[str, ...] = ()
+    """Other environment variables whose values are redacted and no document may read: the
+    Temporal payload codec's keys when ``[temporal] codec_key_env`` names a variable."""
     repo_root: Path | None = None
     """The repository a user handed to the run (``--repo DIR``): what ``retrieve_context`` may
     read and what ``patch_applies`` checks patches against. None: neither is available."""
@@ -133,9 +136,10 @@ class RuntimeSettings:
 
     def secret_names(self) -> tuple[str, ...]:
         """Environment variables whose values are masked in run folders and output: the
-        allowed ``$secrets`` and those that MCP servers' ``env`` passes on as ``${NAME}``."""
+        allowed ``$secrets``, those that MCP servers' ``env`` passes on as ``${NAME}`` and
+        ``masked_env`` (provider and Lattice keys are masked besides, by the redactor)."""
         passed_on = (name for spec in self.mcp_servers.values() for name in spec.env_references())
-        return tuple(dict.fromkeys((*self.secrets_allow, *passed_on)))
+        return tuple(dict.fromkeys((*self.secrets_allow, *passed_on, *self.masked_env)))
 
 
 def agent_settings_from_config(config: LatticeConfig) -> AgentSettings:
@@ -208,6 +212,7 @@ def settings_from_config(
             max_response_bytes=config.http.max_response_bytes,
         ),
         secrets_allow=tuple(config.secrets.allow),
+        masked_env=(config.temporal.codec_key_variable()[0],),
         temperature=config.llm.temperature,
         prices={model: (p.input, p.output) for model, p in config.prices.items()},
         agents=agent_settings_from_config(config),

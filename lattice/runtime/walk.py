@@ -24,18 +24,21 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lattice.contracts.calls import discard_event
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.errors import LatticeRunError
-from lattice.ir.models import FAILED_PORT, ExecIR, ForEachOp, ForkOp, Op
+from lattice.ir.kinds import CONTROL_KINDS, FAILED_PORT
 from lattice.ir.templates import StatePath, ValueTemplate, path_text
 from lattice.llm.base import CheckpointedProvider
 from lattice.runs.redaction import redact_value
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
 from lattice.runtime.executors import Executor
 from lattice.runtime.walk_state import BranchResume, Counters
+
+if TYPE_CHECKING:
+    from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
 
 ENDED = "ended"
 """The port a FORK leaves through when no branch reached its JOIN: the run ends there."""
@@ -59,7 +62,7 @@ class Step:
         self.is_start = op.kind == "START"
         """Its line needs no sync of its own: the entry op does nothing, and its line
         reaches the disk with the first op's, before anything the run does outside."""
-        self.control = isinstance(op, ForkOp | ForEachOp)
+        self.control = op.kind in CONTROL_KINDS
         """The walk runs it itself: it starts tracks of its own."""
 
 
@@ -160,6 +163,7 @@ class Walker:
                     await durability.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
             else:
                 self._keep_changes(track)
+            del outcome  # not held while the next op waits (its record may be large)
             if nxt is None:
                 return TrackEnd("end", output)
             current = nxt
@@ -309,9 +313,9 @@ class Walker:
     # -- forks and for-each ------------------------------------------------------------
 
     async def _control(self, track: Track, op: Op) -> Outcome:
-        if isinstance(op, ForkOp):
+        if op.kind == "FORK":
             return await self._fork(track, op)
-        assert isinstance(op, ForEachOp)
+        assert op.kind == "FOR_EACH"
         return await self._for_each(track, op)
 
     async def _fork(self, track: Track, op: ForkOp) -> Outcome:

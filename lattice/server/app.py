@@ -47,7 +47,7 @@ from lattice.server.bodies import (
     check_start,
 )
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
-from lattice.server.events import FolderTails, stream
+from lattice.server.events import FolderTails, resume_cursor, stream
 from lattice.server.manager import RunManager, links
 from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.remote import add_backend_routes
@@ -447,11 +447,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
         ] = False,
     ) -> Response:
         folder = manager.folder(run_id)
-        cursor = last_event_id or 0
-        if last_event_id_header is not None:
-            if not last_event_id_header.strip().isdigit():
-                raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be an event's seq")
-            cursor = int(last_event_id_header)
+        cursor = resume_cursor(last_event_id, last_event_id_header)
         messages = stream(
             folder,
             cursor,

@@ -44,6 +44,7 @@ from typing import Any
 
 from lattice.runs.journal import read_lines
 from lattice.runs.redaction import Redactor
+from lattice.server.errors import ApiError
 
 log = logging.getLogger("lattice.server")
 
@@ -274,6 +275,16 @@ class EventChannel:
             return b"", cursor
         text = "".join(message(seq, line, at if timing else None) for seq, line, at in items)
         return text.encode(), items[-1][0]
+
+
+def resume_cursor(query: int | None, header: str | None) -> int:
+    """The seq a stream starts after: the ``Last-Event-ID`` header a reconnecting
+    ``EventSource`` sends, else the ``last_event_id`` query parameter, else 0."""
+    if header is None:
+        return query or 0
+    if not header.strip().isdigit():
+        raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be an event's seq")
+    return int(header)
 
 
 def message(seq: int, line: str, emitted: float | None = None) -> str:

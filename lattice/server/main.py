@@ -106,7 +106,9 @@ def backend_from_args(args: argparse.Namespace) -> RunBackend | None:
         )
     from lattice.durable.temporal.backend import TemporalRuns  # the temporal extra, only here
 
-    return TemporalRuns(args.temporal, task_queue=args.task_queue)
+    return TemporalRuns(
+        args.temporal, task_queue=args.task_queue, config=load_config(args.config).temporal
+    )
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -27,7 +27,14 @@ from lattice.runs.store import new_run_id, safe_name
 from lattice.runtime.runner import check_answers
 from lattice.server.bodies import AnswerRun, StartRun, check_start
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
-from lattice.server.events import PING, PING_SECONDS, end_message, event_line, message
+from lattice.server.events import (
+    PING,
+    PING_SECONDS,
+    end_message,
+    event_line,
+    message,
+    resume_cursor,
+)
 from lattice.server.graph import run_graph
 from lattice.server.manager import RUN_ID, links, next_step, question
 from lattice.server.panel_api import LABEL, MAX_PAGE, MAX_RECORDS, label_key, op_summary
@@ -254,11 +261,7 @@ def add_backend_routes(  # noqa: C901
             bool, Query(description="not on Temporal: model answers arrive whole")
         ] = False,
     ) -> Response:
-        cursor = last_event_id or 0
-        if last_event_id_header is not None:
-            if not last_event_id_header.strip().isdigit():
-                raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be an event's seq")
-            cursor = int(last_event_id_header)
+        cursor = resume_cursor(last_event_id, last_event_id_header)
         first = await ask(backend.events(run_id_of(run_id), cursor))
 
         async def messages() -> AsyncIterator[bytes]:

@@ -40,7 +40,6 @@ from urllib.parse import quote, unquote, urlsplit
 
 from lattice.contracts.policies import RetrySettings
 from lattice.errors import LatticeRunError
-from lattice.ir.models import HttpCall, ToolCallOp
 from lattice.ir.templates import Ref, ValueTemplate, is_secret, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
 from lattice.masking import forms_pattern
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     import httpx
     from jsonschema.protocols import Validator
 
+    from lattice.ir.models import ToolCallOp
     from lattice.tools.netguard import DestinationRefused, HostRules
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -298,7 +298,7 @@ class HttpExecutor:
     """Compiled once per op: URL, header, query and body templates and the output validator."""
 
     def __init__(self, op: ToolCallOp, retry: RetrySettings, sleep: Callable[[float], Any]) -> None:
-        assert isinstance(op.call, HttpCall)
+        assert op.call.tool == "http"
         self.op = op
         self.call = op.call
         self.url = UrlTemplate(self.call.url)

@@ -16,9 +16,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lattice.errors import Suggester
 from lattice.ir.tool_names import mcp_grant_entry, parse_mcp_name
+
+if TYPE_CHECKING:
+    from lattice.ir.models import ExecIR
 
 CLAUDE_CODE_TOOLS: dict[str, str] = {
     "Read": "read",
@@ -183,3 +187,32 @@ def tools_for(builtin_type: str | None, tools: Sequence[str]) -> tuple[str, ...]
     if tools:
         return tuple(dict.fromkeys(tools))
     return BUILTIN_TYPE_TOOLS.get(builtin_type or "", ())
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedTools:
+    """Tools an agent node asks for that the user's grant leaves out, and the setting
+    that would grant them."""
+
+    node: str
+    tools: tuple[str, ...]
+    setting: str
+
+    def message(self) -> str:
+        names = ", ".join(self.tools)
+        return (
+            f"agent node {self.node!r} asks for {names}, not granted: left out of the "
+            f"model's tools (to grant: {self.setting})"
+        )
+
+
+def refused_tools(ir: ExecIR, grant: WorkspaceGrant) -> list[RefusedTools]:
+    """The tools the IR's agent ops ask for that ``grant`` leaves out, by node and setting."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for op in ir.ops.values():
+        if op.kind == "AGENT":
+            for tool, setting in grant.decide(op.tools).refused:
+                names = grouped.setdefault((op.source_node, setting), [])
+                if tool not in names:
+                    names.append(tool)
+    return [RefusedTools(node, tuple(tools), setting) for (node, setting), tools in grouped.items()]

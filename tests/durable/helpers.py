@@ -57,13 +57,15 @@ async def with_worker(
     config: LatticeConfig | None = None,
 ) -> T:
     """``body(client, task_queue)`` while a worker of this process serves a task queue of
-    its own (tests running at once never take each other's runs)."""
+    its own (tests running at once never take each other's runs); the client and the
+    worker use ``config``'s payload codec."""
     from lattice.durable.temporal.client import connect
     from lattice.durable.temporal.worker import make_worker
 
-    client = await connect(address)
+    config = config or LatticeConfig()
+    client = await connect(address, config.temporal)
     queue = f"test-{uuid.uuid4().hex[:12]}"
-    async with make_worker(client, config or LatticeConfig(), task_queue=queue):
+    async with make_worker(client, config, task_queue=queue):
         return await body(client, queue)
 
 

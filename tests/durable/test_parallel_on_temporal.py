@@ -62,7 +62,9 @@ def test_only_ops_that_do_io_are_activities_and_the_history_replays(
 ) -> None:
     from temporalio.worker import Replayer
 
-    from lattice.durable.temporal.converter import DATA_CONVERTER
+    from lattice.config import TemporalConfig
+    from lattice.durable.temporal.codec import codec_from_config
+    from lattice.durable.temporal.converter import data_converter
     from lattice.durable.temporal.worker import workflow_runner
     from lattice.durable.temporal.workflow import LatticeRunWorkflow
 
@@ -94,7 +96,7 @@ def test_only_ops_that_do_io_are_activities_and_the_history_replays(
     assert len(activities) == local.usage.calls == 8
     replayer = Replayer(
         workflows=[LatticeRunWorkflow],
-        data_converter=DATA_CONVERTER,
+        data_converter=data_converter(codec_from_config(TemporalConfig())),  # with_worker's
         workflow_runner=workflow_runner(),
     )
     asyncio.run(replayer.replay_workflow(history))  # raises on a nondeterministic walk

@@ -204,3 +204,27 @@ def test_a_secret_escaped_as_other_json_writers_do_is_masked(
     masked = redact(text)
     assert "***" in masked, masked
     assert "Zq81" not in masked and "key" not in masked, masked
+
+
+def test_lattice_own_keys_are_masked_whole_and_key_by_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = (base64.b64encode(bytes([n]) * 32).decode() for n in (7, 9))
+    monkeypatch.setenv("LATTICE_TEMPORAL_KEY", f"{first}, {second}")
+    monkeypatch.setenv("LATTICE_SERVER_TOKEN", "gT7x9Qz2kLwR4vN8")
+    redact = make_redactor()
+    text = f"old key {second}; new key {first}; token gT7x9Qz2kLwR4vN8"
+    assert redact(text) == "old key ***; new key ***; token ***"
+
+
+def test_a_codec_key_variable_named_in_the_configuration_is_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lattice.config import LatticeConfig
+    from lattice.runtime.settings import settings_from_config
+
+    key = base64.b64encode(b"k" * 32).decode()
+    monkeypatch.setenv("TEAM_TEMPORAL_KEY", key)
+    config = LatticeConfig.model_validate({"temporal": {"codec_key_env": "TEAM_TEMPORAL_KEY"}})
+    settings = settings_from_config(config)
+    assert "TEAM_TEMPORAL_KEY" in settings.secret_names()
+    assert "TEAM_TEMPORAL_KEY" not in settings.secrets_allow  # masked, never readable
+    assert make_redactor(settings.secret_names())(f"key={key}") == "key=***"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runtime import Runner, RunResult, RunStore
+from lattice.runtime.settings import RuntimeSettings
 from tests.builders import chain, conn, node, workflow
 
 RUNS = 50
@@ -286,3 +288,58 @@ def test_a_run_of_ops_that_never_wait_leaves_the_loop_to_others() -> None:
         return during
 
     assert asyncio.run(both()) is True
+
+
+class _Gate:
+    """A model that answers the first prompt at once and holds every second one until
+    ``release`` is set."""
+
+    name = "gate"
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.waiting = 0
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        if request.node_id == "first":
+            return LLMResponse(text="ok")
+        self.waiting += 1
+        await self.release.wait()
+        return LLMResponse(text="ok")
+
+
+HELD_PER_WAITING_RUN = 58
+"""Tracked objects a run keeps alive while its model call waits (51 when this was set,
+55 once the walk's durability interface gave each run a journal object and its bound
+methods; 63 before the first attempt's record, the call state and the previous op's
+outcome were let go). Each is walked by every collection during the wait and, with many runs in
+flight, pushed into the oldest generation, whose growth sets off full collections."""
+
+
+def test_a_waiting_run_holds_few_objects_for_the_collector() -> None:
+    doc = chain(node("first", "prompt", prompt="Say ok."), node("second", "prompt", prompt="Ok?"))
+    gate = _Gate()
+    runner = Runner(
+        lower(doc), provider=gate, store=RunStore(None), settings=RuntimeSettings(gc_pacing=False)
+    )
+    runs = 100
+
+    async def measure() -> float:
+        gate.release.set()
+        assert (await runner.arun({})).status == "completed"  # warm: caches made once
+        gate.release.clear()
+        gate.waiting = 0
+        gc.collect()
+        before = len(gc.get_objects())
+        tasks = [asyncio.ensure_future(runner.arun({})) for _ in range(runs)]
+        while gate.waiting < runs:
+            await asyncio.sleep(0)
+        gc.collect()
+        held = (len(gc.get_objects()) - before) / runs
+        gate.release.set()
+        results = await asyncio.gather(*tasks)
+        assert all(r.status == "completed" and r.usage.calls == 2 for r in results)
+        return held
+
+    held = asyncio.run(measure())
+    assert held <= HELD_PER_WAITING_RUN, held

@@ -86,7 +86,24 @@ def test_an_event_log_expands_kept_fields_and_keeps_built_events() -> None:
     }
     assert first["ts"] == "2025-11-22T08:26:40.250Z"
     assert second["type"] == "kept"
-    assert third["op_id"] == "a" and third["node_id"] == "node-a"
+    assert third["op_id"] == "a" and third["node_id"] == "node-a" and third["data"] == {}
+
+
+def test_an_event_log_keeps_no_dict_per_event_and_gives_each_data_back_whole() -> None:
+    log = EventLog("r1")
+    nested = {"rows": [1, 2], "meta": {"k": None}}
+    log.add(1, 1.0, "a", None, None, {"x": 1, "y": "two", "z": nested})
+    log.add(2, 2.0, "b", "op", "node", {})
+    log.add(3, 3.0, "c", None, None, {"only": None})
+    assert not any(isinstance(item, dict) and item is not nested for item in log.flat)
+    assert len(log) == 3
+    events = log.to_list()
+    assert [e["data"] for e in events] == [
+        {"x": 1, "y": "two", "z": nested},
+        {},
+        {"only": None},
+    ]
+    assert list(events[0]["data"]) == ["x", "y", "z"]  # the order of the keys is kept
 
 
 def test_a_listener_subscribed_mid_run_sees_later_events_and_the_order_is_kept() -> None:

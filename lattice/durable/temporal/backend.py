@@ -19,8 +19,10 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
+from lattice.config import TemporalConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.client import answer, connect, start_run
+from lattice.durable.temporal.codec import CodecKeyError
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR
@@ -61,8 +63,11 @@ class TemporalRuns(RunBackend):
         *,
         task_queue: str = DEFAULT_TASK_QUEUE,
         secret_names: tuple[str, ...] = (),
+        config: TemporalConfig | None = None,
     ) -> None:
         self.address = address
+        self.config = config
+        """``[temporal]``: the payload codec's keys (by default ``LATTICE_TEMPORAL_KEY``)."""
         self.task_queue = task_queue
         self.secret_names = secret_names
         self._client: Client | None = None
@@ -78,7 +83,7 @@ class TemporalRuns(RunBackend):
                 self._connecting = asyncio.Lock()
             async with self._connecting:
                 if self._client is None:
-                    self._client = await connect(self.address)
+                    self._client = await connect(self.address, self.config)
         return self._client
 
     # -- starting, answering, cancelling ---------------------------------------------
@@ -177,21 +182,25 @@ class TemporalRuns(RunBackend):
     ) -> list[RunView]:
         client = await self.client()
 
-        async def view(execution: Any) -> RunView:
-            memo = await execution.memo()
-            return await self._view(
-                client.get_workflow_handle(execution.id),
-                execution.status,
-                execution.start_time,
-                execution.close_time,
-                memo,
-            )
+        async def view(execution: Any) -> RunView | None:
+            try:
+                memo = await execution.memo()
+                return await self._view(
+                    client.get_workflow_handle(execution.id),
+                    execution.status,
+                    execution.start_time,
+                    execution.close_time,
+                    memo,
+                )
+            except CodecKeyError:
+                return None  # encrypted with a key this process lacks: not its to show
 
         views = await asyncio.gather(*(view(execution) for execution in executions))
         return [
             v
             for v in views
-            if (status is None or v.status == status)
+            if v is not None
+            and (status is None or v.status == status)
             and (workflow is None or workflow in (v.workflow, v.workflow_name))
         ]
 

@@ -9,10 +9,12 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
+from lattice.config import TemporalConfig
 from lattice.contracts.report import FailureReport
 from lattice.contracts.usage import Usage
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
-from lattice.durable.temporal.converter import DATA_CONVERTER
+from lattice.durable.temporal.codec import codec_from_config
+from lattice.durable.temporal.converter import data_converter
 from lattice.durable.temporal.plan import ActivityOptions, run_spec
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
@@ -27,11 +29,13 @@ FOLLOW_EVERY = 0.2
 """Seconds between two looks at a followed run's progress."""
 
 
-async def connect(address: str) -> Client:
-    """A client of the Temporal server at ``address`` (HOST:PORT); a server that cannot be
-    reached is a LatticeUserError naming it."""
+async def connect(address: str, config: TemporalConfig | None = None) -> Client:
+    """A client of the Temporal server at ``address`` (HOST:PORT), with the payload codec
+    of ``config`` (``[temporal]``; by default ``LATTICE_TEMPORAL_KEY`` when it is set). A
+    server that cannot be reached, or a key that cannot be used, is a LatticeUserError."""
+    converter = data_converter(codec_from_config(config or TemporalConfig()))
     try:
-        return await Client.connect(address, data_converter=DATA_CONVERTER)
+        return await Client.connect(address, data_converter=converter)
     except Exception as exc:  # the SDK raises RuntimeError with the gRPC reason
         raise LatticeUserError(
             f"cannot reach Temporal at {address} ({unreachable_reason(exc)}): is a server "
@@ -47,6 +51,25 @@ def unreachable_reason(exc: BaseException) -> str:
     address information: ..."``), else the whole error."""
     found = re.search(r'(?:message|error): "([^"]+)"', str(exc))
     return found.group(1) if found else str(exc)
+
+
+async def check_key(client: Client, run_id: str) -> None:
+    """Make sure ``client`` holds the key run ``run_id`` was started with (its first
+    history event, decoded here), so that a missing or wrong key is a ``CodecKeyError``
+    naming it, not a query the run's worker cannot read. A run that is not there passes:
+    the query that follows says so."""
+    codec = client.data_converter.payload_codec
+    if codec is None:
+        return
+    try:
+        async for event in client.get_workflow_handle(run_id).fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            await codec.decode(list(started.input.payloads))
+            return
+    except LatticeUserError:
+        raise
+    except Exception:  # the RPC's error (no such run, no server) comes again with the query
+        return
 
 
 async def start_run(
@@ -118,6 +141,7 @@ async def follow(
     """Pass the run's events to ``on_event`` as they come, until it ends (its result) or,
     with ``until_question``, until it waits for an answer (the progress, ``status``
     ``waiting``, with the ``question``)."""
+    await check_key(handle._client, handle.id)
     seen = 0
     while True:
         progress: dict[str, Any] = await handle.query("progress", seen)

@@ -1,8 +1,9 @@
-"""How Lattice's runs travel through Temporal: JSON, with the keys in their order.
+"""How Lattice's runs travel through Temporal: JSON, with the keys in their order, through
+the payload codec the user configures.
 
 Temporal's default JSON converter sorts object keys; a run's output, state and events
 keep the order the workflow wrote them in (as a local run prints and records them), so
-every client and worker of Lattice runs uses ``DATA_CONVERTER``.
+every client and worker of Lattice runs uses ``data_converter``'s converter.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from temporalio.converter import (
     AdvancedJSONEncoder,
     CompositePayloadConverter,
     DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
     DefaultPayloadConverter,
     JSONPlainPayloadConverter,
 )
+
+from lattice.durable.temporal.codec import LatticeCodec
 
 
 class OrderedJSONPayloadConverter(JSONPlainPayloadConverter):
@@ -42,5 +46,14 @@ class LatticePayloadConverter(CompositePayloadConverter):
         )
 
 
-DATA_CONVERTER = DataConverter(payload_converter_class=LatticePayloadConverter)
-"""The data converter of every Lattice client and worker."""
+def data_converter(codec: LatticeCodec | None = None) -> DataConverter:
+    """The data converter of every Lattice client and worker: ordered JSON through
+    ``codec``. When the codec encrypts, a failure's message and stack trace are encoded
+    too (Temporal keeps them as plain text otherwise)."""
+    if codec is None or not codec.encrypts:
+        return DataConverter(payload_converter_class=LatticePayloadConverter, payload_codec=codec)
+    return DataConverter(
+        payload_converter_class=LatticePayloadConverter,
+        payload_codec=codec,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )

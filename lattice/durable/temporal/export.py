@@ -8,6 +8,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from lattice.durable.temporal.client import check_key
 from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.runs.store import file_text, safe_name
@@ -18,9 +19,12 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
     state_final.json, result.json, execir.json, input.json, checkpoint.json) under
     ``folder``, read from its workflow: ``lattice runs show`` and the inspector read it as
     any run folder. The folder must not exist yet."""
+    await check_key(client, run_id)
     handle = client.get_workflow_handle(run_id)
     try:
         record: dict[str, Any] = await handle.query("record")
+    except LatticeUserError:
+        raise  # a key that does not read the run says so itself
     except Exception as exc:
         raise LatticeUserError(
             f"cannot read run {run_id!r} from Temporal: {exc}", error_type="temporal_error"

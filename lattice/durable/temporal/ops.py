@@ -11,9 +11,13 @@ a question without an answer, come back as data, never as an exception: Temporal
 an activity only when a worker was lost before it answered, so its retries never
 compound Lattice's.
 
-Secrets are read here, on the worker, from its environment; everything returned is
-masked with the run's redactor first, so a secret never enters Temporal's history.
-This module does not import ``temporalio``.
+The op's model answers and tool results are journaled as they come
+(``op_journal.py``: the activity sends them with its heartbeats); an op started again
+after its worker was lost gets them back in ``recorded`` and does not pay for them again.
+
+Secrets are read here, on the worker, from its environment; everything returned (and
+journaled) is masked with the run's redactor first, so a secret never enters Temporal's
+history. This module does not import ``temporalio``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -30,15 +34,17 @@ from typing import Any
 from lattice.config import LatticeConfig
 from lattice.contracts.calls import TRANSIENT_EVENTS
 from lattice.contracts.usage import Usage
+from lattice.durable.temporal.op_journal import OpJournal, replayed_provider_state
 from lattice.errors import LatticeRunError
 from lattice.ir.models import FAILED_PORT, ExecIR, Op
 from lattice.ir.serialize import ir_from_json
 from lattice.ir.templates import StatePath, parse_path
 from lattice.llm.base import close_loop_clients, provider_checkpoint, restore_provider
-from lattice.runs.redaction import redact_value
+from lattice.runs.redaction import make_redactor, redact_value
 from lattice.runs.store import RunStore
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
 from lattice.runtime.executors import Executor, build_executor
+from lattice.runtime.journaled import JournaledProvider
 from lattice.runtime.runner import read_secret
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
 from lattice.runtime.state import StateStore
@@ -115,9 +121,18 @@ class OpExecutor:
             self._compiled.popitem(last=False)
         return compiled
 
-    async def run_op(self, request: dict[str, Any], load: LoadExecIR) -> dict[str, Any]:
+    async def run_op(
+        self,
+        request: dict[str, Any],
+        load: LoadExecIR,
+        *,
+        recorded: Sequence[dict[str, Any]] = (),
+        on_journal: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> dict[str, Any]:
         """Execute ``request["op_id"]`` of the run and return what it did (module docstring).
-        ``load`` gives the run's ExecIR when this worker has not compiled it yet."""
+        ``load`` gives the run's ExecIR when this worker has not compiled it yet;
+        ``recorded`` is the journal an earlier attempt of this op left (its answers are
+        not asked for again), and ``on_journal`` is given the journal as it grows."""
         settings = self.settings(request)
         compiled = await self._compile(request, settings, load)
         op_id = str(request["op_id"])
@@ -129,8 +144,11 @@ class OpExecutor:
                 error_type="unsupported",
             )
         provider = ProviderSpec.from_meta(request.get("provider") or {}).build(self.config)
-        if request.get("provider_state") is not None:
-            restore_provider(provider, request["provider_state"])
+        provider_state = replayed_provider_state(recorded) or request.get("provider_state")
+        if provider_state is not None:
+            restore_provider(provider, provider_state)
+        redact = make_redactor(settings.secret_names())
+        journal = OpJournal(recorded, redact, on_journal)
         events: list[dict[str, Any]] = []
         state = StateStore.from_snapshot(request["state"], secrets=partial(read_secret, settings))
         state.changes = []
@@ -142,7 +160,10 @@ class OpExecutor:
             answers=dict(request.get("answers") or {}),
             ask_human=None,
             listeners=[events.append],
-            llm=settings.call_env(provider, usage=Usage.from_json(request.get("usage"))),
+            llm=settings.call_env(
+                JournaledProvider(provider, journal, recorded),
+                usage=Usage.from_json(request.get("usage")),
+            ),
             http=settings.http,
             tools=lambda: ToolSessions(
                 settings.mcp_servers,
@@ -151,6 +172,7 @@ class OpExecutor:
                 redact=None,
             ),
             seq=int(request.get("seq") or 0),
+            redact=redact,
             secret_names=settings.secret_names(),
         )
         ctx.walk = WalkState(base_provider=provider)

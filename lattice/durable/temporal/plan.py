@@ -8,8 +8,8 @@ from typing import Any
 from lattice.durable.temporal.ops import execir_digest
 from lattice.ir.models import ExecIR, LLMWriteOp
 from lattice.ir.serialize import ir_to_dict
-from lattice.runtime.agent_op import refused_tools
 from lattice.runtime.settings import RuntimeSettings
+from lattice.workspace.grants import refused_tools
 
 
 @dataclass(frozen=True)

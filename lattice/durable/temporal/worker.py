@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -16,6 +17,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from lattice.config import LatticeConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.client import connect
+from lattice.durable.temporal.op_journal import recorded_lines
 from lattice.durable.temporal.ops import OpExecutor
 from lattice.durable.temporal.workflow import OP_ACTIVITY, LatticeRunWorkflow
 
@@ -38,10 +40,15 @@ for the first time inside a workflow would fail its task)."""
 HEARTBEAT_EVERY = 1.0
 """Seconds between an op's heartbeats: a lost worker is noticed after the run's
 heartbeat timeout, and a cancelled run's op hears of it at its next heartbeat."""
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
+"""How often at most a heartbeat goes to the server (Temporal's default is 80% of the
+heartbeat timeout): an op's model answers and tool results travel with its heartbeats
+(``op_journal.py``), so a worker lost later than this after an answer loses no answer."""
 
 
 class OpActivity:
-    """The ``lattice.op`` activity: one op on this worker, heartbeating while it runs."""
+    """The ``lattice.op`` activity: one op on this worker, heartbeating while it runs,
+    with the op's journal as the heartbeat's details."""
 
     def __init__(self, client: Client, config: LatticeConfig) -> None:
         self.client = client
@@ -59,18 +66,28 @@ class OpActivity:
             )
             return execir
 
-        beating = asyncio.ensure_future(_heartbeat())
+        journal: list[list[dict[str, Any]]] = [recorded_lines(activity.info().heartbeat_details)]
+
+        def journaled(lines: list[dict[str, Any]]) -> None:
+            journal[0] = list(lines)
+            activity.heartbeat(journal[0])
+
+        beating = asyncio.ensure_future(_heartbeat(journal))
         try:
-            return await self.executor.run_op(request, load)
+            return await self.executor.run_op(
+                request, load, recorded=journal[0], on_journal=journaled
+            )
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
 
 
-async def _heartbeat() -> None:
+async def _heartbeat(journal: list[list[dict[str, Any]]]) -> None:
+    """Heartbeat with the op's journal (``journal[0]``, the latest) until cancelled: each
+    heartbeat's details replace the last one's on the server."""
     while True:
-        activity.heartbeat()
+        activity.heartbeat(journal[0])
         await asyncio.sleep(HEARTBEAT_EVERY)
 
 
@@ -86,13 +103,14 @@ def make_worker(
     client: Client, config: LatticeConfig, *, task_queue: str = DEFAULT_TASK_QUEUE
 ) -> Worker:
     """A worker for Lattice runs on ``task_queue`` (``async with`` it, or ``await run()``);
-    ``client`` must use ``DATA_CONVERTER`` (``client.connect`` makes such a client)."""
+    ``client`` must use Lattice's data converter (``client.connect`` makes such a client)."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[LatticeRunWorkflow],
         workflow_runner=workflow_runner(),
         activities=[OpActivity(client, config).run_op],
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
 
 
@@ -104,7 +122,7 @@ async def run_worker(
     connected: Callable[[], None] | None = None,
 ) -> None:
     """Connect to Temporal at ``address`` (then call ``connected``) and work until cancelled."""
-    client = await connect(address)
+    client = await connect(address, config.temporal)
     if connected is not None:
         connected()
     await make_worker(client, config, task_queue=task_queue).run()

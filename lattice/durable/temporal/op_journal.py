@@ -1,0 +1,96 @@
+"""The journal of one op in flight on Temporal: its model answers and tool results, kept
+as the activity's heartbeat details so that they outlive the worker.
+
+An op that calls a model several times (an LLM op's repairs, an agent's turns and the
+tools it calls between them) journals each answer and each tool call as a local run
+journals them in its folder, through the same ``JournaledProvider``; here the lines go to
+Temporal with the op's next heartbeat instead of to ``journal.jsonl``. When the worker is
+lost and Temporal starts the op again on another one, the new attempt reads the lines
+back (``activity.info().heartbeat_details``) and ``JournaledProvider`` answers the calls
+already paid for from them, as a resumed local run does, instead of sending them again.
+
+Lines are masked with the run's redactor before they leave the op (the payload codec
+encrypts them on their way). Heartbeat details travel as one payload, so the journal
+stops taking lines at ``LIMIT_BYTES``: the calls after that are made again if the op is
+started again. This module does not import ``temporalio``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lattice.runs.redaction import Redactor, redact_value
+from lattice.runs.store import NullRecorder
+
+KEPT = ("answer", "tool_call", "tool_result")
+"""What a new attempt replays: the model's answers and the agent's tool calls (a
+``request`` line only counts toward a local run's budget, which an op's request carries)."""
+LOG = logging.getLogger(__name__)
+LIMIT_BYTES = 1_000_000
+"""The journal's size at most (as JSON): Temporal refuses a payload over 2 MB and warns
+over 512 KB."""
+
+
+def recorded_lines(details: Sequence[Any]) -> list[dict[str, Any]]:
+    """The journal an earlier attempt left in its heartbeat details (none when it left
+    nothing Lattice wrote)."""
+    if not details or not isinstance(details[0], list):
+        return []
+    return [line for line in details[0] if isinstance(line, dict) and line.get("kind") in KEPT]
+
+
+def replayed_provider_state(lines: Sequence[dict[str, Any]]) -> Any:
+    """Where the provider stood after the last answer of ``lines`` (a mock's script
+    position), or None: a new attempt goes on from there."""
+    for line in reversed(lines):
+        if line.get("kind") == "answer" and "provider_state" in line:
+            return line["provider_state"]
+    return None
+
+
+class OpJournal(NullRecorder):
+    """The recorder ``JournaledProvider`` journals an op's calls to: it keeps the lines a
+    new attempt replays, masked, and hands the whole journal to ``on_change`` (the
+    activity's heartbeat) whenever a line is added."""
+
+    def __init__(
+        self,
+        recorded: Sequence[dict[str, Any]],
+        redact: Redactor,
+        on_change: Callable[[list[dict[str, Any]]], None] | None = None,
+        *,
+        limit: int = LIMIT_BYTES,
+    ) -> None:
+        self.lines = list(recorded)
+        self.full = False
+        """Whether a line was left out because the journal had reached ``limit``."""
+        self._redact = redact
+        self._on_change = on_change
+        self._limit = limit
+        self._size = sum(_size(line) for line in self.lines)
+
+    def journal(self, line: dict[str, Any]) -> None:
+        if line.get("kind") not in KEPT or self.full:
+            return
+        masked: dict[str, Any] = redact_value(line, self._redact)
+        size = _size(masked)
+        if self._size + size > self._limit:
+            self.full = True
+            LOG.warning(
+                "op %s: its journal reached %d bytes; later calls are not journaled and are "
+                "made again if the op is started again",
+                line.get("op_id"),
+                self._limit,
+            )
+            return
+        self.lines.append(masked)
+        self._size += size
+        if self._on_change is not None:
+            self._on_change(self.lines)
+
+
+def _size(line: dict[str, Any]) -> int:
+    return len(json.dumps(line, ensure_ascii=False, default=str).encode())
