@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,10 @@ from typing import Any
 from lattice.cli.common import Progress, note, parse_pairs, read_json_object, report, terminal_asker
 from lattice.config import load_config
 from lattice.errors import InputError, LatticeUserError
-from lattice.ir.models import AskOp, ExecIR
+from lattice.ir.models import AskOp, ExecIR, ToolCallOp
 from lattice.ir.serialize import ir_from_json
 from lattice.runs.redaction import make_redactor
-from lattice.runs.store import new_run_id
+from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.service.runs import PreparedRun, ProviderSpec
 
 
@@ -43,16 +44,33 @@ def worker(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     address = _address(args)
-    note(f"worker on Temporal at {address}, task queue {args.task_queue!r} (Ctrl-C stops it)")
-    asyncio.run(run_worker(address, config, task_queue=args.task_queue))
+
+    def connected() -> None:
+        note(f"worker on Temporal at {address}, task queue {args.task_queue!r} (Ctrl-C stops it)")
+
+    asyncio.run(run_worker(address, config, task_queue=args.task_queue, connected=connected))
     return 0
+
+
+CODEC_TOKEN = "LATTICE_CODEC_TOKEN"
+"""The codec server's token, when ``--token`` is not given."""
 
 
 def codec_server(args: argparse.Namespace) -> int:
     """``lattice codec-server [--host H] [--port P] [--ui-origin URL]``: until Ctrl-C."""
     from lattice.durable.temporal.codec import codec_from_config
     from lattice.durable.temporal.codec_server import UI_ORIGINS, make_codec_server
+    from lattice.server.main import check_token, is_loopback
 
+    token = args.token if args.token is not None else os.environ.get(CODEC_TOKEN) or None
+    if token is not None:
+        check_token(token, "--token" if args.token is not None else f"${CODEC_TOKEN}")
+    if not is_loopback(args.host) and not token:
+        raise InputError(
+            f"refusing to listen on {args.host} without a token: anyone who can reach it "
+            f"could read every run decrypted; give --token TOKEN or set ${CODEC_TOKEN} "
+            "(clients send Authorization: Bearer TOKEN: temporal --codec-auth 'Bearer TOKEN')"
+        )
     codec = codec_from_config(load_config(args.config).temporal)
     if not codec.encrypts:
         raise InputError(
@@ -61,7 +79,11 @@ def codec_server(args: argparse.Namespace) -> int:
         )
     try:
         server = make_codec_server(
-            codec, host=args.host, port=args.port, origins=args.ui_origin or UI_ORIGINS
+            codec,
+            host=args.host,
+            port=args.port,
+            origins=args.ui_origin or UI_ORIGINS,
+            token=token,
         )
     except OSError as exc:
         raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
@@ -97,6 +119,12 @@ def run_on_temporal(
     settings = prepared.settings
     progress = Progress(live=sys.stderr.isatty() and not args.json)
     run_id = new_run_id()
+    if args.config and any(isinstance(op, ToolCallOp) for op in ir.ops.values()):
+        note(
+            f"note: on Temporal the workers call the tools, with their own configuration "
+            f"(MCP servers, [http] allow_hosts, secrets), not {args.config}: start them with "
+            f"lattice worker --temporal {address} --config {args.config}"
+        )
 
     async def go() -> int:
         client = await _connect(args, address)
@@ -154,6 +182,9 @@ async def _follow(
             assert isinstance(op, AskOp)
             given = terminal_asker(op)
             if given is not None:
+                refuse_secret_answers(
+                    {op.source_node: given}, make_redactor(settings.secret_names())
+                )
                 await answer(client, run_id, ir, op.source_node, given)
                 continue
         hint = f"lattice resume RUN --temporal {address} --answer NODE=<answer>"
@@ -173,13 +204,29 @@ def resume(args: argparse.Namespace) -> int:
     settings = settings_from_config(load_config(args.config))
 
     async def go() -> int:
+        refuse_secret_answers(answers, make_redactor(settings.secret_names()))
         client = await _connect(args, address)
         ir = await _run_ir(client, run_id)
+        if answers:
+            await _check_waiting(client, run_id, address)
         for node_id, value in answers.items():
             await answer(client, run_id, ir, node_id, value)
         return await _follow(client, run_id, ir, address, progress, args, settings)
 
     return asyncio.run(go())
+
+
+async def _check_waiting(client: Any, run_id: str, address: str) -> None:
+    """A LatticeUserError unless run ``run_id`` waits for an answer (an answer sent to a
+    finished workflow is refused by the server)."""
+    progress = await client.get_workflow_handle(run_id).query("progress", 1 << 62)
+    if progress["status"] == "waiting":
+        return
+    status = (progress.get("result") or {}).get("status") or progress["status"]
+    raise LatticeUserError(
+        f"run {run_id} is {status}; only a run waiting for an answer takes one "
+        f"(lattice runs show {run_id} --temporal {address})"
+    )
 
 
 async def _run_ir(client: Any, run_id: str) -> ExecIR:

@@ -117,6 +117,17 @@ def refuse_secrets_in(texts: dict[str, str], redact: Redactor) -> None:
             )
 
 
+def refuse_secret_answers(answers: dict[str, Any], redact: Redactor) -> None:
+    """Raise SecretInDocument when an answer holds the value of a secret: sent to a run
+    on Temporal, it would enter the workflow's history as it is (a run folder masks it)."""
+    text = file_text(answers)
+    if redact(text) != text:
+        raise SecretInDocument(
+            "an answer holds the value of a secret (a provider API key or a [secrets] "
+            "allow variable), and the run's history would record it: answer without it"
+        )
+
+
 class RunRecorder(Protocol):
     """What the runner writes a run to."""
 

@@ -23,7 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
 from lattice.runs.redaction import Redactor
-from lattice.runs.store import new_run_id, safe_name
+from lattice.runs.store import new_run_id, refuse_secret_answers, safe_name
 from lattice.runtime.runner import check_answers
 from lattice.server.bodies import AnswerRun, StartRun, check_start
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
@@ -89,6 +89,7 @@ def run_json(view: RunView) -> dict[str, Any]:
         "question": question(view.run_id, failure) if view.status == "halted" else None,
         "parent": None,
         "reruns": [],
+        "rerunnable": False,  # re-running from a step needs a run folder
         "links": links(view.run_id),
     }
 
@@ -298,7 +299,12 @@ def add_backend_routes(  # noqa: C901
         summary="answer a halted run's question and resume it",
     )
     async def answer_run(run_id: str, body: AnswerRun) -> Response:
-        await ask(backend.answer(run_id_of(run_id), body.answers))
+        run_id = run_id_of(run_id)
+        try:
+            refuse_secret_answers(body.answers, redact)
+        except LatticeUserError as exc:
+            raise api_error(exc) from None
+        await ask(backend.answer(run_id, body.answers))
         return respond(
             202,
             {"run_id": run_id, "status": "running", "links": links(run_id)},

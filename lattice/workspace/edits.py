@@ -76,6 +76,7 @@ def plan_write(workspace: Workspace, grant: WorkspaceGrant, args: dict[str, Any]
     path = workspace.resolve(_path_arg(args), must_exist=False)
     if path.is_dir():
         raise ToolRefused(f"{workspace.show(path)} is a directory")
+    workspace.refuse_repository(path)
     exists = path.exists() or workspace.pending_text(path) is not None
     old = read_text(workspace, grant, path) if exists else None
     return _change(workspace, path, old, content)
@@ -87,6 +88,7 @@ def _plan_edits(
     path = workspace.resolve(given)
     if path.is_dir():
         raise ToolRefused(f"{workspace.show(path)} is a directory")
+    workspace.refuse_repository(path)
     old = read_text(workspace, grant, path)
     text = old
     for number, edit in enumerate(edits, 1):

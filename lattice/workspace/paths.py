@@ -10,9 +10,12 @@ check and the open (by a command running at the same time) cannot lead out eithe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path, PurePosixPath
+
+from lattice.workspace.usage import is_bare_repository
 
 
 class ToolRefused(Exception):
@@ -96,6 +99,26 @@ class Workspace:
             dirs[:] = sorted(d for d in dirs if d not in PROTECTED_DIRS)
             found.extend(Path(folder) / name for name in sorted(files))
         return found + [path for path in self.pending_files(start) if not path.exists()]
+
+    def refuse_repository(self, path: Path) -> None:
+        """Refuse writing ``path`` when a folder on its way from the root is, or would
+        become with it, one git takes for a bare repository (``usage.is_bare_repository``):
+        git runs that folder's config and hooks on the host when the user runs it there."""
+        folder, child = path.parent, path.name
+        while self.contains(folder):
+            names = {child}
+            with contextlib.suppress(OSError):
+                names.update(os.listdir(folder))
+            names.update(p.relative_to(folder).parts[0] for p in self.pending_files(folder))
+            if is_bare_repository(names):
+                raise ToolRefused(
+                    f"{self.show(path)}: {self.show(folder)} is, or would become, a git "
+                    "repository (HEAD with objects/ and refs/), which agents may not make "
+                    "or change"
+                )
+            if folder == self.root:
+                return
+            folder, child = folder.parent, folder.name
 
     def pending_files(self, start: Path) -> list[Path]:
         """The pending files under ``start`` (patch-only), sorted."""

@@ -2,7 +2,8 @@
 
 The command runs under Debian's ``bwrap`` in fresh namespaces (no network, its own
 process tree, no host processes visible), with the system's programs read-only, a
-private ``/tmp`` of a bounded size, and the workspace as the only writable path (mounted
+private ``/tmp`` and ``/dev/shm`` of a bounded size (the rest of the sandbox's own
+filesystem is read-only), and the workspace as the only writable path (mounted
 at its own path, so the paths the model sees work inside) except every ``.git`` in it,
 which is read-only: a hook or a ``core.fsmonitor`` written there would run on the host
 at the user's next ``git``. A ``.git`` the command makes is removed after it (see
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from lattice.workspace.grants import WorkspaceGrant
 from lattice.workspace.paths import PROTECTED_DIRS, ToolRefused
-from lattice.workspace.usage import Usage, measure, remove_new_gits
+from lattice.workspace.usage import Usage, measure, protected, remove_new_gits
 
 WATCH_SECONDS = 0.25
 """The shortest pause between two measures of the workspace while a command runs (a
@@ -48,6 +49,9 @@ SYSTEM_FILES = (
     "/etc/passwd",
     "/etc/group",
 )
+SHM_BYTES = 64_000_000
+"""The most a command's private ``/dev/shm`` holds (memory-backed like ``/tmp``, and
+capped at the smaller of this and ``/tmp``'s size)."""
 PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 
 
@@ -128,7 +132,7 @@ async def run_command(grant: WorkspaceGrant, command: str, timeout: float) -> Sh
     before = await asyncio.to_thread(measure, root)
     argv = [
         "bwrap",
-        *_mounts(root, before.gits, grant.shell_tmp_bytes),
+        *_mounts(root, protected(before), grant.shell_tmp_bytes),
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
@@ -154,18 +158,30 @@ async def run_command(grant: WorkspaceGrant, command: str, timeout: float) -> Sh
     watch = asyncio.create_task(_watch_writes(grant, root, before, process))
     try:
         output, cut, timed_out = await _collect(process, grant.shell_output_bytes, timeout)
-    finally:
-        watch.cancel()
-        _kill_tree(process)
-        await process.wait()
-        if cgroup is not None:
-            cgroup.remove()
+    except BaseException:
+        # cancelled (an agent's own shorter time limit, a stopped run): what the command
+        # made of .git is removed all the same, before the cancellation goes on
+        await _stop(process, watch, cgroup)
+        remove_new_gits(root, before, measure(root, before.gits))
+        raise
+    await _stop(process, watch, cgroup)
     over = watch.result() if watch.done() and not watch.cancelled() else None
-    after = await asyncio.to_thread(measure, root)
+    after = await asyncio.to_thread(measure, root, before.gits)
     over = over or after.grown_past(before, grant.shell_write_bytes, grant.shell_write_files)
     removed = await asyncio.to_thread(remove_new_gits, root, before, after)
     text = output.decode("utf-8", errors="replace")
     return ShellOutcome(process.returncode, text, timed_out, cut, over, tuple(removed))
+
+
+async def _stop(
+    process: asyncio.subprocess.Process, watch: asyncio.Task[str | None], cgroup: _PidsCgroup | None
+) -> None:
+    """Stop watching, kill the command's process tree and wait for it."""
+    watch.cancel()
+    _kill_tree(process)
+    await process.wait()
+    if cgroup is not None:
+        cgroup.remove()
 
 
 async def _watch_writes(
@@ -176,7 +192,7 @@ async def _watch_writes(
     pause = max(WATCH_SECONDS, before.seconds * 10)
     while process.returncode is None:
         await asyncio.sleep(pause)
-        now = await asyncio.to_thread(measure, root)
+        now = await asyncio.to_thread(measure, root, before.gits)
         reason = now.grown_past(before, grant.shell_write_bytes, grant.shell_write_files)
         if reason is not None:
             _kill_tree(process)
@@ -217,10 +233,11 @@ def _kill_tree(process: asyncio.subprocess.Process) -> None:
 
 
 def _mounts(
-    root: Path | None, gits: frozenset[str] = frozenset(), tmp_bytes: int | None = None
+    root: Path | None, protected: frozenset[str] = frozenset(), tmp_bytes: int | None = None
 ) -> list[str]:
     """Bind mounts: the system read-only, a private ``/tmp`` (capped at ``tmp_bytes``
-    where bubblewrap can), the workspace writable and each of its ``gits`` read-only."""
+    where bubblewrap can), the workspace writable and each of its ``protected`` paths
+    (``usage.protected``) read-only."""
     args: list[str] = []
     for path in SYSTEM_PATHS:
         if os.path.islink(path):
@@ -230,13 +247,20 @@ def _mounts(
     for path in SYSTEM_FILES:
         args += ["--ro-bind-try", path, path]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    if tmp_bytes is not None and sizes_tmpfs():
+    sized = tmp_bytes is not None and sizes_tmpfs()
+    if sized:
         args += ["--size", str(tmp_bytes)]
     args += ["--tmpfs", "/tmp"]
+    if sized:
+        args += ["--size", str(min(tmp_bytes or 0, SHM_BYTES))]
+    args += ["--tmpfs", "/dev/shm"]
     if root is not None:
         args += ["--bind", str(root), str(root)]
-        for name in sorted(PROTECTED_DIRS | gits):  # hooks and config there run on the host
+        for name in sorted(PROTECTED_DIRS | protected):  # hooks and config there run on the host
             args += ["--ro-bind-try", str(root / name), str(root / name)]
+    # bubblewrap's own root and /dev are memory-backed and unbounded: read-only, so that
+    # /tmp's cap is the cap (device nodes such as /dev/null still take writes)
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return args
 
 

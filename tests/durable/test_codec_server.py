@@ -42,8 +42,8 @@ def new_key() -> str:
 
 
 @contextmanager
-def codec_server(codec: LatticeCodec) -> Iterator[str]:
-    server = make_codec_server(codec, port=0)
+def codec_server(codec: LatticeCodec, token: str | None = None) -> Iterator[str]:
+    server = make_codec_server(codec, port=0, token=token)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -54,9 +54,15 @@ def codec_server(codec: LatticeCodec) -> Iterator[str]:
 
 
 def call(
-    url: str, body: Any = None, *, method: str = "POST", origin: str | None = None
+    url: str,
+    body: Any = None,
+    *,
+    method: str = "POST",
+    origin: str | None = None,
+    **more: str,
 ) -> tuple[int, dict[str, str], Any]:
     headers = {"Content-Type": "application/json", **({"Origin": origin} if origin else {})}
+    headers |= more
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
@@ -168,3 +174,39 @@ def test_the_command_without_a_key_says_which_variable_to_set(tmp_path: Path) ->
     assert done.returncode == 2, done.stderr
     assert "needs the payload codec's key: set LATTICE_TEMPORAL_KEY" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_what_a_web_page_or_the_network_sends_is_not_decoded() -> None:
+    """A page in the user's browser may post to 127.0.0.1 (no preflight for a simple
+    request) or rebind its own name to it: neither is decoded. Off 127.0.0.1 a token is
+    needed."""
+    key = new_key()
+    codec = LatticeCodec(parse_keys(key, "LATTICE_TEMPORAL_KEY"))
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b'{"card": "4111"}')
+    sealed = as_json(codec.encode_one(plain))
+    with codec_server(codec) as url:
+        status, _, body = call(f"{url}/decode", sealed, origin="http://evil.test")
+        assert status == 403 and "4111" not in json.dumps(body)
+        port = url.rsplit(":", 1)[1]
+        status, _, body = call(f"{url}/decode", sealed, Host=f"rebound.evil.test:{port}")
+        assert status == 403 and "4111" not in json.dumps(body)
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            assert call(f"{url}/decode", sealed, Host=host)[0] == 200
+    with codec_server(codec, token="s3cret-token") as url:
+        assert call(f"{url}/decode", sealed)[0] == 401
+        assert call(f"{url}/decode", sealed, Authorization="Bearer wrong")[0] == 401
+        status, _, body = call(f"{url}/decode", sealed, Authorization="Bearer s3cret-token")
+        assert status == 200 and json_format.ParseDict(body, Payloads()).payloads == [plain]
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LATTICE_CONFIG", "LATTICE_CODEC_TOKEN")
+    }
+    refused = subprocess.run(
+        [sys.executable, "-m", "lattice.cli", "codec-server", "--host", "0.0.0.0", "--port", "0"],
+        env={**env, "LATTICE_TEMPORAL_KEY": key},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "refusing to listen on 0.0.0.0 without a token" in refused.stderr

@@ -262,6 +262,8 @@ def test_a_question_outlives_every_worker_and_the_gateway(
         run = wait_until_done(client, run_id)
         assert run["status"] == "halted", run
         assert run["question"]["node_id"] == "approve"
+        halted_at = run["finished_at"]  # its time stops at the question, as a local run's
+        assert halted_at is not None and halted_at >= run["started_at"], run
         answered = client.post(f"/v1/runs/{run_id}/answers", json={"answers": {"approve": "Send"}})
         assert answered.status_code == 202, answered.text
         done = wait_until_done(client, run_id)
@@ -270,6 +272,7 @@ def test_a_question_outlives_every_worker_and_the_gateway(
         events, end = follow(client, run_id)
         assert end == "completed"
         assert [e["type"] for e in events].count("run_halted") == 1
+        assert [e["ts"] for e in events if e["type"] == "run_halted"] == [halted_at]
 
 
 def test_a_run_is_cancelled_through_either_replica(temporal_address: str, tmp_path: Path) -> None:
@@ -419,3 +422,68 @@ def test_serve_with_the_temporal_engine_needs_its_address(tmp_path: Path) -> Non
     )
     assert done.returncode == 2
     assert "--engine temporal needs --temporal HOST:PORT" in done.stderr
+
+
+def test_cancel_reaches_only_lattice_runs(temporal_address: str) -> None:
+    """The gateway's token is for Lattice's runs: another application's workflow in the
+    same namespace, or an id no workflow has, is not found, and nothing is cancelled."""
+    import asyncio
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    from lattice.service.backend import RunNotFound
+
+    async def attempt() -> None:
+        runs = TemporalRuns(temporal_address, task_queue=f"gw-{uuid.uuid4().hex[:10]}")
+        client = await runs.client()
+        foreign = await client.start_workflow(
+            "SomeoneElsesWorkflow", id=f"other-{uuid.uuid4().hex[:8]}", task_queue="nobody"
+        )
+        with pytest.raises(RunNotFound):
+            await runs.cancel(foreign.id)
+        with pytest.raises(RunNotFound):
+            await runs.cancel(f"no-such-{uuid.uuid4().hex[:8]}")
+        assert (await foreign.describe()).status == WorkflowExecutionStatus.RUNNING
+        await foreign.terminate()
+
+    asyncio.run(attempt())
+
+
+def test_a_secret_in_an_answer_is_refused_before_temporal(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer enters Temporal's history as it is (the workflow's update): one holding a
+    secret's value, here as information for an LLM node, is refused and never sent."""
+    import asyncio
+
+    from lattice.config import load_config
+
+    secret = "tok-" + uuid.uuid4().hex
+    monkeypatch.setenv("GATEWAY_TEST_TOKEN", secret)
+    config_file = tmp_path / "lattice.toml"
+    config_file.write_text('[secrets]\nallow = ["GATEWAY_TEST_TOKEN"]\n', encoding="utf-8")
+    queue = f"gw-{uuid.uuid4().hex[:10]}"
+    backend = TemporalRuns(temporal_address, task_queue=queue)
+    settings = ServerSettings(
+        runs_dir=tmp_path / "runs", config=load_config(config_file), backend=backend
+    )
+    with (
+        workers(temporal_address, queue, tmp_path, 1),
+        serve_in_thread(settings) as url,
+        httpx.Client(base_url=url, timeout=WAIT) as client,
+    ):
+        body = {"document": approval(), "mock_script": APPROVAL_SCRIPT, "inputs": {"topic": "x"}}
+        run_id = client.post("/v1/runs", json=body).json()["run_id"]
+        assert wait_until_done(client, run_id)["status"] == "halted"
+        refused = client.post(
+            f"/v1/runs/{run_id}/answers", json={"answers": {"draft": f"use {secret}"}}
+        )
+        assert refused.status_code == 400, refused.text
+        assert secret not in refused.text
+
+        async def history() -> bytes:
+            connected = await TemporalRuns(temporal_address, task_queue=queue).client()
+            events = await connected.get_workflow_handle(run_id).fetch_history()
+            return b"".join(event.SerializeToString() for event in events.events)
+
+        assert secret.encode() not in asyncio.run(history())

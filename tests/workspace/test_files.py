@@ -206,6 +206,34 @@ def test_write_creates_folders_inside_and_keeps_the_mode(project: Path) -> None:
     assert call(tools, "Write", file_path=".git/hooks/pre-commit", content="x").is_error
 
 
+@pytest.mark.parametrize("patch_only", [False, True])
+def test_the_file_tools_make_no_bare_repository_and_change_none(
+    project: Path, patch_only: bool
+) -> None:
+    """git takes a folder holding HEAD, objects/ and refs/ for a repository and runs its
+    config's pager and fsmonitor, and its hooks, on the host: the file tools make none
+    (whichever file comes last, at the root too) and change no existing one's files."""
+    tools = toolset(project, patch_only=patch_only)
+    for folder in ("evil/", "", "wt/"):
+        assert not call(tools, "Write", file_path=f"{folder}objects/x", content="x").is_error
+        assert not call(tools, "Write", file_path=f"{folder}refs/heads/m", content="x").is_error
+    refused = call(tools, "Write", file_path="evil/HEAD", content="ref: refs/heads/main\n")
+    assert refused.is_error and "git repository" in refused.text
+    assert call(tools, "Write", file_path="HEAD", content="ref: refs/heads/main\n").is_error
+    assert not call(tools, "Write", file_path="wt2/HEAD", content="ref: x\n").is_error
+    assert call(tools, "Write", file_path="wt2/commondir", content="../evil\n").is_error
+    mirror = project / "mirror"
+    for name in ("objects", "refs", "hooks"):
+        (mirror / name).mkdir(parents=True)
+    (mirror / "HEAD").write_text("ref: refs/heads/main\n")
+    (mirror / "config").write_text("[core]\n\tbare = true\n")
+    edit = call(tools, "Edit", file_path="mirror/config", old_string="true", new_string="x")
+    assert edit.is_error and "git repository" in edit.text
+    assert call(tools, "Write", file_path="mirror/hooks/post-update", content="x").is_error
+    assert (mirror / "config").read_text() == "[core]\n\tbare = true\n"
+    assert not (project / "evil" / "HEAD").exists() and not (project / "HEAD").exists()
+
+
 def test_patch_only_records_the_change_and_leaves_the_file(project: Path) -> None:
     tools = toolset(project, patch_only=True)
     result = call(tools, "Edit", file_path="src/app.py", old_string="a - b", new_string="a + b")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -161,6 +163,30 @@ def test_the_sandboxs_tmp_is_capped(tmp_path: Path) -> None:
 
 
 @needs_bwrap
+def test_the_tmp_cap_is_not_escaped_through_dev_shm_dev_or_the_sandboxs_root(
+    tmp_path: Path,
+) -> None:
+    if not shell_module.sizes_tmpfs():
+        pytest.skip("this bubblewrap cannot size a tmpfs (--size came in 0.8)")
+    # each of these is memory-backed: unbounded, it would let a command fill the host's RAM
+    places = ("/dev/shm/big", "/dev/big", "/big", "/usr-like/big")
+    command = "; ".join(
+        f"mkdir -p $(dirname {p}) 2>/dev/null; head -c 3000000 /dev/zero > {p} 2>/dev/null; "
+        f"echo {p}=$(stat -c %s {p} 2>/dev/null || echo none)"
+        for p in places
+    )
+    result = bash(
+        tmp_path, command + "; echo x > /dev/null && echo null-ok", shell_tmp_bytes=2_000_000
+    )
+    sizes = dict(line.split("=", 1) for line in result.text.splitlines() if "=" in line)
+    assert int(sizes["/dev/shm/big"]) <= 2_100_000, result.text
+    assert sizes["/dev/big"] == "none", result.text
+    assert sizes["/big"] == "none", result.text
+    assert sizes["/usr-like/big"] == "none", result.text
+    assert "null-ok" in result.text
+
+
+@needs_bwrap
 def test_one_file_is_capped_in_size(tmp_path: Path) -> None:
     result = bash(
         tmp_path, "head -c 3000000 /dev/zero > big; stat -c %s big", shell_file_bytes=1_000_000
@@ -196,6 +222,79 @@ def test_a_command_that_keeps_writing_is_stopped_at_the_byte_limit(tmp_path: Pat
     assert result.is_error
     assert "written into the workspace, over the 3.0 MB limit" in result.text
     assert "ran past" not in result.text
+
+
+@needs_bwrap
+def test_what_a_command_writes_into_a_git_it_made_counts_toward_its_limits(
+    tmp_path: Path,
+) -> None:
+    result = bash(
+        tmp_path,
+        "mkdir -p sub/.git; i=0; while true; do i=$((i+1)); "
+        "head -c 500000 /dev/urandom > sub/.git/b$i; done",
+        shell_write_bytes=3_000_000,
+        tool_timeout=20.0,
+    )
+    assert "written into the workspace, over the 3.0 MB limit" in result.text
+    assert "ran past" not in result.text
+    assert not (tmp_path / "sub" / ".git").exists()
+
+
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_bare_repository_a_command_makes_is_no_repository_after_it(tmp_path: Path) -> None:
+    """git takes a folder holding HEAD, objects/ and refs/ for a repository (a bare one)
+    and reads its config, hooks and pager from there: as a .git would be, it is undone,
+    by removing its HEAD (nothing else the command wrote is lost), the workspace's root
+    included."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "--bare", str(root / "mirror")], check=True)
+    config = (root / "mirror" / "config").read_text()
+    result = bash(
+        root,
+        "echo '[core]pager = x' >> mirror/config 2>/dev/null || echo mirror-refused; "
+        "touch mirror/hooks/post-update 2>/dev/null || echo hooks-refused; "
+        "git init -q --bare evil && git -C evil config core.pager 'touch /tmp/pwned; cat'; "
+        "mkdir objects refs && echo 'ref: refs/heads/main' > HEAD; "
+        "mkdir -p wt && echo 'ref: refs/heads/x' > wt/HEAD && echo ../evil > wt/commondir; "
+        "echo kept > notes.txt; echo done",
+    )
+    assert "done" in result.text
+    assert "[removed HEAD, evil/HEAD, wt/HEAD: commands may not make git" in result.text
+    for folder in (root, root / "evil", root / "wt"):
+        found = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--git-dir"],
+            capture_output=True,
+            text=True,
+            env={"GIT_CEILING_DIRECTORIES": str(tmp_path), "PATH": os.environ["PATH"]},
+            check=False,
+        )
+        assert found.returncode != 0, (folder, found.stdout)
+    assert (root / "evil" / "config").is_file() and (root / "notes.txt").is_file()
+    assert "mirror-refused" in result.text and "hooks-refused" in result.text
+    assert (root / "mirror" / "config").read_text() == config
+    assert (root / "mirror" / "HEAD").is_file()  # the user's own is kept
+
+
+@needs_bwrap
+def test_a_git_a_cancelled_command_made_is_removed_too(tmp_path: Path) -> None:
+    """An agent's own tool time limit (a document may set it below the shell's) cancels
+    the call: the command is killed and what it made of .git removed all the same."""
+    from lattice.agents.loop import _limited
+
+    grant = WorkspaceGrant(root=tmp_path, read=True, shell=True, tool_timeout=60.0)
+    tools = WorkspaceToolset(grant, ("Bash",))
+    command = "mkdir -p sub/.git/hooks && echo x > sub/.git/hooks/post-checkout; : > made; sleep 60"
+
+    async def cancelled() -> ToolResult:
+        call = tools.call("Bash", {"command": command})
+        return await _limited("Bash", call, 5.0)
+
+    result = asyncio.run(cancelled())
+    assert "did not finish within 5 s" in result.text
+    assert (tmp_path / "made").exists()  # it ran that far
+    assert not (tmp_path / "sub" / ".git").exists()
 
 
 @needs_bwrap

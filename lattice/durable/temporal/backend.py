@@ -119,7 +119,12 @@ class TemporalRuns(RunBackend):
 
     async def cancel(self, run_id: str) -> None:
         handle = await self._handle(run_id)
-        description = await handle.describe()
+        try:
+            description = await handle.describe()
+        except RPCError as exc:
+            raise _not_found_or(exc, run_id) from None
+        if description.workflow_type != WORKFLOW_NAME:
+            raise RunNotFound(run_id)  # another application's workflow in the namespace
         if description.status != WorkflowExecutionStatus.RUNNING:
             view = await self.describe(run_id)
             raise RunConflict(
@@ -300,7 +305,14 @@ def _progress_view(progress: dict[str, Any], base: dict[str, Any]) -> RunView:
         "summary": question.get("summary", ""),
         "details": question.get("details") or {},
     }
-    return RunView(status="halted", usage=progress.get("usage"), failure=failure, **base)
+    # a halted run's time ends where it halted, as a local halted run's does
+    return RunView(
+        status="halted",
+        finished_at=question.get("asked_at"),
+        usage=progress.get("usage"),
+        failure=failure,
+        **base,
+    )
 
 
 def _result_view(result: dict[str, Any], base: dict[str, Any]) -> RunView:

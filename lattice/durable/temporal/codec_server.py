@@ -5,11 +5,15 @@ The protocol is Temporal's: ``POST /decode`` and ``POST /encode`` (also under a 
 ``/{namespace}/decode``) take and answer ``{"payloads": [...]}``, Temporal's ``Payloads``
 message as protobuf JSON. The web UI calls it from the browser, so the answer carries
 CORS headers for the UI's origins (and only for them). Whoever reaches the server reads
-every run's payloads in the clear: it listens on 127.0.0.1 unless told otherwise.
+every run's payloads in the clear: it listens on 127.0.0.1 unless told otherwise, needs
+a token (``Authorization: Bearer``) when told otherwise, and refuses what a web page
+could send it from a browser on the same machine: a request from another origin, and
+one naming another host (a name rebound to 127.0.0.1).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,9 +37,10 @@ def make_codec_server(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     origins: Sequence[str] = UI_ORIGINS,
+    token: str | None = None,
 ) -> ThreadingHTTPServer:
     """A codec server on ``host:port`` (``serve_forever()`` it) answering the web UIs of
-    ``origins`` too."""
+    ``origins`` too; with ``token``, only requests that carry it."""
     allowed = frozenset(origin.rstrip("/") for origin in origins)
 
     class Handler(BaseHTTPRequestHandler):
@@ -49,6 +54,10 @@ def make_codec_server(
             self._answer(204, None)
 
         def do_POST(self) -> None:
+            refused = _refusal(self.headers, allowed, token)
+            if refused is not None:
+                self._answer(refused[0], {"error": refused[1]})
+                return
             action = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
             if action not in ("encode", "decode"):
                 self._answer(404, {"error": f"no route {self.path}; POST /encode or /decode"})
@@ -93,3 +102,24 @@ def make_codec_server(
             self.wfile.write(data)
 
     return ThreadingHTTPServer((host, port), Handler)
+
+
+def _refusal(headers: Any, allowed: frozenset[str], token: str | None) -> tuple[int, str] | None:
+    """Why a request is not served (status, message); None when it is."""
+    origin = (headers.get("Origin") or "").rstrip("/")
+    if origin and origin not in allowed:
+        return 403, "origin not allowed"
+    if token is not None:
+        given = headers.get("Authorization") or ""
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return 401, "give the token: Authorization: Bearer TOKEN"
+    elif not _local_host(headers.get("Host") or ""):
+        return 403, "only 127.0.0.1 or localhost is served without a token"
+    return None
+
+
+def _local_host(header: str) -> bool:
+    """Whether a Host header names this machine's loopback (not a name a web page had
+    rebound to 127.0.0.1)."""
+    name = header.rsplit(":", 1)[0] if not header.endswith("]") else header
+    return name.strip("[]").lower() in ("127.0.0.1", "localhost", "::1")
