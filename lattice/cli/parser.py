@@ -31,6 +31,16 @@ def port_number(text: str) -> int:
     return value
 
 
+def temporal_address(text: str) -> str:
+    """A Temporal server's HOST:PORT (its gRPC address: no scheme, a port number)."""
+    host, colon, port = text.rpartition(":")
+    if "://" in text or not colon or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not HOST:PORT (a Temporal server's address, such as 127.0.0.1:7233)"
+        )
+    return text
+
+
 def positive_int(text: str) -> int:
     """An argument that must be a whole number of at least 1."""
     try:
@@ -219,6 +229,7 @@ def add_temporal_options(
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
+        type=temporal_address,
         required=required,
         help="the Temporal server's address" + (" (with --engine temporal)" if engine else ""),
     )
@@ -311,6 +322,7 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
+        type=temporal_address,
         help="the run is on Temporal: RUN is its id; answers are sent to it as updates",
     )
     _handler(p, "lattice.cli.run:resume")
@@ -322,7 +334,9 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "(status, output, the path taken, each node's outputs and model calls); lattice runs "
         "open RUN: the run in the execution panel of lattice serve (docs/panel.md), in a "
         "browser (a server on --port that sees the run is used, else one is started here "
-        "until Ctrl-C). A RUN is a run folder or a run id under --runs-dir.",
+        "until Ctrl-C); lattice runs export RUN --temporal HOST:PORT -o DIR: a run on "
+        "Temporal as a run folder (docs/temporal.md). A RUN is a run folder or a run id under "
+        "--runs-dir (with --temporal: a run id on Temporal).",
     )
     p.add_argument(
         "action", nargs="?", choices=["list", "show", "diff", "open", "export"], default="list"
@@ -331,7 +345,7 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "run_dir",
         nargs="?",
         metavar="RUN",
-        help="run folder or run id for 'show' and 'open'; the first for 'diff'",
+        help="run folder or run id for 'show', 'open' and 'export'; the first for 'diff'",
     )
     p.add_argument("other", nargs="?", metavar="RUN_B", help="the second run for 'diff'")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
@@ -353,7 +367,9 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--temporal",
         metavar="HOST:PORT",
-        help="list, show, open, export: the runs are on Temporal at this address (RUN is a run id)",
+        type=temporal_address,
+        help="list, show, open, export: the runs are on Temporal at this address (RUN is a run "
+        "id; diff: export them first)",
     )
     p.add_argument(
         "--limit",

@@ -217,6 +217,12 @@ def runs_diff(args: argparse.Namespace) -> int:
 
     if not args.run_dir or not args.other:
         raise LatticeUserError("lattice runs diff RUN_A RUN_B")
+    if args.temporal:
+        raise LatticeUserError(
+            "lattice runs diff compares run folders: export each run on Temporal first "
+            f"(lattice runs export RUN --temporal {args.temporal} -o DIR), then "
+            "lattice runs diff DIR_A DIR_B"
+        )
     result = diff_runs(
         run_folder(args.run_dir, args.runs_dir), run_folder(args.other, args.runs_dir)
     )

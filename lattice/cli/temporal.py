@@ -17,7 +17,7 @@ from typing import Any
 from lattice.cli.common import Progress, note, parse_pairs, read_json_object, report, terminal_asker
 from lattice.config import load_config
 from lattice.errors import InputError, LatticeUserError
-from lattice.ir.models import AskOp, ExecIR
+from lattice.ir.models import AskOp, ExecIR, ToolCallOp
 from lattice.ir.serialize import ir_from_json
 from lattice.runs.redaction import make_redactor
 from lattice.runs.store import new_run_id, refuse_secret_answers
@@ -44,8 +44,11 @@ def worker(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     address = _address(args)
-    note(f"worker on Temporal at {address}, task queue {args.task_queue!r} (Ctrl-C stops it)")
-    asyncio.run(run_worker(address, config, task_queue=args.task_queue))
+
+    def connected() -> None:
+        note(f"worker on Temporal at {address}, task queue {args.task_queue!r} (Ctrl-C stops it)")
+
+    asyncio.run(run_worker(address, config, task_queue=args.task_queue, connected=connected))
     return 0
 
 
@@ -116,6 +119,12 @@ def run_on_temporal(
     settings = prepared.settings
     progress = Progress(live=sys.stderr.isatty() and not args.json)
     run_id = new_run_id()
+    if args.config and any(isinstance(op, ToolCallOp) for op in ir.ops.values()):
+        note(
+            f"note: on Temporal the workers call the tools, with their own configuration "
+            f"(MCP servers, [http] allow_hosts, secrets), not {args.config}: start them with "
+            f"lattice worker --temporal {address} --config {args.config}"
+        )
 
     async def go() -> int:
         client = await _connect(args, address)
@@ -198,11 +207,26 @@ def resume(args: argparse.Namespace) -> int:
         refuse_secret_answers(answers, make_redactor(settings.secret_names()))
         client = await _connect(args, address)
         ir = await _run_ir(client, run_id)
+        if answers:
+            await _check_waiting(client, run_id, address)
         for node_id, value in answers.items():
             await answer(client, run_id, ir, node_id, value)
         return await _follow(client, run_id, ir, address, progress, args, settings)
 
     return asyncio.run(go())
+
+
+async def _check_waiting(client: Any, run_id: str, address: str) -> None:
+    """A LatticeUserError unless run ``run_id`` waits for an answer (an answer sent to a
+    finished workflow is refused by the server)."""
+    progress = await client.get_workflow_handle(run_id).query("progress", 1 << 62)
+    if progress["status"] == "waiting":
+        return
+    status = (progress.get("result") or {}).get("status") or progress["status"]
+    raise LatticeUserError(
+        f"run {run_id} is {status}; only a run waiting for an answer takes one "
+        f"(lattice runs show {run_id} --temporal {address})"
+    )
 
 
 async def _run_ir(client: Any, run_id: str) -> ExecIR:

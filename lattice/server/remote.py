@@ -89,6 +89,7 @@ def run_json(view: RunView) -> dict[str, Any]:
         "question": question(view.run_id, failure) if view.status == "halted" else None,
         "parent": None,
         "reruns": [],
+        "rerunnable": False,  # re-running from a step needs a run folder
         "links": links(view.run_id),
     }
 

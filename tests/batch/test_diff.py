@@ -113,3 +113,6 @@ def test_runs_diff_compares_path_outputs_and_calls(
     assert same["path"]["same"] and same["nodes"] == {} and same["output"] == []
     code, _, err = cli(capsys, "runs", "diff", a)
     assert code == 2 and "lattice runs diff RUN_A RUN_B" in err
+    code, _, err = cli(capsys, "runs", "diff", a, b, "--temporal", "127.0.0.1:7233")
+    assert code == 2  # not the folders': runs on Temporal are compared once exported
+    assert "lattice runs export RUN --temporal 127.0.0.1:7233 -o DIR" in err

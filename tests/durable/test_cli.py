@@ -113,12 +113,28 @@ def test_a_question_halts_then_resume_answers_it_and_export_writes_the_folder(
     assert found, halted.stderr
     run_id = found.group(1)
 
+    waiting = lattice("runs", "show", run_id, *common, cwd=tmp_path)
+    assert waiting.returncode == 0, waiting.stderr
+    assert waiting.stdout.startswith(f"run {run_id}: halted")
+    assert "usage: 1 model call," in waiting.stdout  # what it used so far, as a local run shows
+    assert "failure [waiting_for_answer] at approve:" in waiting.stdout
+    answer_it = (
+        f"next: lattice resume {run_id} --temporal {temporal_address} --answer approve=<answer>"
+    )
+    assert answer_it in waiting.stdout
+
     wrong = lattice("resume", run_id, *common, "--answer", "approve=Maybe", cwd=tmp_path)
     assert wrong.returncode == 2 and "Maybe" in wrong.stderr
 
     resumed = lattice("resume", run_id, *common, "--answer", "approve=Send", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout) == "A polished note."
+    again = lattice("resume", run_id, *common, "--answer", "approve=Send", cwd=tmp_path)
+    assert again.returncode == 2, again.stderr
+    assert f"run {run_id} is completed; only a run waiting for an answer takes one" in (
+        again.stderr
+    )
+    assert "Traceback" not in again.stderr
 
     exported = lattice("runs", "export", run_id, *common, "-o", "exported", cwd=tmp_path)
     assert exported.returncode == 0, exported.stderr
@@ -172,3 +188,62 @@ def test_resume_refuses_an_answer_holding_a_secret_before_sending_it(tmp_path: P
     assert "an answer holds the value of a secret" in refused.stderr
     assert secret not in refused.stderr + refused.stdout
     assert "Traceback" not in refused.stderr
+
+
+def test_a_config_given_to_a_run_that_calls_tools_on_temporal_names_the_workers(
+    tmp_path: Path,
+) -> None:
+    config = str(EXAMPLES / "meeting-prep.lattice.toml")
+    started = lattice(
+        "run",
+        str(EXAMPLES / "meeting-prep.json"),
+        "--config",
+        config,
+        "--mock",
+        str(EXAMPLES / "meeting-prep.mock.json"),
+        "--inputs",
+        str(EXAMPLES / "meeting-prep.inputs.json"),
+        "--engine",
+        "temporal",
+        "--temporal",
+        "127.0.0.1:1",  # nothing listens: the note comes before the connection
+        cwd=tmp_path,
+    )
+    assert started.returncode == 2, started.stderr
+    assert f"lattice worker --temporal 127.0.0.1:1 --config {config}" in started.stderr
+    assert "cannot reach Temporal at 127.0.0.1:1 (Connection refused): is a server" in (
+        started.stderr
+    )
+    assert "tonic::" not in started.stderr  # the SDK's transport internals stay out
+    assert "Traceback" not in started.stderr
+    plain = lattice(
+        "run",
+        str(EXAMPLES / "hello-world.json"),
+        "--config",
+        config,
+        "--input",
+        "name=Ada",
+        "--mock",
+        str(EXAMPLES / "hello-world.mock.json"),
+        "--engine",
+        "temporal",
+        "--temporal",
+        "127.0.0.1:1",
+        cwd=tmp_path,
+    )
+    assert plain.returncode == 2 and "lattice worker" not in plain.stderr  # it calls no tool
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:7233", "127.0.0.1", "localhost:port"])
+def test_an_address_that_is_not_host_port_is_a_usage_error(tmp_path: Path, address: str) -> None:
+    listed = lattice("runs", "list", "--temporal", address, cwd=tmp_path)
+    assert listed.returncode == 2
+    assert f"{address!r} is not HOST:PORT" in listed.stderr
+    assert "Warning" not in listed.stderr and "Traceback" not in listed.stderr
+
+
+def test_a_worker_that_cannot_connect_says_so_and_not_that_it_works(tmp_path: Path) -> None:
+    worker = lattice("worker", "--temporal", "127.0.0.1:1", cwd=tmp_path)
+    assert worker.returncode == 2
+    assert "cannot reach Temporal at 127.0.0.1:1" in worker.stderr
+    assert "worker on Temporal" not in worker.stderr  # said only once it is connected

@@ -263,6 +263,8 @@ def test_a_question_outlives_every_worker_and_the_gateway(
         run = wait_until_done(client, run_id)
         assert run["status"] == "halted", run
         assert run["question"]["node_id"] == "approve"
+        halted_at = run["finished_at"]  # its time stops at the question, as a local run's
+        assert halted_at is not None and halted_at >= run["started_at"], run
         answered = client.post(f"/v1/runs/{run_id}/answers", json={"answers": {"approve": "Send"}})
         assert answered.status_code == 202, answered.text
         done = wait_until_done(client, run_id)
@@ -271,6 +273,7 @@ def test_a_question_outlives_every_worker_and_the_gateway(
         events, end = follow(client, run_id)
         assert end == "completed"
         assert [e["type"] for e in events].count("run_halted") == 1
+        assert [e["ts"] for e in events if e["type"] == "run_halted"] == [halted_at]
 
 
 def test_a_run_is_cancelled_through_either_replica(temporal_address: str, tmp_path: Path) -> None:

@@ -111,6 +111,11 @@ def test_a_temporal_run_shows_live_and_is_answered_from_the_panel(
         until(lambda: run_status(page) == "completed", "the run did not finish after the answer")
         until(lambda: node_status(page, "end") == "completed", "the end node did not complete")
         assert node_status(page, "discarded") == "pending"
+        # the gateway keeps no document: the canvas is the run's ExecIR, and says so
+        note = page.execute_script("return document.querySelector('.layout-note')?.innerText")
+        assert "op by op" in note and "no document" in note, note
+        # nor a run folder: the timeline offers no "Re-run from here" (the server refuses it)
+        assert page.execute_script("return document.querySelectorAll('.rerun').length") == 0
         # the run list of the panel lists it from Temporal
         page.get(f"{url}/#/")
         until(

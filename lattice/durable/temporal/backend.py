@@ -305,7 +305,14 @@ def _progress_view(progress: dict[str, Any], base: dict[str, Any]) -> RunView:
         "summary": question.get("summary", ""),
         "details": question.get("details") or {},
     }
-    return RunView(status="halted", usage=progress.get("usage"), failure=failure, **base)
+    # a halted run's time ends where it halted, as a local halted run's does
+    return RunView(
+        status="halted",
+        finished_at=question.get("asked_at"),
+        usage=progress.get("usage"),
+        failure=failure,
+        **base,
+    )
 
 
 def _result_view(result: dict[str, Any], base: dict[str, Any]) -> RunView:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +38,19 @@ async def connect(address: str, config: TemporalConfig | None = None) -> Client:
         return await Client.connect(address, data_converter=converter)
     except Exception as exc:  # the SDK raises RuntimeError with the gRPC reason
         raise LatticeUserError(
-            f"cannot reach Temporal at {address}: {exc}", error_type="temporal_unreachable"
+            f"cannot reach Temporal at {address} ({unreachable_reason(exc)}): is a server "
+            "running there? (temporal server start-dev --ip 127.0.0.1 --port 7233; "
+            "docs/temporal.md)",
+            error_type="temporal_unreachable",
         ) from exc
+
+
+def unreachable_reason(exc: BaseException) -> str:
+    """The operating system's reason in the SDK's connection error (its Rust transport's
+    debug text, ``... message: "Connection refused" ...`` or ``error: "failed to lookup
+    address information: ..."``), else the whole error."""
+    found = re.search(r'(?:message|error): "([^"]+)"', str(exc))
+    return found.group(1) if found else str(exc)
 
 
 async def check_key(client: Client, run_id: str) -> None:

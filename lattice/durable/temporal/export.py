@@ -45,7 +45,7 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
     atomic_write_text(folder / "input.json", file_text(record["inputs"]))
     atomic_write_text(folder / "state_initial.json", file_text(record["state_initial"]))
     atomic_write_text(folder / "state_final.json", file_text(record["state"]))
-    result = record["result"] or {"status": "waiting" if record["question"] else "running"}
+    result = record["result"] or _unfinished(client, run_id, record)
     atomic_write_text(
         folder / "result.json",
         file_text({**result, "run_id": run_id, "workflow": record["workflow"]["id"]}),
@@ -62,3 +62,25 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
         ),
     )
     return folder
+
+
+def _unfinished(client: Client, run_id: str, record: dict[str, Any]) -> dict[str, Any]:
+    """The result of a run still going or waiting: its usage so far and, while it waits,
+    the question as a local halted run's failure report, with the command that answers it."""
+    usage = record.get("usage")
+    question = record["question"]
+    if question is None:
+        return {"status": "running", "usage": usage}
+    node_id = question.get("node_id")
+    address = client.service_client.config.target_host
+    failure = {
+        "phase": "run",
+        "run_id": run_id,
+        "op_id": question.get("op_id"),
+        "node_id": node_id,
+        "category": question.get("reason", "waiting_for_answer"),
+        "summary": question.get("summary", ""),
+        "details": question.get("details") or {},
+        "recovery_action": f"lattice resume {run_id} --temporal {address} --answer {node_id}=<answer>",
+    }
+    return {"status": "waiting", "usage": usage, "failure": failure}

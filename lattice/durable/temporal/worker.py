@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -113,7 +114,15 @@ def make_worker(
     )
 
 
-async def run_worker(address: str, config: LatticeConfig, *, task_queue: str) -> None:
-    """Connect to Temporal at ``address`` and work until cancelled."""
+async def run_worker(
+    address: str,
+    config: LatticeConfig,
+    *,
+    task_queue: str,
+    connected: Callable[[], None] | None = None,
+) -> None:
+    """Connect to Temporal at ``address`` (then call ``connected``) and work until cancelled."""
     client = await connect(address, config.temporal)
+    if connected is not None:
+        connected()
     await make_worker(client, config, task_queue=task_queue).run()

@@ -138,6 +138,7 @@ class LatticeRunWorkflow:
             "state_initial": self.initial_state,
             "state": self.ctx.state.snapshot() if self.ctx is not None else {},
             "question": self.question,
+            "usage": self.ctx.usage.to_json() if self.ctx is not None else None,
             "result": self.result,
         }
 
@@ -303,6 +304,7 @@ class LatticeRunWorkflow:
             "action": halt.action,
             "node_id": node,
             "branch": ctx.branch,
+            "asked_at": _timestamp(workflow.now()),
         }
         self.status = "waiting"
         ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})

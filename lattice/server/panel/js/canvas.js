@@ -72,6 +72,13 @@ const GLYPH = {
   interrupted: "■",
 };
 
+/** What the canvas says about where its nodes are drawn: nothing when the document placed them. */
+function layoutNote(graph) {
+  if (graph.layout !== "layered") return "";
+  if (graph.source === "execir") return "layout: computed, op by op (the server has no document for this run, only its ExecIR)";
+  return "layout: computed (the document has no usable positions)";
+}
+
 function shape(category, w, hgt) {
   const r = hgt / 2;
   switch (category) {
@@ -188,7 +195,7 @@ export class Canvas {
           { type: "button", class: "tool", "aria-pressed": "true", title: "Keep the running nodes in view", onclick: () => this.setFollow(!this.follow) },
           "Follow",
         )),
-        h("span", { class: "layout-note" }, graph.layout === "layered" ? "layout: computed (the document has no usable positions)" : ""),
+        h("span", { class: "layout-note" }, layoutNote(graph)),
       ),
       this.svg,
       h("p", { id: helpId, class: "sr-only" }, "Arrow keys move between nodes; Enter or Space opens the focused node in the inspector; plus and minus zoom; 0 fits the drawing."),

@@ -200,8 +200,9 @@ export class RunView {
     set(f.cost, fmtCost(run.cost_usd));
     this.renderLineage(f.lineage, run);
     const stopped = status === "completed" || status === "failed" || status === "halted" || status === "interrupted";
-    if (this.waterfall.rerunnable !== stopped) {
-      this.waterfall.rerunnable = stopped;
+    const rerunnable = stopped && run.rerunnable !== false;
+    if (this.waterfall.rerunnable !== rerunnable) {
+      this.waterfall.rerunnable = rerunnable;
       this.waterfall.render(this.model);
     }
     const resumable = (status === "failed" || status === "interrupted") && run.failure?.resumable !== false;
