@@ -506,9 +506,7 @@ class Runner:
             if not any(journal.pending.values()):
                 # the ops to run again start afresh: none of their answers replay
                 committed_state = journal.committed_provider_state or {}
-        multi = {
-            op.source_node for op in ir.ops.values() if op.kind == "ASK" and op.multi_select
-        }
+        multi = {op.source_node for op in ir.ops.values() if op.kind == "ASK" and op.multi_select}
         once = {k: v if k in multi else [v] for k, v in (answers or {}).items()}
         runner = cls(
             ir,
