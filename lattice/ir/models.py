@@ -128,12 +128,18 @@ class LLMWriteOp(ContractOpBase):
     """For tool_arguments ops: the tool whose ``inputSchema`` is the output schema."""
 
 
+MAX_AGENT_TURNS = 1000
+"""The most turns an agent may ask for (the most ``[agents] max_turns`` may allow)."""
+MAX_AGENT_TOOL_CALLS = 10_000
+"""The most tool calls an agent may ask for (the most ``[agents] max_tool_calls`` may allow)."""
+
+
 class AgentLimits(IRModel):
     """The bounds of one visit of an AGENT op (each ends the loop with ``agent_limit``)."""
 
-    max_turns: int = Field(default=20, ge=1)
+    max_turns: int = Field(default=20, ge=1, le=MAX_AGENT_TURNS)
     """Model turns (requests) of the loop, repairs of the final answer not counted."""
-    max_tool_calls: int = Field(default=50, ge=0)
+    max_tool_calls: int = Field(default=50, ge=0, le=MAX_AGENT_TOOL_CALLS)
     """Tool calls in all."""
     max_tokens: int | None = Field(default=None, ge=1)
     """Input plus output tokens of all turns (None: only the run's budget)."""

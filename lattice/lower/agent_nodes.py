@@ -16,7 +16,7 @@ from typing import Any
 
 from lattice.document.models import Node
 from lattice.errors import did_you_mean
-from lattice.ir.models import AgentLimits
+from lattice.ir.models import MAX_AGENT_TOOL_CALLS, MAX_AGENT_TURNS, AgentLimits
 from lattice.lower.fields import get_number, get_str
 from lattice.lower.registry import LoweringContext
 from lattice.workspace.grants import (
@@ -151,13 +151,17 @@ def _known_tools(
 
 
 def _limits(ctx: LoweringContext, node: Node) -> AgentLimits:
-    """The document's ``maxTurns`` / ``maxToolCalls`` when given (the user's ``[agents]``
-    limits cap them at run time)."""
+    """The document's ``maxTurns`` / ``maxToolCalls`` when given, at most 1000 / 10,000
+    (the user's ``[agents]`` limits cap them further at run time)."""
     fields: dict[str, Any] = {}
-    turns = get_number(ctx, node, "maxTurns", integer=True, minimum=1)
+    turns = get_number(
+        ctx, node, "maxTurns", integer=True, minimum=1, maximum=MAX_AGENT_TURNS
+    )
     if turns is not None:
         fields["max_turns"] = int(turns)
-    calls = get_number(ctx, node, "maxToolCalls", integer=True, minimum=0)
+    calls = get_number(
+        ctx, node, "maxToolCalls", integer=True, minimum=0, maximum=MAX_AGENT_TOOL_CALLS
+    )
     if calls is not None:
         fields["max_tool_calls"] = int(calls)
     return AgentLimits(**fields)

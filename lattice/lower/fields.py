@@ -41,6 +41,7 @@ def get_number(
     *,
     integer: bool = False,
     minimum: float | None = None,
+    maximum: float | None = None,
 ) -> Any:
     value = node.data.get(key)
     if value is None:
@@ -54,6 +55,9 @@ def get_number(
         return None
     if minimum is not None and value < minimum:
         ctx.error(node, "invalid-field", f"data.{key} must be >= {minimum}", "data", key)
+        return None
+    if maximum is not None and value > maximum:
+        ctx.error(node, "invalid-field", f"data.{key} must be <= {maximum}", "data", key)
         return None
     return int(value) if integer else value
 

@@ -75,6 +75,15 @@ def test_the_document_may_lower_an_agents_limits() -> None:
     assert result.errors
 
 
+@pytest.mark.parametrize(("key", "value"), [("maxTurns", 10**30), ("maxToolCalls", 1e300)])
+def test_a_document_cannot_ask_for_an_unbounded_loop(key: str, value: Any) -> None:
+    result = lower_document(chain(node("a", "subAgent", prompt="p", tools="Read", **{key: value})))
+    assert result.ir is None
+    assert [(e.code, e.pointer) for e in result.errors] == [
+        ("invalid-field", f"/nodes/1/data/{key}")
+    ]
+
+
 def test_a_sub_agent_flows_tools_go_to_its_sub_agents_without_their_own() -> None:
     flow = {
         "id": "f",
