@@ -154,9 +154,7 @@ def _limits(ctx: LoweringContext, node: Node) -> AgentLimits:
     """The document's ``maxTurns`` / ``maxToolCalls`` when given, at most 1000 / 10,000
     (the user's ``[agents]`` limits cap them further at run time)."""
     fields: dict[str, Any] = {}
-    turns = get_number(
-        ctx, node, "maxTurns", integer=True, minimum=1, maximum=MAX_AGENT_TURNS
-    )
+    turns = get_number(ctx, node, "maxTurns", integer=True, minimum=1, maximum=MAX_AGENT_TURNS)
     if turns is not None:
         fields["max_turns"] = int(turns)
     calls = get_number(
