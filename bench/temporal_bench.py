@@ -98,6 +98,18 @@ def temporal_binary() -> str:
     return found
 
 
+def start_dev_server(port: int) -> subprocess.Popen[bytes]:
+    """Temporal's development server on 127.0.0.1:``port`` (in memory, no web UI)."""
+    return subprocess.Popen(
+        [
+            *(temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1"),
+            *("--port", str(port), "--headless", "--log-level", "error"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 async def wait_for_server(address: str) -> None:
     deadline = time.monotonic() + 60
     while True:
@@ -245,22 +257,7 @@ def main() -> int:
     address = f"127.0.0.1:{port}"
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     scratch = Path(tempfile.mkdtemp(prefix="lattice-temporal-bench-"))
-    server = subprocess.Popen(
-        [
-            temporal_binary(),
-            "server",
-            "start-dev",
-            "--ip",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--headless",
-            "--log-level",
-            "error",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_dev_server(port)
     env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
     workers: list[subprocess.Popen[bytes]] = []
     try:

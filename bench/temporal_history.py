@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from temporal_bench import free_port, temporal_binary, wait_for_server
+from temporal_bench import free_port, start_dev_server, wait_for_server
 
 from lattice.config import LatticeConfig
 from lattice.durable.temporal.client import connect, follow, start_run
@@ -85,22 +84,7 @@ def main() -> int:
     args = parser.parse_args()
     port = free_port()
     address = f"127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [
-            temporal_binary(),
-            "server",
-            "start-dev",
-            "--ip",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--headless",
-            "--log-level",
-            "error",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_dev_server(port)
     try:
         asyncio.run(wait_for_server(address))
         asyncio.run(measure(address, args.examples))

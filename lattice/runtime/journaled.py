@@ -32,11 +32,13 @@ from lattice.runtime.context import Interrupted
 
 class FolderJournal:
     """The run folder as the walk's durability: ``recorder``'s journal, commit and op
-    records (a recorder without a folder keeps nothing, and journals nothing)."""
+    records (a run without a folder has ``EPHEMERAL`` instead)."""
+
+    journals = True
+    keeps_records = True
 
     def __init__(self, recorder: RunRecorder) -> None:
         self.recorder = recorder
-        self.journals = self.keeps_records = recorder.run_dir is not None
         self.journal = recorder.journal
         self.commit = recorder.commit
         self.write_op = recorder.write_op
@@ -48,8 +50,6 @@ class FolderJournal:
         *,
         branch: str | None = None,
     ) -> LLMProvider:
-        if not self.journals:
-            return inner
         return JournaledProvider(inner, self.recorder, recorded, branch=branch)
 
 

@@ -61,6 +61,7 @@ from lattice.runtime.context import (
     Interrupted,
     RunContext,
 )
+from lattice.runtime.durability import EPHEMERAL, Durability
 from lattice.runtime.events import utc_now
 from lattice.runtime.executors import build_executor, normalize_answer
 from lattice.runtime.flat_schema import flat_object_check
@@ -622,8 +623,9 @@ class Runner:
     ) -> RunContext:
         for listener in self._state_listeners:
             state.subscribe(listener)
-        durability = FolderJournal(recorder)
-        if durability.journals:
+        durability: Durability = EPHEMERAL
+        if recorder.run_dir is not None:
+            durability = FolderJournal(recorder)
             state.changes = []
         provider = durability.provider(self.provider, recorded_answers or ())
         state.limit(self.settings.state_limits)

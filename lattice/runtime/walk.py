@@ -226,7 +226,7 @@ class Walker:
         """The op failed: its ``failed`` route when it has one (the report in its state),
         else the error, recorded and raised."""
         ctx = track.ctx
-        exc = _as_run_error(raised, current)
+        exc = as_run_error(raised, current)
         exc.op_id = exc.op_id or current
         exc.node_id = exc.node_id or step.node
         if FAILED_PORT not in step.edges or isinstance(exc, Interrupted):
@@ -631,7 +631,7 @@ def _limit_error(
     )
 
 
-def _as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
+def as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
     """``exc`` itself, or for a bug or an unwrapped library error, an ``internal_error``."""
     if isinstance(exc, LatticeRunError):
         return exc

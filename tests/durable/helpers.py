@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,6 +22,24 @@ from lattice.runtime.runner import Runner
 from tests.conftest import EXAMPLES
 
 T = TypeVar("T")
+
+
+def worker_process(
+    address: str, queue: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A ``lattice worker`` process on ``queue``, with this environment (without
+    ``LATTICE_CONFIG``) and ``env`` on top."""
+    environment = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"} | (env or {})
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "lattice.cli", "worker"),
+            *("--temporal", address, "--task-queue", queue),
+        ],
+        cwd=cwd,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def example(name: str) -> tuple[ExecIR, dict[str, Any], dict[str, Any]]:

@@ -33,7 +33,7 @@ from lattice.config import LatticeConfig
 from lattice.lower.compiler import lower_document
 from lattice.server.app import ServerSettings
 from tests.builders import approval, chain, node
-from tests.durable.helpers import run_locally
+from tests.durable.helpers import run_locally, worker_process
 from tests.server.helpers import follow, read_sse, serve_in_process, serve_in_thread, steps
 
 pytest.importorskip("temporalio")
@@ -45,27 +45,6 @@ CALLS = 5
 WAIT = 120.0
 """Seconds the runs may take at most on a loaded machine (a bound, not a timing)."""
 APPROVAL_SCRIPT = {"responses": {"draft": ["A note about tea."], "polish": ["A polished note."]}}
-
-
-def worker_process(address: str, queue: str, cwd: Path) -> subprocess.Popen[bytes]:
-    """A ``lattice worker`` process on ``queue``."""
-    env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lattice.cli",
-            "worker",
-            "--temporal",
-            address,
-            "--task-queue",
-            queue,
-        ],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 @contextmanager

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -25,6 +24,7 @@ from lattice.lower.compiler import lower_document
 from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
 from lattice.service.providers import make_provider
+from tests.durable.helpers import worker_process
 from tests.fake_llm_server import serve, two_step_answer, two_step_document
 
 pytest.importorskip("temporalio")
@@ -86,25 +86,10 @@ class HoldingServer:
         return text
 
 
-def worker_process(address: str, queue: str, base_url: str, cwd: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
-    env |= {"OPENAI_BASE_URL": base_url + "/v1", "OPENAI_API_KEY": "sk-test"}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lattice.cli",
-            "worker",
-            "--temporal",
-            address,
-            "--task-queue",
-            queue,
-        ],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def openai_worker(address: str, queue: str, base_url: str, cwd: Path) -> subprocess.Popen[bytes]:
+    """A worker whose OpenAI provider is the local server at ``base_url``."""
+    env = {"OPENAI_BASE_URL": base_url + "/v1", "OPENAI_API_KEY": "sk-test"}
+    return worker_process(address, queue, cwd, env)
 
 
 def wait_for(check: Any, what: str) -> None:
@@ -159,7 +144,7 @@ def test_a_killed_worker_loses_no_recorded_call(
     ids = [f"kill-{uuid.uuid4().hex[:10]}" for _ in topics]
     in_flight = sum(1 for t in topics if not t.startswith("done"))
     with serve(holding) as server:
-        first = worker_process(temporal_address, queue, server.base_url, tmp_path)
+        first = openai_worker(temporal_address, queue, server.base_url, tmp_path)
         second: subprocess.Popen[bytes] | None = None
         try:
 
@@ -191,7 +176,7 @@ def test_a_killed_worker_loses_no_recorded_call(
                 first.wait(WAIT)
                 holding.killed = True
             holding.release.set()
-            second = worker_process(temporal_address, queue, server.base_url, tmp_path)
+            second = openai_worker(temporal_address, queue, server.base_url, tmp_path)
 
             async def results() -> list[dict[str, Any]]:
                 client = await connect(temporal_address)

@@ -308,11 +308,11 @@ class _Gate:
         return LLMResponse(text="ok")
 
 
-HELD_PER_WAITING_RUN = 58
-"""Tracked objects a run keeps alive while its model call waits (51 when this was set,
-55 once the walk's durability interface gave each run a journal object and its bound
-methods; 63 before the first attempt's record, the call state and the previous op's
-outcome were let go). Each is walked by every collection during the wait and, with many runs in
+HELD_PER_WAITING_RUN = 54
+"""Tracked objects a run keeps alive while its model call waits (51: a run without a
+folder has the shared keep-nothing durability, not a journal object of its own; 63
+before the first attempt's record, the call state and the previous op's outcome were
+let go). Each is walked by every collection during the wait and, with many runs in
 flight, pushed into the oldest generation, whose growth sets off full collections."""
 
 

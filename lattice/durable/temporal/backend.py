@@ -16,7 +16,12 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from lattice.config import TemporalConfig
@@ -119,12 +124,7 @@ class TemporalRuns(RunBackend):
 
     async def cancel(self, run_id: str) -> None:
         handle = await self._handle(run_id)
-        try:
-            description = await handle.describe()
-        except RPCError as exc:
-            raise _not_found_or(exc, run_id) from None
-        if description.workflow_type != WORKFLOW_NAME:
-            raise RunNotFound(run_id)  # another application's workflow in the namespace
+        description = await _described(handle, run_id)
         if description.status != WorkflowExecutionStatus.RUNNING:
             view = await self.describe(run_id)
             raise RunConflict(
@@ -136,12 +136,7 @@ class TemporalRuns(RunBackend):
 
     async def describe(self, run_id: str) -> RunView:
         handle = await self._handle(run_id)
-        try:
-            description = await handle.describe()
-        except RPCError as exc:
-            raise _not_found_or(exc, run_id) from None
-        if description.workflow_type != WORKFLOW_NAME:
-            raise RunNotFound(run_id)
+        description = await _described(handle, run_id)
         memo = await description.memo()
         return await self._view(
             handle,
@@ -332,6 +327,18 @@ def _status(progress: dict[str, Any]) -> str:
     if progress["result"] is not None:
         return str(progress["result"]["status"])
     return "halted" if progress["status"] == "waiting" else "running"
+
+
+async def _described(handle: WorkflowHandle[Any, Any], run_id: str) -> WorkflowExecutionDescription:
+    """The workflow's description, when it is a Lattice run (else RunNotFound: an unknown
+    id, or another application's workflow in the namespace)."""
+    try:
+        description = await handle.describe()
+    except RPCError as exc:
+        raise _not_found_or(exc, run_id) from None
+    if description.workflow_type != WORKFLOW_NAME:
+        raise RunNotFound(run_id)
+    return description
 
 
 def _not_found_or(exc: RPCError, run_id: str) -> LatticeUserError:

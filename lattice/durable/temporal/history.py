@@ -14,7 +14,7 @@ This module does not import ``temporalio``: the workflow gives it the calls that
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +23,8 @@ from lattice.errors import LatticeRunError
 from lattice.ir.models import ExecIR, Op
 from lattice.ir.serialize import ir_from_json
 from lattice.ir.templates import StatePath, parse_path
-from lattice.llm.base import LLMProvider
 from lattice.runtime.context import HaltRun, Outcome, RunContext
+from lattice.runtime.durability import Ephemeral
 from lattice.runtime.executors import Executor, SwitchExecutor, build_executor
 from lattice.runtime.settings import RuntimeSettings
 
@@ -94,34 +94,19 @@ def runs_in_workflow(op: Op, executor: Executor | None) -> bool:
     return not (isinstance(executor, SwitchExecutor) and executor.slow)
 
 
-class HistoryRecords:
+class HistoryRecords(Ephemeral):
     """Temporal's history as the walk's durability: each activity's result is recorded
-    by the history as it completes, so nothing is journaled or committed here; op
-    records are kept (in ``records``) for the ``record`` query and ``runs export``."""
+    by the history as it completes, so nothing is journaled or committed here (model
+    calls are made in activities, never in the workflow); op records are kept (in
+    ``records``) for the ``record`` query and ``runs export``."""
 
-    journals = False
     keeps_records = True
 
     def __init__(self, records: list[dict[str, Any]]) -> None:
         self.records = records
 
-    def journal(self, line: dict[str, Any]) -> None:
-        pass
-
-    async def commit(self, *, here: bool = False) -> None:
-        pass
-
     def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
         self.records.append(record)
-
-    def provider(
-        self,
-        inner: LLMProvider,
-        recorded: Iterable[dict[str, Any]] = (),
-        *,
-        branch: str | None = None,
-    ) -> LLMProvider:
-        return inner  # model calls are made in activities, never in the workflow
 
 
 class OpFailed(LatticeRunError):

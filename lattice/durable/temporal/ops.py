@@ -48,7 +48,7 @@ from lattice.runtime.journaled import JournaledProvider
 from lattice.runtime.runner import read_secret
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
 from lattice.runtime.state import StateStore
-from lattice.runtime.walk import run_failure
+from lattice.runtime.walk import as_run_error, run_failure
 from lattice.runtime.walk_state import WalkState
 from lattice.service.runs import ProviderSpec
 from lattice.tools.builtin import BuiltinTools
@@ -193,7 +193,7 @@ class OpExecutor:
                 "node_id": op.source_node,
             }
         except Exception as raised:
-            exc = _as_run_error(raised, op_id)
+            exc = as_run_error(raised, op_id)
             exc.op_id = exc.op_id or op_id
             exc.node_id = exc.node_id or op.source_node
             if FAILED_PORT in {edge.port for edge in op.next} and not isinstance(exc, Interrupted):
@@ -259,12 +259,3 @@ def _record(
         "output": outcome.output,
         **(outcome.record or {}),
     }
-
-
-def _as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
-    if isinstance(exc, LatticeRunError):
-        return exc
-    return LatticeRunError(
-        f"internal error in op {op_id!r}: {type(exc).__name__}: {exc}",
-        error_type="internal_error",
-    )
