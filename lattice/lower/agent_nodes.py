@@ -125,25 +125,38 @@ def _tool_list(ctx: LoweringContext, node: Node, key: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+UNKNOWN_TOOLS_NAMED = 10
+"""Unknown tool names warned about one by one; the rest of a node's are one warning."""
+
+
 def _known_tools(
     ctx: LoweringContext, node: Node, names: tuple[str, ...], field: str
 ) -> tuple[str, ...]:
-    """``names`` without those Lattice has no tool for (a warning each, with a hint)."""
-    kept = []
-    for name in names:
-        if is_known_tool(name):
-            kept.append(name)
-            continue
+    """``names`` without those Lattice has no tool for (a warning each, with a hint, for
+    the first ``UNKNOWN_TOOLS_NAMED``; one warning counts the rest)."""
+    kept = [name for name in names if is_known_tool(name)]
+    unknown = [name for name in names if not is_known_tool(name)]
+    for name in unknown[:UNKNOWN_TOOLS_NAMED]:
+        shown = name if len(name) <= 100 else f"{name[:100]}…"
         hint = (
             " (name the server: mcp__<server>__* asks for all of its tools)"
             if name.startswith("mcp__")
-            else did_you_mean(name, CLAUDE_CODE_TOOLS)
+            else did_you_mean(shown, CLAUDE_CODE_TOOLS)
         )
         ctx.warn(
             node,
             "agent-tool-unknown",
-            f"unknown tool {name!r}{hint}; the agent is not offered it (tools: "
+            f"unknown tool {shown!r}{hint}; the agent is not offered it (tools: "
             f"{', '.join(CLAUDE_CODE_TOOLS)}, mcp__<server>__<tool> or mcp__<server>__*)",
+            "data",
+            field,
+        )
+    if len(unknown) > UNKNOWN_TOOLS_NAMED:
+        ctx.warn(
+            node,
+            "agent-tool-unknown",
+            f"{len(unknown) - UNKNOWN_TOOLS_NAMED:,} more unknown tools; the agent is not "
+            "offered them",
             "data",
             field,
         )

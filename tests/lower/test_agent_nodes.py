@@ -45,6 +45,15 @@ def test_an_unknown_tool_is_a_warning_with_a_hint_and_is_left_out() -> None:
     assert "'Teleport'" in messages[1]
 
 
+def test_a_hundred_thousand_unknown_tools_are_a_few_short_warnings() -> None:
+    tools = ",".join(["X" * 1_000_000, *(f"T{i}" for i in range(100_000)), "Read"])
+    result = lower_document(chain(node("a", "subAgent", prompt="p", tools=tools)))
+    assert result.ir is not None and result.ir.ops["a"].tools == ["Read"]
+    messages = [d.message for d in find(result, "agent-tool-unknown")]
+    assert len(messages) == 11 and max(map(len, messages)) < 400
+    assert messages[-1].startswith("99,991 more unknown tools")
+
+
 def test_a_sub_agent_without_tools_stays_one_llm_write() -> None:
     assert isinstance(_op({"prompt": "Say hi"}), LLMWriteOp)
     result = lower_document(chain(node("a", "subAgent", prompt="p", builtInType="explorer")))
