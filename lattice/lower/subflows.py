@@ -87,6 +87,8 @@ class _Flow:
     pattern: re.Pattern[str] | None
     nodes: int
     data: int
+    tool_takers: int
+    """Inner ``subAgent`` nodes that take the calling node's ``tools`` (each a copy)."""
 
 
 def _prepare(flow: SubAgentFlow, pointer: str) -> _Flow:
@@ -98,7 +100,15 @@ def _prepare(flow: SubAgentFlow, pointer: str) -> _Flow:
         else None
     )
     data = sum(data_size(n.data) for n in flow.nodes)
-    return _Flow(flow, pointer, pattern, len(flow.nodes) + len(flow.connections), data)
+    takers = sum(1 for n in flow.nodes if _takes_call_tools(n, n.data))
+    return _Flow(flow, pointer, pattern, len(flow.nodes) + len(flow.connections), data, takers)
+
+
+def _takes_call_tools(inner: Node, data: dict[str, Any]) -> bool:
+    """Whether ``inner`` is a ``subAgent`` that names no tools of its own."""
+    if inner.type != "subAgent":
+        return False
+    return data.get("tools") in (None, "", []) and data.get("builtInType") is None
 
 
 def _with_call_tools(call: Node, inner: Node, data: dict[str, Any]) -> dict[str, Any]:
@@ -106,9 +116,7 @@ def _with_call_tools(call: Node, inner: Node, data: dict[str, Any]) -> dict[str,
     ``builtInType``) gets the calling node's ``tools``: the flow runs as an agent with
     them (docs/agents.md); the user's grant still decides what it gets."""
     tools = call.data.get("tools")
-    if inner.type != "subAgent" or tools in (None, "", []):
-        return data
-    if data.get("tools") not in (None, "", []) or data.get("builtInType") is not None:
+    if tools in (None, "", []) or not _takes_call_tools(inner, data):
         return data
     return {**data, "tools": tools}
 
@@ -313,7 +321,8 @@ class _Inliner:
         targets = edges.with_target(call.id)
         sources = [e for e in edges.with_source(call.id) if e[2].target != call.id]
         outs = edges.with_source(call.id)
-        if not self.take(prepared.nodes, prepared.data, call):
+        copied = prepared.data + prepared.tool_takers * data_size(call.data.get("tools"))
+        if not self.take(prepared.nodes, copied, call):
             return None
         inner, inner_edges, entries, exits = _expand_one(call, prepared, self.pointers)
         through = "" in entries

@@ -326,6 +326,29 @@ def test_inlined_node_data_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (d.node_id, d.pointer) == ("call3", "/nodes/4")
 
 
+def test_a_calls_tools_count_in_the_inlined_data_once_per_sub_agent_taking_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each tool-less subAgent of a flow gets its own copy of the call's tools: uncounted,
+    # 20 calls of a flow of 200 such agents with 260 kB of tools made 80 million tool
+    # names (5.6 GB, 130 s) from a 6 MB document.
+    from lattice.lower import subflows
+
+    monkeypatch.setattr(subflows, "MAX_INLINED_DATA", 100_000)
+    agents = [node(f"a{i}", "subAgent", prompt="x") for i in range(10)]
+    ids = ["s", *(a["id"] for a in agents), "e"]
+    flow = {
+        "id": "f",
+        "nodes": [node("s", "start"), *agents, node("e", "end")],
+        "connections": [conn(a, b) for a, b in itertools.pairwise(ids)],
+    }
+    tools = ",".join(f"mcp__s{i}__x" for i in range(1_000))  # 13 kB, 130 kB copied
+    calls = [node(f"c{j}", "subAgentFlow", subAgentFlowId="f", tools=tools) for j in range(2)]
+    result = lower_document(chain(*calls, subAgentFlows=[flow]))
+    d = only(result, "subflow-expansion-too-large")
+    assert (d.node_id, d.pointer, result.ir) == ("c0", "/nodes/1", None)
+
+
 # --- document limits -------------------------------------------------------------------------
 
 
