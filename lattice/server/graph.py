@@ -31,7 +31,6 @@ LAYER_GAP = 240
 ROW_GAP = 96
 """Distance between the tops of two nodes of one layer."""
 GROUP_PADDING = 24
-FAILED_PORT = "failed"
 
 
 def _number(value: Any) -> float | None:

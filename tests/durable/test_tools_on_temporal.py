@@ -5,10 +5,8 @@ mock model; each gives the local engine's output."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -22,6 +20,7 @@ from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
 from lattice.runtime.settings import settings_from_config
 from lattice.workspace import sandbox_problem
+from tests.agents.test_fix_a_bug import project_tests
 from tests.conftest import EXAMPLES
 from tests.durable.helpers import example, op_path, with_worker
 
@@ -104,17 +103,6 @@ def test_an_mcp_tool_is_called_by_the_worker(temporal_address: str) -> None:
         (e["op_id"], e["data"]["server"]) for e in events if e["type"] == "tool_session_opened"
     ]
     assert opened == [("security-page", "pagerduty"), ("security-page#call", "pagerduty")]
-
-
-def project_tests(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "unittest", "discover", "-s", "tests"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-        timeout=60,
-    )
 
 
 def granted(project: Path) -> LatticeConfig:
