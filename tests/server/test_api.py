@@ -30,6 +30,7 @@ from lattice.files import atomic_write_text
 from lattice.runs.ownership import claim
 from lattice.runs.view import list_runs
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from lattice.server.store import LoopRecorder
 from tests.builders import approval, chain, node
 from tests.conftest import EXAMPLES
@@ -40,7 +41,6 @@ from tests.server.helpers import (
     follow,
     read_sse,
     script,
-    serve_in_thread,
     steps,
     wait_for_status,
 )
