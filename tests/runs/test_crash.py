@@ -36,9 +36,9 @@ from typing import Any
 
 import pytest
 
+from lattice.llm.fake_server import FakeLLMServer, serve
 from lattice.runs.oplog import OPS_FILE, op_entries, safe_name
 from tests.builders import chain, node
-from tests.fake_llm_server import FakeLLMServer, serve
 
 SCORE_SCHEMA = {
     "type": "object",
