@@ -25,6 +25,7 @@ import contextlib
 import functools
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from types import FrameType
@@ -40,6 +41,9 @@ _getsignal: Callable[[int], Any] = _c_signal.getsignal
 _setsignal: Callable[[int, Any], Any] = _c_signal.signal
 
 T = TypeVar("T")
+_get_hooks = sys.get_asyncgen_hooks
+_set_hooks = sys.set_asyncgen_hooks
+_set_running_loop = asyncio.events._set_running_loop
 
 
 class ThreadLoop:
@@ -55,6 +59,8 @@ class ThreadLoop:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         loop = self.loop
+        ready = loop._ready
+        eager = not ready and not loop._scheduled and not loop._debug
         task = loop.create_task(coro)
         handler: Callable[[int, FrameType | None], None] | None = None
         if (
@@ -68,6 +74,10 @@ class ThreadLoop:
                 handler = None
         self.interrupts = 0
         try:
+            if eager and len(ready) == 1:
+                self._first_step(ready.popleft())
+                if task.done() and not ready:
+                    return task.result()
             return loop.run_until_complete(task)
         except asyncio.CancelledError:
             if self.interrupts and task.uncancel() == 0:
@@ -76,6 +86,19 @@ class ThreadLoop:
         finally:
             if handler is not None and _getsignal(signal.SIGINT) is handler:
                 _setsignal(signal.SIGINT, signal.default_int_handler)
+
+    def _first_step(self, step: asyncio.Handle) -> None:
+        loop = self.loop
+        hooks = _get_hooks()
+        loop._thread_id = threading.get_ident()
+        _set_hooks(firstiter=loop._asyncgen_firstiter_hook, finalizer=loop._asyncgen_finalizer_hook)
+        _set_running_loop(loop)
+        try:
+            step._run()
+        finally:
+            loop._thread_id = None
+            _set_running_loop(None)
+            _set_hooks(*hooks)
 
     def _on_sigint(self, signum: int, frame: FrameType | None, *, task: asyncio.Task[Any]) -> None:
         """The first Ctrl-C cancels the task (the run stops as interrupted); a second one

@@ -34,7 +34,7 @@ from lattice.ir.templates import StatePath, ValueTemplate, path_text
 from lattice.llm.base import CheckpointedProvider
 from lattice.runs.redaction import redact_value
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
-from lattice.runtime.executors import Executor
+from lattice.runtime.executors import Executor, PureExecutor
 from lattice.runtime.walk_state import BranchResume, Counters
 
 if TYPE_CHECKING:
@@ -50,7 +50,17 @@ YIELD_EVERY = 64
 class Step:
     """What the walk needs of one op, gathered once per Runner."""
 
-    __slots__ = ("control", "edges", "executor", "is_end", "is_start", "kind", "node", "op")
+    __slots__ = (
+        "control",
+        "edges",
+        "executor",
+        "is_end",
+        "is_start",
+        "kind",
+        "node",
+        "now",
+        "op",
+    )
 
     def __init__(self, op: Op, executor: Executor | None, edges: dict[str, str]) -> None:
         self.op = op
@@ -64,6 +74,8 @@ class Step:
         reaches the disk with the first op's, before anything the run does outside."""
         self.control = op.kind in CONTROL_KINDS
         """The walk runs it itself: it starts tracks of its own."""
+        self.now = executor.now if isinstance(executor, PureExecutor) else None
+        """The op never waits: called as it is, without a coroutine of its own."""
 
 
 @dataclass
@@ -145,7 +157,9 @@ class Walker:
             try:
                 if step.control or ctx.branch is not None:
                     outcome = await self._execute(track, step)
-                else:  # the common case, without a coroutine of its own
+                elif step.now is not None:
+                    outcome = step.now(ctx)
+                else:  # a main-walk op that may wait, without a coroutine of the walk's
                     outcome = await step.executor.run(ctx)  # type: ignore[union-attr]
             except HaltRun as halt:
                 self._halted(track, step, current, halt, journaled)
@@ -185,7 +199,7 @@ class Walker:
             raise _limit_error(self.max_steps, self.max_visits, current, counters.steps, count)
         track.current = current
         track.op_seq += 1
-        ctx.emit("op_started", {"kind": step.kind})
+        ctx.emit1("op_started", "kind", step.kind)
 
     async def _execute(self, track: Track, step: Step) -> Outcome:
         """Run a fork or forEach here, or a branch's op through its executor within the
@@ -486,7 +500,7 @@ class Walker:
     ) -> None:
         duration_ms = round((self.clock() - started) * 1000, 3)
         if outcome is not None:
-            ctx.emit("op_finished", {"duration_ms": duration_ms, "port": outcome.port})
+            ctx.emit2("op_finished", "duration_ms", duration_ms, "port", outcome.port)
         else:
             error_type = error.error_type if error else "error"
             ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error_type})
