@@ -231,6 +231,9 @@ class StateStore:
         if isinstance(path, str):
             path = parse_path(path)
         keys = path.keys
+        if len(keys) == 1 and path.root == "$vars" and type(keys[0]) is str:
+            self._write_entry(path, keys[0], value, size)
+            return
         if path.root not in ("$vars", "$tmp"):
             raise LatticeRunError(f"{path.text} is read-only to ops", error_type="state_error")
         if not path.keys:
@@ -288,6 +291,31 @@ class StateStore:
         for listener in self._listeners:
             listener(path.text, value)
 
+    def _write_entry(self, path: StatePath, key: str, value: Any, size: int | None) -> None:
+        """``write`` of a whole ``$vars`` entry (``$vars.<key>``), the most common write."""
+        limits = self._limits
+        if limits is None:
+            self.vars[key] = value
+        else:
+            if size is None:
+                size = approx_size(value)
+            if size > limits.max_value_bytes:
+                self._check_size(path, size)
+            entries = self.vars
+            previous = entries.get(key, _ABSENT)
+            entries[key] = value
+            try:
+                self._resize(key, size)
+            except LatticeRunError:
+                self._put_back(entries, key, previous, key)
+                raise
+        if self._inherited:
+            self._own(key, whole=True)  # only once it is made: put back, it is not ours
+        if self.changes is not None:
+            self.changes.append(["set", path.text, value])
+        for listener in self._listeners:
+            listener(path.text, value)
+
     def append(self, path: StatePath | str, item: Any) -> list[Any]:
         """Append ``item`` to the list at ``path`` (a missing value or a non-list becomes
         the first item of a new list); returns the new list."""
@@ -305,13 +333,14 @@ class StateStore:
         else:
             current = [current]
         changes, self.changes = self.changes, None
+        grown = [*current, item]
         try:
-            self.write(path, [*current, item], size=size)
+            self.write(path, grown, size=size)
         finally:
             self.changes = changes
         if changes is not None and path.root == "$vars":
             changes.append(["add", path.text, item])
-        return self.read(path)  # type: ignore[no-any-return]
+        return grown
 
     def apply(self, change: list[Any]) -> None:
         """Replay one entry of ``changes`` (resume)."""
