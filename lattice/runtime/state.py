@@ -225,15 +225,25 @@ class StateStore:
         marker = object()
         return self.get(path, marker) is not marker
 
-    def write(self, path: StatePath | str, value: Any, *, size: int | None = None) -> None:  # noqa: C901
+    def write(self, path: StatePath | str, value: Any, *, size: int | None = None) -> None:
         """Set ``path`` (under ``$vars`` or ``$tmp``), creating objects on the way.
         ``size``: ``approx_size(value)`` when the caller knows it already."""
         if isinstance(path, str):
             path = parse_path(path)
         keys = path.keys
-        if len(keys) == 1 and path.root == "$vars" and type(keys[0]) is str:
-            self._write_entry(path, keys[0], value, size)
-            return
+        if path.root == "$vars":
+            if len(keys) == 1 and type(keys[0]) is str:
+                self._write_entry(path, keys[0], value, size)
+                return
+            if len(keys) == 2 and type(keys[0]) is str and type(keys[1]) is str:
+                self._write_field(path, keys[0], keys[1], value, size)
+                return
+        self._write_path(path, value, size)
+
+    def _write_path(self, path: StatePath, value: Any, size: int | None) -> None:  # noqa: C901
+        """``write`` of any path: the general case (``_write_entry`` and ``_write_field``
+        do the same for the two most common shapes)."""
+        keys = path.keys
         if path.root not in ("$vars", "$tmp"):
             raise LatticeRunError(f"{path.text} is read-only to ops", error_type="state_error")
         if not path.keys:
@@ -311,6 +321,41 @@ class StateStore:
                 raise
         if self._inherited:
             self._own(key, whole=True)  # only once it is made: put back, it is not ours
+        if self.changes is not None:
+            self.changes.append(["set", path.text, value])
+        for listener in self._listeners:
+            listener(path.text, value)
+
+    def _write_field(
+        self, path: StatePath, key: str, field: str, value: Any, size: int | None
+    ) -> None:
+        """``write`` of ``$vars.<key>.<field>`` (an op's ``$vars.<node>.result``), as the
+        general path does it: a missing or non-object entry becomes ``{}`` first."""
+        if self._inherited:
+            self._own(key, whole=False)
+        entries = self.vars
+        there = entries.get(key, _ABSENT)
+        if isinstance(there, dict):
+            target = there
+            made: tuple[Any, Any, Any] = (there, field, there.get(field, _ABSENT))
+        else:
+            target = entries[key] = {}
+            made = (entries, key, there)
+        limits = self._limits
+        if limits is not None:
+            if size is None:
+                size = approx_size(value)
+            if size > limits.max_value_bytes:
+                self._check_size(path, size)
+        target[field] = value
+        if limits is not None:
+            assert size is not None  # (measured above)
+            try:  # the entry grew by at most the value and the field's key
+                self._resize(key, self._sizes.get(key, 0) + size + len(field) + 6, bound=True)
+            except LatticeRunError:
+                container, at, previous = made
+                self._put_back(container, at, previous, key)
+                raise
         if self.changes is not None:
             self.changes.append(["set", path.text, value])
         for listener in self._listeners:
