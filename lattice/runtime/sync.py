@@ -177,11 +177,7 @@ def run_sync(make: Callable[[], Coroutine[Any, Any, T]], *, what: str) -> T:
     """Run the coroutine ``make()`` returns to completion on this thread's loop; ``what``
     names the async alternative in the error raised inside a running loop
     (``await runner.arun(...)``)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
+    if asyncio._get_running_loop() is not None:  # (get_running_loop raises when there is none)
         raise LatticeUserError(
             f"this synchronous call cannot run inside an event loop; use `{what}` instead",
             error_type="usage_error",
