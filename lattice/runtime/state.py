@@ -301,8 +301,11 @@ class StateStore:
         for listener in self._listeners:
             listener(path.text, value)
 
-    def _write_entry(self, path: StatePath, key: str, value: Any, size: int | None) -> None:
-        """``write`` of a whole ``$vars`` entry (``$vars.<key>``), the most common write."""
+    def _write_entry(
+        self, path: StatePath, key: str, value: Any, size: int | None, *, change: bool = True
+    ) -> None:
+        """``write`` of a whole ``$vars`` entry (``$vars.<key>``), the most common write;
+        ``change``: list it in ``changes`` (an append lists its own)."""
         limits = self._limits
         if limits is None:
             self.vars[key] = value
@@ -321,7 +324,7 @@ class StateStore:
                 raise
         if self._inherited:
             self._own(key, whole=True)  # only once it is made: put back, it is not ours
-        if self.changes is not None:
+        if change and self.changes is not None:
             self.changes.append(["set", path.text, value])
         for listener in self._listeners:
             listener(path.text, value)
@@ -366,6 +369,14 @@ class StateStore:
         the first item of a new list); returns the new list."""
         if isinstance(path, str):
             path = parse_path(path)
+        keys = path.keys
+        if path.root == "$vars" and len(keys) == 1 and type(keys[0]) is str:
+            return self._append_entry(path, keys[0], item)
+        return self._append_path(path, item)
+
+    def _append_path(self, path: StatePath, item: Any) -> list[Any]:
+        """``append`` to any path: the general case (``_append_entry`` does the same for
+        a whole ``$vars`` entry)."""
         current = self.get(path, [])
         size = None
         if isinstance(current, list):
@@ -385,6 +396,24 @@ class StateStore:
             self.changes = changes
         if changes is not None and path.root == "$vars":
             changes.append(["add", path.text, item])
+        return grown
+
+    def _append_entry(self, path: StatePath, key: str, item: Any) -> list[Any]:
+        """``append`` to the whole ``$vars`` entry ``key``, the common case."""
+        current = self.vars.get(key, [])
+        size = None
+        if isinstance(current, list):
+            if self._limits is not None:
+                # the list's size so far is known: measure the item alone (not the list again)
+                known = (None if key in self._bounded else self._sizes.get(key)) if current else 2
+                if known is not None:
+                    size = known + approx_size(item) + 1
+        else:
+            current = [current]
+        grown = [*current, item]
+        self._write_entry(path, key, grown, size, change=False)
+        if self.changes is not None:
+            self.changes.append(["add", path.text, item])
         return grown
 
     def apply(self, change: list[Any]) -> None:

@@ -423,8 +423,8 @@ def test_a_branch_write_put_back_leaves_the_entry_shared_with_the_parent() -> No
 
 
 def test_the_common_writes_do_what_the_general_write_does() -> None:
-    """``$vars.x`` and ``$vars.x.y`` take their own short ways through ``write``; on
-    random writes (new, replacing, into non-objects, over the limits, in forks that share
+    """``$vars.x`` and ``$vars.x.y`` take their own short ways through ``write`` (and
+    ``$vars.x`` through ``append``); on random writes and appends (new, replacing, into non-objects, over the limits, in forks that share
     entries with their parent) they leave the state, sizes, changes and listeners' calls
     exactly as the general path does."""
     import copy as copying
@@ -433,10 +433,14 @@ def test_the_common_writes_do_what_the_general_write_does() -> None:
     names = ["a", "b", "c"]
     values: list[Any] = [1, "text", None, [1, 2], {"k": "v"}, "x" * 40, {"deep": {"er": 1}}]
     rng = random.Random(31)
-    errors = 0
+    errors = appends = 0
 
-    def outcome(store: StateStore, how: str, path: str, value: Any) -> Any:
+    def outcome(store: StateStore, how: str, path: str, value: Any, append: bool) -> Any:
         try:
+            if append:
+                if how == "fast":
+                    return store.append(path, value)
+                return store._append_path(parse_path(path), value)
             if how == "fast":
                 store.write(path, value)
             else:
@@ -473,12 +477,15 @@ def test_the_common_writes_do_what_the_general_write_does() -> None:
             keys = [rng.choice(names)] + ([rng.choice(["x", "y"])] if rng.random() < 0.5 else [])
             path = "$vars." + ".".join(keys)
             value = copying.deepcopy(rng.choice(values))
+            append = len(keys) == 1 and rng.random() < 0.4
+            appends += append
             results = {
-                how: outcome(stores[how], how, path, copying.deepcopy(value)) for how in stores
+                how: outcome(stores[how], how, path, copying.deepcopy(value), append)
+                for how in stores
             }
             assert results["fast"] == results["general"], path
-            errors += results["fast"] is not None
+            errors += isinstance(results["fast"], tuple)
             assert seen(stores["fast"], heard["fast"]) == seen(stores["general"], heard["general"])
         if fork:  # the parent's entries were copied before a write inside them
             assert parent["fast"].vars == parent["general"].vars == start
-    assert errors > 100  # the limits were reached, both ways
+    assert errors > 100 and appends > 100  # the limits were reached, both ways
