@@ -384,7 +384,10 @@ def add_backend_routes(  # noqa: C901
         after: Annotated[str | None, Query(pattern=LABEL)] = None,
     ) -> Response:
         record = await ask(backend.record(run_id_of(run_id)))
-        labelled = [(f"{op.get('seq', n + 1):04d}", op) for n, op in enumerate(record.ops)]
+        labelled = sorted(
+            ((op_label(op.get("seq"), n), op) for n, op in enumerate(record.ops)),
+            key=lambda item: label_key(item[0]),
+        )
         if node is None:
             if after is not None:
                 labelled = [item for item in labelled if label_key(item[0]) > label_key(after)]
@@ -406,3 +409,12 @@ def add_backend_routes(  # noqa: C901
 
 
 STATUSES = "^(running|completed|failed|halted|interrupted)$"
+
+
+def op_label(seq: Any, index: int) -> str:
+    """The label of an op record kept in a Temporal run's history: a branch's op has its
+    label as its ``seq`` (``0003.1.0001``), the main track's ops their number (``3`` is
+    ``0003``); a record without one is labelled by its place."""
+    if isinstance(seq, str):
+        return seq
+    return f"{seq if isinstance(seq, int) else index + 1:04d}"
