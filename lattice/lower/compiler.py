@@ -190,11 +190,18 @@ class _Compiler:
 
     def _check_shape(self) -> tuple[str | None, list[str]]:
         ctx, seen = self.ctx, set()
-        duplicates = []
-        for node in self.workflow.nodes:
-            if node.id in seen:
+        duplicates, starts, ends, unknown = [], [], [], []
+        for node in self.workflow.nodes:  # one pass: on a large document each costs
+            node_id, node_type = node.id, node.type
+            if node_id in seen:
                 duplicates.append(node)
-            seen.add(node.id)
+            seen.add(node_id)
+            if node_type == "start":
+                starts.append(node)
+            elif node_type == "end":
+                ends.append(node_id)
+            if self.registry.get(node_type) is None:
+                unknown.append(node_type)
         if duplicates:
             hint = self._renamed_ids(len(duplicates), seen)
             for node in duplicates:
@@ -205,14 +212,8 @@ class _Compiler:
                     "id",
                 )
                 self.unjudged.add(node.id)
-        starts = [n for n in self.workflow.nodes if n.type == "start"]
-        ends = [n.id for n in self.workflow.nodes if n.type == "end"]
         # a misspelt start or end is reported as an unknown type that suggests it
-        meant = {
-            self._meant_type(n.type)
-            for n in self.workflow.nodes
-            if self.registry.get(n.type) is None
-        }
+        meant = {self._meant_type(node_type) for node_type in unknown}
         if not starts and "start" not in meant:
             ctx.error(None, "start-missing", "the workflow has no start node", "nodes")
         for extra in starts[1:]:
