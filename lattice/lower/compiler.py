@@ -468,7 +468,7 @@ def _promote_survivors() -> None:
 
     The first young collection after lowering would walk every one of them (and, ten
     young collections later, the middle generation again) to find nothing to free:
-    lowering leaves no reference cycles (``tests/lower/test_boundary.py`` holds it), and
+    lowering leaves no reference cycles (``tests/lower/test_collector.py`` holds it), and
     the IR is freed by reference counting when dropped. That walk cost 3 µs a node at
     1,000 nodes and 6 at 50,000, where the heap no longer fits the CPU's caches.
     ``gc.freeze`` then ``gc.unfreeze`` moves every young object to the oldest generation

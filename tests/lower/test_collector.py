@@ -1,0 +1,110 @@
+"""Lowering and the cycle collector: paused while lowering, what it leaves handed to the
+oldest generation unexamined (``compiler._promote_survivors``), no cycle left behind."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lattice.lower import compiler, lower_document
+from tests.builders import chain, node
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "workflows" / "examples"
+
+pytestmark = pytest.mark.skipif(
+    sys.version_info >= (3, 14), reason="three generations: the collector before 3.14"
+)
+
+
+def _document(prompts: int) -> dict[str, object]:
+    return chain(
+        *[node(f"p{i}", "prompt", prompt=f"Step {i}: {{{{ $in.topic }}}}") for i in range(prompts)]
+    )
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    """The collector enabled (as in a program) and left as it was."""
+    was_enabled = gc.isenabled()
+    gc.enable()
+    yield
+    if not was_enabled:
+        gc.disable()
+
+
+def _in_generation(generation: int, objects: list[object]) -> int:
+    ids = {id(o) for o in objects}
+    return sum(id(o) in ids for o in gc.get_objects(generation=generation))
+
+
+def test_what_lowering_leaves_goes_to_the_oldest_generation(
+    collector_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compiler, "PROMOTE_AT", 100)
+    ir = lower_document(_document(40)).ir
+    assert ir is not None
+    ops = list(ir.ops.values())
+    assert len(ops) == 42
+    # no young collection walked them, nor will one: they are old already
+    assert _in_generation(2, ops) == len(ops)
+    assert gc.get_count()[0] < 100
+
+
+def test_a_small_lowering_is_left_to_the_collector(
+    collector_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compiler, "PROMOTE_AT", 10**9)
+    gc.collect()
+    ir = lower_document(_document(40)).ir
+    assert ir is not None
+    assert _in_generation(2, list(ir.ops.values())) == 0
+
+
+def test_objects_the_process_froze_stay_frozen(
+    collector_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lattice serve`` freezes what it loaded; ``unfreeze`` would hand it back."""
+    monkeypatch.setattr(compiler, "PROMOTE_AT", 100)
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert lower_document(_document(40)).ir is not None
+        assert gc.get_freeze_count() == frozen > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_a_paused_collector_stays_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiler, "PROMOTE_AT", 100)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        assert lower_document(_document(40)).ir is not None
+        assert not gc.isenabled()
+        assert gc.get_freeze_count() == 0
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for p in EXAMPLES.glob("*.json") if p.name.count(".") == 1), ids=str
+)
+def test_lowering_leaves_no_cycles(path: Path) -> None:
+    """What lowering leaves unexamined must not hold garbage only a collection frees
+    (after a first lowering: what builds a validator once may make cycles, once)."""
+    lower_document(path)
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        result = lower_document(path)
+        del result
+        assert gc.collect() == 0
+    finally:
+        if was_enabled:
+            gc.enable()
