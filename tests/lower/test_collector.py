@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import gc
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from lattice.document.loader import parse_workflow
 from lattice.lower import compiler, lower_document
 from tests.builders import chain, node
 
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _document(prompts: int) -> dict[str, object]:
+def _document(prompts: int) -> dict[str, Any]:
     return chain(
         *[node(f"p{i}", "prompt", prompt=f"Step {i}: {{{{ $in.topic }}}}") for i in range(prompts)]
     )
@@ -36,7 +38,7 @@ def collector_on() -> Iterator[None]:
         gc.disable()
 
 
-def _in_generation(generation: int, objects: list[object]) -> int:
+def _in_generation(generation: int, objects: Sequence[object]) -> int:
     ids = {id(o) for o in objects}
     return sum(id(o) in ids for o in gc.get_objects(generation=generation))
 
@@ -108,3 +110,19 @@ def test_lowering_leaves_no_cycles(path: Path) -> None:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def test_connections_name_their_nodes_with_the_nodes_own_ids() -> None:
+    """The loader makes each node id one string, made with the others, that connections
+    share (``loader._share_ids``): lookups by id compare identities, on ids close together."""
+    document = _document(5)
+    workflow, diagnostics = parse_workflow(document)
+    assert workflow is not None and not diagnostics
+    ids = {n.id: n.id for n in workflow.nodes}
+    assert [n.id for n in workflow.nodes] == [n["id"] for n in document["nodes"]]
+    for conn, raw in zip(workflow.connections, document["connections"], strict=True):
+        assert (conn.source, conn.target) == (raw["from"], raw["to"])
+        assert conn.source is ids[conn.source] and conn.target is ids[conn.target]
+    for made, raw in zip(workflow.nodes, document["nodes"], strict=True):
+        assert made.id is not raw["id"]  # not the parsed string, spread over the heap
+    assert workflow.model_dump(by_alias=True)["nodes"][1]["id"] == "p0"
