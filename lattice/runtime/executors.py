@@ -218,8 +218,7 @@ class AskExecutor(Executor):
             options = [o.label for o in op.options]
             raise HaltRun(
                 "waiting_for_answer",
-                f"waiting for an answer to {question!r}"
-                + (f" (options: {', '.join(options)})" if options else ""),
+                waiting_summary(question, options),
                 {"question": question, "options": options, "multiSelect": op.multi_select},
                 f"lattice resume RUN_DIR --answer {op.source_node}=<"
                 + ("option label or index" if options else "text")
@@ -229,6 +228,16 @@ class AskExecutor(Executor):
         ctx.emit("human_answer", {"answer": value})
         ctx.write_result(op.writes, value)
         return Outcome(output=value)
+
+
+def waiting_summary(question: str, options: list[str]) -> str:
+    """What a run halted on a question says: the question quoted on one line, or, when it
+    has several, after the summary's first line, as its lines."""
+    listed = f" (options: {', '.join(options)})" if options else ""
+    text = question.strip("\n")
+    if "\n" in text:
+        return f"waiting for an answer{listed} to:\n{text}"
+    return f"waiting for an answer to {question!r}{listed}"
 
 
 def take_answer(answers: dict[str, Any], op: AskOp) -> Any:
