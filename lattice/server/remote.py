@@ -22,8 +22,9 @@ from starlette.responses import Response, StreamingResponse
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
+from lattice.runs.oplog import label_key, safe_name
 from lattice.runs.redaction import Redactor
-from lattice.runs.store import new_run_id, refuse_secret_answers, safe_name
+from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
 from lattice.server.bodies import AnswerRun, StartRun, check_start
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
@@ -37,7 +38,7 @@ from lattice.server.events import (
 )
 from lattice.server.graph import run_graph
 from lattice.server.manager import RUN_ID, links, next_step, question
-from lattice.server.panel_api import LABEL, MAX_PAGE, MAX_RECORDS, label_key, op_summary
+from lattice.server.panel_api import LABEL, MAX_PAGE, MAX_RECORDS, op_summary
 from lattice.server.polls import PollEnded, RunPolls
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import (
