@@ -1,9 +1,9 @@
 """The few directed-graph algorithms lowering needs, on a small adjacency structure.
 
-Lowering asks five questions of its node and op graphs: strongly connected components
+Lowering asks three questions of its node and op graphs: strongly connected components
 (loops), the condensation of a graph into its components in topological order
-(reachability of template references), the nodes a node reaches or is reached from
-(dead ends), and immediate dominators (where the branches of a fork meet). These
+(reachability of template references), and immediate dominators (where
+the branches of a fork meet). These
 iterative versions answer them without recursion, in linear time, except dominators:
 the Cooper–Harvey–Kennedy iteration (as networkx does) is near-linear in practice but
 not linear in the worst case. None of them imports networkx.
@@ -194,29 +194,6 @@ class Condensation(Generic[N]):
             for b in out:
                 self.pred[b].append(a)
             self.succ.append(set(out) if len(out) > SMALL_NEIGHBOURHOOD else out)
-
-
-def reached(neighbours: Adjacency[N], start: N) -> set[N]:
-    """The nodes a path of one or more steps through ``neighbours`` leads to from
-    ``start`` (``start`` itself only when it lies on a cycle)."""
-    seen: set[N] = set()
-    stack = [start]
-    while stack:
-        for nxt in neighbours[stack.pop()]:
-            if nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-    return seen
-
-
-def descendants(graph: DiGraph[N], node: N) -> set[N]:
-    """The nodes ``node`` reaches, itself excluded (networkx's ``descendants``)."""
-    return reached(graph.succ, node) - {node}
-
-
-def ancestors(graph: DiGraph[N], node: N) -> set[N]:
-    """The nodes that reach ``node``, itself excluded (networkx's ``ancestors``)."""
-    return reached(graph.pred, node) - {node}
 
 
 def immediate_dominators(
