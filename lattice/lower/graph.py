@@ -2,11 +2,10 @@
 
 Lowering asks three questions of its node and op graphs: strongly connected components
 (loops), the condensation of a graph into its components in topological order
-(reachability of template references), and immediate dominators (where
-the branches of a fork meet). These
-iterative versions answer them without recursion, in linear time, except dominators:
-the Cooper–Harvey–Kennedy iteration (as networkx does) is near-linear in practice but
-not linear in the worst case. None of them imports networkx.
+(reachability of template references), and immediate dominators (where the branches of a
+fork meet). These iterative versions answer them without recursion, in linear time,
+except dominators: the Cooper–Harvey–Kennedy iteration (as networkx does) is near-linear
+in practice but not linear in the worst case. None of them imports networkx.
 ``tests/lower/test_graph.py`` holds them to networkx on random graphs.
 """
 
