@@ -104,15 +104,19 @@ class ContractEngine:
 
         Most calls end with a valid first answer: the call's ``CallState`` is made only
         when an attempt fails (a recovery reads and moves it), and each attempt is sent
-        and checked here, without a coroutine of its own."""
+        and checked here, without a coroutine of its own. Such a call returns no
+        attempts when ``env.records`` is off, and with ``env.log`` set its events are
+        kept compact: its prompt is then hashed only if they are read."""
         contract = self.contract
         attempts: list[dict[str, Any]] = []
         state: CallState | None = None
         model_class = contract.ladder[0]
         request_messages, kind = messages, "initial"
         prompt_schema = None if contract.schema is None else self._builtins["schema"]
+        schema_json = self._schema_json
         salvage = not contract.strict_output
         checks = self.checks
+        usage, budget, log = env.usage, env.budget, env.log
         while True:
             concrete = (
                 model
@@ -134,26 +138,33 @@ class ContractEngine:
                 on_delta=_delta_sink(env, number, model_class) if env.stream else None,
             )
             request_chars = request.size_chars()
-            # The attempt's record is made once the answer (or the error) is in: it is not
-            # held while the request waits, when a thousand concurrent calls would each
-            # keep one alive through several collections.
+            # The attempt's record is made only once the answer (or the error) is in, so
+            # that it is not held while the request waits, and for an answer that passes
+            # at once only when the caller keeps records (``CallEnv.records``).
             attempt: dict[str, Any] | None = None
-            answered = False
+            prompt_hash: str | None = None
+            response: LLMResponse | None = None
+            started = 0.0
             try:
-                env.budget.check(env.usage)
-                env.usage.requests += 1
-                prompt_hash = self._requesting(request, env, number, kind, request_chars)
+                budget.check(usage)
+                usage.requests += 1
+                requested = (
+                    None
+                    if log is None
+                    else log.requested(request, number, kind, request_chars, schema_json)
+                )
+                if requested is None:
+                    prompt_hash = self._requesting(request, env, number, kind, request_chars)
                 started = time.perf_counter()
-                try:
-                    response = await env.provider.complete(request)
-                except LatticeRunError:
-                    attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
-                    attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
-                    raise
-                attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
-                attempts.append(attempt)
-                self._answered(request, response, env, attempt)
-                answered = True
+                response = await env.provider.complete(request)
+                response_usage = response.usage
+                usage.add(response.model, model_class, response_usage)
+                if requested is None or not log.answered(  # type: ignore[union-attr]
+                    requested, request, response
+                ):
+                    if prompt_hash is None:
+                        prompt_hash = request.prompt_hash(schema_json=schema_json)
+                    self._answered(request, response, env, number, prompt_hash)
                 if state is not None:
                     state.in_class += 1
                 if checks.uses_patterns:  # a slow pattern must not hold up the loop's other runs
@@ -163,18 +174,23 @@ class ContractEngine:
                 else:
                     checked = checks.inspect(response.text, salvage=salvage)
                 if checked.salvaged is not None:
-                    attempt["salvaged"] = checked.salvaged
                     env.emit(
                         "output_salvaged",
                         {"attempt": number, "model_class": model_class, **checked.salvaged},
                     )
             except LatticeRunError as exc:
-                if attempt is None:  # refused before it was sent (the budget)
-                    attempt = _attempt_record(number, kind, request, request_chars, None)
-                if not attempts or attempts[-1] is not attempt:
-                    attempts.append(attempt)
+                if prompt_hash is None and started:
+                    prompt_hash = request.prompt_hash(schema_json=schema_json)
+                attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
+                if response is not None:
+                    _add_answer(attempt, response)
+                elif started:
+                    attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
+                attempts.append(attempt)
                 if state is None:
-                    state = self._call_state(messages, attempts, in_class=1 if answered else 0)
+                    state = self._call_state(
+                        messages, attempts, in_class=1 if response is not None else 0
+                    )
                 self._failed(exc, attempt, state, env)
                 await self._recovery(exc, state, env).prepare(exc, state, env)
                 model_class, request_messages, kind = (
@@ -183,8 +199,15 @@ class ContractEngine:
                     state.kind,
                 )
             else:
-                assert attempt is not None
-                attempt["ok"] = True
+                if env.records or attempts:
+                    if prompt_hash is None:
+                        prompt_hash = request.prompt_hash(schema_json=schema_json)
+                    attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
+                    _add_answer(attempt, response)
+                    if checked.salvaged is not None:
+                        attempt["salvaged"] = checked.salvaged
+                    attempt["ok"] = True
+                    attempts.append(attempt)
                 return checked.value, attempts
 
     def _call_state(
@@ -256,26 +279,19 @@ class ContractEngine:
 
     @staticmethod
     def _answered(
-        request: LLMRequest, response: LLMResponse, env: CallEnv, attempt: dict[str, Any]
+        request: LLMRequest, response: LLMResponse, env: CallEnv, number: int, prompt_hash: str
     ) -> None:
+        """Emit the attempt's ``llm_response`` event (and its content, when asked)."""
         usage = response.usage
-        env.usage.add(response.model, request.model_class, usage)
-        latency_ms = round(response.latency_ms, 3)
-        attempt["model"] = response.model
-        attempt["completion"] = response.text
-        attempt["input_tokens"] = usage.input_tokens
-        attempt["output_tokens"] = usage.output_tokens
-        attempt["latency_ms"] = latency_ms
-        attempt["finish_reason"] = response.finish_reason
         env.emit(
             "llm_response",
             {
                 "model": response.model,
                 "model_class": request.model_class,
-                "prompt_hash": attempt["prompt_hash"],
+                "prompt_hash": prompt_hash,
                 "input_tokens": usage.input_tokens,
                 "output_tokens": usage.output_tokens,
-                "latency_ms": latency_ms,
+                "latency_ms": round(response.latency_ms, 3),
                 "finish_reason": response.finish_reason,
             },
         )
@@ -283,7 +299,7 @@ class ContractEngine:
             env.emit(
                 "llm_content",
                 {
-                    "attempt": attempt["number"],
+                    "attempt": number,
                     "completion": response.text,
                     "finish_reason": response.finish_reason,
                 },
@@ -308,6 +324,17 @@ def _attempt_record(
     if prompt_hash is not None:
         attempt["prompt_hash"] = prompt_hash
     return attempt
+
+
+def _add_answer(attempt: dict[str, Any], response: LLMResponse) -> None:
+    """What came back, added to an attempt's record."""
+    usage = response.usage
+    attempt["model"] = response.model
+    attempt["completion"] = response.text
+    attempt["input_tokens"] = usage.input_tokens
+    attempt["output_tokens"] = usage.output_tokens
+    attempt["latency_ms"] = round(response.latency_ms, 3)
+    attempt["finish_reason"] = response.finish_reason
 
 
 def _delta_sink(env: CallEnv, attempt: int, model_class: str) -> Callable[[str], None]:

@@ -18,7 +18,15 @@ from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
-from lattice.runtime.events import EventLog, make_event, utc_now
+from lattice.llm.base import LLMRequest, LLMResponse
+from lattice.runtime.events import (
+    DEFERRED_TEXT_CHARS,
+    REQUEST,
+    RESPONSE,
+    EventLog,
+    make_event,
+    utc_now,
+)
 from lattice.runtime.state import StateStore
 from lattice.runtime.walk_state import WalkState
 from lattice.tools.http import HttpClientPool, HttpPolicy
@@ -113,6 +121,8 @@ class RunContext:
         self._record = recorder.append_event
         self._compact = not recorder.takes_events
         """Nothing takes events as they happen: keep them compact until they are read."""
+        if self._compact and not llm.content:
+            llm.log = self
         self._listeners = listeners
         self.seq = seq
         self.now: Callable[[], str] = utc_now
@@ -143,6 +153,7 @@ class RunContext:
         the run's events, usage, answers, sessions and folder."""
         root = self.root
         root._compact = False  # branch events carry their branch id: build them
+        root.llm.log = llm.log = None
         child = object.__new__(RunContext)
         child.__dict__.update(self.__dict__)
         child.state = state
@@ -223,6 +234,70 @@ class RunContext:
         for listener in self._listeners:
             listener(event)
 
+    def requested(
+        self,
+        request: LLMRequest,
+        attempt: int,
+        kind: str,
+        request_chars: int,
+        schema_json: str,
+    ) -> int | None:
+        """``CallLog.requested``: the ``llm_request`` event in ``REQUEST``'s layout, with
+        a short plain request's texts to hash when the events are read."""
+        if not self._compact or self._listeners:
+            return None
+        self.seq = seq = self.seq + 1  # compact: the main context, no branch
+        op_id = self.current_op
+        node_id = None if op_id is None else self.current_node
+        head = (seq, time.time(), "llm_request", op_id, node_id, REQUEST)
+        head += (request.model, request.model_class, attempt, kind, request_chars)
+        messages = request.messages
+        if request_chars > DEFERRED_TEXT_CHARS or not request.is_plain():
+            preview = request.preview()
+            self._keep((*head, request.prompt_hash(schema_json=schema_json), preview, None))
+            return seq
+        if len(messages) == 1:
+            only = messages[0]
+            texts: tuple[str, ...] = (only.role, only.content)
+        else:
+            texts = tuple(text for m in messages for text in (m.role, m.content))
+        self._keep(
+            (
+                *head,
+                schema_json,
+                (request.temperature, request.top_p, request.max_tokens),
+                len(texts),
+                *texts,
+            )
+        )
+        return seq
+
+    def answered(self, requested: int, request: LLMRequest, response: LLMResponse) -> bool:
+        """``CallLog.answered``: the ``llm_response`` event in ``RESPONSE``'s layout."""
+        if not self._compact or self._listeners:
+            return False
+        self.seq = seq = self.seq + 1
+        op_id = self.current_op
+        usage = response.usage
+        self._keep(
+            (
+                seq,
+                time.time(),
+                "llm_response",
+                op_id,
+                None if op_id is None else self.current_node,
+                RESPONSE,
+                requested,
+                response.model,
+                request.model_class,
+                usage.input_tokens,
+                usage.output_tokens,
+                response.latency_ms,
+                response.finish_reason,
+            )
+        )
+        return True
+
     def _transient(self, type_: str, data: dict[str, Any]) -> None:
         listeners = self._listeners
         if not listeners:
@@ -249,6 +324,7 @@ class RunContext:
         """Drop the links back to this context once the run is over, so that its
         objects are freed as soon as the result is, not by the cycle collector."""
         self.llm.emit = discard_event
+        self.llm.log = None
         if self._tools is not None:
             self._tools.emit = discard_event
 

@@ -649,6 +649,7 @@ class Runner:
             secret_names=self._secret_names,
         )
         ctx.walk = WalkState(base_provider=self.provider, durability=durability)
+        ctx.llm.records = durability.keeps_records  # op records hold a call's attempts
         return ctx
 
     async def _walk(self, ctx: RunContext, position: Position) -> RunResult:
