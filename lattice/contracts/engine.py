@@ -179,13 +179,12 @@ class ContractEngine:
                         {"attempt": number, "model_class": model_class, **checked.salvaged},
                     )
             except LatticeRunError as exc:
-                if prompt_hash is None and started:
+                waited = time.perf_counter() - started
+                if prompt_hash is None and started:  # sent: its hash belongs in the record
                     prompt_hash = request.prompt_hash(schema_json=schema_json)
-                attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
-                if response is not None:
-                    _add_answer(attempt, response)
-                elif started:
-                    attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
+                attempt = self._record(number, kind, request, request_chars, prompt_hash, response)
+                if response is None and started:  # sent, and the provider raised
+                    attempt["latency_ms"] = round(waited * 1000, 3)
                 attempts.append(attempt)
                 if state is None:
                     state = self._call_state(
@@ -200,15 +199,32 @@ class ContractEngine:
                 )
             else:
                 if env.records or attempts:
-                    if prompt_hash is None:
-                        prompt_hash = request.prompt_hash(schema_json=schema_json)
-                    attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
-                    _add_answer(attempt, response)
+                    attempt = self._record(
+                        number, kind, request, request_chars, prompt_hash, response
+                    )
                     if checked.salvaged is not None:
                         attempt["salvaged"] = checked.salvaged
                     attempt["ok"] = True
                     attempts.append(attempt)
                 return checked.value, attempts
+
+    def _record(
+        self,
+        number: int,
+        kind: str,
+        request: LLMRequest,
+        request_chars: int,
+        prompt_hash: str | None,
+        response: LLMResponse | None,
+    ) -> dict[str, Any]:
+        """An attempt's record: its request (with the prompt hash once it was sent) and
+        what came back, if anything did."""
+        if prompt_hash is None and response is not None:
+            prompt_hash = request.prompt_hash(schema_json=self._schema_json)
+        attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
+        if response is not None:
+            _add_answer(attempt, response)
+        return attempt
 
     def _call_state(
         self, messages: tuple[Message, ...], attempts: list[dict[str, Any]], *, in_class: int

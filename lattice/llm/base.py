@@ -260,10 +260,7 @@ class LLMRequest:
         tool results in its messages): what ``plain_prompt_hash`` can hash."""
         if self.tools:
             return False
-        for m in self.messages:
-            if m.tool_calls or m.tool_call_id is not None:
-                return False
-        return True
+        return all(not m.tool_calls and m.tool_call_id is None for m in self.messages)
 
     def size_chars(self) -> int:
         """The characters the messages send: their text, and the tool calls' names and

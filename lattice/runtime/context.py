@@ -16,9 +16,9 @@ from lattice.contracts.calls import (
 )
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
+from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
-from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.runtime.events import (
     DEFERRED_TEXT_CHARS,
     REQUEST,

@@ -123,9 +123,7 @@ class _Request(Layout):
         return 8 + (flat[start + 7] or 0)
 
     def data(self, flat: list[Any], start: int, hashes: dict[int, str]) -> dict[str, Any]:
-        model, model_class, attempt, kind, request_chars, first, second, n = flat[
-            start : start + 8
-        ]
+        model, model_class, attempt, kind, request_chars, first, second, n = flat[start : start + 8]
         if n is None:
             prompt_hash, preview = first, second
         else:
