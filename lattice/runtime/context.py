@@ -249,25 +249,56 @@ class RunContext:
         self.seq = seq = self.seq + 1  # compact: the main context, no branch
         op_id = self.current_op
         node_id = None if op_id is None else self.current_node
-        head = (seq, time.time(), "llm_request", op_id, node_id, REQUEST)
-        head += (request.model, request.model_class, attempt, kind, request_chars)
         messages = request.messages
-        if request_chars > DEFERRED_TEXT_CHARS or not request.is_plain():
-            preview = request.preview()
-            self._keep((*head, request.prompt_hash(schema_json=schema_json), preview, None))
+        if request_chars <= DEFERRED_TEXT_CHARS and request.is_plain():
+            if len(messages) == 1:  # the texts of the one message follow
+                last = messages[0]
+                texts: tuple[str, ...] = ()
+            else:  # the earlier messages' texts, then the last's
+                last = messages[-1]
+                texts = tuple(text for m in messages[:-1] for text in (m.role, m.content))
+            self._keep(
+                (
+                    seq,
+                    time.time(),
+                    "llm_request",
+                    op_id,
+                    node_id,
+                    REQUEST,
+                    request.model,
+                    request.model_class,
+                    attempt,
+                    kind,
+                    request_chars,
+                    schema_json,
+                    request.temperature,
+                    request.top_p,
+                    request.max_tokens,
+                    len(texts) + 2,
+                    *texts,
+                    last.role,
+                    last.content,
+                )
+            )
             return seq
-        if len(messages) == 1:
-            only = messages[0]
-            texts: tuple[str, ...] = (only.role, only.content)
-        else:
-            texts = tuple(text for m in messages for text in (m.role, m.content))
         self._keep(
             (
-                *head,
-                schema_json,
-                (request.temperature, request.top_p, request.max_tokens),
-                len(texts),
-                *texts,
+                seq,
+                time.time(),
+                "llm_request",
+                op_id,
+                node_id,
+                REQUEST,
+                request.model,
+                request.model_class,
+                attempt,
+                kind,
+                request_chars,
+                request.prompt_hash(schema_json=schema_json),
+                request.preview(),
+                None,
+                None,
+                None,
             )
         )
         return seq

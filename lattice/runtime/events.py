@@ -114,21 +114,24 @@ class Layout:
 
 class _Request(Layout):
     """``llm_request``: model, model_class, attempt, kind, request_chars, then either
-    ``prompt_hash, preview, None`` or ``schema_json, (temperature, top_p, max_tokens),
-    n`` followed by the ``n`` role and content texts of the messages (hashed when read)."""
+    ``prompt_hash, preview, None, None, None`` or ``schema_json, temperature, top_p,
+    max_tokens, n`` followed by the ``n`` role and content texts of the messages, in turn
+    (hashed when read)."""
 
     __slots__ = ()
 
     def width(self, flat: list[Any], start: int) -> int:
-        return 8 + (flat[start + 7] or 0)
+        return 10 + (flat[start + 9] or 0)
 
     def data(self, flat: list[Any], start: int, hashes: dict[int, str]) -> dict[str, Any]:
-        model, model_class, attempt, kind, request_chars, first, second, n = flat[start : start + 8]
+        model, model_class, attempt, kind, request_chars, first, second, top_p, most, n = flat[
+            start : start + 10
+        ]
         if n is None:
             prompt_hash, preview = first, second
         else:
-            texts = flat[start + 8 : start + 8 + n]
-            prompt_hash = plain_prompt_hash(texts, model_class, first, *second)
+            texts = flat[start + 10 : start + 10 + n]
+            prompt_hash = plain_prompt_hash(texts, model_class, first, second, top_p, most)
             preview = ""
             for i in range(n - 2, -1, -2):
                 if texts[i] == "user":
