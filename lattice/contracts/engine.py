@@ -167,16 +167,19 @@ class ContractEngine:
                     self._answered(request, response, env, number, prompt_hash)
                 if state is not None:
                     state.in_class += 1
-                if checks.uses_patterns:  # a slow pattern must not hold up the loop's other runs
-                    checked = await asyncio.to_thread(
-                        checks.inspect, response.text, salvage=salvage
-                    )
+                if checks.takes_any_text:
+                    value, salvaged = response.text, None
                 else:
-                    checked = checks.inspect(response.text, salvage=salvage)
-                if checked.salvaged is not None:
+                    checked = (
+                        await asyncio.to_thread(checks.inspect, response.text, salvage=salvage)
+                        if checks.uses_patterns  # a slow pattern must not hold up other runs
+                        else checks.inspect(response.text, salvage=salvage)
+                    )
+                    value, salvaged = checked.value, checked.salvaged
+                if salvaged is not None:
                     env.emit(
                         "output_salvaged",
-                        {"attempt": number, "model_class": model_class, **checked.salvaged},
+                        {"attempt": number, "model_class": model_class, **salvaged},
                     )
             except LatticeRunError as exc:
                 waited = time.perf_counter() - started
@@ -202,11 +205,11 @@ class ContractEngine:
                     attempt = self._record(
                         number, kind, request, request_chars, prompt_hash, response
                     )
-                    if checked.salvaged is not None:
-                        attempt["salvaged"] = checked.salvaged
+                    if salvaged is not None:
+                        attempt["salvaged"] = salvaged
                     attempt["ok"] = True
                     attempts.append(attempt)
-                return checked.value, attempts
+                return value, attempts
 
     def _record(
         self,
