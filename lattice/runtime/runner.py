@@ -301,7 +301,8 @@ class Runner:
             _abandon(ctx)
             raise
         ctx.walk.commit_here = own_loop
-        position = Position(start.op if start else self.ir.entry)
+        # the run's usage, not a Position's own (an object held for the whole walk)
+        position = Position(start.op if start else self.ir.entry, usage=ctx.usage)
         if not self.settings.gc_pacing:  # nothing held across the walk
             return await self._walk(ctx, position)
         with gc_pacing():

@@ -308,11 +308,12 @@ class _Gate:
         return LLMResponse(text="ok")
 
 
-HELD_PER_WAITING_RUN = 54
-"""Tracked objects a run keeps alive while its model call waits (51: a run without a
-folder has the shared keep-nothing durability, not a journal object of its own; 63
-before the first attempt's record, the call state and the previous op's outcome were
-let go). Each is walked by every collection during the wait and, with many runs in
+HELD_PER_WAITING_RUN = 50
+"""Tracked objects a run keeps alive while its model call waits (50: a fresh run's
+walk position shares the run's usage instead of holding a Usage of its own; 51 before
+that, a run without a folder having the shared keep-nothing durability, not a journal
+object of its own; 63 before the first attempt's record, the call state and the
+previous op's outcome were let go). Each is walked by every collection during the wait and, with many runs in
 flight, pushed into the oldest generation, whose growth sets off full collections."""
 
 
