@@ -308,8 +308,9 @@ class _Gate:
         return LLMResponse(text="ok")
 
 
-HELD_PER_WAITING_RUN = 50
-"""Tracked objects a run keeps alive while its model call waits (50: a fresh run's
+HELD_PER_WAITING_RUN = 50.5
+"""Tracked objects a run keeps alive while its model call waits, on average over 100 runs
+(the half: room for a stray object of another test in the same process; 50: a fresh run's
 walk position shares the run's usage instead of holding a Usage of its own; 51 before
 that, a run without a folder having the shared keep-nothing durability, not a journal
 object of its own; 63 before the first attempt's record, the call state and the
