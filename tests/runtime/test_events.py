@@ -232,3 +232,21 @@ def test_counting_events_builds_none_of_them() -> None:
         "llm_response": sum(e["type"] == "llm_response" for e in events),
         "run_finished": 1,
     }
+
+
+def test_counting_a_log_of_compact_and_built_events() -> None:
+    runner = _runner(RunStore(None))
+
+    def subscribe_on_first_write(path: str, value: Any) -> None:
+        if not runner._event_listeners:
+            runner.subscribe(lambda event: None)
+
+    runner.subscribe_state(subscribe_on_first_write)
+    result = runner.run({})
+    counts = result.count_events("op_started", "llm_request", "state_write", "nothing")
+    events = result.events  # built now: the counts agree with them
+    assert counts == {
+        kind: sum(e["type"] == kind for e in events)
+        for kind in ("op_started", "llm_request", "state_write", "nothing")
+    }
+    assert counts["llm_request"] == 2 and counts["nothing"] == 0
