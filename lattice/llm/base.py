@@ -260,14 +260,20 @@ class LLMRequest:
         tool results in its messages): what ``plain_prompt_hash`` can hash."""
         if self.tools:
             return False
-        return all(not m.tool_calls and m.tool_call_id is None for m in self.messages)
+        for m in self.messages:  # noqa: SIM110 - a loop: this runs on every model call
+            if m.tool_calls or m.tool_call_id is not None:
+                return False
+        return True
 
     def size_chars(self) -> int:
         """The characters the messages send: their text, and the tool calls' names and
         arguments of an agent's transcript."""
-        text = sum([len(m.content) for m in self.messages])
-        calls = [c for m in self.messages for c in m.tool_calls]
-        return text + sum([len(c.name) + len(c.arguments_json()) for c in calls]) if calls else text
+        size = 0
+        for m in self.messages:
+            size += len(m.content)
+            for call in m.tool_calls:
+                size += len(call.name) + len(call.arguments_json())
+        return size
 
 
 def plain_prompt_hash(
