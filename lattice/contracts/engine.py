@@ -108,7 +108,8 @@ class ContractEngine:
         attempts when ``env.records`` is off, and with ``env.log`` set its events are
         kept compact: its prompt is then hashed only if they are read."""
         contract = self.contract
-        attempts: list[dict[str, Any]] = []
+        attempts: list[dict[str, Any]] | None = None  # made by the first record
+        number = 0
         state: CallState | None = None
         model_class = contract.ladder[0]
         request_messages, kind = messages, "initial"
@@ -123,7 +124,7 @@ class ContractEngine:
                 if model is not None and (state is None or state.class_index == 0)
                 else env.models.get(model_class)
             )
-            number = len(attempts) + 1
+            number += 1
             request = LLMRequest(
                 messages=request_messages,
                 model_class=model_class,
@@ -182,12 +183,11 @@ class ContractEngine:
                         {"attempt": number, "model_class": model_class, **salvaged},
                     )
             except LatticeRunError as exc:
-                waited = time.perf_counter() - started
-                if prompt_hash is None and started:  # sent: its hash belongs in the record
-                    prompt_hash = request.prompt_hash(schema_json=schema_json)
-                attempt = self._record(number, kind, request, request_chars, prompt_hash, response)
-                if response is None and started:  # sent, and the provider raised
-                    attempt["latency_ms"] = round(waited * 1000, 3)
+                attempt = self._failed_record(
+                    number, kind, request, request_chars, prompt_hash, response, started
+                )
+                if attempts is None:
+                    attempts = []
                 attempts.append(attempt)
                 if state is None:
                     state = self._call_state(
@@ -201,7 +201,9 @@ class ContractEngine:
                     state.kind,
                 )
             else:
-                if env.records or attempts:
+                if attempts is None and env.records:
+                    attempts = []
+                if attempts is not None:
                     attempt = self._record(
                         number, kind, request, request_chars, prompt_hash, response
                     )
@@ -209,7 +211,27 @@ class ContractEngine:
                         attempt["salvaged"] = salvaged
                     attempt["ok"] = True
                     attempts.append(attempt)
-                return value, attempts
+                return value, [] if attempts is None else attempts
+
+    def _failed_record(
+        self,
+        number: int,
+        kind: str,
+        request: LLMRequest,
+        request_chars: int,
+        prompt_hash: str | None,
+        response: LLMResponse | None,
+        started: float,
+    ) -> dict[str, Any]:
+        """The record of an attempt that failed: refused before it was sent (``started``
+        0), sent and the provider raised, or answered and the answer did not pass."""
+        waited = time.perf_counter() - started
+        if prompt_hash is None and started:  # sent: its hash belongs in the record
+            prompt_hash = request.prompt_hash(schema_json=self._schema_json)
+        attempt = self._record(number, kind, request, request_chars, prompt_hash, response)
+        if response is None and started:  # the provider raised
+            attempt["latency_ms"] = round(waited * 1000, 3)
+        return attempt
 
     def _record(
         self,

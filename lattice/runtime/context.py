@@ -118,7 +118,6 @@ class RunContext:
         """Made by the run's first HTTP request or tool call (most runs make neither)."""
         self.events = EventLog(run_id)
         self._keep = self.events.flat.extend
-        self._record = recorder.append_event
         self._compact = not recorder.takes_events
         """Nothing takes events as they happen: keep them compact until they are read."""
         if self._compact and not llm.content:
@@ -230,7 +229,7 @@ class RunContext:
         if self.branch is not None:
             event["branch"] = self.branch
         self.events.add_built(event)
-        self._record(event)
+        self.recorder.append_event(event)
         for listener in self._listeners:
             listener(event)
 
