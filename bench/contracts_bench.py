@@ -1,6 +1,6 @@
 """Contracts bench: Lattice's LLMPrimitive, Instructor and PydanticAI on one scripted corpus.
 
-Every framework talks to the same local OpenAI-compatible server (``tests/fake_llm_server.py``
+Every framework talks to the same local OpenAI-compatible server (``lattice/llm/fake_server.py``
 on 127.0.0.1, which logs every request) through the ``openai`` SDK, asks for the same pydantic
 model (enums, nested objects, bounded lists and strings, a pattern, a model validator) about
 the same ~20 KB incident log, and gets the same scripted answers: the server answers the
@@ -64,9 +64,9 @@ if str(ROOT) not in sys.path:
 from lattice import LLMPrimitive  # noqa: E402
 from lattice.contracts.packets import REPAIR_CONTEXT_CHARS  # noqa: E402
 from lattice.llm.base import LLMRequest  # noqa: E402
+from lattice.llm.fake_server import FakeLLMServer, Received  # noqa: E402
 from lattice.llm.openai_provider import OpenAIProvider  # noqa: E402
 from lattice.runtime.settings import RuntimeSettings  # noqa: E402
-from tests.fake_llm_server import FakeLLMServer, Received  # noqa: E402
 
 MODEL = "bench-model"
 SYSTEM = "You read incident logs and write the incident report for the on-call review."

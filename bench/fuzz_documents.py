@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.server
 import json
 import random
 import signal
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 import traceback
 from collections import Counter
@@ -46,10 +44,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fuzz import mutations
-from tests.fuzz.mutations import (
+from bench import document_fuzzing
+from bench.document_fuzzing import (
     REPO,
     VICTIM,
+    CountingServer,
     load_documents,
     mutate,
     mutate_schema,
@@ -74,24 +73,7 @@ class Reaches:
         self.allowed = tuple(allowed)
         self.armed = False
         self.seen: list[str] = []
-        self.hits: list[str] = []
-        hits = self.hits
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                hits.append(self.path)
-                body = b'{"type": "string"}'
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/schema.json"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.counting = CountingServer()
         sys.addaudithook(self._audit)
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
@@ -106,9 +88,9 @@ class Reaches:
 
     def take(self) -> list[str]:
         """What was reached since the last call."""
-        found = self.seen + [f"GET {path} (counting server)" for path in self.hits]
+        found = self.seen + [f"GET {path} (counting server)" for path in self.counting.hits]
         self.seen.clear()
-        self.hits.clear()
+        self.counting.hits.clear()
         return found
 
 
@@ -276,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="lattice-fuzz-"))
     reaches = Reaches(allowed_paths(scratch))
     count_stopped_searches()
-    mutations.REMOTE_URL = reaches.url
+    document_fuzzing.REMOTE_URL = reaches.counting.url
     reached = 0
     most, most_cpu = (0.0, 0.0), 0.0
     started = time.perf_counter()

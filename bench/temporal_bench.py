@@ -285,7 +285,7 @@ def main() -> int:
             from lattice.config import LatticeConfig
             from lattice.durable.temporal.backend import TemporalRuns
             from lattice.server.app import ServerSettings
-            from tests.server.helpers import serve_in_thread
+            from lattice.server.in_thread import serve_in_thread
 
             settings = ServerSettings(
                 runs_dir=scratch / "runs",

@@ -138,3 +138,28 @@ def test_a_circle_is_caught() -> None:
     found = cycles(graph)
     assert found, "the added import closes a circle"
     assert any({"lattice.runtime.state", "lattice.runtime.runner"} <= set(c) for c in found)
+
+
+BENCH = PACKAGE.parent / "bench"
+
+
+def imports_of_tests(path: Path) -> list[str]:
+    """The ``tests`` modules ``path`` imports (at module level or inside a function)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        found += [name for name in names if name == "tests" or name.startswith("tests.")]
+    return found
+
+
+def test_benches_import_no_test_module() -> None:
+    """A bench runs the product (and what bench/ shares between benches and tests): tests
+    change freely, and a bench that imports them breaks unseen."""
+    benches = sorted(BENCH.glob("*.py"))
+    assert len(benches) > 5
+    imports = {p.name: imports_of_tests(p) for p in benches}
+    assert {name: found for name, found in imports.items() if found} == {}

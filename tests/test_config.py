@@ -20,13 +20,14 @@ from lattice.contracts.policies import DEFAULT_POLICIES
 from lattice.errors import LatticeUserError
 from lattice.llm import MockProvider
 from lattice.llm.base import LLMRequest, Message
+from lattice.llm.fake_server import FakeLLMServer, serve
 from lattice.llm.wrappers import LimitedProvider, RouterProvider
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import settings_from_config
 from lattice.service.providers import make_provider
 from tests import respx_httpx2
 from tests.builders import lower_ok
-from tests.fake_llm_server import FakeLLMServer, serve, two_step_answer, two_step_document
+from tests.two_step import two_step_answer, two_step_document
 
 FULL = """
 [llm]

@@ -21,7 +21,7 @@ import pytest
 
 from lattice.llm.base import LLMRequest, Message
 from tests import conftest
-from tests.fake_llm_server import two_step_document
+from tests.two_step import two_step_document
 
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")

@@ -6,7 +6,6 @@ run error in an edited IR), and patterns run with a time limit."""
 from __future__ import annotations
 
 import asyncio
-import http.server
 import json
 import threading
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.document_fuzzing import CountingServer
 from lattice.cli import main
 from lattice.contracts.errors import OutputInvalid
 from lattice.contracts.validation import OutputValidator
@@ -25,47 +25,22 @@ from lattice.llm.mock import MockProvider
 from lattice.lower import lower, lower_document
 from lattice.runtime import Runner, RunStore
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from lattice.tools.mcp import argument_violations
 from tests.builders import approval, chain, conn, node, workflow
-from tests.server.helpers import TIMEOUT, serve_in_thread
+from tests.server.helpers import TIMEOUT
 
 CATASTROPHIC = r"^(a|aa)+$"
 VICTIM = "a" * 36 + "!"
 
 
-class CountingServer:
-    """An HTTP server on 127.0.0.1 that answers every GET with a schema and counts them."""
-
-    def __init__(self) -> None:
-        self.hits: list[str] = []
-        hits = self.hits
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                hits.append(self.path)
-                body = b'{"type": "string"}'
-                self.send_response(200)
-                self.send_header("Content-Type", "application/schema+json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/x.json"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 @pytest.fixture
 def remote() -> Iterator[CountingServer]:
-    server = CountingServer()
+    server = CountingServer("/x.json")
     try:
         yield server
     finally:
-        server.server.shutdown()
-        server.server.server_close()
+        server.close()
 
 
 def inputs_doc(schema: dict[str, Any]) -> dict[str, Any]:

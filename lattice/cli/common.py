@@ -20,7 +20,7 @@ from lattice.ir.models import AskOp
 from lattice.lower import lower_document
 from lattice.lower.compiler import LoweringResult
 from lattice.runs.redaction import make_redactor
-from lattice.runs.view import count_calls
+from lattice.runs.view import count_calls, terminal_text
 from lattice.runtime.results import RunResult
 from lattice.runtime.settings import RuntimeSettings
 from lattice.service.providers import ProviderChoice
@@ -99,7 +99,7 @@ def terminal_asker(ask: AskOp, read: Callable[[str], str] | None = None) -> Any:
     from rich.prompt import Prompt
 
     console = Console(stderr=True)
-    console.print(f"\n[bold]{escape(ask.question)}[/bold]")
+    console.print(f"\n[bold]{escape(terminal_text(ask.question, indent=''))}[/bold]")
     for number, option in enumerate(ask.options, start=1):
         extra = f" — {escape(option.description)}" if option.description else ""
         console.print(f"  [cyan]{number}[/cyan]. {escape(option.label)}{extra}")
@@ -274,10 +274,8 @@ def report(result: RunResult, progress: Progress, as_json: bool, settings: Runti
     redact = make_redactor(settings.secret_names())
     if result.failure is not None:
         failure = result.failure
-        print(
-            redact(f"lattice: [{failure.category}] at {failure.node_id}: {failure.summary}"),
-            file=sys.stderr,
-        )
+        said = f"lattice: [{failure.category}] at {failure.node_id}: {failure.summary}"
+        print(terminal_text(redact(said)), file=sys.stderr)
         cause = _contract_cause(failure.attempts)
         if cause:
             print(redact(f"lattice: {cause}"), file=sys.stderr)

@@ -158,6 +158,15 @@ def run_on_temporal(
         raise
 
 
+def asked(ir: ExecIR, question: dict[str, Any]) -> AskOp:
+    """The ASK op a run on Temporal waits on, with its question as the run rendered it
+    (the op's own text is a template: ``{{ $vars.draft.result }}``)."""
+    op = ir.ops[question["op_id"]]
+    assert isinstance(op, AskOp)
+    rendered = (question.get("details") or {}).get("question")
+    return op.model_copy(update={"question": rendered}) if isinstance(rendered, str) else op
+
+
 async def _follow(
     client: Any,
     run_id: str,
@@ -178,8 +187,7 @@ async def _follow(
         question = outcome.get("question") if outcome.get("status") == "waiting" else None
         if question is not None and interactive:
             progress.stop()
-            op = ir.ops[question["op_id"]]
-            assert isinstance(op, AskOp)
+            op = asked(ir, question)
             given = terminal_asker(op)
             if given is not None:
                 refuse_secret_answers(

@@ -11,6 +11,21 @@ from lattice.errors import LatticeUserError
 from lattice.runs.checkpoint import load_checkpoint, status_of
 
 
+def terminal_text(text: str, indent: str = "  ") -> str:
+    """``text`` as a terminal should show it: its lines after the first indented by
+    ``indent`` (blank ones left empty), and every control character but a tab written
+    as an escape (``\\x1b``): a run's text (a question, a model's answer) never moves
+    the cursor or recolours the terminal."""
+    lines = ["".join(_visible(c) for c in line) for line in text.split("\n")]
+    return "\n".join([lines[0], *(indent + line if line.strip() else "" for line in lines[1:])])
+
+
+def _visible(char: str) -> str:
+    if char == "\t" or char.isprintable():
+        return char
+    return repr(char)[1:-1]
+
+
 def _load(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -141,7 +156,10 @@ def show_run(folder: Path) -> str:
     failure = result.get("failure")
     if failure:
         lines.append(
-            f"failure [{failure.get('category')}] at {failure.get('node_id')}: {failure.get('summary')}"
+            terminal_text(
+                f"failure [{failure.get('category')}] at {failure.get('node_id')}: "
+                f"{failure.get('summary')}"
+            )
         )
         lines.append(f"next: {failure.get('recovery_action')}")
     elif result.get("status") == "completed":

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jmespath
+import jmespath.functions
 import jmespath.visitor
 from jmespath.exceptions import JMESPathError
 
@@ -23,10 +24,61 @@ Test = Callable[[Any], bool]
 def compile_jmespath(expression: str) -> Callable[[Any], Any]:
     """``expression`` compiled once, searched with one interpreter kept with it (JMESPath's
     own ``search`` builds a new interpreter, method cache and function table on every
-    call: about a fifth of a dataTransform op). Invalid expressions raise JMESPathError."""
+    call: about a fifth of a dataTransform op). Invalid expressions raise JMESPathError.
+
+    Fields, sub-expressions (``a.b``), ``@`` and ``length(...)`` become Python closures
+    that do what the interpreter's visitors do (its ``visit_field``, ``visit_subexpression``,
+    ``visit_current``; ``length`` of an exact str, list or dict is ``len``, anything else
+    goes through JMESPath's function table and its type check); every other node is
+    handed to the interpreter whole."""
     parsed = jmespath.compile(expression).parsed
     interpreter = jmespath.visitor.TreeInterpreter()
-    return lambda value: interpreter.visit(parsed, value)
+    return _closure(parsed, interpreter, jmespath.functions.Functions().call_function)
+
+
+_SIZED = (str, list, dict)
+
+
+def _closure(
+    node: dict[str, Any],
+    interpreter: jmespath.visitor.TreeInterpreter,
+    call_function: Callable[[str, list[Any]], Any],
+) -> Callable[[Any], Any]:
+    """A search for the JMESPath AST ``node`` (see ``compile_jmespath``)."""
+    kind, children = node["type"], node.get("children") or []
+    if kind == "field":
+        key = node["value"]
+
+        def field(value: Any) -> Any:
+            try:
+                return value.get(key)
+            except AttributeError:
+                return None
+
+        return field
+    if kind == "current":
+        return lambda value: value
+    if kind == "subexpression":
+        steps = [_closure(child, interpreter, call_function) for child in children]
+
+        def subexpression(value: Any) -> Any:
+            for step in steps:
+                value = step(value)
+            return value
+
+        return subexpression
+    if kind == "function_expression" and node["value"] == "length" and len(children) == 1:
+        argument = _closure(children[0], interpreter, call_function)
+
+        def length(value: Any) -> Any:
+            arg = argument(value)
+            if type(arg) in _SIZED:
+                return len(arg)
+            return call_function("length", [arg])
+
+        return length
+    visit = interpreter.visit
+    return lambda value: visit(node, value)
 
 
 def _is_number(value: Any) -> bool:

@@ -328,6 +328,29 @@ class RunContext:
         )
         return True
 
+    def emit1(self, type_: str, key: str, value: Any) -> None:
+        """``emit(type_, {key: value})`` for an op's own event, without the dict when
+        nothing takes events as they happen."""
+        if self._compact and not self._listeners:
+            root = self._root or self
+            root.seq = seq = root.seq + 1
+            op_id = self.current_op
+            node_id = None if op_id is None else self.current_node
+            self._keep((seq, time.time(), type_, op_id, node_id, 1, key, value))
+        else:
+            self.emit(type_, {key: value})
+
+    def emit2(self, type_: str, key1: str, value1: Any, key2: str, value2: Any) -> None:
+        """``emit(type_, {key1: value1, key2: value2})`` for an op's own event, as ``emit1``."""
+        if self._compact and not self._listeners:
+            root = self._root or self
+            root.seq = seq = root.seq + 1
+            op_id = self.current_op
+            node_id = None if op_id is None else self.current_node
+            self._keep((seq, time.time(), type_, op_id, node_id, 2, key1, key2, value1, value2))
+        else:
+            self.emit(type_, {key1: value1, key2: value2})
+
     def _transient(self, type_: str, data: dict[str, Any]) -> None:
         listeners = self._listeners
         if not listeners:
@@ -362,4 +385,4 @@ class RunContext:
         """Write an op's value and remember it as the most recent result."""
         self.state.write(path, value)
         self.last_result = path
-        self.emit("state_write", {"path": path, "value": value})
+        self.emit2("state_write", "path", path, "value", value)

@@ -42,31 +42,42 @@ class Executor:
         raise NotImplementedError
 
 
-class StartExecutor(Executor):
+class PureExecutor(Executor):
+    """An op that never waits: ``now(ctx)`` does all of it, and the walk calls it
+    directly instead of making and awaiting a coroutine per op."""
+
+    def now(self, ctx: RunContext) -> Outcome:
+        raise NotImplementedError
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return self.now(ctx)
+
+
+class StartExecutor(PureExecutor):
     def __init__(self, op: StartOp) -> None:
         self.op = op
 
-    async def run(self, ctx: RunContext) -> Outcome:
+    def now(self, ctx: RunContext) -> Outcome:
         return Outcome()
 
 
-class JoinExecutor(Executor):
+class JoinExecutor(PureExecutor):
     """Where branches met: the merge happened at their FORK; nothing is left to do."""
 
     def __init__(self, op: JoinOp) -> None:
         self.op = op
 
-    async def run(self, ctx: RunContext) -> Outcome:
+    def now(self, ctx: RunContext) -> Outcome:
         return Outcome()
 
 
-class EndExecutor(Executor):
+class EndExecutor(PureExecutor):
     """Computes the run output: ``output`` template, else the most recent result."""
 
     def __init__(self, op: EndOp) -> None:
         self.output = ValueTemplate(op.output) if op.output is not None else None
 
-    async def run(self, ctx: RunContext) -> Outcome:
+    def now(self, ctx: RunContext) -> Outcome:
         if self.output is not None:
             value = self.output.render(ctx.state.resolve)
         elif ctx.last_result is not None:
@@ -127,7 +138,7 @@ def _excerpt(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class StateExecutor(Executor):
+class StateExecutor(PureExecutor):
     """set / get / append / increment / delete on ``$vars.<variable>``."""
 
     def __init__(self, op: StateOp) -> None:
@@ -136,7 +147,7 @@ class StateExecutor(Executor):
         self.parsed = parse_path(self.path)
         self.value = ValueTemplate(op.value) if op.value is not None else None
 
-    async def run(self, ctx: RunContext) -> Outcome:
+    def now(self, ctx: RunContext) -> Outcome:
         op, state = self.op, ctx.state
         value = self.value.render(state.resolve) if self.value is not None else None
         if op.operation == "set":
@@ -179,7 +190,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-class TransformExecutor(Executor):
+class TransformExecutor(PureExecutor):
     """JMESPath over ``input`` (default ``{in, vars, ctx}``), compiled once."""
 
     def __init__(self, op: TransformOp) -> None:
@@ -187,7 +198,7 @@ class TransformExecutor(Executor):
         self.search = compile_jmespath(op.expression)
         self.input = parse_path(op.input) if op.input else None
 
-    async def run(self, ctx: RunContext) -> Outcome:
+    def now(self, ctx: RunContext) -> Outcome:
         data = ctx.state.read(self.input) if self.input is not None else ctx.state.readable()
         try:
             value = self.search(data)
@@ -218,8 +229,7 @@ class AskExecutor(Executor):
             options = [o.label for o in op.options]
             raise HaltRun(
                 "waiting_for_answer",
-                f"waiting for an answer to {question!r}"
-                + (f" (options: {', '.join(options)})" if options else ""),
+                waiting_summary(question, options),
                 {"question": question, "options": options, "multiSelect": op.multi_select},
                 f"lattice resume RUN_DIR --answer {op.source_node}=<"
                 + ("option label or index" if options else "text")
@@ -229,6 +239,16 @@ class AskExecutor(Executor):
         ctx.emit("human_answer", {"answer": value})
         ctx.write_result(op.writes, value)
         return Outcome(output=value)
+
+
+def waiting_summary(question: str, options: list[str]) -> str:
+    """What a run halted on a question says: the question quoted on one line, or, when it
+    has several, after the summary's first line, as its lines."""
+    listed = f" (options: {', '.join(options)})" if options else ""
+    text = question.strip("\n")
+    if "\n" in text:
+        return f"waiting for an answer{listed} to:\n{text}"
+    return f"waiting for an answer to {question!r}{listed}"
 
 
 def take_answer(answers: dict[str, Any], op: AskOp) -> Any:

@@ -16,7 +16,7 @@ from lattice.errors import DocumentError, LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.llm.base import TokenUsage
 from lattice.runs.checkpoint import changed_files
-from lattice.runs.folder import read_run_json
+from lattice.runs.folder import load_run_json, read_run_json
 from lattice.runs.journal import JournalState
 from lattice.runtime.walk_state import BranchResume
 
@@ -107,6 +107,35 @@ def journal_usage(ir: ExecIR, journal: JournalState) -> Usage:
         tokens = TokenUsage(int(line.get("input_tokens") or 0), int(line.get("output_tokens") or 0))
         usage.add(str(line.get("model", "unknown")), str(model_class), tokens)
     return usage
+
+
+class NotResumable(LatticeUserError):
+    """The run failed in a way a resume would repeat (its failure's
+    ``details["resumable"]`` is false: a resumed run keeps what it was started with,
+    its grants among them); its recovery action says what to do instead."""
+
+    error_type = "not_resumable"
+
+
+def refuse_unresumable(folder: Path, checkpoint: dict[str, Any]) -> None:
+    """Raise NotResumable when the failed run in ``folder`` says a resume cannot help."""
+    if checkpoint.get("status") != "failed":
+        return
+    failure = load_run_json(folder, "failure_report.json")
+    if not isinstance(failure, dict):
+        result = load_run_json(folder, "result.json")
+        failure = result.get("failure") if isinstance(result, dict) else None
+    if not isinstance(failure, dict):
+        return
+    details = failure.get("details")
+    if not isinstance(details, dict) or details.get("resumable") is not False:
+        return
+    where = f" at {failure['node_id']}" if failure.get("node_id") else ""
+    action = details.get("recovery_action") or failure.get("recovery_action")
+    raise NotResumable(
+        f"run {folder.name} failed [{failure.get('category', 'error')}]{where} in a way a "
+        f"resume would repeat; nothing was done; next: {action or 'start a new run'}"
+    )
 
 
 def legacy_position(

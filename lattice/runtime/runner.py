@@ -73,6 +73,7 @@ from lattice.runtime.resume import (
     StartFrom,
     journal_position,
     legacy_position,
+    refuse_unresumable,
     resumable_ir,
 )
 from lattice.runtime.settings import RuntimeSettings
@@ -494,6 +495,7 @@ class Runner:
         checkpoint = read_checkpoint(folder)
         if checkpoint.get("status") == "completed":
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
+        refuse_unresumable(folder, checkpoint)
         journal = read_journal(folder)
         ir = resumable_ir(folder, checkpoint, journal, accept_changed=accept_changed)
         committed_state: Any = None

@@ -225,11 +225,24 @@ class StateStore:
         marker = object()
         return self.get(path, marker) is not marker
 
-    def write(self, path: StatePath | str, value: Any, *, size: int | None = None) -> None:  # noqa: C901
+    def write(self, path: StatePath | str, value: Any, *, size: int | None = None) -> None:
         """Set ``path`` (under ``$vars`` or ``$tmp``), creating objects on the way.
         ``size``: ``approx_size(value)`` when the caller knows it already."""
         if isinstance(path, str):
             path = parse_path(path)
+        keys = path.keys
+        if path.root == "$vars":
+            if len(keys) == 1 and type(keys[0]) is str:
+                self._write_entry(path, keys[0], value, size)
+                return
+            if len(keys) == 2 and type(keys[0]) is str and type(keys[1]) is str:
+                self._write_field(path, keys[0], keys[1], value, size)
+                return
+        self._write_path(path, value, size)
+
+    def _write_path(self, path: StatePath, value: Any, size: int | None) -> None:  # noqa: C901
+        """``write`` of any path: the general case (``_write_entry`` and ``_write_field``
+        do the same for the two most common shapes)."""
         keys = path.keys
         if path.root not in ("$vars", "$tmp"):
             raise LatticeRunError(f"{path.text} is read-only to ops", error_type="state_error")
@@ -288,11 +301,82 @@ class StateStore:
         for listener in self._listeners:
             listener(path.text, value)
 
+    def _write_entry(
+        self, path: StatePath, key: str, value: Any, size: int | None, *, change: bool = True
+    ) -> None:
+        """``write`` of a whole ``$vars`` entry (``$vars.<key>``), the most common write;
+        ``change``: list it in ``changes`` (an append lists its own)."""
+        limits = self._limits
+        if limits is None:
+            self.vars[key] = value
+        else:
+            if size is None:
+                size = approx_size(value)
+            if size > limits.max_value_bytes:
+                self._check_size(path, size)
+            entries = self.vars
+            previous = entries.get(key, _ABSENT)
+            entries[key] = value
+            try:
+                self._resize(key, size)
+            except LatticeRunError:
+                self._put_back(entries, key, previous, key)
+                raise
+        if self._inherited:
+            self._own(key, whole=True)  # only once it is made: put back, it is not ours
+        if change and self.changes is not None:
+            self.changes.append(["set", path.text, value])
+        for listener in self._listeners:
+            listener(path.text, value)
+
+    def _write_field(
+        self, path: StatePath, key: str, field: str, value: Any, size: int | None
+    ) -> None:
+        """``write`` of ``$vars.<key>.<field>`` (an op's ``$vars.<node>.result``), as the
+        general path does it: a missing or non-object entry becomes ``{}`` first."""
+        if self._inherited:
+            self._own(key, whole=False)
+        entries = self.vars
+        there = entries.get(key, _ABSENT)
+        if isinstance(there, dict):
+            target = there
+            made: tuple[Any, Any, Any] = (there, field, there.get(field, _ABSENT))
+        else:
+            target = entries[key] = {}
+            made = (entries, key, there)
+        limits = self._limits
+        if limits is not None:
+            if size is None:
+                size = approx_size(value)
+            if size > limits.max_value_bytes:
+                self._check_size(path, size)
+        target[field] = value
+        if limits is not None:
+            assert size is not None  # (measured above)
+            try:  # the entry grew by at most the value and the field's key
+                self._resize(key, self._sizes.get(key, 0) + size + len(field) + 6, bound=True)
+            except LatticeRunError:
+                container, at, previous = made
+                self._put_back(container, at, previous, key)
+                raise
+        if self.changes is not None:
+            self.changes.append(["set", path.text, value])
+        for listener in self._listeners:
+            listener(path.text, value)
+
     def append(self, path: StatePath | str, item: Any) -> list[Any]:
         """Append ``item`` to the list at ``path`` (a missing value or a non-list becomes
         the first item of a new list); returns the new list."""
         if isinstance(path, str):
             path = parse_path(path)
+        keys = path.keys
+        if path.root == "$vars" and len(keys) == 1 and type(keys[0]) is str:
+            return self._append_entry(path, keys[0], item)
+        return self._append_path(path, item)
+
+    def _append_path(self, path: StatePath, item: Any) -> list[Any]:
+        """``append`` to any path: the general case (``_append_entry`` does the same for
+        a whole ``$vars`` entry)."""
         current = self.get(path, [])
         size = None
         if isinstance(current, list):
@@ -305,13 +389,32 @@ class StateStore:
         else:
             current = [current]
         changes, self.changes = self.changes, None
+        grown = [*current, item]
         try:
-            self.write(path, [*current, item], size=size)
+            self.write(path, grown, size=size)
         finally:
             self.changes = changes
         if changes is not None and path.root == "$vars":
             changes.append(["add", path.text, item])
-        return self.read(path)  # type: ignore[no-any-return]
+        return grown
+
+    def _append_entry(self, path: StatePath, key: str, item: Any) -> list[Any]:
+        """``append`` to the whole ``$vars`` entry ``key``, the common case."""
+        current = self.vars.get(key, [])
+        size = None
+        if isinstance(current, list):
+            if self._limits is not None:
+                # the list's size so far is known: measure the item alone (not the list again)
+                known = (None if key in self._bounded else self._sizes.get(key)) if current else 2
+                if known is not None:
+                    size = known + approx_size(item) + 1
+        else:
+            current = [current]
+        grown = [*current, item]
+        self._write_entry(path, key, grown, size, change=False)
+        if self.changes is not None:
+            self.changes.append(["add", path.text, item])
+        return grown
 
     def apply(self, change: list[Any]) -> None:
         """Replay one entry of ``changes`` (resume)."""

@@ -15,6 +15,18 @@ less than ``asyncio.Runner.run``, whose signal handling alone took about 20 µs 
 for a callable and formats the handler's repr into the error, task repr included. The
 handler is installed and removed here through ``_signal``, the C module the ``signal``
 module wraps, which does neither.
+
+A call whose coroutine never waits (ops that only compute) finishes in its task's first
+step. That step is taken here, as ``run_forever``'s first iteration would take it (the
+loop marked running on this thread, its async generator hooks installed), without the
+rest of ``run_until_complete``: its two loop iterations, two ``epoll_wait`` calls and
+its setup cost about as much as a 10-op run's ops (measured in docs/performance.md).
+The call is still a task (``asyncio.current_task()``, cancellation, a copy of the
+caller's context); when the step leaves anything for the loop to do (the task waits,
+or scheduled a callback, or a Ctrl-C came), ``run_until_complete`` takes over. Only
+asyncio's own loop is stepped this way, and only when it has nothing else pending: a
+task or timer that an earlier call left behind gets its turn when the loop next runs,
+not during a call that never waits.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import contextlib
 import functools
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from types import FrameType
@@ -40,21 +53,33 @@ _getsignal: Callable[[int], Any] = _c_signal.getsignal
 _setsignal: Callable[[int, Any], Any] = _c_signal.signal
 
 T = TypeVar("T")
+_get_hooks = sys.get_asyncgen_hooks
+_set_hooks = sys.set_asyncgen_hooks
+_set_running_loop = asyncio.events._set_running_loop
 
 
 class ThreadLoop:
     """One thread's event loop and the bookkeeping of the call running on it."""
 
-    __slots__ = ("interrupts", "loop", "thread")
+    __slots__ = ("interrupts", "loop", "stepped", "thread")
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)  # the thread's loop, as asyncio.Runner makes it
         self.thread = threading.get_ident()
         self.interrupts = 0
+        self.stepped: Any = self.loop if isinstance(self.loop, asyncio.BaseEventLoop) else None
+        """The loop, when its first step can be taken by hand (asyncio's own loop; another
+        event loop policy's, uvloop's for one, always runs the call itself)."""
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         loop = self.loop
+        stepped = self.stepped
+        ready = None
+        if stepped is not None and not stepped._debug:
+            ready = stepped._ready
+            if ready or stepped._scheduled:  # the loop has work of its own: it runs the call
+                ready = None
         task = loop.create_task(coro)
         handler: Callable[[int, FrameType | None], None] | None = None
         if (
@@ -68,6 +93,10 @@ class ThreadLoop:
                 handler = None
         self.interrupts = 0
         try:
+            if ready is not None and len(ready) == 1:
+                self._first_step(ready.popleft(), task)
+                if task.done() and not ready and not stepped._stopping:
+                    return task.result()
             return loop.run_until_complete(task)
         except asyncio.CancelledError:
             if self.interrupts and task.uncancel() == 0:
@@ -76,6 +105,25 @@ class ThreadLoop:
         finally:
             if handler is not None and _getsignal(signal.SIGINT) is handler:
                 _setsignal(signal.SIGINT, signal.default_int_handler)
+
+    def _first_step(self, step: asyncio.Handle, task: asyncio.Task[Any]) -> None:
+        """Run the task's first step as ``run_forever``'s first iteration would: the loop
+        marked running on this thread, its async generator hooks installed."""
+        loop = self.stepped
+        hooks = _get_hooks()
+        loop._thread_id = threading.get_ident()
+        _set_hooks(firstiter=loop._asyncgen_firstiter_hook, finalizer=loop._asyncgen_finalizer_hook)
+        _set_running_loop(loop)
+        try:
+            step._run()
+        except BaseException:  # a second Ctrl-C, SystemExit: as run_until_complete does
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: it is raised here, not logged at exit
+            raise
+        finally:
+            loop._thread_id = None
+            _set_running_loop(None)
+            _set_hooks(*hooks)
 
     def _on_sigint(self, signum: int, frame: FrameType | None, *, task: asyncio.Task[Any]) -> None:
         """The first Ctrl-C cancels the task (the run stops as interrupted); a second one
@@ -129,11 +177,7 @@ def run_sync(make: Callable[[], Coroutine[Any, Any, T]], *, what: str) -> T:
     """Run the coroutine ``make()`` returns to completion on this thread's loop; ``what``
     names the async alternative in the error raised inside a running loop
     (``await runner.arun(...)``)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
+    if asyncio._get_running_loop() is not None:  # (get_running_loop raises when there is none)
         raise LatticeUserError(
             f"this synchronous call cannot run inside an event loop; use `{what}` instead",
             error_type="usage_error",

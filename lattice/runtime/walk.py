@@ -34,7 +34,7 @@ from lattice.ir.templates import StatePath, ValueTemplate, path_text
 from lattice.llm.base import CheckpointedProvider
 from lattice.runs.redaction import redact_value
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
-from lattice.runtime.executors import Executor
+from lattice.runtime.executors import Executor, PureExecutor
 from lattice.runtime.walk_state import BranchResume, Counters
 
 if TYPE_CHECKING:
@@ -50,7 +50,17 @@ YIELD_EVERY = 64
 class Step:
     """What the walk needs of one op, gathered once per Runner."""
 
-    __slots__ = ("control", "edges", "executor", "is_end", "is_start", "kind", "node", "op")
+    __slots__ = (
+        "control",
+        "edges",
+        "executor",
+        "is_end",
+        "is_start",
+        "kind",
+        "node",
+        "now",
+        "op",
+    )
 
     def __init__(self, op: Op, executor: Executor | None, edges: dict[str, str]) -> None:
         self.op = op
@@ -64,6 +74,8 @@ class Step:
         reaches the disk with the first op's, before anything the run does outside."""
         self.control = op.kind in CONTROL_KINDS
         """The walk runs it itself: it starts tracks of its own."""
+        self.now = executor.now if isinstance(executor, PureExecutor) else None
+        """The op never waits: called as it is, without a coroutine of its own."""
 
 
 @dataclass
@@ -126,26 +138,48 @@ class Walker:
 
     # -- one track -------------------------------------------------------------------
 
-    async def run_track(self, track: Track) -> TrackEnd:
+    async def run_track(self, track: Track) -> TrackEnd:  # noqa: C901
         """Walk ``track`` from its current op until it ends (or arrives at ``stop_at``):
-        each op is entered, executed, routed and committed in turn."""
+        each op is entered, executed, routed and committed in turn.
+
+        The loop inlines what every op does (counting it, its two events, routing along
+        an edge, the boundary checks); the rarer cases are the methods below."""
         ctx = track.ctx
-        counters: Counters = ctx.root.walk.counters
-        durability = ctx.root.walk.durability
+        root = ctx.root
+        counters: Counters = root.walk.counters
+        visits = counters.visits
+        durability = root.walk.durability
         journaled = durability.journals
+        keeps_records = durability.keeps_records
+        in_branch = ctx.branch is not None
+        state = ctx.state
+        clock = self.clock
+        steps = self.steps
+        stop_at = track.stop_at
+        max_steps, max_visits = self.max_steps, self.max_visits
         task = asyncio.current_task()
         current = track.current
         while current is not None:
-            if current == track.stop_at:
+            if current == stop_at:
                 return TrackEnd("arrived")
-            step = self.steps[current]
-            self._enter(track, step, current, counters)
-            started = self.clock()
+            step = steps[current]
+            # entered: counted against the limits, the track's op, said so
+            counters.steps += 1
+            count = visits[current] = visits.get(current, 0) + 1
+            ctx.current_op, ctx.current_node = current, step.node
+            if counters.steps > max_steps or count > max_visits:
+                raise _limit_error(max_steps, max_visits, current, counters.steps, count)
+            track.current = current
+            track.op_seq += 1
+            ctx.emit1("op_started", "kind", step.kind)
+            started = clock()
             calls_before = ctx.usage.requests
             try:
-                if step.control or ctx.branch is not None:
+                if step.control or in_branch:
                     outcome = await self._execute(track, step)
-                else:  # the common case, without a coroutine of its own
+                elif step.now is not None:
+                    outcome = step.now(ctx)
+                else:  # a main-walk op that may wait, without a coroutine of the walk's
                     outcome = await step.executor.run(ctx)  # type: ignore[union-attr]
             except HaltRun as halt:
                 self._halted(track, step, current, halt, journaled)
@@ -153,39 +187,36 @@ class Walker:
             except Exception as raised:
                 outcome = self._failed(track, step, current, started, raised, journaled)
             finally:
-                if ctx.state.tmp:
-                    ctx.state.clear_tmp()
-            self.record_op(ctx, track, current, started, outcome)
-            nxt, output = self._route(ctx, step, current, outcome)
+                if state.tmp:
+                    state.clear_tmp()
+            duration_ms = round((clock() - started) * 1000, 3)
+            port = outcome.port
+            ctx.emit2("op_finished", "duration_ms", duration_ms, "port", port)
+            if keeps_records:
+                self._write_record(ctx, track, current, duration_ms, outcome)
+            if step.is_end or port == ENDED:
+                nxt, output = None, outcome.output
+            else:
+                nxt, output = step.edges.get(port), None
+                if nxt is None:
+                    nxt, output = self._route(ctx, step, current, outcome)
             if journaled:
                 self._journal(track, step, outcome, nxt, counters, calls_before, output)
                 if nxt is not None and not step.is_start:
-                    await durability.commit(here=ctx.root.walk.commit_here and ctx.branch is None)
-            else:
+                    await durability.commit(here=root.walk.commit_here and not in_branch)
+            elif state.changes:
                 self._keep_changes(track)
             del outcome  # not held while the next op waits (its record may be large)
             if nxt is None:
                 return TrackEnd("end", output)
             current = nxt
-            self._check_stopped(ctx, task)
+            if root.stop_requested or (task is not None and task.cancelling()):
+                self._check_stopped(ctx, task)
             if not counters.steps % YIELD_EVERY:
                 await asyncio.sleep(0)  # ops that never wait leave the loop to others too
-            if ctx.branch is not None and ctx.stopped_by_sibling():
+            if in_branch and ctx.stopped_by_sibling():
                 raise Interrupted("a sibling branch failed, so this branch stopped")
         return TrackEnd("end", None)
-
-    def _enter(self, track: Track, step: Step, current: str, counters: Counters) -> None:
-        """Count the visit against the limits, make ``current`` the track's op, say so."""
-        ctx = track.ctx
-        counters.steps += 1
-        count = counters.visits.get(current, 0) + 1
-        counters.visits[current] = count
-        ctx.current_op, ctx.current_node = current, step.node
-        if counters.steps > self.max_steps or count > self.max_visits:
-            raise _limit_error(self.max_steps, self.max_visits, current, counters.steps, count)
-        track.current = current
-        track.op_seq += 1
-        ctx.emit("op_started", {"kind": step.kind})
 
     async def _execute(self, track: Track, step: Step) -> Outcome:
         """Run a fork or forEach here, or a branch's op through its executor within the
@@ -486,13 +517,24 @@ class Walker:
     ) -> None:
         duration_ms = round((self.clock() - started) * 1000, 3)
         if outcome is not None:
-            ctx.emit("op_finished", {"duration_ms": duration_ms, "port": outcome.port})
+            ctx.emit2("op_finished", "duration_ms", duration_ms, "port", outcome.port)
         else:
             error_type = error.error_type if error else "error"
             ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error_type})
-        durability = ctx.root.walk.durability
-        if not durability.keeps_records:
-            return
+        if ctx.root.walk.durability.keeps_records:
+            self._write_record(ctx, track, op_id, duration_ms, outcome, error=error)
+
+    def _write_record(
+        self,
+        ctx: RunContext,
+        track: Track,
+        op_id: str,
+        duration_ms: float,
+        outcome: Outcome | None,
+        *,
+        error: LatticeRunError | None = None,
+    ) -> None:
+        """Hand the op's record to the run's durability (which keeps records)."""
         label = track.label
         op = self.ir.ops[op_id]
         record: dict[str, Any] = {
@@ -516,7 +558,7 @@ class Walker:
                 **{k: v for k, v in error.details.items() if k != "attempts"},
             }
             record["attempts"] = error.details.get("attempts", [])
-        durability.write_op(label, op_id, record)
+        ctx.root.walk.durability.write_op(label, op_id, record)
 
 
 def run_failure(ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:

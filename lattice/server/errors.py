@@ -12,6 +12,7 @@ from typing import Any
 
 from lattice.errors import Diagnostic, DocumentError, InputError, LatticeUserError
 from lattice.runs.ownership import RunOwned
+from lattice.runtime.resume import NotResumable
 
 
 class ApiError(Exception):
@@ -69,10 +70,12 @@ def input_diagnostic(message: str, pointer: str) -> dict[str, Any]:
 def from_user_error(exc: LatticeUserError) -> ApiError:
     """The API error for a LatticeUserError raised while preparing or resuming a run:
     422 for a document, inputs or answers that do not fit (one diagnostic per problem,
-    located in the request body), 409 for a run another process (or run) owns, 400 for
-    other bad options."""
+    located in the request body), 409 for a run another process (or run) owns or whose
+    failure a resume would repeat, 400 for other bad options."""
     if isinstance(exc, RunOwned):
         return ApiError(409, "conflict", exc.message, extra={"status": "running"})
+    if isinstance(exc, NotResumable):
+        return ApiError(409, exc.error_type, exc.message, extra={"status": "failed"})
     if isinstance(exc, DocumentError):
         return document_error(exc.diagnostics, where="the document")
     if isinstance(exc, InputError):

@@ -3,8 +3,9 @@
 (docs/server.md), so that clients and the panel work unchanged.
 
 Nothing of a run is kept here: each request asks the backend. A run's events stream by
-asking for those after the last one sent every ``POLL_SECONDS`` until the run stops (a
-halted run's stream ends ``halted``, as a run folder's does). What a run on a backend
+asking for those after the last one read every ``POLL_SECONDS`` until the run stops (a
+halted run's stream ends ``halted``, as a run folder's does), once per run however many
+follow it (``polls.py``). What a run on a backend
 cannot do (resume, re-run, compare: a run folder's features) is a 409 that says so.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,11 +38,13 @@ from lattice.server.events import (
 from lattice.server.graph import run_graph
 from lattice.server.manager import RUN_ID, links, next_step, question
 from lattice.server.panel_api import LABEL, MAX_PAGE, MAX_RECORDS, label_key, op_summary
+from lattice.server.polls import PollEnded, RunPolls
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import (
     NewRun,
     RunBackend,
     RunConflict,
+    RunEvents,
     RunNotFound,
     RunView,
 )
@@ -150,6 +152,14 @@ def add_backend_routes(  # noqa: C901
 ) -> None:
     """The run routes of ``app``, answered by ``backend``. Registered before the
     run-folder routes of the same paths, which ``create_app`` then drops."""
+
+    polls = RunPolls(backend, POLL_SECONDS)
+
+    def events_text(batch: RunEvents) -> bytes:
+        text = "".join(message(e["seq"], event_line(e)) for e in batch.events)
+        if batch.status != "running":
+            text += end_message(batch.status)
+        return redact(text).encode()
 
     async def ask(call: Any) -> Any:
         try:
@@ -264,27 +274,29 @@ def add_backend_routes(  # noqa: C901
         cursor = resume_cursor(last_event_id, last_event_id_header)
         first = await ask(backend.events(run_id_of(run_id), cursor))
 
-        async def messages() -> AsyncIterator[bytes]:
+        def sent(batch: RunEvents) -> bytes:
             nonlocal cursor
-            batch = first
-            quiet_since = time.monotonic()
-            while True:
-                if batch.events:
-                    text = "".join(message(e["seq"], event_line(e)) for e in batch.events)
-                    yield redact(text).encode()
-                    cursor = batch.events[-1]["seq"]
-                    quiet_since = time.monotonic()
-                if batch.status != "running":
-                    yield end_message(batch.status).encode()
-                    return
-                if time.monotonic() - quiet_since > PING_SECONDS:
-                    yield PING
-                    quiet_since = time.monotonic()
-                await asyncio.sleep(POLL_SECONDS)
-                try:
-                    batch = await backend.events(run_id, cursor)
-                except LatticeUserError:
-                    return  # the client follows again from the last id it got
+            if batch.events:
+                cursor = batch.events[-1]["seq"]
+            return events_text(batch)
+
+        async def messages() -> AsyncIterator[bytes]:
+            if first.events or first.status != "running":
+                yield sent(first)
+            if first.status != "running":
+                return
+            async with polls.watch(run_id, cursor) as poll:  # shared with the run's watchers
+                while True:
+                    try:
+                        batch = await poll.next(cursor, PING_SECONDS)
+                    except PollEnded:
+                        return  # the client follows again from the last id it got
+                    if batch is None:
+                        yield PING
+                    elif batch.events or batch.status != "running":
+                        yield sent(batch)
+                        if batch.status != "running":
+                            return
 
         return StreamingResponse(
             messages(),

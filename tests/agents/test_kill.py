@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
+from lattice.llm.fake_server import FakeLLMServer, ToolTurn, serve
 from lattice.workspace import sandbox_problem
 from tests.conftest import EXAMPLES
-from tests.fake_llm_server import FakeLLMServer, ToolTurn, serve
 from tests.runs.test_crash import Forker, Process, configure, finish, started
 
 pytestmark = pytest.mark.skipif(

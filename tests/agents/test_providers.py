@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from lattice.llm.anthropic_provider import AnthropicProvider
+from lattice.llm.fake_server import ToolTurn, serve
 from lattice.llm.openai_provider import OpenAIProvider
 from lattice.llm.sdk_provider import SdkProvider
 from lattice.runs.store import RunStore
@@ -19,7 +20,6 @@ from lattice.runtime.runner import Runner
 from lattice.runtime.settings import RuntimeSettings
 from tests.agents.fixtures import RecordingToolset, recording_agents
 from tests.agents.test_loop import agent_ir
-from tests.fake_llm_server import ToolTurn, serve
 
 PROVIDERS: dict[str, Callable[[str], SdkProvider]] = {
     "openai": lambda url: OpenAIProvider(api_key="sk-test", base_url=url + "/v1"),

@@ -497,6 +497,39 @@ def test_resume_a_failed_run_with_a_new_mock(
     assert result["vars"]["draft"]["result"] == "rough"
 
 
+def test_a_run_whose_failure_a_resume_repeats_is_not_resumed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    code, _, _ = cli(
+        capsys,
+        "run",
+        EXAMPLES / "fix-a-bug.json",
+        "--mock",
+        EXAMPLES / "fix-a-bug.mock.json",
+        "--inputs",
+        EXAMPLES / "fix-a-bug.inputs.json",
+        "--runs-dir",
+        runs,
+    )
+    assert code == 1  # no tools granted: the script's tool calls fail the agent
+    [folder] = run_folders(runs)
+
+    def files() -> dict[str, bytes]:  # owner.lock names the last process to claim it
+        found = (p for p in folder.rglob("*") if p.is_file() and p.name != "owner.lock")
+        return {str(p.relative_to(folder)): p.read_bytes() for p in found}
+
+    before = files()
+    code, out, err = cli(capsys, "resume", folder.name, "--runs-dir", runs)
+    assert code == 2
+    assert out == ""
+    [line] = err.splitlines()
+    assert line.startswith(f"lattice: error[not_resumable]: run {folder.name} failed ")
+    assert "a resume would repeat" in line
+    assert "start a new run" in line
+    assert files() == before, "nothing of the folder changes"
+
+
 def test_resume_a_multi_select_question(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     doc = chain(
         node(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,71 @@ def test_the_question_asked_is_rendered(tmp_path: Path) -> None:
     )
     assert result.status == "completed"
     assert asked == ["Send the note about tea?"]
+
+
+def multi_line_question(tmp_path: Path) -> tuple[Path, Path]:
+    """The approval document whose question quotes the model's draft (two lines) in
+    lines of its own, and its mock script."""
+    doc = approval()
+    doc["nodes"][2]["data"]["questionText"] = (
+        "Here is the draft:\n{{ $vars.draft.result }}\n\nSend it?"
+    )
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc))
+    mock = tmp_path / "doc.mock.json"
+    mock.write_text(json.dumps({"responses": {"draft": ["Dear all,\nthe tea is \x1b[31mready"]}}))
+    return path, mock
+
+
+def test_a_multi_line_question_prints_as_lines(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # no terminal: the run halts
+    doc, mock = multi_line_question(tmp_path)
+    runs = tmp_path / "runs"
+    code = main(
+        ["run", str(doc), "--mock", str(mock), "--input", "topic=tea", "--runs-dir", str(runs)]
+    )
+    assert code == 3
+    err = capsys.readouterr().err
+    said = err.split("lattice: [waiting_for_answer] at approve: ", 1)[1].split("\nlattice: next:")[
+        0
+    ]
+    assert said.splitlines() == [
+        "waiting for an answer (options: Send, Discard) to:",
+        "  Here is the draft:",
+        "  Dear all,",
+        "  the tea is \\x1b[31mready",
+        "",
+        "  Send it?",
+    ]
+    [folder] = runs.iterdir()
+    assert main(["runs", "show", str(folder)]) == 0
+    shown = capsys.readouterr().out
+    assert "  Dear all,\n  the tea is \\x1b[31mready\n\n  Send it?\n" in shown
+    assert "\x1b" not in shown
+
+
+def test_a_multi_line_question_is_asked_as_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    ask = question("Red", "Blue").model_copy(
+        update={"question": "The draft:\nDear all,\x1b]0;title\x07\n\nColour?"}
+    )
+    assert terminal_asker(ask, typed("1")[1]) == "Red"
+    err = capsys.readouterr().err
+    assert "The draft:\nDear all,\\x1b]0;title\\x07\n\nColour?\n" in err
+    assert "\x1b" not in err and "\x07" not in err
+
+
+def test_a_question_on_temporal_is_asked_as_the_run_rendered_it() -> None:
+    from lattice.cli.temporal import asked
+
+    doc = approval()
+    doc["nodes"][2]["data"]["questionText"] = "Send the note about {{ $in.topic }}?"
+    ir = lower_ok(doc)
+    [op_id] = [op.id for op in ir.ops.values() if isinstance(op, AskOp)]
+    waiting = {"op_id": op_id, "details": {"question": "Send the note about tea?"}}
+    assert asked(ir, waiting).question == "Send the note about tea?"
+    assert asked(ir, {"op_id": op_id}).question == "Send the note about {{ $in.topic }}?"
 
 
 def test_ctrl_c_says_interrupted_once(

@@ -32,9 +32,10 @@ import pytest
 from lattice.config import LatticeConfig
 from lattice.lower.compiler import lower_document
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from tests.builders import approval, chain, node
 from tests.durable.helpers import run_locally, worker_process
-from tests.server.helpers import follow, read_sse, serve_in_process, serve_in_thread, steps
+from tests.server.helpers import follow, read_sse, serve_in_process, steps
 
 pytest.importorskip("temporalio")
 

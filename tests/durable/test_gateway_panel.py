@@ -17,11 +17,11 @@ import pytest
 
 from lattice.config import LatticeConfig
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from tests.builders import chain, node
 from tests.durable.test_gateway import workers
 from tests.panel.browser import chromium, console_errors, require_browser
 from tests.panel.helpers import workflows_folder
-from tests.server.helpers import serve_in_thread
 
 pytest.importorskip("temporalio")
 

@@ -171,3 +171,34 @@ def test_an_agent_started_again_replays_its_turns_and_tool_results(tmp_path: Pat
     assert (
         again["record"]["transcript"]["tool_calls"] == whole["record"]["transcript"]["tool_calls"]
     )
+
+
+def test_an_op_without_a_provider_on_a_worker_says_what_works_on_temporal() -> None:
+    ir = lower_document(chain(node("say", "prompt", prompt="Say tea"))).ir
+    assert ir is not None
+    [op_id] = [op.id for op in ir.ops.values() if op.source_node == "say"]
+    execir = ir_to_dict(ir)
+
+    async def load() -> dict[str, Any]:
+        return execir
+
+    request = {
+        "run_id": "r",
+        "op_id": op_id,
+        "execir_digest": execir_digest(execir),
+        "provider": {},  # none chosen, and none in the worker's configuration
+        "budgets": {},
+        "state": StateStore({}, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot(),
+        "seq": 0,
+        "answers": {},
+        "usage": None,
+        "provider_state": None,
+        "last_result": None,
+    }
+    done = asyncio.run(OpExecutor(LatticeConfig()).run_op(request, load))
+    assert done["error"]["error_type"] == "provider_disabled"
+    said = done["error"]["message"]
+    assert "--fixtures" not in said  # the Temporal engine does not take fixtures
+    assert "--mock FILE" in said and "--dry-run" in said
+    assert '"mock_script"' in said  # what a run started through the gateway sends
+    assert "workers'" in said  # a provider and its keys are the workers'

@@ -15,6 +15,7 @@ import pytest
 
 from lattice.config import LatticeConfig
 from lattice.ir.models import ExecIR, StateOp
+from lattice.llm.fake_server import serve
 from lattice.llm.mock import MockProvider
 from lattice.lower.compiler import lower_document
 from lattice.runs.store import RunStore
@@ -22,7 +23,6 @@ from lattice.runs.view import show_run
 from lattice.runtime.runner import Runner
 from tests.builders import conn, node
 from tests.durable.helpers import example, op_path, run_locally, with_worker
-from tests.fake_llm_server import serve
 from tests.runtime.test_for_each import each_doc
 from tests.runtime.test_parallel import fan_out
 

@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 
+from lattice.llm.fake_server import serve
 from lattice.lower.compiler import lower_document
 from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
 from lattice.service.providers import make_provider
 from tests.durable.helpers import worker_process
-from tests.fake_llm_server import serve, two_step_answer, two_step_document
+from tests.two_step import two_step_answer, two_step_document
 
 pytest.importorskip("temporalio")
 

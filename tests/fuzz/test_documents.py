@@ -1,6 +1,6 @@
 """Fuzzing: mutated shipped and corpus documents never crash, stall or exhaust Lattice.
 
-Each example mutates a real document (``tests/fuzz/mutations.py``: keys dropped,
+Each example mutates a real document (``bench/document_fuzzing.py``: keys dropped,
 duplicated, renamed and retyped, odd values, deeper nesting, truncated strings, random
 templates and conditions, odd node ids, self-calling sub-flows) and holds lowering to
 the standard: it returns diagnostics or raises only a ``LatticeUserError``; and when
@@ -20,6 +20,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.document_fuzzing import REPO, load_documents, mutate, mutate_text
 from lattice.errors import DocumentError, LatticeUserError
 from lattice.ir.serialize import check_ir, ir_from_json
 from lattice.lower import lower_document
@@ -27,7 +28,6 @@ from lattice.lower.emit import EMITTERS
 from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
 from lattice.runtime.settings import RuntimeSettings
-from tests.fuzz.mutations import REPO, load_documents, mutate, mutate_text
 
 DOCUMENTS = load_documents()
 SETTINGS = RuntimeSettings(repo_root=REPO)

@@ -22,11 +22,12 @@ from lattice.cli import main
 from lattice.config import LatticeConfig
 from lattice.ir import ir_to_dict
 from lattice.llm.base import SCHEMA_NOTE, LLMRequest, Message
+from lattice.llm.fake_server import FakeLLMServer, serve
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
 from lattice.service.providers import make_provider
 from tests.builders import lower_ok
-from tests.fake_llm_server import FakeLLMServer, serve, two_step_answer, two_step_document
+from tests.two_step import two_step_answer, two_step_document
 
 HASH = re.compile(r"^[0-9a-f]{64}$")
 OUTPUT = {"summary": "All about Tides"}

@@ -24,18 +24,13 @@ import pytest
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeRunError
 from lattice.llm.base import LLMRequest, LLMResponse, Message, ToolCall, ToolDef
+from lattice.llm.fake_server import FakeLLMServer, ToolTurn, serve
 from lattice.llm.litellm_provider import LiteLLMProvider
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
 from lattice.service.providers import make_provider
 from tests.builders import conn, lower_ok, node, workflow
-from tests.fake_llm_server import (
-    FakeLLMServer,
-    ToolTurn,
-    serve,
-    two_step_answer,
-    two_step_document,
-)
+from tests.two_step import two_step_answer, two_step_document
 
 pytestmark = [
     # LiteLLM's own code warns under pydantic 2.14 (not ours to fix, and not errors here)

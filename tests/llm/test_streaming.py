@@ -19,6 +19,7 @@ from lattice.contracts.calls import TRANSIENT_EVENTS
 from lattice.errors import LatticeRunError
 from lattice.llm.anthropic_provider import AnthropicProvider
 from lattice.llm.base import LLMRequest, LLMResponse, Message
+from lattice.llm.fake_server import FakeLLMServer, serve
 from lattice.llm.mock import MockProvider
 from lattice.llm.openai_provider import OpenAIProvider
 from lattice.llm.sdk_provider import SdkProvider
@@ -26,7 +27,7 @@ from lattice.primitive import LLMPrimitive
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
 from tests.builders import lower_ok
-from tests.fake_llm_server import FakeLLMServer, serve, two_step_answer, two_step_document
+from tests.two_step import two_step_answer, two_step_document
 
 SCHEMA = {
     "type": "object",

@@ -1,5 +1,5 @@
 """Tool calling in the SDK adapters, at the HTTP level under the real SDKs: a local
-OpenAI- and Anthropic-compatible server (``tests/fake_llm_server.py``) answers with tool
+OpenAI- and Anthropic-compatible server (``lattice/llm/fake_server.py``) answers with tool
 calls, whole and streamed; the adapters send tools and the transcript of tool calls and
 results in each API's shape, read parallel calls, keep malformed arguments for the loop,
 and take a stream cut in the middle of a call's arguments for a retryable error."""
@@ -25,10 +25,10 @@ from lattice.llm.base import (
     ToolDef,
     parse_tool_arguments,
 )
+from lattice.llm.fake_server import FakeLLMServer, ToolTurn, serve
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.openai_provider import OpenAIProvider
 from lattice.llm.sdk_provider import SdkProvider
-from tests.fake_llm_server import FakeLLMServer, ToolTurn, serve
 
 READ = ToolDef(
     "Read",

@@ -15,12 +15,12 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from bench import document_fuzzing as mutations
 from lattice.errors import Diagnostic, DocumentError
 from lattice.ir import ir_from_json, ir_to_json
 from lattice.lower import lower, lower_document
 from tests.builders import chain, conn, node, validate_ir, workflow
 from tests.conftest import corpus_files
-from tests.fuzz import mutations
 
 NODE_TYPES = [*mutations.NODE_TYPES, "promt", ""]
 """The fuzzer's node types and two that no document may use."""

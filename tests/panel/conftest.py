@@ -12,10 +12,11 @@ import pytest
 
 from lattice.config import LatticeConfig, RunsConfig
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from tests.conftest import EXAMPLES
 from tests.panel.browser import chromium, console_errors, require_browser
 from tests.panel.helpers import workflows_folder
-from tests.server.helpers import TIMEOUT, serve_in_thread, wait_for_status
+from tests.server.helpers import TIMEOUT, wait_for_status
 
 
 @pytest.fixture(scope="module")

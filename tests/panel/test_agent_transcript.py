@@ -14,11 +14,12 @@ import pytest
 
 from lattice.config import AgentsConfig, LatticeConfig, RunsConfig
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from lattice.workspace import sandbox_problem
 from tests.conftest import EXAMPLES
 from tests.panel.browser import chromium, console_errors, require_browser
 from tests.panel.test_browser import click, node_el, open_run, start_via_api, text, until
-from tests.server.helpers import TIMEOUT, serve_in_thread, wait_for_status
+from tests.server.helpers import TIMEOUT, wait_for_status
 
 pytestmark = pytest.mark.skipif(sandbox_problem() is not None, reason="no sandbox here")
 

@@ -17,8 +17,9 @@ import pytest
 
 from lattice.cli import main
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from tests.conftest import EXAMPLES, REPO
-from tests.server.helpers import TIMEOUT, serve_in_thread
+from tests.server.helpers import TIMEOUT
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,11 @@ import httpx
 import pytest
 
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from lattice.server.panel_api import PANEL_DIR
 from tests.builders import approval
 from tests.conftest import EXAMPLES
-from tests.server.helpers import TIMEOUT, serve_in_thread
+from tests.server.helpers import TIMEOUT
 
 TOKEN = "panel-token-for-tests"
 

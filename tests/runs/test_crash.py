@@ -36,8 +36,8 @@ from typing import Any
 
 import pytest
 
+from lattice.llm.fake_server import FakeLLMServer, serve
 from tests.builders import chain, node
-from tests.fake_llm_server import FakeLLMServer, serve
 
 SCORE_SCHEMA = {
     "type": "object",

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_llm_server import FakeLLMServer, serve
+from lattice.llm.fake_server import FakeLLMServer, serve
 from tests.runs.test_crash import (
     LATENCY,
     Forker,

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_llm_server import serve
+from lattice.llm.fake_server import serve
 from tests.runs.test_crash import (
     Forker,
     completed,

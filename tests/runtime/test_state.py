@@ -420,3 +420,72 @@ def test_a_branch_write_put_back_leaves_the_entry_shared_with_the_parent() -> No
     branch.write("$vars.x.note", "hi")  # on the failed route, say
     assert parent.vars["x"] == {"items": [1]}
     assert branch.vars["x"] == {"items": [1], "note": "hi"}
+
+
+def test_the_common_writes_do_what_the_general_write_does() -> None:
+    """``$vars.x`` and ``$vars.x.y`` take their own short ways through ``write`` (and
+    ``$vars.x`` through ``append``); on random writes and appends (new, replacing, into non-objects, over the limits, in forks that share
+    entries with their parent) they leave the state, sizes, changes and listeners' calls
+    exactly as the general path does."""
+    import copy as copying
+    import random
+
+    names = ["a", "b", "c"]
+    values: list[Any] = [1, "text", None, [1, 2], {"k": "v"}, "x" * 40, {"deep": {"er": 1}}]
+    rng = random.Random(31)
+    errors = appends = 0
+
+    def outcome(store: StateStore, how: str, path: str, value: Any, append: bool) -> Any:
+        try:
+            if append:
+                if how == "fast":
+                    return store.append(path, value)
+                return store._append_path(parse_path(path), value)
+            if how == "fast":
+                store.write(path, value)
+            else:
+                store._write_path(parse_path(path), value, None)
+        except LatticeRunError as exc:
+            return (exc.error_type, exc.message)
+        return None
+
+    def seen(store: StateStore, heard: list[Any]) -> Any:
+        return (
+            copying.deepcopy(store.vars),
+            dict(store._sizes),
+            store._total_size,
+            set(store._bounded),
+            copying.deepcopy(store.changes),
+            list(heard),
+            set(store._inherited),
+        )
+
+    for _ in range(300):
+        start = {n: copying.deepcopy(rng.choice(values)) for n in names if rng.random() < 0.6}
+        limits = StateLimits(max_state_bytes=rng.choice([60, 120, 10_000]), max_value_bytes=50)
+        parent = {how: StateStore(vars=copying.deepcopy(start)) for how in ("fast", "general")}
+        stores, heard = {}, {}
+        fork = rng.random() < 0.5
+        for how, store in parent.items():
+            store.limit(limits)
+            store.changes = []
+            target = store.fork() if fork else store
+            heard[how] = []
+            target._listeners = [lambda p, v, log=heard[how]: log.append((p, copying.deepcopy(v)))]
+            stores[how] = target
+        for _ in range(6):
+            keys = [rng.choice(names)] + ([rng.choice(["x", "y"])] if rng.random() < 0.5 else [])
+            path = "$vars." + ".".join(keys)
+            value = copying.deepcopy(rng.choice(values))
+            append = len(keys) == 1 and rng.random() < 0.4
+            appends += append
+            results = {
+                how: outcome(stores[how], how, path, copying.deepcopy(value), append)
+                for how in stores
+            }
+            assert results["fast"] == results["general"], path
+            errors += isinstance(results["fast"], tuple)
+            assert seen(stores["fast"], heard["fast"]) == seen(stores["general"], heard["general"])
+        if fork:  # the parent's entries were copied before a write inside them
+            assert parent["fast"].vars == parent["general"].vars == start
+    assert errors > 100 and appends > 100  # the limits were reached, both ways

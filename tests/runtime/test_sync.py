@@ -251,3 +251,136 @@ def test_ctrl_c_stops_a_run_whose_ops_never_wait(tmp_path: Path) -> None:
     assert checkpoint["status"] == "interrupted"
     state = json.loads((folder / "state_final.json").read_text())
     assert state["vars"]["n"] < 100  # stopped near where it was asked, not at a limit
+
+
+# -- a call that never waits: its task's first step, taken without the loop's iterations ----
+
+
+def pure_runner(store: RunStore | None = None) -> Runner:
+    """A run whose ops only compute: it never waits."""
+    doc = chain(
+        node("count", "variableStore", operation="increment", name="n"),
+        node("size", "dataTransform", expression="length(vars)"),
+    )
+    return Runner(lower(doc), store=store if store is not None else RunStore(None))
+
+
+class Selects:
+    """Counts the thread loop's waits for I/O (each iteration of the loop makes one)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from lattice.runtime import sync
+
+        runner(LoopSpy()).run()  # the thread's loop exists
+        selector = sync._local.runner.loop._selector
+        self.count = 0
+        select = selector.select
+
+        def counted(timeout: float | None = None) -> Any:
+            self.count += 1
+            return select(timeout)
+
+        monkeypatch.setattr(selector, "select", counted)
+
+
+def test_a_run_that_never_waits_finishes_without_an_iteration_of_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    selects = Selects(monkeypatch)
+    result = pure_runner().run()
+    assert result.status == "completed" and result.vars["n"] == 1
+    assert selects.count == 0
+
+    class Waiting:
+        name = "waiting"
+
+        async def complete(self, request: LLMRequest) -> LLMResponse:
+            await asyncio.sleep(0)
+            return LLMResponse(text="waited")
+
+    assert runner(Waiting()).run().output == "waited"  # a run that waits: the loop runs it
+    assert selects.count > 0
+
+
+def test_a_run_that_never_waits_is_still_a_task_in_a_copy_of_the_callers_context() -> None:
+    seen: list[tuple[bool, str]] = []
+
+    def listener(event: dict[str, Any]) -> None:
+        if event["type"] == "op_started":
+            seen.append((asyncio.current_task() is not None, CALLER.get()))
+            CALLER.set("changed inside the run")
+
+    subject = pure_runner()
+    subject.subscribe(listener)
+    token = CALLER.set("caller")
+    try:
+        assert subject.run().status == "completed"
+        assert CALLER.get() == "caller"
+    finally:
+        CALLER.reset(token)
+    assert seen[0] == (True, "caller")
+    assert all(is_task for is_task, _ in seen)
+
+
+def test_what_a_run_that_never_waits_schedules_runs_before_the_call_returns() -> None:
+    """A callback the run schedules (anyio's worker threads stop from one) and the task's
+    done callbacks run before ``run`` returns, not at the thread's next call."""
+    seen: list[str] = []
+
+    def listener(event: dict[str, Any]) -> None:
+        if event["type"] == "run_started":
+            asyncio.get_running_loop().call_soon(seen.append, "scheduled")
+            task = asyncio.current_task()
+            assert task is not None
+            task.add_done_callback(lambda _: seen.append("task done"))
+
+    subject = pure_runner()
+    subject.subscribe(listener)
+    assert subject.run().status == "completed"
+    assert seen == ["scheduled", "task done"]
+
+
+@pytest.mark.usefixtures("default_ctrl_c")
+def test_ctrl_c_stops_an_in_memory_run_that_never_waits() -> None:
+    from lattice.runtime import RunLimits
+    from tests.runtime.test_ops import infinite_loop
+
+    subject = Runner(
+        lower(infinite_loop()),
+        store=RunStore(None),
+        limits=RunLimits(max_steps=200_000, max_visits=100_000),
+    )
+    types: list[str] = []
+
+    def listener(event: dict[str, Any]) -> None:
+        types.append(event["type"])
+        ask = event["type"] == "op_started" and event["op_id"] == "inc" and len(types) > 100
+        if ask and "sent" not in types:
+            types.append("sent")
+            os.kill(os.getpid(), signal.SIGINT)
+
+    subject.subscribe(listener)
+    with pytest.raises(KeyboardInterrupt):
+        subject.run()
+    assert types[-1] == "run_interrupted"
+    assert len(types) < 120  # at the next op boundary, not at a limit
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert pure_runner().run().status == "completed"  # the loop is usable again
+
+
+def test_runs_that_never_wait_in_threads_each_use_their_own_loop() -> None:
+    results: list[Any] = []
+
+    def in_thread() -> None:
+        try:
+            subject = pure_runner()
+            results.extend(subject.run().vars["n"] for _ in range(3))
+        finally:
+            close_thread_loop()
+
+    workers = [threading.Thread(target=in_thread) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert results == [1] * 6

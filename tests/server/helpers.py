@@ -1,5 +1,6 @@
-"""Running ``lattice serve`` for tests: in a thread of the test process (one per module)
-or as a subprocess (to kill it), and reading its Server-Sent Events with httpx."""
+"""Running ``lattice serve`` for tests as a subprocess (to kill it; in a thread of the
+test process: ``lattice.server.in_thread``), and reading its Server-Sent Events with
+httpx."""
 
 from __future__ import annotations
 
@@ -20,36 +21,10 @@ from typing import Any
 
 import httpx
 
-from lattice.server.app import ServerSettings, create_app
-from lattice.server.main import LatticeServer
 from tests.builders import conn, node, workflow
 from tests.conftest import REPO
 
 TIMEOUT = 20.0
-
-
-@contextmanager
-def serve_in_thread(settings: ServerSettings) -> Iterator[str]:
-    """A real uvicorn server on 127.0.0.1 (an ephemeral port) in a thread; yields its URL."""
-    import uvicorn
-
-    app = create_app(settings)
-    server = LatticeServer(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"),
-        manager=app.state.manager,
-    )
-    thread = threading.Thread(target=server.run, name="lattice-serve", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not server.started:
-        assert thread.is_alive(), "the server stopped while starting"
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        server.should_exit = True
-        thread.join(TIMEOUT)
 
 
 @dataclass

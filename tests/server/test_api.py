@@ -30,6 +30,7 @@ from lattice.files import atomic_write_text
 from lattice.runs.ownership import claim
 from lattice.runs.view import list_runs
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from lattice.server.store import LoopRecorder
 from tests.builders import approval, chain, node
 from tests.conftest import EXAMPLES
@@ -40,7 +41,6 @@ from tests.server.helpers import (
     follow,
     read_sse,
     script,
-    serve_in_thread,
     steps,
     wait_for_status,
 )
@@ -347,7 +347,7 @@ def test_a_halted_question_is_answered_and_the_run_completes(client: httpx.Clien
 
 
 def test_an_agent_run_without_grants_says_to_grant_and_start_again(
-    client: httpx.Client,
+    client: httpx.Client, space: Path
 ) -> None:
     run_id = start(
         client,
@@ -363,6 +363,15 @@ def test_an_agent_run_without_grants_says_to_grant_and_start_again(
     assert "/resume" not in failure["recovery_action"]
     assert "start a new run" in failure["recovery_action"]
     assert failure["resumable"] is False
+    before = file_events(space / "runs" / run_id)
+
+    refused = client.post(f"/v1/runs/{run_id}/resume")
+    assert_error(refused, 409, "not_resumable")
+    assert refused.json()["status"] == "failed"
+    assert "a resume would repeat" in refused.json()["message"]
+    assert "start a new run" in refused.json()["message"]
+    assert client.get(f"/v1/runs/{run_id}").json()["status"] == "failed"
+    assert file_events(space / "runs" / run_id) == before
 
 
 def test_a_failed_run_resumes_without_asking_a_model_again(

@@ -16,9 +16,10 @@ from lattice.config import LatticeConfig, RunsConfig
 from lattice.errors import InputError
 from lattice.runtime.runner import Runner
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from lattice.service.rerun import prepare_rerun, rerun_point
 from tests.conftest import EXAMPLES
-from tests.server.helpers import TIMEOUT, file_events, serve_in_thread, wait_for_status
+from tests.server.helpers import TIMEOUT, file_events, wait_for_status
 
 CONFIG = LatticeConfig(runs=RunsConfig(durability="os"))
 INPUTS = json.loads((EXAMPLES / "support-triage.inputs.json").read_text())

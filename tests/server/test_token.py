@@ -16,9 +16,10 @@ from lattice.cli import main
 from lattice.cli.parser import build_parser
 from lattice.errors import LatticeUserError
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from lattice.server.main import is_loopback, settings_from_args
 from tests.conftest import REPO
-from tests.server.helpers import TIMEOUT, script, serve_in_thread, steps, wait_for_status
+from tests.server.helpers import TIMEOUT, script, steps, wait_for_status
 
 TOKEN = "s3cret-token-for-tests"
 

@@ -28,8 +28,9 @@ import pytest
 from lattice.cli import main
 from lattice.config import HttpConfig, LatticeConfig, RuntimeConfig, SecretsConfig
 from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from tests.builders import chain, node
-from tests.server.helpers import TIMEOUT, follow, serve_in_thread
+from tests.server.helpers import TIMEOUT, follow
 
 
 class Echo:

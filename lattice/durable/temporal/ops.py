@@ -40,6 +40,7 @@ from lattice.ir.models import FAILED_PORT, ExecIR, Op
 from lattice.ir.serialize import ir_from_json
 from lattice.ir.templates import StatePath, parse_path
 from lattice.llm.base import close_loop_clients, provider_checkpoint, restore_provider
+from lattice.llm.disabled import DisabledProvider
 from lattice.runs.redaction import make_redactor, redact_value
 from lattice.runs.store import RunStore
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
@@ -56,6 +57,18 @@ from lattice.tools.mcp import ToolSessions
 
 LoadExecIR = Callable[[], Awaitable[dict[str, Any]]]
 """Reads a run's ExecIR (from its workflow): ops carry only its digest."""
+ON_TEMPORAL_HOW_TO = (
+    "no LLM provider is configured on the workers. Run offline with a mock script: "
+    "lattice run DOC --engine temporal --mock FILE (lattice mock init DOC writes one; "
+    '--dry-run shows its prompts and starts nothing), or "mock"/"mock_script" in the '
+    "POST /v1/runs body of a gateway on Temporal; or choose a real provider with "
+    '--provider openai|anthropic|litellm ("provider" in the body) or [llm] provider in '
+    "the workers' lattice.toml (keys come from the workers' OPENAI_API_KEY / "
+    "ANTHROPIC_API_KEY). Fixtures are not replayed on Temporal"
+)
+"""What an op asks to do when neither its run nor the worker names a provider: the
+Temporal engine's options (the local engine's hint names ``--fixtures``)."""
+
 CACHED_DOCUMENTS = 64
 """Compiled ExecIRs a worker keeps (by digest), so an op does not compile its run again."""
 
@@ -144,6 +157,8 @@ class OpExecutor:
                 error_type="unsupported",
             )
         provider = ProviderSpec.from_meta(request.get("provider") or {}).build(self.config)
+        if isinstance(provider, DisabledProvider):
+            provider.how_to = ON_TEMPORAL_HOW_TO
         provider_state = replayed_provider_state(recorded) or request.get("provider_state")
         if provider_state is not None:
             restore_provider(provider, provider_state)

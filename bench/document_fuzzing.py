@@ -1,4 +1,7 @@
-"""Mutations of workflow documents, for fuzzing lowering (tests/fuzz and bench/fuzz_documents.py).
+"""Mutations of workflow documents, and the counting server their remote ``$ref``s point
+at, for fuzzing lowering: ``bench/fuzz_documents.py`` runs them by the thousand, and
+the tests (``tests/fuzz``, ``tests/lower/test_property.py``,
+``tests/test_untrusted_schemas.py``) sample them.
 
 ``mutate(doc, rng, count)`` returns a mutated deep copy of ``doc``: keys dropped,
 duplicated, renamed or retyped, values swapped for odd types (non-finite numbers, huge
@@ -8,7 +11,7 @@ call themselves. ``mutate_text`` garbles the JSON text itself (for the file read
 Everything is driven by ``rng`` so a seed reproduces a document.
 
 Schemas are mutated too (``odd_schema``): ``$ref`` to URLs (``REMOTE_URL``, which the
-bench points at a local server that counts requests), to files and to pointers that
+bench points at a ``CountingServer``), to files and to pointers that
 lead nowhere, ``$id``/``$schema`` URLs, and ``pattern`` / ``patternProperties`` with
 nested quantifiers (``CATASTROPHIC_PATTERNS``); conditions get ``matches`` with them.
 
@@ -20,14 +23,16 @@ builds a Runner; it returns None when all went as the standard says (IR, or a
 from __future__ import annotations
 
 import copy
+import http.server
 import itertools
 import json
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus" / "ccwf"
 _NOT_DOCUMENTS = (".mock.json", ".answers.json", ".inputs.json")
 
@@ -171,6 +176,38 @@ def document_paths() -> list[Path]:
 def load_documents() -> list[tuple[str, Any]]:
     """``(name, parsed JSON)`` of every document of ``document_paths``."""
     return [(p.name, json.loads(p.read_text(encoding="utf-8"))) for p in document_paths()]
+
+
+class CountingServer:
+    """An HTTP server on 127.0.0.1 (an ephemeral port, a daemon thread) that answers
+    every GET with a JSON Schema and records the path of each in ``hits``: whatever
+    reaches it was fetched when nothing should have been. ``close()`` stops it."""
+
+    SCHEMA = b'{"type": "string"}'
+
+    def __init__(self, path: str = "/schema.json") -> None:
+        self.hits: list[str] = []
+        hits, body = self.hits, self.SCHEMA
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                hits.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/schema+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}{path}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 # -- picking places ------------------------------------------------------------------------
