@@ -106,7 +106,7 @@ def main() -> int:
         results = await asyncio.gather(*(runner.arun({}) for _ in range(args.runs)))
         cpu = time.process_time() - cpu
         assert all(r.status == "completed" and r.usage.calls == 5 for r in results)
-        return cpu / args.runs * 1e6
+        return float(cpu / args.runs * 1e6)
 
     loop = asyncio.new_event_loop()
     gc.callbacks.append(count)
