@@ -14,6 +14,7 @@ import pytest
 from lattice.errors import Diagnostic
 from lattice.ir import ExecIR, execir_json_schema, ir_to_dict
 from lattice.lower import LoweringResult
+from lattice.runs.oplog import op_entries, read_op_records
 
 _IR_VALIDATOR: jsonschema.Draft202012Validator | None = None
 
@@ -184,3 +185,24 @@ def approval(inputs: dict[str, Any] | None = None) -> dict[str, Any]:
         ],
         id="approval",
     )
+
+
+def op_records(folder: Path | None, op_id: str | None = None) -> list[dict[str, Any]]:
+    """The op records of a run folder in op order (``lattice.runs.oplog``): all, or those
+    of op ``op_id``."""
+    assert folder is not None
+    records = read_op_records(folder)
+    return [r for r in records if op_id is None or r.get("op_id") == op_id]
+
+
+def op_record(folder: Path | None, op_id: str) -> dict[str, Any]:
+    """The one record of op ``op_id`` in a run folder."""
+    (record,) = op_records(folder, op_id)
+    return record
+
+
+def op_names(folder: Path | None) -> list[str]:
+    """``<label>-<op>`` of each op record of a run folder, in op order (what their files
+    were named before ``ops.jsonl``)."""
+    assert folder is not None
+    return [f"{entry.label}-{entry.name}" for entry in op_entries(folder)]

@@ -23,7 +23,7 @@ from lattice.llm.disabled import DisabledProvider
 from lattice.lower import lower
 from lattice.runtime import Runner, RunResult, RunStore
 from lattice.runtime.settings import RuntimeSettings
-from tests.builders import chain, node
+from tests.builders import chain, node, op_record
 
 
 class Report(BaseModel):
@@ -525,8 +525,7 @@ def _through_workflow(
         attempts = result.failure.attempts
     else:
         assert result.run_dir is not None
-        (record,) = (result.run_dir / "ops").glob("*-gen.json")
-        attempts = json.loads(record.read_text(encoding="utf-8"))["attempts"]
+        attempts = op_record(result.run_dir, "gen")["attempts"]
     return result, provider, attempts
 
 

@@ -18,6 +18,7 @@ from lattice.batch.results import read_results
 from lattice.batch.rows import id_order
 from lattice.errors import LatticeUserError
 from lattice.runs.checkpoint import load_checkpoint
+from lattice.runs.oplog import read_op_records
 
 _MISSING: Any = object()
 
@@ -245,11 +246,7 @@ def read_run(folder: Path) -> RunView:
     result = _json(folder / "result.json") or {}
     checkpoint = load_checkpoint(folder) or {}
     status = str(result.get("status") or checkpoint.get("status") or "?")
-    records = []
-    for path in sorted((folder / "ops").glob("*.json")):
-        record = _json(path)
-        if isinstance(record, dict):
-            records.append(record)
+    records = read_op_records(folder)
     walk: list[str] = []
     outputs: dict[str, list[Any]] = {}
     calls: dict[str, dict[str, int]] = {}

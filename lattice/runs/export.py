@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lattice.errors import LatticeUserError
+from lattice.runs.oplog import OPS_DIR, OPS_FILE, op_entries
 
 Format = Literal["chat", "validator"]
 FORMATS: tuple[Format, ...] = ("chat", "validator")
@@ -57,11 +58,12 @@ class ExportStats:
 
 
 def is_run_folder(path: Path) -> bool:
-    """A folder with op records and what ran: ``execir.json``, or a journal (whose first
-    line holds its copy when a power cut lost the file)."""
+    """A folder with op records (``ops.jsonl``, or an older folder's ``ops/``) and what
+    ran: ``execir.json``, or a journal (whose first line holds its copy when a power cut
+    lost the file)."""
     return (
         path.is_dir()
-        and (path / "ops").is_dir()
+        and ((path / OPS_FILE).is_file() or (path / OPS_DIR).is_dir())
         and ((path / "execir.json").is_file() or (path / "journal.jsonl").is_file())
     )
 
@@ -76,7 +78,7 @@ def run_folders(paths: Iterable[Path]) -> list[Path]:
             folders.extend(children)
         else:
             raise LatticeUserError(
-                f"{path} is not a run folder (no ops/ and execir.json) nor a folder of runs"
+                f"{path} is not a run folder (no {OPS_FILE} and execir.json) nor a folder of runs"
             )
     return folders
 
@@ -99,9 +101,13 @@ def _run_info(folder: Path) -> dict[str, Any]:
 
 
 def _op_records(folder: Path) -> Iterator[dict[str, Any]]:
-    for path in sorted((folder / "ops").glob("*.json")):
-        record = _read_json(path)
-        if isinstance(record, dict) and record.get("kind") == "LLM_WRITE":
+    for entry in op_entries(folder):
+        record = entry.record()
+        if record is None:
+            raise LatticeUserError(
+                f"{folder}: cannot read the record of op {entry.label}-{entry.name} (not JSON)"
+            )
+        if record.get("kind") == "LLM_WRITE":
             yield record
 
 

@@ -3,12 +3,12 @@
 Folder layout (docs/runs.md)::
 
     workflow.json  execir.json  input.json  state_initial.json  checkpoint.json
-    events.jsonl  journal.jsonl  ops/<seq>-<opId>.json
+    events.jsonl  journal.jsonl  ops.jsonl
     state_final.json  result.json  failure_report.json
 
-JSON files are written atomically; ``events.jsonl`` and ``journal.jsonl`` are
-append-only and flushed per line, so a process killed at any moment leaves every line
-it wrote on the OS. The journal also holds a copy of every file a resume reads
+JSON files are written atomically; ``events.jsonl``, ``journal.jsonl`` and ``ops.jsonl``
+(the op records, ``lattice.runs.oplog``) are append-only and written a line at a time,
+so a process killed at any moment leaves every line it wrote on the OS. The journal also holds a copy of every file a resume reads
 (``DURABLE_FILES``): the starting files in its first line, ``checkpoint.json`` again in
 its last line when the run stops. So with ``durability="fsync"`` (the default) the
 journal is the one file a run forces to disk: at every op boundary, the first time with
@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import time
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
@@ -31,10 +30,9 @@ from typing import IO, Any, Literal, Protocol
 from lattice.errors import LatticeUserError
 from lattice.files import sync_data, sync_directory, write_replacing
 from lattice.runs.journal import FILES, JOURNAL, drop_torn_tail, open_append, read_lines
+from lattice.runs.oplog import OPS_FILE, cut_torn_line, op_line, safe_name
 from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 class _RunIds:
@@ -66,11 +64,6 @@ new_run_id = _RunIds().new
 """A sortable id that is safe as a folder name: ``20261122T101500-3fa9c1d0``.
 
 Not a secret; a generated id that meets an existing folder is drawn again (``RunFolderExists``)."""
-
-
-def safe_name(text: str) -> str:
-    """``text`` with characters unsafe in file names replaced by ``_``."""
-    return _UNSAFE.sub("_", text).strip("._") or "_"
 
 
 def file_text(data: Any) -> str:
@@ -146,8 +139,8 @@ class RunRecorder(Protocol):
     def append_event(self, event: dict[str, Any]) -> None: ...
 
     def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
-        """Write an op's record as ``ops/<label>-<opId>.json`` (``label``: its sequence
-        number, ``0007``, or for an op of a branch ``0005.2.0003``)."""
+        """Keep an op's record: a line of ``ops.jsonl`` (``lattice.runs.oplog``;
+        ``label``: its sequence number, ``0007``, or for an op of a branch ``0005.2.0003``)."""
         ...
 
     def journal(self, line: dict[str, Any]) -> None:
@@ -199,6 +192,9 @@ class NullRecorder:
         pass
 
 
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
+
 def _line(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
@@ -238,21 +234,26 @@ class FolderRecorder:
                     f"cannot create run folder {run_dir}: {exc.strerror}"
                 ) from exc
         self.ownership = ownership if ownership is not None else claim(run_dir)
+        self._ops = -1
+        """``ops.jsonl``, open for appending (``write_op``)."""
         try:
             if resume:
                 self.torn = [
                     name for name in ("events.jsonl", JOURNAL) if drop_torn_tail(run_dir / name)
                 ]
-            (run_dir / "ops").mkdir(exist_ok=True)
+                if cut_torn_line(run_dir / OPS_FILE):
+                    self.torn.append(OPS_FILE)
+            self._ops = os.open(run_dir / OPS_FILE, _APPEND, 0o666)
             self._journal: IO[str] = open_append(run_dir / JOURNAL)
         except OSError as exc:
+            if self._ops >= 0:
+                os.close(self._ops)
             self.ownership.release()
             raise LatticeUserError(f"cannot create run folder {run_dir}: {exc.strerror}") from exc
         self._events: IO[str] | None = None
         self._unsynced = False
         self._syncing: asyncio.Future[None] | None = None
         """The journal's last sync, while it runs."""
-        self._ops = run_dir / "ops"
         self._starting: dict[str, str] | None = None if resume else {}
         """A new run's durable files until ``sync_started`` copies them into the journal."""
         self.folder_synced = False
@@ -294,8 +295,10 @@ class FolderRecorder:
         self._events.flush()
 
     def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
-        text = _line(record) + "\n"
-        write_replacing(self._ops / f"{label}-{safe_name(op_id)}.json", self._redact(text))
+        data = self._redact(op_line(label, op_id, _line(record))).encode("utf-8")
+        written = os.write(self._ops, data)  # O_APPEND: one write, one line
+        while written < len(data):  # a short write (a signal): the rest follows it
+            written += os.write(self._ops, data[written:])
 
     def journal(self, line: dict[str, Any]) -> None:
         self._journal.write(self._redact(_line(line)) + "\n")
@@ -341,6 +344,9 @@ class FolderRecorder:
 
     def close(self) -> None:
         self._starting = None
+        if self._ops >= 0:
+            os.close(self._ops)
+            self._ops = -1
         if self._events is not None:
             self._events.close()
             self._events = None

@@ -9,6 +9,7 @@ from typing import Any
 
 from lattice.errors import LatticeUserError
 from lattice.runs.checkpoint import load_checkpoint, status_of
+from lattice.runs.oplog import read_op_records
 
 
 def terminal_text(text: str, indent: str = "  ") -> str:
@@ -109,8 +110,7 @@ def show_run(folder: Path) -> str:
     took = _duration(folder / "events.jsonl")
     took_text = f" in {took:.2f}s" if took is not None else ""
     lines = [f"run {folder.name}: {status}{took_text} ({result.get('workflow', '?')})"]
-    for record_path in sorted((folder / "ops").glob("*.json")):
-        record = _load(record_path) or {}
+    for record in read_op_records(folder):
         calls = _calls(record.get("attempts") or [])
         transcript = record.get("transcript")
         if isinstance(transcript, dict):  # an agent: its turns (requests) and tool calls

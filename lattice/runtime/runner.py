@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
-import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from lattice.runs.checkpoint import (
 )
 from lattice.runs.folder import read_run_json, restore_journaled_files
 from lattice.runs.journal import JournalState, read_journal
+from lattice.runs.oplog import read_op_records
 from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import (
@@ -317,8 +317,7 @@ class Runner:
         if folder is None or not self._has_agents:
             return list(ctx.changes)
         changes: list[dict[str, Any]] = []
-        for path in sorted((folder / "ops").glob("*.json")):
-            record = json.loads(path.read_text(encoding="utf-8"))
+        for record in read_op_records(folder):
             changes += [{"op": record.get("op_id"), **c} for c in record.get("changes") or ()]
         return changes
 

@@ -8,7 +8,7 @@ it with every API call); everything else below needs the token like any API rout
 - ``GET /v1/runs/{id}/graph``: the canvas of the run's workflow (``graph.py``);
 - ``GET /v1/runs/{id}/state``: the state the run started from (``?at=final``: where it
   stopped), for the state view's time travel;
-- ``GET /v1/runs/{id}/ops``: the run's op records (``ops/``), an index a page at a
+- ``GET /v1/runs/{id}/ops``: the run's op records (``ops.jsonl``), an index a page at a
   time, or with ``?node=ID`` the full records of one node's latest ops (inputs,
   attempts, output);
 - ``GET /v1/forms/{name}``: what the new-run form of a workflow needs (its inputs
@@ -37,10 +37,10 @@ from starlette.responses import FileResponse, Response
 from lattice.batch.diff import diff_runs
 from lattice.ir.serialize import ir_to_dict
 from lattice.runs.folder import load_run_json
-from lattice.runs.store import safe_name
+from lattice.runs.oplog import OpEntry, label_key, op_entries, safe_name
 from lattice.server.errors import ApiError, diagnostics_json, not_found
 from lattice.server.graph import document_graph, run_graph
-from lattice.server.manager import RunManager, read_json
+from lattice.server.manager import RunManager
 from lattice.server.workflows import WorkflowLibrary
 
 PANEL_DIR = Path(__file__).resolve().parent / "panel"
@@ -87,31 +87,6 @@ class GraphRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     document: dict[str, Any]
-
-
-def label_key(label: str) -> tuple[int, ...]:
-    """The order of op record labels (``0003``, ``0003.1.0001``, ``10000``)."""
-    try:
-        return tuple(int(part) for part in label.split("."))
-    except ValueError:
-        return (1 << 62,)
-
-
-def op_files(folder: Path) -> list[tuple[str, str, Path]]:
-    """``(label, op id as in the file name, path)`` of a run's op records, in op order."""
-    try:
-        entries = list(os.scandir(folder / "ops"))
-    except OSError:
-        return []
-    out = []
-    for entry in entries:
-        name = entry.name
-        if not name.endswith(".json") or "-" not in name:
-            continue
-        label, _, rest = name[: -len(".json")].partition("-")
-        out.append((label, rest, Path(entry.path)))
-    out.sort(key=lambda item: label_key(item[0]))
-    return out
 
 
 def mock_scripts(library: WorkflowLibrary) -> list[str]:
@@ -217,7 +192,7 @@ def add_panel_routes(  # noqa: C901
     ) -> Response:
         folder = manager.folder(run_id)
         if node is None:
-            return respond(200, op_index(op_files(folder), after=after, limit=limit))
+            return respond(200, op_index(op_entries(folder), after=after, limit=limit))
         if limit > MAX_RECORDS:
             raise ApiError(
                 422,
@@ -232,17 +207,17 @@ def add_panel_routes(  # noqa: C901
                     }
                 ],
             )
-        files = op_files(folder)
+        entries = op_entries(folder)
         graph = run_graph(
             load_run_json(folder, "workflow.json"), load_run_json(folder, "execir.json")
         )
         mine = {safe_name(op_id) for op_id, entry in graph["ops"].items() if entry["node"] == node}
-        chosen = [(label, path) for label, name, path in files if name in mine]
+        chosen = [entry for entry in entries if entry.name in mine]
         records = []
-        for label, path in chosen[-limit:]:
-            record = read_json(path)
-            if isinstance(record, dict):
-                records.append({"label": label, **record})
+        for entry in chosen[-limit:]:
+            record = entry.record()
+            if record is not None:
+                records.append({"label": entry.label, **record})
         return respond(200, {"node": node, "total": len(chosen), "records": records})
 
     @app.get("/v1/forms/{name:path}", tags=["panel"], summary="the new-run form of a workflow")
@@ -284,22 +259,20 @@ def _read_side(library: WorkflowLibrary, name: str | None) -> Any:
         return None
 
 
-def op_index(
-    files: list[tuple[str, str, Path]], *, after: str | None, limit: int
-) -> dict[str, Any]:
+def op_index(entries: list[OpEntry], *, after: str | None, limit: int) -> dict[str, Any]:
     """A page of a run's op index: the summaries of the ``limit`` op records after label
     ``after`` (from the first when None), and ``next``, the ``after`` of the following
-    page (None on the last)."""
+    page (None on the last). Only the page's records are parsed."""
     if after is not None:
         start = label_key(after)
-        files = [item for item in files if label_key(item[0]) > start]
-    page = files[:limit]
+        entries = [entry for entry in entries if label_key(entry.label) > start]
+    page = entries[:limit]
     ops = []
-    for label, _name, path in page:
-        record = read_json(path)
-        if isinstance(record, dict):
-            ops.append(op_summary(label, record))
-    return {"ops": ops, "next": page[-1][0] if len(files) > limit else None}
+    for entry in page:
+        record = entry.record()
+        if record is not None:
+            ops.append(op_summary(entry.label, record))
+    return {"ops": ops, "next": page[-1].label if len(entries) > limit else None}
 
 
 def op_summary(label: str, record: Mapping[str, Any]) -> dict[str, Any]:

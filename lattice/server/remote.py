@@ -22,8 +22,9 @@ from starlette.responses import Response, StreamingResponse
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
+from lattice.runs.oplog import label_key, safe_name
 from lattice.runs.redaction import Redactor
-from lattice.runs.store import new_run_id, refuse_secret_answers, safe_name
+from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
 from lattice.server.bodies import AnswerRun, StartRun, check_start
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
@@ -37,7 +38,7 @@ from lattice.server.events import (
 )
 from lattice.server.graph import run_graph
 from lattice.server.manager import RUN_ID, links, next_step, question
-from lattice.server.panel_api import LABEL, MAX_PAGE, MAX_RECORDS, label_key, op_summary
+from lattice.server.panel_api import LABEL, MAX_PAGE, MAX_RECORDS, op_summary
 from lattice.server.polls import PollEnded, RunPolls
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import (
@@ -383,7 +384,10 @@ def add_backend_routes(  # noqa: C901
         after: Annotated[str | None, Query(pattern=LABEL)] = None,
     ) -> Response:
         record = await ask(backend.record(run_id_of(run_id)))
-        labelled = [(f"{op.get('seq', n + 1):04d}", op) for n, op in enumerate(record.ops)]
+        labelled = sorted(
+            ((op_label(op.get("seq"), n), op) for n, op in enumerate(record.ops)),
+            key=lambda item: label_key(item[0]),
+        )
         if node is None:
             if after is not None:
                 labelled = [item for item in labelled if label_key(item[0]) > label_key(after)]
@@ -405,3 +409,12 @@ def add_backend_routes(  # noqa: C901
 
 
 STATUSES = "^(running|completed|failed|halted|interrupted)$"
+
+
+def op_label(seq: Any, index: int) -> str:
+    """The label of an op record kept in a Temporal run's history: a branch's op has its
+    label as its ``seq`` (``0003.1.0001``), the main track's ops their number (``3`` is
+    ``0003``); a record without one is labelled by its place."""
+    if isinstance(seq, str):
+        return seq
+    return f"{seq if isinstance(seq, int) else index + 1:04d}"

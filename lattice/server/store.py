@@ -7,9 +7,9 @@ run's stop makes (``close``) would run in the calling thread, which in a CLI run
 nothing but in a server holds up every other run and every event stream on the loop.
 
 ``LoopStore`` writes the same files the same way, but hands that last sync to a worker
-thread too. Op records (``ops/<seq>-<opId>.json``, which describe a run but are not
-what a resume reads) are serialised on the loop, as the op ends, and written to their
-files by a worker thread. Events are appended to ``events.jsonl`` once per step of the
+thread too. Op records are appended to ``ops.jsonl`` on the loop as the op ends, as
+``FolderRecorder`` does (an append to an open file, about a microsecond: no thread is
+worth it). Events are appended to ``events.jsonl`` once per step of the
 run rather than once per event (a step emits three to five), or as soon as
 ``FLUSH_LINES`` wait, always before the journal line that commits their op; ``on_line``
 is handed each event's line exactly as the file gets it. ``settle()`` waits for all of
@@ -25,11 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from lattice.files import atomic_write_text
 from lattice.runs.journal import JOURNAL, open_append
+from lattice.runs.oplog import safe_name
 from lattice.runs.ownership import Ownership
 from lattice.runs.redaction import Redactor
-from lattice.runs.store import Durability, FolderRecorder, RunRecorder, RunStore, safe_name
+from lattice.runs.store import Durability, FolderRecorder, RunRecorder, RunStore
 from lattice.server.events import KEEP
 
 FLUSH_LINES = KEEP // 4
@@ -43,8 +43,8 @@ EventLine = Callable[[int, str], None]
 
 
 class LoopRecorder(FolderRecorder):
-    """A FolderRecorder for a shared loop: fsyncs, op record files and event lines are
-    written off the loop's critical path (see the module docstring)."""
+    """A FolderRecorder for a shared loop: fsyncs and event lines are written off the
+    loop's critical path (see the module docstring)."""
 
     def __init__(
         self,
@@ -61,8 +61,6 @@ class LoopRecorder(FolderRecorder):
         )
         self.pending: list[asyncio.Future[None]] = []
         """The stop's sync, while it runs."""
-        self.background: list[asyncio.Future[None]] = []
-        """Op records being written."""
         self._mask = redact or (lambda text: text)
         self.on_line = on_line
         self._lines: list[str] = []
@@ -88,23 +86,6 @@ class LoopRecorder(FolderRecorder):
         self._event_file.write("\n".join(self._lines) + "\n")
         self._event_file.flush()
         self._lines = []
-
-    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
-        # The same file as FolderRecorder.write_op, serialised now (the record holds live
-        # state values), written by a worker thread.
-        assert self.run_dir is not None
-        text = self._mask(
-            json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
-        )
-        path = self.run_dir / "ops" / f"{label}-{safe_name(op_id)}.json"
-        loop = asyncio.get_running_loop()
-        self.background.append(loop.run_in_executor(None, atomic_write_text, path, text + "\n"))
-        if len(self.background) > 64:
-            done = [f for f in self.background if f.done()]
-            self.background = [f for f in self.background if not f.done()]
-            for future in done:
-                if future.exception() is not None:
-                    self.background.append(future)  # settle() raises it
 
     def journal(self, line: dict[str, Any]) -> None:
         self._write_events()  # an op's events are in the file before its commit
@@ -132,9 +113,8 @@ class LoopRecorder(FolderRecorder):
 
     async def settle(self) -> None:
         """Wait until every file written so far is written (and forced to disk)."""
-        while self.pending or self.background:
-            pending, self.pending = self.pending + self.background, []
-            self.background = []
+        while self.pending:
+            pending, self.pending = self.pending, []
             await asyncio.gather(*pending)
 
 

@@ -3,7 +3,6 @@ sub-agents run as AGENT ops, and their run folders show the tool calls they made
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from lattice.ir.models import AgentOp, AskOp
 from lattice.lower import lower
 from lattice.service.mocks import answers_file, mock_script
 from lattice.workspace import WorkspaceGrant, sandbox_problem
+from tests.builders import op_records
 from tests.cli.test_run import cli, write_json
 from tests.conftest import CORPUS, EXAMPLES
 
@@ -66,8 +66,7 @@ def test_built_in_agents_of_upstream_samples_call_their_tools(
     assert code == 0, err
     (folder,) = runs.iterdir()
     ran = {}
-    for record_path in (folder / "ops").glob("*.json"):
-        record = json.loads(record_path.read_text())
+    for record in op_records(folder):
         if record.get("kind") == "AGENT":
             turns = record["transcript"]["turns"]
             ran[record["op_id"]] = [c["name"] for t in turns for c in t["tool_calls"]]

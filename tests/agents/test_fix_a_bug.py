@@ -14,6 +14,7 @@ import pytest
 from lattice.cli.main import main
 from lattice.runs.view import show_run
 from lattice.workspace import sandbox_problem
+from tests.builders import op_record
 from tests.conftest import REPO
 
 EXAMPLES = REPO / "workflows" / "examples"
@@ -61,8 +62,7 @@ def test_the_agents_fix_the_bug_and_the_tests_pass(tmp_path: Path) -> None:
     (folder,) = runs.iterdir()
     calls = {}
     for node in ("explore", "plan", "fix"):
-        (path,) = (folder / "ops").glob(f"*-{node}.json")
-        record = json.loads(path.read_text())
+        record = op_record(folder, node)
         calls[node] = [
             (call["name"], call["is_error"])
             for turn in record["transcript"]["turns"]
@@ -73,7 +73,7 @@ def test_the_agents_fix_the_bug_and_the_tests_pass(tmp_path: Path) -> None:
         "plan": [("Read", False)],
         "fix": [("Edit", False), ("Bash", False)],
     }
-    fix = json.loads(next((folder / "ops").glob("*-fix.json")).read_text())
+    fix = op_record(folder, "fix")
     bash = fix["transcript"]["turns"][1]["tool_calls"][0]["result"]
     assert "Ran 3 tests" in bash and "OK" in bash and "[exit code 0]" in bash
     (change,) = fix["changes"]

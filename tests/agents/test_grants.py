@@ -11,7 +11,7 @@ from lattice.config import LatticeConfig, with_agent_grants
 from lattice.errors import LatticeUserError
 from lattice.runs.view import show_run
 from lattice.runtime.settings import agent_settings_from_config
-from tests.builders import chain, node
+from tests.builders import chain, node, op_record
 from tests.cli.test_run import cli, write_json
 
 GP = node("fix", "subAgent", prompt="Fix it", builtInType="general-purpose")
@@ -151,8 +151,8 @@ def test_batch_runs_agents_with_the_grant_flags(
     assert code == 0, err
     results = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["status"] for r in results] == ["completed", "completed"]
-    records = sorted((tmp_path / "runs").glob("*/ops/*-a.json"))
-    calls = [json.loads(p.read_text())["transcript"]["tool_calls"] for p in records]
+    folders = sorted((tmp_path / "runs").iterdir())
+    calls = [op_record(folder, "a")["transcript"]["tool_calls"] for folder in folders]
     assert calls == [1, 1]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
 from lattice.runtime.settings import RuntimeSettings
 from tests.agents.fixtures import RecordingToolset, ScriptedModel, answer, calls, recording_agents
-from tests.builders import chain, lower_ok, node
+from tests.builders import chain, lower_ok, node, op_record, op_records
 
 FIX_SCHEMA = {
     "type": "object",
@@ -77,7 +76,8 @@ def test_an_agent_reads_edits_and_answers_under_its_contract(
     assert result.usage.requests == 3
     assert opened[0].closed
     # recorded: the transcript, the change and its diff in the run folder
-    record = json.loads((result.run_dir / "ops" / "0002-fix.json").read_text())
+    (record,) = op_records(result.run_dir, "fix")
+    assert record["seq"] == 2
     turns = record["transcript"]["turns"]
     assert [[c["name"] for c in t["tool_calls"]] for t in turns] == [["Read", "LS"], ["Edit"], []]
     (change,) = record["changes"]
@@ -259,7 +259,7 @@ def test_under_patch_only_reads_see_the_agents_own_changes_after_a_resume_too(
     assert (workspace / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
     read_answer = [m for m in model.requests[1].messages if m.role == "tool"][-1].content
     assert read_answer.endswith("2\t    return a + b")
-    record = json.loads(next((folder / "ops").glob("*-fix.json")).read_text())
+    record = op_record(folder, "fix")
     first_change, second_change = record["changes"]
     assert not first_change["applied"] and not second_change["applied"]
     assert second_change["before"] == first_change["after"]

@@ -11,6 +11,7 @@ import pytest
 from lattice.lower import lower
 from lattice.service.mocks import mock_script
 from lattice.workspace import WorkspaceGrant, sandbox_problem
+from tests.builders import op_record
 from tests.cli.test_run import cli
 from tests.conftest import EXAMPLES
 
@@ -49,7 +50,7 @@ def test_the_script_it_writes_runs_every_granted_tool(
         capsys, "run", FIX, "--mock", mock, "--inputs", inputs, "--runs-dir", runs, *grants
     )
     assert code == 0, err
-    record = json.loads(next((next(runs.iterdir()) / "ops").glob("*-fix.json")).read_text())
+    record = op_record(next(runs.iterdir()), "fix")
     calls = [c for turn in record["transcript"]["turns"] for c in turn["tool_calls"]]
     assert [c["name"] for c in calls if not c["is_error"]] == [
         "Read",

@@ -20,6 +20,7 @@ from lattice.runtime.runner import Runner
 from lattice.runtime.settings import RuntimeSettings
 from tests.agents.fixtures import RecordingToolset, recording_agents
 from tests.agents.test_loop import agent_ir
+from tests.builders import op_record
 
 PROVIDERS: dict[str, Callable[[str], SdkProvider]] = {
     "openai": lambda url: OpenAIProvider(api_key="sk-test", base_url=url + "/v1"),
@@ -88,7 +89,7 @@ def test_an_agent_loop_over_a_real_sdk(name: str, stream: bool, tmp_path: Path) 
     assert result.output == {"fixed": False, "file": "app.py"}
     assert all(body.get("tools") for body in bodies)  # every turn offered the tools
     assert len(bodies) == (3 if stream else 2)  # streamed: the cut turn was asked again
-    record = json.loads(next((result.run_dir / "ops").glob("*-fix.json")).read_text())
+    record = op_record(result.run_dir, "fix")
     (first, last) = record["transcript"]["turns"]
     (call,) = first["tool_calls"]
     assert call["name"] == "Read" and call["arguments"]["limit"] == 2000

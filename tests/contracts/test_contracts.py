@@ -19,7 +19,7 @@ from lattice.llm.mock import MockProvider
 from lattice.lower import lower, lower_document
 from lattice.runtime import Runner, RunResult, RunStore
 from lattice.runtime.settings import RuntimeSettings
-from tests.builders import chain, conn, describe, find, node, workflow
+from tests.builders import chain, conn, describe, find, node, op_record, workflow
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -918,8 +918,7 @@ def test_every_attempt_emits_its_events(sleep: FakeSleep, tmp_path: Path) -> Non
     lines = (result.run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line) for line in lines] == json.loads(json.dumps(result.events))
     # and the op record lists every attempt
-    (record_file,) = (result.run_dir / "ops").glob("*-gen.json")
-    record = json.loads(record_file.read_text(encoding="utf-8"))
+    record = op_record(result.run_dir, "gen")
     assert [a["model_class"] for a in record["attempts"]] == ["small"] * 3 + ["medium"]
     assert record["attempts"][-1]["ok"] is True
     assert result.usage.calls == 4

@@ -25,7 +25,7 @@ from lattice.llm.mock import MockProvider
 from lattice.lower import lower, lower_document
 from lattice.runtime import Runner, RunResult, RunStore
 from lattice.runtime.settings import RuntimeSettings
-from tests.builders import chain, conn, find, node, workflow
+from tests.builders import chain, conn, find, node, op_record, workflow
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -205,8 +205,7 @@ def test_one_valid_value_in_prose_is_salvaged_without_a_round_trip(
     assert salvaged["before"] == reply[: reply.index("{")].strip()
     assert salvaged["after"] == reply[reply.rindex("}") + 1 :].strip()
     assert result.run_dir is not None
-    (record,) = (result.run_dir / "ops").glob("*-gen.json")
-    (attempt,) = json.loads(record.read_text(encoding="utf-8"))["attempts"]
+    (attempt,) = op_record(result.run_dir, "gen")["attempts"]
     assert attempt["ok"] is True
     assert attempt["salvaged"]["stripped"] == stripped
 

@@ -500,3 +500,43 @@ def test_the_gateway_streams_an_op_as_running_while_its_activity_runs(
         assert end == "completed"
         finished = [e for e in rest if e["type"] == "op_finished" and e["op_id"] == "call"]
         assert finished and finished[0]["data"]["port"] == "default"
+
+
+def test_the_op_records_of_a_run_with_branches_page_in_label_order(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A branch's op record is labelled like the local engine's (``0002.1.0001``): the
+    gateway lists and pages them in that order, where it once failed formatting them."""
+    from tests.runtime.test_parallel import fan_out
+
+    queue = f"gw-{uuid.uuid4().hex[:10]}"
+    script = {"responses": {"b1": ["one"], "b2": ["two"], "merge": ["both"]}}
+    with (
+        workers(temporal_address, queue, tmp_path, 1),
+        serve_in_thread(gateway(temporal_address, queue, tmp_path / "a")) as url,
+        httpx.Client(base_url=url, timeout=WAIT) as client,
+    ):
+        started = client.post(
+            "/v1/runs",
+            json={"document": fan_out(2), "mock_script": script, "inputs": {"topic": "tea"}},
+        )
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        assert wait_until_done(client, run_id)["status"] == "completed"
+        listed = client.get(f"/v1/runs/{run_id}/ops")
+        assert listed.status_code == 200, listed.text
+        labels = [op["label"] for op in listed.json()["ops"]]
+        assert any("." in label for label in labels), labels  # the branches' ops
+        assert labels == sorted(labels, key=lambda label: [int(p) for p in label.split(".")])
+        paged: list[str] = []
+        after: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": 2, **({"after": after} if after else {})}
+            page = client.get(f"/v1/runs/{run_id}/ops", params=params).json()
+            paged += [op["label"] for op in page["ops"]]
+            after = page["next"]
+            if after is None:
+                break
+        assert paged == labels
+        records = client.get(f"/v1/runs/{run_id}/ops", params={"node": "b2"}).json()
+        assert [r["node_id"] for r in records["records"]] == ["b2"]

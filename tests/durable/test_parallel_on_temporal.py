@@ -21,7 +21,7 @@ from lattice.lower.compiler import lower_document
 from lattice.runs.store import RunStore
 from lattice.runs.view import show_run
 from lattice.runtime.runner import Runner
-from tests.builders import conn, node
+from tests.builders import conn, node, op_names
 from tests.durable.helpers import example, op_path, run_locally, with_worker
 from tests.runtime.test_for_each import each_doc
 from tests.runtime.test_parallel import fan_out
@@ -105,9 +105,9 @@ def test_only_ops_that_do_io_are_activities_and_the_history_replays(
     Runner(ir, provider=MockProvider.from_script(script), store=RunStore(local_dir)).run(
         inputs, run_id="local"
     )
-    names = sorted(p.name for p in (tmp_path / rid / "ops").iterdir())
-    assert names == sorted(p.name for p in (local_dir / "local" / "ops").iterdir())
-    assert any(name.count(".") == 3 for name in names)  # 0002.1.0001-<op>.json
+    names = op_names(tmp_path / rid)
+    assert names == op_names(local_dir / "local")
+    assert any(name.count(".") == 2 for name in names)  # 0002.1.0001-<op>
     assert show_run(tmp_path / rid).startswith(f"run {rid}: completed")
 
 

@@ -16,7 +16,7 @@ import pytest
 from lattice.errors import InputError, LatticeUserError
 from lattice.lower.compiler import lower_document
 from lattice.runs.view import show_run
-from tests.builders import approval, conn, node, workflow
+from tests.builders import approval, conn, node, op_records, workflow
 from tests.durable.helpers import example, history_text, op_path, run_locally, with_worker
 
 pytest.importorskip("temporalio")  # the temporal_address fixture says how to install it
@@ -147,8 +147,7 @@ def test_an_exported_run_is_a_run_folder(temporal_address: str, tmp_path: Path) 
     assert shown.splitlines()[0].endswith("(support-triage)")
     assert "usage: 5 " in shown  # model calls
     assert "output: " + json.dumps(local.output, ensure_ascii=False)[:100] in shown
-    records = sorted((folder / "ops").glob("*.json"))
-    assert [json.loads(p.read_text())["op_id"] for p in records] == op_path(list(local.events))
+    assert [r["op_id"] for r in op_records(folder)] == op_path(list(local.events))
     events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
     assert events[0]["type"] == "run_started" and events[-1]["type"] == "run_finished"
     assert json.loads((folder / "state_final.json").read_text())["vars"] == local.vars

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from lattice.cli import main
+from tests.builders import op_records
 from tests.conftest import EXAMPLES, REPO, example_files
 
 README = EXAMPLES / "README.md"
@@ -110,9 +111,7 @@ class Run:
             json.loads(line)
             for line in (folder / "events.jsonl").read_text(encoding="utf-8").splitlines()
         ]
-        self.records = [
-            json.loads(p.read_text(encoding="utf-8")) for p in sorted((folder / "ops").glob("*"))
-        ]
+        self.records = op_records(folder)
         ops = json.loads((folder / "execir.json").read_text(encoding="utf-8"))["ops"]
         self.http_ops = {i for i, op in ops.items() if op.get("call", {}).get("tool") == "http"}
 

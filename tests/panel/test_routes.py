@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lattice.runs.oplog import op_line
 from lattice.server.app import ServerSettings
 from lattice.server.in_thread import serve_in_thread
 from lattice.server.panel_api import PANEL_DIR
@@ -223,20 +224,32 @@ def test_routes_read_run_folders_off_the_loop(
         assert client.get(path).status_code == 200, path
     read = log.read()
     # the checkpoint is read from its copy in the journal
-    for name in ("journal.jsonl", "workflow.json", "state_initial.json", "0002-classify.json"):
+    for name in ("journal.jsonl", "workflow.json", "state_initial.json", "ops.jsonl"):
         assert name in read
     assert [target for target, on_loop in log.entries if on_loop] == []
 
 
-def test_the_op_index_comes_a_page_at_a_time(client: httpx.Client, space: Path) -> None:
+@pytest.mark.parametrize("layout", ["ops.jsonl", "ops/"])
+def test_the_op_index_comes_a_page_at_a_time(
+    client: httpx.Client, space: Path, layout: str
+) -> None:
     """A run of many ops is listed ``limit`` records at a time (50 by default), in op
-    order, each page's ``next`` the ``after`` of the following one."""
+    order, each page's ``next`` the ``after`` of the following one; from ``ops.jsonl``
+    and from a folder written before it (a file per record in ``ops/``)."""
     folder = space / "runs" / "20000101T000000-many-ops"
-    (folder / "ops").mkdir(parents=True)
-    for seq in range(1, 121):
-        record = {"op_id": f"op{seq}", "node_id": f"n{seq}", "kind": "SET", "duration_ms": 1}
-        (folder / "ops" / f"{seq:04d}-op{seq}.json").write_text(json.dumps(record))
-    (folder / "ops" / "0007.1.0001-inner.json").write_text(json.dumps({"op_id": "inner"}))
+    records = {
+        f"{seq:04d}": {"op_id": f"op{seq}", "node_id": f"n{seq}", "kind": "SET"}
+        for seq in range(1, 121)
+    }
+    records["0007.1.0001"] = {"op_id": "inner"}
+    if layout == "ops/":
+        (folder / "ops").mkdir(parents=True)
+        for label, record in records.items():
+            (folder / "ops" / f"{label}-{record['op_id']}.json").write_text(json.dumps(record))
+    else:
+        folder.mkdir(parents=True)
+        lines = [op_line(label, r["op_id"], json.dumps(r)) for label, r in records.items()]
+        (folder / "ops.jsonl").write_text("".join(sorted(lines, reverse=True)))
     path = f"/v1/runs/{folder.name}/ops"
     first = client.get(path).json()
     assert len(first["ops"]) == 50 and first["next"] == "0049"

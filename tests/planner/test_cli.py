@@ -15,6 +15,7 @@ import pytest
 
 from lattice.cli import main
 from lattice.planner.passes import PASSES as PASS_SPECS
+from tests.builders import op_records as read_op_records_of
 from tests.conftest import REPO
 
 PASSES = REPO / "lattice" / "planner" / "workflows"
@@ -116,9 +117,7 @@ def run_of(project: Path, artifact_id: str) -> Path:
 
 
 def op_record(run_dir: Path, node: str = "plan") -> dict[str, Any]:
-    [path] = sorted((run_dir / "ops").glob(f"*-{node}.json"))
-    record = json.loads(path.read_text(encoding="utf-8"))
-    assert isinstance(record, dict)
+    (record,) = read_op_records_of(run_dir, node)
     return record
 
 

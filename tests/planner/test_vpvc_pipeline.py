@@ -21,6 +21,7 @@ from lattice.lower import lower, lower_document
 from lattice.runtime import Runner, RunResult, RunStore
 from lattice.runtime.settings import RuntimeSettings
 from tests.builders import describe
+from tests.builders import op_records as records_of_op
 from tests.conftest import REPO
 
 PIPELINES = REPO / "workflows" / "pipelines"
@@ -144,10 +145,7 @@ def run(
 
 def op_records(result: RunResult, op_id: str) -> list[dict[str, Any]]:
     assert result.run_dir is not None
-    return [
-        json.loads(path.read_text(encoding="utf-8"))
-        for path in sorted((result.run_dir / "ops").glob(f"*-{op_id}.json"))
-    ]
+    return records_of_op(result.run_dir, op_id)
 
 
 def user_prompts(result: RunResult, op_id: str) -> list[str]:

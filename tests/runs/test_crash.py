@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 
 from lattice.llm.fake_server import FakeLLMServer, serve
+from lattice.runs.oplog import OPS_FILE, op_entries, safe_name
 from tests.builders import chain, node
 
 SCORE_SCHEMA = {
@@ -355,7 +356,27 @@ def scenario(lattice: Forker, work: Path, reference: dict[str, Any], number: int
         # only a call in flight at a kill (sent, its answer not yet recorded) goes out again
         assert sum(count - 1 for count in sent.values()) <= resumes
         check_events(folder, resumes)
+        check_op_records(folder)
         return True
+
+
+def check_op_records(folder: Path) -> None:
+    """Every line of ``ops.jsonl`` is whole (a torn one was cut by the resume) and every
+    op the journal committed has its record: it is written before the op's journal line."""
+    text = (folder / OPS_FILE).read_text(encoding="utf-8")
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        assert isinstance(json.loads(line)["record"], dict)
+    records = {(e.label, e.name): e.record() for e in op_entries(folder)}
+    committed = [
+        line
+        for line in map(json.loads, (folder / "journal.jsonl").read_text().splitlines())
+        if line.get("kind") == "op" and "branch" not in line
+    ]
+    assert committed
+    for line in committed:
+        record = records[format(line["op_seq"], "04d"), safe_name(line["op_id"])]
+        assert record is not None and record["op_id"] == line["op_id"]
 
 
 def test_kill_9_of_run_and_of_resume_loses_nothing_recorded(

@@ -20,7 +20,7 @@ from lattice.lower import lower
 from lattice.runs.export import ExportStats, export_examples, to_jsonl
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
-from tests.builders import chain, node
+from tests.builders import chain, node, op_record
 from tests.conftest import EXAMPLES, REPO
 
 PIPELINES = REPO / "workflows" / "pipelines"
@@ -183,7 +183,7 @@ def test_one_chat_example_per_accepted_op(runs: Path) -> None:
         "repaired": False,
         "prompt_hash": classify["meta"]["prompt_hash"],
     }
-    record = read_json(next((runs / "run-1-clean" / "ops").glob("*-classify.json")))
+    record = op_record(runs / "run-1-clean", "classify")
     assert classify["meta"]["prompt_hash"] == record["attempts"][0]["prompt_hash"]
     # a free-text op: no system part, the text itself as the answer
     assert reply["messages"][-1] == {
@@ -198,7 +198,7 @@ def test_repaired_ops_are_left_out_unless_asked_for(runs: Path) -> None:
     assert [e["meta"]["node_id"] for e in default] == ["reply"]
     assert stats.skipped == {"repaired": 1}
     [classify, _] = export([runs / "run-2-repaired"], include_repaired=True)
-    record = read_json(next((runs / "run-2-repaired" / "ops").glob("*-classify.json")))
+    record = op_record(runs / "run-2-repaired", "classify")
     original, repair = record["attempts"]
     assert repair["kind"] == "repair"
     # the prompt is the original one, never the repair packet; the answer is the final output

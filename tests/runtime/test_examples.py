@@ -17,10 +17,11 @@ from lattice.ir import ir_to_dict
 from lattice.ir.models import AskOp, ContractOpBase, ExecIR, LLMWriteOp
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
+from lattice.runs.oplog import op_entries
 from lattice.runtime import RunLimits, Runner, RunResult, RunStore
 from lattice.runtime.settings import AgentSettings, RuntimeSettings
 from lattice.workspace.grants import WorkspaceGrant
-from tests.builders import chain, conn, corpus_params, node, workflow
+from tests.builders import chain, conn, corpus_params, node, op_record, workflow
 from tests.conftest import (
     CORPUS,
     EXAMPLE_GRANTS,
@@ -150,8 +151,8 @@ def check_run_folder(result: RunResult, ir: ExecIR, inputs: dict[str, Any]) -> N
     assert events == json.loads(json.dumps(result.events))
     finished = [e for e in events if e["type"] == "op_finished"]
     assert finished, "no op finished (not even the start)"
-    records = sorted((run_dir / "ops").glob("*.json"))
-    assert len(records) == len(finished)
+    entries = op_entries(run_dir)
+    assert len(entries) == len(finished)
     # ops of the main walk are numbered 0001, 0002, …; ops of a branch by branch: 0002.1.0001, …
     counts: dict[str | None, int] = {}
     labels = {}
@@ -160,13 +161,17 @@ def check_run_folder(result: RunResult, ir: ExecIR, inputs: dict[str, Any]) -> N
         counts[branch] = counts.get(branch, 0) + 1
         label = f"{branch}.{counts[branch]:04d}" if branch else f"{counts[branch]:04d}"
         labels[label] = event
-    by_label = {json.loads(p.read_text(encoding="utf-8"))["seq"]: p for p in records}
+    by_label = {entry.record()["seq"]: entry for entry in entries}  # type: ignore[index]
     assert {str(k) if isinstance(k, str) else f"{k:04d}" for k in by_label} == set(labels)
-    for seq, path in by_label.items():
-        record = json.loads(path.read_text(encoding="utf-8"))
+    for seq, entry in by_label.items():
+        record = entry.record()
+        assert record is not None
         label = seq if isinstance(seq, str) else f"{seq:04d}"
         event = labels[label]
-        assert path.name == f"{label}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', record['op_id'])}.json"
+        assert (entry.label, entry.name) == (
+            label,
+            re.sub(r"[^A-Za-z0-9_.-]+", "_", record["op_id"]),
+        )
         assert record.get("branch") == event.get("branch")
         assert record["op_id"] == event["op_id"]
         assert record["kind"] == ir.ops[record["op_id"]].kind
@@ -350,8 +355,7 @@ def test_failed_run_folder(tmp_path: Path) -> None:
     assert str(result.run_dir) in report["recovery_action"]
     events = read_events(result.run_dir)  # type: ignore[arg-type]
     assert events[-1]["type"] == "run_failed"
-    op_record = json.loads(next((result.run_dir / "ops").glob("*-p.json")).read_text())  # type: ignore[operator]
-    assert op_record["error"]["error_type"] == "mock_exhausted"
+    assert op_record(result.run_dir, "p")["error"]["error_type"] == "mock_exhausted"
 
 
 def test_halted_run_folder(tmp_path: Path) -> None:
@@ -521,7 +525,8 @@ def test_a_run_id_chosen_by_the_caller_never_reuses_a_folder(tmp_path: Path) -> 
 
 
 def test_run_ids_are_sortable_folder_names_with_32_random_bits() -> None:
-    from lattice.runs.store import new_run_id, safe_name
+    from lattice.runs.oplog import safe_name
+    from lattice.runs.store import new_run_id
 
     ids = {new_run_id() for _ in range(200)}
     assert len(ids) == 200

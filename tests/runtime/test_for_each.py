@@ -18,7 +18,7 @@ from lattice.lower import lower
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.context import Interrupted
 from lattice.runtime.settings import RuntimeSettings
-from tests.builders import conn, node, workflow
+from tests.builders import conn, node, op_names, op_record, workflow
 
 
 def each_doc(**data: Any) -> dict[str, Any]:
@@ -161,9 +161,9 @@ def test_each_items_ops_are_namespaced_in_events_and_records(tmp_path: Path) -> 
     assert result.status == "completed"
     branches = {e["branch"] for e in result.events if e.get("op_id") == "each__answer"}
     assert branches == {"0002.1", "0002.2"}
-    names = sorted(p.name for p in (result.run_dir / "ops").iterdir())
-    assert "0002.1.0001-each__answer.json" in names and "0002.2.0002-each__end.json" in names
-    record = json.loads((result.run_dir / "ops" / "0002-each.json").read_text())
+    names = op_names(result.run_dir)
+    assert "0002.1.0001-each__answer" in names and "0002.2.0002-each__end" in names
+    record = op_record(result.run_dir, "each")
     assert record["output"] == {"items": 2}
 
 

@@ -18,7 +18,7 @@ from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.lower.emit import to_dot, to_mermaid
 from lattice.runtime import Runner, RunStore
-from tests.builders import conn, node, workflow
+from tests.builders import conn, node, op_names, op_record, op_records, workflow
 
 
 def fan_out(width: int, *, join: bool = True) -> dict[str, Any]:
@@ -165,14 +165,14 @@ def test_branch_events_carry_their_branch_and_op_records_their_place(tmp_path: P
     assert result.status == "completed"
     branched = {e["branch"] for e in result.events if "branch" in e}
     assert branched == {"0002.1", "0002.2"}
-    names = sorted(p.name for p in (result.run_dir / "ops").iterdir())
+    names = op_names(result.run_dir)
     assert names[:4] == [
-        "0001-start.json",
-        "0002-start_fork.json",
-        "0002.1.0001-b1.json",
-        "0002.2.0001-b2.json",
+        "0001-start",
+        "0002-start_fork",
+        "0002.1.0001-b1",
+        "0002.2.0001-b2",
     ]
-    record = json.loads((result.run_dir / "ops" / "0002.2.0001-b2.json").read_text())
+    record = op_record(result.run_dir, "b2")
     assert record["branch"] == "0002.2" and record["seq"] == "0002.2.0001"
 
 
@@ -330,7 +330,7 @@ def test_a_fork_inside_a_loop_runs_once_per_pass(tmp_path: Path) -> None:
     assert result.status == "completed", result.failure
     assert result.output == 3
     assert sorted(c.node_id for c in provider.calls) == ["a"] * 3 + ["b"] * 3
-    forks = sorted(p.name for p in (result.run_dir / "ops").glob("*count_fork.json"))
+    forks = op_records(result.run_dir, "count#fork")
     assert len(forks) == 3
 
 

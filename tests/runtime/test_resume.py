@@ -15,7 +15,7 @@ from lattice.errors import InputError, LatticeUserError
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runtime import RunLimits, Runner, RunResult, RunStore
-from tests.builders import chain, conn, node, workflow
+from tests.builders import chain, conn, node, op_records, workflow
 
 PLAN_SCHEMA = {
     "type": "object",
@@ -190,10 +190,10 @@ def test_resume_ends_like_an_uninterrupted_run(
     answers = [e["data"]["answer"]["label"] for e in events if e["type"] == "human_answer"]
     assert answers == ["Revise", "Approve"]
 
-    records = sorted((run_dir / "ops").glob("*.json"))
+    records = op_records(run_dir)
     finished = [e for e in events if e["type"] == "op_finished"]
     assert len(records) == len(finished)
-    assert [json.loads(p.read_text())["seq"] for p in records] == list(range(1, len(records) + 1))
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
     assert not (run_dir / "failure_report.json").exists()
     assert load(run_dir, "result.json")["status"] == "completed"
     assert load(run_dir, "state_final.json")["vars"] == comparable_vars(reference)

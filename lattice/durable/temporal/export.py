@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +12,12 @@ from temporalio.client import Client
 from lattice.durable.temporal.client import check_key
 from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text
-from lattice.runs.store import file_text, safe_name
+from lattice.runs.oplog import OPS_FILE, op_line
+from lattice.runs.store import file_text
 
 
 async def export_run(client: Client, run_id: str, folder: Path) -> Path:
-    """Write run ``run_id``'s folder (events.jsonl, ops/, state_initial.json,
+    """Write run ``run_id``'s folder (events.jsonl, ops.jsonl, state_initial.json,
     state_final.json, result.json, execir.json, input.json, checkpoint.json) under
     ``folder``, read from its workflow: ``lattice runs show`` and the inspector read it as
     any run folder. The folder must not exist yet."""
@@ -31,16 +33,12 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
         ) from exc
     if folder.exists():
         raise LatticeUserError(f"{folder} exists; export into a new folder")
-    (folder / "ops").mkdir(parents=True)
+    folder.mkdir(parents=True)
     lines = "".join(
         json.dumps(event, ensure_ascii=False, default=str) + "\n" for event in record["events"]
     )
     atomic_write_text(folder / "events.jsonl", lines)
-    for op in record["ops"]:
-        seq = op["seq"]  # a number, or a branch's label (``0005.2.0003``)
-        label = seq if isinstance(seq, str) else format(seq, "04d")
-        name = f"{label}-{safe_name(op['op_id'])}.json"  # as a local run folder names it
-        atomic_write_text(folder / "ops" / name, file_text(op))
+    atomic_write_text(folder / OPS_FILE, "".join(_op_lines(record["ops"])))
     atomic_write_text(folder / "execir.json", file_text(record["execir"]))
     atomic_write_text(folder / "input.json", file_text(record["inputs"]))
     atomic_write_text(folder / "state_initial.json", file_text(record["state_initial"]))
@@ -62,6 +60,15 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
         ),
     )
     return folder
+
+
+def _op_lines(ops: list[dict[str, Any]]) -> Iterator[str]:
+    """The lines of ``ops.jsonl`` for the op records of a run, as a local run writes them."""
+    for op in ops:
+        seq = op["seq"]  # a number, or a branch's label (``0005.2.0003``)
+        label = seq if isinstance(seq, str) else format(seq, "04d")
+        text = json.dumps(op, ensure_ascii=False, separators=(",", ":"), default=str)
+        yield op_line(label, op["op_id"], text)
 
 
 def _unfinished(client: Client, run_id: str, record: dict[str, Any]) -> dict[str, Any]:

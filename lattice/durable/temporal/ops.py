@@ -257,7 +257,7 @@ class OpExecutor:
 def _record(
     ctx: RunContext, compiled: CompiledRun, op: Op, duration_ms: float, outcome: Outcome
 ) -> dict[str, Any]:
-    """The op's record (``ops/<seq>-<op>.json`` in an exported folder), as the walk writes it."""
+    """The op's record (a line of ``ops.jsonl`` in an exported folder), as the walk writes it."""
     inputs: dict[str, Any] = {}
     for path in compiled.reads[op.id]:
         try:

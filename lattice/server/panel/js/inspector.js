@@ -1,5 +1,5 @@
 // The inspector: what one node did. Its ExecIR ops; for every time one of them ran (its
-// op record, ops/<label>-<op>.json), the inputs it read and the output it wrote; for
+// op record, a line of ops.jsonl), the inputs it read and the output it wrote; for
 // LLM ops every attempt (model and class, the messages sent, masked as in the run
 // folder, the raw answer, the failure category and violations with their JSON
 // pointers, the repair packet, escalations, tokens and latency); for tool ops the
