@@ -12,6 +12,7 @@ from typing import Any
 from lattice.contracts.usage import Usage
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
+from lattice.runs.oplog import read_op_records
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.events import EventLog, format_utc
 from lattice.runtime.results import RunResult
@@ -214,10 +215,8 @@ def test_compact_model_call_events_read_as_built_ones(tmp_path: Path) -> None:
         assert response["data"]["latency_ms"] == round(response["data"]["latency_ms"], 3)
     assert calls[0]["data"]["prompt_preview"] == "Say ok please"
     # the hashes are the ones the written run's op records hold, request by request
-    records = [
-        json.loads(p.read_text())
-        for p in sorted((written.run_dir / "ops").glob("*.json"))  # type: ignore[operator]
-    ]
+    assert written.run_dir is not None
+    records = read_op_records(written.run_dir)
     hashes = [a["prompt_hash"] for r in records for a in r.get("attempts", [])]
     assert hashes == [e["data"]["prompt_hash"] for e in calls[::2]]
 
