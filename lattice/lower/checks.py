@@ -11,14 +11,14 @@ its readers cost one query each, not one per setter.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from lattice.document.models import Node
 from lattice.errors import Diagnostic, Severity, Suggester, did_you_mean
 from lattice.ir.models import FAILED_PORT
 from lattice.ir.templates import NameRef, StatePath
-from lattice.lower.graph import Condensation, DiGraph, descendants, reached
+from lattice.lower.graph import Condensation, DiGraph, reached
 from lattice.lower.registry import LoweringContext, NodeLowering, RefUse
 
 CTX_KEYS = (
@@ -182,7 +182,7 @@ class Reachability:
 
     @staticmethod
     def _passes(
-        queries: dict[int, set[int]], neighbours: list[set[int]], *, forward: bool
+        queries: dict[int, set[int]], neighbours: Sequence[Collection[int]], *, forward: bool
     ) -> Iterator[tuple[int, int, bool]]:
         """For each start component of ``queries`` and each of its ends: whether a path
         through ``neighbours`` leads from the start to the end. Starts get one bit each,
@@ -217,9 +217,10 @@ def reachability_warnings(
 
     A node in ``unjudged`` (its type unknown, its id duplicated: already reported) may
     be an end, and is not warned about itself."""
-    reachable = (
-        descendants(graph, start) | {start} if start is not None and start in graph else set()
-    )
+    reachable: set[str] = set()
+    if start is not None and start in graph:
+        reachable = reached(graph.succ, start)
+        reachable.add(start)
     # Every node some end is reached from: one search back from all the ends at once (a
     # search per end is quadratic in a document of many ends).
     can_finish = {end for end in [*ends, *unjudged] if end in graph}
@@ -230,11 +231,12 @@ def reachability_warnings(
                 can_finish.add(source)
                 waiting.append(source)
     for node in nodes:
-        if node.id not in graph or node.id in unjudged:
+        node_id = node.id
+        if node_id not in graph or node_id in unjudged:
             continue
-        if start is not None and node.id not in reachable:
+        if start is not None and node_id not in reachable:
             ctx.warn(node, "node-unreachable", "no path from the start node reaches this node")
-        elif ends and node.id not in can_finish:
+        elif ends and node_id not in can_finish:
             ctx.warn(node, "node-dead-end", "no end node can be reached from this node")
 
 

@@ -11,7 +11,7 @@ says so: a warning (``loop-exit-by-model``) naming the limits that stop it other
 from __future__ import annotations
 
 from lattice.ir.models import ContractOpBase, ForEachOp, ForkOp, Op, SwitchOp
-from lattice.lower.graph import DiGraph, strongly_connected_components
+from lattice.lower.graph import cyclic_components
 from lattice.lower.registry import LoweringContext
 
 MAX_VISITS = 1_000
@@ -20,24 +20,20 @@ MAX_CALLS = 200
 
 def loop_diagnostics(ops: dict[str, Op], ctx: LoweringContext) -> None:
     """Report loops without a way out (errors) and loops only a model can end (warnings)."""
-    graph: DiGraph[str] = DiGraph()
-    for op_id, op in ops.items():
-        graph.add_node(op_id)
-        for target in _targets(op):
-            if target in ops:
-                graph.add_edge(op_id, target)
-    model_results = {
-        f"$vars.{op.source_node}." for op in ops.values() if isinstance(op, ContractOpBase)
-    }
-    order = {op_id: i for i, op_id in enumerate(ops)}
-    for component in strongly_connected_components(graph.succ):
+    succ = _successors(ops)
+    model_results: set[str] | None = None
+    order: dict[str, int] | None = None
+    for component in cyclic_components(succ):
+        if order is None or model_results is None:
+            order = {op_id: i for i, op_id in enumerate(ops)}
+            model_results = {
+                f"$vars.{op.source_node}." for op in ops.values() if isinstance(op, ContractOpBase)
+            }
         members = sorted(component, key=order.__getitem__)
-        if len(members) == 1 and not graph.has_edge(members[0], members[0]):
-            continue
         exits = [
             (source, target)
             for source in members
-            for target in graph.successors(source)
+            for target in succ[source]
             if target not in component
         ]
         nodes = list(dict.fromkeys(ops[m].source_node for m in members))
@@ -63,6 +59,19 @@ def loop_diagnostics(ops: dict[str, Op], ctx: LoweringContext) -> None:
                 f"otherwise it stops at the visit limit ({MAX_VISITS:,} per op, --max-visits) "
                 f"or the call budget ({MAX_CALLS} model calls per run by default, --max-calls)",
             )
+
+
+def _successors(ops: dict[str, Op]) -> dict[str, list[str]]:
+    """Each op's distinct successors among ``ops``; ops in the order a graph built edge by
+    edge would hold them (an op first named as a target comes before the ops after it),
+    which is the order loops are found and reported in."""
+    succ: dict[str, list[str]] = {}
+    for op_id, op in ops.items():
+        targets = succ[op_id] = [t for t in dict.fromkeys(_targets(op)) if t in ops]
+        for target in targets:
+            if target not in succ:
+                succ[target] = []  # its place in the order; its successors come with it
+    return succ
 
 
 def _targets(op: Op) -> list[str]:

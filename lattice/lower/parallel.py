@@ -41,6 +41,8 @@ def insert_forks(ops: dict[str, Op], ctx: LoweringContext) -> dict[str, Op]:
     result: dict[str, Op] = {}
     for op_id, op in ops.items():
         result[op_id] = op
+        if len(op.next) < 2:  # one way on at most: nothing fans out
+            continue
         targets_by_port: dict[str, list[str]] = {}
         for edge in op.next:
             targets = targets_by_port.setdefault(edge.port, [])

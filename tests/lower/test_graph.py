@@ -58,7 +58,18 @@ def test_condensation_is_numbered_in_topological_order(rnd: random.Random, size:
         if condensed.component[a] != condensed.component[b]:
             assert condensed.component[b] in condensed.succ[condensed.component[a]]
             assert condensed.component[a] in condensed.pred[condensed.component[b]]
+    edges = {(a, b) for a, out in enumerate(condensed.succ) for b in out}
+    assert edges == {(a, b) for b, into in enumerate(condensed.pred) for a in into}
+    assert sum(map(len, condensed.succ)) == len(edges) == sum(map(len, condensed.pred))
     theirs_condensed = nx.condensation(theirs)
+    members: dict[int, set[int]] = {}
+    for n, c in condensed.component.items():
+        members.setdefault(c, set()).add(n)
+    theirs_members = dict(theirs_condensed.nodes(data="members"))
+    assert {(frozenset(members[a]), frozenset(members[b])) for a, b in edges} == {
+        (frozenset(theirs_members[a]), frozenset(theirs_members[b]))
+        for a, b in theirs_condensed.edges
+    }
     assert len(condensed.size) == theirs_condensed.number_of_nodes()
     assert sorted(condensed.size) == sorted(
         len(m) for _, m in theirs_condensed.nodes(data="members")
