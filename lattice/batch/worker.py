@@ -356,15 +356,9 @@ class BatchWorker:
         error_type = failure.category if failure is not None else None
         if state.stopped_by is not None:
             status, error_type = "interrupted", state.stopped_by
-        repairs = escalations = retries = 0
-        for event in result.events:
-            kind = event["type"]
-            if kind == "repair_attempt":
-                repairs += 1
-            elif kind == "escalated":
-                escalations += 1
-            elif kind == "retry":
-                retries += 1
+        counts = result.count_events("repair_attempt", "escalated", "retry")
+        repairs, escalations = counts["repair_attempt"], counts["escalated"]
+        retries = counts["retry"]
         if task.carried:
             repairs += task.carried.get("repairs", 0)
             escalations += task.carried.get("escalations", 0)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
-from lattice.llm.base import LLMProvider
+from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse
 
 Emit = Callable[[str, dict[str, Any]], Any]
 Sleep = Callable[[float], Awaitable[None]]
@@ -24,6 +24,29 @@ that asked for them (``CallEnv.content``: tracing with ``capture_content``)."""
 def discard_event(type_: str, data: dict[str, Any]) -> None:
     """An ``Emit`` that keeps nothing."""
     return None
+
+
+class CallLog(Protocol):
+    """Takes a model call's ``llm_request`` and ``llm_response`` events in a compact form
+    (a run that keeps its events compact: ``lattice.runtime.events``), so that the call
+    builds neither their data nor the request's prompt hash and preview."""
+
+    def requested(
+        self,
+        request: LLMRequest,
+        attempt: int,
+        kind: str,
+        request_chars: int,
+        schema_json: str,
+    ) -> int | None:
+        """Keep the attempt's ``llm_request``; its seq, or None when the events are no
+        longer compact (the caller then emits the event itself)."""
+        ...
+
+    def answered(self, requested: int, request: LLMRequest, response: LLMResponse) -> bool:
+        """Keep the ``llm_response`` to the request kept as ``requested``; False when the
+        events are no longer compact (the caller then emits it itself)."""
+        ...
 
 
 @dataclass
@@ -46,6 +69,12 @@ class CallEnv:
     run decides (on when one of its listeners wants deltas; see ``wants_deltas``)."""
     content: bool = False
     """Emit ``llm_content`` events (a request's messages, its answer's text)."""
+    log: CallLog | None = None
+    """Where ``llm_request``/``llm_response`` go when the run keeps its events compact
+    (None: through ``emit``, as every other event)."""
+    records: bool = True
+    """Whether a call returns the record of an attempt that succeeded at once (a run
+    that keeps no op records has no use for it; failed attempts are always recorded)."""
 
 
 def wants_deltas(listeners: Iterable[object]) -> bool:

@@ -104,22 +104,27 @@ class ContractEngine:
 
         Most calls end with a valid first answer: the call's ``CallState`` is made only
         when an attempt fails (a recovery reads and moves it), and each attempt is sent
-        and checked here, without a coroutine of its own."""
+        and checked here, without a coroutine of its own. Such a call returns no
+        attempts when ``env.records`` is off, and with ``env.log`` set its events are
+        kept compact: its prompt is then hashed only if they are read."""
         contract = self.contract
-        attempts: list[dict[str, Any]] = []
+        attempts: list[dict[str, Any]] | None = None  # made by the first record
+        number = 0
         state: CallState | None = None
         model_class = contract.ladder[0]
         request_messages, kind = messages, "initial"
         prompt_schema = None if contract.schema is None else self._builtins["schema"]
+        schema_json = self._schema_json
         salvage = not contract.strict_output
         checks = self.checks
+        usage, budget, log = env.usage, env.budget, env.log
         while True:
             concrete = (
                 model
                 if model is not None and (state is None or state.class_index == 0)
                 else env.models.get(model_class)
             )
-            number = len(attempts) + 1
+            number += 1
             request = LLMRequest(
                 messages=request_messages,
                 model_class=model_class,
@@ -134,47 +139,60 @@ class ContractEngine:
                 on_delta=_delta_sink(env, number, model_class) if env.stream else None,
             )
             request_chars = request.size_chars()
-            # The attempt's record is made once the answer (or the error) is in: it is not
-            # held while the request waits, when a thousand concurrent calls would each
-            # keep one alive through several collections.
+            # The attempt's record is made only once the answer (or the error) is in, so
+            # that it is not held while the request waits, and for an answer that passes
+            # at once only when the caller keeps records (``CallEnv.records``).
             attempt: dict[str, Any] | None = None
-            answered = False
+            prompt_hash: str | None = None
+            response: LLMResponse | None = None
+            started = 0.0
             try:
-                env.budget.check(env.usage)
-                env.usage.requests += 1
-                prompt_hash = self._requesting(request, env, number, kind, request_chars)
+                budget.check(usage)
+                usage.requests += 1
+                requested = (
+                    None
+                    if log is None
+                    else log.requested(request, number, kind, request_chars, schema_json)
+                )
+                if requested is None:
+                    prompt_hash = self._requesting(request, env, number, kind, request_chars)
                 started = time.perf_counter()
-                try:
-                    response = await env.provider.complete(request)
-                except LatticeRunError:
-                    attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
-                    attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
-                    raise
-                attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
-                attempts.append(attempt)
-                self._answered(request, response, env, attempt)
-                answered = True
+                response = await env.provider.complete(request)
+                response_usage = response.usage
+                usage.add(response.model, model_class, response_usage)
+                if requested is None or not log.answered(  # type: ignore[union-attr]
+                    requested, request, response
+                ):
+                    if prompt_hash is None:
+                        prompt_hash = request.prompt_hash(schema_json=schema_json)
+                    self._answered(request, response, env, number, prompt_hash)
                 if state is not None:
                     state.in_class += 1
-                if checks.uses_patterns:  # a slow pattern must not hold up the loop's other runs
-                    checked = await asyncio.to_thread(
-                        checks.inspect, response.text, salvage=salvage
-                    )
+                if checks.takes_any_text:
+                    value, salvaged = response.text, None
                 else:
-                    checked = checks.inspect(response.text, salvage=salvage)
-                if checked.salvaged is not None:
-                    attempt["salvaged"] = checked.salvaged
+                    checked = (
+                        await asyncio.to_thread(checks.inspect, response.text, salvage=salvage)
+                        if checks.uses_patterns  # a slow pattern must not hold up other runs
+                        else checks.inspect(response.text, salvage=salvage)
+                    )
+                    value, salvaged = checked.value, checked.salvaged
+                if salvaged is not None:
                     env.emit(
                         "output_salvaged",
-                        {"attempt": number, "model_class": model_class, **checked.salvaged},
+                        {"attempt": number, "model_class": model_class, **salvaged},
                     )
             except LatticeRunError as exc:
-                if attempt is None:  # refused before it was sent (the budget)
-                    attempt = _attempt_record(number, kind, request, request_chars, None)
-                if not attempts or attempts[-1] is not attempt:
-                    attempts.append(attempt)
+                attempt = self._failed_record(
+                    number, kind, request, request_chars, prompt_hash, response, started
+                )
+                if attempts is None:
+                    attempts = []
+                attempts.append(attempt)
                 if state is None:
-                    state = self._call_state(messages, attempts, in_class=1 if answered else 0)
+                    state = self._call_state(
+                        messages, attempts, in_class=1 if response is not None else 0
+                    )
                 self._failed(exc, attempt, state, env)
                 await self._recovery(exc, state, env).prepare(exc, state, env)
                 model_class, request_messages, kind = (
@@ -183,9 +201,55 @@ class ContractEngine:
                     state.kind,
                 )
             else:
-                assert attempt is not None
-                attempt["ok"] = True
-                return checked.value, attempts
+                if attempts is None and env.records:
+                    attempts = []
+                if attempts is not None:
+                    attempt = self._record(
+                        number, kind, request, request_chars, prompt_hash, response
+                    )
+                    if salvaged is not None:
+                        attempt["salvaged"] = salvaged
+                    attempt["ok"] = True
+                    attempts.append(attempt)
+                return value, [] if attempts is None else attempts
+
+    def _failed_record(
+        self,
+        number: int,
+        kind: str,
+        request: LLMRequest,
+        request_chars: int,
+        prompt_hash: str | None,
+        response: LLMResponse | None,
+        started: float,
+    ) -> dict[str, Any]:
+        """The record of an attempt that failed: refused before it was sent (``started``
+        0), sent and the provider raised, or answered and the answer did not pass."""
+        waited = time.perf_counter() - started
+        if prompt_hash is None and started:  # sent: its hash belongs in the record
+            prompt_hash = request.prompt_hash(schema_json=self._schema_json)
+        attempt = self._record(number, kind, request, request_chars, prompt_hash, response)
+        if response is None and started:  # the provider raised
+            attempt["latency_ms"] = round(waited * 1000, 3)
+        return attempt
+
+    def _record(
+        self,
+        number: int,
+        kind: str,
+        request: LLMRequest,
+        request_chars: int,
+        prompt_hash: str | None,
+        response: LLMResponse | None,
+    ) -> dict[str, Any]:
+        """An attempt's record: its request (with the prompt hash once it was sent) and
+        what came back, if anything did."""
+        if prompt_hash is None and response is not None:
+            prompt_hash = request.prompt_hash(schema_json=self._schema_json)
+        attempt = _attempt_record(number, kind, request, request_chars, prompt_hash)
+        if response is not None:
+            _add_answer(attempt, response)
+        return attempt
 
     def _call_state(
         self, messages: tuple[Message, ...], attempts: list[dict[str, Any]], *, in_class: int
@@ -256,26 +320,19 @@ class ContractEngine:
 
     @staticmethod
     def _answered(
-        request: LLMRequest, response: LLMResponse, env: CallEnv, attempt: dict[str, Any]
+        request: LLMRequest, response: LLMResponse, env: CallEnv, number: int, prompt_hash: str
     ) -> None:
+        """Emit the attempt's ``llm_response`` event (and its content, when asked)."""
         usage = response.usage
-        env.usage.add(response.model, request.model_class, usage)
-        latency_ms = round(response.latency_ms, 3)
-        attempt["model"] = response.model
-        attempt["completion"] = response.text
-        attempt["input_tokens"] = usage.input_tokens
-        attempt["output_tokens"] = usage.output_tokens
-        attempt["latency_ms"] = latency_ms
-        attempt["finish_reason"] = response.finish_reason
         env.emit(
             "llm_response",
             {
                 "model": response.model,
                 "model_class": request.model_class,
-                "prompt_hash": attempt["prompt_hash"],
+                "prompt_hash": prompt_hash,
                 "input_tokens": usage.input_tokens,
                 "output_tokens": usage.output_tokens,
-                "latency_ms": latency_ms,
+                "latency_ms": round(response.latency_ms, 3),
                 "finish_reason": response.finish_reason,
             },
         )
@@ -283,7 +340,7 @@ class ContractEngine:
             env.emit(
                 "llm_content",
                 {
-                    "attempt": attempt["number"],
+                    "attempt": number,
                     "completion": response.text,
                     "finish_reason": response.finish_reason,
                 },
@@ -308,6 +365,17 @@ def _attempt_record(
     if prompt_hash is not None:
         attempt["prompt_hash"] = prompt_hash
     return attempt
+
+
+def _add_answer(attempt: dict[str, Any], response: LLMResponse) -> None:
+    """What came back, added to an attempt's record."""
+    usage = response.usage
+    attempt["model"] = response.model
+    attempt["completion"] = response.text
+    attempt["input_tokens"] = usage.input_tokens
+    attempt["output_tokens"] = usage.output_tokens
+    attempt["latency_ms"] = round(response.latency_ms, 3)
+    attempt["finish_reason"] = response.finish_reason
 
 
 def _delta_sink(env: CallEnv, attempt: int, model_class: str) -> Callable[[str], None]:

@@ -59,6 +59,8 @@ class OutputValidator:
         self.schema_validator: Validator | None = None
         self.uses_patterns = uses_patterns(schema)
         """Checking may run a document's regular expression (an event loop checks in a thread)."""
+        self.takes_any_text = schema is None and not self.invariants
+        """Free text with nothing to check: every answer is the artifact as it is."""
         if schema is not None:
             self.schema_validator = schema_validator(schema)
 

@@ -18,6 +18,10 @@ SCHEMA_NOTE = "(given with this request as its structured-output schema)"
 """What stands in a prompt for the schema when the provider sends the schema natively."""
 
 
+PREVIEW_CHARS = 160
+"""How much of the last user message a prompt preview shows."""
+
+
 LIVE_PROVIDERS = ("openai", "anthropic", "litellm")
 """The providers that call a real model; in ``[llm.models]`` a model may be prefixed with
 one (``anthropic:claude-…``)."""
@@ -234,38 +238,74 @@ class LLMRequest:
         """
         if self.tools or any(m.tool_calls or m.tool_call_id is not None for m in self.messages):
             return hashlib.sha256(canonical_json(self.canonical()).encode("utf-8")).hexdigest()
-        parts = []
-        for m in self.messages:
-            content = m.content
-            if "\r" in content:
-                content = content.replace("\r\n", "\n").replace("\r", "\n")
-            parts.append(f'{{"content":{_quote(content)},"role":{_quote(m.role)}}}')
         schema = self.response_schema
         if schema_json is None:
             schema_json = "null" if schema is None else canonical_json(schema)
-        text = (
-            f'{{"max_tokens":{_number(self.max_tokens)},"messages":[{",".join(parts)}],'
-            f'"model_class":{_quote(self.model_class)},"schema":{schema_json},'
-            f'"temperature":{_number(self.temperature)},"top_p":{_number(self.top_p)}}}'
+        texts: list[str] = []
+        for m in self.messages:
+            texts += (m.role, m.content)
+        return plain_prompt_hash(
+            texts, self.model_class, schema_json, self.temperature, self.top_p, self.max_tokens
         )
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def preview(self, limit: int = 160) -> str:
+    def preview(self, limit: int = PREVIEW_CHARS) -> str:
         """The start of the last user message, on one line."""
-        user = ""
         for m in reversed(self.messages):
             if m.role == "user":
-                user = m.content
-                break
-        flat = " ".join(user[: limit * 4].split())
-        return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+                return preview_of(m.content, limit)
+        return ""
+
+    def is_plain(self) -> bool:
+        """Whether the request is text messages only (no tools offered, no tool calls or
+        tool results in its messages): what ``plain_prompt_hash`` can hash."""
+        if self.tools:
+            return False
+        for m in self.messages:  # noqa: SIM110 - a loop: this runs on every model call
+            if m.tool_calls or m.tool_call_id is not None:
+                return False
+        return True
 
     def size_chars(self) -> int:
         """The characters the messages send: their text, and the tool calls' names and
         arguments of an agent's transcript."""
-        text = sum([len(m.content) for m in self.messages])
-        calls = [c for m in self.messages for c in m.tool_calls]
-        return text + sum([len(c.name) + len(c.arguments_json()) for c in calls]) if calls else text
+        size = 0
+        for m in self.messages:
+            size += len(m.content)
+            for call in m.tool_calls:
+                size += len(call.name) + len(call.arguments_json())
+        return size
+
+
+def plain_prompt_hash(
+    texts: list[str] | tuple[str, ...],
+    model_class: str,
+    schema_json: str,
+    temperature: float | None,
+    top_p: float | None,
+    max_tokens: int | None,
+) -> str:
+    """``LLMRequest.prompt_hash`` of a plain request (``is_plain``) from its parts:
+    ``texts`` holds each message's role and content in turn, ``schema_json`` the
+    response schema as ``canonical_json`` spells it. A run that keeps its events compact
+    hashes a request's parts only when its events are read."""
+    parts = []
+    for i in range(0, len(texts), 2):
+        content = texts[i + 1]
+        if "\r" in content:
+            content = content.replace("\r\n", "\n").replace("\r", "\n")
+        parts.append(f'{{"content":{_quote(content)},"role":{_quote(texts[i])}}}')
+    text = (
+        f'{{"max_tokens":{_number(max_tokens)},"messages":[{",".join(parts)}],'
+        f'"model_class":{_quote(model_class)},"schema":{schema_json},'
+        f'"temperature":{_number(temperature)},"top_p":{_number(top_p)}}}'
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def preview_of(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """The start of ``text`` on one line, at most ``limit`` characters (``…`` when cut)."""
+    flat = " ".join(text[: limit * 4].split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _canonical_message(message: Message) -> dict[str, Any]:

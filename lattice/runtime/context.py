@@ -16,9 +16,17 @@ from lattice.contracts.calls import (
 )
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
+from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
-from lattice.runtime.events import EventLog, make_event, utc_now
+from lattice.runtime.events import (
+    DEFERRED_TEXT_CHARS,
+    REQUEST,
+    RESPONSE,
+    EventLog,
+    make_event,
+    utc_now,
+)
 from lattice.runtime.state import StateStore
 from lattice.runtime.walk_state import WalkState
 from lattice.tools.http import HttpClientPool, HttpPolicy
@@ -110,9 +118,10 @@ class RunContext:
         """Made by the run's first HTTP request or tool call (most runs make neither)."""
         self.events = EventLog(run_id)
         self._keep = self.events.flat.extend
-        self._record = recorder.append_event
         self._compact = not recorder.takes_events
         """Nothing takes events as they happen: keep them compact until they are read."""
+        if self._compact and not llm.content:
+            llm.log = self
         self._listeners = listeners
         self.seq = seq
         self.now: Callable[[], str] = utc_now
@@ -143,6 +152,7 @@ class RunContext:
         the run's events, usage, answers, sessions and folder."""
         root = self.root
         root._compact = False  # branch events carry their branch id: build them
+        root.llm.log = llm.log = None
         child = object.__new__(RunContext)
         child.__dict__.update(self.__dict__)
         child.state = state
@@ -219,9 +229,104 @@ class RunContext:
         if self.branch is not None:
             event["branch"] = self.branch
         self.events.add_built(event)
-        self._record(event)
+        self.recorder.append_event(event)
         for listener in self._listeners:
             listener(event)
+
+    def requested(
+        self,
+        request: LLMRequest,
+        attempt: int,
+        kind: str,
+        request_chars: int,
+        schema_json: str,
+    ) -> int | None:
+        """``CallLog.requested``: the ``llm_request`` event in ``REQUEST``'s layout, with
+        a short plain request's texts to hash when the events are read."""
+        if not self._compact or self._listeners:
+            return None
+        self.seq = seq = self.seq + 1  # compact: the main context, no branch
+        op_id = self.current_op
+        node_id = None if op_id is None else self.current_node
+        messages = request.messages
+        if request_chars <= DEFERRED_TEXT_CHARS and request.is_plain():
+            if len(messages) == 1:  # the texts of the one message follow
+                last = messages[0]
+                texts: tuple[str, ...] = ()
+            else:  # the earlier messages' texts, then the last's
+                last = messages[-1]
+                texts = tuple(text for m in messages[:-1] for text in (m.role, m.content))
+            self._keep(
+                (
+                    seq,
+                    time.time(),
+                    "llm_request",
+                    op_id,
+                    node_id,
+                    REQUEST,
+                    request.model,
+                    request.model_class,
+                    attempt,
+                    kind,
+                    request_chars,
+                    schema_json,
+                    request.temperature,
+                    request.top_p,
+                    request.max_tokens,
+                    len(texts) + 2,
+                    *texts,
+                    last.role,
+                    last.content,
+                )
+            )
+            return seq
+        self._keep(
+            (
+                seq,
+                time.time(),
+                "llm_request",
+                op_id,
+                node_id,
+                REQUEST,
+                request.model,
+                request.model_class,
+                attempt,
+                kind,
+                request_chars,
+                request.prompt_hash(schema_json=schema_json),
+                request.preview(),
+                None,
+                None,
+                None,
+            )
+        )
+        return seq
+
+    def answered(self, requested: int, request: LLMRequest, response: LLMResponse) -> bool:
+        """``CallLog.answered``: the ``llm_response`` event in ``RESPONSE``'s layout."""
+        if not self._compact or self._listeners:
+            return False
+        self.seq = seq = self.seq + 1
+        op_id = self.current_op
+        usage = response.usage
+        self._keep(
+            (
+                seq,
+                time.time(),
+                "llm_response",
+                op_id,
+                None if op_id is None else self.current_node,
+                RESPONSE,
+                requested,
+                response.model,
+                request.model_class,
+                usage.input_tokens,
+                usage.output_tokens,
+                response.latency_ms,
+                response.finish_reason,
+            )
+        )
+        return True
 
     def emit1(self, type_: str, key: str, value: Any) -> None:
         """``emit(type_, {key: value})`` for an op's own event, without the dict when
@@ -272,6 +377,7 @@ class RunContext:
         """Drop the links back to this context once the run is over, so that its
         objects are freed as soon as the result is, not by the cycle collector."""
         self.llm.emit = discard_event
+        self.llm.log = None
         if self._tools is not None:
             self._tools.emit = discard_event
 

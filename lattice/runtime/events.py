@@ -11,6 +11,12 @@ object per event while the run goes on: each event's ``data`` dict is freed as s
 as it is emitted, so a run's events add nothing to the allocations that set off the
 cycle collector's passes (with a thousand runs in flight they were a third of
 them); what a reader sees is the same.
+
+A model call's ``llm_request`` and ``llm_response`` go into the flat list in a layout of
+their own (``REQUEST``, ``RESPONSE``): the values only, with a short request's role and
+content texts instead of its prompt hash and preview, which are worked out when the
+events are read (a run nobody reads the events of never hashes its prompts).
+``count`` answers "how many events of these types" without building any of them.
 """
 
 from __future__ import annotations
@@ -19,11 +25,16 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, overload
 
+from lattice.llm.base import plain_prompt_hash, preview_of
+
 Event = dict[str, Any]
 FIELDS = 6
 """Fixed items per event in ``EventLog.flat``: seq, time (or None), type, op_id, node_id,
-and the number of ``data``'s keys (or the event, when it was built already); the keys
-and then the values of ``data`` follow."""
+and the number of ``data``'s keys (the keys and then the values of ``data`` follow), a
+``Layout`` (its values follow), or the event itself when it was built already."""
+DEFERRED_TEXT_CHARS = 1024
+"""The most message text a compact ``llm_request`` keeps to hash later: a longer
+request is hashed as it is sent, so a run's compact events never hold long prompts."""
 
 
 class _UtcClock:
@@ -86,6 +97,87 @@ def make_event(
     }
 
 
+class Layout:
+    """How the values of a compact event with a fixed shape follow its fixed items."""
+
+    __slots__ = ()
+
+    def width(self, flat: list[Any], start: int) -> int:
+        """How many values the event at ``start`` (its first value) has."""
+        raise NotImplementedError
+
+    def data(self, flat: list[Any], start: int, hashes: dict[int, str]) -> dict[str, Any]:
+        """The event's ``data``; ``hashes`` maps the seq of each ``llm_request`` read so
+        far to its prompt hash."""
+        raise NotImplementedError
+
+
+class _Request(Layout):
+    """``llm_request``: model, model_class, attempt, kind, request_chars, then either
+    ``prompt_hash, preview, None, None, None`` or ``schema_json, temperature, top_p,
+    max_tokens, n`` followed by the ``n`` role and content texts of the messages, in turn
+    (hashed when read)."""
+
+    __slots__ = ()
+
+    def width(self, flat: list[Any], start: int) -> int:
+        return 10 + (flat[start + 9] or 0)
+
+    def data(self, flat: list[Any], start: int, hashes: dict[int, str]) -> dict[str, Any]:
+        model, model_class, attempt, kind, request_chars, first, second, top_p, most, n = flat[
+            start : start + 10
+        ]
+        if n is None:
+            prompt_hash, preview = first, second
+        else:
+            texts = flat[start + 10 : start + 10 + n]
+            prompt_hash = plain_prompt_hash(texts, model_class, first, second, top_p, most)
+            preview = ""
+            for i in range(n - 2, -1, -2):
+                if texts[i] == "user":
+                    preview = preview_of(texts[i + 1])
+                    break
+        hashes[flat[start - FIELDS]] = prompt_hash
+        return {
+            "model": model,
+            "model_class": model_class,
+            "prompt_hash": prompt_hash,
+            "attempt": attempt,
+            "kind": kind,
+            "request_chars": request_chars,
+            "prompt_preview": preview,
+        }
+
+
+class _Response(Layout):
+    """``llm_response``: the seq of its ``llm_request`` (whose prompt hash it repeats),
+    model, model_class, input_tokens, output_tokens, latency (ms, unrounded),
+    finish_reason."""
+
+    __slots__ = ()
+
+    def width(self, flat: list[Any], start: int) -> int:
+        return 7
+
+    def data(self, flat: list[Any], start: int, hashes: dict[int, str]) -> dict[str, Any]:
+        request, model, model_class, tokens_in, tokens_out, latency, finish = flat[
+            start : start + 7
+        ]
+        return {
+            "model": model,
+            "model_class": model_class,
+            "prompt_hash": hashes.get(request),
+            "input_tokens": tokens_in,
+            "output_tokens": tokens_out,
+            "latency_ms": round(latency, 3),
+            "finish_reason": finish,
+        }
+
+
+REQUEST = _Request()
+RESPONSE = _Response()
+
+
 class EventLog:
     """The events of one run in emission order, in ``flat`` (the layout is ``FIELDS``'s).
 
@@ -121,31 +213,56 @@ class EventLog:
         self.flat.extend((event["seq"], None, None, None, None, event))
 
     def _entries(self) -> Iterator[tuple[int, int]]:
-        """Where each event's fixed items start in ``flat``, and how many keys its data has
-        (-1: a built event)."""
+        """Where each event's fixed items start in ``flat``, and how many items its data
+        takes after them (-1: a built event)."""
         flat, at, end = self.flat, 0, len(self.flat)
         while at < end:
             if flat[at + 1] is None:
                 yield at, -1
                 at += FIELDS
+                continue
+            shape = flat[at + FIELDS - 1]
+            width = 2 * shape if type(shape) is int else shape.width(flat, at + FIELDS)
+            yield at, width
+            at += FIELDS + width
+
+    def count(self, types: frozenset[str] | set[str]) -> dict[str, int]:
+        """How many events of each of ``types`` the log holds (without building them)."""
+        counts = dict.fromkeys(types, 0)
+        flat, at, end = self.flat, 0, len(self.flat)
+        while at < end:  # ``_entries``, inlined: a batch counts every row's events
+            shape = flat[at + FIELDS - 1]
+            if flat[at + 1] is None:
+                type_ = shape["type"]
+                at += FIELDS
             else:
-                keys = flat[at + FIELDS - 1]
-                yield at, keys
-                at += FIELDS + 2 * keys
+                type_ = flat[at + 2]
+                at += FIELDS + (2 * shape if type(shape) is int else shape.width(flat, at + FIELDS))
+            if type_ in counts:
+                counts[type_] += 1
+        return counts
 
     def to_list(self) -> list[Event]:
         """Every event as a dict."""
         flat, run_id = self.flat, self.run_id
         events = []
-        for at, keys in self._entries():
-            if keys < 0:
+        hashes: dict[int, str] = {}
+        for at, width in self._entries():
+            if width < 0:
                 events.append(flat[at + FIELDS - 1])
                 continue
-            seq, when, type_, op_id, node_id = flat[at : at + FIELDS - 1]
+            seq, when, type_, op_id, node_id, shape = flat[at : at + FIELDS]
             start = at + FIELDS
-            data = dict(
-                zip(flat[start : start + keys], flat[start + keys : start + 2 * keys], strict=True)
-            )
+            if type(shape) is int:
+                data = dict(
+                    zip(
+                        flat[start : start + shape],
+                        flat[start + shape : start + 2 * shape],
+                        strict=True,
+                    )
+                )
+            else:
+                data = shape.data(flat, start, hashes)
             events.append(make_event(seq, format_utc(when), run_id, type_, op_id, node_id, data))
         return events
 
@@ -184,6 +301,19 @@ class EventsField:
         if isinstance(value, EventLog):
             value = stored[self.slot] = value.to_list()
         return value
+
+    def count(self, obj: object, types: frozenset[str] | set[str]) -> dict[str, int]:
+        """How many of ``obj``'s events are of each of ``types``; a log not read yet
+        stays unbuilt."""
+        stored = obj.__dict__
+        value = stored.get(self.slot, stored.get(self.name))
+        if isinstance(value, EventLog):
+            return value.count(types)
+        counts = dict.fromkeys(types, 0)
+        for event in value or ():
+            if event["type"] in counts:
+                counts[event["type"]] += 1
+        return counts
 
     def __set__(
         self, obj: object, value: list[Event] | EventLog | Iterable[Event] | EventsField | None

@@ -136,13 +136,18 @@ class LLMWriteExecutor:
         else:
             variables = {}
             prompt = self.prompt.render(state.resolve)
+        template = self.template
+        if template is None and not self.context and not tools and not ctx.answers:
+            system = self.op.system  # compose_messages' answer for a bare prompt
+            if system:
+                return (Message("system", system), Message("user", prompt))
+            return (Message("user", prompt),)
         context = [(label, state.get(path)) for label, path in self.context]
         if tools:
             context.append(("Tools", tools))
         extra = _take_information(ctx.answers, self.op.source_node) if ctx.answers else None
         if extra:
             context.append(("Information from a person", extra))
-        template = self.template
         return compose_messages(
             prompt=prompt,
             context=context,
@@ -172,7 +177,8 @@ class LLMWriteExecutor:
                 raise
             raise halt from exc
         ctx.write_result(op.writes, value)
-        return Outcome(output=value, record={"attempts": attempts})
+        # no attempts: the run keeps no op records (``CallEnv.records``)
+        return Outcome(output=value, record={"attempts": attempts} if attempts else None)
 
     async def call(
         self, ctx: RunContext, engine: ContractEngine, messages: tuple[Message, ...], env: CallEnv

@@ -31,6 +31,11 @@ class RunResult:
     with its op, path, digests, whether it was applied and its diff's file in the run
     folder (``changes/<op>-<n>.diff``)."""
 
+    def count_events(self, *types: str) -> dict[str, int]:
+        """How many of the run's events are of each of ``types`` (``{type: count}``),
+        without building the events' dicts when ``events`` has not been read."""
+        return RunResult.events.count(self, frozenset(types))
+
     @property
     def vars(self) -> dict[str, Any]:
         return dict(self.state.get("vars", {}))

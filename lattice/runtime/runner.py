@@ -290,6 +290,7 @@ class Runner:
             if start is not None:
                 started |= {"start_op": start.op, "parent": start.parent}
             ctx.emit("run_started", started, op=False)
+            del started  # not held by this frame for the whole walk
             for refused in (
                 refused_tools(self.ir, self.settings.agents.grant) if self._has_agents else ()
             ):
@@ -302,7 +303,8 @@ class Runner:
             _abandon(ctx)
             raise
         ctx.walk.commit_here = own_loop
-        position = Position(start.op if start else self.ir.entry)
+        # the run's usage, not a Position's own (an object held for the whole walk)
+        position = Position(start.op if start else self.ir.entry, usage=ctx.usage)
         if not self.settings.gc_pacing:  # nothing held across the walk
             return await self._walk(ctx, position)
         with gc_pacing():
@@ -639,18 +641,24 @@ class Runner:
             listeners=self._event_listeners,
             llm=self.settings.call_env(provider, usage=usage),
             http=self.settings.http,
-            tools=lambda: ToolSessions(
-                self.settings.mcp_servers,
-                builtin=BuiltinTools(repo_root=self.settings.repo_root),
-                log_dir=None if recorder.run_dir is None else recorder.run_dir / "mcp",
-                redact=redact,
-            ),
+            tools=functools.partial(self._tool_sessions, recorder.run_dir, redact),
             seq=seq,
             redact=redact,
             secret_names=self._secret_names,
         )
         ctx.walk = WalkState(base_provider=self.provider, durability=durability)
+        ctx.llm.records = durability.keeps_records  # op records hold a call's attempts
         return ctx
+
+    def _tool_sessions(self, run_dir: Path | None, redact: Redactor | None) -> ToolSessions:
+        """A run's tool servers (made by its first tool call; a partial of this, not a
+        closure, is what each run holds until then: two objects instead of five)."""
+        return ToolSessions(
+            self.settings.mcp_servers,
+            builtin=BuiltinTools(repo_root=self.settings.repo_root),
+            log_dir=None if run_dir is None else run_dir / "mcp",
+            redact=redact,
+        )
 
     async def _walk(self, ctx: RunContext, position: Position) -> RunResult:
         recorder = ctx.recorder

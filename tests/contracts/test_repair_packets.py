@@ -444,3 +444,38 @@ def test_validate_is_strict_and_salvage_is_the_engine_s_choice() -> None:
     with pytest.raises(Exception) as caught:
         engine.validate(reply)
     assert getattr(caught.value, "error_type", None) == "explanatory_text"
+
+
+def test_a_call_builds_a_passing_attempt_s_record_only_for_a_caller_that_keeps_it() -> None:
+    import asyncio
+
+    from lattice.contracts.calls import CallEnv
+
+    engine = ContractEngine(Contract(schema=SCHEMA))
+    messages = (Message("user", "Report the incident."),)
+
+    def call(answers: list[str], *, records: bool) -> tuple[Any, list[dict[str, Any]], list[str]]:
+        events: list[str] = []
+        env = CallEnv(
+            provider=MockProvider({"n": answers}),
+            emit=lambda type_, data: events.append(type_),
+            records=records,
+        )
+        value, attempts = asyncio.run(engine.run(messages, env, node_id="n"))
+        return value, attempts, events
+
+    value, attempts, events = call([TEXT], records=False)
+    assert value == VALID and attempts == []  # nothing kept for a caller that drops it
+    assert events == ["llm_request", "llm_response"]
+    value, attempts, _ = call([TEXT], records=True)
+    assert [a["number"] for a in attempts] == [1] and attempts[0]["ok"] is True
+    assert attempts[0]["prompt_hash"] == LLMRequest(messages, response_schema=SCHEMA).prompt_hash()
+    assert attempts[0]["completion"] == TEXT
+    # a failed attempt is recorded whatever the caller keeps, and so is the one after it
+    value, attempts, events = call(["{", TEXT], records=False)
+    assert value == VALID
+    assert [(a["number"], a.get("ok"), a.get("error_type")) for a in attempts] == [
+        (1, None, "json_error"),
+        (2, True, None),
+    ]
+    assert all(len(a["prompt_hash"]) == 64 for a in attempts)

@@ -308,12 +308,17 @@ class _Gate:
         return LLMResponse(text="ok")
 
 
-HELD_PER_WAITING_RUN = 54
-"""Tracked objects a run keeps alive while its model call waits (51: a run without a
-folder has the shared keep-nothing durability, not a journal object of its own; 63
-before the first attempt's record, the call state and the previous op's outcome were
-let go). Each is walked by every collection during the wait and, with many runs in
-flight, pushed into the oldest generation, whose growth sets off full collections."""
+HELD_PER_WAITING_RUN = 44.5
+"""Tracked objects a run keeps alive while its model call waits, on average over 100 runs
+(the half: room for a stray object of another test in the same process). 44: the
+call's attempt list is made by its first record, the run's tool sessions are a partial
+(not a closure of three cells), the run_started data and a recorder method are not
+held by the run, and a fresh run's walk position shares the run's usage; 51 before
+that (a run without a folder having the shared keep-nothing durability, not a journal
+object of its own); 63 before the first attempt's record, the call state and the
+previous op's outcome were let go. Each is walked by every collection during the wait
+and, with many runs in flight, pushed into the oldest generation, whose growth sets off
+full collections."""
 
 
 def test_a_waiting_run_holds_few_objects_for_the_collector() -> None:

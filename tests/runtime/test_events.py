@@ -12,6 +12,7 @@ from typing import Any
 from lattice.contracts.usage import Usage
 from lattice.llm.mock import MockProvider
 from lattice.lower import lower
+from lattice.runs.oplog import read_op_records
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.events import EventLog, format_utc
 from lattice.runtime.results import RunResult
@@ -152,3 +153,99 @@ def test_a_recorder_that_takes_events_without_a_folder_receives_every_event() ->
 
     result = _runner(StreamingStore(None)).run({})
     assert recorder.lines == result.events and len(result.events) > 10
+
+
+class _CountingHashlib:
+    """Stands in for ``hashlib`` in ``lattice.llm.base``: counts the prompts hashed."""
+
+    def __init__(self) -> None:
+        import hashlib
+
+        self.hashed = 0
+        self._sha256 = hashlib.sha256
+
+    def sha256(self, data: bytes) -> Any:
+        self.hashed += 1
+        return self._sha256(data)
+
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+def _model_calls_runner(store: RunStore) -> Runner:
+    """Three model calls: a plain one, one with a system part (a schema's template), and
+    one whose prompt is too long to keep for hashing later."""
+    doc = chain(
+        node("plain", "prompt", prompt="Say ok\r\nplease"),
+        node("shaped", "prompt", prompt="Judge it", outputSchema=SCHEMA),
+        node("long", "prompt", prompt="word " * 400),
+    )
+    answers = {"plain": ["ok"], "shaped": ['{"ok": true}'], "long": ["ok"]}
+    return Runner(lower(doc), provider=MockProvider(answers), store=store)
+
+
+def test_a_compact_run_hashes_a_short_prompt_only_when_its_events_are_read(
+    monkeypatch: Any,
+) -> None:
+    import lattice.llm.base as base
+
+    counting = _CountingHashlib()
+    monkeypatch.setattr(base, "hashlib", counting)
+    result = _model_calls_runner(RunStore(None)).run({})
+    assert result.status == "completed"
+    assert counting.hashed == 1  # the long prompt only, as it was sent
+    requests = [e for e in result.events if e["type"] == "llm_request"]
+    assert counting.hashed == 3
+    assert [len(e["data"]["prompt_hash"]) for e in requests] == [64, 64, 64]
+
+
+def test_compact_model_call_events_read_as_built_ones(tmp_path: Path) -> None:
+    compact = _model_calls_runner(RunStore(None)).run({})
+    listened: list[dict[str, Any]] = []
+    observed = _model_calls_runner(RunStore(None))
+    observed.subscribe(listened.append)
+    eager = observed.run({})
+    written = _model_calls_runner(RunStore(tmp_path)).run({})
+    assert _without_times(compact.events) == _without_times(eager.events)
+    assert _without_times(compact.events) == _without_times(written.events)
+    calls = [e for e in compact.events if e["type"] in ("llm_request", "llm_response")]
+    assert len(calls) == 6
+    for request, response in zip(calls[::2], calls[1::2], strict=True):
+        assert request["data"]["prompt_hash"] == response["data"]["prompt_hash"]
+        assert response["data"]["latency_ms"] == round(response["data"]["latency_ms"], 3)
+    assert calls[0]["data"]["prompt_preview"] == "Say ok please"
+    # the hashes are the ones the written run's op records hold, request by request
+    assert written.run_dir is not None
+    records = read_op_records(written.run_dir)
+    hashes = [a["prompt_hash"] for r in records for a in r.get("attempts", [])]
+    assert hashes == [e["data"]["prompt_hash"] for e in calls[::2]]
+
+
+def test_counting_events_builds_none_of_them() -> None:
+    result = _model_calls_runner(RunStore(None)).run({})
+    counts = result.count_events("llm_request", "op_started", "repair_attempt")
+    assert counts == {"llm_request": 3, "op_started": 5, "repair_attempt": 0}
+    assert isinstance(result.__dict__["_events"], EventLog)  # still unbuilt
+    events = result.events
+    assert result.count_events("llm_response", "run_finished") == {
+        "llm_response": sum(e["type"] == "llm_response" for e in events),
+        "run_finished": 1,
+    }
+
+
+def test_counting_a_log_of_compact_and_built_events() -> None:
+    runner = _runner(RunStore(None))
+
+    def subscribe_on_first_write(path: str, value: Any) -> None:
+        if not runner._event_listeners:
+            runner.subscribe(lambda event: None)
+
+    runner.subscribe_state(subscribe_on_first_write)
+    result = runner.run({})
+    counts = result.count_events("op_started", "llm_request", "state_write", "nothing")
+    events = result.events  # built now: the counts agree with them
+    assert counts == {
+        kind: sum(e["type"] == kind for e in events)
+        for kind in ("op_started", "llm_request", "state_write", "nothing")
+    }
+    assert counts["llm_request"] == 2 and counts["nothing"] == 0
