@@ -1,11 +1,12 @@
 """The few directed-graph algorithms lowering needs, on a small adjacency structure.
 
-Lowering asks three questions of its node and op graphs: strongly connected components
+Lowering asks four questions of its node and op graphs: strongly connected components
 (loops), the condensation of a graph into its components in topological order
-(reachability of template references), and immediate dominators (where the branches of a
-fork meet). These iterative versions answer them without recursion, in linear time,
-except dominators: the Cooper–Harvey–Kennedy iteration (as networkx does) is near-linear
-in practice but not linear in the worst case. None of them imports networkx.
+(reachability of template references), the nodes a path leads to (dead ends), and
+immediate dominators (where the branches of a fork meet). These iterative versions
+answer them without recursion, in linear time, except dominators: the
+Cooper–Harvey–Kennedy iteration (as networkx does) is near-linear in practice but not
+linear in the worst case. None of them imports networkx.
 ``tests/lower/test_graph.py`` holds them to networkx on random graphs.
 """
 
@@ -193,6 +194,19 @@ class Condensation(Generic[N]):
             for b in out:
                 self.pred[b].append(a)
             self.succ.append(set(out) if len(out) > SMALL_NEIGHBOURHOOD else out)
+
+
+def reached(neighbours: Adjacency[N], start: N) -> set[N]:
+    """The nodes a path of one or more steps through ``neighbours`` leads to from
+    ``start`` (``start`` itself only when it lies on a cycle)."""
+    seen: set[N] = set()
+    stack = [start]
+    while stack:
+        for nxt in neighbours[stack.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen
 
 
 def immediate_dominators(

@@ -12,6 +12,7 @@ from lattice.lower.graph import (
     Condensation,
     DiGraph,
     immediate_dominators,
+    reached,
     strongly_connected_components,
 )
 
@@ -78,6 +79,15 @@ def test_condensation_is_numbered_in_topological_order(rnd: random.Random, size:
 
 @settings(max_examples=200, deadline=None)
 @given(rnd=st.randoms(use_true_random=False), size=SIZES)
+def test_reached_matches_networkx_descendants_and_ancestors(rnd: random.Random, size: int) -> None:
+    ours, theirs = _graphs(rnd, size)
+    for n in theirs:
+        assert reached(ours.succ, n) - {n} == nx.descendants(theirs, n)
+        assert reached(ours.pred, n) - {n} == nx.ancestors(theirs, n)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rnd=st.randoms(use_true_random=False), size=SIZES)
 def test_immediate_dominators_match_networkx(rnd: random.Random, size: int) -> None:
     ours, theirs = _graphs(rnd, size)
     start = rnd.randrange(size)
@@ -97,6 +107,7 @@ def test_deep_graphs_need_no_recursion() -> None:
         ours.add_edge(i, i + 1)
     ours.add_edge(size - 1, 0)
     assert [len(c) for c in strongly_connected_components(ours.succ)] == [size]
+    assert len(reached(ours.succ, 0)) == size  # 0 lies on the cycle
     chain: DiGraph[int] = DiGraph()
     for i in range(size - 1):
         chain.add_edge(i, i + 1)
