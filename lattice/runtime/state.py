@@ -249,7 +249,8 @@ class StateStore:
         if not path.keys:
             raise LatticeRunError("cannot replace a whole state root", error_type="state_error")
         limits = self._limits
-        if limits is not None:  # before anything is made on the way: a refused value changes nothing
+        # before anything is made on the way: a refused value changes nothing
+        if limits is not None:
             if size is None:
                 size = approx_size(value)
             if size > limits.max_value_bytes:
@@ -335,7 +336,8 @@ class StateStore:
         """``write`` of ``$vars.<key>.<field>`` (an op's ``$vars.<node>.result``), as the
         general path does it: a missing or non-object entry becomes ``{}`` first."""
         limits = self._limits
-        if limits is not None:  # before the entry is made an object: a refused value changes nothing
+        # before the entry is made an object: a refused value changes nothing
+        if limits is not None:
             if size is None:
                 size = approx_size(value)
             if size > limits.max_value_bytes:
