@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
+from lattice.document.limits import check_json_value
 from lattice.errors import InputError, InvalidInputs, LatticeRunError, LatticeUserError
 from lattice.ir.templates import parse_path
 from lattice.llm.base import (
@@ -259,6 +260,7 @@ class Runner:
         redact = self._redactor() if self.store.root is not None else None
         documents: dict[str, str] = {}
         if redact is not None:
+            refuse_unwritable(inputs)  # before the folder is made: it could not record them
             if self.workflow is not None:
                 documents["workflow.json"] = file_text(self.workflow)
             if self._execir_text is None:  # the same for every run
@@ -906,3 +908,13 @@ def check_answers(ir: ExecIR, answers: Mapping[str, Any], what: str = "answers")
                 problems.append(exc.message)
     if problems:
         raise InputError(f"invalid {what}:\n  " + "\n  ".join(problems))
+
+
+def refuse_unwritable(inputs: Mapping[str, Any]) -> None:
+    """Raise InvalidInputs when ``inputs`` hold a string no run folder can record: one
+    with a lone surrogate (``"\\ud800"`` in JSON, which Python's ``json`` reads). The
+    schema lets it through; the folder's first write would fail with a traceback."""
+    problems = [p for p in check_json_value(dict(inputs)) if p.code == "invalid-string"]
+    if problems:
+        lines = [f"$in{p.pointer if p.pointer != '/' else ''}: {p.message}" for p in problems]
+        raise InvalidInputs("invalid inputs:\n  " + "\n  ".join(lines))

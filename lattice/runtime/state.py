@@ -248,6 +248,13 @@ class StateStore:
             raise LatticeRunError(f"{path.text} is read-only to ops", error_type="state_error")
         if not path.keys:
             raise LatticeRunError("cannot replace a whole state root", error_type="state_error")
+        limits = self._limits
+        # before anything is made on the way: a refused value changes nothing
+        if limits is not None:
+            if size is None:
+                size = approx_size(value)
+            if size > limits.max_value_bytes:
+                self._check_size(path, size)
         if self._inherited and path.root == "$vars" and len(keys) > 1:
             self._own(keys[0], whole=False)
         target: Any = self._root(path.root)
@@ -272,12 +279,6 @@ class StateStore:
             raise LatticeRunError(
                 f"cannot write {path.text}: index {last!r} does not exist", error_type="state_error"
             )
-        limits = self._limits
-        if limits is not None:
-            if size is None:
-                size = approx_size(value)
-            if size > limits.max_value_bytes:
-                self._check_size(path, size)
         if made is None:
             made = (target, last, _value_at(target, last))
         target[last] = value
@@ -334,6 +335,13 @@ class StateStore:
     ) -> None:
         """``write`` of ``$vars.<key>.<field>`` (an op's ``$vars.<node>.result``), as the
         general path does it: a missing or non-object entry becomes ``{}`` first."""
+        limits = self._limits
+        # before the entry is made an object: a refused value changes nothing
+        if limits is not None:
+            if size is None:
+                size = approx_size(value)
+            if size > limits.max_value_bytes:
+                self._check_size(path, size)
         if self._inherited:
             self._own(key, whole=False)
         entries = self.vars
@@ -344,12 +352,6 @@ class StateStore:
         else:
             target = entries[key] = {}
             made = (entries, key, there)
-        limits = self._limits
-        if limits is not None:
-            if size is None:
-                size = approx_size(value)
-            if size > limits.max_value_bytes:
-                self._check_size(path, size)
         target[field] = value
         if limits is not None:
             assert size is not None  # (measured above)

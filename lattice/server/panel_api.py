@@ -211,8 +211,12 @@ def add_panel_routes(  # noqa: C901
         graph = run_graph(
             load_run_json(folder, "workflow.json"), load_run_json(folder, "execir.json")
         )
-        mine = {safe_name(op_id) for op_id, entry in graph["ops"].items() if entry["node"] == node}
+        ids = {op_id for op_id, entry in graph["ops"].items() if entry["node"] == node}
+        mine = {safe_name(op_id) for op_id in ids}
         chosen = [entry for entry in entries if entry.name in mine]
+        if any(safe_name(op_id) in mine for op_id in graph["ops"] if op_id not in ids):
+            # another node's op has the same file-safe name (`a"b`, `a_b`): the records say whose
+            chosen = [e for e in chosen if (r := e.record()) is not None and r.get("op_id") in ids]
         records = []
         for entry in chosen[-limit:]:
             record = entry.record()

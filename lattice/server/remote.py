@@ -22,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
-from lattice.runs.oplog import label_key, safe_name
+from lattice.runs.oplog import label_key
 from lattice.runs.redaction import Redactor
 from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
@@ -402,8 +402,8 @@ def add_backend_routes(  # noqa: C901
         if limit > MAX_RECORDS:
             raise ApiError(422, "invalid_request", f"?limit: at most {MAX_RECORDS} with node")
         graph = await asyncio.to_thread(run_graph, None, record.execir)
-        mine = {safe_name(op_id) for op_id, entry in graph["ops"].items() if entry["node"] == node}
-        chosen = [(label, op) for label, op in labelled if safe_name(str(op.get("op_id"))) in mine]
+        mine = {op_id for op_id, entry in graph["ops"].items() if entry["node"] == node}
+        chosen = [(label, op) for label, op in labelled if op.get("op_id") in mine]
         records = [{"label": label, **op} for label, op in chosen[-limit:]]
         return respond(200, {"node": node, "total": len(chosen), "records": records})
 

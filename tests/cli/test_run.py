@@ -827,3 +827,19 @@ def test_runs_show_says_how_long_the_run_ran(
     code, out, _ = cli(capsys, "runs", "show", folder.name, "--runs-dir", folder.parent)
     assert code == 0
     assert out.splitlines()[0].startswith(f"run {folder.name}: ? in 7.25s")
+
+
+def test_an_input_no_run_folder_can_record_is_refused_before_the_folder(
+    capsys: pytest.CaptureFixture[str], approval: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``{"topic": "\\ud800"}`` is JSON Python reads, and a string no file can hold: the
+    run is refused with the input's place (exit 2), not ended by a traceback after its
+    folder was made."""
+    doc, mock = approval
+    inputs = tmp_path / "inputs.json"
+    inputs.write_text('{"topic": "tea \\ud800"}', encoding="utf-8")
+    runs = tmp_path / "runs"
+    code, _, err = cli(capsys, "run", doc, "--mock", mock, "--inputs", inputs, "--runs-dir", runs)
+    assert code == 2, err
+    assert "$in/topic: a string holds a lone surrogate" in err
+    assert run_folders(runs) == []

@@ -540,3 +540,27 @@ def test_the_op_records_of_a_run_with_branches_page_in_label_order(
         assert paged == labels
         records = client.get(f"/v1/runs/{run_id}/ops", params={"node": "b2"}).json()
         assert [r["node_id"] for r in records["records"]] == ["b2"]
+
+
+def test_a_node_s_op_records_leave_out_another_node_s_of_the_same_file_safe_name(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """``a"b`` and ``a_b`` are one name as file names; the gateway lists a node's records
+    by the op ids its records hold, so each node gets its own."""
+    queue = f"gw-{uuid.uuid4().hex[:10]}"
+    document = chain(
+        node('a"b', "variableStore", operation="set", name="quoted", value=1),
+        node("a_b", "variableStore", operation="set", name="plain", value=2),
+    )
+    with (
+        workers(temporal_address, queue, tmp_path, 1),
+        serve_in_thread(gateway(temporal_address, queue, tmp_path / "a")) as url,
+        httpx.Client(base_url=url, timeout=WAIT) as client,
+    ):
+        started = client.post("/v1/runs", json={"document": document, "inputs": {}})
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        assert wait_until_done(client, run_id)["status"] == "completed"
+        for node_id in ('a"b', "a_b"):
+            page = client.get(f"/v1/runs/{run_id}/ops", params={"node": node_id}).json()
+            assert (page["total"], [r["node_id"] for r in page["records"]]) == (1, [node_id])

@@ -17,11 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
+from lattice.lower import lower
 from lattice.runs.oplog import op_line
+from lattice.runtime import Runner, RunStore
 from lattice.server.app import ServerSettings
 from lattice.server.in_thread import serve_in_thread
 from lattice.server.panel_api import PANEL_DIR
-from tests.builders import approval
+from tests.builders import approval, chain, node
 from tests.conftest import EXAMPLES
 from tests.server.helpers import TIMEOUT
 
@@ -272,3 +274,20 @@ def test_the_op_index_comes_a_page_at_a_time(
         response = client.get(path, params=params)
         assert response.status_code == 422, params
         assert response.json()["error"] == "invalid_request"
+
+
+def test_a_node_s_records_leave_out_another_node_s_of_the_same_file_safe_name(
+    client: httpx.Client, space: Path
+) -> None:
+    """Op names in a run folder are file-safe (``a"b`` is kept as ``a_b``): a node's
+    records are its own, not those of another node whose id differs in such characters."""
+    doc = chain(
+        node('a"b', "variableStore", operation="set", name="quoted", value=1),
+        node("a_b", "variableStore", operation="set", name="plain", value=2),
+    )
+    result = Runner(lower(doc), store=RunStore(space / "runs")).run()
+    assert result.status == "completed" and result.run_dir is not None
+    path = f"/v1/runs/{result.run_dir.name}/ops"
+    for node_id in ('a"b', "a_b"):
+        page = client.get(path, params={"node": node_id}).json()
+        assert (page["total"], [r["node_id"] for r in page["records"]]) == (1, [node_id])

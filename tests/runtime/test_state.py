@@ -489,3 +489,20 @@ def test_the_common_writes_do_what_the_general_write_does() -> None:
         if fork:  # the parent's entries were copied before a write inside them
             assert parent["fast"].vars == parent["general"].vars == start
     assert errors > 100 and appends > 100  # the limits were reached, both ways
+
+
+@pytest.mark.parametrize("path", ["$vars.a.result", "$vars.a.b.c", "$vars.a[0].b"])
+@pytest.mark.parametrize("there", ["plain text", 7, None, ["x"]])
+def test_a_value_over_max_value_bytes_changes_nothing_on_the_way(path: str, there: Any) -> None:
+    """A refused value must not leave the objects its write would have made: the entry
+    it went into (a string, say) stays as it was for a ``failed`` route and for resume,
+    which replays only the changes that were made (the short way for ``$vars.a.result``
+    and the general one alike)."""
+    store = StateStore({"q": "input"}, vars={"a": there})
+    store.limit(StateLimits(max_value_bytes=100))
+    before = store._total_size
+    with pytest.raises(LatticeRunError) as raised:
+        store.write(path, "x" * 500)
+    assert raised.value.error_type in ("state_limit", "state_error")
+    assert store.vars == {"a": there}
+    assert store._total_size == before
