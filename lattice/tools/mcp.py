@@ -197,7 +197,11 @@ class McpSession:
             while True:
                 page = await self._request(self._client.list_tools(cursor=cursor), "list_tools")
                 tools += [
-                    ToolDef(t.name, t.description or "", dict(t.input_schema or {}))
+                    ToolDef(
+                        unicode_text(t.name),
+                        unicode_text(t.description or ""),
+                        unicode_value(dict(t.input_schema or {})),
+                    )
                     for t in page.tools
                 ]
                 cursor = getattr(page, "next_cursor", None)

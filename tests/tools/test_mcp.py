@@ -130,6 +130,9 @@ class _AnsweringClient:
     async def call_tool(self, name: str, arguments: Any, read_timeout_seconds: Any = None) -> Any:
         return self.result
 
+    async def list_tools(self, cursor: str | None = None) -> Any:
+        return self.result
+
 
 def test_a_lone_surrogate_in_a_tool_result_becomes_u_fffd() -> None:
     """A server's JSON may spell ``"\\ud800"``, which no run folder can hold: structured
@@ -148,6 +151,18 @@ def test_a_lone_surrogate_in_a_tool_result_becomes_u_fffd() -> None:
         answer(content=text, is_error=True)
     assert raised.value.message.endswith("ok \ufffd")
     assert raised.value.details["text"] == "ok \ufffd"
+
+
+def test_a_lone_surrogate_in_a_tools_description_becomes_u_fffd() -> None:
+    """Tool definitions go into prompts and their hashes: theirs are mended as results are."""
+    from mcp.types import ListToolsResult, Tool
+
+    tool = Tool(name="t\ud800", description="d\udc00", input_schema={"title": "\ud800"})
+    session = McpSession(McpServerSpec("calc", url="http://127.0.0.1:9/mcp", timeout=5))
+    session._client = _AnsweringClient(ListToolsResult(tools=[tool]))
+    [found] = asyncio.run(session.list_tools())
+    assert (found.name, found.description) == ("t\ufffd", "d\ufffd")
+    assert found.input_schema == {"title": "\ufffd"}
 
 
 def test_tool_error_carries_the_servers_text_and_takes_the_failed_port(http_url: str) -> None:
