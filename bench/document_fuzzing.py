@@ -26,6 +26,7 @@ import copy
 import http.server
 import itertools
 import json
+import os
 import random
 import threading
 from collections.abc import Iterator
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO.parent / "shared" / "corpus" / "ccwf"
+CORPUS = Path(os.environ.get("LATTICE_CORPUS") or REPO.parent / "shared" / "corpus" / "ccwf")
 _NOT_DOCUMENTS = (".mock.json", ".answers.json", ".inputs.json")
 
 NODE_TYPES = (

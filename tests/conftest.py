@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,17 @@ settings.register_profile("lattice", deadline=None)
 settings.load_profile("lattice")
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO.parent / "shared" / "corpus" / "ccwf"
+DEVELOPMENT_CORPUS = REPO.parent / "shared" / "corpus" / "ccwf"
+
+
+def corpus_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """The folder of real cc-wf-studio documents the corpus tests read: ``LATTICE_CORPUS``
+    when it is set, else the development corpus beside the checkout."""
+    given = environ.get("LATTICE_CORPUS")
+    return Path(given).expanduser() if given else DEVELOPMENT_CORPUS
+
+
+CORPUS = corpus_dir()
 EXAMPLES = REPO / "workflows" / "examples"
 EXAMPLE_GRANTS = ("read", "write", "shell")
 """What an example with a project beside it (``<name>-project/``) is run with."""
@@ -172,8 +183,7 @@ def corpus_files() -> list[Path]:
 
 def corpus_document(pattern: str) -> Path:
     """The one corpus document whose name matches ``pattern`` (a glob); the calling test is
-    skipped, saying so, when the corpus (``../shared``, outside this repository) or that
-    document is missing."""
+    skipped, saying so, when the corpus (``corpus_dir()``) or that document is missing."""
     matches = sorted(CORPUS.glob(pattern)) if CORPUS.is_dir() else []
     if not matches:
         pytest.skip(f"corpus document not found: {CORPUS / pattern}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests.builders import node
+
 OUTLINE_SCHEMA = {
     "type": "object",
     "properties": {
@@ -28,15 +30,6 @@ def two_step_document(**extra_summary: Any) -> dict[str, Any]:
 
     ``extra_summary`` adds fields to the summary node's data (``modelClass``, ``model``, …).
     """
-
-    def node(node_id: str, node_type: str, **data: Any) -> dict[str, Any]:
-        return {
-            "id": node_id,
-            "type": node_type,
-            "name": node_id,
-            "position": {"x": 0, "y": 0},
-            "data": data,
-        }
 
     return {
         "id": "two-step",

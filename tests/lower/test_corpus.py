@@ -17,7 +17,7 @@ from lattice.ir import IR_VERSION, execir_json_schema, ir_from_json, ir_to_dict,
 from lattice.ir.models import AgentOp
 from lattice.lower import lower, lower_document
 from tests.builders import corpus_params, describe, validate_ir
-from tests.conftest import CORPUS, REPO, corpus_files
+from tests.conftest import CORPUS, DEVELOPMENT_CORPUS, REPO, corpus_dir, corpus_files
 
 CORPUS_FILES = corpus_files()
 PARAMS = corpus_params(CORPUS_FILES, CORPUS)
@@ -39,9 +39,19 @@ def test_missing_corpus_gives_one_skipped_param(tmp_path: Path) -> None:
     assert "corpus" in mark.kwargs["reason"] and "nowhere" in mark.kwargs["reason"]
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus of real documents not found: {CORPUS}")
+def test_corpus_dir_is_lattice_corpus_when_set(tmp_path: Path) -> None:
+    assert corpus_dir({"LATTICE_CORPUS": str(tmp_path)}) == tmp_path
+    assert corpus_dir({"LATTICE_CORPUS": ""}) == DEVELOPMENT_CORPUS
+    assert corpus_dir({}) == DEVELOPMENT_CORPUS
+
+
+@pytest.mark.skipif(
+    CORPUS != DEVELOPMENT_CORPUS or not CORPUS.is_dir(),
+    reason=f"development corpus not found or not in use: {CORPUS}",
+)
 def test_corpus_is_all_there() -> None:
-    """The corpus tests skip when ../shared is absent, but not when it is there and emptied."""
+    """The corpus tests skip when the development corpus is absent, but not when it is
+    there and emptied (a folder given as LATTICE_CORPUS may hold any number)."""
     assert len(CORPUS_FILES) >= 14, CORPUS_FILES
 
 
