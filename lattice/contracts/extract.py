@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from lattice.document.limits import unicode_value
 from lattice.errors import LatticeRunError
 
 _DECODER = json.JSONDecoder()
@@ -245,7 +246,14 @@ def _around(before: str, after: str) -> tuple[str, ...]:
 
 def extract(text: str) -> Extracted:
     """The one JSON value of ``text`` and what surrounded it; ExtractionError (``json_error``,
-    ``multiple_artifacts``) when there is not exactly one."""
+    ``multiple_artifacts``) when there is not exactly one. A lone surrogate the JSON spells
+    (``"\\ud800"``), which no file can hold, is U+FFFD in the value."""
+    found = _extract(text)
+    value = unicode_value(found.value)
+    return found if value is found.value else replace(found, value=value)
+
+
+def _extract(text: str) -> Extracted:
     norm = text.replace("\r\n", "\n").replace("\r", "\n")
     stripped = norm.strip()
     try:

@@ -49,6 +49,35 @@ def _is_unicode(text: str) -> bool:
     return True
 
 
+def unicode_text(text: str) -> str:
+    """``text`` as Unicode any file can hold: a surrogate pair split in two (as streamed
+    pieces joined give) becomes its character again, each lone surrogate U+FFFD."""
+    if _is_unicode(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def unicode_value(value: Any) -> Any:
+    """``value`` (parsed JSON from outside: a model's answer, a tool's result) with
+    ``unicode_text`` applied to every string and object key; ``value`` itself when it
+    holds no lone surrogate."""
+    if isinstance(value, str):
+        return unicode_text(value)
+    if isinstance(value, list):
+        items = [unicode_value(item) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if isinstance(value, dict):
+        pairs = [
+            (unicode_text(k) if isinstance(k, str) else k, unicode_value(v))
+            for k, v in value.items()
+        ]
+        same = all(
+            k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)
+        )
+        return value if same else dict(pairs)
+    return value
+
+
 Path = tuple[Any, str | int] | None
 """A place in the value as a linked list ``(parent, key)``; made into a pointer only when
 something is reported there (most documents report nothing)."""

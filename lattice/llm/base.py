@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring as _quote
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from lattice.document.limits import unicode_text, unicode_value
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 DeltaSink = Callable[[str], None]
@@ -344,6 +346,17 @@ class LLMResponse:
     tool_calls: tuple[ToolCall, ...] = ()
     """Tools the model asked to call (finish reason ``tool_calls``); ``text`` is then any
     text it wrote beside them."""
+
+    def __post_init__(self) -> None:
+        # A model's JSON may spell a lone surrogate ("\ud800"), which no run folder,
+        # log or prompt hash can encode: it becomes U+FFFD here, where every provider's
+        # answer passes.
+        self.text = unicode_text(self.text)
+        if self.tool_calls:
+            self.tool_calls = tuple(
+                ToolCall(unicode_text(c.id), unicode_text(c.name), unicode_value(c.arguments))
+                for c in self.tool_calls
+            )
 
 
 @runtime_checkable

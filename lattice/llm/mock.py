@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from lattice.document.limits import check_json_value
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, ToolCall, estimate_tokens
 from lattice.llm.examples import branch_labels, example_value
@@ -241,6 +242,7 @@ def check_script(script: Any) -> None:
     """Refuse a malformed mock script with a LatticeUserError naming the key at fault."""
     if not isinstance(script, Mapping):
         _bad('a mock script is a JSON object {"responses": {...}}', prefix="")
+    _check_unicode(script)
     unknown = set(script) - {"responses", "default", "description", "tools"}
     if "rows" in unknown:
         _bad(
@@ -278,6 +280,17 @@ def check_script(script: Any) -> None:
                 _check_error_item(item, f"{where}[{index}]")
     if "default" in script:
         _check_item(script["default"], "default")
+
+
+def _check_unicode(script: Mapping[str, Any]) -> None:
+    """Refuse a script holding a lone surrogate (``"\\ud800"`` in JSON), which no run
+    folder can record, naming its place (JSON pointer) when it is not nested too deep."""
+    try:
+        json.dumps(dict(script), ensure_ascii=False, default=repr).encode("utf-8")
+    except UnicodeEncodeError:
+        found = [p for p in check_json_value(dict(script)) if p.code == "invalid-string"]
+        where = f"{found[0].pointer}: " if found else ""
+        _bad(f"{where}a string holds a lone surrogate (not Unicode text)")
 
 
 def _check_item(item: Any, where: str) -> None:

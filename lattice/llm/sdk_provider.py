@@ -27,6 +27,7 @@ import time
 from types import ModuleType
 from typing import Any
 
+from lattice.document.limits import unicode_text
 from lattice.errors import LatticeRunError, LatticeUserError, install_hint
 from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse
 from lattice.llm.errors import LoopLocalClients, provider_error, without_keys
@@ -111,8 +112,9 @@ class SdkProvider:
         if on_delta is None:
             return await self._create(body)
         stream = await self._open_stream(body)  # errors before the answer: mapped as usual
+        sink = on_delta
         try:
-            return await self._read_stream(stream, on_delta, model)
+            return await self._read_stream(stream, lambda text: sink(unicode_text(text)), model)
         except Exception as exc:
             if isinstance(exc, StreamBroken | LatticeRunError) or not self._broke_off(exc):
                 raise  # an error the API sent in the stream is mapped as usual

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from lattice.contracts.policies import RetrySettings
+from lattice.document.limits import unicode_value
 from lattice.errors import LatticeRunError
 from lattice.ir.templates import Ref, ValueTemplate, is_secret, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
@@ -461,11 +462,13 @@ class HttpExecutor:
         return {"status": response.status_code, "headers": dict(response.headers), "body": body}
 
     def _decode(self, text: str, content_type: str) -> Any:
+        """The body as the node's result; a lone surrogate JSON spells ("\\ud800")
+        becomes U+FFFD, so that no run-folder write fails on it."""
         kind = self.call.response_type
         if kind == "text" or (kind == "auto" and "json" not in content_type.lower()):
             return text
         try:
-            return json.loads(text) if text.strip() else None
+            return unicode_value(json.loads(text)) if text.strip() else None
         except json.JSONDecodeError as exc:
             if kind == "json":
                 raise LatticeRunError(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from lattice.document.limits import unicode_text, unicode_value
 from lattice.errors import LatticeRunError, install_hint
 from lattice.llm.base import ToolDef
 from lattice.schemas import schema_errors, schema_problems, schema_validator, uses_patterns
@@ -196,7 +197,11 @@ class McpSession:
             while True:
                 page = await self._request(self._client.list_tools(cursor=cursor), "list_tools")
                 tools += [
-                    ToolDef(t.name, t.description or "", dict(t.input_schema or {}))
+                    ToolDef(
+                        unicode_text(t.name),
+                        unicode_text(t.description or ""),
+                        unicode_value(dict(t.input_schema or {})),
+                    )
                     for t in page.tools
                 ]
                 cursor = getattr(page, "next_cursor", None)
@@ -206,6 +211,11 @@ class McpSession:
         return self._tools
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        """The tool's result (structured content, its text, or its content blocks), each
+        lone surrogate in it made U+FFFD; a result marked as an error raises."""
+        return unicode_value(await self._call_tool(name, arguments))
+
+    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         result = await self._request(
             self._client.call_tool(name, arguments, read_timeout_seconds=self.spec.timeout),
             f"tool {name!r}",
@@ -213,6 +223,7 @@ class McpSession:
         text = "\n".join(
             block.text for block in result.content if getattr(block, "type", None) == "text"
         )
+        text = unicode_text(text)
         if result.is_error:
             raise tool_error(
                 self.spec.server_id,

@@ -843,3 +843,19 @@ def test_an_input_no_run_folder_can_record_is_refused_before_the_folder(
     assert code == 2, err
     assert "$in/topic: a string holds a lone surrogate" in err
     assert run_folders(runs) == []
+
+
+def test_a_mock_script_no_run_folder_can_record_is_refused_before_the_folder(
+    capsys: pytest.CaptureFixture[str], approval: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A mock answer spelling a lone surrogate (``"\\ud800"``) is refused with its place
+    (exit 2, one line), not ended by a traceback."""
+    doc, _ = approval
+    mock = tmp_path / "surrogate.mock.json"
+    mock.write_text('{"responses": {"draft": ["ok \\ud800"]}}', encoding="utf-8")
+    runs = tmp_path / "runs"
+    code, _, err = cli(capsys, "run", doc, "--mock", mock, "--input", "topic=t", "--runs-dir", runs)
+    assert code == 2, err
+    assert "/responses/draft/0: a string holds a lone surrogate" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert run_folders(runs) == []

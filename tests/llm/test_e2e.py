@@ -799,3 +799,36 @@ def test_prompt_hash_is_sha256_of_the_canonical_json(
         request.canonical(), sort_keys=True, ensure_ascii=False, separators=(",", ":")
     )
     assert request.prompt_hash() == hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@pytest.mark.parametrize("spelled", ["\ud800", "\\ud800"], ids=["in-the-text", "json-escape"])
+def test_a_lone_surrogate_in_an_answer_becomes_u_fffd(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    doc: Path,
+    tmp_path: Path,
+    spelled: str,
+) -> None:
+    """An answer holding a lone surrogate (the API's JSON spells ``"\\ud800"``; in the
+    text itself or in the JSON the text holds) no file can encode: the run completes
+    with U+FFFD in its place, and every file of the run folder is UTF-8."""
+
+    def answer(body: dict[str, Any]) -> str:
+        text = two_step_answer(body)
+        return text.replace("Tides", "Ti" + spelled + "des") if "OUTLINE" in str(body) else text
+
+    with serve(answer) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        runs = tmp_path / "runs"
+        code, out, err = cli(
+            capsys, "run", doc, "--provider", "openai", "--input", "topic=tides", "--runs-dir", runs
+        )
+    assert code == 0, err
+    assert json.loads(out) == {"summary": "All about Ti\ufffddes"}
+    [folder] = run_folders(runs)
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        path.read_bytes().decode("utf-8")  # raises on a file that is not UTF-8
+    assert json.loads((folder / "result.json").read_text())["output"]["summary"].count("\ufffd")

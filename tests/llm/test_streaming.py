@@ -99,6 +99,18 @@ def test_a_streamed_answer_arrives_in_pieces_and_whole(name: str, server: FakeLL
     assert response.latency_ms > 0
 
 
+def test_streamed_pieces_of_an_answer_with_a_lone_surrogate_hold_u_fffd(name: str) -> None:
+    """The API's JSON may spell ``"\\ud800"`` in a piece: each piece a listener gets, and
+    the whole answer, hold U+FFFD there, so a listener can write them anywhere."""
+    with serve(lambda body: "ok \ud800 then more text") as srv:
+        pieces: list[str] = []
+        response = asyncio.run(_complete(PROVIDERS[name](srv.base_url), _request(pieces.append)))
+    assert len(pieces) > 1
+    assert "".join(pieces) == "ok \ufffd then more text" == response.text
+    for piece in pieces:
+        piece.encode("utf-8")
+
+
 def test_pieces_arrive_before_the_answer_is_finished(name: str, server: FakeLLMServer) -> None:
     """The server holds the rest of the answer until the first piece has reached us."""
     server.gate = gate = threading.Event()

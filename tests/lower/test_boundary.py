@@ -20,9 +20,10 @@ import pytest
 
 from lattice.cli.main import main
 from lattice.document import limits
-from lattice.document.limits import MAX_JSON_DEPTH, check_json_value
+from lattice.document.limits import MAX_JSON_DEPTH, check_json_value, unicode_text, unicode_value
 from lattice.errors import SUGGESTION_BUDGET, DocumentError, Suggester
 from lattice.ir.serialize import check_ir, ir_to_json
+from lattice.llm.base import LLMResponse, ToolCall
 from lattice.lower import lower_document
 from lattice.lower.emit import EMITTERS
 from lattice.lower.subflows import MAX_DEPTH
@@ -573,3 +574,17 @@ def test_unknown_node_types_get_hints_within_the_budget() -> None:
     found = find(lower_document(doc), "unknown-node-type")
     assert len(found) == 3_001
     assert "(did you mean 'prompt'?)" in found[0].message
+
+
+def test_unicode_text_and_value_replace_lone_surrogates_and_keep_pairs() -> None:
+    """Text from outside (a model, a tool) as Unicode any file can hold: a pair split in
+    two (streamed pieces joined) is its character again, a lone surrogate U+FFFD; a
+    value holding none is returned as it is."""
+    assert unicode_text("a\ud83d" + "\ude00b\ud800") == "a\U0001f600b\ufffd"
+    assert unicode_text("\ude00\ud83d") == "\ufffd\ufffd"
+    plain = {"k": ["caf\u00e9", 1, None]}
+    assert unicode_value(plain) is plain
+    assert unicode_value({"\udc00": [{"x": "\ud800"}, 2]}) == {"\ufffd": [{"x": "\ufffd"}, 2]}
+    response = LLMResponse("ok \ud800", tool_calls=(ToolCall("c1", "Read", {"p": "\ud800"}),))
+    assert response.text == "ok \ufffd"
+    assert response.tool_calls[0].arguments == {"p": "\ufffd"}

@@ -686,6 +686,13 @@ def test_invalid_inputs_and_requests(client: httpx.Client) -> None:
         400,
         "mock_error",
     )
+    surrogate = json.dumps({"document": steps(1)})[:-1] + ', "mock_script": {"default": "\\ud800"}}'
+    body = assert_error(
+        client.post("/v1/runs", content=surrogate, headers={"content-type": "application/json"}),
+        400,
+        "mock_error",
+    )
+    assert "lone surrogate" in body["message"]
     assert_error(client.post("/v1/runs", json={"document": steps(1), "provider": "psychic"}), 422)
     assert_error(client.get("/v1/nothing-here"), 404, "not_found")
 

@@ -371,6 +371,22 @@ def test_response_bodies_are_decoded_by_content_type_or_response_type(
     assert result.vars["fetch"]["result"]["body"] == expected
 
 
+def test_a_lone_surrogate_in_a_json_body_becomes_u_fffd(harness: Harness, tmp_path: Path) -> None:
+    """``"\\ud800"`` is JSON a server may send and a string no file can hold: the body
+    keeps U+FFFD in its place (keys too) and the run folder is written."""
+    body = b'{"name": "ok \\ud800", "\\udc00": ["\\ud83d\\ude00"]}'
+    script(harness, respond(200, content=body, headers={"content-type": "application/json"}))
+    result = harness.run(chain(http_node()), store=RunStore(tmp_path))
+
+    assert result.status == "completed", result.failure
+    expected = {"name": "ok \ufffd", "\ufffd": ["\U0001f600"]}
+    assert result.vars["fetch"]["result"]["body"] == expected
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        path.read_bytes().decode("utf-8")  # raises on a file that is not UTF-8
+
+
 def test_a_forced_json_response_that_is_not_json_fails(harness: Harness) -> None:
     api = script(harness, respond(200, text="<html>oops</html>"))
     result = harness.run(chain(http_node(responseType="json")))

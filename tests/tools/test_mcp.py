@@ -6,6 +6,7 @@ server API) over streamable HTTP on 127.0.0.1. The AI modes use the mock LLM.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import Iterator
@@ -14,10 +15,11 @@ from typing import Any
 
 import pytest
 
+from lattice.errors import LatticeRunError
 from lattice.llm.mock import MockProvider
 from lattice.runtime import Runner, RunResult, RunStore
 from lattice.runtime.settings import RuntimeSettings
-from lattice.tools.mcp import McpServerSpec
+from lattice.tools.mcp import McpServerSpec, McpSession
 from tests.builders import chain, lower_ok, node
 from tests.conftest import REPO
 from tests.mcp_test_server import serve_http
@@ -117,6 +119,50 @@ def test_http_server_structured_and_text_results(http_url: str) -> None:
     assert result.output == "SUM IS 42.0"
     assert [e["data"]["transport"] for e in types(result, "tool_session_opened")] == ["http"]
     assert [e["data"]["structured"] for e in types(result, "tool_result")] == [True, False]
+
+
+class _AnsweringClient:
+    """Stands in for ``mcp.Client``: every tool call answers ``result``."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    async def call_tool(self, name: str, arguments: Any, read_timeout_seconds: Any = None) -> Any:
+        return self.result
+
+    async def list_tools(self, cursor: str | None = None) -> Any:
+        return self.result
+
+
+def test_a_lone_surrogate_in_a_tool_result_becomes_u_fffd() -> None:
+    """A server's JSON may spell ``"\\ud800"``, which no run folder can hold: structured
+    content, text and an error's text come back with U+FFFD in its place."""
+    from mcp.types import CallToolResult, TextContent
+
+    def answer(**fields: Any) -> Any:
+        session = McpSession(McpServerSpec("calc", url="http://127.0.0.1:9/mcp", timeout=5))
+        session._client = _AnsweringClient(CallToolResult(**fields))
+        return asyncio.run(session.call_tool("t", {}))
+
+    text = [TextContent(type="text", text="ok \ud800")]
+    assert answer(content=[], structured_content={"\udc00": ["a\ud800"]}) == {"\ufffd": ["a\ufffd"]}
+    assert answer(content=text) == "ok \ufffd"
+    with pytest.raises(LatticeRunError) as raised:
+        answer(content=text, is_error=True)
+    assert raised.value.message.endswith("ok \ufffd")
+    assert raised.value.details["text"] == "ok \ufffd"
+
+
+def test_a_lone_surrogate_in_a_tools_description_becomes_u_fffd() -> None:
+    """Tool definitions go into prompts and their hashes: theirs are mended as results are."""
+    from mcp.types import ListToolsResult, Tool
+
+    tool = Tool(name="t\ud800", description="d\udc00", input_schema={"title": "\ud800"})
+    session = McpSession(McpServerSpec("calc", url="http://127.0.0.1:9/mcp", timeout=5))
+    session._client = _AnsweringClient(ListToolsResult(tools=[tool]))
+    [found] = asyncio.run(session.list_tools())
+    assert (found.name, found.description) == ("t\ufffd", "d\ufffd")
+    assert found.input_schema == {"title": "\ufffd"}
 
 
 def test_tool_error_carries_the_servers_text_and_takes_the_failed_port(http_url: str) -> None:
