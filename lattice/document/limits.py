@@ -10,6 +10,7 @@ plain JSON value.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -54,28 +55,36 @@ def unicode_text(text: str) -> str:
     pieces joined give) becomes its character again, each lone surrogate U+FFFD."""
     if _is_unicode(text):
         return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text.encode("utf_16_le", "surrogatepass").decode("utf_16_le", "replace")
 
 
 def unicode_value(value: Any) -> Any:
     """``value`` (parsed JSON from outside: a model's answer, a tool's result) with
     ``unicode_text`` applied to every string and object key; ``value`` itself when it
-    holds no lone surrogate."""
+    holds no lone surrogate. Nesting of any depth is looked through without recursion."""
     if isinstance(value, str):
         return unicode_text(value)
-    if isinstance(value, list):
-        items = [unicode_value(item) for item in value]
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
-    if isinstance(value, dict):
-        pairs = [
-            (unicode_text(k) if isinstance(k, str) else k, unicode_value(v))
-            for k, v in value.items()
-        ]
-        same = all(
-            k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)
-        )
-        return value if same else dict(pairs)
-    return value
+    if not _holds_lone_surrogate(value):
+        return value
+    # Rare: mend the JSON text (a lone surrogate stays one character in it) and read it back.
+    return json.loads(unicode_text(json.dumps(value, ensure_ascii=False)))
+
+
+def _holds_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not _is_unicode(item):
+                return True
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if isinstance(key, str) and not _is_unicode(key):
+                    return True
+                stack.append(inner)
+    return False
 
 
 Path = tuple[Any, str | int] | None
