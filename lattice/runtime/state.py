@@ -240,7 +240,7 @@ class StateStore:
                 return
         self._write_path(path, value, size)
 
-    def _write_path(self, path: StatePath, value: Any, size: int | None) -> None:  # noqa: C901
+    def _write_path(self, path: StatePath, value: Any, size: int | None) -> None:
         """``write`` of any path: the general case (``_write_entry`` and ``_write_field``
         do the same for the two most common shapes)."""
         keys = path.keys
@@ -249,12 +249,7 @@ class StateStore:
         if not path.keys:
             raise LatticeRunError("cannot replace a whole state root", error_type="state_error")
         limits = self._limits
-        # before anything is made on the way: a refused value changes nothing
-        if limits is not None:
-            if size is None:
-                size = approx_size(value)
-            if size > limits.max_value_bytes:
-                self._check_size(path, size)
+        size = self._measured(path, value, size)  # before anything is made on the way
         if self._inherited and path.root == "$vars" and len(keys) > 1:
             self._own(keys[0], whole=False)
         target: Any = self._root(path.root)
@@ -311,10 +306,7 @@ class StateStore:
         if limits is None:
             self.vars[key] = value
         else:
-            if size is None:
-                size = approx_size(value)
-            if size > limits.max_value_bytes:
-                self._check_size(path, size)
+            size = self._measured(path, value, size)
             entries = self.vars
             previous = entries.get(key, _ABSENT)
             entries[key] = value
@@ -336,12 +328,7 @@ class StateStore:
         """``write`` of ``$vars.<key>.<field>`` (an op's ``$vars.<node>.result``), as the
         general path does it: a missing or non-object entry becomes ``{}`` first."""
         limits = self._limits
-        # before the entry is made an object: a refused value changes nothing
-        if limits is not None:
-            if size is None:
-                size = approx_size(value)
-            if size > limits.max_value_bytes:
-                self._check_size(path, size)
+        size = self._measured(path, value, size)  # before the entry is made an object
         if self._inherited:
             self._own(key, whole=False)
         entries = self.vars
@@ -380,20 +367,12 @@ class StateStore:
         """``append`` to any path: the general case (``_append_entry`` does the same for
         a whole ``$vars`` entry)."""
         current = self.get(path, [])
-        size = None
-        if isinstance(current, list):
-            if self._limits is not None and path.root == "$vars" and len(path.keys) == 1:
-                # the list's size so far is known: measure the item alone (not the list again)
-                key = str(path.keys[0])
-                known = (None if key in self._bounded else self._sizes.get(key)) if current else 2
-                if known is not None:
-                    size = known + approx_size(item) + 1
-        else:
+        if not isinstance(current, list):
             current = [current]
         changes, self.changes = self.changes, None
         grown = [*current, item]
         try:
-            self.write(path, grown, size=size)
+            self.write(path, grown)
         finally:
             self.changes = changes
         if changes is not None and path.root == "$vars":
@@ -463,6 +442,19 @@ class StateStore:
         else:
             target[at] = previous
         self._resize(key)  # measured again: within the limit, as it was before the write
+
+    def _measured(self, path: StatePath, value: Any, size: int | None) -> int | None:
+        """The size of ``value`` when the state has limits (``size`` when the caller knew
+        it), refused when it is over ``max_value_bytes``: checked before a write makes
+        anything on its way, so that a refused value changes nothing."""
+        limits = self._limits
+        if limits is None:
+            return size
+        if size is None:
+            size = approx_size(value)
+        if size > limits.max_value_bytes:
+            self._check_size(path, size)
+        return size
 
     def _check_size(self, path: StatePath, size: int) -> None:
         limits = self._limits
