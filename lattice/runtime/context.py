@@ -249,37 +249,33 @@ class RunContext:
         op_id = self.current_op
         node_id = None if op_id is None else self.current_node
         messages = request.messages
+        tail: tuple[Any, ...]
         if request_chars <= DEFERRED_TEXT_CHARS and request.is_plain():
+            # hashed when read: the schema, sampling fields and the messages' texts
             if len(messages) == 1:  # the texts of the one message follow
                 last = messages[0]
                 texts: tuple[str, ...] = ()
             else:  # the earlier messages' texts, then the last's
                 last = messages[-1]
                 texts = tuple(text for m in messages[:-1] for text in (m.role, m.content))
-            self._keep(
-                (
-                    seq,
-                    time.time(),
-                    "llm_request",
-                    op_id,
-                    node_id,
-                    REQUEST,
-                    request.model,
-                    request.model_class,
-                    attempt,
-                    kind,
-                    request_chars,
-                    schema_json,
-                    request.temperature,
-                    request.top_p,
-                    request.max_tokens,
-                    len(texts) + 2,
-                    *texts,
-                    last.role,
-                    last.content,
-                )
+            tail = (
+                schema_json,
+                request.temperature,
+                request.top_p,
+                request.max_tokens,
+                len(texts) + 2,
+                *texts,
+                last.role,
+                last.content,
             )
-            return seq
+        else:
+            tail = (
+                request.prompt_hash(schema_json=schema_json),
+                request.preview(),
+                None,
+                None,
+                None,
+            )
         self._keep(
             (
                 seq,
@@ -293,11 +289,7 @@ class RunContext:
                 attempt,
                 kind,
                 request_chars,
-                request.prompt_hash(schema_json=schema_json),
-                request.preview(),
-                None,
-                None,
-                None,
+                *tail,
             )
         )
         return seq
