@@ -229,15 +229,9 @@ class EventLog:
     def count(self, types: frozenset[str] | set[str]) -> dict[str, int]:
         """How many events of each of ``types`` the log holds (without building them)."""
         counts = dict.fromkeys(types, 0)
-        flat, at, end = self.flat, 0, len(self.flat)
-        while at < end:  # ``_entries``, inlined: a batch counts every row's events
-            shape = flat[at + FIELDS - 1]
-            if flat[at + 1] is None:
-                type_ = shape["type"]
-                at += FIELDS
-            else:
-                type_ = flat[at + 2]
-                at += FIELDS + (2 * shape if type(shape) is int else shape.width(flat, at + FIELDS))
+        flat = self.flat
+        for at, width in self._entries():
+            type_ = flat[at + FIELDS - 1]["type"] if width < 0 else flat[at + 2]
             if type_ in counts:
                 counts[type_] += 1
         return counts
