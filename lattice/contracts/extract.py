@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lattice.document.limits import unicode_value
 from lattice.errors import LatticeRunError
+from lattice.text import unicode_value
 
 _DECODER = json.JSONDecoder()
 _STRUCTURE = re.compile(r'["\\{}\[\]]')

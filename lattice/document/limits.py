@@ -10,12 +10,12 @@ plain JSON value.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any
 
 from lattice.errors import Diagnostic
+from lattice.text import is_unicode
 
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 """Largest document file read (16 MiB; a 10,000-node document is about 4 MiB)."""
@@ -38,55 +38,6 @@ def pointer_join(base: str, *parts: str | int) -> str:
     return out
 
 
-def _is_unicode(text: str) -> bool:
-    """False when ``text`` holds a lone surrogate (``"\\ud800"`` in JSON), which no file
-    or terminal can encode."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def unicode_text(text: str) -> str:
-    """``text`` as Unicode any file can hold: a surrogate pair split in two (as streamed
-    pieces joined give) becomes its character again, each lone surrogate U+FFFD."""
-    if _is_unicode(text):
-        return text
-    return text.encode("utf_16_le", "surrogatepass").decode("utf_16_le", "replace")
-
-
-def unicode_value(value: Any) -> Any:
-    """``value`` (parsed JSON from outside: a model's answer, a tool's result) with
-    ``unicode_text`` applied to every string and object key; ``value`` itself when it
-    holds no lone surrogate. Nesting of any depth is looked through without recursion."""
-    if isinstance(value, str):
-        return unicode_text(value)
-    if not _holds_lone_surrogate(value):
-        return value
-    # Rare: mend the JSON text (a lone surrogate stays one character in it) and read it back.
-    return json.loads(unicode_text(json.dumps(value, ensure_ascii=False)))
-
-
-def _holds_lone_surrogate(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if not _is_unicode(item):
-                return True
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            for key, inner in item.items():
-                if isinstance(key, str) and not _is_unicode(key):
-                    return True
-                stack.append(inner)
-    return False
-
-
 Path = tuple[Any, str | int] | None
 """A place in the value as a linked list ``(parent, key)``; made into a pointer only when
 something is reported there (most documents report nothing)."""
@@ -103,7 +54,7 @@ def _pointer(base: str, path: Path) -> str:
 def _scalar_problem(item: Any) -> tuple[str, str] | None:
     """``(code, message)`` when a non-container value is not plain JSON, else None."""
     if isinstance(item, str):
-        return None if _is_unicode(item) else ("invalid-string", _SURROGATE)
+        return None if is_unicode(item) else ("invalid-string", _SURROGATE)
     if item is None or isinstance(item, bool):
         return None
     if isinstance(item, int):
@@ -161,7 +112,7 @@ def check_json_value(value: Any, pointer: str = "") -> list[Diagnostic]:
                 message = f"object key {key!r} is not a string"
                 out.append(Diagnostic("invalid-value", message, pointer=_pointer(pointer, path)))
                 continue
-            if not _is_unicode(key):
+            if not is_unicode(key):
                 message = f"the object key {key!r} holds a lone surrogate (not Unicode text)"
                 out.append(Diagnostic("invalid-string", message, pointer=_pointer(pointer, path)))
                 continue
@@ -192,7 +143,7 @@ def node_id_at(document: Any, pointer: str) -> str | None:
         return None
     node = _item(_item(current, "nodes"), parts[1])
     node_id = node.get("id") if isinstance(node, dict) else None
-    return node_id if isinstance(node_id, str) and _is_unicode(node_id) else None
+    return node_id if isinstance(node_id, str) and is_unicode(node_id) else None
 
 
 def text_depth_position(text: str, limit: int = MAX_JSON_DEPTH) -> tuple[int, int] | None:

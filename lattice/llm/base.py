@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring as _quote
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from lattice.document.limits import unicode_text, unicode_value
+from lattice.text import unicode_text, unicode_value
 
 Role = Literal["system", "user", "assistant", "tool"]
 

@@ -27,11 +27,11 @@ import time
 from types import ModuleType
 from typing import Any
 
-from lattice.document.limits import unicode_text
 from lattice.errors import LatticeRunError, LatticeUserError, install_hint
 from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse
 from lattice.llm.errors import LoopLocalClients, provider_error, without_keys
 from lattice.masking import provider_keys
+from lattice.text import unicode_text
 
 
 class StreamBroken(Exception):

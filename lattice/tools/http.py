@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from lattice.contracts.policies import RetrySettings
-from lattice.document.limits import unicode_value
 from lattice.errors import LatticeRunError
 from lattice.ir.templates import Ref, ValueTemplate, is_secret, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
 from lattice.masking import forms_pattern
 from lattice.schemas import schema_errors, schema_validator, uses_patterns
+from lattice.text import unicode_value
 
 if TYPE_CHECKING:
     import httpx

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from lattice.document.limits import unicode_text, unicode_value
 from lattice.errors import LatticeRunError, install_hint
 from lattice.llm.base import ToolDef
 from lattice.schemas import schema_errors, schema_problems, schema_validator, uses_patterns
+from lattice.text import unicode_text, unicode_value
 
 BUILTIN_SERVER_ID = "lattice"
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -20,13 +20,14 @@ import pytest
 
 from lattice.cli.main import main
 from lattice.document import limits
-from lattice.document.limits import MAX_JSON_DEPTH, check_json_value, unicode_text, unicode_value
+from lattice.document.limits import MAX_JSON_DEPTH, check_json_value
 from lattice.errors import SUGGESTION_BUDGET, DocumentError, Suggester
 from lattice.ir.serialize import check_ir, ir_to_json
 from lattice.llm.base import LLMResponse, ToolCall
 from lattice.lower import lower_document
 from lattice.lower.emit import EMITTERS
 from lattice.lower.subflows import MAX_DEPTH
+from lattice.text import unicode_text, unicode_value
 from tests.builders import chain, conn, describe, find, lower_ok, node, only, workflow
 
 
