@@ -199,7 +199,7 @@ class Walker:
             else:
                 nxt, output = step.edges.get(port), None
                 if nxt is None:
-                    nxt, output = self._route(ctx, step, current, outcome)
+                    output = self._no_edge(ctx, step, current, port)
             if journaled:
                 self._journal(track, step, outcome, nxt, counters, calls_before, output)
                 if nxt is not None and not step.is_start:
@@ -261,7 +261,7 @@ class Walker:
         exc.op_id = exc.op_id or current
         exc.node_id = exc.node_id or step.node
         if FAILED_PORT not in step.edges or isinstance(exc, Interrupted):
-            self.record_op(ctx, track, current, started, None, error=exc)
+            self._record_failed(ctx, track, current, started, exc)
             # An interrupted op leaves no line, as a cancelled one: the answers it had are
             # replayed when it runs again. A failed fork's number is used again: its
             # branches keep their ids.
@@ -275,24 +275,18 @@ class Walker:
         return Outcome(port=FAILED_PORT, record={"error": report})
 
     @staticmethod
-    def _route(
-        ctx: RunContext, step: Step, current: str, outcome: Outcome
-    ) -> tuple[str | None, Any]:
-        """The next op, and the track's output when there is none."""
-        if step.is_end or outcome.port == ENDED:
-            return None, outcome.output
-        nxt = step.edges.get(outcome.port)
-        if nxt is not None:
-            return nxt, None
-        if step.op.next and outcome.port != "default":
+    def _no_edge(ctx: RunContext, step: Step, current: str, port: str) -> Any:
+        """The op left through ``port``, which has no edge: an error when the op has
+        other ways on, else a dead end (lowering warned) that ends the track with the
+        last result as its output."""
+        if step.op.next and port != "default":
             raise LatticeRunError(
-                f"op {current!r} left through port {outcome.port!r}, which leads nowhere",
+                f"op {current!r} left through port {port!r}, which leads nowhere",
                 error_type="dead_end",
                 op_id=current,
                 node_id=step.node,
             )
-        # a dead end (lowering warned): the track ends here
-        return None, ctx.state.read(ctx.last_result) if ctx.last_result else None
+        return ctx.state.read(ctx.last_result) if ctx.last_result else None
 
     def _journal(
         self,
@@ -505,24 +499,15 @@ class Walker:
 
     # -- records -----------------------------------------------------------------------
 
-    def record_op(
-        self,
-        ctx: RunContext,
-        track: Track,
-        op_id: str,
-        started: float,
-        outcome: Outcome | None,
-        *,
-        error: LatticeRunError | None = None,
+    def _record_failed(
+        self, ctx: RunContext, track: Track, op_id: str, started: float, error: LatticeRunError
     ) -> None:
+        """The ``op_finished`` event and the record of an op that failed with no
+        ``failed`` route (an op that finished is recorded in ``run_track``)."""
         duration_ms = round((self.clock() - started) * 1000, 3)
-        if outcome is not None:
-            ctx.emit2("op_finished", "duration_ms", duration_ms, "port", outcome.port)
-        else:
-            error_type = error.error_type if error else "error"
-            ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error_type})
+        ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error.error_type})
         if ctx.root.walk.durability.keeps_records:
-            self._write_record(ctx, track, op_id, duration_ms, outcome, error=error)
+            self._write_record(ctx, track, op_id, duration_ms, None, error=error)
 
     def _write_record(
         self,
