@@ -117,7 +117,7 @@ def _side_file(library: WorkflowLibrary, name: str, suffix: str) -> str | None:
     return side
 
 
-def add_panel_routes(  # noqa: C901
+def add_panel_routes(
     app: FastAPI,
     *,
     manager: RunManager,
@@ -193,36 +193,11 @@ def add_panel_routes(  # noqa: C901
         folder = manager.folder(run_id)
         if node is None:
             return respond(200, op_index(op_entries(folder), after=after, limit=limit))
-        if limit > MAX_RECORDS:
-            raise ApiError(
-                422,
-                "invalid_request",
-                f"?limit: at most {MAX_RECORDS} records of one node",
-                diagnostics=[
-                    {
-                        "code": "invalid-request",
-                        "severity": "error",
-                        "message": f"at most {MAX_RECORDS} with node",
-                        "pointer": "?limit",
-                    }
-                ],
-            )
-        entries = op_entries(folder)
+        check_records_limit(limit)
         graph = run_graph(
             load_run_json(folder, "workflow.json"), load_run_json(folder, "execir.json")
         )
-        ids = {op_id for op_id, entry in graph["ops"].items() if entry["node"] == node}
-        mine = {safe_name(op_id) for op_id in ids}
-        chosen = [entry for entry in entries if entry.name in mine]
-        if any(safe_name(op_id) in mine for op_id in graph["ops"] if op_id not in ids):
-            # another node's op has the same file-safe name (`a"b`, `a_b`): the records say whose
-            chosen = [e for e in chosen if (r := e.record()) is not None and r.get("op_id") in ids]
-        records = []
-        for entry in chosen[-limit:]:
-            record = entry.record()
-            if record is not None:
-                records.append({"label": entry.label, **record})
-        return respond(200, {"node": node, "total": len(chosen), "records": records})
+        return respond(200, node_records(op_entries(folder), graph, node, limit))
 
     @app.get("/v1/forms/{name:path}", tags=["panel"], summary="the new-run form of a workflow")
     def form(name: str) -> Response:
@@ -277,6 +252,43 @@ def op_index(entries: list[OpEntry], *, after: str | None, limit: int) -> dict[s
         if record is not None:
             ops.append(op_summary(entry.label, record))
     return {"ops": ops, "next": page[-1].label if len(entries) > limit else None}
+
+
+def check_records_limit(limit: int) -> None:
+    """Refuse a page of one node's records longer than ``MAX_RECORDS`` (422)."""
+    if limit > MAX_RECORDS:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"?limit: at most {MAX_RECORDS} records of one node",
+            diagnostics=[
+                {
+                    "code": "invalid-request",
+                    "severity": "error",
+                    "message": f"at most {MAX_RECORDS} with node",
+                    "pointer": "?limit",
+                }
+            ],
+        )
+
+
+def node_records(
+    entries: list[OpEntry], graph: Mapping[str, Any], node: str, limit: int
+) -> dict[str, Any]:
+    """The last ``limit`` op records of ``node`` (the run's ``graph`` says which ops are
+    its), with how many it has."""
+    ids = {op_id for op_id, entry in graph["ops"].items() if entry["node"] == node}
+    mine = {safe_name(op_id) for op_id in ids}
+    chosen = [entry for entry in entries if entry.name in mine]
+    if any(safe_name(op_id) in mine for op_id in graph["ops"] if op_id not in ids):
+        # another node's op has the same file-safe name (`a"b`, `a_b`): the records say whose
+        chosen = [e for e in chosen if (r := e.record()) is not None and r.get("op_id") in ids]
+    records = []
+    for entry in chosen[-limit:]:
+        record = entry.record()
+        if record is not None:
+            records.append({"label": entry.label, **record})
+    return {"node": node, "total": len(chosen), "records": records}
 
 
 def op_summary(label: str, record: Mapping[str, Any]) -> dict[str, Any]:

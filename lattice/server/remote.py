@@ -22,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
-from lattice.runs.oplog import label_key
+from lattice.runs.oplog import OpEntry, label_key, safe_name
 from lattice.runs.redaction import Redactor
 from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
@@ -38,7 +38,13 @@ from lattice.server.events import (
 )
 from lattice.server.graph import run_graph
 from lattice.server.manager import RUN_ID, links, next_step, question
-from lattice.server.panel_api import LABEL, MAX_PAGE, MAX_RECORDS, op_summary
+from lattice.server.panel_api import (
+    LABEL,
+    MAX_PAGE,
+    check_records_limit,
+    node_records,
+    op_index,
+)
 from lattice.server.polls import PollEnded, RunPolls
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import (
@@ -384,28 +390,18 @@ def add_backend_routes(  # noqa: C901
         after: Annotated[str | None, Query(pattern=LABEL)] = None,
     ) -> Response:
         record = await ask(backend.record(run_id_of(run_id)))
-        labelled = sorted(
-            ((op_label(op.get("seq"), n), op) for n, op in enumerate(record.ops)),
-            key=lambda item: label_key(item[0]),
+        entries = sorted(
+            (
+                OpEntry(op_label(op.get("seq"), n), safe_name(str(op.get("op_id"))), op)
+                for n, op in enumerate(record.ops)
+            ),
+            key=lambda entry: label_key(entry.label),
         )
         if node is None:
-            if after is not None:
-                labelled = [item for item in labelled if label_key(item[0]) > label_key(after)]
-            page = labelled[:limit]
-            return respond(
-                200,
-                {
-                    "ops": [op_summary(label, op) for label, op in page],
-                    "next": page[-1][0] if len(labelled) > limit else None,
-                },
-            )
-        if limit > MAX_RECORDS:
-            raise ApiError(422, "invalid_request", f"?limit: at most {MAX_RECORDS} with node")
+            return respond(200, op_index(entries, after=after, limit=limit))
+        check_records_limit(limit)
         graph = await asyncio.to_thread(run_graph, None, record.execir)
-        mine = {op_id for op_id, entry in graph["ops"].items() if entry["node"] == node}
-        chosen = [(label, op) for label, op in labelled if op.get("op_id") in mine]
-        records = [{"label": label, **op} for label, op in chosen[-limit:]]
-        return respond(200, {"node": node, "total": len(chosen), "records": records})
+        return respond(200, node_records(entries, graph, node, limit))
 
 
 STATUSES = "^(running|completed|failed|halted|interrupted)$"
