@@ -39,13 +39,15 @@ def unicode_value(value: Any) -> Any:
     holds no lone surrogate. Nesting of any depth is looked through without recursion."""
     if isinstance(value, str):
         return unicode_text(value)
-    if not _holds_lone_surrogate(value):
+    if not holds_lone_surrogate(value):
         return value
     # Rare: mend the JSON text (a lone surrogate stays one character in it) and read it back.
     return json.loads(unicode_text(json.dumps(value, ensure_ascii=False)))
 
 
-def _holds_lone_surrogate(value: Any) -> bool:
+def holds_lone_surrogate(value: Any) -> bool:
+    """Whether a string or object key anywhere in ``value`` (parsed JSON, nested to any
+    depth) holds a lone surrogate."""
     stack = [value]
     while stack:
         item = stack.pop()

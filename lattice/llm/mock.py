@@ -40,6 +40,7 @@ from lattice.document.limits import check_json_value
 from lattice.errors import LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, ToolCall, estimate_tokens
 from lattice.llm.examples import branch_labels, example_value
+from lattice.text import holds_lone_surrogate
 
 _UNSET: Any = object()
 TOOL_CURSOR = "tool:"
@@ -285,9 +286,7 @@ def check_script(script: Any) -> None:
 def _check_unicode(script: Mapping[str, Any]) -> None:
     """Refuse a script holding a lone surrogate (``"\\ud800"`` in JSON), which no run
     folder can record, naming its place (JSON pointer) when it is not nested too deep."""
-    try:
-        json.dumps(dict(script), ensure_ascii=False, default=repr).encode("utf-8")
-    except UnicodeEncodeError:
+    if holds_lone_surrogate(dict(script)):
         found = [p for p in check_json_value(dict(script)) if p.code == "invalid-string"]
         where = f"{found[0].pointer}: " if found else ""
         _bad(f"{where}a string holds a lone surrogate (not Unicode text)")

@@ -90,6 +90,7 @@ from lattice.runtime.walk import (
 )
 from lattice.runtime.walk_state import Counters, WalkState
 from lattice.schemas import schema_errors, schema_validator
+from lattice.text import holds_lone_surrogate
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import ToolSessions
 from lattice.workspace.grants import refused_tools
@@ -914,6 +915,8 @@ def refuse_unwritable(inputs: Mapping[str, Any]) -> None:
     """Raise InvalidInputs when ``inputs`` hold a string no run folder can record: one
     with a lone surrogate (``"\\ud800"`` in JSON, which Python's ``json`` reads). The
     schema lets it through; the folder's first write would fail with a traceback."""
+    if not holds_lone_surrogate(inputs):  # (the common case: the walk below is slower)
+        return
     problems = [p for p in check_json_value(dict(inputs)) if p.code == "invalid-string"]
     if problems:
         lines = [f"$in{p.pointer if p.pointer != '/' else ''}: {p.message}" for p in problems]
