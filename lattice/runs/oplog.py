@@ -53,6 +53,15 @@ def op_line(label: str, op_id: str, record_json: str) -> str:
     return f'{{"label":"{label}","op":"{safe_name(op_id)}","record":{record_json}}}\n'
 
 
+def record_label(seq: Any, index: int) -> str:
+    """The label of an op record from its ``seq``: a branch's op has its label there
+    (``0005.2.0003``), a main-track op its number (``7`` is ``0007``); a record without
+    one is labelled by ``index``, its place among the run's records (from 0)."""
+    if isinstance(seq, str):
+        return seq
+    return f"{seq if isinstance(seq, int) else index + 1:04d}"
+
+
 def label_key(label: str) -> tuple[int, ...]:
     """The order of op record labels (``0003`` < ``0003.1.0001`` < ``10000``)."""
     try:

@@ -22,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
-from lattice.runs.oplog import OpEntry, label_key, safe_name
+from lattice.runs.oplog import OpEntry, label_key, record_label, safe_name
 from lattice.runs.redaction import Redactor
 from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
@@ -392,7 +392,7 @@ def add_backend_routes(  # noqa: C901
         record = await ask(backend.record(run_id_of(run_id)))
         entries = sorted(
             (
-                OpEntry(op_label(op.get("seq"), n), safe_name(str(op.get("op_id"))), op)
+                OpEntry(record_label(op.get("seq"), n), safe_name(str(op.get("op_id"))), op)
                 for n, op in enumerate(record.ops)
             ),
             key=lambda entry: label_key(entry.label),
@@ -405,12 +405,3 @@ def add_backend_routes(  # noqa: C901
 
 
 STATUSES = "^(running|completed|failed|halted|interrupted)$"
-
-
-def op_label(seq: Any, index: int) -> str:
-    """The label of an op record kept in a Temporal run's history: a branch's op has its
-    label as its ``seq`` (``0003.1.0001``), the main track's ops their number (``3`` is
-    ``0003``); a record without one is labelled by its place."""
-    if isinstance(seq, str):
-        return seq
-    return f"{seq if isinstance(seq, int) else index + 1:04d}"

@@ -12,7 +12,7 @@ from temporalio.client import Client
 from lattice.durable.temporal.client import check_key
 from lattice.errors import LatticeUserError
 from lattice.files import atomic_write_text
-from lattice.runs.oplog import OPS_FILE, op_line
+from lattice.runs.oplog import OPS_FILE, op_line, record_label
 from lattice.runs.store import file_text
 
 
@@ -64,11 +64,9 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
 
 def _op_lines(ops: list[dict[str, Any]]) -> Iterator[str]:
     """The lines of ``ops.jsonl`` for the op records of a run, as a local run writes them."""
-    for op in ops:
-        seq = op["seq"]  # a number, or a branch's label (``0005.2.0003``)
-        label = seq if isinstance(seq, str) else format(seq, "04d")
+    for index, op in enumerate(ops):
         text = json.dumps(op, ensure_ascii=False, separators=(",", ":"), default=str)
-        yield op_line(label, op["op_id"], text)
+        yield op_line(record_label(op.get("seq"), index), op["op_id"], text)
 
 
 def _unfinished(client: Client, run_id: str, record: dict[str, Any]) -> dict[str, Any]:
