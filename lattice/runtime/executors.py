@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 class Executor:
     """Base: ``await executor.run(ctx) -> Outcome``."""
 
+    recomputable = False
+    """The op only computes from the run's state: nothing outside the run sees it or
+    answers it (no model, tool, person or clock), so a resume can redo it exactly, and
+    the walk does not force its journal line to disk before the next op (docs/runs.md)."""
+
     async def run(self, ctx: RunContext) -> Outcome:
         raise NotImplementedError
 
@@ -45,6 +50,8 @@ class Executor:
 class PureExecutor(Executor):
     """An op that never waits: ``now(ctx)`` does all of it, and the walk calls it
     directly instead of making and awaiting a coroutine per op."""
+
+    recomputable = True
 
     def now(self, ctx: RunContext) -> Outcome:
         raise NotImplementedError
@@ -89,6 +96,8 @@ class EndExecutor(PureExecutor):
 
 class SwitchExecutor(Executor):
     """First matching case wins; otherwise the default port; otherwise a run error naming the value."""
+
+    recomputable = True
 
     def __init__(self, op: SwitchOp) -> None:
         self.op = op
