@@ -12,8 +12,9 @@ so a process killed at any moment leaves every line it wrote on the OS. The jour
 holds a copy of every file a resume reads (``DURABLE_FILES``): the starting files in its
 first line, ``checkpoint.json`` again in its last line when the run stops. So with
 ``durability="fsync"`` (the default) the journal is the one file a run forces to disk:
-after every op that reaches outside the run, the first time with the run's folder and its entry in the runs
-folder (``commit``), and once more when the run stops (``close``). Every text passes
+after every op that reaches outside the run, the first time with the run's folder and
+its entry in the runs folder (``commit``), and once more when the run stops
+(``close``). Every text passes
 through ``redact`` before it is written, except the document and its ExecIR
 (``UNMASKED_FILES``), which a resume runs as they are.
 """
