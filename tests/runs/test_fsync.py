@@ -211,3 +211,48 @@ def test_a_commit_waits_for_a_sync_that_another_branch_started(
         assert asyncio.run(two_branches()) == ["done"]
     finally:
         recorder.close()
+
+
+def test_a_power_cut_loses_only_ops_that_a_resume_redoes_and_resends_no_recorded_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal as the disk held it at the first model call's sync (the ops that only
+    computed after it were never synced, and are lost with a power cut): the resume
+    redoes them, sends the first model call again never, and ends as the run did."""
+    synced_sizes: list[int] = []
+    real = os.fdatasync
+
+    def noting(fd: int) -> None:
+        real(fd)
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("journal.jsonl"):
+            synced_sizes.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(os, "fdatasync", noting)
+    ir = lower(
+        chain(
+            node("a", "variableStore", operation="set", name="x", value=1),
+            node("m", "prompt", prompt="M {{ $vars.x }}"),
+            node("b", "variableStore", operation="increment", name="x"),
+            node("c", "variableStore", operation="increment", name="x", value=10),
+            node("n", "prompt", prompt="N {{ $vars.x }}"),
+        )
+    )
+    first = MockProvider(default="ok")
+    whole = Runner(ir, provider=first, store=RunStore(tmp_path / "runs")).run()
+    assert whole.status == "completed" and whole.vars["x"] == 12
+    assert [call.node_id for call in first.calls] == ["m", "n"]
+    assert len(synced_sizes) == 3  # after m, after n, as the run stopped
+    folder = whole.run_dir
+    assert folder is not None
+    journal = folder / "journal.jsonl"
+    kept = journal.read_bytes()[: synced_sizes[0]]
+    lines = [json.loads(line) for line in kept.decode().splitlines()]
+    assert [line["op_id"] for line in lines if line["kind"] == "op"] == ["start", "a", "m"]
+    journal.write_bytes(kept)  # what the disk held: the rest was never synced
+    for name in ("checkpoint.json", "result.json", "state_final.json", "ops.jsonl"):
+        (folder / name).unlink(missing_ok=True)
+    second = MockProvider(default="ok")
+    resumed = Runner.resume(folder, provider=second)
+    assert resumed.status == "completed"
+    assert resumed.vars["x"] == 12 and resumed.vars["m"] == whole.vars["m"]
+    assert [call.node_id for call in second.calls] == ["n"]
