@@ -3,7 +3,7 @@
 // inputs schema, with a mock script to choose for offline demos.
 
 import { ApiError, api } from "./api.js";
-import { clear, duration, fmtCost, fmtInt, fmtMs, fmtTime, h, statusBadge } from "./dom.js";
+import { append, clear, duration, fmtCost, fmtInt, fmtMs, fmtTime, h, statusBadge } from "./dom.js";
 import { inputsForm } from "./form.js";
 
 const STATUSES = ["running", "completed", "failed", "halted", "interrupted"];
@@ -179,7 +179,7 @@ export class HomeView {
     );
     const latency = h("input", { id: "mock-latency", type: "number", min: "0", max: "60000", step: "50", value: "0", "aria-describedby": "mock-latency-help" });
     const answers = h("textarea", { id: "answers-input", rows: 2, class: "json", spellcheck: "false", placeholder: '{"<nodeId>": "<option>"}' }, info.example_answers ? JSON.stringify(info.example_answers) : "");
-    clear(fields).append(
+    append(clear(fields), [
       info.description ? h("p", { class: "help wf-desc" }, info.description) : null,
       (info.notes || []).length
         ? h("details", { class: "wf-notes" }, h("summary", {}, `Read, not acted on (${info.notes.length})`), h("ul", {}, info.notes.map((n) => h("li", {}, n))))
@@ -193,7 +193,7 @@ export class HomeView {
         h("div", { class: "field" }, h("label", { for: "mock-latency" }, "Pause before each mock answer (ms)"), latency, h("p", { class: "help", id: "mock-latency-help" }, "Slows a mock run down so you can watch it.")),
         h("div", { class: "field" }, h("label", { for: "answers-input" }, "Answers in advance (JSON, optional)"), answers),
       ),
-    );
+    ]);
     this.mock = mock;
     this.latency = latency;
     this.answers = answers;
@@ -224,10 +224,10 @@ export class HomeView {
       this.navigate(`#/runs/${encodeURIComponent(started.run_id)}`);
     } catch (err) {
       const rest = err instanceof ApiError ? this.inputs.showDiagnostics(err.body.diagnostics) : [];
-      this.formError.append(
+      append(this.formError, [
         h("p", {}, err.message),
         rest.length ? h("ul", {}, rest.map((d) => h("li", {}, d.pointer ? h("code", {}, d.pointer) : null, " ", d.message))) : null,
-      );
+      ]);
     } finally {
       button.disabled = false;
     }
