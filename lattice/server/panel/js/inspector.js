@@ -358,8 +358,9 @@ function recordView(record, definition, open) {
 }
 
 export class Inspector {
-  constructor({ runId, graph, model, events, answers }) {
+  constructor({ runId, graph, model, events, answers, onClose }) {
     this.runId = runId;
+    this.onClose = onClose;
     this.answers = answers;
     this.graph = graph;
     this.model = model;
@@ -485,6 +486,7 @@ export class Inspector {
     }
     const state = this.model.nodes.get(node.id);
     el.append(
+      ...(this.onClose ? [h("button", { type: "button", class: "inspector-close", title: "Close the inspector (the canvas takes its room)", "aria-label": "Close the inspector", onclick: () => this.onClose() }, "×")] : []),
       h("h2", { id: "inspector-title" }, node.label),
       h(
         "p",
