@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,23 @@ def sixteen_nodes() -> dict[str, Any]:
     nodes.append(node("end", "end", label="End", output="$vars.m"))
     connections.append(conn("merge", "end"))
     return workflow(nodes, connections, id="sixteen", name="sixteen")
+
+
+def many_runs(runs: Path, sources: list[str], count: int) -> list[str]:
+    """``count`` runs listed as the ``sources`` (run folders under ``runs``) are, one
+    every 37 minutes from 2026-10-01 (their ``checkpoint.json`` and ``result.json`` only:
+    enough for ``GET /v1/runs``). Their ids, oldest first."""
+    start = datetime(2026, 10, 1, tzinfo=UTC)
+    made = []
+    for index in range(count):
+        source = runs / sources[index % len(sources)]
+        at = start + timedelta(minutes=37 * index)
+        run_id = f"{at:%Y%m%dT%H%M%S}-{index:08x}"
+        folder = runs / run_id
+        folder.mkdir()
+        checkpoint = json.loads((source / "checkpoint.json").read_text())
+        checkpoint |= {"run_id": run_id, "started_at": at.strftime("%Y-%m-%dT%H:%M:%S.000Z")}
+        (folder / "checkpoint.json").write_text(json.dumps(checkpoint))
+        shutil.copy(source / "result.json", folder / "result.json")
+        made.append(run_id)
+    return made

@@ -216,6 +216,8 @@ def test_rerun_from_a_step_with_an_edited_value(
     )
     state = json.loads(page.execute_script("return document.getElementById('rerun-state').value"))
     assert set(state) == {"in", "vars"} and state["vars"]["revisions"] == 1
+    help_text = text(page, "#rerun-help")  # names the keys the editor holds
+    assert 'edit "in"' in help_text and '"vars"' in help_text and "edit $in" not in help_text
     state["vars"]["current-draft"]["result"]["subject"] = "Edited from the panel"
     page.execute_script(
         "const t = document.getElementById('rerun-state'); t.value = 'not json'; t.dispatchEvent(new Event('input'));"

@@ -584,7 +584,7 @@ export class Canvas {
    * then as large as that allows, centred where it fits and from its start where it does
    * not (pan, or use the minimap, for the rest; the canvas says so). The view stays fitted
    * when the canvas changes size (the inspector opening or closing) until the reader pans
-   * or zooms. */
+   * or zooms; the selected node is kept in view. */
   fit() {
     const rect = this.svg.getBoundingClientRect();
     const b = this.graph.bounds;
@@ -606,6 +606,7 @@ export class Canvas {
       this.ty = Math.min(top - (b.y - 20) * this.scale, rect.height / 2 - y * this.scale);
     }
     this.apply();
+    if (this.selected && this.tooLarge) this.reveal(this.selected); // the node being inspected stays in view
     this.fitted = true;
   }
 
