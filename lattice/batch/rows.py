@@ -107,6 +107,9 @@ def _lines(source: Path | Iterable[Any]) -> Iterator[tuple[int, Any]]:
             data = source.read_bytes()
         except OSError as exc:
             raise LatticeUserError(f"cannot read inputs {source}: {exc.strerror}") from exc
+        if data.lstrip()[:1] == b"[":
+            yield from _array_items(source, data)
+            return
         first = True
         for number, raw in enumerate(data.split(b"\n"), 1):
             if not raw.strip():
@@ -119,6 +122,33 @@ def _lines(source: Path | Iterable[Any]) -> Iterator[tuple[int, Any]]:
         return
     for number, item in enumerate(source, 1):
         yield number, item
+
+
+def _array_items(source: Path, data: bytes) -> Iterator[tuple[int, Any]]:
+    """The items of a file that holds one JSON array (pretty-printed or not) instead of
+    JSON Lines, each numbered by the line it starts on; an InputError, said once, when
+    the array is not valid JSON."""
+    try:
+        text = data.decode("utf-8")
+        items = json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"inputs {source} is not UTF-8 text") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"inputs {source} starts like a JSON array but is not valid JSON: {exc.msg} "
+            f"(line {exc.lineno}, column {exc.colno}); the inputs file holds either JSON "
+            "Lines (one JSON object per line) or one JSON array of such objects"
+        ) from exc
+    if not isinstance(items, list):  # a line such as "[1] trailing" fails above
+        raise InputError(f"inputs {source} is not a JSON array nor JSON Lines")
+    decoder = json.JSONDecoder()
+    at = text.index("[") + 1
+    for item in items:
+        while text[at] in " \t\r\n,":
+            at += 1
+        line = text.count("\n", 0, at) + 1
+        _, at = decoder.raw_decode(text, at)
+        yield line, item
 
 
 def _parsed(raw: bytes) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 import threading
@@ -73,13 +74,25 @@ def read_json_object(path: str, what: str) -> dict[str, Any]:
     return data
 
 
+PLACEHOLDER = re.compile(r"\s*(<[^<>\n]+>|…)\s*")
+"""A value that is still a placeholder copied from the docs (``<answer>``, ``<text>``) or
+from the command ``lattice mock init`` prints (``--input NAME=…``)."""
+
+
 def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
-    """``KEY=VALUE`` arguments as a dict."""
+    """``KEY=VALUE`` arguments as a dict; a VALUE still in the docs' ``<placeholder>``
+    form is refused, naming it (a value really in angle brackets goes in a JSON file)."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise InputError(f"{what} {pair!r} is not KEY=VALUE")
+        if PLACEHOLDER.fullmatch(value):
+            raise InputError(
+                f"{what} {key.strip()}={value}: {value.strip()} is a placeholder from an "
+                f"example, not a value: put the {key.strip()} itself there (a value that "
+                "really is in angle brackets goes in a JSON file: --inputs FILE, --answers FILE)"
+            )
         out[key.strip()] = value
     return out
 

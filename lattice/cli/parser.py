@@ -15,6 +15,8 @@ CONFIG_HELP = (
     "lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml); with one, mcp nodes must name "
     "servers it configures"
 )
+RUNS_LIST_DEFAULT = 20
+"""How many runs ``lattice runs list`` prints without ``--limit`` or ``--all``."""
 PASS_NAMES = ("project", "architecture", "scaffold", "test", "implementation", "refactor")
 """The planning passes in order (``lattice.planner.passes.PASSES``; repeated here so that
 building the parser imports nothing)."""
@@ -94,6 +96,22 @@ class CommandParser(argparse.ArgumentParser):
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}{self._nearest(extras)}")
         return parsed, extras
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A choice not offered (a command, an action) is refused with the nearest one
+        ("did you mean `run`?"), as an unknown option is."""
+        choices = action.choices
+        if choices is None or value in choices or not isinstance(value, str):
+            super()._check_value(action, value)
+            return
+        import difflib  # only when an argument is wrong: --help stays light
+
+        names = [str(choice) for choice in choices]
+        close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        raise argparse.ArgumentError(
+            action, f"invalid choice: {value!r} ({hint}choose from {', '.join(names)})"
+        )
 
     def _nearest(self, extras: list[str]) -> str:
         """`` (did you mean --x?)`` for the first unknown option close to one of ours."""
@@ -374,10 +392,11 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--limit",
         type=positive_int,
-        default=50,
+        default=None,
         metavar="N",
-        help="list --temporal: the N newest runs (default: 50)",
+        help=f"list: the N newest runs (default: {RUNS_LIST_DEFAULT})",
     )
+    p.add_argument("--all", action="store_true", help="list: every run (no --limit)")
     p.add_argument("-o", "--output", metavar="DIR", help="export: the run folder to write")
     _handler(p, "lattice.cli.run:runs")
 

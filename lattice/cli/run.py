@@ -20,13 +20,14 @@ from lattice.cli.common import (
     report,
 )
 from lattice.cli.main import EXIT_INTERRUPTED, EXIT_USAGE
+from lattice.cli.parser import RUNS_LIST_DEFAULT
 from lattice.config import load_config
 from lattice.document.loader import read_json_file
 from lattice.errors import InputError, InvalidInputs, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
 from lattice.runs.store import RunStore
-from lattice.runs.view import list_runs, show_run
+from lattice.runs.view import list_runs, run_folders, show_run
 from lattice.runtime.runner import Runner, check_answers
 from lattice.service.runs import (
     ProviderSpec,
@@ -194,10 +195,8 @@ def runs(args: argparse.Namespace) -> int:
         from lattice.cli.panel import open_run  # the server extra, needed only here
 
         return open_run(args)
-    if args.action == "list" and args.temporal:
-        from lattice.cli.temporal import list_runs as list_on_temporal
-
-        return list_on_temporal(args)
+    if args.action == "list":
+        return runs_list(args)
     if args.action == "show" and args.temporal:
         from lattice.cli.temporal import show
 
@@ -206,8 +205,27 @@ def runs(args: argparse.Namespace) -> int:
         if not args.run_dir:
             raise LatticeUserError("lattice runs show RUN (a run folder or a run id)")
         sys.stdout.write(show_run(run_folder(args.run_dir, args.runs_dir)))
-    else:
-        sys.stdout.write(list_runs(Path(args.runs_dir)))
+    return 0
+
+
+def runs_list(args: argparse.Namespace) -> int:
+    """``lattice runs list``: the ``--limit`` newest runs (20 by default, every one with
+    ``--all``); how many more there are is said on stderr."""
+    if args.all and args.limit is not None:
+        raise LatticeUserError("lattice runs list: give --limit N or --all, not both")
+    limit = None if args.all else (args.limit or RUNS_LIST_DEFAULT)
+    if args.temporal:
+        from lattice.cli.temporal import list_runs as list_on_temporal
+
+        return list_on_temporal(args, limit)
+    root = Path(args.runs_dir)
+    sys.stdout.write(list_runs(root, limit))
+    more = len(run_folders(root)) - limit if limit is not None else 0
+    if more > 0:
+        sys.stderr.write(
+            f"lattice: {more:,} older run{'s' if more > 1 else ''} not shown "
+            "(--limit N for more, --all for every one)\n"
+        )
     return 0
 
 

@@ -34,12 +34,20 @@ def _load(path: Path) -> Any:
         return None
 
 
-def list_runs(root: Path) -> str:
-    """One line per run folder under ``root``, newest first."""
+def run_folders(root: Path) -> list[Path]:
+    """The run folders under ``root``, newest first (a run id starts with its start time)."""
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir()), reverse=True)
+
+
+def list_runs(root: Path, limit: int | None = None) -> str:
+    """One line per run folder under ``root``, newest first (the ``limit`` newest; all
+    of them when it is None)."""
     if not root.is_dir():
         return f"no runs under {root}\n"
     rows = []
-    for folder in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
+    for folder in run_folders(root)[:limit]:
         result = _load(folder / "result.json") or {}
         checkpoint = load_checkpoint(folder)
         usage = result.get("usage") or {}

@@ -450,9 +450,12 @@ class RunManager:
         workflow: str | None,
         limit: int,
         before: str | None,
+        search: str | None = None,
     ) -> dict[str, Any]:
         """Runs newest first (run ids sort by start time), ``limit`` at a time; ``before``
-        is the ``next`` of the previous page."""
+        is the ``next`` of the previous page. ``search``: words that must each be found
+        (any case) in the run's id, workflow, workflow name, status or start time."""
+        words = (search or "").lower().split()
         try:
             names = [
                 entry.name
@@ -473,11 +476,23 @@ class RunManager:
                 continue
             if workflow is not None and workflow not in (item["workflow"], item["workflow_name"]):
                 continue
+            if words and not matches(item, words):
+                continue
             if len(items) == limit:
                 next_page = items[-1]["run_id"]
                 break
             items.append(item)
         return {"runs": items, "next": next_page}
+
+
+SEARCHED = ("run_id", "workflow", "workflow_name", "status", "started_at")
+"""The fields of a listed run that ``GET /v1/runs?q=`` searches."""
+
+
+def matches(item: dict[str, Any], words: list[str]) -> bool:
+    """Whether every word is in one of the run's searched fields (any case)."""
+    text = " ".join(str(item.get(key) or "") for key in SEARCHED).lower()
+    return all(word in text for word in words)
 
 
 def next_step(run_id: str, status: str) -> str:

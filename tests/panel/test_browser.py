@@ -253,8 +253,14 @@ def test_an_llm_node_shows_its_repaired_attempt_by_keyboard(
     assert "356 in / 10 out" in escalation
     inputs = text(page, ".record .i-section")
     assert "$in.ticket" in inputs
-    # Space opens a node too
-    node_el(page, "assemble").send_keys(Keys.SPACE)
+    # Space opens a node too (focused as Tab and the arrows focus it: the canvas pans to
+    # it; a WebDriver click or key on a node out of the canvas's view would fail)
+    page.execute_script("document.querySelector(\"svg .node[data-node='assemble']\").focus()")
+    until(
+        lambda: page.execute_script("return document.activeElement.dataset.node") == "assemble",
+        "the node did not take the focus",
+    )
+    ActionChains(page).send_keys(Keys.SPACE).perform()
     until(lambda: text(page, "#inspector-title") == "Assemble answer", "Space did nothing")
 
 
