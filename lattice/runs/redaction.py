@@ -9,9 +9,9 @@ from typing import Any
 from lattice.masking import (
     LATTICE_KEY_VARIABLES,
     PROVIDER_KEY_VARIABLES,
-    anchors,
+    SecretFinder,
     maskable,
-    secrets_pattern,
+    replace,
 )
 
 Redactor = Callable[[str], str]
@@ -20,25 +20,15 @@ Redactor = Callable[[str], str]
 def make_redactor(secret_names: tuple[str, ...] = ()) -> Redactor:
     """A function replacing the values of ``secret_names`` and of the provider API keys
     (read from the environment now) with ``***``, in each form a value takes on its way
-    (``lattice.masking``: case, percent-encoding, JSON escapes, IDNA, base64). Only
-    values that cannot be ordinary text are masked (``lattice.masking.maskable``):
-    masking ``test`` would rewrite every such word, the keys of a SWITCH included; such a
-    key is kept out of run data where it could enter instead."""
-    values = secret_values(secret_names)
-    pattern, _ = secrets_pattern(values)
-    if pattern is None:
+    (``lattice.masking``: case, percent-encoding, canonical or not, JSON escapes, IDNA,
+    base64). Only values that cannot be ordinary text are masked
+    (``lattice.masking.maskable``): masking ``test`` would rewrite every such word, the
+    keys of a SWITCH included; such a key is kept out of run data where it could enter
+    instead."""
+    finder = SecretFinder(secret_values(secret_names))
+    if not finder:
         return lambda text: text
-    quick = anchors(values)
-    if quick is None:
-        return lambda text: pattern.sub("***", text)
-
-    def redact(text: str) -> str:
-        lowered = text.lower()
-        if not any(anchor in lowered for anchor in quick):
-            return text  # the usual case, about 20 times faster than the pattern
-        return pattern.sub("***", text)
-
-    return redact
+    return finder.sub
 
 
 def secret_values(secret_names: tuple[str, ...] = ()) -> list[str]:
@@ -64,8 +54,8 @@ class PieceMasker:
     is recorded (and masked) whole anyway."""
 
     def __init__(self, secret_names: tuple[str, ...] = ()) -> None:
-        self._pattern, longest = secrets_pattern(secret_values(secret_names))
-        self._hold = max(longest - 1, 0)
+        self._finder = SecretFinder(secret_values(secret_names))
+        self._hold = max(self._finder.longest - 1, 0)
         self._held: dict[Any, tuple[Any, str]] = {}
         """Per lane (a branch of the run): the stream it holds text of, and that text."""
 
@@ -76,17 +66,19 @@ class PieceMasker:
     def mask(self, lane: Any, stream: Any, piece: str) -> str:
         """What can be passed on of ``stream`` (one attempt of one op in ``lane``) once
         ``piece`` is added to it."""
-        pattern = self._pattern
-        if pattern is None:
+        finder = self._finder
+        if not finder:
             return piece
         held_stream, held = self._held.get(lane, (None, ""))
         text = held + piece if held_stream == stream else piece
         cut = len(text) - self._hold
-        for found in pattern.finditer(text):
-            if found.start() < cut < found.end():
-                cut = found.end()  # a whole secret across the cut goes out masked
-        self._held[lane] = (stream, text[max(cut, 0) :])
-        return pattern.sub("***", text[: max(cut, 0)])
+        spans = finder.spans(text)
+        for start, end in spans:
+            if start < cut < end:
+                cut = end  # a whole secret across the cut goes out masked
+        cut = max(cut, 0)
+        self._held[lane] = (stream, text[cut:])
+        return replace(text[:cut], [(s, e) for s, e in spans if e <= cut], "***")
 
 
 def redact_value(value: Any, redact: Redactor) -> Any:

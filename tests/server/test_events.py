@@ -154,7 +154,7 @@ def test_a_watcher_who_comes_mid_answer_gets_no_tail_of_a_secret(
         relay = DeltaRelay(channel, ("LATTICE_RELAY_SECRET",))
         relay(_delta("the key is sk-live-ABC"))  # nobody takes deltas yet
         feed = channel.watch_deltas()  # one comes (?deltas=1) mid-answer
-        relay(_delta("DEFGHIJKLMNOP and then a long tail of ordinary answer text ......"))
+        relay(_delta("DEFGHIJKLMNOP and then a long tail of ordinary answer text" + " ..." * 20))
         return feed.take(3).decode()
 
     sent = asyncio.run(scenario())
