@@ -44,15 +44,15 @@ def _event(seq: int, value: object) -> str:
 
 def texts() -> dict[str, list[str]]:
     """The kinds of text timed, 200 of each."""
-    plain = [_event(i, {"answer": f"the {i}th answer, with some words", "score": i}) for i in range(200)]
+    plain = [
+        _event(i, {"answer": f"the {i}th answer, with some words", "score": i}) for i in range(200)
+    ]
     urls = [
         _event(i, {"url": f"https://api.example.com/items/a%20{i}%2Fb?q=x%3Dy&page={i}"})
         for i in range(200)
     ]
     held = [_event(i, {"authorization": f"Bearer {TOKEN}", "n": i}) for i in range(200)]
-    escaped = [
-        _event(i, {"echo": f"key={SECRET.replace('-', '%2D')}&n={i}"}) for i in range(200)
-    ]
+    escaped = [_event(i, {"echo": f"key={SECRET.replace('-', '%2D')}&n={i}"}) for i in range(200)]
     return {"plain": plain, "url-escapes": urls, "secret": held, "secret-%2D": escaped}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -26,9 +27,12 @@ def make_redactor(secret_names: tuple[str, ...] = ()) -> Redactor:
     keys of a SWITCH included; such a key is kept out of run data where it could enter
     instead."""
     finder = SecretFinder(secret_values(secret_names))
-    if not finder:
-        return lambda text: text
-    return finder.sub
+    return finder.sub if finder else unmasked
+
+
+def unmasked(text: str) -> str:
+    """The redactor of a run without secrets to mask: ``text`` as it is."""
+    return text
 
 
 def secret_values(secret_names: tuple[str, ...] = ()) -> list[str]:
@@ -90,3 +94,20 @@ def redact_value(value: Any, redact: Redactor) -> Any:
     if isinstance(value, list | tuple):
         return [redact_value(v, redact) for v in value]
     return value
+
+
+def redact_result(value: Any, redact: Redactor) -> Any:
+    """``value`` (what a tool answered: JSON-like) with ``redact`` applied to every string
+    in it, keys included, as it enters a run's state; ``value`` itself when its JSON text
+    holds nothing ``redact`` masks (one quick test over the whole answer, the usual case).
+
+    Masked where it enters, a value a server echoed is never seen by a later op either
+    (a transform could reverse it, or base64 it, past any masking of what is written)."""
+    if redact is unmasked:
+        return value
+    if isinstance(value, str):
+        return redact(value)
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if redact(text) == text:
+        return value
+    return redact_value(value, redact)

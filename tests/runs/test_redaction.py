@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lattice.masking import MIN_MASKED_LENGTH, SecretFinder, maskable, scrub, secrets_pattern
-from lattice.runs.redaction import PieceMasker, make_redactor
+from lattice.runs.redaction import PieceMasker, make_redactor, redact_result
 from lattice.runs.store import SecretInDocument
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
@@ -196,6 +196,18 @@ def test_any_percent_escape_of_an_unreserved_character_is_masked(
             assert redact(f"<{written}>") == "<***>", written
     finally:
         del os.environ["LATTICE_PROPERTY_SECRET"]
+
+
+def test_a_tool_result_is_masked_where_it_enters_the_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    redact = make_redactor()
+    clean = {"a": [1, "x", {"b": None}], "n": 1.5, "t": True}
+    assert redact_result(clean, redact) is clean  # nothing to mask: the value itself
+    echoed = {"k": [f"x {SECRET.upper()}"], quote(SECRET): {"d": SECRET.replace("-", "%2d")}}
+    assert redact_result(echoed, redact) == {"k": ["x ***"], "***": {"d": "***"}}
+    assert redact_result(f"<{SECRET}>", redact) == "<***>"
 
 
 def test_a_document_that_holds_a_secret_is_refused_not_masked(
