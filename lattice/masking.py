@@ -244,16 +244,31 @@ def scrub(text: str, values: Iterable[str], replacement: str = "***") -> str:
     return text
 
 
+def _longest_escaped(value: str) -> int:
+    """The length of ``value`` written at its longest with each unreserved character as a
+    percent-escape."""
+    return sum(3 if c in _UNRESERVED else len(_char_written(c)[0]) for c in value)
+
+
 def find(pattern: re.Pattern[str], text: str) -> list[tuple[int, int]]:
     """Where ``pattern`` (of :func:`forms_pattern` or :func:`secrets_pattern`) finds a
     value in ``text``: spans of ``text``, read with each percent-escape of an unreserved
     character as that character (``sk%2Dproj`` is ``sk-proj``)."""
-    if "%" not in text:
-        return [m.span() for m in pattern.finditer(text)]
-    escapes = [m.start() for m in _UNRESERVED_ESCAPE.finditer(text)]
+    normal, escapes = _normalised(text)
     if not escapes:
         return [m.span() for m in pattern.finditer(text)]
-    return _spans_in(pattern, _UNRESERVED_ESCAPE.sub(_unescaped, text), escapes)
+    return _spans_in(pattern, normal, escapes)
+
+
+def _normalised(text: str) -> tuple[str, list[int]]:
+    """``text`` with each percent-escape of an unreserved character decoded, and where
+    those escapes start in ``text``."""
+    if "%" not in text:
+        return text, []
+    escapes = [m.start() for m in _UNRESERVED_ESCAPE.finditer(text)]
+    if not escapes:
+        return text, []
+    return _UNRESERVED_ESCAPE.sub(_unescaped, text), escapes
 
 
 def _spans_in(pattern: re.Pattern[str], normal: str, escapes: list[int]) -> list[tuple[int, int]]:
@@ -293,9 +308,8 @@ class SecretFinder:
         kept = sorted({v for v in values if maskable(v)}, key=len, reverse=True)
         self.pattern, longest = secrets_pattern(kept)
         self._anchors = anchors(kept)
-        self.longest = max([longest, *(3 * len(v) for v in kept)])
-        """The length of the longest text a value may be found as (every character of
-        a value may be a percent-escape)."""
+        self.longest = max([longest, *(_longest_escaped(v) for v in kept)])
+        """The length of the longest text a value may be found as."""
 
     def __bool__(self) -> bool:
         return self.pattern is not None
@@ -305,15 +319,12 @@ class SecretFinder:
         pattern = self.pattern
         if pattern is None:
             return []
-        if "%" in text and _UNRESERVED_ESCAPE.search(text) is not None:
-            escapes = [m.start() for m in _UNRESERVED_ESCAPE.finditer(text)]
-            normal = _UNRESERVED_ESCAPE.sub(_unescaped, text)
-            if self._missed(normal):
-                return []
-            return _spans_in(pattern, normal, escapes)
-        if self._missed(text):
+        normal, escapes = _normalised(text)
+        if self._missed(normal):
             return []
-        return [m.span() for m in pattern.finditer(text)]
+        if not escapes:
+            return [m.span() for m in pattern.finditer(text)]
+        return _spans_in(pattern, normal, escapes)
 
     def sub(self, text: str, replacement: str = "***") -> str:
         """``text`` with each value found in it replaced by ``replacement``."""
