@@ -14,6 +14,7 @@ from jmespath.exceptions import JMESPathError
 from lattice.errors import LatticeRunError
 from lattice.ir.kinds import CONTROL_KINDS
 from lattice.ir.templates import ValueTemplate, parse_path
+from lattice.runs.redaction import redact_result
 from lattice.runtime.conditions import compile_condition, compile_jmespath
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.mock_tools import scripted_result, scripted_tool
@@ -310,7 +311,11 @@ def normalize_answer(op: AskOp, answer: Any) -> dict[str, Any]:
 
 
 class ToolCallExecutor(Executor):
-    """TOOL_CALL: HTTP through the run's pooled client; MCP through the run's sessions."""
+    """TOOL_CALL: HTTP through the run's pooled client; MCP through the run's sessions.
+
+    What a tool answers enters the run's state with the run's secrets masked (``***``,
+    in every form :mod:`lattice.masking` knows): a server may echo a secret the request
+    carried, or one an earlier request left with it, and no later op may see its value."""
 
     def __init__(self, op: ToolCallOp, settings: RuntimeSettings) -> None:
         self.op = op
@@ -335,6 +340,7 @@ class ToolCallExecutor(Executor):
                 result = await self.http.run(ctx.state.resolve, ctx.http_pool)
                 status = result["status"]
             ctx.emit("tool_result", {"tool": "http", "status": status})
+        result = redact_result(result, ctx.redact)
         ctx.write_result(self.op.writes, result)
         return Outcome(output=result)
 
