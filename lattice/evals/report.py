@@ -97,7 +97,7 @@ def render(report: EvalReport, *, show_all: bool = False) -> str:
     if notes:
         out += ["", *notes]
     out += _changes(report, show_all)
-    out += ["", _verdict(report)]
+    out += ["", verdict(report)]
     return "\n".join(out) + "\n"
 
 
@@ -131,7 +131,8 @@ def _rows(count: int) -> str:
     return f"{count} row" if count == 1 else f"{count} rows"
 
 
-def _verdict(report: EvalReport) -> str:
+def verdict(report: EvalReport) -> str:
+    """``PASS``, or ``FAIL: `` and every reason (thresholds missed, rows regressed)."""
     reasons: list[Any] = []
     candidate = report.candidate
     for result in candidate.scorers:
