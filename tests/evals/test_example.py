@@ -11,6 +11,8 @@ import pytest
 
 from tests.evals.helpers import MOCK_A, MOCK_B, REGRESSED, TRIAGE, TRIAGE_DATASET, Ran, run_eval
 
+NETWORK = ("http", "https", "ws", "wss", "ftp", "file")
+
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ran, Path]:
@@ -112,3 +114,31 @@ def test_the_html_report_is_self_contained(example: tuple[Ran, Path]) -> None:
     )
     assert "https://" not in html
     assert "t-012, t-047, t-088, t-123, t-164, t-191" in html
+
+
+def test_the_html_report_shows_the_same_in_chromium(example: tuple[Ran, Path]) -> None:
+    from tests.panel.browser import chromium, console_errors, requested_urls, require_browser
+
+    require_browser()
+    _, out = example
+    report = json.loads((out / "report.json").read_text())
+    with chromium(network_log=True) as page:
+        page.get((out / "report.html").as_uri())
+        text = page.find_element("css selector", "#verdict").text
+        assert text == "FAIL: 6 rows regressed (allowed 0)"
+        assert page.find_element("css selector", "#regressed-ids").text == ", ".join(REGRESSED)
+        shown = [
+            row.get_attribute("data-row")
+            for row in page.find_elements("css selector", "#changes tr.regressed")
+        ]
+        assert shown == REGRESSED
+        category = page.find_element("css selector", "#scores tr:nth-child(2)").text
+        assert "0.995 [0.972, 0.999] ✓" in category and "0.970 [0.936, 0.986] ✓" in category
+        assert len(page.find_elements("css selector", "#rows tr[data-row]")) == 200
+        link = page.find_element("css selector", "#changes tr[data-row='t-012'] td:nth-child(5) a")
+        run_b = {r["id"]: r for r in report["variants"][1]["rows"]}["t-012"]["run_dir"]
+        assert link.get_attribute("href") == f"http://127.0.0.1:8600/#/runs/{Path(run_b).name}"
+        # the browser's own new-tab page aside (chrome:, data:), nothing but the report
+        pages = [url for url in requested_urls(page) if url.split(":")[0] in NETWORK]
+        assert pages == [(out / "report.html").as_uri()]
+        assert console_errors(page) == []
