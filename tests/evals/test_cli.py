@@ -102,3 +102,34 @@ def test_python_scorers_from_the_command_line_and_lattice_toml(
         "length": 1.0,
         "regex": 1.0,
     }
+
+
+def test_lattice_batch_runs_a_dataset_with_expectations(tmp_path: Path) -> None:
+    from lattice.cli.main import main
+    from tests.evals.helpers import MOCK_A, TRIAGE_DATASET
+
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text("\n".join(TRIAGE_DATASET.read_text().splitlines()[:4]) + "\n")
+    out = tmp_path / "r.jsonl"
+    code = main(
+        [
+            "batch",
+            str(TRIAGE),
+            "--inputs",
+            str(dataset),
+            "-o",
+            str(out),
+            "--mock",
+            str(MOCK_A),
+            "--no-record",
+            "--progress",
+            "none",
+        ]
+    )
+    assert code == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(line["id"], line["status"]) for line in lines] == [
+        ("t-001", "completed"),
+        ("t-002", "completed"),
+        ("t-003", "completed"),
+    ]
