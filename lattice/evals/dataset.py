@@ -115,7 +115,9 @@ def _thresholds(header: dict[str, Any], where: str, problems: list[str]) -> dict
     return out
 
 
-def _expectation(row: Row, where: str, problems: list[str]) -> Expectation:
+def _expectation(
+    row: Row, where: str, problems: list[str], taken: frozenset[str] = frozenset()
+) -> Expectation:
     found = row.expectations
     expectation = Expectation(found.get("expected"), "expected" in found)
     given = found.get("expect", [])
@@ -126,9 +128,15 @@ def _expectation(row: Row, where: str, problems: list[str]) -> Expectation:
         return expectation
     for index, item in enumerate(given):
         try:
-            spec = parse_spec(item, f"{where}: expect[{index}]", origin="row")
+            spec = parse_spec(item, f"{where}: expect[{index}]", origin="row", index=index)
         except InputError as exc:
             problems.append(exc.message)
+            continue
+        if spec.name in taken or any(s.name == spec.name for s in expectation.assertions):
+            problems.append(
+                f"{where}: expect[{index}]: another scorer is named {spec.name!r}: give it "
+                "a name of its own"
+            )
             continue
         expectation.assertions.append(spec)
     return expectation
@@ -149,9 +157,11 @@ def read_dataset(path: str | Path) -> Dataset:
     names = [spec.name for spec in scorers]
     for name in {n for n in names if names.count(n) > 1}:
         problems.append(f"{where}: two scorers are named {name!r}: give each its own name")
+    taken = frozenset(names)
     rows, invalid = read_rows(path)
     expectations = {
-        row.key: _expectation(row, f"{path}:{row.line} (row {row.id!r})", problems) for row in rows
+        row.key: _expectation(row, f"{path}:{row.line} (row {row.id!r})", problems, taken)
+        for row in rows
     }
     if problems:
         raise InputError("the dataset has mistakes:\n  " + "\n  ".join(problems))

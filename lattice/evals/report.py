@@ -41,8 +41,8 @@ def table(report: EvalReport) -> list[list[str]]:
     """The table's rows (the first is the header)."""
     header = ["scorer", "threshold", *(v.variant.label for v in report.variants)]
     rows = [header]
-    for index, spec in enumerate(report.scorers):
-        results = [v.scorers[index] for v in report.variants]
+    for spec in report.scorers:
+        results = [v.scorer(spec.name) for v in report.variants]
         threshold = results[0].threshold
         rows.append(
             [

@@ -120,6 +120,10 @@ class VariantReport:
     def passed(self) -> bool:
         return all(result.passed is not False for result in self.scorers)
 
+    def scorer(self, name: str) -> ScorerResult:
+        """The result of the scorer named ``name``."""
+        return next(result for result in self.scorers if result.name == name)
+
     def totals(self) -> dict[str, Any]:
         rows = list(self.rows.values())
         costs = [r.cost_usd for r in rows if r.cost_usd is not None]
@@ -245,8 +249,9 @@ class Evaluation:
         if not specs and any(e.has_expected for e in self.dataset.expectations.values()):
             specs.append(ScorerSpec(name="exact", type="exact"))
         names = {spec.name for spec in specs}
+        row_names = {s.name for e in self.dataset.expectations.values() for s in e.assertions}
         for spec in self.options.scorers:
-            if spec.name in names:
+            if spec.name in names | row_names:
                 raise InputError(
                     f"scorer {spec.name!r} ({spec.origin}) has the name of a dataset scorer: "
                     "give it another name"
@@ -260,7 +265,6 @@ class Evaluation:
                 "first line, or --scorer)"
             )
         thresholds = {**self.dataset.thresholds, **self.options.thresholds}
-        row_names = {s.name for e in self.dataset.expectations.values() for s in e.assertions}
         known = names | row_names
         for name in thresholds:
             if name not in known:
@@ -393,11 +397,22 @@ class Evaluation:
         summary = await BatchRun(batch).arun()
         return path, summary
 
+    def _all_specs(self) -> list[ScorerSpec]:
+        """Every scorer reported: the dataset's and the command line's, then the rows'
+        assertions (one line per name, over the rows that have it)."""
+        specs = list(self.specs)
+        seen = {spec.name for spec in specs}
+        for expectation in self.dataset.expectations.values():
+            for spec in expectation.assertions:
+                if spec.name not in seen:
+                    seen.add(spec.name)
+                    specs.append(spec)
+        return specs
+
     async def arun(self) -> EvalReport:
         reports: list[VariantReport] = []
-        names = [spec.name for spec in self.specs]
-        for spec_list in self.dataset.expectations.values():
-            names += [s.name for s in spec_list.assertions if s.name not in names]
+        all_specs = self._all_specs()
+        names = [spec.name for spec in all_specs]
         for variant in self.options.variants:
             path, summary = await self._run_variant(variant)
             lines = read_results(path)
@@ -411,13 +426,6 @@ class Evaluation:
             results = summarize_scores(rows, names, self.thresholds)
             reports.append(VariantReport(variant, path, rows, results, summary))
         changes = compare(reports[0].rows, reports[1].rows) if len(reports) == 2 else []
-        all_specs = list(self.specs)
-        seen = {s.name for s in all_specs}
-        for expectation in self.dataset.expectations.values():
-            for spec in expectation.assertions:
-                if spec.name not in seen:
-                    seen.add(spec.name)
-                    all_specs.append(spec)
         judge_calls = judge_repairs = 0
         for report in reports:
             for row in report.rows.values():

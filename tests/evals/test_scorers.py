@@ -133,3 +133,18 @@ def test_every_mistake_of_a_dataset_is_reported_with_its_line(tmp_path: Path) ->
     assert f'{path}:1: "$eval" has no key limits' in message
     assert f"{path}:1: scorers[0]: a dataset cannot name Python code" in message
     assert f"{path}:2 (row 'a'): expect[0]: unknown scorer type 'nope'" in message
+
+
+def test_a_rows_assertions_have_names_of_their_own(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    two = [{"type": "regex", "pattern": "a"}, {"type": "regex", "pattern": "b"}]
+    lines = [{"$eval": {"scorers": ["exact"]}}, {"id": "a", "inputs": {}, "expect": two}]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert [s.name for s in read_dataset(path).expectations['"a"'].assertions] == [
+        "regex",
+        "regex-2",
+    ]
+    lines[1]["expect"] = [{"type": "regex", "pattern": "a", "name": "exact"}]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    with pytest.raises(InputError, match=r"expect\[0\]: another scorer is named 'exact'"):
+        read_dataset(path)
