@@ -65,7 +65,10 @@ class JudgeScorer:
         self.scale = int(spec.params.get("scale", 5))
         self.output_model = grade_model(self.scale)
         self.system = JUDGE_SYSTEM.format(scale=self.scale, rubric=spec.params["rubric"])
-        self._shared = None if model.script is not None else self._block(model.provider)
+        # built now, so that a mock script without answers for this scorer is refused
+        # before anything runs
+        first = self._block(model.provider_for_call())
+        self._shared = None if model.script is not None else first
 
     def _block(self, provider: LLMProvider | None) -> LLMPrimitive[Any]:
         return LLMPrimitive(

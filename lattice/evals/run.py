@@ -338,6 +338,11 @@ class Evaluation:
         if self.provider is not None and options.judge_provider is None:
             return JudgeModel(provider=self.provider, settings=settings)
         provider = make_provider(options.judge_provider or options.provider, config=self.config)
+        if getattr(provider, "name", None) == "disabled":
+            raise LatticeUserError(
+                "a judge scorer needs a model: give --judge-mock FILE, --judge-provider NAME "
+                "or --provider NAME (or configure one in lattice.toml)"
+            )
         if self.cache is not None:
             provider = CachedProvider(self.cache.path, provider, scope=self.cache.scope)
         return JudgeModel(provider=provider, settings=settings)

@@ -96,3 +96,16 @@ def test_a_judge_that_never_answers_validly_scores_0_and_says_why(tmp_path: Path
     score = json.loads((tmp_path / "r.json").read_text())["variants"][0]["rows"][0]["scores"]["j"]
     assert score["score"] == 0.0 and score["detail"].startswith("the judge gave no valid grade")
     assert ran.code == 0  # no threshold: a low score alone does not fail the eval
+
+
+def test_a_judge_without_a_model_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    dataset = tmp_path / "d.jsonl"
+    header = {"$eval": {"scorers": [{"name": "j", "type": "judge", "rubric": "Good."}]}}
+    dataset.write_text(json.dumps(header) + "\n" + json.dumps({"id": "r1", "inputs": {}}) + "\n")
+    results = _results(tmp_path / "a.jsonl", {"r1": "x"})
+    none = run_eval(TRIAGE, dataset, "--results", results, "--provider", "disabled")
+    assert none.code == 2 and "a judge scorer needs a model" in none.err
+    judge = tmp_path / "judge.mock.json"
+    judge.write_text(json.dumps({"responses": {"other": [{"score": 1, "reason": "x"}]}}))
+    wrong = run_eval(TRIAGE, dataset, "--results", results, "--judge-mock", judge)
+    assert wrong.code == 2 and "'j'" in wrong.err, wrong.err
