@@ -89,7 +89,12 @@ def render(report: EvalReport, *, show_all: bool = False) -> str:
         out.append(f"  {variant.variant.label}: {variant.variant.describe()}")
     out.append("")
     out += _aligned(table(report))
-    notes = []
+    notes = [
+        f"{variant.variant.label}: the batch stopped: {variant.summary.stopped} (its rows "
+        "that did not run score 0; run the same command again to go on)"
+        for variant in report.variants
+        if variant.summary is not None and variant.summary.stopped
+    ]
     if report.reused_calls is not None:
         notes.append(f"cache: {report.reused_calls} model calls reused, {report.sent_calls} sent")
     if report.judge_calls:

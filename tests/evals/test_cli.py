@@ -133,3 +133,59 @@ def test_lattice_batch_runs_a_dataset_with_expectations(tmp_path: Path) -> None:
         ("t-002", "completed"),
         ("t-003", "completed"),
     ]
+
+
+def test_a_second_document_as_variant_b(tmp_path: Path) -> None:
+    from tests.evals.helpers import MOCK_A, TRIAGE_DATASET
+
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text("\n".join(TRIAGE_DATASET.read_text().splitlines()[:6]) + "\n")
+    document = json.loads(TRIAGE.read_text())
+    classify = next(n for n in document["nodes"] if n["id"] == "classify")
+    classify["data"]["prompt"] = "Be brief. " + classify["data"]["prompt"]
+    other = tmp_path / "triage-v2.json"
+    other.write_text(json.dumps(document))
+    args = ["--mock", MOCK_A, "--variant", other, "--out", tmp_path / "o"]
+    ran = run_eval(
+        TRIAGE,
+        dataset,
+        *args,
+        "--scorer",
+        '{"type": "exact", "name": "cat", "actual": "category", "expected": "category"}',
+        "--progress",
+        "none",
+    )
+    assert ran.code == 0, ran.out + ran.err
+    assert f"  B: {other}, mock {MOCK_A}" in ran.out
+    assert "no row regressed" in ran.out and ran.out.rstrip().endswith("PASS")
+    files = sorted(p.name for p in (tmp_path / "o").glob("*.jsonl"))
+    assert [f[:2] for f in files] == ["A-", "B-"]
+
+
+def test_a_budget_that_stops_a_variant_is_said(tmp_path: Path) -> None:
+    from tests.evals.helpers import MOCK_A, TRIAGE_DATASET
+
+    rows = TRIAGE_DATASET.read_text().splitlines()[1:6]
+    header = {
+        "$eval": {"scorers": [{"type": "exact", "actual": "category", "expected": "category"}]}
+    }
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text("\n".join([json.dumps(header), *rows]) + "\n")
+    ran = run_eval(
+        TRIAGE,
+        dataset,
+        "--mock",
+        MOCK_A,
+        "--out",
+        tmp_path / "o",
+        "--no-record",
+        "--max-calls-total",
+        "4",
+        "--concurrency",
+        "1",
+        "--progress",
+        "none",
+    )
+    assert "A: the batch stopped: the batch's call budget of 4 model requests is spent" in ran.out
+    assert ran.code == 0  # no threshold, one variant: the verdict passes
+    assert "exact            -          0.200 [0.036, 0.624]" in ran.out  # 1 row of 5 ran
