@@ -234,7 +234,8 @@ class Evaluation:
                     raise LatticeUserError(f"variant {variant.label} has no workflow")
                 variant.ir = lower(variant.workflow)
         self.specs = self._specs()
-        self.cache: CachedProvider | None = None
+        self.caches: list[CachedProvider] = []
+        """The call caches (``--cache``): the runs' provider's, and a judge's of its own."""
         self.provider: LLMProvider | None = self._provider()
         self._judges: list[JudgeScorer] = []
         self.scorers = [self._build(spec) for spec in self.specs]
@@ -314,10 +315,15 @@ class Evaluation:
             )
         if options.engine != "local":
             raise LatticeUserError("--cache is a file of this process: use the local engine")
-        live = ProviderChoice(name=options.provider).build(self.config)
+        return self._cached(ProviderChoice(name=options.provider).build(self.config))
+
+    def _cached(self, live: LLMProvider) -> CachedProvider:
+        """``live`` behind the call cache, its keys scoped to its name and the models."""
+        assert self.options.cache is not None
         scope = _digest(getattr(live, "name", ""), self.config.llm.model_dump(mode="json"))
-        self.cache = CachedProvider(options.cache, live, scope=scope)
-        return self.cache
+        cache = CachedProvider(self.options.cache, live, scope=scope)
+        self.caches.append(cache)
+        return cache
 
     def _judge_model(self) -> JudgeModel:
         options = self.options
@@ -343,8 +349,8 @@ class Evaluation:
                 "a judge scorer needs a model: give --judge-mock FILE, --judge-provider NAME "
                 "or --provider NAME (or configure one in lattice.toml)"
             )
-        if self.cache is not None:
-            provider = CachedProvider(self.cache.path, provider, scope=self.cache.scope)
+        if options.cache is not None:
+            provider = self._cached(provider)
         return JudgeModel(provider=provider, settings=settings)
 
     def _build(self, spec: ScorerSpec) -> Scorer:
@@ -443,8 +449,8 @@ class Evaluation:
             variants=reports,
             changes=changes,
             max_regressions=self.options.max_regressions,
-            reused_calls=self.cache.reused if self.cache is not None else None,
-            sent_calls=self.cache.sent if self.cache is not None else None,
+            reused_calls=sum(c.reused for c in self.caches) if self.caches else None,
+            sent_calls=sum(c.sent for c in self.caches) if self.caches else None,
             judge_calls=judge_calls,
             judge_repairs=judge_repairs,
         )

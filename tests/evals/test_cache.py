@@ -72,3 +72,42 @@ def test_a_changed_prompt_sends_only_its_nodes_calls(server: FakeLLMServer, tmp_
     third = run_eval(doc, *args, "--out", tmp_path / "elsewhere")
     assert len(server.received) == before + 3  # nothing sent: every answer is cached
     assert "cache: 6 model calls reused, 0 sent" in third.out
+
+
+def test_a_judges_calls_are_cached_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("LATTICE_CONFIG", "LATTICE_PROVIDER", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    header = {"$eval": {"scorers": [{"name": "j", "type": "judge", "rubric": "Polite."}]}}
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text(
+        "".join(
+            json.dumps(x) + "\n"
+            for x in [header, {"id": "a", "inputs": {}}, {"id": "b", "inputs": {}}]
+        )
+    )
+    results = tmp_path / "r.jsonl"
+    results.write_text(
+        "".join(
+            json.dumps({"id": i, "status": "completed", "result": f"reply {i}", "usage": {}}) + "\n"
+            for i in ("a", "b")
+        )
+    )
+    with serve(lambda body: json.dumps({"score": 5, "reason": "Polite."})) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        args = [
+            dataset,
+            "--results",
+            results,
+            "--provider",
+            "openai",
+            "--cache",
+            tmp_path / "c.jsonl",
+        ]
+        first = run_eval(tmp_path / "flow.json", *args)
+        assert "cache: 0 model calls reused, 2 sent" in first.out, first.out + first.err
+        assert "judge: 2 model calls (0 repairs)" in first.out
+        second = run_eval(tmp_path / "flow.json", *args)
+        assert "cache: 2 model calls reused, 0 sent" in second.out
+        assert len(srv.received) == 2
