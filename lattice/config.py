@@ -190,6 +190,22 @@ class TelemetryConfig(_Strict):
 DEFAULT_CODEC_KEY_ENV = "LATTICE_TEMPORAL_KEY"
 
 
+class EvalsConfig(_Strict):
+    """``[evals]``: what ``lattice eval`` takes from the user's configuration."""
+
+    scorers: list[str] = Field(default_factory=list)
+    """Python functions that score every evaluation's rows, ``"[name=]module:function"``
+    (a dataset cannot name code: it is data)."""
+
+    @field_validator("scorers")
+    @classmethod
+    def _references(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not re.fullmatch(r"(?:[\w.-]+=)?[\w.]+:[\w.]+", item):
+                raise ValueError(f'{item!r} is not "[name=]module:function"')
+        return value
+
+
 class TemporalConfig(_Strict):
     """``[temporal]``: what every client and worker of runs on Temporal shares."""
 
@@ -260,6 +276,7 @@ class LatticeConfig(_Strict):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     temporal: TemporalConfig = Field(default_factory=TemporalConfig)
+    evals: EvalsConfig = Field(default_factory=EvalsConfig)
     source: str | None = Field(default=None, exclude=True)
 
     @field_validator("providers")

@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _compile_commands(sub)
     _run_commands(sub)
     _batch_commands(sub)
+    _eval_commands(sub)
     _export_commands(sub)
     _plan_commands(sub)
     _mcp_commands(sub)
@@ -567,6 +568,119 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="seconds between plain progress lines (default 10)",
     )
     _handler(p, "lattice.cli.batch:batch")
+
+
+EVAL_DESCRIPTION = """\
+Run a workflow over a dataset (lattice batch's JSON lines, with an "expected" value or
+"expect" assertions per row, and scorers and thresholds on a first line {"$eval": {...}}),
+score every row, and print per scorer the mean and its 95% confidence interval. With two
+variants (--variant DOC2, --mock M1 --mock-b M2, or --results A.jsonl B.jsonl) it also
+lists the rows whose scores changed, with their differences. Each variant's batch is
+resumable (its results file under --out). docs/evals.md.
+
+Exit codes: 0 the thresholds hold and no row regressed; 1 a threshold is missed or more
+rows regressed than --max-regressions allows (a CI gate); 2 a mistake in the options,
+the document or the dataset."""
+
+
+def _eval_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="score a workflow (or two variants of it) over a dataset with expectations",
+        usage="lattice eval WORKFLOW DATASET [--variant DOC2 | --mock M1 --mock-b M2 | "
+        "--results A.jsonl B.jsonl] [options]",
+        description=EVAL_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument("dataset", help="the rows and their expectations (JSON lines)")
+    variants = p.add_argument_group("a second variant (B), compared with the first (A)")
+    variants.add_argument("--variant", metavar="DOC2", help="B runs this document")
+    variants.add_argument("--mock-b", metavar="FILE", help="B runs with this mock script")
+    variants.add_argument(
+        "--results",
+        nargs="+",
+        metavar="FILE",
+        help="score results files of lattice batch (one, or A and B) instead of running",
+    )
+    p.add_argument(
+        "--scorer",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help='another scorer: a JSON object {"type": …} or a type name (exact, normalized, …)',
+    )
+    p.add_argument(
+        "--scorer-fn",
+        action="append",
+        default=[],
+        metavar="[NAME=]MODULE:FUNCTION",
+        help="a Python function as a scorer: f(output, expected, inputs) -> bool | 0..1",
+    )
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="SCORER=MIN",
+        help="the lowest mean score that passes (over the dataset's)",
+    )
+    p.add_argument(
+        "--max-regressions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="rows B may score lower than A before the eval fails (default 0)",
+    )
+    p.add_argument(
+        "--out",
+        default="eval-out",
+        metavar="DIR",
+        help="results files and run folders (default: eval-out)",
+    )
+    p.add_argument(
+        "--cache",
+        metavar="FILE",
+        help="reuse the live provider's answers recorded in FILE (keyed by prompt hash, "
+        "model and inputs) and record new ones",
+    )
+    p.add_argument("--judge-mock", metavar="FILE", help="a mock script for judge scorers")
+    p.add_argument("--judge-provider", help="the provider of judge scorers (default: --provider)")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument(
+        "--panel-url",
+        default="http://127.0.0.1:8600",
+        metavar="URL",
+        help="where the HTML report links each row's run (lattice serve --runs-dir OUT/runs)",
+    )
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--all", action="store_true", help="list every changed row (default: 50)")
+    p.add_argument(
+        "--concurrency", type=positive_int, default=16, metavar="N", help="rows in flight at once"
+    )
+    p.add_argument(
+        "--no-record",
+        action="store_true",
+        help="keep runs in memory (no run folders: no node scorers, no links to the panel)",
+    )
+    p.add_argument(
+        "--durability",
+        choices=["fsync", "os"],
+        default="os",
+        help="how hard run folders and results files are forced to disk (default: os)",
+    )
+    add_provider_options(p)
+    p.add_argument(
+        "--max-calls-total", type=positive_int, metavar="N", help="model requests of each variant"
+    )
+    p.add_argument(
+        "--max-cost", type=positive_float, metavar="USD", help="estimated cost of each variant"
+    )
+    p.add_argument("--engine", choices=["local", "ray"], default="local")
+    p.add_argument("--ray-address", metavar="ADDR", help="a Ray cluster (with --engine ray)")
+    p.add_argument(
+        "--progress", choices=["auto", "rich", "plain", "none"], default="auto", help="progress"
+    )
+    _handler(p, "lattice.cli.eval:evaluate")
 
 
 def build_batch_diff_parser() -> argparse.ArgumentParser:
