@@ -87,6 +87,5 @@ def _decided_by_model(op: Op, model_results: set[str]) -> bool:
     if not isinstance(op, SwitchOp) or op.input is None:
         return False
     return any(
-        op.input == path or op.input.startswith((f"{path}.", f"{path}["))
-        for path in model_results
+        op.input == path or op.input.startswith((f"{path}.", f"{path}[")) for path in model_results
     )

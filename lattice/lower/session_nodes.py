@@ -122,7 +122,9 @@ class BranchSessionLowerer:
             name=node.title,
             input=text,
             cases=[
-                Case(port="done", test=Condition(op="matches", value=END_PATTERN), source=END_COMMAND)
+                Case(
+                    port="done", test=Condition(op="matches", value=END_PATTERN), source=END_COMMAND
+                )
             ],
             default_port=SEQUENTIAL_PORT,
             reads=[text],
