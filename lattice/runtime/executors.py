@@ -227,10 +227,17 @@ class AskExecutor(Executor):
                 answer = await answer
         if answer is None:
             options = [o.label for o in op.options]
+            details: dict[str, Any] = {
+                "question": question,
+                "options": options,
+                "multiSelect": op.multi_select,
+            }
+            if op.once:
+                details["session"] = True  # a branch session's message: the panel chats
             raise HaltRun(
                 "waiting_for_answer",
                 waiting_summary(question, options),
-                {"question": question, "options": options, "multiSelect": op.multi_select},
+                details,
                 f"lattice resume RUN_DIR --answer {op.source_node}=<"
                 + ("option label or index" if options else "text")
                 + ">",

@@ -56,6 +56,7 @@ def test_a_session_is_driven_message_by_message(client: httpx.Client, root: Path
     question = client.get(f"/v1/runs/{run_id}").json()["question"]
     assert question["node_id"] == NODE
     assert question["options"] == []
+    assert question["session"] is True  # the panel offers "End the session" (/done)
     assert question["question"].startswith("Branch session: Review the plan together")
 
     replies = SCRIPT["responses"][NODE]
