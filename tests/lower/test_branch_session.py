@@ -59,6 +59,19 @@ def test_the_fork_s_node_lowers_to_a_session_loop() -> None:
     assert ir.ops["next"].context == ["$vars.review.result"]  # type: ignore[union-attr]
 
 
+def test_a_new_node_as_the_editor_makes_it_lowers() -> None:
+    made = {
+        "id": "branch-session-1764670000000",
+        "type": "branchSession",
+        "position": {"x": 100, "y": 0},
+        "data": {"label": "New Branch Session", "workDescription": "", "outputPorts": 1},
+    }
+    ir = lower_ok(chain(made))
+    start = ir.ops["branch-session-1764670000000"]
+    assert isinstance(start, StateOp)
+    assert start.value == {"transcript": [], "reply": "Branch session: New Branch Session"}
+
+
 def test_only_done_ends_the_session() -> None:
     ir = lower_ok(document())
     end = ir.ops["review#end"]
