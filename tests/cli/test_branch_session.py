@@ -276,3 +276,53 @@ def killed_during_the_reply(tmp_path: Path, server: FakeLLMServer, held: HeldRep
     # the reply in flight was asked again (its answer was never journaled); nothing else
     assert received(server) == {"PLAN": 1, "REPLY": 3, "SUMMARY": 1, "CHECKLIST": 1}
     assert redone(folder) == ([], [])
+
+
+def test_with_a_grant_the_replies_use_the_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lattice.cli import main
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "export.py").write_text("def export(paths):\n    write_file(paths)\n")
+    read = {"$tool_calls": [{"name": "Read", "arguments": {"file_path": "export.py"}}]}
+    script = {
+        "responses": {
+            "prompt-plan": ["PLAN"],
+            NODE: [read, "export() calls write_file() once.", "SUMMARY"],
+            "prompt-checklist": ["CHECKLIST"],
+        }
+    }
+    (tmp_path / "mock.json").write_text(json.dumps(script))
+    (tmp_path / "answers.json").write_text(json.dumps({NODE: ["Where is the writer?", "/done"]}))
+    code = main(
+        [
+            *run_args(tmp_path / "runs"),
+            "--mock",
+            str(tmp_path / "mock.json"),
+            "--answers",
+            str(tmp_path / "answers.json"),
+            "--workspace",
+            str(project),
+            "--allow",
+            "read",
+            "--json",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["output"] == "CHECKLIST"
+    session = result["vars"][NODE]
+    assert session["transcript"] == [
+        {"person": "Where is the writer?", "assistant": "export() calls write_file() once."}
+    ]
+    assert session["result"] == "SUMMARY"
+    (folder,) = (tmp_path / "runs").iterdir()
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    started = [e["data"]["tools"] for e in events if e["type"] == "agent_started"]
+    assert started == [["Read", "LS", "Glob", "Grep"]]
+    reads = [e["data"] for e in events if e["type"] == "tool_call_finished"]
+    assert [(r["tool"], r["is_error"]) for r in reads] == [("Read", False)]
+    assert "write_file(paths)" in reads[0]["result"], "the reply read the project's file"
