@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from lattice.cli import main
 from lattice.llm.fake_server import FakeLLMServer, serve
 from tests.agents.test_kill import redone
 from tests.conftest import EXAMPLES
@@ -281,8 +282,6 @@ def killed_during_the_reply(tmp_path: Path, server: FakeLLMServer, held: HeldRep
 def test_with_a_grant_the_replies_use_the_tools(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from lattice.cli import main
-
     project = tmp_path / "project"
     project.mkdir()
     (project / "export.py").write_text("def export(paths):\n    write_file(paths)\n")
