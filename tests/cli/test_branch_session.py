@@ -173,6 +173,7 @@ def test_a_session_at_the_terminal_is_a_chat(tmp_path: Path, server: FakeLLMServ
     assert "Branch session: Review the plan together" in err
     assert "REPLY to 'Which step touches the writer?'" in err
     assert "REPLY to 'Print sizes too.'" in err
+    assert err.count("your message, /done to end the session") == 3
     (folder,) = runs.iterdir()
     session = session_of(folder)
     assert session["result"] == "SUMMARY: Which step touches the writer? / Print sizes too."
