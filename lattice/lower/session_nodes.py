@@ -5,7 +5,7 @@ together, then a summary is handed back to the workflow).
 Lowered to a loop of ops, so that each message and each reply is an op of its own,
 journaled and committed like any other (a resume re-sends nothing):
 
-    N            STATE  $vars.N = {transcript: [], reply: <the session's opening>}
+    N, N#open    STATE  $vars.N.reply = <the session's opening>, $vars.N.transcript = []
     N#message    ASK    the last reply; the person's message (``once``: each answer is
                         used for one message) → $vars.N.message
     N#end        SWITCH the message is ``/done`` → N#summary, else → N#reply
@@ -90,16 +90,28 @@ class BranchSessionLowerer:
         text = path_text("$vars", n, "message", "text")
         context = ctx.upstream_results(n)
         opening = f"Branch session: {label}" + (f"\n\n{work}" if work else "")
-        ids = {step: f"{n}#{step}" for step in ("message", "end", "reply", "turn", "summary")}
+        steps = ("open", "message", "end", "reply", "turn", "summary")
+        ids = {step: f"{n}#{step}" for step in steps}
 
+        # two ops, not one set of {transcript, reply}: the session's later writes go
+        # into $vars.<node>, and an event must keep the value it recorded
         start = StateOp(
             id=n,
             source_node=n,
             name=node.title,
             operation="set",
-            variable=n,
-            value={"transcript": [], "reply": opening},
+            variable=f"{n}.reply",
+            value=opening,
             reads=sorted(set(pieces)),
+            next=[Edge(to=ids["open"])],
+        )
+        empty = StateOp(
+            id=ids["open"],
+            source_node=n,
+            name=node.title,
+            operation="set",
+            variable=f"{n}.transcript",
+            value=[],
             next=[Edge(to=ids["message"])],
         )
         ask = AskOp(
@@ -185,7 +197,7 @@ class BranchSessionLowerer:
             **contract,
         )
         return NodeLowering(
-            ops=[start, ask, end, answer, turn, summary],
+            ops=[start, empty, ask, end, answer, turn, summary],
             entry=n,
             exits={SEQUENTIAL_PORT: [(summary.id, SEQUENTIAL_PORT)]},
             result_schema=contract["output_schema"],

@@ -33,6 +33,7 @@ def test_the_fork_s_node_lowers_to_a_session_loop() -> None:
     ops = {op_id: op for op_id, op in ir.ops.items() if op.source_node == "review"}
     assert list(ops) == [
         "review",
+        "review#open",
         "review#message",
         "review#end",
         "review#reply",
@@ -41,10 +42,10 @@ def test_the_fork_s_node_lowers_to_a_session_loop() -> None:
     ]
     start, ask, end = ops["review"], ops["review#message"], ops["review#end"]
     reply, turn, summary = ops["review#reply"], ops["review#turn"], ops["review#summary"]
-    assert isinstance(start, StateOp) and start.value == {
-        "transcript": [],
-        "reply": "Branch session: Review together\n\nGo through the plan.",
-    }
+    assert isinstance(start, StateOp) and start.value == (
+        "Branch session: Review together\n\nGo through the plan."
+    )
+    assert ops["review#open"].value == []  # type: ignore[union-attr]
     assert isinstance(ask, AskOp) and ask.once and not ask.options
     assert isinstance(end, SwitchOp)
     assert {e.port: e.to for e in end.next} == {"done": "review#summary", "default": "review#reply"}
@@ -69,7 +70,7 @@ def test_a_new_node_as_the_editor_makes_it_lowers() -> None:
     ir = lower_ok(chain(made))
     start = ir.ops["branch-session-1764670000000"]
     assert isinstance(start, StateOp)
-    assert start.value == {"transcript": [], "reply": "Branch session: New Branch Session"}
+    assert start.value == "Branch session: New Branch Session"
 
 
 def test_only_done_ends_the_session() -> None:
