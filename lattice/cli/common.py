@@ -116,7 +116,9 @@ def terminal_asker(ask: AskOp, read: Callable[[str], str] | None = None) -> Any:
     for number, option in enumerate(ask.options, start=1):
         extra = f" — {escape(option.description)}" if option.description else ""
         console.print(f"  [cyan]{number}[/cyan]. {escape(option.label)}{extra}")
-    if not ask.options:
+    if ask.once:
+        hint = "your message, /done to end the session"
+    elif not ask.options:
         hint = "your answer"
     elif ask.multi_select:
         hint = "numbers or labels, comma-separated"

@@ -237,10 +237,17 @@ class AskExecutor(Executor):
                 answer = await answer
         if answer is None:
             options = [o.label for o in op.options]
+            details: dict[str, Any] = {
+                "question": question,
+                "options": options,
+                "multiSelect": op.multi_select,
+            }
+            if op.once:
+                details["session"] = True  # a branch session's message: the panel chats
             raise HaltRun(
                 "waiting_for_answer",
                 waiting_summary(question, options),
-                {"question": question, "options": options, "multiSelect": op.multi_select},
+                details,
                 f"lattice resume RUN_DIR --answer {op.source_node}=<"
                 + ("option label or index" if options else "text")
                 + ">",
@@ -262,10 +269,14 @@ def waiting_summary(question: str, options: list[str]) -> str:
 
 
 def take_answer(answers: dict[str, Any], op: AskOp) -> Any:
-    """The answer for ``op``: a single value answers every visit; a list (for a
-    single-choice question) is a queue, one item per visit."""
+    """The answer for ``op``: a single value answers every visit (an op asked ``once``:
+    the next visit only); a list (for a single-choice question) is a queue, one item
+    per visit."""
     key = op.source_node if op.source_node in answers else op.id
     answer = answers.get(key)
+    if op.once and answer is not None and not isinstance(answer, list):
+        del answers[key]
+        return answer
     if isinstance(answer, list) and not op.multi_select:
         if not answer:
             return None

@@ -508,7 +508,8 @@ def next_step(run_id: str, status: str) -> str:
 
 
 def question(run_id: str, failure: Any) -> dict[str, Any] | None:
-    """The question a halted run waits on, and how to answer it."""
+    """The question a halted run waits on, and how to answer it (``session``: a branch
+    session waits for the person's next message, ``/done`` ends it)."""
     if not isinstance(failure, dict) or failure.get("category") not in QUESTION_CATEGORIES:
         return None
     details = failure.get("details") or {}
@@ -520,6 +521,7 @@ def question(run_id: str, failure: Any) -> dict[str, Any] | None:
         "question": details.get("question") or failure.get("summary"),
         "options": options,
         "multi_select": bool(details.get("multiSelect")),
+        "session": bool(details.get("session")),
         "answer": {
             "method": "POST",
             "href": f"/v1/runs/{run_id}/answers",

@@ -289,6 +289,23 @@ export class RunView {
         boxes,
         h("button", { type: "submit", class: "primary" }, "Answer"),
       );
+    } else if (q.session) {
+      // a branch session: the question is the AI's last reply; "/done" ends the session
+      const text = h("textarea", { id: "answer-text", rows: 3 });
+      controls = h(
+        "form",
+        {
+          class: "options",
+          onsubmit: (e) => {
+            e.preventDefault();
+            send(text.value);
+          },
+        },
+        h("label", { for: "answer-text" }, "Your message"),
+        text,
+        h("button", { type: "submit", class: "primary" }, "Send"),
+        h("button", { type: "button", class: "end-session", onclick: () => send("/done") }, "End the session"),
+      );
     } else {
       const text = h("textarea", { id: "answer-text", rows: 3 });
       controls = h(
@@ -308,7 +325,7 @@ export class RunView {
     return h(
       "section",
       { class: "notice question", "aria-labelledby": "question-title", "data-node": q.node_id },
-      h("h2", { id: "question-title" }, q.kind === "missing_information" ? "The model needs information" : "Waiting for an answer"),
+      h("h2", { id: "question-title" }, q.kind === "missing_information" ? "The model needs information" : q.session ? "Branch session: your turn" : "Waiting for an answer"),
       h("p", { class: "question-text" }, q.question),
       controls,
       error,
