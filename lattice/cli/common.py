@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.cli.main import EXIT_BY_STATUS
-from lattice.config import LatticeConfig, with_agent_grants
+from lattice.config import FlagRules, LatticeConfig, with_agent_grants
 from lattice.errors import Diagnostic, InputError, Severity
 from lattice.ir.models import AskOp
 from lattice.lower import lower_document
@@ -34,6 +34,14 @@ def config_with_grants(config: LatticeConfig, args: argparse.Namespace) -> Latti
         allow=args.allow,
         mcp_servers=args.allow_mcp,
         patch_only=args.patch_only,
+        flags=FlagRules(
+            allow=args.allow_rule,
+            ask=args.ask_rule,
+            deny=args.deny_rule,
+            mode=args.permission_mode,
+        ),
+        claude_settings=not args.no_claude_settings,
+        bypass_permissions=args.bypass_permissions,
     )
 
 

@@ -189,6 +189,44 @@ def add_agent_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="record agents' changes as patches in the run folder; leave the files as they are",
     )
+    rules = p.add_argument_group(
+        "permission rules, as Claude Code writes them (inside the grants; docs/agents.md)"
+    )
+    for behavior, what in (
+        ("allow", "runs without asking"),
+        ("ask", "waits for a person's approval"),
+        ("deny", "is refused"),
+    ):
+        rules.add_argument(
+            f"--{behavior}-rule",
+            action="append",
+            default=[],
+            metavar="RULE",
+            help=f"a tool call this rule matches {what}: Bash(npm run test *), Edit(src/**), "
+            "WebFetch(domain:example.com), mcp__github (repeatable)",
+        )
+    rules.add_argument(
+        "--permission-mode",
+        metavar="MODE",
+        help="default, acceptEdits (edits run, commands ask), plan (read-only), dontAsk, "
+        "bypassPermissions (with --bypass-permissions)",
+    )
+    rules.add_argument(
+        "--no-claude-settings",
+        action="store_true",
+        help="do not read ~/.claude/settings.json and the workspace's .claude/settings*.json",
+    )
+    rules.add_argument(
+        "--bypass-permissions",
+        action="store_true",
+        help="let the bypassPermissions mode stand: no call asks (deny rules still refuse)",
+    )
+    rules.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="a call that needs approval when no one can answer is refused (the model is "
+        "told) instead of halting the run",
+    )
 
 
 def add_provider_options(p: argparse.ArgumentParser) -> None:

@@ -100,7 +100,8 @@ class Permissions:
             return Verdict("ask", f"acceptEdits mode ({where}): commands ask")
         if mode == "dontAsk":
             return Verdict("deny", f"dontAsk mode ({where}): no allow rule matches")
-        return Verdict("allow", "the grant" if mode == "default" else f"{mode} mode ({where})")
+        grant = mode in ("default", "plan") or (mode == "acceptEdits" and tool not in WRITE_TOOLS)
+        return Verdict("allow", "the grant" if grant else f"{mode} mode ({where})")
 
     def _match(
         self, behavior: Behavior, tool: str, arguments: Mapping[str, Any], place: CallPlace

@@ -124,8 +124,6 @@ class Rule:
             return mcp_rule[1] is None or mcp_rule[1] == mcp[1]
         if self.tool == tool:
             return True
-        if self.specifier is None:
-            return False
         return (self.tool == "Read" and tool in READ_TOOLS) or (
             self.tool == "Edit" and tool in EDIT_TOOLS
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,19 +26,31 @@ IGNORED_KEYS = ("additionalDirectories",)
 """``permissions`` keys Lattice reads past and says so: the grant sets what agents see."""
 
 
-def parse_rules(
-    lists: Mapping[str, Sequence[Any]], where: str, base: Path | None
-) -> tuple[Rule, ...]:
-    """The ``allow``/``ask``/``deny`` lists of one source, each rule parsed (deny first)."""
+def parse_rules(lists: Mapping[str, Any], where: str, base: Path | None) -> tuple[Rule, ...]:
+    """The ``allow``/``ask``/``deny`` lists of one source, each rule parsed (deny first).
+    ``where`` names a rule's place: ``{behavior}`` and ``{index}`` are filled in."""
     rules: list[Rule] = []
     for behavior in BEHAVIORS:
         items = lists.get(behavior) or ()
         if not isinstance(items, list | tuple):
-            raise RuleError(f"{where}{behavior}: a list of rules, not {type(items).__name__}")
+            place = where.format(behavior=behavior, index="").removesuffix("[]")
+            raise RuleError(f"{place}: a list of rules, not {type(items).__name__}")
         for index, text in enumerate(items):
-            source = RuleSource(f"{where}{behavior}[{index}]", base)
+            source = RuleSource(where.format(behavior=behavior, index=index), base)
             rules.append(parse_rule(text, behavior, source))
     return tuple(rules)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """Rules and a mode from one place (``lattice.toml``, the command line)."""
+
+    lists: Mapping[str, Sequence[str]]
+    where: str
+    """How a rule's place is named, with ``{behavior}`` and ``{index}``."""
+    base: Path | None = None
+    mode: str | None = None
+    mode_where: str = ""
 
 
 def check_mode(value: Any, where: str) -> Mode:
@@ -74,7 +87,7 @@ def read_settings_file(path: Path, base: Path) -> Permissions | None:
         return None
     if not isinstance(permissions, dict):
         raise RuleError(f"{path}: permissions: an object with allow, ask, deny, defaultMode")
-    rules = parse_rules(permissions, f"{path}: permissions.", base)
+    rules = parse_rules(permissions, f"{path}: permissions.{{behavior}}[{{index}}]", base)
     notes = [
         f"{path}: permissions.{key} is not read by Lattice: the grant (--workspace) "
         "is the one folder agents see"
@@ -99,28 +112,26 @@ def claude_settings(workspace: Path | None, home: Path) -> list[Permissions]:
 def build_permissions(
     *,
     workspace: Path | None,
-    configured: Mapping[str, Sequence[str]],
-    configured_where: str,
-    configured_base: Path | None,
-    mode: str | None,
-    mode_where: str,
+    configured: Sequence[RuleSet] = (),
     claude_files: bool = True,
     bypass: bool = False,
     home: Path | None = None,
 ) -> Permissions:
     """The run's permissions: Claude Code's settings files (unless ``claude_files`` is
-    off), then the rules of ``lattice.toml`` and the command line (``configured``), and
-    the mode the last of them sets. ``bypassPermissions`` stands only with ``bypass``
-    (the user's ``--bypass-permissions``); without it the run is in ``default`` mode
-    and says so."""
+    off), then ``configured`` (``lattice.toml``, then the command line), each rule where
+    it was written, and the mode the last of them sets. ``bypassPermissions`` stands
+    only with ``bypass`` (the user's ``--bypass-permissions``); without it the run is in
+    ``default`` mode and says so."""
     home = home if home is not None else Path.home()
     groups = claude_settings(workspace, home) if claude_files else []
-    rules = parse_rules(configured, configured_where, configured_base)
-    own_mode: Mode = "default"
-    own_source = "default"
-    if mode is not None:
-        own_mode, own_source = check_mode(mode, mode_where), mode_where
-    groups.append(Permissions(rules, own_mode, own_source))
+    for item in configured:
+        rules = parse_rules(item.lists, item.where, item.base)
+        if item.mode is None:
+            groups.append(Permissions(rules))
+        else:
+            groups.append(
+                Permissions(rules, check_mode(item.mode, item.mode_where), item.mode_where)
+            )
     result = merged(groups)
     if result.mode == "bypassPermissions" and not bypass:
         note = (

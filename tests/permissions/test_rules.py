@@ -12,7 +12,7 @@ import pytest
 
 from lattice.permissions import Permissions, RuleError, RuleSource, build_permissions, parse_rule
 from lattice.permissions.policy import Mode
-from lattice.permissions.settings import parse_rules
+from lattice.permissions.settings import RuleSet, parse_rules
 
 CWD = Path("/work/project")
 HOME = Path("/home/alice")
@@ -22,7 +22,7 @@ SETTINGS_BASE = Path("/work/project")
 def decide(
     rules: dict[str, list[str]], tool: str, arguments: dict[str, Any], mode: Mode = "default"
 ) -> str:
-    parsed = parse_rules(rules, "settings: permissions.", SETTINGS_BASE)
+    parsed = parse_rules(rules, "settings: permissions.{behavior}[{index}]", SETTINGS_BASE)
     return Permissions(parsed, mode, "test", home=HOME).decide(tool, arguments, CWD).behavior
 
 
@@ -48,6 +48,9 @@ TABLE: list[tuple[dict[str, list[str]], tuple[str, dict[str, Any]], str]] = [
     ({"deny": ["Bash(*)"]}, bash("echo hi"), "deny"),
     ({"ask": ["WebFetch"]}, fetch("https://example.com"), "ask"),
     ({"ask": ["Read"]}, read("README.md"), "ask"),
+    ({"ask": ["Read"]}, ("Glob", {"pattern": "**/*.py"}), "ask"),  # Read covers every read
+    ({"ask": ["Edit"]}, ("Write", {"file_path": "a.py", "content": ""}), "ask"),
+    ({"ask": ["Write"]}, edit("a.py"), "allow"),
     # exact commands
     ({"ask": ["Bash(npm run build)"]}, bash("npm run build"), "ask"),
     ({"ask": ["Bash(npm run build)"]}, bash("npm run build:dev"), "allow"),
@@ -192,11 +195,7 @@ def test_settings_files_are_read_user_then_project_then_local(tmp_path: Path) ->
     )
     permissions = build_permissions(
         workspace=project,
-        configured={"deny": ["Bash(rm *)"]},
-        configured_where="--",
-        configured_base=None,
-        mode=None,
-        mode_where="--permission-mode",
+        configured=[RuleSet({"deny": ["Bash(rm *)"]}, "--{behavior}-rule")],
         home=home,
     )
     assert [(r.behavior, r.text) for r in permissions.rules] == [
@@ -218,11 +217,6 @@ def test_settings_files_are_read_user_then_project_then_local(tmp_path: Path) ->
     # opted out: none of the files is read
     alone = build_permissions(
         workspace=project,
-        configured={},
-        configured_where="--",
-        configured_base=None,
-        mode=None,
-        mode_where="--permission-mode",
         claude_files=False,
         home=home,
     )
@@ -237,33 +231,18 @@ def test_a_bad_settings_file_names_the_file_and_the_place(tmp_path: Path) -> Non
     ):
         build_permissions(
             workspace=tmp_path,
-            configured={},
-            configured_where="--",
-            configured_base=None,
-            mode=None,
-            mode_where="--permission-mode",
             home=tmp_path / "nohome",
         )
     settings.write_text('{"permissions": {"allow": [}')
     with pytest.raises(RuleError, match=r"settings.json:1: not JSON"):
         build_permissions(
             workspace=tmp_path,
-            configured={},
-            configured_where="--",
-            configured_base=None,
-            mode=None,
-            mode_where="--permission-mode",
             home=tmp_path / "nohome",
         )
     write_settings(settings, {"defaultMode": "acceptEdit"})
     with pytest.raises(RuleError, match="did you mean 'acceptEdits'"):
         build_permissions(
             workspace=tmp_path,
-            configured={},
-            configured_where="--",
-            configured_base=None,
-            mode=None,
-            mode_where="--permission-mode",
             home=tmp_path / "nohome",
         )
 
@@ -274,11 +253,6 @@ def test_bypass_permissions_needs_the_users_flag(tmp_path: Path) -> None:
     )
     common: dict[str, Any] = {
         "workspace": tmp_path,
-        "configured": {},
-        "configured_where": "--",
-        "configured_base": None,
-        "mode": None,
-        "mode_where": "--permission-mode",
         "home": tmp_path / "nohome",
     }
     without = build_permissions(**common)
@@ -291,7 +265,9 @@ def test_bypass_permissions_needs_the_users_flag(tmp_path: Path) -> None:
 
 
 def test_a_whole_tool_denied_is_not_offered_and_check_says_why() -> None:
-    rules = parse_rules({"deny": ["Bash"], "ask": ["Edit(src/**)"]}, "s: permissions.", None)
+    rules = parse_rules(
+        {"deny": ["Bash"], "ask": ["Edit(src/**)"]}, "s: permissions.{behavior}[{index}]", None
+    )
     permissions = Permissions(rules, home=HOME)
     assert permissions.removes("Bash") is not None
     assert permissions.tool_summary("Bash")[0] == "deny"
