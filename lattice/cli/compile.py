@@ -65,7 +65,7 @@ def agent_listing(
     """Per agent node: the tools it asks for, those granted, what would grant the rest,
     and for each granted tool whether its calls run, ask or are refused, and by what."""
     lines = [f"agent nodes ({grant.describe()}):"]
-    if permissions is not None:
+    if permissions is not None and not permissions.said_nothing:
         lines.append(f"  {permissions.describe()}")
         lines.extend(f"  note: {note}" for note in permissions.notes)
     for op in agents:
@@ -75,7 +75,7 @@ def agent_listing(
         lines.append(f"    asks for: {', '.join(op.tools) or 'no tools'}")
         granted = [_granted_as(tool, grant) for tool in decision.granted]
         lines.append(f"    granted:  {', '.join(granted) or 'none'}")
-        if permissions is not None:
+        if permissions is not None and not permissions.said_nothing:
             width = max((len(tool) for tool in decision.granted), default=0)
             for tool in decision.granted:
                 said, why = permissions.tool_summary(tool)

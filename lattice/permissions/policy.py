@@ -65,6 +65,11 @@ class Permissions:
     """What Lattice says before the run about these permissions (a mode it refused)."""
     home: Path = field(default_factory=Path.home)
 
+    @property
+    def said_nothing(self) -> bool:
+        """No rule, the default mode, nothing to say: every granted call runs."""
+        return not self.rules and self.mode == "default" and not self.notes
+
     def _rules(self, behavior: Behavior, tool: str) -> list[Rule]:
         return [r for r in self.rules if r.behavior == behavior and r.covers_tool(tool)]
 

@@ -24,6 +24,7 @@ from lattice.tools.toolset import Toolset
 from lattice.workspace.grants import WorkspaceGrant
 
 if TYPE_CHECKING:  # settings_from_config takes a config; the runtime itself needs none
+    from lattice.agents.approvals import Approver
     from lattice.config import LatticeConfig
 
 
@@ -47,6 +48,8 @@ class AgentSettings:
     """The rules each call of a granted tool is decided by (None: every call runs)."""
     no_wait: bool = False
     """A call that needs approval when no one can answer is refused instead of halting."""
+    approver: Approver | None = None
+    """Asks a person now whether a call may run (the terminal); None: the run halts."""
 
 
 @dataclass(frozen=True)
