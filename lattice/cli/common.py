@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lattice.agents.approvals import ApprovalDecision, ApprovalRequest, Choice
 from lattice.cli.main import EXIT_BY_STATUS
 from lattice.config import FlagRules, LatticeConfig, with_agent_grants
 from lattice.errors import Diagnostic, InputError, Severity
@@ -174,6 +175,74 @@ class TerminalAsker:
                 signal.signal(signal.SIGINT, handler)
             if self.progress is not None:
                 self.progress.resume()
+
+
+def show_approval(request: ApprovalRequest) -> str:
+    """An approval request as the terminal shows it: the call, why it asks, what it does."""
+    lines = [f"{request.node}: {request.tool} wants to run ({request.id}) - {request.why}"]
+    preview = request.preview
+    if "diff" in preview:
+        lines.append(str(preview["diff"]).rstrip("\n"))
+    elif "command" in preview:
+        lines.append(f"  $ {preview['command']}")
+        lines.append(f"  in {preview['cwd']}")
+    elif "server" in preview:
+        lines.append(f"  MCP server {preview['server']}, tool {preview['mcp_tool']}")
+        lines.append(f"  arguments: {json.dumps(request.arguments, ensure_ascii=False)}")
+    else:
+        lines.append(f"  arguments: {json.dumps(request.arguments, ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
+def read_key(prompt: str) -> str:
+    """One keypress from the terminal (no Enter needed), after ``prompt`` on stderr."""
+    import termios
+    import tty
+
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        key = sys.stdin.read(1)
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    sys.stderr.write(key + "\n")
+    return key
+
+
+class TerminalApprover:
+    """Asks the person at the terminal to approve an agent's tool call, one keypress:
+    y (allow once), a (allow this tool for the rest of the agent's run), n (deny, then
+    a reason), anything else halts the run (answer later with ``lattice resume``)."""
+
+    def __init__(
+        self,
+        key: Callable[[str], str] = read_key,
+        line: Callable[[str], str] | None = None,
+    ) -> None:
+        self.progress: Progress | None = None
+        self.key = key
+        self.line = line or (lambda prompt: input(prompt))
+
+    def __call__(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        if self.progress is not None:
+            self.progress.pause()
+        try:
+            print(show_approval(request), file=sys.stderr)
+            pressed = self.key("Allow? [y]es once / [a]lways this run / [n]o / other: stop ")
+            choice = APPROVALS_BY_KEY.get(pressed.strip().lower()[:1])
+            if choice is None:
+                return None
+            reason = self.line("Reason (told to the model): ").strip() if choice == "deny" else ""
+            return ApprovalDecision(choice, "person", "terminal", reason)
+        finally:
+            if self.progress is not None:
+                self.progress.resume()
+
+
+APPROVALS_BY_KEY: dict[str, Choice] = {"y": "allow", "a": "allow_run", "n": "deny"}
 
 
 class Progress:

@@ -351,6 +351,32 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="NODE=VALUE",
         help="answer to a question (option label or index), repeatable",
     )
+    approvals = p.add_argument_group("approvals of agents' tool calls (docs/agents.md)")
+    approvals.add_argument(
+        "--approve", action="append", default=[], metavar="ID", help="allow this call once"
+    )
+    approvals.add_argument(
+        "--approve-run",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="allow this call, and its tool for the rest of the agent's run",
+    )
+    approvals.add_argument(
+        "--deny", action="append", default=[], metavar="ID", help="refuse this call"
+    )
+    approvals.add_argument("--reason", metavar="TEXT", help="why, told to the model (--deny)")
+    approvals.add_argument(
+        "--approve-all", action="store_true", help="allow every call waiting for approval"
+    )
+    approvals.add_argument(
+        "--deny-all", action="store_true", help="refuse every call waiting for approval"
+    )
+    approvals.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="a call that needs approval and has none is refused instead of halting the run",
+    )
     p.add_argument("--provider", help="LLM provider (default: the one the run used)")
     p.add_argument("--mock", metavar="FILE", help="mock script (default: the one the run used)")
     p.add_argument("--fixtures", metavar="FILE", help="fixtures (default: the ones the run used)")

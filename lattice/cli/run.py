@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lattice.agents.approvals import APPROVALS
 from lattice.cli.common import (
     Progress,
+    TerminalApprover,
     TerminalAsker,
     config_with_grants,
     lower_for_cli,
@@ -72,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         check_answers(ir, answers, what=f"answers in {args.answers}")
     interactive = not args.answers and sys.stdin.isatty()
     asker = TerminalAsker()
+    approver = TerminalApprover()
     try:
         prepared = prepare_run(
             ir,
@@ -84,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
                 max_steps=args.max_steps,
                 max_visits=args.max_visits,
                 repo=repo_root(args.repo),
+                approver=approver if interactive else None,
+                no_wait=args.no_wait,
             ),
             inputs=inputs,
             answers=answers,
@@ -102,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
         from lattice.cli.temporal import run_on_temporal  # the temporal extra, needed only here
 
         return run_on_temporal(args, prepared, ir, answers)
-    progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)
+    progress = asker.progress = approver.progress = Progress(
+        live=sys.stderr.isatty() and not args.json
+    )
     runner.subscribe(progress)
     try:
         outcome = prepared.run()
@@ -162,8 +169,12 @@ def resume(args: argparse.Namespace) -> int:
         return resume_on_temporal(args)
     folder = run_folder(args.run_dir, args.runs_dir)
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
-    interactive = sys.stdin.isatty() and not args.answer
+    approvals = approvals_given(args)
+    if approvals:
+        answers[APPROVALS] = approvals
+    interactive = sys.stdin.isatty() and not args.answer and not approvals
     asker = TerminalAsker()
+    approver = TerminalApprover()
     prepared = prepare_resume(
         folder,
         provider=ProviderSpec(provider_choice(args)),
@@ -172,8 +183,12 @@ def resume(args: argparse.Namespace) -> int:
         config_path=args.config,
         repo=args.repo,
         ask_human=asker if interactive else None,
+        approver=approver if interactive else None,
+        no_wait=args.no_wait,
     )
-    progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)
+    progress = asker.progress = approver.progress = Progress(
+        live=sys.stderr.isatty() and not args.json
+    )
     try:
         result = prepared.run(on_event=progress)
     except KeyboardInterrupt:
@@ -181,6 +196,27 @@ def resume(args: argparse.Namespace) -> int:
         note(f"interrupted; continue with: lattice resume {folder}")
         return EXIT_INTERRUPTED
     return report(result, progress, args.json, prepared.settings)
+
+
+def approvals_given(args: argparse.Namespace) -> dict[str, Any]:
+    """``--approve``, ``--approve-run``, ``--deny`` (with ``--reason``) and
+    ``--approve-all`` as the answers' approvals, each saying it came by ``lattice resume``."""
+    door = "lattice resume"
+    given: dict[str, Any] = {}
+    for choice, ids in (
+        ("allow", args.approve),
+        ("allow_run", args.approve_run),
+        ("deny", args.deny),
+    ):
+        for request_id in ids:
+            given[request_id] = {"decision": choice, "door": door, "reason": args.reason or ""}
+    if args.approve_all:
+        given["*"] = {"decision": "allow", "door": door}
+    elif args.deny_all:
+        given["*"] = {"decision": "deny", "door": door, "reason": args.reason or ""}
+    if args.reason and not (args.deny or args.deny_all):
+        raise InputError("--reason goes with --deny ID or --deny-all: it tells the model why")
+    return given
 
 
 def runs(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ files it changed; each change's diff is also written to the run folder
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,25 +27,27 @@ from lattice.workspace.grants import ToolDecision
 
 
 def approval_halt(requests: list[ApprovalRequest]) -> HaltRun:
-    """The halt of a run whose agent waits for a person to approve ``requests``."""
-    listed = "; ".join(f"{r.id}: {r.tool} {_said(r)}" for r in requests)
+    """The halt of a run whose agent waits for a person to approve ``requests``; its
+    summary shows each call and what it would do (a diff, a command and its folder)."""
+    lines = [f"waiting for approval of {len(requests)} tool call(s):"]
+    for request in requests:
+        lines.append(f"{request.id}: {request.tool} ({request.why})")
+        preview = request.preview
+        if "diff" in preview:
+            lines.append(str(preview["diff"]).rstrip("\n"))
+        elif "command" in preview:
+            lines.append(f"  $ {preview['command']}  (in {preview['cwd']})")
+        else:
+            lines.append(f"  {json.dumps(request.arguments, ensure_ascii=False)[:400]}")
     first = requests[0].id
     return HaltRun(
         "waiting_for_approval",
-        f"waiting for approval of {len(requests)} tool call(s): {listed}",
+        "\n".join(lines),
         {"approvals": [request.to_json() for request in requests]},
         f"lattice resume RUN_DIR --approve {first} (or --approve-all, or --deny {first} "
         "--reason TEXT)",
         keeps_journal=True,
     )
-
-
-def _said(request: ApprovalRequest) -> str:
-    """A call in a few words: its command, file or server."""
-    args = request.arguments
-    said = args.get("command") or args.get("file_path") or request.preview.get("server") or ""
-    said = str(said)
-    return f"({said[:80]})" if said else ""
 
 
 def agent_bounds(op: AgentOp, agents: AgentSettings) -> AgentBounds:
