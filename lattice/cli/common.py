@@ -219,23 +219,25 @@ class TerminalApprover:
 
     def __init__(
         self,
-        key: Callable[[str], str] = read_key,
+        key: Callable[[str], str] | None = None,
         line: Callable[[str], str] | None = None,
     ) -> None:
         self.progress: Progress | None = None
         self.key = key
-        self.line = line or (lambda prompt: input(prompt))
+        self.line = line
 
     def __call__(self, request: ApprovalRequest) -> ApprovalDecision | None:
         if self.progress is not None:
             self.progress.pause()
         try:
             print(show_approval(request), file=sys.stderr)
-            pressed = self.key("Allow? [y]es once / [a]lways this run / [n]o / other: stop ")
+            key = self.key or read_key
+            pressed = key("Allow? [y]es once / [a]lways this run / [n]o / other: stop ")
             choice = APPROVALS_BY_KEY.get(pressed.strip().lower()[:1])
             if choice is None:
                 return None
-            reason = self.line("Reason (told to the model): ").strip() if choice == "deny" else ""
+            line = self.line or input
+            reason = line("Reason (told to the model): ").strip() if choice == "deny" else ""
             return ApprovalDecision(choice, "person", "terminal", reason)
         finally:
             if self.progress is not None:
