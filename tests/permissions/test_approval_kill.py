@@ -28,7 +28,7 @@ from tests.runs.test_crash import Forker, configure, finish, started
 pytestmark = pytest.mark.skipif(
     sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}"
 )
-RUNS = 10
+RUNS = 12
 LATENCY = 0.05
 SETTINGS = {"permissions": {"ask": ["Bash", "Edit"]}}
 
