@@ -1,6 +1,6 @@
 """The gate every tool call of an agent passes before it runs: the permission rules'
 verdict, a decision journaled before anything acts on it, a person asked when a rule
-says so (see ``lattice.agents.approvals``).
+says so (see ``lattice.permissions.approvals``).
 
 ``CallGate.check`` answers one call with ``Pass`` (run it, with the edit's approved plan
 if there is one), a refusal the model sees, or the ``ApprovalRequest`` a person must
@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from lattice.agents.approvals import (
+from lattice.ir.tool_names import parse_mcp_name
+from lattice.llm.base import ToolCall
+from lattice.permissions.approvals import (
     APPROVALS,
     ApprovalDecision,
     ApprovalRequest,
     Approver,
     answer_decision,
 )
-from lattice.ir.tool_names import parse_mcp_name
-from lattice.llm.base import ToolCall
 from lattice.permissions.policy import Permissions, Verdict
 from lattice.tools.toolset import ToolResult
 

@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from lattice.agents.approvals import ApprovalRequest, ApprovalsPending
 from lattice.agents.gate import CallGate, Pass
 from lattice.agents.records import AgentTranscript, ToolCallRecord, TurnRecord
 from lattice.contracts.calls import CallEnv
@@ -39,6 +38,7 @@ from lattice.contracts.policies import policy_stack
 from lattice.errors import LatticeRunError
 from lattice.ir.tool_names import parse_mcp_name
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message, ToolCall, ToolDef
+from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
 from lattice.tools.toolset import ToolResult, Toolset
 
 WRITE_TOOLS = frozenset({"Edit", "MultiEdit", "Write"})

@@ -13,13 +13,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lattice.agents.approvals import ApprovalDecision, ApprovalRequest, Choice
 from lattice.cli.main import EXIT_BY_STATUS
 from lattice.config import FlagRules, LatticeConfig, with_agent_grants
 from lattice.errors import Diagnostic, InputError, Severity
 from lattice.ir.models import AskOp
 from lattice.lower import lower_document
 from lattice.lower.compiler import LoweringResult
+from lattice.permissions.approvals import ApprovalDecision, ApprovalRequest, Choice
 from lattice.runs.redaction import make_redactor
 from lattice.runs.view import count_calls, terminal_text
 from lattice.runtime.results import RunResult

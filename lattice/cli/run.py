@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lattice.agents.approvals import APPROVALS
 from lattice.cli.common import (
     Progress,
     TerminalApprover,
@@ -27,6 +26,7 @@ from lattice.document.loader import read_json_file
 from lattice.errors import InputError, InvalidInputs, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
+from lattice.permissions.approvals import APPROVALS
 from lattice.runs.store import RunStore
 from lattice.runs.view import list_runs, show_run
 from lattice.runtime.runner import Runner, check_answers

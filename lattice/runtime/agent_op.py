@@ -15,10 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lattice.agents.approvals import ApprovalRequest, ApprovalsPending
 from lattice.agents.gate import CallGate
 from lattice.agents.loop import AgentBounds, AgentLoop, ToolBox, ToolJournal
 from lattice.ir.models import AgentOp
+from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import AgentSettings, RuntimeSettings

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lattice.agents.approvals import APPROVALS, check_approvals
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.document.limits import check_json_value
@@ -37,6 +36,7 @@ from lattice.llm.base import (
 )
 from lattice.llm.disabled import DisabledProvider
 from lattice.masking import MIN_MASKED_LENGTH, maskable
+from lattice.permissions.approvals import APPROVALS, check_approvals
 from lattice.runs.checkpoint import (
     file_digests,
     owner,

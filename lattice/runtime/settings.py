@@ -24,8 +24,8 @@ from lattice.tools.toolset import Toolset
 from lattice.workspace.grants import WorkspaceGrant
 
 if TYPE_CHECKING:  # settings_from_config takes a config; the runtime itself needs none
-    from lattice.agents.approvals import Approver
     from lattice.config import LatticeConfig
+    from lattice.permissions.approvals import Approver
 
 
 ToolsetFactory = Callable[[WorkspaceGrant, tuple[str, ...]], list[Toolset]]

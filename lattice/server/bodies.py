@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lattice.agents.approvals import APPROVALS, check_approvals
+from lattice.permissions.approvals import APPROVALS, check_approvals
 from lattice.server.errors import ApiError
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.providers import ProviderChoice

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from lattice.agents.approvals import Approver
 from lattice.config import AgentsConfig, LatticeConfig, load_config
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import ExecIR
@@ -24,6 +23,7 @@ from lattice.ir.serialize import ir_from_json
 from lattice.llm.base import LLMProvider, close_loop_clients
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
+from lattice.permissions.approvals import Approver
 from lattice.runs.checkpoint import read_checkpoint
 from lattice.runs.folder import read_run_json
 from lattice.runs.store import RunStore

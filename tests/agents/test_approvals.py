@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from lattice.agents.approvals import APPROVALS, ApprovalDecision, ApprovalRequest
 from lattice.permissions import Permissions
+from lattice.permissions.approvals import APPROVALS, ApprovalDecision, ApprovalRequest
 from lattice.permissions.settings import parse_rules
 from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
