@@ -25,7 +25,7 @@ from lattice.permissions.approvals import (
     Approver,
     answer_decision,
 )
-from lattice.permissions.policy import Permissions, Verdict
+from lattice.permissions.policy import Permissions
 from lattice.tools.toolset import ToolResult
 
 EDITS = frozenset({"Edit", "MultiEdit", "Write"})
@@ -100,6 +100,20 @@ class CallGate:
             )
             self._journal(journal, op_id, key, request_id, call, decision, None)
             return Pass()
+        return await self._ask(call, request_id, key, op_id, journal, plan, verdict.reason)
+
+    async def _ask(
+        self,
+        call: ToolCall,
+        request_id: str,
+        key: str,
+        op_id: str | None,
+        journal: Any,
+        plan: Callable[[], Awaitable[ToolResult]] | None,
+        why: str,
+    ) -> Pass | ToolResult | ApprovalRequest:
+        """A call a rule asks about: its request (with an edit's diff), then a decision
+        given, made now, or none yet (the request, journaled, for the run to halt on)."""
         planned: dict[str, Any] | None = None
         preview = self._preview(call)
         if plan is not None:
@@ -113,20 +127,20 @@ class CallGate:
             self.node,
             call.name,
             dict(call.arguments),
-            _why(verdict),
+            why,
             preview,
             key=key,
             planned=planned,
         )
-        decision = await self._decision(request)
-        if decision is None:
+        answered = await self._decision(request)
+        if answered is None:
             if journal is not None:
                 journal.journal_tool(
                     {"kind": "approval_request", "op_id": op_id, "key": key, **request.to_json()}
                 )
             return request
-        self._journal(journal, op_id, key, request_id, call, decision, planned)
-        return self._act(call, decision, planned)
+        self._journal(journal, op_id, key, request_id, call, answered, planned)
+        return self._act(call, answered, planned)
 
     async def _decision(self, request: ApprovalRequest) -> ApprovalDecision | None:
         """A decision given with the run's answers, by a person now, or ``--no-wait``'s."""
@@ -188,7 +202,3 @@ class CallGate:
 
 
 _READ_ONLY = frozenset({"Read", "LS", "Glob", "Grep"})
-
-
-def _why(verdict: Verdict) -> str:
-    return verdict.reason

@@ -11,6 +11,7 @@ a ``RuleError`` naming the file and the place in it.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,8 +103,11 @@ def read_settings_file(path: Path, base: Path) -> Permissions | None:
 
 
 def claude_settings(workspace: Path | None, home: Path) -> list[Permissions]:
-    """The user's then the workspace's settings files that exist, as read."""
-    found = [read_settings_file(home / ".claude" / "settings.json", home)]
+    """The user's (``$CLAUDE_CONFIG_DIR/settings.json``, else ``~/.claude/settings.json``,
+    as Claude Code finds it) then the workspace's settings files that exist, as read."""
+    user_dir = os.environ.get("CLAUDE_CONFIG_DIR")
+    user = Path(user_dir).expanduser() if user_dir else home / ".claude"
+    found = [read_settings_file(user / "settings.json", home)]
     if workspace is not None:
         found.extend(read_settings_file(workspace / name, workspace) for name in SETTINGS_FILES)
     return [item for item in found if item is not None]

@@ -183,8 +183,11 @@ def write_settings(path: Path, permissions: dict[str, Any]) -> None:
     path.write_text(json.dumps({"permissions": permissions}))
 
 
-def test_settings_files_are_read_user_then_project_then_local(tmp_path: Path) -> None:
+def test_settings_files_are_read_user_then_project_then_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home, project = tmp_path / "home", tmp_path / "project"
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR")  # the user's are under ~/.claude
     write_settings(
         home / ".claude/settings.json", {"allow": ["Bash(git *)"], "defaultMode": "plan"}
     )
@@ -276,3 +279,13 @@ def test_a_whole_tool_denied_is_not_offered_and_check_says_why() -> None:
         "allow (the grant), but ask Edit(src/**) (s: permissions.ask[0])",
     )
     assert permissions.tool_summary("Read") == ("allow", "the grant")
+
+
+def test_claude_config_dir_holds_the_users_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
+    write_settings(tmp_path / "config/settings.json", {"deny": ["WebFetch"]})
+    write_settings(tmp_path / "home/.claude/settings.json", {"deny": ["Bash"]})
+    permissions = build_permissions(workspace=None, home=tmp_path / "home")
+    assert [r.text for r in permissions.rules] == ["WebFetch"]
