@@ -101,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
     runner = prepared.runner
     for refused in refused_tools(ir, prepared.settings.agents.grant):
         note(f"warning: {refused.message()}")
+    permissions = prepared.settings.agents.permissions
+    if permissions is not None and not permissions.said_nothing and ir_has_agents(ir):
+        note(permissions.describe())
+        for said in permissions.notes:
+            note(f"warning: {said}")
     if args.dry_run:
         return _dry_run(runner, inputs)
     if args.engine == "temporal":
@@ -123,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.stop()
     return report(outcome, progress, args.json, prepared.settings)
+
+
+def ir_has_agents(ir: ExecIR) -> bool:
+    return any(op.kind == "AGENT" for op in ir.ops.values())
 
 
 def _dry_run(runner: Runner, inputs: dict[str, Any]) -> int:

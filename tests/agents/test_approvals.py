@@ -200,3 +200,25 @@ def test_no_wait_refuses_what_no_one_can_approve(workspace: Path, tmp_path: Path
     assert result.status == "completed", result.failure
     told = [m for m in model.requests[2].messages if m.role == "tool"][-1]
     assert told.is_error and "denied by --no-wait: no one could approve it" in told.content
+
+
+def test_a_tool_denied_as_a_whole_is_not_offered_and_plan_mode_offers_reads_only(
+    workspace: Path, tmp_path: Path
+) -> None:
+    model = ScriptedModel({"fix": [answer(DONE)]})
+    result = start(agent_ir(), model, agents(workspace, deny=["Write"]), tmp_path / "a")
+    assert result.status == "completed", result.failure
+    assert [t.name for t in model.requests[0].tools] == [
+        "Read",
+        "LS",
+        "Glob",
+        "Grep",
+        "Edit",
+        "MultiEdit",
+    ]
+    planning = replace(
+        agents(workspace), permissions=Permissions((), "plan", "--permission-mode", home=workspace)
+    )
+    model = ScriptedModel({"fix": [answer(DONE)]})
+    assert start(agent_ir(), model, planning, tmp_path / "b").status == "completed"
+    assert [t.name for t in model.requests[0].tools] == ["Read", "LS", "Glob", "Grep"]

@@ -162,3 +162,21 @@ def test_a_bad_approval_is_refused_by_the_gateway(gateway: httpx.Client) -> None
     answered = gateway.post("/v1/runs/nope/answers", json={"approvals": {"x": "maybe"}})
     assert answered.status_code == 422
     assert "an approval is one of allow, allow_run, deny" in answered.text
+
+
+def test_a_run_says_its_permissions_and_a_mode_it_refused(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project / ".claude/settings.local.json").write_text(
+        json.dumps({"permissions": {"defaultMode": "bypassPermissions"}})
+    )
+    assert main(run_args(project, tmp_path / "runs")) == 3, "ask rules still ask"
+    err = capsys.readouterr().err
+    assert "lattice: permissions: 2 ask; mode default (default)" in err
+    assert "bypassPermissions" in err and "needs --bypass-permissions" in err
+
+
+def test_a_reason_goes_with_a_denial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "run").mkdir()
+    assert main(["resume", str(tmp_path / "run"), "--approve", "x.1.1", "--reason", "no"]) == 2
+    assert "--reason goes with --deny" in capsys.readouterr().err
