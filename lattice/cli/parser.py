@@ -415,6 +415,11 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
     p.add_argument("--json", action="store_true", help="diff: print the differences as JSON")
     p.add_argument(
+        "--waiting",
+        action="store_true",
+        help="list: only runs halted until a person answers, with what each waits for",
+    )
+    p.add_argument(
         "--port",
         type=port_number,
         default=8600,

@@ -239,6 +239,8 @@ def runs(args: argparse.Namespace) -> int:
         from lattice.cli.panel import open_run  # the server extra, needed only here
 
         return open_run(args)
+    if args.action == "list" and args.temporal and args.waiting:
+        raise LatticeUserError("lattice runs list --waiting reads run folders (not --temporal yet)")
     if args.action == "list" and args.temporal:
         from lattice.cli.temporal import list_runs as list_on_temporal
 
@@ -252,7 +254,7 @@ def runs(args: argparse.Namespace) -> int:
             raise LatticeUserError("lattice runs show RUN (a run folder or a run id)")
         sys.stdout.write(show_run(run_folder(args.run_dir, args.runs_dir)))
     else:
-        sys.stdout.write(list_runs(Path(args.runs_dir)))
+        sys.stdout.write(list_runs(Path(args.runs_dir), waiting=args.waiting))
     return 0
 
 

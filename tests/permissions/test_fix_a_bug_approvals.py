@@ -75,12 +75,26 @@ EXPECTED_OUTPUT = {
 }
 
 
-def test_approved_with_lattice_resume(project: Path, tmp_path: Path) -> None:
+def test_approved_with_lattice_resume(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     runs = tmp_path / "runs"
     assert main(run_args(project, runs)) == 3, "halted: the Edit waits"
     (folder,) = runs.iterdir()
     assert "(len(values) + 1)" in (project / "tally/stats.py").read_text()
+    capsys.readouterr()
+    assert main(["runs", "list", "--waiting", "--runs-dir", str(runs)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert (
+        listed[0].startswith(f"{folder.name}  halted") and "[waiting_for_approval] fix" in listed[0]
+    )
+    assert listed[1:] == ["    approve fix.1.1: Edit tally/stats.py"]
     assert main(["resume", str(folder), "--approve", "fix.1.1"]) == 3, "the Bash waits"
+    capsys.readouterr()
+    assert main(["runs", "list", "--waiting", "--runs-dir", str(runs)]) == 0
+    assert (
+        "    approve fix.2.1: Bash python3 -m unittest discover -s tests" in capsys.readouterr().out
+    )
     assert FIXED in (project / "tally/stats.py").read_text()
     assert main(["resume", str(folder), "--approve", "fix.2.1"]) == 0
     output, decided = outcome(folder)
