@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lattice"
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "files", "masking", "patterns", "schemas", "text"}),
-    frozenset({"document", "ir", "prompts"}),
+    frozenset({"document", "ir", "prompts", "permissions"}),
     frozenset({"llm"}),
     frozenset({"contracts"}),
     frozenset({"config"}),

@@ -16,6 +16,7 @@ from lattice.ir.models import AgentOp
 from lattice.ir.tool_names import parse_mcp_name
 from lattice.llm.base import LLMRequest, Message
 from lattice.lower.emit import EMITTERS
+from lattice.permissions.policy import Permissions
 from lattice.runtime.settings import agent_settings_from_config
 from lattice.workspace.grants import WorkspaceGrant
 
@@ -49,13 +50,24 @@ def check(args: argparse.Namespace) -> int:
     print(f"{args.workflow}: ok ({ops} ops, {len(result.warnings)} warning(s))", file=sys.stderr)
     agents = [op for op in result.ir.ops.values() if isinstance(op, AgentOp)]
     if agents:
-        sys.stdout.write(agent_listing(agents, agent_settings_from_config(config).grant))
+        settings = agent_settings_from_config(config)
+        sys.stdout.write(agent_listing(agents, settings.grant, settings.permissions))
     return EXIT_OK
 
 
-def agent_listing(agents: list[AgentOp], grant: WorkspaceGrant) -> str:
-    """Per agent node: the tools it asks for, those granted, and what would grant the rest."""
+SAID = {"allow": "allowed", "ask": "asks", "deny": "denied", "depends": "depends"}
+"""How ``lattice check`` says what a tool's calls get."""
+
+
+def agent_listing(
+    agents: list[AgentOp], grant: WorkspaceGrant, permissions: Permissions | None = None
+) -> str:
+    """Per agent node: the tools it asks for, those granted, what would grant the rest,
+    and for each granted tool whether its calls run, ask or are refused, and by what."""
     lines = [f"agent nodes ({grant.describe()}):"]
+    if permissions is not None and not permissions.said_nothing:
+        lines.append(f"  {permissions.describe()}")
+        lines.extend(f"  note: {note}" for note in permissions.notes)
     for op in agents:
         decision = grant.decide(op.tools)
         kind = f" ({op.agent_type})" if op.agent_type else ""
@@ -63,6 +75,11 @@ def agent_listing(agents: list[AgentOp], grant: WorkspaceGrant) -> str:
         lines.append(f"    asks for: {', '.join(op.tools) or 'no tools'}")
         granted = [_granted_as(tool, grant) for tool in decision.granted]
         lines.append(f"    granted:  {', '.join(granted) or 'none'}")
+        if permissions is not None and not permissions.said_nothing:
+            width = max((len(tool) for tool in decision.granted), default=0)
+            for tool in decision.granted:
+                said, why = permissions.tool_summary(tool)
+                lines.append(f"      {tool:<{width}}  {SAID[said]}: {why}")
         by_setting: dict[str, list[str]] = {}
         for tool, setting in decision.refused:
             by_setting.setdefault(setting, []).append(tool)

@@ -208,6 +208,44 @@ def add_agent_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="record agents' changes as patches in the run folder; leave the files as they are",
     )
+    rules = p.add_argument_group(
+        "permission rules, as Claude Code writes them (inside the grants; docs/agents.md)"
+    )
+    for behavior, what in (
+        ("allow", "runs without asking"),
+        ("ask", "waits for a person's approval"),
+        ("deny", "is refused"),
+    ):
+        rules.add_argument(
+            f"--{behavior}-rule",
+            action="append",
+            default=[],
+            metavar="RULE",
+            help=f"a tool call this rule matches {what}: Bash(npm run test *), Edit(src/**), "
+            "WebFetch(domain:example.com), mcp__github (repeatable)",
+        )
+    rules.add_argument(
+        "--permission-mode",
+        metavar="MODE",
+        help="default, acceptEdits (edits run, commands ask), plan (read-only), dontAsk, "
+        "bypassPermissions (with --bypass-permissions)",
+    )
+    rules.add_argument(
+        "--no-claude-settings",
+        action="store_true",
+        help="do not read ~/.claude/settings.json and the workspace's .claude/settings*.json",
+    )
+    rules.add_argument(
+        "--bypass-permissions",
+        action="store_true",
+        help="let the bypassPermissions mode stand: no call asks (deny rules still refuse)",
+    )
+    rules.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="a call that needs approval when no one can answer is refused (the model is "
+        "told) instead of halting the run",
+    )
 
 
 def add_provider_options(p: argparse.ArgumentParser) -> None:
@@ -332,6 +370,32 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="NODE=VALUE",
         help="answer to a question (option label or index), repeatable",
     )
+    approvals = p.add_argument_group("approvals of agents' tool calls (docs/agents.md)")
+    approvals.add_argument(
+        "--approve", action="append", default=[], metavar="ID", help="allow this call once"
+    )
+    approvals.add_argument(
+        "--approve-run",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="allow this call, and its tool for the rest of the agent's run",
+    )
+    approvals.add_argument(
+        "--deny", action="append", default=[], metavar="ID", help="refuse this call"
+    )
+    approvals.add_argument("--reason", metavar="TEXT", help="why, told to the model (--deny)")
+    approvals.add_argument(
+        "--approve-all", action="store_true", help="allow every call waiting for approval"
+    )
+    approvals.add_argument(
+        "--deny-all", action="store_true", help="refuse every call waiting for approval"
+    )
+    approvals.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="a call that needs approval and has none is refused instead of halting the run",
+    )
     p.add_argument("--provider", help="LLM provider (default: the one the run used)")
     p.add_argument("--mock", metavar="FILE", help="mock script (default: the one the run used)")
     p.add_argument("--fixtures", metavar="FILE", help="fixtures (default: the ones the run used)")
@@ -369,6 +433,11 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("other", nargs="?", metavar="RUN_B", help="the second run for 'diff'")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
     p.add_argument("--json", action="store_true", help="diff: print the differences as JSON")
+    p.add_argument(
+        "--waiting",
+        action="store_true",
+        help="list: only runs halted until a person answers, with what each waits for",
+    )
     p.add_argument(
         "--port",
         type=port_number,

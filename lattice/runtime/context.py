@@ -47,9 +47,20 @@ class HaltRun(LatticeRunError):
     the summary; ``action`` tells the person what to do (``RUN_DIR`` stands for the folder).
     """
 
-    def __init__(self, reason: str, summary: str, details: dict[str, Any], action: str) -> None:
+    def __init__(
+        self,
+        reason: str,
+        summary: str,
+        details: dict[str, Any],
+        action: str,
+        *,
+        keeps_journal: bool = False,
+    ) -> None:
         super().__init__(summary, error_type=reason, details=details)
         self.action = action
+        self.keeps_journal = keeps_journal
+        """The halted op's journal lines stay for its resume to replay (an agent waiting
+        for approvals: its turns, results and decisions are not paid for or made again)."""
 
     @property
     def reason(self) -> str:

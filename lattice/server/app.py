@@ -485,7 +485,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
             manager.check_resumable(
                 run_id, ("halted",), "only a halted run waits for answers (see its question)"
             )
-            return await _resume(run_id, folder, ProviderSpec(), body.answers, False)
+            return await _resume(run_id, folder, ProviderSpec(), body.all_answers(), False)
 
     @app.post(
         "/v1/runs/{run_id}/resume",

@@ -40,6 +40,8 @@ log = logging.getLogger("lattice.server")
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 """What a run id in a URL may look like (run folders are named so)."""
 QUESTION_CATEGORIES = ("waiting_for_answer", "missing_information")
+APPROVAL = "waiting_for_approval"
+"""The failure category of a run whose agent waits for a person to approve tool calls."""
 """Failure categories of a run halted until a person answers."""
 
 
@@ -510,6 +512,8 @@ def next_step(run_id: str, status: str) -> str:
 def question(run_id: str, failure: Any) -> dict[str, Any] | None:
     """The question a halted run waits on, and how to answer it (``session``: a branch
     session waits for the person's next message, ``/done`` ends it)."""
+    if isinstance(failure, dict) and failure.get("category") == APPROVAL:
+        return approval_question(run_id, failure)
     if not isinstance(failure, dict) or failure.get("category") not in QUESTION_CATEGORIES:
         return None
     details = failure.get("details") or {}
@@ -526,6 +530,22 @@ def question(run_id: str, failure: Any) -> dict[str, Any] | None:
             "method": "POST",
             "href": f"/v1/runs/{run_id}/answers",
             "body": {"answers": {node: options[0] if options else "<your answer>"}},
+        },
+    }
+
+
+def approval_question(run_id: str, failure: dict[str, Any]) -> dict[str, Any]:
+    """The agent's tool calls a halted run waits to have approved, and how to answer."""
+    approvals = (failure.get("details") or {}).get("approvals") or []
+    return {
+        "node_id": failure.get("node_id"),
+        "kind": APPROVAL,
+        "question": failure.get("summary"),
+        "approvals": approvals,
+        "answer": {
+            "method": "POST",
+            "href": f"/v1/runs/{run_id}/answers",
+            "body": {"approvals": {item["id"]: "allow" for item in approvals}},
         },
     }
 
