@@ -732,6 +732,12 @@ def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and fixtures they name are read from here too",
     )
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    p.add_argument(
+        "--mocks",
+        action="store_true",
+        help="runs started at /mcp, by webhooks and by schedules use the NAME.mock.json "
+        "beside each workflow (docs/services.md)",
+    )
     add_agent_options(p)
     p.add_argument(
         "--token",

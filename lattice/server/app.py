@@ -51,6 +51,7 @@ from lattice.server.events import FolderTails, resume_cursor, stream
 from lattice.server.manager import RunManager, links
 from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.remote import add_backend_routes
+from lattice.server.services import Services
 from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import RunBackend
@@ -62,6 +63,7 @@ from lattice.service.runs import (
     prepare_resume,
     prepare_run,
 )
+from lattice.services.schedules import Clock
 
 log = logging.getLogger("lattice.server")
 
@@ -91,6 +93,13 @@ class ServerSettings:
     max_active_runs: int = DEFAULT_MAX_ACTIVE
     backend: RunBackend | None = None
     """Where runs live when not in run folders under ``runs_dir`` (``--engine temporal``)."""
+    mocks: bool = False
+    """Runs started at ``/mcp``, by webhooks and by schedules use each workflow's
+    ``NAME.mock.json`` (``--mocks``)."""
+    mock_latency: float = 0.0
+    """A pause before each of those mock answers (demos of progress and cancelling)."""
+    clock: Clock | None = None
+    """The schedules' clock (None: the system's; tests give a ``ManualClock``)."""
 
 
 # -- the guard ----------------------------------------------------------------------------
@@ -248,6 +257,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
     )
     library = WorkflowLibrary(settings.workflows_dir, list(config.mcp.servers))
     tails = FolderTails(status=manager.status, closing=lambda: manager.closing, redact=redact)
+    services = Services(settings, manager)
 
     def respond(status: int, data: Any, headers: Mapping[str, str] | None = None) -> Response:
         text = json.dumps(data, ensure_ascii=False, default=str)
@@ -264,8 +274,9 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
         load_what_runs_use()
         gc.collect()
         gc.freeze()
-        yield
-        await manager.shutdown()
+        async with services.running():
+            yield
+            await manager.shutdown()
         if settings.backend is not None:
             await settings.backend.close()
 
@@ -620,6 +631,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
             },
         )
 
+    services.add_routes(app, respond=respond)
     add_panel_routes(app, manager=manager, library=library, respond=respond)
     add_docs_routes(app)
     if settings.backend is not None:

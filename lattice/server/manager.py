@@ -54,6 +54,8 @@ class ActiveRun:
     task: asyncio.Task[None] | None = None
     error: BaseException | None = None
     """What stopped the task other than the run's end (a refusal, or a bug)."""
+    result: RunResult | None = None
+    """How the run ended, once it has (for a caller that waits for it: ``/mcp``)."""
     stop_asked: bool = field(default=False)
 
 
@@ -215,12 +217,17 @@ class RunManager:
 
     # -- starting, resuming, stopping ------------------------------------------------
 
-    async def start(self, prepared: PreparedRun) -> ActiveRun:
-        """Start a new run; it goes on in the background. Answers once it has started."""
+    async def start(self, prepared: PreparedRun, *, run_id: str | None = None) -> ActiveRun:
+        """Start a new run (as ``run_id`` when given: 409 when that run exists); it goes
+        on in the background. Answers once it has started."""
         self.check_capacity()
-        run_id = new_run_id()
-        while run_id in self.active or (self.runs_dir / run_id).exists():
+        if run_id is not None:
+            if run_id in self.active or (self.runs_dir / run_id).exists():
+                raise ApiError(409, "conflict", f"run {run_id} exists already")
+        else:
             run_id = new_run_id()
+            while run_id in self.active or (self.runs_dir / run_id).exists():
+                run_id = new_run_id()
         active = ActiveRun(run_id, self.runs_dir / run_id, EventChannel(run_id))
         active.runner = prepared.runner
         prepared.runner.subscribe(self._relay(active))
@@ -281,6 +288,7 @@ class RunManager:
         status: str | None = None
         try:
             result = await run
+            active.result = result
             status = result.status
             self._remember(
                 active.run_id, Ended(status, {**result.to_json(), "finished_at": utc_now()})
