@@ -51,7 +51,7 @@ from lattice.server.events import FolderTails, resume_cursor, stream
 from lattice.server.manager import RunManager, links
 from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.remote import add_backend_routes
-from lattice.server.services import Services
+from lattice.server.services import Services, ServicesSettings
 from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import RunBackend
@@ -257,7 +257,19 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
     )
     library = WorkflowLibrary(settings.workflows_dir, list(config.mcp.servers))
     tails = FolderTails(status=manager.status, closing=lambda: manager.closing, redact=redact)
-    services = Services(settings, manager)
+    services = Services(
+        ServicesSettings(
+            workflows_dir=settings.workflows_dir,
+            config=config,
+            config_path=settings.config_path,
+            token=settings.token,
+            on_temporal=settings.backend is not None,
+            mocks=settings.mocks,
+            mock_latency=settings.mock_latency,
+            clock=settings.clock,
+        ),
+        manager,
+    )
 
     def respond(status: int, data: Any, headers: Mapping[str, str] | None = None) -> Response:
         text = json.dumps(data, ensure_ascii=False, default=str)

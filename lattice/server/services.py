@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 
+from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
 from lattice.runtime.results import RunResult
 from lattice.server.errors import ApiError
@@ -24,9 +27,6 @@ from lattice.service.runs import PreparedResume, PreparedRun, ProviderSpec
 from lattice.services.catalog import Catalog
 from lattice.services.mcp_tools import workflow_server
 from lattice.services.runs import HostedRun, WorkflowRuns
-
-if TYPE_CHECKING:
-    from lattice.server.app import ServerSettings
 
 LOOPBACK_ONLY = TransportSecuritySettings(
     enable_dns_rebinding_protection=True,
@@ -86,16 +86,30 @@ class ManagerHost:
         return HostedRun(active.run_id, done(), stop)
 
 
+@dataclass(frozen=True)
+class ServicesSettings:
+    """What of ``lattice serve``'s settings the services read."""
+
+    workflows_dir: Path | None
+    config: LatticeConfig
+    config_path: str | None = None
+    token: str | None = None
+    on_temporal: bool = False
+    mocks: bool = False
+    mock_latency: float = 0.0
+    clock: Any = None
+
+
 class Services:
     """What ``/mcp``, the webhooks and the schedules share: the catalog of the workflows
     folder and the runs they start (none without ``--workflows``, nor on Temporal)."""
 
-    def __init__(self, settings: ServerSettings, manager: RunManager) -> None:
+    def __init__(self, settings: ServicesSettings, manager: RunManager) -> None:
         self.settings = settings
         self.manager = manager
         self.runs: WorkflowRuns | None = None
         self.mcp: StreamableHTTPSessionManager | None = None
-        if settings.workflows_dir is None or settings.backend is not None:
+        if settings.workflows_dir is None or settings.on_temporal:
             return
         config = settings.config
         catalog = Catalog(
