@@ -244,7 +244,10 @@ def load_what_runs_use() -> None:
 def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
     """The ``lattice serve`` application for ``settings``."""
     config = settings.config
-    secret_names = settings_from_config(config).secret_names()
+    secret_names = (
+        *settings_from_config(config).secret_names(),
+        *(trigger.secret_env for trigger in config.triggers.values()),
+    )
     redact: Redactor = make_redactor(secret_names)
     masking = MaskingFilter(redact)
     for name in ("lattice.server", "uvicorn.error"):

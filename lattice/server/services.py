@@ -6,27 +6,34 @@ watched and answered as any other."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import Response
 from starlette.routing import Route
 
-from lattice.config import LatticeConfig
+from lattice.config import LatticeConfig, TriggerConfig
 from lattice.errors import LatticeUserError
+from lattice.runs.store import new_run_id
 from lattice.runtime.results import RunResult
-from lattice.server.errors import ApiError
-from lattice.server.manager import ActiveRun, RunManager
+from lattice.server.errors import ApiError, not_found
+from lattice.server.manager import ActiveRun, RunManager, links
 from lattice.server.store import LoopStore
 from lattice.service.runs import PreparedResume, PreparedRun, ProviderSpec
 from lattice.services.catalog import Catalog
 from lattice.services.mcp_tools import workflow_server
-from lattice.services.runs import HostedRun, WorkflowRuns
+from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns
+from lattice.services.schedules import Clock, Scheduler, SystemClock
+from lattice.services.webhooks import DeliveryLedger, InputMapping, Refused, secret_of, verify
 
 LOOPBACK_ONLY = TransportSecuritySettings(
     enable_dns_rebinding_protection=True,
@@ -83,7 +90,7 @@ class ManagerHost:
             active.stop_asked = True
             return True
 
-        return HostedRun(active.run_id, done(), stop)
+        return HostedRun(active.run_id, done, stop)
 
 
 @dataclass(frozen=True)
@@ -109,9 +116,24 @@ class Services:
         self.manager = manager
         self.runs: WorkflowRuns | None = None
         self.mcp: StreamableHTTPSessionManager | None = None
+        self.clock: Clock = settings.clock or SystemClock()
+        self.triggers: dict[str, Trigger] = {}
+        self.schedulers: list[Scheduler] = []
+        config = settings.config
+        wanted = [f"[triggers.{name}]" for name in config.triggers] + [
+            f"[schedules.{name}]" for name in config.schedules
+        ]
+        if wanted and settings.on_temporal:
+            raise LatticeUserError(
+                f"{wanted[0]}: webhooks and schedules start runs of this server's own; "
+                "they are not served with --engine temporal yet"
+            )
+        if wanted and settings.workflows_dir is None:
+            raise LatticeUserError(
+                f"{wanted[0]} names a workflow under --workflows DIR: give the folder"
+            )
         if settings.workflows_dir is None or settings.on_temporal:
             return
-        config = settings.config
         catalog = Catalog(
             settings.workflows_dir,
             mcp_servers=list(config.mcp.servers) if config.source else None,
@@ -129,14 +151,148 @@ class Services:
             security_settings=None if settings.token else LOOPBACK_ONLY,
         )
 
+        durable = config.runs.durability == "fsync"
+        for name, trigger in config.triggers.items():
+            if trigger.path in self.triggers:
+                raise LatticeUserError(
+                    f"triggers.{name}.path: /hooks/{trigger.path} is "
+                    f"triggers.{self.triggers[trigger.path].name}'s already"
+                )
+            self.triggers[trigger.path] = Trigger(
+                name, trigger, runs_dir=manager.runs_dir, durable=durable
+            )
+        self.schedulers = [
+            Scheduler(
+                name,
+                schedule,
+                clock=self.clock,
+                state_dir=manager.runs_dir / ".schedules",
+                fire=self.fire,
+                durable=durable,
+            )
+            for name, schedule in config.schedules.items()
+        ]
+
+        self.check()
+
+    def check(self) -> None:
+        """Refuse to start when a trigger or a schedule could never start a run: its
+        workflow missing or invalid, its secret not set."""
+        assert self.runs is not None
+        for trigger in self.triggers.values():
+            self.runs.catalog.file(trigger.config.workflow)
+            secret_of(trigger.name, trigger.config, os.environ)
+        for scheduler in self.schedulers:
+            self.runs.catalog.file(scheduler.schedule.workflow)
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The services' background work while the server runs (MCP sessions)."""
+        """The services' background work while the server runs: MCP sessions and one
+        task per schedule."""
         async with AsyncExitStack() as stack:
             if self.mcp is not None:
                 await stack.enter_async_context(self.mcp.run())
-            yield
+            tasks = [
+                asyncio.create_task(scheduler.run(), name=f"schedule {scheduler.name}")
+                for scheduler in self.schedulers
+            ]
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     def add_routes(self, app: FastAPI, *, respond: Any) -> None:
-        if self.mcp is not None:
-            app.router.routes.append(Route("/mcp", endpoint=StreamableHTTPASGIApp(self.mcp)))
+        if self.runs is None:
+            return
+        app.router.routes.append(Route("/mcp", endpoint=StreamableHTTPASGIApp(self.mcp)))
+        if not self.triggers:
+            return
+
+        @app.post(
+            "/hooks/{path:path}",
+            status_code=202,
+            tags=["services"],
+            summary="a webhook of [triggers.*]: a signed delivery starts a run, once",
+        )
+        async def hook(path: str, request: Request) -> Response:
+            trigger = self.triggers.get(path.strip("/"))
+            if trigger is None:
+                raise not_found(f"no trigger at /hooks/{path}")
+            body = await request.body()
+            headers = {key.lower(): value for key, value in request.headers.items()}
+            try:
+                started = await self.deliver(trigger, body, headers)
+            except Refused as refused:
+                return respond(refused.status, {"error": refused.error, "message": refused.message})
+            return respond(
+                202,
+                {
+                    "run_id": started.run_id,
+                    "delivery": started.delivery,
+                    "links": links(started.run_id),
+                },
+                {"Location": f"/v1/runs/{started.run_id}"},
+            )
+
+    async def deliver(self, trigger: Trigger, body: bytes, headers: dict[str, str]) -> Started:
+        """Start the run of one delivery: its signature checked, its inputs read and
+        checked, its id kept (only then is anything written); Refused otherwise."""
+        assert self.runs is not None
+        try:
+            secret = secret_of(trigger.name, trigger.config, os.environ)
+            workflow = self.runs.catalog.file(trigger.config.workflow)
+        except LatticeUserError as exc:
+            raise Refused(503, "trigger_not_ready", exc.message) from None
+        delivery = verify(trigger.config, secret, body, headers, now=self.clock.now().timestamp())
+        if (kept := trigger.ledger.kept(delivery.id)) is not None:
+            raise Refused(409, "repeated_delivery", f"delivery {delivery.id!r} started run {kept}")
+        inputs = trigger.mapping.inputs(delivery)
+        started_by = StartedBy("webhook", {"trigger": trigger.name, "delivery": delivery.id})
+        try:
+            prepared = await asyncio.to_thread(self.runs.prepare, workflow, inputs, started_by)
+        except LatticeUserError as exc:
+            raise Refused(422, "invalid_inputs", exc.message) from None
+        run_id = new_run_id()
+        kept = trigger.ledger.claim(delivery.id, run_id)
+        if kept is not None:
+            raise Refused(409, "repeated_delivery", f"delivery {delivery.id!r} started run {kept}")
+        try:
+            await self.runs.host.start(prepared, run_id=run_id)
+        except LatticeUserError as exc:
+            trigger.ledger.release(delivery.id)  # not started: a redelivery may start it
+            status = 429 if exc.error_type == "too_many_active_runs" else 503
+            raise Refused(status, exc.error_type or "not_started", exc.message) from None
+        except BaseException:
+            trigger.ledger.release(delivery.id)
+            raise
+        return Started(run_id, delivery.id)
+
+    async def fire(self, name: str, tick: datetime, run_id: str) -> None:
+        """Start the run of schedule ``name``'s tick (nothing when it was started before)."""
+        assert self.runs is not None
+        schedule = self.settings.config.schedules[name]
+        workflow = self.runs.catalog.file(schedule.workflow)
+        started_by = StartedBy("schedule", {"schedule": name, "tick": tick.isoformat()})
+        try:
+            await self.runs.start(workflow, schedule.inputs, started_by, run_id=run_id)
+        except LatticeUserError as exc:
+            if exc.error_type != "conflict":  # conflict: this tick's run exists already
+                raise
+
+
+@dataclass(frozen=True)
+class Started:
+    run_id: str
+    delivery: str
+
+
+class Trigger:
+    """A configured webhook: its inputs' searches and its kept deliveries."""
+
+    def __init__(self, name: str, config: TriggerConfig, *, runs_dir: Path, durable: bool) -> None:
+        self.name = name
+        self.config = config
+        self.mapping = InputMapping(name, config.inputs)
+        self.ledger = DeliveryLedger(runs_dir / ".deliveries" / name, durable=durable)

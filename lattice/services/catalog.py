@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import DocumentError, Severity
+from lattice.errors import DocumentError, LatticeUserError, Severity
 from lattice.ir.models import ContractOpBase, ExecIR
 from lattice.lower import lower_document
 
@@ -142,6 +142,21 @@ class Catalog:
 
     def get(self, name: str) -> Workflow | None:
         return self.workflows().get(name)
+
+    def file(self, relative: str) -> Workflow:
+        """The workflow in the file ``relative`` to the folder (what a trigger or a
+        schedule names); a LatticeUserError when it leads outside, is missing or does
+        not lower."""
+        path = (self.root / relative).resolve()
+        if Path(relative).is_absolute() or not path.is_relative_to(self.root):
+            raise LatticeUserError(f"workflow {relative!r} is outside {self.root}")
+        if not path.is_file():
+            raise LatticeUserError(f"no workflow {relative!r} under {self.root}")
+        workflow = self._load(path)
+        if workflow is None:
+            problem = self.problems.get(path.relative_to(self.root).as_posix(), "not a workflow")
+            raise LatticeUserError(f"workflow {relative!r}: {problem}")
+        return workflow
 
     def _load(self, path: Path) -> Workflow | None:
         stat = path.stat()

@@ -152,7 +152,7 @@ async def _follow(
 
 
 async def _until_stopped(hosted: HostedRun) -> RunResult:
-    done = asyncio.ensure_future(hosted.done)
+    done = asyncio.ensure_future(hosted.done())
     try:
         return await asyncio.shield(done)
     except asyncio.CancelledError:

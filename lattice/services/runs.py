@@ -57,7 +57,8 @@ class HostedRun:
     op boundary (False when it is not running any more)."""
 
     run_id: str
-    done: Awaitable[RunResult]
+    done: Callable[[], Awaitable[RunResult]]
+    """Waits for the run's end."""
     stop: Callable[[], bool]
 
 
@@ -89,13 +90,15 @@ class LocalHost:
         run_id = run_id or new_run_id()
         task = asyncio.create_task(prepared.arun(run_id=run_id), name=f"run {run_id}")
         self._keep(task)
-        return HostedRun(run_id, task, lambda: prepared.runner.request_stop(run_id))
+        return HostedRun(run_id, lambda: task, lambda: prepared.runner.request_stop(run_id))
 
     async def resume(self, run_id: str, prepared: PreparedResume) -> HostedRun:
         runners: list[Runner] = []
         task = asyncio.create_task(prepared.arun(on_runner=runners.append), name=f"run {run_id}")
         self._keep(task)
-        return HostedRun(run_id, task, lambda: bool(runners) and runners[0].request_stop(run_id))
+        return HostedRun(
+            run_id, lambda: task, lambda: bool(runners) and runners[0].request_stop(run_id)
+        )
 
     def _keep(self, task: asyncio.Task[RunResult]) -> None:
         self.tasks.add(task)
