@@ -11,7 +11,6 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +166,7 @@ class Services:
                 schedule,
                 clock=self.clock,
                 state_dir=manager.runs_dir / ".schedules",
-                fire=self.fire,
+                fire=self.runs.start_tick,
                 durable=durable,
             )
             for name, schedule in config.schedules.items()
@@ -268,19 +267,6 @@ class Services:
             trigger.ledger.release(delivery.id)
             raise
         return Started(run_id, delivery.id)
-
-    async def fire(self, name: str, tick: datetime, run_id: str) -> None:
-        """Start the run of schedule ``name``'s tick (nothing when it was started before)."""
-        assert self.runs is not None
-        schedule = self.settings.config.schedules[name]
-        workflow = self.runs.catalog.file(schedule.workflow)
-        started_by = StartedBy("schedule", {"schedule": name, "tick": tick.isoformat()})
-        try:
-            await self.runs.start(workflow, schedule.inputs, started_by, run_id=run_id)
-        except LatticeUserError as exc:
-            if exc.error_type != "conflict":  # conflict: this tick's run exists already
-                raise
-
 
 @dataclass(frozen=True)
 class Started:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from lattice.config import LatticeConfig
+from lattice.config import LatticeConfig, ScheduleConfig
 from lattice.errors import LatticeUserError
 from lattice.llm.base import close_loop_clients
 from lattice.runs.store import RunStore, new_run_id
@@ -87,6 +88,8 @@ class LocalHost:
         self.tasks: set[asyncio.Task[RunResult]] = set()
 
     async def start(self, prepared: PreparedRun, *, run_id: str | None) -> HostedRun:
+        if run_id is not None and (self.runs_dir / run_id).exists():
+            raise LatticeUserError(f"run {run_id} exists already", error_type="conflict")
         run_id = run_id or new_run_id()
         task = asyncio.create_task(prepared.arun(run_id=run_id), name=f"run {run_id}")
         self._keep(task)
@@ -180,6 +183,19 @@ class WorkflowRuns:
         except BaseException:
             await close_loop_clients(prepared.runner.provider)
             raise
+
+    async def start_tick(
+        self, name: str, schedule: ScheduleConfig, tick: datetime, run_id: str
+    ) -> None:
+        """Start the run of schedule ``name``'s tick as ``run_id`` (nothing when that run
+        exists: the tick was started before)."""
+        workflow = await asyncio.to_thread(self.catalog.file, schedule.workflow)
+        started_by = StartedBy("schedule", {"schedule": name, "tick": tick.isoformat()})
+        try:
+            await self.start(workflow, schedule.inputs, started_by, run_id=run_id)
+        except LatticeUserError as exc:
+            if exc.error_type != "conflict":
+                raise
 
     async def answer(self, run_id: str, answers: Mapping[str, Any]) -> HostedRun:
         """Resume the halted run ``run_id`` with ``answers`` (by question node id)."""

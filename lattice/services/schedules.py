@@ -123,8 +123,8 @@ def tick_run_id(name: str, tick: datetime) -> str:
     return f"{stamp}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
-Fire = Callable[[str, datetime, str], Awaitable[None]]
-"""Starts the run of a tick: ``fire(schedule name, tick, run id)``; a run that exists
+Fire = Callable[[str, ScheduleConfig, datetime, str], Awaitable[None]]
+"""Starts the run of a tick: ``fire(name, schedule, tick, run id)``; a run that exists
 already raises nothing (it was started before)."""
 
 
@@ -205,7 +205,7 @@ class Scheduler:
 
     async def _start(self, tick: datetime) -> None:
         try:
-            await self.fire(self.name, tick, tick_run_id(self.name, tick))
+            await self.fire(self.name, self.schedule, tick, tick_run_id(self.name, tick))
         except LatticeUserError as exc:  # the tick is not started; the schedule goes on
             log.error(
                 "schedule %s: the run of the tick at %s did not start: %s", self.name, tick, exc
