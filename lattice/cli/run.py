@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
                 max_steps=args.max_steps,
                 max_visits=args.max_visits,
                 repo=repo_root(args.repo),
+                meta={"started_by": {"via": "cli"}},
             ),
             inputs=inputs,
             answers=answers,

@@ -100,6 +100,27 @@ def _duration(events: Path) -> float | None:
     return max(0.0, total + (last - first).total_seconds())
 
 
+def started_by_text(meta: dict[str, Any]) -> str | None:
+    """How a run was started, in words (None for a run that does not say: older ones)."""
+    started = meta.get("started_by")
+    if not isinstance(started, dict):
+        return None
+    via = started.get("via")
+    if via == "cli":
+        return "lattice run"
+    if via == "library":
+        return "the Python library (Runner)"
+    if via == "api":
+        return "the HTTP API (POST /v1/runs)"
+    if via == "mcp":
+        return f"MCP tool {started.get('tool')}"
+    if via == "webhook":
+        return f"webhook {started.get('trigger')} (delivery {started.get('delivery')})"
+    if via == "schedule":
+        return f"schedule {started.get('schedule')} (tick {started.get('tick')})"
+    return str(via)
+
+
 def show_run(folder: Path) -> str:
     """Ops in order with ports (branch choices), durations and model calls, then the outcome."""
     if not (folder / "events.jsonl").is_file():
@@ -110,6 +131,9 @@ def show_run(folder: Path) -> str:
     took = _duration(folder / "events.jsonl")
     took_text = f" in {took:.2f}s" if took is not None else ""
     lines = [f"run {folder.name}: {status}{took_text} ({result.get('workflow', '?')})"]
+    started_by = started_by_text((checkpoint or {}).get("meta") or {})
+    if started_by:
+        lines.append(terminal_text(f"started by {started_by}"))
     for record in read_op_records(folder):
         calls = _calls(record.get("attempts") or [])
         transcript = record.get("transcript")

@@ -388,7 +388,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
 
     def _prepare(body: StartRun) -> tuple[LoweringResult, PreparedRun]:
         """The run ``body`` asks for: its document lowered, its inputs checked."""
-        meta: dict[str, Any] = {}
+        meta: dict[str, Any] = {"started_by": {"via": "api"}}
         if body.workflow is not None:
             loaded = library.load(body.workflow)
             lowered, document = loaded.lowered, loaded.document

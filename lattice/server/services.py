@@ -268,6 +268,7 @@ class Services:
             raise
         return Started(run_id, delivery.id)
 
+
 @dataclass(frozen=True)
 class Started:
     run_id: str
