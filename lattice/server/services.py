@@ -8,37 +8,30 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import Response
 from starlette.routing import Route
 
 from lattice.config import LatticeConfig, TriggerConfig
 from lattice.errors import LatticeUserError
-from lattice.runs.store import new_run_id
+from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.results import RunResult
 from lattice.server.errors import ApiError, not_found
 from lattice.server.manager import ActiveRun, RunManager, links
 from lattice.server.store import LoopStore
 from lattice.service.runs import PreparedResume, PreparedRun, ProviderSpec
 from lattice.services.catalog import Catalog
-from lattice.services.mcp_tools import workflow_server
 from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns
 from lattice.services.schedules import Clock, Scheduler, SystemClock
 from lattice.services.webhooks import DeliveryLedger, InputMapping, Refused, secret_of, verify
 
-LOOPBACK_ONLY = TransportSecuritySettings(
-    enable_dns_rebinding_protection=True,
-    allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-    allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-)
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 """A gateway without a token listens on loopback only: ``/mcp`` then refuses requests
 whose Host or Origin is another (a web page's DNS rebinding)."""
 
@@ -46,7 +39,7 @@ whose Host or Origin is another (a web page's DNS rebinding)."""
 class ManagerHost:
     """Runs of the services on the gateway's run manager (``RunHost``)."""
 
-    store_type = LoopStore
+    store_type: type[RunStore] = LoopStore
 
     def __init__(self, manager: RunManager) -> None:
         self.manager = manager
@@ -114,7 +107,8 @@ class Services:
         self.settings = settings
         self.manager = manager
         self.runs: WorkflowRuns | None = None
-        self.mcp: StreamableHTTPSessionManager | None = None
+        self.mcp: Any = None
+        """The MCP SDK's session manager of ``/mcp`` (StreamableHTTPSessionManager)."""
         self.clock: Clock = settings.clock or SystemClock()
         self.triggers: dict[str, Trigger] = {}
         self.schedulers: list[Scheduler] = []
@@ -145,9 +139,20 @@ class Services:
             provider=ProviderSpec(latency=settings.mock_latency),
             mocks=settings.mocks,
         )
+        # the MCP SDK (a second of imports) only for a server with a workflows folder
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from lattice.services.mcp_tools import workflow_server
+
+        loopback_only = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=LOOPBACK_HOSTS,
+            allowed_origins=[f"http://{host}" for host in LOOPBACK_HOSTS],
+        )
         self.mcp = StreamableHTTPSessionManager(
             app=workflow_server(self.runs),
-            security_settings=None if settings.token else LOOPBACK_ONLY,
+            security_settings=None if settings.token else loopback_only,
         )
 
         durable = config.runs.durability == "fsync"
@@ -202,9 +207,13 @@ class Services:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
 
-    def add_routes(self, app: FastAPI, *, respond: Any) -> None:
-        if self.runs is None:
+    def add_routes(
+        self, app: FastAPI, *, respond: Callable[[int, Any, Mapping[str, str] | None], Response]
+    ) -> None:
+        if self.runs is None or self.mcp is None:
             return
+        from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+
         app.router.routes.append(Route("/mcp", endpoint=StreamableHTTPASGIApp(self.mcp)))
         if not self.triggers:
             return
@@ -224,7 +233,8 @@ class Services:
             try:
                 started = await self.deliver(trigger, body, headers)
             except Refused as refused:
-                return respond(refused.status, {"error": refused.error, "message": refused.message})
+                refusal = {"error": refused.error, "message": refused.message}
+                return respond(refused.status, refusal, None)
             return respond(
                 202,
                 {
