@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from lattice.config import LatticeConfig, RunsConfig, ScheduleConfig
 from lattice.errors import LatticeUserError
+from lattice.server.app import ServerSettings
+from lattice.server.in_thread import serve_in_thread
 from lattice.services.catalog import Catalog
 from lattice.services.runs import LocalHost, WorkflowRuns
 from lattice.services.schedules import ManualClock, Scheduler, tick_run_id
@@ -163,3 +167,39 @@ def test_a_cron_expression_that_is_not_one_is_refused(tmp_path: Path) -> None:
 
 async def _never(name: str, schedule: ScheduleConfig, tick: datetime, run_id: str) -> None:
     raise AssertionError("no tick is due")
+
+
+def test_lattice_serve_starts_the_ticks_of_its_schedules(tmp_path: Path) -> None:
+    clock = ManualClock(START)
+    config = LatticeConfig.model_validate(
+        {
+            "runs": {"durability": "os"},
+            "schedules": {
+                "digest": {
+                    "cron": "*/5 * * * *",
+                    "workflow": "hello-world.json",
+                    "inputs": {"name": "Ada"},
+                }
+            },
+        }
+    )
+    settings = ServerSettings(
+        runs_dir=tmp_path, workflows_dir=EXAMPLES, config=config, mocks=True, clock=clock
+    )
+
+    def idle() -> None:
+        while clock.sleeping() == 0:
+            time.sleep(0.005)
+
+    with serve_in_thread(settings) as url:
+        idle()
+        for _ in range(15):
+            clock.advance(timedelta(minutes=1))
+            idle()
+        for _ in range(2000):
+            runs = httpx.get(f"{url}/v1/runs").json()["runs"]
+            if len(runs) == 3 and all(run["status"] == "completed" for run in runs):
+                break
+            time.sleep(0.01)
+    assert sorted(run["started_by"]["tick"] for run in runs) == [minute(5), minute(10), minute(15)]
+    assert (tmp_path / ".schedules" / "digest.json").is_file()
