@@ -59,7 +59,10 @@ def mcp_serve(args: argparse.Namespace) -> int:
         config_path=str(Path(args.config).resolve()) if args.config else None,
         provider=ProviderSpec(choice, latency=args.mock_latency),
         mocks=args.mocks,
+        max_calls=args.max_calls,
+        max_tokens_total=args.max_tokens_total,
     )
+    catalog.workflows()  # lowered now: the problems are known, the first call is quick
     for where, problem in sorted(catalog.problems.items()):
         note(f"warning: {where} is not served: {problem}")
     server = workflow_server(runs)

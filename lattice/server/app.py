@@ -51,7 +51,7 @@ from lattice.server.events import FolderTails, resume_cursor, stream
 from lattice.server.manager import RunManager, links
 from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.remote import add_backend_routes
-from lattice.server.services import Services, ServicesSettings
+from lattice.server.services import Services, ServicesSettings, is_webhook
 from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import RunBackend
@@ -112,8 +112,9 @@ def _public(path: str) -> bool:
 
 class Guard:
     """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``,
-    the panel's page and static files and the API docs' assets, which hold no run data)
-    and the body size limit (413 before the body is read past the limit)."""
+    the panel's page and static files and the API docs' assets, which hold no run data,
+    and the webhooks, which check their own HMAC signature: a sender such as GitHub
+    cannot send a bearer token) and the body size limit (413 before the body is read past the limit)."""
 
     def __init__(
         self,
@@ -141,6 +142,7 @@ class Guard:
             self.expected is not None
             and scope["path"] != "/healthz"
             and not (scope["method"] in ("GET", "HEAD") and _public(scope["path"]))
+            and not (scope["method"] == "POST" and is_webhook(scope["path"]))
         ):
             given = headers.get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")

@@ -36,6 +36,14 @@ LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 whose Host or Origin is another (a web page's DNS rebinding)."""
 
 
+WEBHOOKS = "/hooks/"
+
+
+def is_webhook(path: str) -> bool:
+    """Whether ``path`` is a webhook's (authenticated by its signature, not the token)."""
+    return path.startswith(WEBHOOKS)
+
+
 class ManagerHost:
     """Runs of the services on the gateway's run manager (``RunHost``)."""
 

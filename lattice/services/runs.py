@@ -121,6 +121,8 @@ class WorkflowRuns:
         config_path: str | None = None,
         provider: ProviderSpec | None = None,
         mocks: bool = False,
+        max_calls: int | None = None,
+        max_tokens_total: int | None = None,
     ) -> None:
         self.catalog = catalog
         self.host = host
@@ -128,6 +130,8 @@ class WorkflowRuns:
         self.config_path = config_path
         self.provider = provider or ProviderSpec()
         self.mocks = mocks
+        self.max_calls = max_calls
+        self.max_tokens_total = max_tokens_total
 
     def provider_for(self, workflow: Workflow) -> ProviderSpec:
         if not self.mocks:
@@ -156,6 +160,8 @@ class WorkflowRuns:
             options=RunOptions(
                 provider=self.provider_for(workflow),
                 config_path=self.config_path,
+                max_calls=self.max_calls,
+                max_tokens_total=self.max_tokens_total,
                 meta={"workflow_name": workflow.name, **started_by.to_meta()},
             ),
             inputs=inputs,

@@ -210,4 +210,6 @@ class Scheduler:
             log.error(
                 "schedule %s: the run of the tick at %s did not start: %s", self.name, tick, exc
             )
+        except Exception:
+            log.exception("schedule %s: the run of the tick at %s did not start", self.name, tick)
         self.write_state(tick)

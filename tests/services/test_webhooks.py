@@ -108,8 +108,8 @@ def test_github_deliveries_are_checked_with_x_hub_signature_256(
 ) -> None:
     url, runs = gateway
     body = json.dumps({"pusher": {"name": "grace"}}).encode()
-    headers = {
-        "Authorization": f"Bearer {TOKEN}",
+    assert httpx.post(f"{url}/v1/runs", json={}).status_code == 401  # the API needs the token
+    headers = {  # as GitHub sends them: no bearer token, the signature stands for it
         "X-GitHub-Event": "push",
         "X-GitHub-Delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958",
     }
@@ -140,11 +140,6 @@ def test_bad_missing_and_stale_signatures_start_nothing(gateway: tuple[str, Path
             f"{url}/hooks/greet",
             content=body,
             headers=signed(body, delivery="y", at=NOW - timedelta(minutes=10)),
-        ),
-        "no token": httpx.post(
-            f"{url}/hooks/greet",
-            content=body,
-            headers={**signed(body, delivery="z"), "Authorization": ""},
         ),
     }
     assert {name: r.status_code for name, r in refusals.items()} == dict.fromkeys(refusals, 401)
