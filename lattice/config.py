@@ -48,6 +48,17 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     otlp_endpoint = "http://localhost:4318"  # OTLP/HTTP collector (env OTEL_EXPORTER_OTLP_ENDPOINT)
     capture_content = false          # prompts and answers on the spans (masked)
     service_name = "lattice"         # env OTEL_SERVICE_NAME
+    [triggers.release]               # a webhook of lattice serve (docs/services.md)
+    path = "github/release"          # POST /hooks/github/release
+    workflow = "release-announcement.json"   # under --workflows
+    signature = "github"             # X-Hub-Signature-256 (or "lattice": X-Lattice-Signature)
+    secret_env = "GITHUB_WEBHOOK_SECRET"     # the HMAC secret's environment variable
+    inputs = { repo = "body.repository.full_name" }   # JMESPath over body and headers
+    [schedules.nightly]              # a cron schedule of lattice serve
+    cron = "0 2 * * *"
+    timezone = "Europe/Berlin"
+    workflow = "standup-digest.json"
+    catch_up = "skip"                # ticks missed while down: skip, or run the latest once
     [temporal]                       # runs on Temporal (pip install -e '.[temporal]')
     codec_key_env = "LATTICE_TEMPORAL_KEY"   # encrypt every payload with the key(s) it holds
 """

@@ -14,9 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from lattice.config import LatticeConfig
-from lattice.server.app import ServerSettings
+from lattice.errors import LatticeUserError
+from lattice.server.app import ServerSettings, create_app
 from lattice.server.in_thread import serve_in_thread
 from lattice.services.schedules import ManualClock
 from lattice.services.webhooks import github_signature, sign
@@ -169,3 +171,39 @@ def test_200_deliveries_at_once_start_200_runs(gateway: tuple[str, Path]) -> Non
     for run_id in run_ids:
         assert wait_for_end(url, run_id)["status"] == "completed"
     assert len([p for p in runs.iterdir() if not p.name.startswith(".")]) == 200
+
+
+@pytest.mark.parametrize(
+    ("table", "entry", "message"),
+    [
+        ("triggers", {"path": "../up", "workflow": "w.json", "secret_env": "S"}, "path"),
+        ("triggers", {"path": "x", "workflow": "w.json", "secret_env": "my secret"}, "secret"),
+        ("triggers", {"path": "x", "workflow": "w.json", "secret_env": "S", "signature": "md5"}, "signature"),
+        ("schedules", {"cron": "* * * * *", "workflow": "w.json", "timezone": "Mars/Olympus"}, "time zone"),
+        ("schedules", {"cron": "* * * * *", "workflow": "w.json", "catch_up": "all"}, "catch_up"),
+    ],
+)
+def test_a_trigger_or_schedule_that_is_not_one_is_a_config_error(
+    table: str, entry: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        LatticeConfig.model_validate({table: {"x": entry}})
+
+
+def test_the_gateway_refuses_a_trigger_it_could_never_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LATTICE_TEST_HOOK_SECRET", raising=False)
+    config = LatticeConfig.model_validate(CONFIG)
+    with pytest.raises(LatticeUserError, match="--workflows"):
+        create_app(ServerSettings(runs_dir=tmp_path, config=config))
+    with pytest.raises(LatticeUserError, match="LATTICE_TEST_HOOK_SECRET"):
+        create_app(ServerSettings(runs_dir=tmp_path, workflows_dir=EXAMPLES, config=config))
+    monkeypatch.setenv("LATTICE_TEST_HOOK_SECRET", SECRET)
+    missing = {"triggers": {"t": {**CONFIG["triggers"]["greet"], "workflow": "nope.json"}}}
+    with pytest.raises(LatticeUserError, match=r"nope\.json"):
+        create_app(
+            ServerSettings(
+                runs_dir=tmp_path, workflows_dir=EXAMPLES, config=LatticeConfig.model_validate(missing)
+            )
+        )
