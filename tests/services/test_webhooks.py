@@ -178,8 +178,16 @@ def test_200_deliveries_at_once_start_200_runs(gateway: tuple[str, Path]) -> Non
     [
         ("triggers", {"path": "../up", "workflow": "w.json", "secret_env": "S"}, "path"),
         ("triggers", {"path": "x", "workflow": "w.json", "secret_env": "my secret"}, "secret"),
-        ("triggers", {"path": "x", "workflow": "w.json", "secret_env": "S", "signature": "md5"}, "signature"),
-        ("schedules", {"cron": "* * * * *", "workflow": "w.json", "timezone": "Mars/Olympus"}, "time zone"),
+        (
+            "triggers",
+            {"path": "x", "workflow": "w.json", "secret_env": "S", "signature": "md5"},
+            "signature",
+        ),
+        (
+            "schedules",
+            {"cron": "* * * * *", "workflow": "w.json", "timezone": "Mars/Olympus"},
+            "time zone",
+        ),
         ("schedules", {"cron": "* * * * *", "workflow": "w.json", "catch_up": "all"}, "catch_up"),
     ],
 )
@@ -204,6 +212,8 @@ def test_the_gateway_refuses_a_trigger_it_could_never_serve(
     with pytest.raises(LatticeUserError, match=r"nope\.json"):
         create_app(
             ServerSettings(
-                runs_dir=tmp_path, workflows_dir=EXAMPLES, config=LatticeConfig.model_validate(missing)
+                runs_dir=tmp_path,
+                workflows_dir=EXAMPLES,
+                config=LatticeConfig.model_validate(missing),
             )
         )
