@@ -22,6 +22,7 @@ from typing import Any
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from pydantic import BaseModel
 
 from lattice.errors import LatticeUserError
 from lattice.runtime.results import RunResult
@@ -32,6 +33,8 @@ log = logging.getLogger("lattice.services")
 
 ANSWER_TOOL = "answer"
 """The tool that answers a halted run's question and continues it."""
+ANSWER_KEY = "answer"
+"""The key of the elicitation a halted call asks its client for."""
 ANSWER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -70,9 +73,11 @@ def workflow_server(runs: WorkflowRuns, *, name: str = "lattice") -> Server[Any]
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         arguments = dict(params.arguments or {})
         try:
+            if params.request_state:  # the retry of a call whose run asked a question
+                return await _answered(ctx, runs, params)
             if params.name == ANSWER_TOOL:
                 hosted = await runs.answer(
                     _text(arguments.get("run_id"), "run_id"),
@@ -135,20 +140,54 @@ class Progress:
 
 async def _follow(
     ctx: ServerRequestContext[Any], runs: WorkflowRuns, hosted: HostedRun, *, progress: bool
-) -> types.CallToolResult:
+) -> types.CallToolResult | types.InputRequiredResult:
     """Wait for the run's end (stopping it when the call is cancelled), asking a halted
-    run's questions by elicitation while the client takes them."""
+    run's questions by elicitation while the client takes them: as a request to the
+    client on a connection that carries them, else (MCP 2026-07-28) as an
+    ``InputRequiredResult`` whose retry continues the run (``_answered``)."""
     for _ in range(MAX_ELICITATIONS):
         result = await _until_stopped(hosted)
         out = outcome(result)
         question = out.get("question")
-        if question is None or not _can_elicit(ctx):
+        if question is None or not _takes_elicitation(ctx):
             break
+        if not ctx.session.can_send_request:
+            return types.InputRequiredResult(
+                input_requests={ANSWER_KEY: _elicit_request(question)},
+                request_state=json.dumps({"run_id": out["run_id"], "question": question}),
+            )
         answer = await _elicit(ctx, question)
         if answer is None:
             break
         hosted = await runs.answer(result.run_id, {question["node_id"]: answer})
     return tool_result(out)
+
+
+async def _answered(
+    ctx: ServerRequestContext[Any], runs: WorkflowRuns, params: types.CallToolRequestParams
+) -> types.CallToolResult | types.InputRequiredResult:
+    """Continue the run a question halted with the client's elicited answer (the retry
+    of the call that asked it); a declined question answers with the halted run."""
+    try:
+        state = json.loads(params.request_state or "")
+        run_id, question = str(state["run_id"]), dict(state["question"])
+    except (ValueError, KeyError, TypeError):
+        return error_result("the request state of this call is not one this server made")
+    answer = _accepted((params.input_responses or {}).get(ANSWER_KEY))
+    if answer is None:
+        return tool_result({"run_id": run_id, "status": "halted", "question": question})
+    hosted = await runs.answer(run_id, {question["node_id"]: answer})
+    return await _follow(ctx, runs, hosted, progress=False)
+
+
+def _accepted(response: Any) -> Any:
+    """The answer in an elicitation's response, or None when it was not accepted."""
+    if isinstance(response, BaseModel):
+        response = response.model_dump()
+    if not isinstance(response, dict) or response.get("action") != "accept":
+        return None
+    content = response.get("content")
+    return content.get("answer") if isinstance(content, dict) else None
 
 
 async def _until_stopped(hosted: HostedRun) -> RunResult:
@@ -161,32 +200,37 @@ async def _until_stopped(hosted: HostedRun) -> RunResult:
         raise
 
 
-def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
-    session = ctx.session
-    return bool(
-        session.can_send_request
-        and session.check_client_capability(
-            types.ClientCapabilities(elicitation=types.ElicitationCapability())
-        )
+def _takes_elicitation(ctx: ServerRequestContext[Any]) -> bool:
+    return ctx.session.check_client_capability(
+        types.ClientCapabilities(elicitation=types.ElicitationCapability())
     )
 
 
-async def _elicit(ctx: ServerRequestContext[Any], question: Mapping[str, Any]) -> Any:
-    """The person's answer to ``question``, or None when they declined or cancelled."""
+def _form(question: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The elicitation of ``question``: its text, and a form of one field, ``answer``
+    (one of the options, a list of them for a multi-select question, or free text)."""
     options = question.get("options") or []
     answer: dict[str, Any] = {"type": "string", "title": "Answer"}
     if options and question.get("multi_select"):
         answer = {"type": "array", "title": "Answers", "items": {"type": "string", "enum": options}}
     elif options:
         answer = {"type": "string", "title": "Answer", "enum": options}
-    reply = await ctx.session.elicit_form(
-        str(question.get("question") or "The workflow asks:"),
-        {"type": "object", "properties": {"answer": answer}, "required": ["answer"]},
-        related_request_id=ctx.request_id,
+    schema = {"type": "object", "properties": {"answer": answer}, "required": ["answer"]}
+    return str(question.get("question") or "The workflow asks:"), schema
+
+
+def _elicit_request(question: Mapping[str, Any]) -> types.ElicitRequest:
+    message, schema = _form(question)
+    return types.ElicitRequest(
+        params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
     )
-    if reply.action != "accept" or not reply.content or "answer" not in reply.content:
-        return None
-    return reply.content["answer"]
+
+
+async def _elicit(ctx: ServerRequestContext[Any], question: Mapping[str, Any]) -> Any:
+    """The person's answer to ``question``, or None when they declined or cancelled."""
+    message, schema = _form(question)
+    reply = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+    return _accepted(reply)
 
 
 def tool_result(out: dict[str, Any]) -> types.CallToolResult:

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.conftest import EXAMPLES
@@ -82,7 +83,13 @@ def test_the_examples_are_tools_that_run_and_ask(tmp_path: Path) -> None:
     anyio.run(go)
 
 
-def test_a_question_is_asked_by_elicitation_when_the_client_takes_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_a_question_is_asked_by_elicitation_when_the_client_takes_it(
+    tmp_path: Path, mode: str
+) -> None:
+    """Over a connection that carries requests to the client (``legacy``: the handshake
+    era) the server sends ``elicitation/create``; on MCP 2026-07-28 the call answers
+    ``input_required`` and the client's retry, with the answer, continues the run."""
     asked: list[str] = []
 
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -91,7 +98,7 @@ def test_a_question_is_asked_by_elicitation_when_the_client_takes_it(tmp_path: P
 
     async def go() -> None:
         async with Client(
-            server(tmp_path), read_timeout_seconds=60, elicitation_callback=elicit, mode="legacy"
+            server(tmp_path), read_timeout_seconds=60, elicitation_callback=elicit, mode=mode
         ) as client:
             result = await client.call_tool("expense-approval", EXPENSE)
             assert result.structured_content is not None
