@@ -35,11 +35,13 @@ def _load(path: Path) -> Any:
 
 
 def list_runs(root: Path) -> str:
-    """One line per run folder under ``root``, newest first."""
+    """One line per run folder under ``root``, newest first (hidden folders, such as the
+    webhooks' ``.deliveries`` and the schedules' ``.schedules``, are not runs)."""
     if not root.is_dir():
         return f"no runs under {root}\n"
     rows = []
-    for folder in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
+    folders = (p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    for folder in sorted(folders, reverse=True):
         result = _load(folder / "result.json") or {}
         checkpoint = load_checkpoint(folder)
         usage = result.get("usage") or {}

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
+from lattice.runs.view import list_runs
 from lattice.server.app import ServerSettings, create_app
 from lattice.server.in_thread import serve_in_thread
 from lattice.services.schedules import ManualClock
@@ -98,6 +99,8 @@ def test_a_signed_delivery_starts_one_run(gateway: tuple[str, Path]) -> None:
     assert meta["started_by"] == {"via": "webhook", "trigger": "greet", "delivery": "d-1"}
     assert json.loads((runs / run_id / "input.json").read_text()) == {"name": "ada"}
 
+    listed = list_runs(runs).splitlines()  # the kept deliveries are not a run
+    assert len(listed) == 1 and listed[0].startswith(run_id)
     before = files(runs)
     again = httpx.post(f"{url}/hooks/greet", content=body, headers=signed(body, delivery="d-1"))
     assert again.status_code == 409
