@@ -26,6 +26,7 @@ from lattice.errors import LatticeUserError
 from lattice.runs.checkpoint import load_checkpoint, status_of
 from lattice.runs.redaction import PieceMasker
 from lattice.runs.store import RunStore, new_run_id
+from lattice.runtime.context import EventListener
 from lattice.runtime.events import utc_now
 from lattice.runtime.results import RunResult
 from lattice.runtime.runner import Runner
@@ -235,13 +236,18 @@ class RunManager:
         await self._started(active)
         return active
 
-    async def resume(self, run_id: str, prepared: PreparedResume) -> ActiveRun:
-        """Continue a run folder under the runs folder in the background."""
+    async def resume(
+        self, run_id: str, prepared: PreparedResume, *, on_event: EventListener | None = None
+    ) -> ActiveRun:
+        """Continue a run folder under the runs folder in the background (``on_event``
+        hears its events too)."""
         self.check_capacity()
         active = ActiveRun(run_id, prepared.folder, EventChannel(run_id))
 
         def attach(runner: Runner) -> None:
             active.runner = runner
+            if on_event is not None:
+                runner.subscribe(on_event)
 
         self._launch(
             active,

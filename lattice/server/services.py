@@ -21,6 +21,7 @@ from starlette.routing import Route
 from lattice.config import LatticeConfig, TriggerConfig
 from lattice.errors import LatticeUserError
 from lattice.runs.store import RunStore, new_run_id
+from lattice.runtime.context import EventListener
 from lattice.runtime.results import RunResult
 from lattice.server.errors import ApiError, not_found
 from lattice.server.manager import ActiveRun, RunManager, links
@@ -61,13 +62,15 @@ class ManagerHost:
             raise LatticeUserError(exc.message, error_type=exc.error) from None
         return self._hosted(active)
 
-    async def resume(self, run_id: str, prepared: PreparedResume) -> HostedRun:
+    async def resume(
+        self, run_id: str, prepared: PreparedResume, *, on_event: EventListener | None
+    ) -> HostedRun:
         try:
             async with self.manager.starting:
                 self.manager.check_resumable(
                     run_id, ("halted",), "only a halted run waits for answers"
                 )
-                active = await self.manager.resume(run_id, prepared)
+                active = await self.manager.resume(run_id, prepared, on_event=on_event)
         except ApiError as exc:
             raise LatticeUserError(exc.message, error_type=exc.error) from None
         return self._hosted(active)

@@ -78,20 +78,21 @@ def workflow_server(runs: WorkflowRuns, *, name: str = "lattice") -> Server[Any]
         try:
             if params.request_state:  # the retry of a call whose run asked a question
                 return await _answered(ctx, runs, params)
+            progress = Progress(ctx)
             if params.name == ANSWER_TOOL:
                 hosted = await runs.answer(
                     _text(arguments.get("run_id"), "run_id"),
                     _object(arguments.get("answers"), "answers"),
+                    on_event=progress,
                 )
-                return await _follow(ctx, runs, hosted, progress=False)
+                return await _follow(ctx, runs, hosted, progress)
             workflow = await asyncio.to_thread(runs.catalog.get, params.name)
             if workflow is None:
                 return error_result(f"no workflow tool {params.name!r}")
-            progress = Progress(ctx)
             hosted = await runs.start(
                 workflow, arguments, StartedBy("mcp", {"tool": workflow.name}), on_event=progress
             )
-            return await _follow(ctx, runs, hosted, progress=True)
+            return await _follow(ctx, runs, hosted, progress)
         except LatticeUserError as exc:
             return error_result(exc.message)
 
@@ -131,6 +132,11 @@ class Progress:
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
+    async def flush(self) -> None:
+        """Wait for the notifications on their way (sent before the call's result)."""
+        if self.pending:
+            await asyncio.wait(list(self.pending))
+
     async def _send(self, done: int, message: str) -> None:
         try:
             await self.ctx.session.report_progress(done, None, message)
@@ -139,7 +145,7 @@ class Progress:
 
 
 async def _follow(
-    ctx: ServerRequestContext[Any], runs: WorkflowRuns, hosted: HostedRun, *, progress: bool
+    ctx: ServerRequestContext[Any], runs: WorkflowRuns, hosted: HostedRun, progress: Progress
 ) -> types.CallToolResult | types.InputRequiredResult:
     """Wait for the run's end (stopping it when the call is cancelled), asking a halted
     run's questions by elicitation while the client takes them: as a request to the
@@ -152,6 +158,7 @@ async def _follow(
         if question is None or not _takes_elicitation(ctx):
             break
         if not ctx.session.can_send_request:
+            await progress.flush()
             return types.InputRequiredResult(
                 input_requests={ANSWER_KEY: _elicit_request(question)},
                 request_state=json.dumps({"run_id": out["run_id"], "question": question}),
@@ -159,7 +166,8 @@ async def _follow(
         answer = await _elicit(ctx, question)
         if answer is None:
             break
-        hosted = await runs.answer(result.run_id, {question["node_id"]: answer})
+        hosted = await runs.answer(result.run_id, {question["node_id"]: answer}, on_event=progress)
+    await progress.flush()
     return tool_result(out)
 
 
@@ -176,8 +184,9 @@ async def _answered(
     answer = _accepted((params.input_responses or {}).get(ANSWER_KEY))
     if answer is None:
         return tool_result({"run_id": run_id, "status": "halted", "question": question})
-    hosted = await runs.answer(run_id, {question["node_id"]: answer})
-    return await _follow(ctx, runs, hosted, progress=False)
+    progress = Progress(ctx)
+    hosted = await runs.answer(run_id, {question["node_id"]: answer}, on_event=progress)
+    return await _follow(ctx, runs, hosted, progress)
 
 
 def _accepted(response: Any) -> Any:

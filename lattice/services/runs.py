@@ -73,7 +73,9 @@ class RunHost(Protocol):
         """Start ``prepared`` (as ``run_id`` when given) in the background."""
         ...
 
-    async def resume(self, run_id: str, prepared: PreparedResume) -> HostedRun:
+    async def resume(
+        self, run_id: str, prepared: PreparedResume, *, on_event: EventListener | None
+    ) -> HostedRun:
         """Continue the run folder ``prepared`` names in the background."""
         ...
 
@@ -95,9 +97,13 @@ class LocalHost:
         self._keep(task)
         return HostedRun(run_id, lambda: task, lambda: prepared.runner.request_stop(run_id))
 
-    async def resume(self, run_id: str, prepared: PreparedResume) -> HostedRun:
+    async def resume(
+        self, run_id: str, prepared: PreparedResume, *, on_event: EventListener | None
+    ) -> HostedRun:
         runners: list[Runner] = []
-        task = asyncio.create_task(prepared.arun(on_runner=runners.append), name=f"run {run_id}")
+        task = asyncio.create_task(
+            prepared.arun(on_event=on_event, on_runner=runners.append), name=f"run {run_id}"
+        )
         self._keep(task)
         return HostedRun(
             run_id, lambda: task, lambda: bool(runners) and runners[0].request_stop(run_id)
@@ -203,7 +209,13 @@ class WorkflowRuns:
             if exc.error_type != "conflict":
                 raise
 
-    async def answer(self, run_id: str, answers: Mapping[str, Any]) -> HostedRun:
+    async def answer(
+        self,
+        run_id: str,
+        answers: Mapping[str, Any],
+        *,
+        on_event: EventListener | None = None,
+    ) -> HostedRun:
         """Resume the halted run ``run_id`` with ``answers`` (by question node id)."""
         folder = self.folder(run_id)
         prepared = await asyncio.to_thread(
@@ -213,7 +225,7 @@ class WorkflowRuns:
             config=self.config,
             store_type=self.host.store_type,
         )
-        return await self.host.resume(run_id, prepared)
+        return await self.host.resume(run_id, prepared, on_event=on_event)
 
     def folder(self, run_id: str) -> Path:
         folder = self.host.runs_dir / run_id

@@ -72,13 +72,21 @@ def test_the_examples_are_tools_that_run_and_ask(tmp_path: Path) -> None:
             assert waiting is not None and waiting["status"] == "halted"
             assert waiting["question"]["node_id"] == "approve"
             assert waiting["question"]["options"] == ["Approve", "Reject"]
+            reported: list[str | None] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                reported.append(message)
+
             answered = await client.call_tool(
-                "answer", {"run_id": waiting["run_id"], "answers": {"approve": "Reject"}}
+                "answer",
+                {"run_id": waiting["run_id"], "answers": {"approve": "Reject"}},
+                progress_callback=on_progress,
             )
             assert answered.structured_content is not None
             assert answered.structured_content["status"] == "completed"
             assert answered.structured_content["run_id"] == waiting["run_id"]
             assert answered.structured_content["output"].startswith("Rejected")
+            assert "finished rejected" in reported  # the resumed run's ops, as progress
 
     anyio.run(go)
 
