@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -94,7 +94,7 @@ def workflow_server(runs: WorkflowRuns, *, name: str = "lattice") -> Server[Any]
             )
             return await _follow(ctx, runs, hosted, progress)
         except LatticeUserError as exc:
-            return error_result(exc.message)
+            return error_result(runs.redact(exc.message))
 
     return Server(
         name,
@@ -168,7 +168,7 @@ async def _follow(
             break
         hosted = await runs.answer(result.run_id, {question["node_id"]: answer}, on_event=progress)
     await progress.flush()
-    return tool_result(out)
+    return tool_result(out, runs.redact)
 
 
 async def _answered(
@@ -183,7 +183,8 @@ async def _answered(
         return error_result("the request state of this call is not one this server made")
     answer = _accepted((params.input_responses or {}).get(ANSWER_KEY))
     if answer is None:
-        return tool_result({"run_id": run_id, "status": "halted", "question": question})
+        halted = {"run_id": run_id, "status": "halted", "question": question}
+        return tool_result(halted, runs.redact)
     progress = Progress(ctx)
     hosted = await runs.answer(run_id, {question["node_id"]: answer}, on_event=progress)
     return await _follow(ctx, runs, hosted, progress)
@@ -242,10 +243,11 @@ async def _elicit(ctx: ServerRequestContext[Any], question: Mapping[str, Any]) -
     return _accepted(reply)
 
 
-def tool_result(out: dict[str, Any]) -> types.CallToolResult:
-    """A run's outcome as a tool's result: structured, with its JSON as text too; an
-    error result when the run failed."""
-    text = json.dumps(out, ensure_ascii=False, default=str)
+def tool_result(out: dict[str, Any], redact: Callable[[str], str]) -> types.CallToolResult:
+    """A run's outcome as a tool's result: structured, with its JSON as text too, secret
+    values masked; an error result when the run failed."""
+    text = redact(json.dumps(out, ensure_ascii=False, default=str))
+    out = json.loads(text)
     if out.get("question") is not None:
         text += (
             f"\nThe run waits for an answer: call the {ANSWER_TOOL!r} tool with "

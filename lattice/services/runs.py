@@ -20,10 +20,12 @@ from typing import Any, Protocol
 from lattice.config import LatticeConfig, ScheduleConfig
 from lattice.errors import LatticeUserError
 from lattice.llm.base import close_loop_clients
+from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.context import EventListener
 from lattice.runtime.results import RunResult
 from lattice.runtime.runner import Runner
+from lattice.runtime.settings import settings_from_config
 from lattice.service.providers import ProviderChoice
 from lattice.service.runs import (
     PreparedResume,
@@ -138,6 +140,8 @@ class WorkflowRuns:
         self.mocks = mocks
         self.max_calls = max_calls
         self.max_tokens_total = max_tokens_total
+        self.redact: Redactor = make_redactor(settings_from_config(config).secret_names())
+        """Masks secret values in what a caller is told (as the gateway's responses are)."""
 
     def provider_for(self, workflow: Workflow) -> ProviderSpec:
         if not self.mocks:

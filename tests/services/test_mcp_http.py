@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import httpx
+import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -21,6 +22,8 @@ from lattice.server.in_thread import serve_in_thread
 from tests.conftest import EXAMPLES
 
 TOKEN = "s3cret-token"
+KEY = "sk-ant-test-4f9c2b7e1d8a6035"
+"""A provider key: its value is masked wherever a caller would read it."""
 EXPENSE = json.loads((EXAMPLES / "expense-approval.inputs.json").read_text(encoding="utf-8"))
 
 
@@ -42,7 +45,11 @@ def checkpoint(runs: Path, run_id: str) -> dict[str, Any]:
     return json.loads((runs / run_id / "checkpoint.json").read_text(encoding="utf-8"))
 
 
-def test_the_gateway_serves_the_examples_as_tools_behind_its_token(tmp_path: Path) -> None:
+def test_the_gateway_serves_the_examples_as_tools_behind_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+
     async def go(url: str) -> None:
         async with client(url) as mcp:
             listed = {tool.name: tool for tool in (await mcp.list_tools()).tools}
@@ -59,14 +66,18 @@ def test_the_gateway_serves_the_examples_as_tools_behind_its_token(tmp_path: Pat
                 "started_by"
             ] == {"via": "mcp", "tool": "hello-world"}
 
-            asked = await mcp.call_tool("expense-approval", EXPENSE)
+            refused = await mcp.call_tool("hello-world", {"name": "Ada", KEY: 1})
+            assert refused.is_error and "***" in str(refused.content)
+            assert KEY not in str(refused.content)
+            asked = await mcp.call_tool("expense-approval", {**EXPENSE, "employee": KEY})
             waiting = asked.structured_content
             assert waiting is not None and waiting["question"]["node_id"] == "approve"
             answered = await mcp.call_tool(
                 "answer", {"run_id": waiting["run_id"], "answers": {"approve": "Approve"}}
             )
             assert answered.structured_content is not None
-            assert answered.structured_content["output"].startswith("Approved")
+            assert answered.structured_content["output"].startswith("Approved: *** is paid")
+            assert KEY not in str(answered.content)  # a secret never reaches a response
 
     with serve_in_thread(settings(tmp_path)) as url:
         refused = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
