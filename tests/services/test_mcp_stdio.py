@@ -148,3 +148,20 @@ def test_cancelling_a_call_stops_its_run_at_an_op_boundary(tmp_path: Path) -> No
             assert checkpoint(tmp_path, runs[0].name)["status"] == "interrupted"
 
     anyio.run(go)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["/no/such/folder"], "not a directory"),
+        ([], "lattice mcp serve DIR"),
+        ([str(EXAMPLES), "--mocks", "--provider", "mock"], "give no provider"),
+    ],
+)
+def test_mcp_serve_mistakes_are_usage_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lattice.cli import main
+
+    assert main(["mcp", "serve", *args]) == 2
+    assert message in capsys.readouterr().err
