@@ -150,32 +150,9 @@ class Services:
             provider=ProviderSpec(latency=settings.mock_latency),
             mocks=settings.mocks,
         )
-        # the MCP SDK (a second of imports) only for a server with a workflows folder
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-        from mcp.server.transport_security import TransportSecuritySettings
-
-        from lattice.services.mcp_tools import workflow_server
-
-        loopback_only = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=LOOPBACK_HOSTS,
-            allowed_origins=[f"http://{host}" for host in LOOPBACK_HOSTS],
-        )
-        self.mcp = StreamableHTTPSessionManager(
-            app=workflow_server(self.runs),
-            security_settings=None if settings.token else loopback_only,
-        )
-
+        self.mcp = self._mcp_sessions(self.runs, token=settings.token)
         durable = config.runs.durability == "fsync"
-        for name, trigger in config.triggers.items():
-            if trigger.path in self.triggers:
-                raise LatticeUserError(
-                    f"triggers.{name}.path: /hooks/{trigger.path} is "
-                    f"triggers.{self.triggers[trigger.path].name}'s already"
-                )
-            self.triggers[trigger.path] = Trigger(
-                name, trigger, runs_dir=manager.runs_dir, durable=durable
-            )
+        self._add_triggers(config, manager.runs_dir, durable=durable)
         self.schedulers = [
             Scheduler(
                 name,
@@ -187,8 +164,34 @@ class Services:
             )
             for name, schedule in config.schedules.items()
         ]
-
         self.check()
+
+    @staticmethod
+    def _mcp_sessions(runs: WorkflowRuns, *, token: str | None) -> Any:
+        """The MCP SDK's session manager of ``/mcp`` (the SDK, a second of imports, is
+        imported only by a server with a workflows folder)."""
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from lattice.services.mcp_tools import workflow_server
+
+        loopback_only = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=LOOPBACK_HOSTS,
+            allowed_origins=[f"http://{host}" for host in LOOPBACK_HOSTS],
+        )
+        return StreamableHTTPSessionManager(
+            app=workflow_server(runs), security_settings=None if token else loopback_only
+        )
+
+    def _add_triggers(self, config: LatticeConfig, runs_dir: Path, *, durable: bool) -> None:
+        for name, trigger in config.triggers.items():
+            if trigger.path in self.triggers:
+                raise LatticeUserError(
+                    f"triggers.{name}.path: /hooks/{trigger.path} is "
+                    f"triggers.{self.triggers[trigger.path].name}'s already"
+                )
+            self.triggers[trigger.path] = Trigger(name, trigger, runs_dir=runs_dir, durable=durable)
 
     def check(self) -> None:
         """Refuse to start when a trigger or a schedule could never start a run: its
