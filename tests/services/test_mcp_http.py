@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import httpx
+import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -32,12 +33,12 @@ def settings(runs: Path) -> ServerSettings:
 
 
 @asynccontextmanager
-async def client(url: str) -> AsyncIterator[Client]:
+async def client(url: str, **options: Any) -> AsyncIterator[Client]:
     """The MCP SDK's client of the gateway's ``/mcp``, sending the token."""
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(headers=headers, timeout=60) as http:
         transport = streamable_http_client(f"{url}/mcp", http_client=http)
-        async with Client(transport, read_timeout_seconds=60) as mcp:
+        async with Client(transport, read_timeout_seconds=60, **options) as mcp:
             yield mcp
 
 
@@ -79,7 +80,18 @@ def test_the_gateway_serves_the_examples_as_tools_behind_its_token(
             assert answered.structured_content["output"].startswith("Approved: *** is paid")
             assert KEY not in str(answered.content)  # a secret never reaches a response
 
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"answer": "Reject"})
+
+    async def elicited(url: str) -> None:
+        async with client(url, elicitation_callback=elicit) as mcp:
+            result = await mcp.call_tool("expense-approval", EXPENSE)
+            assert result.structured_content is not None
+            assert result.structured_content["status"] == "completed"
+            assert result.structured_content["output"].startswith("Rejected")
+
     with serve_in_thread(settings(tmp_path)) as url:
+        anyio.run(elicited, url)
         refused = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert refused.status_code == 401
         anyio.run(go, url)
