@@ -133,9 +133,6 @@ def show_run(folder: Path) -> str:
     took = _duration(folder / "events.jsonl")
     took_text = f" in {took:.2f}s" if took is not None else ""
     lines = [f"run {folder.name}: {status}{took_text} ({result.get('workflow', '?')})"]
-    started_by = started_by_text((checkpoint or {}).get("meta") or {})
-    if started_by:
-        lines.append(terminal_text(f"started by {started_by}"))
     for record in read_op_records(folder):
         calls = _calls(record.get("attempts") or [])
         transcript = record.get("transcript")
@@ -169,6 +166,9 @@ def show_run(folder: Path) -> str:
         f"usage: {count_calls(usage.get('calls', 0), usage.get('requests', 0))}, "
         f"{usage.get('input_tokens', 0)} input + {usage.get('output_tokens', 0)} output tokens"
     )
+    started_by = started_by_text((checkpoint or {}).get("meta") or {})
+    if started_by:
+        lines.append(terminal_text(f"started by {started_by}"))
     changes = result.get("changes") or []
     if changes:
         verb = "changed" if all(c.get("applied", True) for c in changes) else "changed (or patched)"
