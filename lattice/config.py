@@ -48,6 +48,17 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     otlp_endpoint = "http://localhost:4318"  # OTLP/HTTP collector (env OTEL_EXPORTER_OTLP_ENDPOINT)
     capture_content = false          # prompts and answers on the spans (masked)
     service_name = "lattice"         # env OTEL_SERVICE_NAME
+    [triggers.release]               # a webhook of lattice serve (docs/services.md)
+    path = "github/release"          # POST /hooks/github/release
+    workflow = "release-announcement.json"   # under --workflows
+    signature = "github"             # X-Hub-Signature-256 (or "lattice": X-Lattice-Signature)
+    secret_env = "GITHUB_WEBHOOK_SECRET"     # the HMAC secret's environment variable
+    inputs = { repo = "body.repository.full_name" }   # JMESPath over body and headers
+    [schedules.nightly]              # a cron schedule of lattice serve
+    cron = "0 2 * * *"
+    timezone = "Europe/Berlin"
+    workflow = "standup-digest.json"
+    catch_up = "skip"                # ticks missed while down: skip, or run the latest once
     [temporal]                       # runs on Temporal (pip install -e '.[temporal]')
     codec_key_env = "LATTICE_TEMPORAL_KEY"   # encrypt every payload with the key(s) it holds
 """
@@ -58,6 +69,7 @@ import ipaddress
 import os
 import re
 import tomllib
+import zoneinfo
 from pathlib import Path
 from typing import Any, Literal
 
@@ -301,6 +313,63 @@ class AgentsConfig(_Strict):
         return bool(self.workspace or self.allow or self.mcp_servers)
 
 
+TRIGGER_PATH = re.compile(r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_.-]+)*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class TriggerConfig(_Strict):
+    """A webhook (``[triggers.<name>]``): ``POST /hooks/<path>`` on ``lattice serve``
+    starts ``workflow`` (a file under ``--workflows``) with ``inputs`` read from the
+    request by JMESPath (over ``{"body": ..., "headers": {...}}``), once per delivery,
+    when its HMAC signature (keyed by the environment variable ``secret_env``) holds."""
+
+    path: str
+    workflow: str
+    inputs: dict[str, str] = Field(default_factory=dict)
+    signature: Literal["github", "lattice"] = "lattice"
+    secret_env: str
+    tolerance_seconds: int = Field(default=300, ge=1, le=86_400)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        value = value.strip("/")
+        if not TRIGGER_PATH.match(value) or ".." in value.split("/"):
+            raise ValueError("a path of letters, digits, _ and - segments, such as github/push")
+        return value
+
+    @field_validator("secret_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not ENV_NAME.match(value):
+            raise ValueError(
+                "the name of an environment variable (the secret is never written here)"
+            )
+        return value
+
+
+class ScheduleConfig(_Strict):
+    """A schedule (``[schedules.<name>]``): ``lattice serve`` starts ``workflow`` (a file
+    under ``--workflows``) with ``inputs`` at each tick of ``cron`` in ``timezone``;
+    ``catch_up`` says what becomes of ticks missed while it was down (``skip`` them, or
+    run the latest ``once``)."""
+
+    cron: str
+    workflow: str
+    timezone: str = "UTC"
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    catch_up: Literal["skip", "once"] = "skip"
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not a time zone such as Europe/Berlin or UTC") from None
+        return value
+
+
 class LatticeConfig(_Strict):
     """The whole ``lattice.toml``."""
 
@@ -317,6 +386,8 @@ class LatticeConfig(_Strict):
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     temporal: TemporalConfig = Field(default_factory=TemporalConfig)
     evals: EvalsConfig = Field(default_factory=EvalsConfig)
+    triggers: dict[str, TriggerConfig] = Field(default_factory=dict)
+    schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)
 
     @field_validator("providers")

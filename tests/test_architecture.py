@@ -28,7 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"telemetry"}),
     frozenset({"runtime"}),
     frozenset({"service"}),
-    frozenset({"primitive", "planner", "testing", "batch", "evals", "durable"}),
+    frozenset({"primitive", "planner", "testing", "batch", "evals", "durable", "services"}),
     frozenset({"cli", "server"}),
 )
 """Lowest first. ``lattice/__init__.py`` (the public facade) may import anything."""

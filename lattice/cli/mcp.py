@@ -1,8 +1,12 @@
-"""``lattice mcp list [SERVER]``: the configured MCP servers and their tools.
+"""``lattice mcp list [SERVER]``: the configured MCP servers and their tools;
+``lattice mcp serve DIR``: the workflows under DIR as MCP tools, over stdio.
 
-Connects to each server named in ``[mcp.servers]`` of the user's config (or just
-SERVER), lists its tools with their input schemas, and closes the session. The
+``list`` connects to each server named in ``[mcp.servers]`` of the user's config (or
+just SERVER), lists its tools with their input schemas, and closes the session. The
 built-in server ``lattice`` is listed too. Useful when writing ``mcp`` nodes.
+
+``serve`` is what an MCP client's configuration starts (Claude Code's ``.mcp.json``,
+docs/services.md): stdout carries the protocol, stderr the log.
 """
 
 from __future__ import annotations
@@ -11,13 +15,64 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from lattice.cli.common import note, provider_choice
 from lattice.config import load_config
 from lattice.errors import InputError, LatticeRunError
 from lattice.llm.base import ToolDef
+from lattice.service.runs import ProviderSpec
 from lattice.tools.builtin import BuiltinTools
 from lattice.tools.mcp import BUILTIN_SERVER_ID, McpServerSpec, ToolSessions, specs_from_config
+
+
+def mcp(args: argparse.Namespace) -> int:
+    """The ``lattice mcp`` command."""
+    if args.action == "serve":
+        return mcp_serve(args)
+    return mcp_list(args)
+
+
+def mcp_serve(args: argparse.Namespace) -> int:
+    """Serve the workflows of a folder as MCP tools over stdio until the client leaves."""
+    from mcp.server.stdio import stdio_server
+
+    from lattice.services.catalog import Catalog
+    from lattice.services.mcp_tools import workflow_server
+    from lattice.services.runs import LocalHost, WorkflowRuns
+
+    if not args.server:
+        raise InputError("lattice mcp serve DIR (the folder of the workflows to serve)")
+    root = Path(args.server)
+    if not root.is_dir():
+        raise InputError(f"lattice mcp serve {args.server}: not a directory")
+    choice = provider_choice(args)
+    if args.mocks and choice.given:
+        raise InputError("--mocks runs each workflow with its own mock script: give no provider")
+    config = load_config(args.config)
+    catalog = Catalog(root, mcp_servers=list(config.mcp.servers) if config.source else None)
+    runs = WorkflowRuns(
+        catalog,
+        LocalHost(Path(args.runs_dir)),
+        config=config,
+        config_path=str(Path(args.config).resolve()) if args.config else None,
+        provider=ProviderSpec(choice, latency=args.mock_latency),
+        mocks=args.mocks,
+        max_calls=args.max_calls,
+        max_tokens_total=args.max_tokens_total,
+    )
+    catalog.workflows()  # lowered now: the problems are known, the first call is quick
+    for where, problem in sorted(catalog.problems.items()):
+        note(f"warning: {where} is not served: {problem}")
+    server = workflow_server(runs)
+
+    async def serve() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    asyncio.run(serve())
+    return 0
 
 
 def mcp_list(args: argparse.Namespace) -> int:

@@ -852,14 +852,33 @@ def _plan_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _mcp_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("mcp", help="list configured MCP servers and their tools")
-    p.add_argument("action", choices=["list"])
-    p.add_argument("server", nargs="?", help="only this server")
-    p.add_argument(
-        "--config", metavar="FILE", help="lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml)"
+    p = sub.add_parser(
+        "mcp",
+        help="list configured MCP servers and their tools; serve a folder's workflows as tools",
+        description="lattice mcp list [SERVER]: the configured MCP servers and their tools. "
+        "lattice mcp serve DIR: each workflow under DIR as an MCP tool, over stdio "
+        "(docs/services.md).",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
-    _handler(p, "lattice.cli.mcp:mcp_list")
+    p.add_argument("action", choices=["list", "serve"])
+    p.add_argument("server", nargs="?", help="list: only this server; serve: the workflows folder")
+    add_provider_options(p)
+    p.add_argument("--json", action="store_true", help="list: print JSON")
+    p.add_argument(
+        "--mocks",
+        action="store_true",
+        help="serve: run each workflow with the NAME.mock.json beside it",
+    )
+    p.add_argument(
+        "--mock-latency",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="serve: a pause before each mock answer (demos of progress and cancelling)",
+    )
+    p.add_argument(
+        "--runs-dir", default="runs", metavar="DIR", help="serve: where run folders go (runs)"
+    )
+    _handler(p, "lattice.cli.mcp:mcp")
 
 
 def _mock_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -915,6 +934,12 @@ def _serve_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and fixtures they name are read from here too",
     )
     p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    p.add_argument(
+        "--mocks",
+        action="store_true",
+        help="runs started at /mcp, by webhooks and by schedules use the NAME.mock.json "
+        "beside each workflow (docs/services.md)",
+    )
     add_agent_options(p)
     p.add_argument(
         "--token",

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                 repo=repo_root(args.repo),
                 approver=approver if interactive else None,
                 no_wait=args.no_wait,
+                meta={"started_by": {"via": "cli"}},
             ),
             inputs=inputs,
             answers=answers,

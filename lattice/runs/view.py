@@ -35,10 +35,13 @@ def _load(path: Path) -> Any:
 
 
 def run_folders(root: Path) -> list[Path]:
-    """The run folders under ``root``, newest first (a run id starts with its start time)."""
+    """The run folders under ``root``, newest first (a run id starts with its start time;
+    hidden folders, such as the webhooks' ``.deliveries`` and the schedules'
+    ``.schedules``, are not runs)."""
     if not root.is_dir():
         return []
-    return sorted((p for p in root.iterdir() if p.is_dir()), reverse=True)
+    folders = (p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return sorted(folders, reverse=True)
 
 
 def list_runs(root: Path, limit: int | None = None, *, waiting: bool = False) -> str:
@@ -132,6 +135,27 @@ def _duration(events: Path) -> float | None:
     return max(0.0, total + (last - first).total_seconds())
 
 
+def started_by_text(meta: dict[str, Any]) -> str | None:
+    """How a run was started, in words (None for a run that does not say: older ones)."""
+    started = meta.get("started_by")
+    if not isinstance(started, dict):
+        return None
+    via = started.get("via")
+    if via == "cli":
+        return "lattice run"
+    if via == "library":
+        return "the Python library (Runner)"
+    if via == "api":
+        return "the HTTP API (POST /v1/runs)"
+    if via == "mcp":
+        return f"MCP tool {started.get('tool')}"
+    if via == "webhook":
+        return f"webhook {started.get('trigger')} (delivery {started.get('delivery')})"
+    if via == "schedule":
+        return f"schedule {started.get('schedule')} (tick {started.get('tick')})"
+    return str(via)
+
+
 def show_run(folder: Path) -> str:
     """Ops in order with ports (branch choices), durations and model calls, then the outcome."""
     if not (folder / "events.jsonl").is_file():
@@ -175,6 +199,9 @@ def show_run(folder: Path) -> str:
         f"usage: {count_calls(usage.get('calls', 0), usage.get('requests', 0))}, "
         f"{usage.get('input_tokens', 0)} input + {usage.get('output_tokens', 0)} output tokens"
     )
+    started_by = started_by_text((checkpoint or {}).get("meta") or {})
+    if started_by:
+        lines.append(terminal_text(f"started by {started_by}"))
     changes = result.get("changes") or []
     if changes:
         verb = "changed" if all(c.get("applied", True) for c in changes) else "changed (or patched)"

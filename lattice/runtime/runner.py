@@ -103,6 +103,12 @@ if TYPE_CHECKING:
     from lattice.ir.models import ExecIR
 
 
+STARTED_BY_LIBRARY = {"via": "library"}
+"""How a run records it was started when its front door did not say (``Runner`` called
+from Python); ``lattice run``, the gateway, ``/mcp``, webhooks and schedules say
+(``meta.started_by``, docs/runs.md)."""
+
+
 @dataclass(frozen=True)
 class RunLimits:
     """Bounds on a run. ``max_steps``: ops executed in total (default 10,000);
@@ -334,7 +340,7 @@ class Runner:
             "started_at": ctx.state.ctx.get("started_at"),
             "digests": file_digests(folder),
             "initial_answers": ctx.answers,
-            "meta": self.meta,
+            "meta": {"started_by": STARTED_BY_LIBRARY, **self.meta},
             "limits": {"max_steps": self.limits.max_steps, "max_visits": self.limits.max_visits},
         }
 

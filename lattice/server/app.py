@@ -51,6 +51,7 @@ from lattice.server.events import FolderTails, resume_cursor, stream
 from lattice.server.manager import RunManager, links
 from lattice.server.panel_api import add_panel_routes, is_public
 from lattice.server.remote import add_backend_routes
+from lattice.server.services import Services, ServicesSettings, is_webhook
 from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import RunBackend
@@ -62,6 +63,7 @@ from lattice.service.runs import (
     prepare_resume,
     prepare_run,
 )
+from lattice.services.schedules import Clock
 
 log = logging.getLogger("lattice.server")
 
@@ -91,6 +93,13 @@ class ServerSettings:
     max_active_runs: int = DEFAULT_MAX_ACTIVE
     backend: RunBackend | None = None
     """Where runs live when not in run folders under ``runs_dir`` (``--engine temporal``)."""
+    mocks: bool = False
+    """Runs started at ``/mcp``, by webhooks and by schedules use each workflow's
+    ``NAME.mock.json`` (``--mocks``)."""
+    mock_latency: float = 0.0
+    """A pause before each of those mock answers (demos of progress and cancelling)."""
+    clock: Clock | None = None
+    """The schedules' clock (None: the system's; tests give a ``ManualClock``)."""
 
 
 # -- the guard ----------------------------------------------------------------------------
@@ -103,8 +112,9 @@ def _public(path: str) -> bool:
 
 class Guard:
     """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``,
-    the panel's page and static files and the API docs' assets, which hold no run data)
-    and the body size limit (413 before the body is read past the limit)."""
+    the panel's page and static files and the API docs' assets, which hold no run data,
+    and the webhooks, which check their own HMAC signature: a sender such as GitHub
+    cannot send a bearer token) and the body size limit (413 before the body is read past the limit)."""
 
     def __init__(
         self,
@@ -132,6 +142,7 @@ class Guard:
             self.expected is not None
             and scope["path"] != "/healthz"
             and not (scope["method"] in ("GET", "HEAD") and _public(scope["path"]))
+            and not (scope["method"] == "POST" and is_webhook(scope["path"]))
         ):
             given = headers.get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
@@ -235,7 +246,10 @@ def load_what_runs_use() -> None:
 def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
     """The ``lattice serve`` application for ``settings``."""
     config = settings.config
-    secret_names = settings_from_config(config).secret_names()
+    secret_names = (
+        *settings_from_config(config).secret_names(),
+        *(trigger.secret_env for trigger in config.triggers.values()),
+    )
     redact: Redactor = make_redactor(secret_names)
     masking = MaskingFilter(redact)
     for name in ("lattice.server", "uvicorn.error"):
@@ -248,6 +262,19 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
     )
     library = WorkflowLibrary(settings.workflows_dir, list(config.mcp.servers))
     tails = FolderTails(status=manager.status, closing=lambda: manager.closing, redact=redact)
+    services = Services(
+        ServicesSettings(
+            workflows_dir=settings.workflows_dir,
+            config=config,
+            config_path=settings.config_path,
+            token=settings.token,
+            on_temporal=settings.backend is not None,
+            mocks=settings.mocks,
+            mock_latency=settings.mock_latency,
+            clock=settings.clock,
+        ),
+        manager,
+    )
 
     def respond(status: int, data: Any, headers: Mapping[str, str] | None = None) -> Response:
         text = json.dumps(data, ensure_ascii=False, default=str)
@@ -264,8 +291,9 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
         load_what_runs_use()
         gc.collect()
         gc.freeze()
-        yield
-        await manager.shutdown()
+        async with services.running():
+            yield
+            await manager.shutdown()
         if settings.backend is not None:
             await settings.backend.close()
 
@@ -362,7 +390,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
 
     def _prepare(body: StartRun) -> tuple[LoweringResult, PreparedRun]:
         """The run ``body`` asks for: its document lowered, its inputs checked."""
-        meta: dict[str, Any] = {}
+        meta: dict[str, Any] = {"started_by": {"via": "api"}}
         if body.workflow is not None:
             loaded = library.load(body.workflow)
             lowered, document = loaded.lowered, loaded.document
@@ -630,6 +658,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
             },
         )
 
+    services.add_routes(app, respond=respond)
     add_panel_routes(app, manager=manager, library=library, respond=respond)
     add_docs_routes(app)
     if settings.backend is not None:

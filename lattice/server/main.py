@@ -93,6 +93,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         token=token,
         max_body_bytes=args.max_body_bytes,
         max_active_runs=args.max_active_runs,
+        mocks=args.mocks,
     )
 
 

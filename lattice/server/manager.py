@@ -26,6 +26,7 @@ from lattice.errors import LatticeUserError
 from lattice.runs.checkpoint import load_checkpoint, status_of
 from lattice.runs.redaction import PieceMasker
 from lattice.runs.store import RunStore, new_run_id
+from lattice.runtime.context import EventListener
 from lattice.runtime.events import utc_now
 from lattice.runtime.results import RunResult
 from lattice.runtime.runner import Runner
@@ -56,6 +57,8 @@ class ActiveRun:
     task: asyncio.Task[None] | None = None
     error: BaseException | None = None
     """What stopped the task other than the run's end (a refusal, or a bug)."""
+    result: RunResult | None = None
+    """How the run ended, once it has (for a caller that waits for it: ``/mcp``)."""
     stop_asked: bool = field(default=False)
 
 
@@ -217,12 +220,17 @@ class RunManager:
 
     # -- starting, resuming, stopping ------------------------------------------------
 
-    async def start(self, prepared: PreparedRun) -> ActiveRun:
-        """Start a new run; it goes on in the background. Answers once it has started."""
+    async def start(self, prepared: PreparedRun, *, run_id: str | None = None) -> ActiveRun:
+        """Start a new run (as ``run_id`` when given: 409 when that run exists); it goes
+        on in the background. Answers once it has started."""
         self.check_capacity()
-        run_id = new_run_id()
-        while run_id in self.active or (self.runs_dir / run_id).exists():
+        if run_id is not None:
+            if run_id in self.active or (self.runs_dir / run_id).exists():
+                raise ApiError(409, "conflict", f"run {run_id} exists already")
+        else:
             run_id = new_run_id()
+            while run_id in self.active or (self.runs_dir / run_id).exists():
+                run_id = new_run_id()
         active = ActiveRun(run_id, self.runs_dir / run_id, EventChannel(run_id))
         active.runner = prepared.runner
         prepared.runner.subscribe(self._relay(active))
@@ -230,13 +238,18 @@ class RunManager:
         await self._started(active)
         return active
 
-    async def resume(self, run_id: str, prepared: PreparedResume) -> ActiveRun:
-        """Continue a run folder under the runs folder in the background."""
+    async def resume(
+        self, run_id: str, prepared: PreparedResume, *, on_event: EventListener | None = None
+    ) -> ActiveRun:
+        """Continue a run folder under the runs folder in the background (``on_event``
+        hears its events too)."""
         self.check_capacity()
         active = ActiveRun(run_id, prepared.folder, EventChannel(run_id))
 
         def attach(runner: Runner) -> None:
             active.runner = runner
+            if on_event is not None:
+                runner.subscribe(on_event)
 
         self._launch(
             active,
@@ -283,6 +296,7 @@ class RunManager:
         status: str | None = None
         try:
             result = await run
+            active.result = result
             status = result.status
             self._remember(
                 active.run_id, Ended(status, {**result.to_json(), "finished_at": utc_now()})
@@ -385,6 +399,7 @@ class RunManager:
             "status": status,
             "workflow": meta.get("workflow") or result.get("workflow"),
             "workflow_name": meta.get("workflow_name"),
+            "started_by": meta.get("started_by"),
             "started_at": checkpoint.get("started_at"),
             "finished_at": result.get("finished_at") if status != "running" else None,
             "output": result.get("output") if status == "completed" else None,
@@ -418,6 +433,7 @@ class RunManager:
                 "run_id": run_id,
                 "workflow": meta.get("workflow") or result.get("workflow"),
                 "workflow_name": meta.get("workflow_name"),
+                "started_by": meta.get("started_by"),
                 "started_at": checkpoint.get("started_at"),
                 "finished_at": result.get("finished_at"),
                 "calls": usage.get("calls", 0),

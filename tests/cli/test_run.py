@@ -581,6 +581,7 @@ def test_runs_list_and_show(
     code, out, _ = cli(capsys, "runs", "show", triage_run)
     assert code == 0
     assert triage_run.name in out and "completed" in out
+    assert "started by lattice run" in out
     for kind in ("START", "LLM_WRITE", "SWITCH", "STATE", "TRANSFORM", "END"):
         assert kind in out
     for port in ("Billing", "Needs changes", "Revise again", "Approved"):

@@ -185,6 +185,11 @@ def hello_world(run: Run) -> None:
     assert run.output == "Welcome aboard, Ada: your first Lattice workflow just ran!"
 
 
+def expense_approval(run: Run) -> None:
+    assert run.output == "Approved: Ada Lovelace is paid 42.5 with the next payroll."
+    assert run.vars["summarise"]["result"].startswith("Ada Lovelace claims 42.5")
+
+
 def analyst_panel(run: Run) -> None:
     assert run.output["verdict"] == "wait"
     assert run.output["answers"][0]["question"] == "Who buys it first?"
@@ -334,6 +339,7 @@ EXPECTED: dict[str, Callable[[Run], None]] = {
     "incident-response": incident_response,
     "meeting-prep": meeting_prep,
     "branch-session": branch_session,
+    "expense-approval": expense_approval,
 }
 
 

@@ -21,6 +21,27 @@ const STATE_RENDER_MS = 250;
 
 export const stats = { batches: [], events: 0 };
 
+/** How a run was started (its meta.started_by, docs/services.md), in words. */
+function startedByText(by) {
+  if (!by || !by.via) return "—";
+  switch (by.via) {
+    case "cli":
+      return "lattice run";
+    case "library":
+      return "Python (Runner)";
+    case "api":
+      return "HTTP API";
+    case "mcp":
+      return `MCP tool ${by.tool}`;
+    case "webhook":
+      return `webhook ${by.trigger} (delivery ${by.delivery})`;
+    case "schedule":
+      return `schedule ${by.schedule} (tick ${by.tick})`;
+    default:
+      return String(by.via);
+  }
+}
+
 function recordBatch(size, ms, parts) {
   stats.batches.push({ size, ms, ...parts });
   if (stats.batches.length > 500) stats.batches.splice(0, stats.batches.length - 500);
@@ -179,6 +200,8 @@ export class RunView {
           h("dd", {}, h("code", {}, run.run_id)),
           h("dt", {}, "started"),
           h("dd", {}, fmtTime(run.started_at)),
+          h("dt", {}, "by"),
+          h("dd", { id: "run-started-by" }, startedByText(run.started_by)),
           h("dt", {}, "duration"),
           f.duration,
           h("dt", {}, "calls"),

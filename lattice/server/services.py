@@ -1,0 +1,309 @@
+"""The gateway's services (docs/services.md): the workflows under ``--workflows`` as MCP
+tools at ``/mcp`` (Streamable HTTP, behind the gateway's token like every route), the
+webhooks of ``[triggers.*]`` and the schedules of ``[schedules.*]``. Their runs are the
+gateway's own: run folders under ``--runs-dir`` driven by its run manager, listed,
+watched and answered as any other."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from lattice.config import LatticeConfig, TriggerConfig
+from lattice.errors import LatticeUserError
+from lattice.runs.store import RunStore, new_run_id
+from lattice.runtime.context import EventListener
+from lattice.runtime.results import RunResult
+from lattice.server.errors import ApiError, not_found
+from lattice.server.manager import ActiveRun, RunManager, links
+from lattice.server.store import LoopStore
+from lattice.service.runs import PreparedResume, PreparedRun, ProviderSpec
+from lattice.services.catalog import Catalog
+from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns
+from lattice.services.schedules import Clock, Scheduler, SystemClock
+from lattice.services.webhooks import DeliveryLedger, InputMapping, Refused, secret_of, verify
+
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+"""A gateway without a token listens on loopback only: ``/mcp`` then refuses requests
+whose Host or Origin is another (a web page's DNS rebinding)."""
+
+
+WEBHOOKS = "/hooks/"
+
+
+def is_webhook(path: str) -> bool:
+    """Whether ``path`` is a webhook's (authenticated by its signature, not the token)."""
+    return path.startswith(WEBHOOKS)
+
+
+class ManagerHost:
+    """Runs of the services on the gateway's run manager (``RunHost``)."""
+
+    store_type: type[RunStore] = LoopStore
+
+    def __init__(self, manager: RunManager) -> None:
+        self.manager = manager
+        self.runs_dir = manager.runs_dir
+
+    async def start(self, prepared: PreparedRun, *, run_id: str | None) -> HostedRun:
+        try:
+            async with self.manager.starting:
+                active = await self.manager.start(prepared, run_id=run_id)
+        except ApiError as exc:
+            raise LatticeUserError(exc.message, error_type=exc.error) from None
+        return self._hosted(active)
+
+    async def resume(
+        self, run_id: str, prepared: PreparedResume, *, on_event: EventListener | None
+    ) -> HostedRun:
+        try:
+            async with self.manager.starting:
+                self.manager.check_resumable(
+                    run_id, ("halted",), "only a halted run waits for answers"
+                )
+                active = await self.manager.resume(run_id, prepared, on_event=on_event)
+        except ApiError as exc:
+            raise LatticeUserError(exc.message, error_type=exc.error) from None
+        return self._hosted(active)
+
+    def _hosted(self, active: ActiveRun) -> HostedRun:
+        async def done() -> RunResult:
+            assert active.task is not None
+            await active.task
+            if active.result is None:
+                raise LatticeUserError(
+                    f"run {active.run_id} stopped before its end: "
+                    f"{active.error or 'the server is shutting down'}"
+                )
+            return active.result
+
+        def stop() -> bool:
+            runner = active.runner
+            if runner is None or not runner.request_stop(active.run_id):
+                return False
+            active.stop_asked = True
+            return True
+
+        return HostedRun(active.run_id, done, stop)
+
+
+@dataclass(frozen=True)
+class ServicesSettings:
+    """What of ``lattice serve``'s settings the services read."""
+
+    workflows_dir: Path | None
+    config: LatticeConfig
+    config_path: str | None = None
+    token: str | None = None
+    on_temporal: bool = False
+    mocks: bool = False
+    mock_latency: float = 0.0
+    clock: Any = None
+
+
+class Services:
+    """What ``/mcp``, the webhooks and the schedules share: the catalog of the workflows
+    folder and the runs they start (none without ``--workflows``, nor on Temporal)."""
+
+    def __init__(self, settings: ServicesSettings, manager: RunManager) -> None:
+        self.settings = settings
+        self.manager = manager
+        self.runs: WorkflowRuns | None = None
+        self.mcp: Any = None
+        """The MCP SDK's session manager of ``/mcp`` (StreamableHTTPSessionManager)."""
+        self.clock: Clock = settings.clock or SystemClock()
+        self.triggers: dict[str, Trigger] = {}
+        self.schedulers: list[Scheduler] = []
+        config = settings.config
+        wanted = [f"[triggers.{name}]" for name in config.triggers] + [
+            f"[schedules.{name}]" for name in config.schedules
+        ]
+        if wanted and settings.on_temporal:
+            raise LatticeUserError(
+                f"{wanted[0]}: webhooks and schedules start runs of this server's own; "
+                "they are not served with --engine temporal yet"
+            )
+        if wanted and settings.workflows_dir is None:
+            raise LatticeUserError(
+                f"{wanted[0]} names a workflow under --workflows DIR: give the folder"
+            )
+        if settings.workflows_dir is None or settings.on_temporal:
+            return
+        catalog = Catalog(
+            settings.workflows_dir,
+            mcp_servers=list(config.mcp.servers) if config.source else None,
+        )
+        self.runs = WorkflowRuns(
+            catalog,
+            ManagerHost(manager),
+            config=config,
+            config_path=settings.config_path,
+            provider=ProviderSpec(latency=settings.mock_latency),
+            mocks=settings.mocks,
+        )
+        self.mcp = self._mcp_sessions(self.runs, token=settings.token)
+        durable = config.runs.durability == "fsync"
+        self._add_triggers(config, manager.runs_dir, durable=durable)
+        self.schedulers = [
+            Scheduler(
+                name,
+                schedule,
+                clock=self.clock,
+                state_dir=manager.runs_dir / ".schedules",
+                fire=self.runs.start_tick,
+                durable=durable,
+            )
+            for name, schedule in config.schedules.items()
+        ]
+        self.check()
+
+    @staticmethod
+    def _mcp_sessions(runs: WorkflowRuns, *, token: str | None) -> Any:
+        """The MCP SDK's session manager of ``/mcp`` (the SDK, a second of imports, is
+        imported only by a server with a workflows folder)."""
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from lattice.services.mcp_tools import workflow_server
+
+        loopback_only = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=LOOPBACK_HOSTS,
+            allowed_origins=[f"http://{host}" for host in LOOPBACK_HOSTS],
+        )
+        return StreamableHTTPSessionManager(
+            app=workflow_server(runs), security_settings=None if token else loopback_only
+        )
+
+    def _add_triggers(self, config: LatticeConfig, runs_dir: Path, *, durable: bool) -> None:
+        for name, trigger in config.triggers.items():
+            if trigger.path in self.triggers:
+                raise LatticeUserError(
+                    f"triggers.{name}.path: /hooks/{trigger.path} is "
+                    f"triggers.{self.triggers[trigger.path].name}'s already"
+                )
+            self.triggers[trigger.path] = Trigger(name, trigger, runs_dir=runs_dir, durable=durable)
+
+    def check(self) -> None:
+        """Refuse to start when a trigger or a schedule could never start a run: its
+        workflow missing or invalid, its secret not set."""
+        assert self.runs is not None
+        for trigger in self.triggers.values():
+            self.runs.catalog.file(trigger.config.workflow)
+            secret_of(trigger.name, trigger.config, os.environ)
+        for scheduler in self.schedulers:
+            self.runs.catalog.file(scheduler.schedule.workflow)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The services' background work while the server runs: MCP sessions and one
+        task per schedule."""
+        async with AsyncExitStack() as stack:
+            if self.mcp is not None:
+                await stack.enter_async_context(self.mcp.run())
+            tasks = [
+                asyncio.create_task(scheduler.run(), name=f"schedule {scheduler.name}")
+                for scheduler in self.schedulers
+            ]
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    def add_routes(
+        self, app: FastAPI, *, respond: Callable[[int, Any, Mapping[str, str] | None], Response]
+    ) -> None:
+        if self.runs is None or self.mcp is None:
+            return
+        from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+
+        app.router.routes.append(Route("/mcp", endpoint=StreamableHTTPASGIApp(self.mcp)))
+        if not self.triggers:
+            return
+
+        @app.post(
+            "/hooks/{path:path}",
+            status_code=202,
+            tags=["services"],
+            summary="a webhook of [triggers.*]: a signed delivery starts a run, once",
+        )
+        async def hook(path: str, request: Request) -> Response:
+            trigger = self.triggers.get(path.strip("/"))
+            if trigger is None:
+                raise not_found(f"no trigger at /hooks/{path}")
+            body = await request.body()
+            headers = {key.lower(): value for key, value in request.headers.items()}
+            try:
+                started = await self.deliver(trigger, body, headers)
+            except Refused as refused:
+                refusal = {"error": refused.error, "message": refused.message}
+                return respond(refused.status, refusal, None)
+            return respond(
+                202,
+                {
+                    "run_id": started.run_id,
+                    "delivery": started.delivery,
+                    "links": links(started.run_id),
+                },
+                {"Location": f"/v1/runs/{started.run_id}"},
+            )
+
+    async def deliver(self, trigger: Trigger, body: bytes, headers: dict[str, str]) -> Started:
+        """Start the run of one delivery: its signature checked, its inputs read and
+        checked, its id kept (only then is anything written); Refused otherwise."""
+        assert self.runs is not None
+        try:
+            secret = secret_of(trigger.name, trigger.config, os.environ)
+            workflow = self.runs.catalog.file(trigger.config.workflow)
+        except LatticeUserError as exc:
+            raise Refused(503, "trigger_not_ready", exc.message) from None
+        delivery = verify(trigger.config, secret, body, headers, now=self.clock.now().timestamp())
+        if (kept := trigger.ledger.kept(delivery.id)) is not None:
+            raise Refused(409, "repeated_delivery", f"delivery {delivery.id!r} started run {kept}")
+        inputs = trigger.mapping.inputs(delivery)
+        started_by = StartedBy("webhook", {"trigger": trigger.name, "delivery": delivery.id})
+        try:
+            prepared = await asyncio.to_thread(self.runs.prepare, workflow, inputs, started_by)
+        except LatticeUserError as exc:
+            raise Refused(422, "invalid_inputs", exc.message) from None
+        run_id = new_run_id()
+        kept = trigger.ledger.claim(delivery.id, run_id)
+        if kept is not None:
+            raise Refused(409, "repeated_delivery", f"delivery {delivery.id!r} started run {kept}")
+        try:
+            await self.runs.host.start(prepared, run_id=run_id)
+        except LatticeUserError as exc:
+            trigger.ledger.release(delivery.id)  # not started: a redelivery may start it
+            status = 429 if exc.error_type == "too_many_active_runs" else 503
+            raise Refused(status, exc.error_type or "not_started", exc.message) from None
+        except BaseException:
+            trigger.ledger.release(delivery.id)
+            raise
+        return Started(run_id, delivery.id)
+
+
+@dataclass(frozen=True)
+class Started:
+    run_id: str
+    delivery: str
+
+
+class Trigger:
+    """A configured webhook: its inputs' searches and its kept deliveries."""
+
+    def __init__(self, name: str, config: TriggerConfig, *, runs_dir: Path, durable: bool) -> None:
+        self.name = name
+        self.config = config
+        self.mapping = InputMapping(name, config.inputs)
+        self.ledger = DeliveryLedger(runs_dir / ".deliveries" / name, durable=durable)

@@ -1,0 +1,167 @@
+"""``lattice mcp serve workflows/examples --mocks`` driven by the MCP SDK's client over
+stdio: the example workflows as tools, a call to completion, a question answered with
+the ``answer`` tool and by elicitation, a cancelled call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.conftest import EXAMPLES
+
+HELLO = {"name": "Ada"}
+EXPENSE = json.loads((EXAMPLES / "expense-approval.inputs.json").read_text(encoding="utf-8"))
+
+
+def server(runs: Path, *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "lattice.cli",
+            "mcp",
+            "serve",
+            str(EXAMPLES),
+            "--mocks",
+            "--runs-dir",
+            str(runs),
+            *extra,
+        ],
+        env={**os.environ, "LATTICE_CONFIG": os.devnull},
+    )
+
+
+def checkpoint(runs: Path, run_id: str) -> dict[str, Any]:
+    return json.loads((runs / run_id / "checkpoint.json").read_text(encoding="utf-8"))
+
+
+def test_the_examples_are_tools_that_run_and_ask(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with Client(server(tmp_path), read_timeout_seconds=60) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert {"hello-world", "support-triage", "expense-approval", "answer"} <= set(listed)
+            hello = listed["hello-world"]
+            assert hello.description == "The smallest useful workflow: one templated prompt."
+            assert hello.input_schema["required"] == ["name"]
+            assert hello.output_schema is not None
+            assert hello.output_schema["properties"]["output"] == {"type": "string"}
+
+            done = await client.call_tool("hello-world", HELLO)
+            assert not done.is_error
+            assert done.structured_content is not None
+            assert done.structured_content["status"] == "completed"
+            assert isinstance(done.structured_content["output"], str)
+            run_id = done.structured_content["run_id"]
+            meta = checkpoint(tmp_path, run_id)["meta"]
+            assert meta["started_by"] == {"via": "mcp", "tool": "hello-world"}
+
+            bad = await client.call_tool("hello-world", {"name": ""})
+            assert bad.is_error
+
+            asked = await client.call_tool("expense-approval", EXPENSE)
+            waiting = asked.structured_content
+            assert waiting is not None and waiting["status"] == "halted"
+            assert waiting["question"]["node_id"] == "approve"
+            assert waiting["question"]["options"] == ["Approve", "Reject"]
+            reported: list[str | None] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                reported.append(message)
+
+            answered = await client.call_tool(
+                "answer",
+                {"run_id": waiting["run_id"], "answers": {"approve": "Reject"}},
+                progress_callback=on_progress,
+            )
+            assert answered.structured_content is not None
+            assert answered.structured_content["status"] == "completed"
+            assert answered.structured_content["run_id"] == waiting["run_id"]
+            assert answered.structured_content["output"].startswith("Rejected")
+            assert "finished rejected" in reported  # the resumed run's ops, as progress
+
+    anyio.run(go)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_a_question_is_asked_by_elicitation_when_the_client_takes_it(
+    tmp_path: Path, mode: str
+) -> None:
+    """Over a connection that carries requests to the client (``legacy``: the handshake
+    era) the server sends ``elicitation/create``; on MCP 2026-07-28 the call answers
+    ``input_required`` and the client's retry, with the answer, continues the run."""
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"answer": "Approve"})
+
+    async def go() -> None:
+        async with Client(
+            server(tmp_path), read_timeout_seconds=60, elicitation_callback=elicit, mode=mode
+        ) as client:
+            result = await client.call_tool("expense-approval", EXPENSE)
+            assert result.structured_content is not None
+            assert result.structured_content["status"] == "completed"
+            assert result.structured_content["output"].startswith("Approved")
+
+    anyio.run(go)
+    assert len(asked) == 1 and asked[0].startswith("Approve this claim?")
+
+
+def test_cancelling_a_call_stops_its_run_at_an_op_boundary(tmp_path: Path) -> None:
+    progressed = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        progressed.set()
+
+    async def go() -> None:
+        async with Client(
+            server(tmp_path, "--mock-latency", "0.3"), read_timeout_seconds=60
+        ) as client:
+            inputs = json.loads((EXAMPLES / "brainstorm-ideas.inputs.json").read_text())
+            async with anyio.create_task_group() as group:
+
+                async def call() -> None:
+                    await client.call_tool(
+                        "brainstorm-ideas", inputs, progress_callback=on_progress
+                    )
+
+                group.start_soon(call)
+                await progressed.wait()
+                group.cancel_scope.cancel()
+            # the server stops the run at its next op boundary and records it interrupted
+            for _ in range(600):
+                runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+                if runs and checkpoint(tmp_path, runs[0].name).get("status") == "interrupted":
+                    break
+                await asyncio.sleep(0.05)
+            assert len(runs) == 1
+            assert checkpoint(tmp_path, runs[0].name)["status"] == "interrupted"
+
+    anyio.run(go)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["/no/such/folder"], "not a directory"),
+        ([], "lattice mcp serve DIR"),
+        ([str(EXAMPLES), "--mocks", "--provider", "mock"], "give no provider"),
+    ],
+)
+def test_mcp_serve_mistakes_are_usage_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lattice.cli import main
+
+    assert main(["mcp", "serve", *args]) == 2
+    assert message in capsys.readouterr().err
