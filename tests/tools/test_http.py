@@ -1127,12 +1127,13 @@ def test_end_to_end_a_real_timeout(items_api: ItemsAPI) -> None:
 
     report = assert_failed(result, "timeout_error")
     assert "timed out after 0.2s" in report["summary"]
-    assert sleep.delays == [1.0]
-    # the server's thread may record the second request after the client gave up on it
+    assert sleep.delays == [1.0]  # one retry, after its backoff
+    # the server's thread may record the second request after the client gave up on it,
+    # or never, on a loaded machine where the retry's 0.2 s run out before it was sent
     deadline = time.monotonic() + 10
     while len(items_api.seen) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert [path for _, path, _ in items_api.seen] == ["/slow", "/slow"]
+    assert [path for _, path, _ in items_api.seen] in (["/slow"], ["/slow", "/slow"])
 
 
 def test_the_timeout_bounds_the_whole_call_not_each_read(items_api: ItemsAPI) -> None:
