@@ -158,6 +158,17 @@ async def _limited(name: str, work: Any, timeout_s: float) -> ToolResult:
     return result
 
 
+class QuestionPending(Exception):  # noqa: N818 (not an error: the run waits for a person)
+    """A tool asked the person a question no one has answered yet: the loop stops, and
+    its op halts the run, keeping what it journaled (a resumed op replays it)."""
+
+    def __init__(self, question: str, options: list[str], multi_select: bool) -> None:
+        super().__init__(question)
+        self.question = question
+        self.options = options
+        self.multi_select = multi_select
+
+
 def identity(text: str) -> str:
     return text
 
@@ -293,7 +304,12 @@ class AgentLoop:
             else _refused(call, "the agent's tool-call budget is used up; give your answer")
             for index, call in enumerate(calls)
         ]
-        return list(await asyncio.gather(*jobs))
+        # every call ends (and journals its result) before a pending question stops the loop
+        done = await asyncio.gather(*jobs, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return [outcome for outcome in done if isinstance(outcome, ToolCallRecord)]
 
     async def _run_call(
         self, turn: TurnRecord, index: int, call: ToolCall, op_id: str | None

@@ -13,13 +13,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from lattice.agents.loop import AgentBounds, AgentLoop, ToolBox, ToolJournal
+from lattice.agents.loop import AgentBounds, AgentLoop, QuestionPending, ToolBox, ToolJournal
 from lattice.ir.models import AgentOp
-from lattice.runtime.context import Outcome, RunContext
+from lattice.runtime.ask_tool import AskToolset, take_step_answers
+from lattice.runtime.context import HaltRun, Outcome, RunContext
+from lattice.runtime.executors import waiting_summary
 from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import AgentSettings, RuntimeSettings
 from lattice.tools.toolset import FileChange, Toolset
-from lattice.workspace.grants import ToolDecision
+from lattice.workspace.grants import ASK_TOOL, READ_ONLY_TYPES, ToolDecision
 
 
 def agent_bounds(op: AgentOp, agents: AgentSettings) -> AgentBounds:
@@ -53,6 +55,9 @@ class AgentExecutor(LLMWriteExecutor):
     async def run(self, ctx: RunContext) -> Outcome:
         op = self.op
         toolsets = self._open_toolsets(ctx)
+        if ASK_TOOL in self.decision.granted:
+            answers = take_step_answers(ctx.answers, op.source_node)
+            toolsets.append(AskToolset(op, answers, ctx.ask_human, ctx.emit))
         try:
             box = await ToolBox.open(toolsets, self.decision.granted)
             journal = ctx.llm.provider if isinstance(ctx.llm.provider, ToolJournal) else None
@@ -76,6 +81,21 @@ class AgentExecutor(LLMWriteExecutor):
                 value, attempts = await self.call(
                     ctx, self.engine, messages, replace(ctx.llm, provider=loop)
                 )
+            except QuestionPending as asked:
+                raise HaltRun(
+                    "waiting_for_answer",
+                    waiting_summary(asked.question, asked.options),
+                    {
+                        "question": asked.question,
+                        "options": asked.options,
+                        "multiSelect": asked.multi_select,
+                        "tool": ASK_TOOL,
+                    },
+                    f"lattice resume RUN_DIR --answer {op.source_node}=<"
+                    + ("option label or index" if asked.options else "text")
+                    + ">",
+                    keeps_calls=True,
+                ) from None
             finally:
                 transcript = loop.transcript
                 ctx.emit(
@@ -93,16 +113,20 @@ class AgentExecutor(LLMWriteExecutor):
         return Outcome(output=value, record=record)
 
     def _open_toolsets(self, ctx: RunContext) -> list[Toolset]:
-        granted = self.decision.granted
+        granted = tuple(name for name in self.decision.granted if name != ASK_TOOL)
         if not granted:
             return []
         if self.agents.toolsets is not None:
-            return self.agents.toolsets(self.agents.grant, granted)
+            return list(self.agents.toolsets(self.agents.grant, granted))
         from lattice.workspace.toolset import workspace_toolsets  # httpx: only when agents run
 
         mcp = ctx.tools if any(name.startswith("mcp__") for name in granted) else None
         return workspace_toolsets(
-            self.agents.grant, granted, http_client=ctx.http_pool.client, mcp=mcp
+            self.agents.grant,
+            granted,
+            http_client=ctx.http_pool.client,
+            mcp=mcp,
+            read_only_shell=self.op.agent_type in READ_ONLY_TYPES,
         )
 
     def _refused(self) -> list[dict[str, str]]:

@@ -45,11 +45,22 @@ class HaltRun(LatticeRunError):
 
     ``error_type`` is the reason (``question`` or ``missing_information``), ``message``
     the summary; ``action`` tells the person what to do (``RUN_DIR`` stands for the folder).
+    ``keeps_calls``: the op halted in the middle of its work (an agent asked the person):
+    its journaled model answers and tool results stay for the resumed op to replay.
     """
 
-    def __init__(self, reason: str, summary: str, details: dict[str, Any], action: str) -> None:
+    def __init__(
+        self,
+        reason: str,
+        summary: str,
+        details: dict[str, Any],
+        action: str,
+        *,
+        keeps_calls: bool = False,
+    ) -> None:
         super().__init__(summary, error_type=reason, details=details)
         self.action = action
+        self.keeps_calls = keeps_calls
 
     @property
     def reason(self) -> str:

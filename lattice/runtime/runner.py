@@ -136,10 +136,12 @@ class Runner:
         meta: Mapping[str, Any] | None = None,
         settings: RuntimeSettings | None = None,
     ) -> None:
+        from lattice.agents.main_agent import under_grant
         from lattice.ir.models import AgentOp, ContractOpBase
 
-        self.ir = ir
         self.settings = settings or RuntimeSettings()
+        ir = under_grant(ir, self.settings.agents.grant)  # prompt steps act under a grant
+        self.ir = ir
         self.provider: LLMProvider = provider or DisabledProvider()
         self.store = store if store is not None else RunStore()
         self.limits = limits or RunLimits()
@@ -678,7 +680,7 @@ class Runner:
             ctx.current_op = None
             return self._finish(ctx, "completed", output, None, None, counters, track.op_seq)
         except HaltRun as halt:
-            if ctx.walk.durability.journals and ctx.branch is None:
+            if ctx.walk.durability.journals and ctx.branch is None and not halt.keeps_calls:
                 # a halted op leaves no record: its number is used again
                 ctx.walk.durability.journal(stopped_line(ctx, track.op_seq - 1, track.current))
             report = failure_report(

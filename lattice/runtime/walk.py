@@ -239,7 +239,7 @@ class Walker:
         ctx = track.ctx
         halt.op_id = halt.op_id or current
         halt.node_id = halt.node_id or step.node
-        if journaled and ctx.branch is not None and not step.control:
+        if journaled and ctx.branch is not None and not step.control and not halt.keeps_calls:
             # The main walk journals its own halted op (Runner); a branch's gets its line
             # here, or the answers it had would count as still to be replayed, though the
             # resumed op asks again (with the answer given).
