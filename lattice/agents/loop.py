@@ -158,7 +158,7 @@ async def _limited(name: str, work: Any, timeout_s: float) -> ToolResult:
     return result
 
 
-class QuestionPending(Exception):  # noqa: N818 (not an error: the run waits for a person)
+class QuestionPending(Exception):
     """A tool asked the person a question no one has answered yet: the loop stops, and
     its op halts the run, keeping what it journaled (a resumed op replays it)."""
 

@@ -101,9 +101,7 @@ class AskToolset:
             if inspect.isawaitable(answer):
                 answer = await answer
         if answer is None:
-            raise QuestionPending(
-                ask.question, [o.label for o in ask.options], ask.multi_select
-            )
+            raise QuestionPending(ask.question, [o.label for o in ask.options], ask.multi_select)
         try:
             value = normalize_answer(ask, answer)
         except LatticeRunError:  # Claude Code's "Other": the person's own words
