@@ -25,6 +25,7 @@ from lattice.document.loader import read_json_file
 from lattice.errors import InputError, InvalidInputs, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
+from lattice.lower.acting import toolless_nodes
 from lattice.runs.store import RunStore
 from lattice.runs.view import list_runs, show_run
 from lattice.runtime.runner import Runner, check_answers
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     runner = prepared.runner
     for refused in refused_tools(ir, prepared.settings.agents.grant):
         note(f"warning: {refused.message()}")
+    for toolless in toolless_nodes(runner.ir, prepared.settings.agents.grant):
+        note(f"warning: {toolless.message()}")
     if args.dry_run:
         return _dry_run(runner, inputs)
     if args.engine == "temporal":

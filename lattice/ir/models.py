@@ -128,7 +128,7 @@ class LLMWriteOp(ContractOpBase):
     """For tool_arguments ops: the tool whose ``inputSchema`` is the output schema."""
     main_agent: bool | None = None
     """A ``prompt`` step: a turn of Claude Code's main agent. A run whose grant gives the
-    main agent tools runs it as an AGENT op (``lattice.agents.main_agent``)."""
+    main agent tools runs it as an AGENT op (``lattice.lower.main_agent``)."""
 
 
 MAX_AGENT_TURNS = 1000

@@ -15,9 +15,9 @@ from typing import Any
 
 from lattice.agents.loop import AgentBounds, AgentLoop, QuestionPending, ToolBox, ToolJournal
 from lattice.ir.models import AgentOp
+from lattice.runtime.answers import waiting_summary
 from lattice.runtime.ask_tool import AskToolset, take_step_answers
 from lattice.runtime.context import HaltRun, Outcome, RunContext
-from lattice.runtime.executors import waiting_summary
 from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import AgentSettings, RuntimeSettings
 from lattice.tools.toolset import FileChange, Toolset

@@ -1,7 +1,7 @@
 """``AskUserQuestion``: the main agent's way to ask the person, as an ``askUserQuestion``
 node asks.
 
-A prompt step run as a turn of the main agent (``lattice.agents.main_agent``) is offered
+A prompt step run as a turn of the main agent (``lattice.lower.main_agent``) is offered
 Claude Code's ``AskUserQuestion`` tool. A call takes the answer given for the step's
 node (``lattice resume RUN --answer NODE=…``, the gateway's answers, the panel), else asks
 a live person (the terminal), else stops the loop with ``QuestionPending``: the AGENT op
@@ -19,8 +19,8 @@ from lattice.agents.loop import QuestionPending
 from lattice.errors import LatticeRunError
 from lattice.ir.models import AgentOp, AskOp, AskOption
 from lattice.llm.base import ToolDef
+from lattice.runtime.answers import normalize_answer
 from lattice.runtime.context import AskHuman
-from lattice.runtime.executors import normalize_answer
 from lattice.tools.toolset import ToolResult
 from lattice.workspace.grants import ASK_TOOL
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from lattice.agents.main_agent import under_grant
 from lattice.cli import main
 from lattice.ir.models import AgentOp, LLMWriteOp
+from lattice.lower.main_agent import under_grant
 from lattice.runs.journal import read_journal
 from lattice.workspace import WorkspaceGrant
 from tests.builders import chain, lower_ok, node, op_record
