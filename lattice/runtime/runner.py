@@ -55,6 +55,7 @@ from lattice.runs.store import (
     new_run_id,
     refuse_secrets_in,
 )
+from lattice.runtime.answers import normalize_answer
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -64,7 +65,7 @@ from lattice.runtime.context import (
 )
 from lattice.runtime.durability import EPHEMERAL, Durability
 from lattice.runtime.events import utc_now
-from lattice.runtime.executors import build_executor, normalize_answer
+from lattice.runtime.executors import build_executor
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
 from lattice.runtime.journaled import FolderJournal

@@ -48,7 +48,7 @@ def test_the_gateway_answers_a_prompt_steps_question(tmp_path: Path) -> None:
         assert question["options"] == ["Red", "Blue"]
         answered = client.post(f"/v1/runs/{run_id}/answers", json={"answers": {"pick": "Blue"}})
         assert answered.status_code == 202, answered.text
-        rest, status = follow(client, run_id, last_event_id=events[-1]["seq"])
+        _, status = follow(client, run_id, last_event_id=events[-1]["seq"])
         assert status == "completed"
         assert client.get(f"/v1/runs/{run_id}").json()["output"] == "Blue it is."
     folder = tmp_path / "runs" / run_id
