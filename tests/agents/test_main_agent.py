@@ -80,6 +80,17 @@ def test_without_a_grant_a_prompt_step_is_one_model_call() -> None:
     assert op.tools == ["*", "AskUserQuestion"] and op.prompt == "Say hi"
 
 
+def test_the_main_agent_keeps_the_previous_steps_result_as_context() -> None:
+    doc = chain(
+        node("plan", "prompt", prompt="Plan it"),
+        node("confirm", "prompt", prompt="Confirm the plan from the previous step"),
+    )
+    plain = lower_ok(doc)
+    acting = under_grant(plain, WorkspaceGrant(root=Path("."), read=True))
+    assert acting.ops["confirm"].context == plain.ops["confirm"].context == ["$vars.plan.result"]
+    assert acting.ops["confirm"].reads == plain.ops["confirm"].reads
+
+
 def test_a_prompt_step_asks_halts_and_goes_on_after_resume(
     setup: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
