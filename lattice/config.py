@@ -66,6 +66,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lattice.contracts.policies import ACTIONS
 from lattice.errors import LatticeUserError, did_you_mean
 from lattice.ir.tool_names import mcp_grant_entry
+from lattice.permissions.rules import RuleError
+from lattice.permissions.settings import check_mode, parse_rules
 
 MODEL_CLASSES = ("small", "medium", "large", "default")
 
@@ -190,6 +192,22 @@ class TelemetryConfig(_Strict):
 DEFAULT_CODEC_KEY_ENV = "LATTICE_TEMPORAL_KEY"
 
 
+class EvalsConfig(_Strict):
+    """``[evals]``: what ``lattice eval`` takes from the user's configuration."""
+
+    scorers: list[str] = Field(default_factory=list)
+    """Python functions that score every evaluation's rows, ``"[name=]module:function"``
+    (a dataset cannot name code: it is data)."""
+
+    @field_validator("scorers")
+    @classmethod
+    def _references(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not re.fullmatch(r"(?:[\w.-]+=)?[\w.]+:[\w.]+", item):
+                raise ValueError(f'{item!r} is not "[name=]module:function"')
+        return value
+
+
 class TemporalConfig(_Strict):
     """``[temporal]``: what every client and worker of runs on Temporal shares."""
 
@@ -215,6 +233,43 @@ class TemporalConfig(_Strict):
 AGENT_GRANTS = ("read", "write", "shell", "web")
 
 
+class FlagRules(_Strict):
+    """The rules and mode of the command line (``--allow-rule``, ``--ask-rule``,
+    ``--deny-rule``, ``--permission-mode``), kept apart to be named as such."""
+
+    allow: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+    mode: str | None = None
+
+
+class PermissionsConfig(_Strict):
+    """``[agents.permissions]``: Claude Code's permission rules for agents' tool calls,
+    inside what ``[agents]`` grants (docs/agents.md)."""
+
+    allow: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+    default_mode: str | None = None
+    """default, acceptEdits, plan, dontAsk or bypassPermissions (with bypass_permissions)."""
+    claude_settings: bool = True
+    """Read ``~/.claude/settings.json`` and the workspace's ``.claude/settings*.json``."""
+    bypass_permissions: bool = False
+    """Let a ``bypassPermissions`` mode stand (else the run is in default mode)."""
+    flags: FlagRules = Field(default_factory=FlagRules)
+
+    @model_validator(mode="after")
+    def _rules_read(self) -> PermissionsConfig:
+        lists = {"allow": self.allow, "ask": self.ask, "deny": self.deny}
+        try:
+            parse_rules(lists, "{behavior}[{index}]", None)
+            if self.default_mode is not None:
+                check_mode(self.default_mode, "default_mode")
+        except RuleError as exc:
+            raise ValueError(exc.message) from None
+        return self
+
+
 class AgentsConfig(_Strict):
     """``[agents]``: what agent nodes may do. Nothing is granted by default; a document
     can only ask (docs/agents.md)."""
@@ -226,6 +281,7 @@ class AgentsConfig(_Strict):
     """Configured MCP servers (``[mcp.servers.<id>]``) whose tools agents may call."""
     patch_only: bool = False
     """Record every change as a patch in the run folder without touching the files."""
+    permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)
     max_turns: int | None = Field(default=None, ge=1, le=1000)
     max_tool_calls: int | None = Field(default=None, ge=0, le=10_000)
     max_tokens: int | None = Field(default=None, ge=1)
@@ -260,6 +316,7 @@ class LatticeConfig(_Strict):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     temporal: TemporalConfig = Field(default_factory=TemporalConfig)
+    evals: EvalsConfig = Field(default_factory=EvalsConfig)
     source: str | None = Field(default=None, exclude=True)
 
     @field_validator("providers")
@@ -331,10 +388,34 @@ def with_agent_grants(
     allow: list[str] | None = None,
     mcp_servers: list[str] | None = None,
     patch_only: bool = False,
+    flags: FlagRules | None = None,
+    claude_settings: bool = True,
+    bypass_permissions: bool = False,
 ) -> LatticeConfig:
     """``config`` with the grants of ``--workspace``, ``--allow`` (comma-separated, may be
     repeated), ``--allow-mcp`` and ``--patch-only`` added to its ``[agents]``: the
-    workspace replaces the configured one, the rest add to it."""
+    workspace replaces the configured one, the rest add to it. ``flags`` are the command
+    line's permission rules and mode (checked here: a bad one names its option);
+    ``claude_settings`` off (``--no-claude-settings``) and ``bypass_permissions``
+    (``--bypass-permissions``) override ``[agents.permissions]``."""
+    if flags is not None:
+        lists = {"allow": flags.allow, "ask": flags.ask, "deny": flags.deny}
+        parse_rules(lists, "--{behavior}-rule", None)
+        if flags.mode is not None:
+            check_mode(flags.mode, "--permission-mode")
+    permissions = config.agents.permissions.model_dump()
+    if flags is not None:
+        permissions["flags"] = flags.model_dump()
+    permissions["claude_settings"] = permissions["claude_settings"] and claude_settings
+    permissions["bypass_permissions"] = permissions["bypass_permissions"] or bypass_permissions
+    if permissions != config.agents.permissions.model_dump():
+        config = config.model_copy(
+            update={
+                "agents": config.agents.model_copy(
+                    update={"permissions": PermissionsConfig.model_validate(permissions)}
+                )
+            }
+        )
     kinds = [kind.strip() for item in allow or () for kind in item.split(",") if kind.strip()]
     unknown = [kind for kind in kinds if kind not in AGENT_GRANTS]
     if unknown:

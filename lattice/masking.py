@@ -3,7 +3,11 @@
 A value inserted into a URL comes back lower-cased (a host), percent-encoded (any part
 of a URL), IDNA-encoded (a host with non-ASCII letters) or inside a base64 blob (the
 password of a URL, sent as HTTP basic auth); written into JSON it is escaped. The
-pattern :func:`secrets_pattern` makes finds each of those forms.
+pattern :func:`secrets_pattern` makes finds each of those forms, and :func:`find` reads
+a text with each percent-escape of an unreserved character (``%2D`` or ``%2d`` for
+``-``, ``%41`` for ``A``) as that character first, since such an escape may stand for
+any character of a value. :class:`SecretFinder` puts both together, with a quick test
+first that lets most texts through untouched.
 
 Only a value that cannot be ordinary text is looked for (:func:`maskable`): masking
 ``test``, ``EMPTY`` or ``ollama`` would rewrite every such word of a run folder, SWITCH
@@ -14,6 +18,7 @@ could enter instead (:func:`scrub` for an error message that may quote it).
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 import os
 import re
@@ -47,6 +52,23 @@ LATTICE_KEY_VARIABLES = ("LATTICE_SERVER_TOKEN", "LATTICE_TEMPORAL_KEY")
 
 _SEPARATORS = re.compile(r"[-_. ]+")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+_UNRESERVED_ESCAPE = re.compile(
+    r"%(?:2[DdEe]|3[0-9]|[46][1-9A-Fa-f]|5[0-9Aa]|7[0-9Aa]|5[Ff]|7[Ee])"
+)
+"""A percent-escape of an unreserved character (RFC 3986: letters, digits, ``-._~``),
+in either case of hex: a URL means the same with the character itself."""
+
+
+def _unescaped(found: re.Match[str]) -> str:
+    return chr(int(found[0][1:], 16))
+
+
+def _read(value: str) -> list[str]:
+    """``value``, and ``value`` as :func:`find` reads a text (when it holds a
+    percent-escape of an unreserved character itself: ``pa%41ss``, read ``paAss``)."""
+    read = _UNRESERVED_ESCAPE.sub(_unescaped, value)
+    return [value] if read == value else [value, read]
 
 
 def maskable(value: str) -> bool:
@@ -163,9 +185,8 @@ def _base64_forms(value: str) -> list[str]:
 def forms_pattern(value: str) -> tuple[str, int]:
     """A regular expression (source) matching ``value`` in each of its forms, and the
     length of its longest match."""
-    chars = [_char_forms(c) for c in value]
     longest = sum(len(_char_written(c)[0]) for c in value)
-    alternatives = ["(?i:" + "".join(chars) + ")"]
+    alternatives = ["(?i:" + "".join(_char_forms(c) for c in text) + ")" for text in _read(value)]
     for form in _idna_forms(value):
         alternatives.append("(?i:" + re.escape(form) + ")")
         longest = max(longest, len(form))
@@ -193,10 +214,11 @@ def anchors(values: Iterable[str]) -> list[str] | None:
     and its base64 forms), or None when some value has no such run (the pattern must run)."""
     found: list[str] = []
     for value in {v for v in values if maskable(v)}:
-        longest = max(_ENCODED.split(value), key=len)  # ASCII: lower-cased alike anywhere
-        if len(longest) < 3:
-            return None
-        found.append(longest.lower())
+        for text in _read(value):
+            longest = max(_ENCODED.split(text), key=len)  # ASCII: lower-cased alike anywhere
+            if len(longest) < 3:
+                return None
+            found.append(longest.lower())
         found += [form.lower() for form in (*_idna_forms(value), *_base64_forms(value))]
     return list(dict.fromkeys(found))
 
@@ -216,10 +238,114 @@ def scrub(text: str, values: Iterable[str], replacement: str = "***") -> str:
         if maskable(value):
             source = forms_pattern(value)[0]
         else:
-            source = (
-                r"(?<![A-Za-z0-9])(?:"
-                + "".join(_char_forms(c) for c in value)
-                + r")(?![A-Za-z0-9])"
-            )
-        text = re.sub(source, lambda _: replacement, text)
+            written = ("".join(_char_forms(c) for c in text) for text in _read(value))
+            source = r"(?<![A-Za-z0-9])(?:" + "|".join(written) + r")(?![A-Za-z0-9])"
+        text = replace(text, find(re.compile(source), text), replacement)
     return text
+
+
+def _longest_escaped(value: str) -> int:
+    """The length of ``value`` written at its longest with each unreserved character as a
+    percent-escape."""
+    return sum(3 if c in _UNRESERVED else len(_char_written(c)[0]) for c in value)
+
+
+def find(pattern: re.Pattern[str], text: str) -> list[tuple[int, int]]:
+    """Where ``pattern`` (of :func:`forms_pattern` or :func:`secrets_pattern`) finds a
+    value in ``text``: spans of ``text``, read with each percent-escape of an unreserved
+    character as that character (``sk%2Dproj`` is ``sk-proj``)."""
+    normal, escapes = _normalised(text)
+    if not escapes:
+        return [m.span() for m in pattern.finditer(text)]
+    return _spans_in(pattern, normal, escapes)
+
+
+def _normalised(text: str) -> tuple[str, list[int]]:
+    """``text`` with each percent-escape of an unreserved character decoded, and where
+    those escapes start in ``text``."""
+    if "%" not in text:
+        return text, []
+    escapes = [m.start() for m in _UNRESERVED_ESCAPE.finditer(text)]
+    if not escapes:
+        return text, []
+    return _UNRESERVED_ESCAPE.sub(_unescaped, text), escapes
+
+
+def _spans_in(pattern: re.Pattern[str], normal: str, escapes: list[int]) -> list[tuple[int, int]]:
+    """The spans ``pattern`` finds in ``normal`` (a text with the escapes starting at
+    ``escapes`` decoded), as spans of the text before decoding."""
+    # the k-th escape (3 characters) is one character of ``normal``, at its start less 2k
+    at = [start - 2 * k for k, start in enumerate(escapes)]
+    return [
+        (s + 2 * bisect.bisect_left(at, s), e + 2 * bisect.bisect_left(at, e))
+        for s, e in (m.span() for m in pattern.finditer(normal))
+    ]
+
+
+def replace(text: str, spans: list[tuple[int, int]], replacement: str) -> str:
+    """``text`` with each of ``spans`` (in order, not overlapping) replaced by
+    ``replacement``."""
+    if not spans:
+        return text
+    pieces: list[str] = []
+    last = 0
+    for start, end in spans:
+        pieces += (text[last:start], replacement)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+class SecretFinder:
+    """Finds the maskable values of ``values`` in a text, in each form they take
+    (:func:`secrets_pattern`, percent-escapes read as :func:`find` reads them).
+
+    Most texts hold no secret: a quick test (:func:`anchors`, on the text lower-cased)
+    answers for them, about 20 times faster than the pattern. False when no value is
+    maskable."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        kept = sorted({v for v in values if maskable(v)}, key=len, reverse=True)
+        self.pattern, longest = secrets_pattern(kept)
+        self._anchors = anchors(kept)
+        self.longest = max([longest, *(_longest_escaped(v) for v in kept)])
+        """The length of the longest text a value may be found as."""
+
+    def __bool__(self) -> bool:
+        return self.pattern is not None
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where a value is found in ``text`` (spans of ``text``, in order)."""
+        pattern = self.pattern
+        if pattern is None:
+            return []
+        normal, escapes = _normalised(text)
+        if self._missed(normal):
+            return []
+        if not escapes:
+            return [m.span() for m in pattern.finditer(text)]
+        return _spans_in(pattern, normal, escapes)
+
+    def sub(self, text: str, replacement: str = "***") -> str:
+        """``text`` with each value found in it replaced by ``replacement``."""
+        pattern = self.pattern
+        if pattern is None:
+            return text
+        quick = self._anchors
+        if quick is not None:
+            lowered = text.lower()
+            if not any(anchor in lowered for anchor in quick) and (
+                "%" not in text or _UNRESERVED_ESCAPE.search(text) is None
+            ):
+                return text  # the usual case
+        if "%" not in text:
+            return pattern.sub(lambda _: replacement, text)
+        return replace(text, self.spans(text), replacement)
+
+    def _missed(self, text: str) -> bool:
+        """Whether the quick test says that ``text`` holds no value."""
+        quick = self._anchors
+        if quick is None:
+            return False
+        lowered = text.lower()
+        return not any(anchor in lowered for anchor in quick)

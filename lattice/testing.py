@@ -17,6 +17,14 @@ or any provider) and returns a ``LatticeRun``: the run's vars, output and status
 path it took, every model call, and a transcript that stays the same from run to run
 (no timestamps, run ids or durations). Loading the plugin costs an import of this
 module only: the runtime is imported by the first ``lattice_run``.
+
+The ``lattice_eval`` fixture runs ``lattice eval`` (docs/evals.md) and returns an
+``EvalOutcome``, so that a suite fails when a change makes a workflow worse::
+
+    def test_triage_keeps_its_thresholds(lattice_eval):
+        outcome = lattice_eval("flows/triage.json", "flows/triage.eval.jsonl",
+                               mock="flows/triage.mock.json", thresholds={"category": 0.95})
+        outcome.assert_thresholds()     # fails with the report's table and verdict
 """
 
 from __future__ import annotations
@@ -33,12 +41,21 @@ import pytest
 if TYPE_CHECKING:
     from lattice.contracts.report import FailureReport
     from lattice.contracts.usage import Usage
+    from lattice.evals.run import EvalReport
     from lattice.ir.models import ExecIR
     from lattice.llm.base import LLMProvider
     from lattice.runtime.results import RunResult
     from lattice.runtime.settings import RuntimeSettings
 
-__all__ = ["Call", "LatticeRun", "lattice_run", "run_workflow"]
+__all__ = [
+    "Call",
+    "EvalOutcome",
+    "LatticeRun",
+    "evaluate",
+    "lattice_eval",
+    "lattice_run",
+    "run_workflow",
+]
 
 SYNTHETIC_KINDS = ("FORK", "JOIN")
 """Ops that lowering adds where connections fan out and meet: not nodes of the document,
@@ -444,5 +461,122 @@ def lattice_run(
     ) -> LatticeRun:
         runs_dir = tmp_path_factory.mktemp("lattice-runs") if record else None
         return run_workflow(workflow, inputs, mock, runs_dir=runs_dir, search=search, **options)
+
+    return run
+
+
+# -- evaluations ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalOutcome:
+    """What ``lattice_eval`` (or ``evaluate``) found: the report, and ways to assert on it."""
+
+    report: EvalReport
+
+    @property
+    def passed(self) -> bool:
+        """The thresholds hold and no more rows regressed than allowed (exit code 0)."""
+        return self.report.exit_code == 0
+
+    @property
+    def regressed(self) -> list[Any]:
+        """The ids of the rows the second variant scores lower than the first."""
+        return [change.id for change in self.report.regressions]
+
+    def mean(self, scorer: str, variant: int = -1) -> float | None:
+        """A scorer's mean over a variant's rows (the last variant by default)."""
+        for result in self.report.variants[variant].scorers:
+            if result.name == scorer:
+                return result.interval.mean if result.interval is not None else None
+        raise KeyError(f"no scorer {scorer!r}")
+
+    @property
+    def text(self) -> str:
+        """The report as ``lattice eval`` prints it."""
+        from lattice.evals.report import render
+
+        return render(self.report)
+
+    def assert_thresholds(self) -> None:
+        """Raise AssertionError, with the report's text, unless the evaluation passed."""
+        if not self.passed:
+            raise AssertionError("the evaluation failed:\n" + self.text)
+
+
+def evaluate(
+    workflow: str | Path,
+    dataset: str | Path,
+    *,
+    mock: str | Path | None = None,
+    mock_b: str | Path | None = None,
+    variant: str | Path | None = None,
+    results: Sequence[str | Path] = (),
+    scorers: Sequence[Mapping[str, Any] | str] = (),
+    thresholds: Mapping[str, float] | None = None,
+    max_regressions: int = 0,
+    out_dir: str | Path,
+    search: Sequence[str | Path] = (),
+    **options: Any,
+) -> EvalOutcome:
+    """Run ``lattice eval`` from Python: ``workflow`` over ``dataset`` (and a second
+    variant: ``variant`` a document, or ``mock_b`` a mock script; or ``results``, one or
+    two recorded results files), the results under ``out_dir``. ``scorers`` add to the
+    dataset's (JSON forms, or Python functions as ``{"type": "python", "function":
+    "module:function"}``), ``thresholds`` override its thresholds. Other keyword
+    arguments go to ``lattice.evals.run.EvalOptions`` (``provider``, ``cache``,
+    ``judge_mock``, ``config``, ``concurrency``, …)."""
+    from lattice.evals.run import EvalOptions, Evaluation, Variant
+    from lattice.evals.scorers import parse_spec
+    from lattice.runtime.sync import run_sync
+
+    folders = [Path(folder) for folder in search]
+
+    def found(path: str | Path | None) -> Path | None:
+        return None if path is None else _resolve(path, folders)
+
+    if results:
+        variants = [
+            Variant(label, results=found(path)) for label, path in zip("AB", results, strict=False)
+        ]
+    else:
+        first = Variant("A", found(workflow), mock=found(mock))
+        variants = [first]
+        if variant is not None or mock_b is not None:
+            variants.append(
+                Variant("B", found(variant) or first.workflow, mock=found(mock_b) or first.mock)
+            )
+    specs = [
+        parse_spec(spec, f"scorers[{i}]", origin="command line", index=i)
+        for i, spec in enumerate(scorers)
+    ]
+    eval_options = EvalOptions(
+        dataset=_resolve(dataset, folders),
+        variants=variants,
+        out_dir=out_dir,
+        scorers=specs,
+        thresholds=dict(thresholds or {}),
+        max_regressions=max_regressions,
+        progress="none",
+        **options,
+    )
+    report = run_sync(Evaluation(eval_options).arun, what="lattice eval")
+    return EvalOutcome(report)
+
+
+@pytest.fixture
+def lattice_eval(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., EvalOutcome]:
+    """``lattice_eval(workflow, dataset, *, mock=None, mock_b=None, variant=None,
+    results=(), scorers=(), thresholds=None, max_regressions=0, **options)`` runs an
+    evaluation (``evaluate``) under a temporary directory and returns an
+    ``EvalOutcome``; ``outcome.assert_thresholds()`` fails the test when it did not
+    pass. Paths are looked up as ``lattice_run`` looks them up."""
+    search = (Path(request.config.rootpath), Path(request.path).parent)
+
+    def run(workflow: str | Path, dataset: str | Path, **options: Any) -> EvalOutcome:
+        out_dir = options.pop("out_dir", None) or tmp_path_factory.mktemp("lattice-eval")
+        return evaluate(workflow, dataset, out_dir=out_dir, search=search, **options)
 
     return run

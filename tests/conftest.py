@@ -122,6 +122,19 @@ def _block_network() -> object:
     socket.getaddrinfo = _real_getaddrinfo
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_users_claude_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A developer's own ``~/.claude/settings.json`` (permission rules) never decides a
+    test's tool calls: Claude Code's settings folder is an empty one (CLAUDE_CONFIG_DIR)."""
+    saved = os.environ.get("CLAUDE_CONFIG_DIR")
+    os.environ["CLAUDE_CONFIG_DIR"] = str(tmp_path_factory.mktemp("claude-config"))
+    yield
+    if saved is None:
+        os.environ.pop("CLAUDE_CONFIG_DIR", None)
+    else:
+        os.environ["CLAUDE_CONFIG_DIR"] = saved
+
+
 @pytest.fixture(autouse=True)
 def _no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """Live API keys never leak into tests by accident."""

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lattice"
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "files", "masking", "patterns", "schemas", "text"}),
-    frozenset({"document", "ir", "prompts"}),
+    frozenset({"document", "ir", "prompts", "permissions"}),
     frozenset({"llm"}),
     frozenset({"contracts"}),
     frozenset({"config"}),
@@ -28,7 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"telemetry"}),
     frozenset({"runtime"}),
     frozenset({"service"}),
-    frozenset({"primitive", "planner", "testing", "batch", "durable"}),
+    frozenset({"primitive", "planner", "testing", "batch", "evals", "durable"}),
     frozenset({"cli", "server"}),
 )
 """Lowest first. ``lattice/__init__.py`` (the public facade) may import anything."""

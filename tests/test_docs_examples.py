@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from pathlib import Path
@@ -159,3 +160,19 @@ def test_install_hints_name_extras_that_exist() -> None:
     sources = [*PAGES, *sorted((REPO / "lattice").rglob("*.py"))]
     stale = [str(p.relative_to(REPO)) for p in sources if "lattice-lre[" in p.read_text("utf-8")]
     assert not stale, stale
+
+
+def test_the_files_the_docs_commands_make_are_left_out_of_git() -> None:
+    """``temporal server start-dev --db-filename temporal.db``, as the docs write it,
+    makes a database in the clone: .gitignore leaves it (and its companions) out."""
+    ignored = [
+        line.strip()
+        for line in (REPO / ".gitignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    docs = "\n".join(p.read_text() for p in [REPO / "README.md", *(REPO / "docs").glob("*.md")])
+    made = set(re.findall(r"--db-filename (\S+)", docs))
+    assert made == {"temporal.db"}
+    for name in made:
+        for path in (name, f"{name}-wal", f"{name}-shm"):
+            assert any(fnmatch.fnmatch(path, pattern) for pattern in ignored), path

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 
 import pytest
 
@@ -21,6 +22,16 @@ HEAVY = ("networkx", "httpx", "httpcore", "jsonschema", "rich", "anyio", *SDKS)
 """Modules that a run, a lowering or an HTTP call imports when it needs them, never an import."""
 KEYWORD_ONLY = {"LLMPrimitive": 0, "Response": 0, "Runner": 1}
 """Public classes → how many leading positional parameters they take (``Runner(ir, ...)``)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _leaves_no_run_in_the_clone() -> Iterator[None]:
+    """The probes below run in the clone: none of them may leave a run folder there."""
+    runs = REPO / "runs"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    yield
+    after = set(runs.iterdir()) if runs.is_dir() else set()
+    assert after == before, f"the tests left {sorted(map(str, after - before))}"
 
 
 def test_all_matches_the_lazy_export_table() -> None:
@@ -237,8 +248,9 @@ def test_the_models_come_with_an_ir_and_the_engine_with_a_model_op() -> None:
     """The probe above can fail: lowering brings the models; a run without model ops
     leaves the contract engine out, a run with an LLM op brings it (and no agent loop)."""
     plain = (
-        "from lattice import Runner, lower\n"
-        f"assert Runner(lower({TRANSFORM_ONLY!r})).run({{}}).output == 2"
+        "from lattice import Runner, RunStore, lower\n"
+        f"runner = Runner(lower({TRANSFORM_ONLY!r}), store=RunStore(None))\n"
+        "assert runner.run({}).output == 2"
     )
     watched = (*LOADED_WITH_AN_IR, *LOADED_WITH_A_MODEL_OP)
     assert _modules_after(plain, watched) == sorted(LOADED_WITH_AN_IR)

@@ -31,13 +31,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from lattice.agents.gate import CallGate, Pass
 from lattice.agents.records import AgentTranscript, ToolCallRecord, TurnRecord
 from lattice.contracts.calls import CallEnv
 from lattice.contracts.policies import policy_stack
 from lattice.errors import LatticeRunError
 from lattice.ir.tool_names import parse_mcp_name
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message, ToolCall, ToolDef
+from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
 from lattice.tools.toolset import ToolResult, Toolset
+from lattice.workspace.grants import ASK_TOOL
 
 WRITE_TOOLS = frozenset({"Edit", "MultiEdit", "Write"})
 """Tools whose changes are planned, journaled, then applied (idempotent after a crash)."""
@@ -186,6 +189,7 @@ class AgentLoop:
         journal: ToolJournal | None = None,
         patch_only: bool = False,
         mask: Callable[[str], str] = identity,
+        gate: CallGate | None = None,
     ) -> None:
         self.name = inner.name
         self.inner = inner
@@ -195,6 +199,8 @@ class AgentLoop:
         self.journal = journal
         self.patch_only = patch_only
         self.mask = mask
+        self.gate = gate
+        """Decides each call by the permission rules (None: every offered call runs)."""
         self.transcript = AgentTranscript(tools=box.names)
         self._attempts = 0
 
@@ -296,26 +302,78 @@ class AgentLoop:
     async def _run_calls(
         self, turn: TurnRecord, calls: Sequence[ToolCall], op_id: str | None
     ) -> list[ToolCallRecord]:
-        """The turn's calls, run concurrently, their records in the order they were asked."""
+        """The turn's calls, each through the gate in the order asked, then those it lets
+        pass run concurrently; their records in the order they were asked. Calls that wait
+        for a person end the turn with ``ApprovalsPending`` once the others have run."""
         room = self.bounds.max_tool_calls - self.transcript.tool_calls
-        jobs = [
-            self._run_call(turn, index, call, op_id)
-            if index < room
-            else _refused(call, "the agent's tool-call budget is used up; give your answer")
-            for index, call in enumerate(calls)
-        ]
+        jobs = []
+        pending: list[ApprovalRequest] = []
+        for index, call in enumerate(calls):
+            if index >= room:
+                jobs.append(
+                    _refused(call, "the agent's tool-call budget is used up; give your answer")
+                )
+                continue
+            fate = await self._gate(turn, index, call, op_id)
+            if isinstance(fate, ApprovalRequest):
+                pending.append(fate)
+                self.env.emit("approval_requested", fate.to_json())
+            elif isinstance(fate, ToolResult):
+                jobs.append(self._refuse(turn, index, call, op_id, fate))
+            else:
+                jobs.append(self._run_call(turn, index, call, op_id, fate.planned))
         # every call ends (and journals its result) before a pending question stops the loop
         done = await asyncio.gather(*jobs, return_exceptions=True)
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
+        if pending:
+            raise ApprovalsPending(pending)
         return [outcome for outcome in done if isinstance(outcome, ToolCallRecord)]
 
-    async def _run_call(
+    async def _gate(
         self, turn: TurnRecord, index: int, call: ToolCall, op_id: str | None
+    ) -> Pass | ToolResult | ApprovalRequest:
+        """What the gate says of a call not already past it (a recorded start or result)."""
+        if self.gate is None or call.name == ASK_TOOL:  # asking the person needs no permission
+            return Pass()
+        key = _key(turn, index, call)
+        if self.journal is not None and self.journal.recorded_tool(op_id, key) is not None:
+            return Pass()
+        planner = self.box.planner(call.name)
+        plan = None
+        if planner is not None:
+
+            def plan() -> Any:
+                work = planner.plan(call.name, call.arguments)
+                return _limited(call.name, work, self.bounds.tool_timeout_s)
+
+        request_id = f"{self.gate.node}.{turn.number}.{index + 1}"
+        return await self.gate.check(call, request_id, key, op_id, self.journal, plan)
+
+    async def _refuse(
+        self, turn: TurnRecord, index: int, call: ToolCall, op_id: str | None, result: ToolResult
     ) -> ToolCallRecord:
-        key = f"{turn.prompt_hash}:{index}:{call.id}"
+        """A call the gate refused: its refusal journaled as its result, for the model."""
+        record = ToolCallRecord(call, result)
+        self._journal_result(op_id, _key(turn, index, call), record)
+        self._finished(turn, record)
+        return record
+
+    async def _run_call(
+        self,
+        turn: TurnRecord,
+        index: int,
+        call: ToolCall,
+        op_id: str | None,
+        approved_plan: dict[str, Any] | None = None,
+    ) -> ToolCallRecord:
+        key = _key(turn, index, call)
         recorded = self.journal.recorded_tool(op_id, key) if self.journal else None
+        if recorded is None and approved_plan is not None:
+            planned = ToolResult.from_json(approved_plan)
+            self._journal(op_id, key, call, planned)  # before it is applied, as any plan
+            recorded = {"kind": "tool_call", "planned": approved_plan}
         if recorded is not None and recorded.get("kind") == "tool_result":
             record = ToolCallRecord(call, ToolResult.from_json(recorded), replayed=True)
             self._hold(call, record.result)
@@ -410,6 +468,11 @@ class AgentLoop:
         """``text`` with the run's secrets masked, cut to PREVIEW_CHARS."""
         text = self.mask(text)
         return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _key(turn: TurnRecord, index: int, call: ToolCall) -> str:
+    """A call's key in the journal: its turn's prompt, its place in the turn, its id."""
+    return f"{turn.prompt_hash}:{index}:{call.id}"
 
 
 async def _refused(call: ToolCall, why: str) -> ToolCallRecord:

@@ -231,6 +231,13 @@ class RunView:
     calls: dict[str, dict[str, int]]
     """Node → ``calls`` (model requests) and ``repairs``, ``escalations``, ``tokens``."""
     failure: dict[str, Any] | None
+    run_id: str = ""
+    parent: dict[str, Any] | None = None
+    """For a re-run: the run, op and visit it started from (``run_id``, ``op``, ``visit``)."""
+    inherited: list[str] = field(default_factory=list)
+    """The steps before ``since`` (left out of ``path``, ``outputs`` and ``calls``)."""
+    inherited_nodes: list[str] = field(default_factory=list)
+    """The nodes of those steps that no step from ``since`` on went through."""
 
 
 def _json(path: Path) -> Any:
@@ -240,7 +247,10 @@ def _json(path: Path) -> Any:
         return None
 
 
-def read_run(folder: Path) -> RunView:
+def read_run(folder: Path, since: tuple[str, int] | None = None) -> RunView:
+    """A run folder, for comparing; with ``since`` (an op and a visit of it), only from
+    that visit of that op on: the steps before it are ``inherited`` (what a re-run from
+    there took over from this run)."""
     if not (folder / "checkpoint.json").is_file() and not (folder / "result.json").is_file():
         raise LatticeUserError(f"{folder} is not a run folder (no checkpoint.json)")
     result = _json(folder / "result.json") or {}
@@ -250,8 +260,19 @@ def read_run(folder: Path) -> RunView:
     walk: list[str] = []
     outputs: dict[str, list[Any]] = {}
     calls: dict[str, dict[str, int]] = {}
+    inherited: list[str] = []
+    before: set[str] = set()
+    visits = 0
     for record in records:
         node = str(record.get("node_id") or record.get("op_id"))
+        if since is not None and visits < since[1]:
+            if not record.get("branch") and record.get("op_id") == since[0]:
+                visits += 1
+            if visits < since[1]:
+                if not record.get("branch"):
+                    inherited.append(str(record.get("op_id")))
+                before.add(node)
+                continue
         if not record.get("branch"):
             port = record.get("port")
             walk.append(
@@ -282,6 +303,12 @@ def read_run(folder: Path) -> RunView:
         outputs=outputs,
         calls=calls,
         failure=result.get("failure"),
+        run_id=str(checkpoint.get("run_id") or folder.name),
+        parent=checkpoint.get("parent") if isinstance(checkpoint.get("parent"), dict) else None,
+        inherited=inherited,
+        inherited_nodes=sorted(
+            before - set(outputs) - set(calls) - {p.split(" → ")[0] for p in walk}
+        ),
     )
 
 
@@ -295,6 +322,10 @@ class RunDiff:
     """The first step (1-based) where the paths differ."""
     nodes: dict[str, dict[str, Any]]
     """Node → ``outputs`` (JSON difference of its outputs) and/or ``calls`` (A's and B's)."""
+    rerun: dict[str, Any] | None = None
+    """When one run is a re-run of the other: which (``a`` or ``b``), the ``op`` and
+    ``visit`` it started from, and the parent's ``steps`` and ``nodes`` before that,
+    which the re-run inherited (left out of the comparison)."""
 
     @property
     def changed(self) -> bool:
@@ -318,6 +349,7 @@ class RunDiff:
                 "b": self.b.path,
             },
             "nodes": self.nodes,
+            "rerun": self.rerun,
             "usage": {
                 "a": {k: self.a.usage.get(k) for k in ("calls", "input_tokens", "output_tokens")},
                 "b": {k: self.b.usage.get(k) for k in ("calls", "input_tokens", "output_tokens")},
@@ -337,6 +369,15 @@ class RunDiff:
                     f"  {side} [{view.failure.get('category')}] at {view.failure.get('node_id')}: "
                     f"{view.failure.get('summary')}"
                 )
+        if self.rerun is not None:
+            parent = a if self.rerun["run"] == "b" else b
+            side = self.rerun["run"].upper()
+            steps = len(self.rerun["steps"])
+            out.append(
+                f"{side} is a re-run of {parent.run_id} from {self.rerun['op']}"
+                f" (visit {self.rerun['visit']}): the {steps} step{'s' if steps != 1 else ''}"
+                " before it are inherited, compared from there on"
+            )
         if self.output:
             out.append("output:")
             out += render_changes(self.output)
@@ -375,6 +416,24 @@ class RunDiff:
 def diff_runs(a_folder: Path, b_folder: Path) -> RunDiff:
     """``lattice runs diff A B``: status, output, path taken, each node's outputs and calls."""
     a, b = read_run(a_folder), read_run(b_folder)
+    rerun = None
+    for child, parent, name in ((b, a, "b"), (a, b, "a")):
+        start = child.parent
+        if start is not None and start.get("run_id") == parent.run_id and start.get("op"):
+            since = (str(start["op"]), int(start.get("visit") or 1))
+            trimmed = read_run(parent.folder, since)
+            if name == "b":
+                a = trimmed
+            else:
+                b = trimmed
+            rerun = {
+                "run": name,
+                "op": since[0],
+                "visit": since[1],
+                "steps": trimmed.inherited,
+                "nodes": trimmed.inherited_nodes,
+            }
+            break
     diverges = None
     for index in range(max(len(a.path), len(b.path))):
         left = a.path[index] if index < len(a.path) else None
@@ -403,4 +462,5 @@ def diff_runs(a_folder: Path, b_folder: Path) -> RunDiff:
         path_same=diverges is None,
         diverges_at=diverges,
         nodes=nodes,
+        rerun=rerun,
     )

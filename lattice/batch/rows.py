@@ -3,9 +3,13 @@
 Each non-blank line of the inputs file (JSON lines) is one row:
 
 - an inputs object (``{"ticket": "…"}``): the row's id is its line number;
-- or ``{"id": …, "inputs": {…}, "answers": {…}}`` (``answers`` optional, no other
-  keys): an id of your own (a string or an integer) and answers to the workflow's
-  questions for that row.
+- or ``{"id": …, "inputs": {…}, "answers": {…}, "expected": …, "expect": […]}``
+  (``answers``, ``expected`` and ``expect`` optional, no other keys): an id of your own
+  (a string or an integer), answers to the workflow's questions for that row, and what
+  ``lattice eval`` expects of the row (a batch carries them along and ignores them).
+
+A first line ``{"$eval": {…}}`` holds an evaluation's defaults for the whole dataset
+(``lattice.evals.dataset``); a batch skips it.
 
 A line that is not JSON, not an object, repeats an id, or whose inputs or answers do
 not fit the workflow is an ``InvalidLine``: reported with its line number and skipped,
@@ -25,8 +29,12 @@ from typing import Any
 from lattice.errors import InputError, LatticeUserError
 
 RowId = str | int
-ROW_KEYS = frozenset({"id", "inputs", "answers"})
-"""The keys of a row written as ``{"id", "inputs", "answers"}``."""
+ROW_KEYS = frozenset({"id", "inputs", "answers", "expected", "expect"})
+"""The keys of a row written as ``{"id", "inputs", "answers", "expected", "expect"}``."""
+EXPECTATION_KEYS = ("expected", "expect")
+"""A row's expectations (``lattice eval``): the expected output, and assertions on it."""
+DATASET_HEADER = "$eval"
+"""The one key of a dataset's first line that holds an evaluation's defaults."""
 TABLE_SUFFIXES = frozenset({".csv", ".tsv"})
 HEADER_LINE = re.compile(r'\s*"?[\w .-]+"?\s*(?:[,;\t]\s*"?[\w .-]+"?\s*)+')
 """A line of column names (``name,age`` or ``"name"\t"age"``): the header of a table."""
@@ -52,6 +60,8 @@ class Row:
     line: int
     inputs: dict[str, Any]
     answers: dict[str, Any] = field(default_factory=dict)
+    expectations: dict[str, Any] = field(default_factory=dict)
+    """``expected`` and ``expect`` as the line gives them (checked by ``lattice eval``)."""
 
     @property
     def key(self) -> str:
@@ -82,7 +92,8 @@ def _row_from(value: Any, line: int) -> Row:
     if "id" in value and isinstance(value.get("inputs"), dict) and extra:
         listed = ", ".join(repr(key) for key in sorted(extra))
         raise ValueError(
-            f'a row with "id" and "inputs" has no other key than "answers": {listed} '
+            f'a row with "id" and "inputs" has no other key than "answers", "expected" '
+            f'and "expect": {listed} '
             f"{'is' if len(extra) == 1 else 'are'} unexpected"
         )
     if isinstance(value.get("inputs"), dict) and not extra:
@@ -96,8 +107,14 @@ def _row_from(value: Any, line: int) -> Row:
             answers = {}
         if not isinstance(answers, dict):
             raise ValueError('a row\'s "answers" is an object: {"<nodeId>": "<option>"}')
-        return Row(row_id, line, dict(value["inputs"]), dict(answers))
+        expectations = {key: value[key] for key in EXPECTATION_KEYS if key in value}
+        return Row(row_id, line, dict(value["inputs"]), dict(answers), expectations)
     return Row(line, line, value)
+
+
+def is_header(value: Any) -> bool:
+    """Whether a parsed first line is a dataset's header, ``{"$eval": {…}}``."""
+    return isinstance(value, dict) and len(value) == 1 and DATASET_HEADER in value
 
 
 def _lines(source: Path | Iterable[Any]) -> Iterator[tuple[int, Any]]:
@@ -107,6 +124,9 @@ def _lines(source: Path | Iterable[Any]) -> Iterator[tuple[int, Any]]:
             data = source.read_bytes()
         except OSError as exc:
             raise LatticeUserError(f"cannot read inputs {source}: {exc.strerror}") from exc
+        if data.lstrip()[:1] == b"[":
+            yield from _array_items(source, data)
+            return
         first = True
         for number, raw in enumerate(data.split(b"\n"), 1):
             if not raw.strip():
@@ -119,6 +139,33 @@ def _lines(source: Path | Iterable[Any]) -> Iterator[tuple[int, Any]]:
         return
     for number, item in enumerate(source, 1):
         yield number, item
+
+
+def _array_items(source: Path, data: bytes) -> Iterator[tuple[int, Any]]:
+    """The items of a file that holds one JSON array (pretty-printed or not) instead of
+    JSON Lines, each numbered by the line it starts on; an InputError, said once, when
+    the array is not valid JSON."""
+    try:
+        text = data.decode("utf-8")
+        items = json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"inputs {source} is not UTF-8 text") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"inputs {source} starts like a JSON array but is not valid JSON: {exc.msg} "
+            f"(line {exc.lineno}, column {exc.colno}); the inputs file holds either JSON "
+            "Lines (one JSON object per line) or one JSON array of such objects"
+        ) from exc
+    if not isinstance(items, list):  # a line such as "[1] trailing" fails above
+        raise InputError(f"inputs {source} is not a JSON array nor JSON Lines")
+    decoder = json.JSONDecoder()
+    at = text.index("[") + 1
+    for item in items:
+        while text[at] in " \t\r\n,":
+            at += 1
+        line = text.count("\n", 0, at) + 1
+        _, at = decoder.raw_decode(text, at)
+        yield line, item
 
 
 def _parsed(raw: bytes) -> Any:
@@ -155,7 +202,12 @@ def read_rows(
     rows: list[Row] = []
     invalid: list[InvalidLine] = []
     first_line: dict[str, int] = {}
+    first = True
     for number, value in _lines(source):
+        if first and is_header(value):
+            first = False
+            continue
+        first = False
         if isinstance(value, ValueError):
             invalid.append(InvalidLine(number, str(value)))
             continue

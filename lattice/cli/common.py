@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 import threading
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from lattice.cli.main import EXIT_BY_STATUS
-from lattice.config import LatticeConfig, with_agent_grants
+from lattice.config import FlagRules, LatticeConfig, with_agent_grants
 from lattice.errors import Diagnostic, InputError, Severity
 from lattice.ir.models import AskOp
 from lattice.lower import lower_document
 from lattice.lower.compiler import LoweringResult
+from lattice.permissions.approvals import ApprovalDecision, ApprovalRequest, Choice
 from lattice.runs.redaction import make_redactor
 from lattice.runs.view import count_calls, terminal_text
 from lattice.runtime.results import RunResult
@@ -34,6 +36,14 @@ def config_with_grants(config: LatticeConfig, args: argparse.Namespace) -> Latti
         allow=args.allow,
         mcp_servers=args.allow_mcp,
         patch_only=args.patch_only,
+        flags=FlagRules(
+            allow=args.allow_rule,
+            ask=args.ask_rule,
+            deny=args.deny_rule,
+            mode=args.permission_mode,
+        ),
+        claude_settings=not args.no_claude_settings,
+        bypass_permissions=args.bypass_permissions,
     )
 
 
@@ -73,13 +83,25 @@ def read_json_object(path: str, what: str) -> dict[str, Any]:
     return data
 
 
+PLACEHOLDER = re.compile(r"\s*(<[^<>\n]+>|…)\s*")
+"""A value that is still a placeholder copied from the docs (``<answer>``, ``<text>``) or
+from the command ``lattice mock init`` prints (``--input NAME=…``)."""
+
+
 def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
-    """``KEY=VALUE`` arguments as a dict."""
+    """``KEY=VALUE`` arguments as a dict; a VALUE still in the docs' ``<placeholder>``
+    form is refused, naming it (a value really in angle brackets goes in a JSON file)."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise InputError(f"{what} {pair!r} is not KEY=VALUE")
+        if PLACEHOLDER.fullmatch(value):
+            raise InputError(
+                f"{what} {key.strip()}={value}: {value.strip()} is a placeholder from an "
+                f"example, not a value: put the {key.strip()} itself there (a value that "
+                "really is in angle brackets goes in a JSON file: --inputs FILE, --answers FILE)"
+            )
         out[key.strip()] = value
     return out
 
@@ -103,7 +125,9 @@ def terminal_asker(ask: AskOp, read: Callable[[str], str] | None = None) -> Any:
     for number, option in enumerate(ask.options, start=1):
         extra = f" — {escape(option.description)}" if option.description else ""
         console.print(f"  [cyan]{number}[/cyan]. {escape(option.label)}{extra}")
-    if not ask.options:
+    if ask.once:
+        hint = "your message, /done to end the session"
+    elif not ask.options:
         hint = "your answer"
     elif ask.multi_select:
         hint = "numbers or labels, comma-separated"
@@ -166,6 +190,76 @@ class TerminalAsker:
                 signal.signal(signal.SIGINT, handler)
             if self.progress is not None:
                 self.progress.resume()
+
+
+def show_approval(request: ApprovalRequest) -> str:
+    """An approval request as the terminal shows it: the call, why it asks, what it does."""
+    lines = [f"{request.node}: {request.tool} wants to run ({request.id}) - {request.why}"]
+    preview = request.preview
+    if "diff" in preview:
+        lines.append(str(preview["diff"]).rstrip("\n"))
+    elif "command" in preview:
+        lines.append(f"  $ {preview['command']}")
+        lines.append(f"  in {preview['cwd']}")
+    elif "server" in preview:
+        lines.append(f"  MCP server {preview['server']}, tool {preview['mcp_tool']}")
+        lines.append(f"  arguments: {json.dumps(request.arguments, ensure_ascii=False)}")
+    else:
+        lines.append(f"  arguments: {json.dumps(request.arguments, ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
+def read_key(prompt: str) -> str:
+    """One keypress from the terminal (no Enter needed), after ``prompt`` on stderr."""
+    import termios
+    import tty
+
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        key = sys.stdin.read(1)
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    sys.stderr.write(key + "\n")
+    return key
+
+
+class TerminalApprover:
+    """Asks the person at the terminal to approve an agent's tool call, one keypress:
+    y (allow once), a (allow this tool for the rest of the agent's run), n (deny, then
+    a reason), anything else halts the run (answer later with ``lattice resume``)."""
+
+    def __init__(
+        self,
+        key: Callable[[str], str] | None = None,
+        line: Callable[[str], str] | None = None,
+    ) -> None:
+        self.progress: Progress | None = None
+        self.key = key
+        self.line = line
+
+    def __call__(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        if self.progress is not None:
+            self.progress.pause()
+        try:
+            print(show_approval(request), file=sys.stderr)
+            key = self.key or read_key
+            pressed = key("Allow? [y]es once / [a]lways this run / [n]o / other: stop ")
+            choice = APPROVALS_BY_KEY.get(pressed.strip().lower()[:1])
+            if choice is None:
+                return None
+            line = self.line or input
+            reason = line("Reason (told to the model): ").strip() if choice == "deny" else ""
+            return ApprovalDecision(choice, "person", "terminal", reason)
+        finally:
+            if self.progress is not None:
+                self.progress.resume()
+
+
+APPROVALS_BY_KEY: dict[str, Choice] = {"y": "allow", "a": "allow_run", "n": "deny"}
 
 
 class Progress:

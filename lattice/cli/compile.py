@@ -18,6 +18,7 @@ from lattice.llm.base import LLMRequest, Message
 from lattice.lower.acting import Toolless, toolless_nodes
 from lattice.lower.emit import EMITTERS
 from lattice.lower.main_agent import under_grant
+from lattice.permissions.policy import Permissions
 from lattice.runtime.settings import agent_settings_from_config
 from lattice.workspace.grants import EVERY_TOOL, WorkspaceGrant
 
@@ -49,11 +50,12 @@ def check(args: argparse.Namespace) -> int:
         print(f"{args.workflow}: note: {line}", file=sys.stderr)
     ops = len(result.ir.ops)
     print(f"{args.workflow}: ok ({ops} ops, {len(result.warnings)} warning(s))", file=sys.stderr)
-    grant = agent_settings_from_config(config).grant
+    settings = agent_settings_from_config(config)
+    grant = settings.grant
     ir = under_grant(result.ir, grant)
     agents = [op for op in ir.ops.values() if isinstance(op, AgentOp)]
     if agents:
-        sys.stdout.write(agent_listing(agents, grant))
+        sys.stdout.write(agent_listing(agents, grant, settings.permissions))
     toolless = toolless_nodes(ir, grant)
     if toolless:
         sys.stdout.write(toolless_listing(toolless))
@@ -72,11 +74,19 @@ def toolless_listing(nodes: list[Toolless]) -> str:
 
 
 ASKED_AS = {EVERY_TOOL: f"every tool of the main agent ({EVERY_TOOL})"}
+SAID = {"allow": "allowed", "ask": "asks", "deny": "denied", "depends": "depends"}
+"""How ``lattice check`` says what a tool's calls get."""
 
 
-def agent_listing(agents: list[AgentOp], grant: WorkspaceGrant) -> str:
-    """Per agent node: the tools it asks for, those granted, and what would grant the rest."""
+def agent_listing(
+    agents: list[AgentOp], grant: WorkspaceGrant, permissions: Permissions | None = None
+) -> str:
+    """Per agent node: the tools it asks for, those granted, what would grant the rest,
+    and for each granted tool whether its calls run, ask or are refused, and by what."""
     lines = [f"agent nodes ({grant.describe()}):"]
+    if permissions is not None and not permissions.said_nothing:
+        lines.append(f"  {permissions.describe()}")
+        lines.extend(f"  note: {note}" for note in permissions.notes)
     for op in agents:
         decision = grant.decide(op.tools)
         kind = f" ({op.agent_type})" if op.agent_type else ""
@@ -85,6 +95,11 @@ def agent_listing(agents: list[AgentOp], grant: WorkspaceGrant) -> str:
         lines.append(f"    asks for: {', '.join(asked) or 'no tools'}")
         granted = [_granted_as(tool, grant) for tool in decision.granted]
         lines.append(f"    granted:  {', '.join(granted) or 'none'}")
+        if permissions is not None and not permissions.said_nothing:
+            width = max((len(tool) for tool in decision.granted), default=0)
+            for tool in decision.granted:
+                said, why = permissions.tool_summary(tool)
+                lines.append(f"      {tool:<{width}}  {SAID[said]}: {why}")
         by_setting: dict[str, list[str]] = {}
         for tool, setting in decision.refused:
             by_setting.setdefault(setting, []).append(tool)

@@ -15,6 +15,8 @@ CONFIG_HELP = (
     "lattice.toml (default: $LATTICE_CONFIG, ./lattice.toml); with one, mcp nodes must name "
     "servers it configures"
 )
+RUNS_LIST_DEFAULT = 20
+"""How many runs ``lattice runs list`` prints without ``--limit`` or ``--all``."""
 PASS_NAMES = ("project", "architecture", "scaffold", "test", "implementation", "refactor")
 """The planning passes in order (``lattice.planner.passes.PASSES``; repeated here so that
 building the parser imports nothing)."""
@@ -95,6 +97,22 @@ class CommandParser(argparse.ArgumentParser):
             self.error(f"unrecognized arguments: {' '.join(extras)}{self._nearest(extras)}")
         return parsed, extras
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A choice not offered (a command, an action) is refused with the nearest one
+        ("did you mean `run`?"), as an unknown option is."""
+        choices = action.choices
+        if choices is None or value in choices or not isinstance(value, str):
+            super()._check_value(action, value)
+            return
+        import difflib  # only when an argument is wrong: --help stays light
+
+        names = [str(choice) for choice in choices]
+        close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        raise argparse.ArgumentError(
+            action, f"invalid choice: {value!r} ({hint}choose from {', '.join(names)})"
+        )
+
     def _nearest(self, extras: list[str]) -> str:
         """`` (did you mean --x?)`` for the first unknown option close to one of ours."""
         import difflib  # only when an argument is wrong: --help stays light
@@ -120,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _compile_commands(sub)
     _run_commands(sub)
     _batch_commands(sub)
+    _eval_commands(sub)
     _export_commands(sub)
     _plan_commands(sub)
     _mcp_commands(sub)
@@ -188,6 +207,44 @@ def add_agent_options(p: argparse.ArgumentParser) -> None:
         "--patch-only",
         action="store_true",
         help="record agents' changes as patches in the run folder; leave the files as they are",
+    )
+    rules = p.add_argument_group(
+        "permission rules, as Claude Code writes them (inside the grants; docs/agents.md)"
+    )
+    for behavior, what in (
+        ("allow", "runs without asking"),
+        ("ask", "waits for a person's approval"),
+        ("deny", "is refused"),
+    ):
+        rules.add_argument(
+            f"--{behavior}-rule",
+            action="append",
+            default=[],
+            metavar="RULE",
+            help=f"a tool call this rule matches {what}: Bash(npm run test *), Edit(src/**), "
+            "WebFetch(domain:example.com), mcp__github (repeatable)",
+        )
+    rules.add_argument(
+        "--permission-mode",
+        metavar="MODE",
+        help="default, acceptEdits (edits run, commands ask), plan (read-only), dontAsk, "
+        "bypassPermissions (with --bypass-permissions)",
+    )
+    rules.add_argument(
+        "--no-claude-settings",
+        action="store_true",
+        help="do not read ~/.claude/settings.json and the workspace's .claude/settings*.json",
+    )
+    rules.add_argument(
+        "--bypass-permissions",
+        action="store_true",
+        help="let the bypassPermissions mode stand: no call asks (deny rules still refuse)",
+    )
+    rules.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="a call that needs approval when no one can answer is refused (the model is "
+        "told) instead of halting the run",
     )
 
 
@@ -313,6 +370,32 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="NODE=VALUE",
         help="answer to a question (option label or index), repeatable",
     )
+    approvals = p.add_argument_group("approvals of agents' tool calls (docs/agents.md)")
+    approvals.add_argument(
+        "--approve", action="append", default=[], metavar="ID", help="allow this call once"
+    )
+    approvals.add_argument(
+        "--approve-run",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="allow this call, and its tool for the rest of the agent's run",
+    )
+    approvals.add_argument(
+        "--deny", action="append", default=[], metavar="ID", help="refuse this call"
+    )
+    approvals.add_argument("--reason", metavar="TEXT", help="why, told to the model (--deny)")
+    approvals.add_argument(
+        "--approve-all", action="store_true", help="allow every call waiting for approval"
+    )
+    approvals.add_argument(
+        "--deny-all", action="store_true", help="refuse every call waiting for approval"
+    )
+    approvals.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="a call that needs approval and has none is refused instead of halting the run",
+    )
     p.add_argument("--provider", help="LLM provider (default: the one the run used)")
     p.add_argument("--mock", metavar="FILE", help="mock script (default: the one the run used)")
     p.add_argument("--fixtures", metavar="FILE", help="fixtures (default: the ones the run used)")
@@ -351,6 +434,11 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
     p.add_argument("--json", action="store_true", help="diff: print the differences as JSON")
     p.add_argument(
+        "--waiting",
+        action="store_true",
+        help="list: only runs halted until a person answers, with what each waits for",
+    )
+    p.add_argument(
         "--port",
         type=port_number,
         default=8600,
@@ -374,10 +462,11 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--limit",
         type=positive_int,
-        default=50,
+        default=None,
         metavar="N",
-        help="list --temporal: the N newest runs (default: 50)",
+        help=f"list: the N newest runs (default: {RUNS_LIST_DEFAULT})",
     )
+    p.add_argument("--all", action="store_true", help="list: every run (no --limit)")
     p.add_argument("-o", "--output", metavar="DIR", help="export: the run folder to write")
     _handler(p, "lattice.cli.run:runs")
 
@@ -548,6 +637,119 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="seconds between plain progress lines (default 10)",
     )
     _handler(p, "lattice.cli.batch:batch")
+
+
+EVAL_DESCRIPTION = """\
+Run a workflow over a dataset (lattice batch's JSON lines, with an "expected" value or
+"expect" assertions per row, and scorers and thresholds on a first line {"$eval": {...}}),
+score every row, and print per scorer the mean and its 95% confidence interval. With two
+variants (--variant DOC2, --mock M1 --mock-b M2, or --results A.jsonl B.jsonl) it also
+lists the rows whose scores changed, with their differences. Each variant's batch is
+resumable (its results file under --out). docs/evals.md.
+
+Exit codes: 0 the thresholds hold and no row regressed; 1 a threshold is missed or more
+rows regressed than --max-regressions allows (a CI gate); 2 a mistake in the options,
+the document or the dataset."""
+
+
+def _eval_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="score a workflow (or two variants of it) over a dataset with expectations",
+        usage="lattice eval WORKFLOW DATASET [--variant DOC2 | --mock M1 --mock-b M2 | "
+        "--results A.jsonl B.jsonl] [options]",
+        description=EVAL_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("workflow", help="workflow document (JSON)")
+    p.add_argument("dataset", help="the rows and their expectations (JSON lines)")
+    variants = p.add_argument_group("a second variant (B), compared with the first (A)")
+    variants.add_argument("--variant", metavar="DOC2", help="B runs this document")
+    variants.add_argument("--mock-b", metavar="FILE", help="B runs with this mock script")
+    variants.add_argument(
+        "--results",
+        nargs="+",
+        metavar="FILE",
+        help="score results files of lattice batch (one, or A and B) instead of running",
+    )
+    p.add_argument(
+        "--scorer",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help='another scorer: a JSON object {"type": …} or a type name (exact, normalized, …)',
+    )
+    p.add_argument(
+        "--scorer-fn",
+        action="append",
+        default=[],
+        metavar="[NAME=]MODULE:FUNCTION",
+        help="a Python function as a scorer: f(output, expected, inputs) -> bool | 0..1",
+    )
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="SCORER=MIN",
+        help="the lowest mean score that passes (over the dataset's)",
+    )
+    p.add_argument(
+        "--max-regressions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="rows B may score lower than A before the eval fails (default 0)",
+    )
+    p.add_argument(
+        "--out",
+        default="eval-out",
+        metavar="DIR",
+        help="results files and run folders (default: eval-out)",
+    )
+    p.add_argument(
+        "--cache",
+        metavar="FILE",
+        help="reuse the live provider's answers recorded in FILE (keyed by prompt hash, "
+        "model and inputs) and record new ones",
+    )
+    p.add_argument("--judge-mock", metavar="FILE", help="a mock script for judge scorers")
+    p.add_argument("--judge-provider", help="the provider of judge scorers (default: --provider)")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument(
+        "--panel-url",
+        default="http://127.0.0.1:8600",
+        metavar="URL",
+        help="where the HTML report links each row's run (lattice serve --runs-dir OUT/runs)",
+    )
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--all", action="store_true", help="list every changed row (default: 50)")
+    p.add_argument(
+        "--concurrency", type=positive_int, default=16, metavar="N", help="rows in flight at once"
+    )
+    p.add_argument(
+        "--no-record",
+        action="store_true",
+        help="keep runs in memory (no run folders: no node scorers, no links to the panel)",
+    )
+    p.add_argument(
+        "--durability",
+        choices=["fsync", "os"],
+        default="os",
+        help="how hard run folders and results files are forced to disk (default: os)",
+    )
+    add_provider_options(p)
+    p.add_argument(
+        "--max-calls-total", type=positive_int, metavar="N", help="model requests of each variant"
+    )
+    p.add_argument(
+        "--max-cost", type=positive_float, metavar="USD", help="estimated cost of each variant"
+    )
+    p.add_argument("--engine", choices=["local", "ray"], default="local")
+    p.add_argument("--ray-address", metavar="ADDR", help="a Ray cluster (with --engine ray)")
+    p.add_argument(
+        "--progress", choices=["auto", "rich", "plain", "none"], default="auto", help="progress"
+    )
+    _handler(p, "lattice.cli.eval:evaluate")
 
 
 def build_batch_diff_parser() -> argparse.ArgumentParser:

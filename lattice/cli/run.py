@@ -10,6 +10,7 @@ from typing import Any
 
 from lattice.cli.common import (
     Progress,
+    TerminalApprover,
     TerminalAsker,
     config_with_grants,
     lower_for_cli,
@@ -20,14 +21,16 @@ from lattice.cli.common import (
     report,
 )
 from lattice.cli.main import EXIT_INTERRUPTED, EXIT_USAGE
+from lattice.cli.parser import RUNS_LIST_DEFAULT
 from lattice.config import load_config
 from lattice.document.loader import read_json_file
 from lattice.errors import InputError, InvalidInputs, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
 from lattice.lower.acting import toolless_nodes
+from lattice.permissions.approvals import APPROVALS
 from lattice.runs.store import RunStore
-from lattice.runs.view import list_runs, show_run
+from lattice.runs.view import list_runs, run_folders, show_run
 from lattice.runtime.runner import Runner, check_answers
 from lattice.service.runs import (
     ProviderSpec,
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         check_answers(ir, answers, what=f"answers in {args.answers}")
     interactive = not args.answers and sys.stdin.isatty()
     asker = TerminalAsker()
+    approver = TerminalApprover()
     try:
         prepared = prepare_run(
             ir,
@@ -85,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
                 max_steps=args.max_steps,
                 max_visits=args.max_visits,
                 repo=repo_root(args.repo),
+                approver=approver if interactive else None,
+                no_wait=args.no_wait,
             ),
             inputs=inputs,
             answers=answers,
@@ -99,13 +105,20 @@ def run(args: argparse.Namespace) -> int:
         note(f"warning: {refused.message()}")
     for toolless in toolless_nodes(runner.ir, prepared.settings.agents.grant):
         note(f"warning: {toolless.message()}")
+    permissions = prepared.settings.agents.permissions
+    if permissions is not None and not permissions.said_nothing and ir_has_agents(ir):
+        note(permissions.describe())
+        for said in permissions.notes:
+            note(f"warning: {said}")
     if args.dry_run:
         return _dry_run(runner, inputs)
     if args.engine == "temporal":
         from lattice.cli.temporal import run_on_temporal  # the temporal extra, needed only here
 
         return run_on_temporal(args, prepared, ir, answers)
-    progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)
+    progress = asker.progress = approver.progress = Progress(
+        live=sys.stderr.isatty() and not args.json
+    )
     runner.subscribe(progress)
     try:
         outcome = prepared.run()
@@ -119,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.stop()
     return report(outcome, progress, args.json, prepared.settings)
+
+
+def ir_has_agents(ir: ExecIR) -> bool:
+    return any(op.kind == "AGENT" for op in ir.ops.values())
 
 
 def _dry_run(runner: Runner, inputs: dict[str, Any]) -> int:
@@ -165,8 +182,12 @@ def resume(args: argparse.Namespace) -> int:
         return resume_on_temporal(args)
     folder = run_folder(args.run_dir, args.runs_dir)
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
-    interactive = sys.stdin.isatty() and not args.answer
+    approvals = approvals_given(args)
+    if approvals:
+        answers[APPROVALS] = approvals
+    interactive = sys.stdin.isatty() and not args.answer and not approvals
     asker = TerminalAsker()
+    approver = TerminalApprover()
     prepared = prepare_resume(
         folder,
         provider=ProviderSpec(provider_choice(args)),
@@ -175,8 +196,12 @@ def resume(args: argparse.Namespace) -> int:
         config_path=args.config,
         repo=args.repo,
         ask_human=asker if interactive else None,
+        approver=approver if interactive else None,
+        no_wait=args.no_wait,
     )
-    progress = asker.progress = Progress(live=sys.stderr.isatty() and not args.json)
+    progress = asker.progress = approver.progress = Progress(
+        live=sys.stderr.isatty() and not args.json
+    )
     try:
         result = prepared.run(on_event=progress)
     except KeyboardInterrupt:
@@ -184,6 +209,27 @@ def resume(args: argparse.Namespace) -> int:
         note(f"interrupted; continue with: lattice resume {folder}")
         return EXIT_INTERRUPTED
     return report(result, progress, args.json, prepared.settings)
+
+
+def approvals_given(args: argparse.Namespace) -> dict[str, Any]:
+    """``--approve``, ``--approve-run``, ``--deny`` (with ``--reason``) and
+    ``--approve-all`` as the answers' approvals, each saying it came by ``lattice resume``."""
+    door = "lattice resume"
+    given: dict[str, Any] = {}
+    for choice, ids in (
+        ("allow", args.approve),
+        ("allow_run", args.approve_run),
+        ("deny", args.deny),
+    ):
+        for request_id in ids:
+            given[request_id] = {"decision": choice, "door": door, "reason": args.reason or ""}
+    if args.approve_all:
+        given["*"] = {"decision": "allow", "door": door}
+    elif args.deny_all:
+        given["*"] = {"decision": "deny", "door": door, "reason": args.reason or ""}
+    if args.reason and not (args.deny or args.deny_all):
+        raise InputError("--reason goes with --deny ID or --deny-all: it tells the model why")
+    return given
 
 
 def runs(args: argparse.Namespace) -> int:
@@ -197,10 +243,8 @@ def runs(args: argparse.Namespace) -> int:
         from lattice.cli.panel import open_run  # the server extra, needed only here
 
         return open_run(args)
-    if args.action == "list" and args.temporal:
-        from lattice.cli.temporal import list_runs as list_on_temporal
-
-        return list_on_temporal(args)
+    if args.action == "list":
+        return runs_list(args)
     if args.action == "show" and args.temporal:
         from lattice.cli.temporal import show
 
@@ -209,8 +253,29 @@ def runs(args: argparse.Namespace) -> int:
         if not args.run_dir:
             raise LatticeUserError("lattice runs show RUN (a run folder or a run id)")
         sys.stdout.write(show_run(run_folder(args.run_dir, args.runs_dir)))
-    else:
-        sys.stdout.write(list_runs(Path(args.runs_dir)))
+    return 0
+
+
+def runs_list(args: argparse.Namespace) -> int:
+    """``lattice runs list``: the ``--limit`` newest runs (20 by default, every one with
+    ``--all``); how many more there are is said on stderr."""
+    if args.all and args.limit is not None:
+        raise LatticeUserError("lattice runs list: give --limit N or --all, not both")
+    limit = None if args.all else (args.limit or RUNS_LIST_DEFAULT)
+    if args.temporal and args.waiting:
+        raise LatticeUserError("lattice runs list --waiting reads run folders (not --temporal yet)")
+    if args.temporal:
+        from lattice.cli.temporal import list_runs as list_on_temporal
+
+        return list_on_temporal(args, limit)
+    root = Path(args.runs_dir)
+    sys.stdout.write(list_runs(root, limit, waiting=args.waiting))
+    more = len(run_folders(root)) - limit if limit is not None and not args.waiting else 0
+    if more > 0:
+        sys.stderr.write(
+            f"lattice: {more:,} older run{'s' if more > 1 else ''} not shown "
+            "(--limit N for more, --all for every one)\n"
+        )
     return 0
 
 

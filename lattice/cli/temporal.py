@@ -290,15 +290,21 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-def list_runs(args: argparse.Namespace) -> int:
+ALL_RUNS = 1_000_000
+"""``--all``: as many runs as Temporal lists."""
+
+
+def list_runs(args: argparse.Namespace, limit: int | None) -> int:
     """``lattice runs list --temporal HOST:PORT``: the runs on Temporal, newest first, as
-    ``lattice runs list`` shows run folders (the ``--limit`` newest)."""
+    ``lattice runs list`` shows run folders (the ``limit`` newest; None: every one)."""
     from lattice.durable.temporal.backend import TemporalRuns
 
     runs = TemporalRuns(_address(args), config=load_config(getattr(args, "config", None)).temporal)
 
     async def go() -> Any:
-        return await runs.list_runs(status=None, workflow=None, limit=args.limit, before=None)
+        return await runs.list_runs(
+            status=None, workflow=None, limit=limit or ALL_RUNS, before=None
+        )
 
     page = asyncio.run(go())
     rows = []
@@ -310,7 +316,7 @@ def list_runs(args: argparse.Namespace) -> int:
             f"{view.run_id}  {view.status:<9}  {view.workflow or '?':<30}  {calls:>3} calls{extra}"
         )
     if page.next is not None:
-        rows.append(f"(the newest {args.limit}; --limit N shows more)")
+        rows.append(f"(the newest {limit}; --limit N or --all shows more)")
     sys.stdout.write("\n".join(rows) + "\n" if rows else f"no runs on Temporal at {runs.address}\n")
     return 0
 

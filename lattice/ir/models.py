@@ -283,6 +283,9 @@ class AskOp(OpBase):
     question: str
     options: list[AskOption] = Field(default_factory=list)
     multi_select: bool = False
+    once: bool | None = None
+    """True: each answer is used for one visit only (a branch session's messages): a
+    single answer is a queue of one, so a visit after it halts for the next."""
     writes: str
 
 

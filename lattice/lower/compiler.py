@@ -44,6 +44,7 @@ from lattice.lower.loops import loop_diagnostics
 from lattice.lower.mcp_servers import unknown_mcp_servers
 from lattice.lower.parallel import insert_forks
 from lattice.lower.registry import LowererRegistry, LoweringContext, NodeLowering
+from lattice.lower.session_nodes import BranchSessionLowerer
 from lattice.lower.subflows import inline_subflows
 
 
@@ -68,6 +69,7 @@ def default_registry() -> LowererRegistry:
         CodexLowerer(),
         GroupLowerer(),
         ForEachLowerer(),
+        BranchSessionLowerer(),
     ):
         registry.register(lowerer)
     return registry

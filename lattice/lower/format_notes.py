@@ -151,6 +151,12 @@ def _node_notes(node: Node) -> list[str]:
             f"node {node.id!r} askUserQuestion.useAiSuggestions: the question takes a "
             "free-text answer (no options are suggested)"
         )
+    if node.type == "branchSession":
+        notes.append(
+            f"node {node.id!r} branchSession: an interactive session (Claude Code's /branch): "
+            "the run halts for each of the person's messages, an agent answers it; "
+            "/done ends the session and its summary is the node's result (docs/runtime.md)"
+        )
     return notes
 
 

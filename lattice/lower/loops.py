@@ -26,9 +26,7 @@ def loop_diagnostics(ops: dict[str, Op], ctx: LoweringContext) -> None:
     for component in cyclic_components(succ):
         if order is None or model_results is None:
             order = {op_id: i for i, op_id in enumerate(ops)}
-            model_results = {
-                f"$vars.{op.source_node}." for op in ops.values() if isinstance(op, ContractOpBase)
-            }
+            model_results = {op.writes for op in ops.values() if isinstance(op, ContractOpBase)}
         members = sorted(component, key=order.__getitem__)
         exits = [
             (source, target)
@@ -84,7 +82,10 @@ def _targets(op: Op) -> list[str]:
 
 
 def _decided_by_model(op: Op, model_results: set[str]) -> bool:
-    """Whether the way ``op`` leaves by depends on a model's answer."""
+    """Whether the way ``op`` leaves by depends on a model's answer (reads what an LLM
+    or AGENT op wrote: a branch session's SWITCH on the person's message does not)."""
     if not isinstance(op, SwitchOp) or op.input is None:
         return False
-    return any(op.input.startswith(prefix) for prefix in model_results)
+    return any(
+        op.input == path or op.input.startswith((f"{path}.", f"{path}[")) for path in model_results
+    )

@@ -33,6 +33,7 @@ PRODUCER_TYPES = frozenset(
         "httpRequest",
         "dataTransform",
         "askUserQuestion",
+        "branchSession",
     }
 )
 """Node types whose ``$vars.<id>.result`` carries content worth passing downstream."""

@@ -36,6 +36,12 @@ Line kinds::
                                                     it runs (``file``: a write's target
                                                     as it was: path, digest, text)
     {"kind": "tool_result", "op_id", "key", "text", "is_error", "changes"?}  its result
+    {"kind": "approval_request", "op_id", "key", "id", "node", "tool", "arguments",
+     "why", "diff"? | "command"?, "cwd"? | "server"?}  a call waiting for a person
+    {"kind": "tool_decision", "op_id", "key", "id", "tool", "decision", "by", "door",
+     "reason", "at", "planned"?}                    a decision on a call (allow, allow_run,
+                                                    deny; by a rule or a person), before
+                                                    anything acts on it
 
 Lines of an op that ran in a branch of a fork (or an item of a for-each) carry its
 ``branch`` (``0005.2``); their ``op_seq`` counts within the branch, and their changes
@@ -185,7 +191,7 @@ def read_journal(folder: Path) -> JournalState | None:
             state.received.append(line)
             if "provider_state" in line:
                 state.provider_state = line["provider_state"]
-        elif kind in ("tool_call", "tool_result"):
+        elif kind in ("tool_call", "tool_result", "tool_decision", "approval_request"):
             state.pending.setdefault(branch, []).append(line)
         elif kind == "op_failed":
             state.pending[branch] = []

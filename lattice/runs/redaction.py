@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -9,9 +10,9 @@ from typing import Any
 from lattice.masking import (
     LATTICE_KEY_VARIABLES,
     PROVIDER_KEY_VARIABLES,
-    anchors,
+    SecretFinder,
     maskable,
-    secrets_pattern,
+    replace,
 )
 
 Redactor = Callable[[str], str]
@@ -20,25 +21,18 @@ Redactor = Callable[[str], str]
 def make_redactor(secret_names: tuple[str, ...] = ()) -> Redactor:
     """A function replacing the values of ``secret_names`` and of the provider API keys
     (read from the environment now) with ``***``, in each form a value takes on its way
-    (``lattice.masking``: case, percent-encoding, JSON escapes, IDNA, base64). Only
-    values that cannot be ordinary text are masked (``lattice.masking.maskable``):
-    masking ``test`` would rewrite every such word, the keys of a SWITCH included; such a
-    key is kept out of run data where it could enter instead."""
-    values = secret_values(secret_names)
-    pattern, _ = secrets_pattern(values)
-    if pattern is None:
-        return lambda text: text
-    quick = anchors(values)
-    if quick is None:
-        return lambda text: pattern.sub("***", text)
+    (``lattice.masking``: case, percent-encoding, canonical or not, JSON escapes, IDNA,
+    base64). Only values that cannot be ordinary text are masked
+    (``lattice.masking.maskable``): masking ``test`` would rewrite every such word, the
+    keys of a SWITCH included; such a key is kept out of run data where it could enter
+    instead."""
+    finder = SecretFinder(secret_values(secret_names))
+    return finder.sub if finder else unmasked
 
-    def redact(text: str) -> str:
-        lowered = text.lower()
-        if not any(anchor in lowered for anchor in quick):
-            return text  # the usual case, about 20 times faster than the pattern
-        return pattern.sub("***", text)
 
-    return redact
+def unmasked(text: str) -> str:
+    """The redactor of a run without secrets to mask: ``text`` as it is."""
+    return text
 
 
 def secret_values(secret_names: tuple[str, ...] = ()) -> list[str]:
@@ -64,8 +58,8 @@ class PieceMasker:
     is recorded (and masked) whole anyway."""
 
     def __init__(self, secret_names: tuple[str, ...] = ()) -> None:
-        self._pattern, longest = secrets_pattern(secret_values(secret_names))
-        self._hold = max(longest - 1, 0)
+        self._finder = SecretFinder(secret_values(secret_names))
+        self._hold = max(self._finder.longest - 1, 0)
         self._held: dict[Any, tuple[Any, str]] = {}
         """Per lane (a branch of the run): the stream it holds text of, and that text."""
 
@@ -76,17 +70,19 @@ class PieceMasker:
     def mask(self, lane: Any, stream: Any, piece: str) -> str:
         """What can be passed on of ``stream`` (one attempt of one op in ``lane``) once
         ``piece`` is added to it."""
-        pattern = self._pattern
-        if pattern is None:
+        finder = self._finder
+        if not finder:
             return piece
         held_stream, held = self._held.get(lane, (None, ""))
         text = held + piece if held_stream == stream else piece
         cut = len(text) - self._hold
-        for found in pattern.finditer(text):
-            if found.start() < cut < found.end():
-                cut = found.end()  # a whole secret across the cut goes out masked
-        self._held[lane] = (stream, text[max(cut, 0) :])
-        return pattern.sub("***", text[: max(cut, 0)])
+        spans = finder.spans(text)
+        for start, end in spans:
+            if start < cut < end:
+                cut = end  # a whole secret across the cut goes out masked
+        cut = max(cut, 0)
+        self._held[lane] = (stream, text[cut:])
+        return replace(text[:cut], [(s, e) for s, e in spans if e <= cut], "***")
 
 
 def redact_value(value: Any, redact: Redactor) -> Any:
@@ -98,3 +94,20 @@ def redact_value(value: Any, redact: Redactor) -> Any:
     if isinstance(value, list | tuple):
         return [redact_value(v, redact) for v in value]
     return value
+
+
+def redact_result(value: Any, redact: Redactor) -> Any:
+    """``value`` (what a tool answered: JSON-like) with ``redact`` applied to every string
+    in it, keys included, as it enters a run's state; ``value`` itself when its JSON text
+    holds nothing ``redact`` masks (one quick test over the whole answer, the usual case).
+
+    Masked where it enters, a value a server echoed is never seen by a later op either
+    (a transform could reverse it, or base64 it, past any masking of what is written)."""
+    if redact is unmasked:
+        return value
+    if isinstance(value, str):
+        return redact(value)
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if redact(text) == text:
+        return value
+    return redact_value(value, redact)

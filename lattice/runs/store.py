@@ -12,8 +12,9 @@ so a process killed at any moment leaves every line it wrote on the OS. The jour
 holds a copy of every file a resume reads (``DURABLE_FILES``): the starting files in its
 first line, ``checkpoint.json`` again in its last line when the run stops. So with
 ``durability="fsync"`` (the default) the journal is the one file a run forces to disk:
-at every op boundary, the first time with the run's folder and its entry in the runs
-folder (``commit``), and once more when the run stops (``close``). Every text passes
+after every op that reaches outside the run, the first time with the run's folder and
+its entry in the runs folder (``commit``), and once more when the run stops
+(``close``). Every text passes
 through ``redact`` before it is written, except the document and its ExecIR
 (``UNMASKED_FILES``), which a resume runs as they are.
 """
@@ -76,10 +77,13 @@ class RunFolderExists(LatticeUserError):
     """A new run's folder is already there (runs never share a folder)."""
 
 
-Durability = Literal["fsync", "os"]
-"""``fsync``: a run's journal reaches the disk at every op boundary (a power cut loses at
-most the op in flight); ``os``: lines reach the operating system at once (a killed
-process loses nothing it wrote, a power cut may lose the last writes)."""
+SyncMode = Literal["fsync", "os"]
+"""What ``[runs] durability`` and ``RunStore(durability=…)`` take (the interface a run
+journals through is ``lattice.runtime.durability.Durability``). ``fsync``: a run's
+journal reaches the disk after every op that reaches outside the run (a power cut loses
+at most the op in flight and the ops that only computed since, which a resume redoes);
+``os``: lines reach the operating system at once (a killed process loses nothing it
+wrote, a power cut may lose the last writes)."""
 
 DURABLE_FILES = frozenset(
     {"workflow.json", "execir.json", "input.json", "state_initial.json", "checkpoint.json"}
@@ -212,7 +216,7 @@ class FolderRecorder:
         *,
         redact: Redactor | None = None,
         resume: bool = False,
-        durability: Durability = "fsync",
+        durability: SyncMode = "fsync",
         ownership: Ownership | None = None,
     ) -> None:
         self.run_dir: Path | None = run_dir
@@ -366,7 +370,7 @@ class FolderRecorder:
 class RunStore:
     """Chooses where runs live: ``RunStore(Path("runs"))`` or ``RunStore(None)`` for memory only.
 
-    ``durability`` chooses how hard run folders are forced to disk (``Durability``).
+    ``durability`` chooses how hard run folders are forced to disk (``SyncMode``).
     """
 
     def __init__(
@@ -374,11 +378,11 @@ class RunStore:
         root: Path | str | None = Path("runs"),
         *,
         redact: Redactor | None = None,
-        durability: Durability = "fsync",
+        durability: SyncMode = "fsync",
     ) -> None:
         self.root = Path(root) if root is not None else None
         self.redact = redact
-        self.durability: Durability = durability
+        self.durability: SyncMode = durability
 
     def open(self, run_id: str, *, redact: Redactor | None = None) -> RunRecorder:
         """A recorder for a new run (its folder must not exist yet)."""

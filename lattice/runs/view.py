@@ -34,12 +34,25 @@ def _load(path: Path) -> Any:
         return None
 
 
-def list_runs(root: Path) -> str:
-    """One line per run folder under ``root``, newest first."""
+def run_folders(root: Path) -> list[Path]:
+    """The run folders under ``root``, newest first (a run id starts with its start time)."""
     if not root.is_dir():
-        return f"no runs under {root}\n"
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir()), reverse=True)
+
+
+def list_runs(root: Path, limit: int | None = None, *, waiting: bool = False) -> str:
+    """One line per run folder under ``root``, newest first (the ``limit`` newest; all
+    of them when it is None); with ``waiting``, only the runs halted until a person
+    answers, each followed by what it waits for."""
+    nothing = f"no runs {'waiting for a person ' if waiting else ''}under {root}\n"
+    if not root.is_dir():
+        return nothing
     rows = []
-    for folder in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
+    listed = 0
+    for folder in run_folders(root) if waiting else run_folders(root)[:limit]:
+        if limit is not None and listed >= limit:
+            break
         result = _load(folder / "result.json") or {}
         checkpoint = load_checkpoint(folder)
         usage = result.get("usage") or {}
@@ -47,12 +60,31 @@ def list_runs(root: Path) -> str:
         status = status_of(checkpoint) if checkpoint is not None else result.get("status", "?")
         if status in ("running", "interrupted"):
             failure = {}
+        if waiting and status != "halted":
+            continue
         extra = f"  [{failure.get('category')}] {failure.get('node_id')}" if failure else ""
+        listed += 1
         rows.append(
             f"{folder.name}  {status:<9}  {result.get('workflow', '?'):<30}  "
             f"{usage.get('calls', 0):>3} calls{extra}"
         )
-    return ("\n".join(rows) + "\n") if rows else f"no runs under {root}\n"
+        if waiting:
+            rows.extend(f"    {line}" for line in waits_for(failure))
+    return ("\n".join(rows) + "\n") if rows else nothing
+
+
+def waits_for(failure: dict[str, Any]) -> list[str]:
+    """What a halted run waits for, a line each: the tool calls to approve, or the question."""
+    details = failure.get("details") or {}
+    approvals = details.get("approvals")
+    if isinstance(approvals, list):
+        lines = []
+        for item in approvals:
+            said = item.get("command") or (item.get("arguments") or {}).get("file_path") or ""
+            lines.append(f"approve {item.get('id')}: {item.get('tool')} {said}".rstrip())
+        return lines
+    question = details.get("question") or failure.get("summary") or ""
+    return [f"answer: {str(question).splitlines()[0] if question else '?'}"]
 
 
 def count_calls(calls: int, requests: int) -> str:

@@ -10,11 +10,15 @@ files it changed; each change's diff is also written to the run folder
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from lattice.agents.gate import CallGate
 from lattice.agents.loop import AgentBounds, AgentLoop, QuestionPending, ToolBox, ToolJournal
 from lattice.ir.models import AgentOp
+from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
 from lattice.runtime.answers import waiting_summary
 from lattice.runtime.ask_tool import AskToolset, take_step_answers
 from lattice.runtime.context import HaltRun, Outcome, RunContext
@@ -22,6 +26,30 @@ from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import AgentSettings, RuntimeSettings
 from lattice.tools.toolset import FileChange, Toolset
 from lattice.workspace.grants import ASK_TOOL, READ_ONLY_TYPES, ToolDecision
+
+
+def approval_halt(requests: list[ApprovalRequest]) -> HaltRun:
+    """The halt of a run whose agent waits for a person to approve ``requests``; its
+    summary shows each call and what it would do (a diff, a command and its folder)."""
+    lines = [f"waiting for approval of {len(requests)} tool call(s):"]
+    for request in requests:
+        lines.append(f"{request.id}: {request.tool} ({request.why})")
+        preview = request.preview
+        if "diff" in preview:
+            lines.append(str(preview["diff"]).rstrip("\n"))
+        elif "command" in preview:
+            lines.append(f"  $ {preview['command']}  (in {preview['cwd']})")
+        else:
+            lines.append(f"  {json.dumps(request.arguments, ensure_ascii=False)[:400]}")
+    first = requests[0].id
+    return HaltRun(
+        "waiting_for_approval",
+        "\n".join(lines),
+        {"approvals": [request.to_json() for request in requests]},
+        f"lattice resume RUN_DIR --approve {first} (or --approve-all, or --deny {first} "
+        "--reason TEXT)",
+        keeps_journal=True,
+    )
 
 
 def agent_bounds(op: AgentOp, agents: AgentSettings) -> AgentBounds:
@@ -59,7 +87,11 @@ class AgentExecutor(LLMWriteExecutor):
             answers = take_step_answers(ctx.answers, op.source_node)
             toolsets.append(AskToolset(op, answers, ctx.ask_human, ctx.emit))
         try:
-            box = await ToolBox.open(toolsets, self.decision.granted)
+            gate = self._gate(ctx)
+            offered = self.decision.granted
+            if gate is not None:
+                offered = tuple(tool for tool in offered if gate.offers(tool))
+            box = await ToolBox.open(toolsets, offered)
             journal = ctx.llm.provider if isinstance(ctx.llm.provider, ToolJournal) else None
             loop = AgentLoop(
                 ctx.llm.provider,
@@ -69,6 +101,7 @@ class AgentExecutor(LLMWriteExecutor):
                 journal=journal,
                 patch_only=self.agents.grant.patch_only,
                 mask=ctx.redact,
+                gate=gate,
             )
             ctx.emit("agent_started", {"tools": list(box.names), "refused": self._refused()})
             if box.missing:
@@ -94,8 +127,10 @@ class AgentExecutor(LLMWriteExecutor):
                     f"lattice resume RUN_DIR --answer {op.source_node}=<"
                     + ("option label or index" if asked.options else "text")
                     + ">",
-                    keeps_calls=True,
+                    keeps_journal=True,
                 ) from None
+            except ApprovalsPending as waiting:
+                raise approval_halt(waiting.requests) from None
             finally:
                 transcript = loop.transcript
                 ctx.emit(
@@ -111,6 +146,21 @@ class AgentExecutor(LLMWriteExecutor):
         if changes:
             record["changes"] = self._save_changes(ctx, changes)
         return Outcome(output=value, record=record)
+
+    def _gate(self, ctx: RunContext) -> CallGate | None:
+        """The gate of this visit's calls (None: no permissions, every offered call runs)."""
+        permissions = self.agents.permissions
+        if permissions is None or permissions.said_nothing:
+            return None
+        root = self.agents.grant.root
+        return CallGate(
+            permissions,
+            root if root is not None else Path.cwd(),
+            self.op.source_node,
+            answers=ctx.answers,
+            approver=self.agents.approver,
+            no_wait=self.agents.no_wait,
+        )
 
     def _open_toolsets(self, ctx: RunContext) -> list[Toolset]:
         granted = tuple(name for name in self.decision.granted if name != ASK_TOOL)

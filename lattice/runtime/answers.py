@@ -29,10 +29,14 @@ def waiting_summary(question: str, options: list[str]) -> str:
 
 
 def take_answer(answers: dict[str, Any], op: AskOp) -> Any:
-    """The answer for ``op``: a single value answers every visit; a list (for a
-    single-choice question) is a queue, one item per visit."""
+    """The answer for ``op``: a single value answers every visit (an op asked ``once``:
+    the next visit only); a list (for a single-choice question) is a queue, one item
+    per visit."""
     key = op.source_node if op.source_node in answers else op.id
     answer = answers.get(key)
+    if op.once and answer is not None and not isinstance(answer, list):
+        del answers[key]
+        return answer
     if isinstance(answer, list) and not op.multi_select:
         if not answer:
             return None

@@ -45,8 +45,6 @@ class HaltRun(LatticeRunError):
 
     ``error_type`` is the reason (``question`` or ``missing_information``), ``message``
     the summary; ``action`` tells the person what to do (``RUN_DIR`` stands for the folder).
-    ``keeps_calls``: the op halted in the middle of its work (an agent asked the person):
-    its journaled model answers and tool results stay for the resumed op to replay.
     """
 
     def __init__(
@@ -56,11 +54,13 @@ class HaltRun(LatticeRunError):
         details: dict[str, Any],
         action: str,
         *,
-        keeps_calls: bool = False,
+        keeps_journal: bool = False,
     ) -> None:
         super().__init__(summary, error_type=reason, details=details)
         self.action = action
-        self.keeps_calls = keeps_calls
+        self.keeps_journal = keeps_journal
+        """The halted op's journal lines stay for its resume to replay (an agent waiting
+        for approvals: its turns, results and decisions are not paid for or made again)."""
 
     @property
     def reason(self) -> str:

@@ -14,6 +14,7 @@ from jmespath.exceptions import JMESPathError
 from lattice.errors import LatticeRunError
 from lattice.ir.kinds import CONTROL_KINDS
 from lattice.ir.templates import ValueTemplate, parse_path
+from lattice.runs.redaction import redact_result
 from lattice.runtime.answers import normalize_answer, take_answer, waiting_summary
 from lattice.runtime.conditions import compile_condition, compile_jmespath
 from lattice.runtime.context import HaltRun, Outcome, RunContext
@@ -39,6 +40,11 @@ if TYPE_CHECKING:
 class Executor:
     """Base: ``await executor.run(ctx) -> Outcome``."""
 
+    recomputable = False
+    """The op only computes from the run's state: nothing outside the run sees it or
+    answers it (no model, tool, person or clock), so a resume can redo it exactly, and
+    the walk does not force its journal line to disk before the next op (docs/runs.md)."""
+
     async def run(self, ctx: RunContext) -> Outcome:
         raise NotImplementedError
 
@@ -46,6 +52,8 @@ class Executor:
 class PureExecutor(Executor):
     """An op that never waits: ``now(ctx)`` does all of it, and the walk calls it
     directly instead of making and awaiting a coroutine per op."""
+
+    recomputable = True
 
     def now(self, ctx: RunContext) -> Outcome:
         raise NotImplementedError
@@ -90,6 +98,8 @@ class EndExecutor(PureExecutor):
 
 class SwitchExecutor(Executor):
     """First matching case wins; otherwise the default port; otherwise a run error naming the value."""
+
+    recomputable = True
 
     def __init__(self, op: SwitchOp) -> None:
         self.op = op
@@ -228,10 +238,17 @@ class AskExecutor(Executor):
                 answer = await answer
         if answer is None:
             options = [o.label for o in op.options]
+            details: dict[str, Any] = {
+                "question": question,
+                "options": options,
+                "multiSelect": op.multi_select,
+            }
+            if op.once:
+                details["session"] = True  # a branch session's message: the panel chats
             raise HaltRun(
                 "waiting_for_answer",
                 waiting_summary(question, options),
-                {"question": question, "options": options, "multiSelect": op.multi_select},
+                details,
                 f"lattice resume RUN_DIR --answer {op.source_node}=<"
                 + ("option label or index" if options else "text")
                 + ">",
@@ -243,7 +260,11 @@ class AskExecutor(Executor):
 
 
 class ToolCallExecutor(Executor):
-    """TOOL_CALL: HTTP through the run's pooled client; MCP through the run's sessions."""
+    """TOOL_CALL: HTTP through the run's pooled client; MCP through the run's sessions.
+
+    What a tool answers enters the run's state with the run's secrets masked (``***``,
+    in every form :mod:`lattice.masking` knows): a server may echo a secret the request
+    carried, or one an earlier request left with it, and no later op may see its value."""
 
     def __init__(self, op: ToolCallOp, settings: RuntimeSettings) -> None:
         self.op = op
@@ -268,6 +289,7 @@ class ToolCallExecutor(Executor):
                 result = await self.http.run(ctx.state.resolve, ctx.http_pool)
                 status = result["status"]
             ctx.emit("tool_result", {"tool": "http", "status": status})
+        result = redact_result(result, ctx.redact)
         ctx.write_result(self.op.writes, result)
         return Outcome(output=result)
 

@@ -3,8 +3,9 @@ it is sent and every model answer as it arrives, and a resumed run gets the answ
 op in flight had already paid for from the journal instead of asking the model again.
 
 It is the run's tool journal too (``lattice.agents.loop.ToolJournal``): an agent op's
-tool calls are journaled before they run and their results as they come back, and a
-resumed run's op in flight finds them here.
+tool calls are journaled before they run and their results as they come back, the
+decisions on them (a rule's, a person's) before anything acts on them, and a resumed
+run's op in flight finds them here.
 
 ``FolderJournal`` is the run folder as the walk's ``Durability``
 (``lattice.runtime.durability``): the journal and op records go to the folder's
@@ -71,7 +72,13 @@ class JournaledProvider:
         self._checkpointed = isinstance(inner, CheckpointedProvider)
         self._replay: dict[tuple[str | None, str], deque[dict[str, Any]]] = {}
         self._tools: dict[tuple[str | None, str], dict[str, Any]] = {}
+        self._decisions: dict[tuple[str | None, str], dict[str, Any]] = {}
         for line in recorded:
+            if line.get("kind") == "tool_decision":
+                self._decisions[(line.get("op_id"), str(line.get("key")))] = line
+                continue
+            if line.get("kind") == "approval_request":
+                continue
             if line.get("kind") in ("tool_call", "tool_result"):
                 tool_key = (line.get("op_id"), str(line.get("key")))
                 if self._tools.get(tool_key, {}).get("kind") != "tool_result":
@@ -146,6 +153,10 @@ class JournaledProvider:
     def recorded_tool(self, op_id: str | None, key: str) -> dict[str, Any] | None:
         """The journal's line of tool call ``key`` of ``op_id``: its result, else its start."""
         return self._tools.get((op_id, key))
+
+    def recorded_decision(self, op_id: str | None, key: str) -> dict[str, Any] | None:
+        """The journal's decision on tool call ``key`` of ``op_id`` (a rule's or a person's)."""
+        return self._decisions.get((op_id, key))
 
     def journal_tool(self, line: dict[str, Any]) -> None:
         self._journal(dict(line))

@@ -119,6 +119,10 @@ class LLMWriteExecutor:
         self.template = template_for(op)
         self.engine = ContractEngine(contract_for(op, self.settings))
         self._tool_engines: dict[str, ContractEngine] = {}
+        self.takes_information = not op.id.startswith(f"{op.source_node}#")
+        """Information a person supplied for the node goes to the node's own op; a
+        node's extra ops (a branch session's replies and summary) take none: the
+        answers to such a node are its session's messages."""
         self.sampling = Sampling(
             temperature=op.temperature if op.temperature is not None else self.settings.temperature,
             top_p=op.top_p,
@@ -137,7 +141,8 @@ class LLMWriteExecutor:
             variables = {}
             prompt = self.prompt.render(state.resolve)
         template = self.template
-        if template is None and not self.context and not tools and not ctx.answers:
+        answers = ctx.answers if self.takes_information else None
+        if template is None and not self.context and not tools and not answers:
             system = self.op.system  # compose_messages' answer for a bare prompt
             if system:
                 return (Message("system", system), Message("user", prompt))
@@ -145,7 +150,7 @@ class LLMWriteExecutor:
         context = [(label, state.get(path)) for label, path in self.context]
         if tools:
             context.append(("Tools", tools))
-        extra = _take_information(ctx.answers, self.op.source_node) if ctx.answers else None
+        extra = _take_information(answers, self.op.source_node) if answers else None
         if extra:
             context.append(("Information from a person", extra))
         return compose_messages(

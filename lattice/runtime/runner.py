@@ -36,6 +36,7 @@ from lattice.llm.base import (
 )
 from lattice.llm.disabled import DisabledProvider
 from lattice.masking import MIN_MASKED_LENGTH, maskable
+from lattice.permissions.approvals import APPROVALS, check_approvals
 from lattice.runs.checkpoint import (
     file_digests,
     owner,
@@ -531,7 +532,7 @@ class Runner:
                 # the ops to run again start afresh: none of their answers replay
                 committed_state = journal.committed_provider_state or {}
         multi = {op.source_node for op in ir.ops.values() if op.kind == "ASK" and op.multi_select}
-        once = {k: v if k in multi else [v] for k, v in (answers or {}).items()}
+        once = {k: v if k in multi or k == APPROVALS else [v] for k, v in (answers or {}).items()}
         runner = cls(
             ir,
             provider=provider,
@@ -695,7 +696,7 @@ class Runner:
             ctx.current_op = None
             return self._finish(ctx, "completed", output, None, None, counters, track.op_seq)
         except HaltRun as halt:
-            if ctx.walk.durability.journals and ctx.branch is None and not halt.keeps_calls:
+            if ctx.walk.durability.journals and ctx.branch is None and not halt.keeps_journal:
                 # a halted op leaves no record: its number is used again
                 ctx.walk.durability.journal(stopped_line(ctx, track.op_seq - 1, track.current))
             report = failure_report(
@@ -912,6 +913,9 @@ def check_answers(ir: ExecIR, answers: Mapping[str, Any], what: str = "answers")
     llm_nodes = {op.source_node for op in ir.ops.values() if isinstance(op, ContractOpBase)}
     problems = []
     for node_id, answer in answers.items():
+        if node_id == APPROVALS:
+            problems.extend(check_approvals(answer))
+            continue
         op = asks.get(node_id)
         if op is None and node_id in llm_nodes:  # information for a model that asked for it
             continue

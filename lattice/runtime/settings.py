@@ -14,6 +14,8 @@ from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
 from lattice.errors import LatticeUserError, install_hint
 from lattice.llm.base import LLMProvider
+from lattice.permissions.policy import Permissions
+from lattice.permissions.settings import RuleSet, build_permissions
 from lattice.runtime.state import StateLimits
 from lattice.telemetry.settings import TelemetrySettings, telemetry_from_config
 from lattice.tools.http import HttpPolicy
@@ -23,6 +25,7 @@ from lattice.workspace.grants import WorkspaceGrant
 
 if TYPE_CHECKING:  # settings_from_config takes a config; the runtime itself needs none
     from lattice.config import LatticeConfig
+    from lattice.permissions.approvals import Approver
 
 
 ToolsetFactory = Callable[[WorkspaceGrant, tuple[str, ...]], list[Toolset]]
@@ -41,6 +44,12 @@ class AgentSettings:
     tool_timeout_s: float | None = None
     toolsets: ToolsetFactory | None = None
     """Makes the toolsets of a visit (None: ``lattice.workspace.workspace_toolsets``)."""
+    permissions: Permissions | None = None
+    """The rules each call of a granted tool is decided by (None: every call runs)."""
+    no_wait: bool = False
+    """A call that needs approval when no one can answer is refused instead of halting."""
+    approver: Approver | None = None
+    """Asks a person now whether a call may run (the terminal); None: the run halts."""
 
 
 @dataclass(frozen=True)
@@ -168,12 +177,42 @@ def agent_settings_from_config(config: LatticeConfig) -> AgentSettings:
     )
     return AgentSettings(
         grant=grant,
+        permissions=permissions_from_config(config, root),
         max_turns=agents.max_turns,
         max_tool_calls=agents.max_tool_calls,
         max_tokens=agents.max_tokens,
         # the tools stop themselves at tool_timeout (the shell a little later): the loop's
         # own limit is a backstop that leaves them room to say why
         tool_timeout_s=agents.tool_timeout + 10,
+    )
+
+
+def permissions_from_config(config: LatticeConfig, workspace: Path | None) -> Permissions:
+    """``[agents.permissions]``, the command line's rules and Claude Code's settings files
+    as the run's permissions (a rule or file that cannot be read is an error)."""
+    own = config.agents.permissions
+    toml = config.source or "lattice.toml"
+    sets = [
+        RuleSet(
+            {"allow": own.allow, "ask": own.ask, "deny": own.deny},
+            f"{toml}: agents.permissions.{{behavior}}[{{index}}]",
+            Path(config.source).resolve().parent if config.source else None,
+            own.default_mode,
+            f"{toml}: agents.permissions.default_mode",
+        ),
+        RuleSet(
+            {"allow": own.flags.allow, "ask": own.flags.ask, "deny": own.flags.deny},
+            "--{behavior}-rule",
+            Path.cwd(),
+            own.flags.mode,
+            "--permission-mode",
+        ),
+    ]
+    return build_permissions(
+        workspace=workspace,
+        configured=sets,
+        claude_files=own.claude_settings,
+        bypass=own.bypass_permissions,
     )
 
 

@@ -55,11 +55,11 @@ class Step:
         "edges",
         "executor",
         "is_end",
-        "is_start",
         "kind",
         "node",
         "now",
         "op",
+        "recomputable",
     )
 
     def __init__(self, op: Op, executor: Executor | None, edges: dict[str, str]) -> None:
@@ -69,9 +69,10 @@ class Step:
         self.node = op.source_node
         self.kind = op.kind
         self.is_end = op.kind == "END"
-        self.is_start = op.kind == "START"
-        """Its line needs no sync of its own: the entry op does nothing, and its line
-        reaches the disk with the first op's, before anything the run does outside."""
+        self.recomputable: bool = getattr(executor, "recomputable", False)
+        """Its line needs no sync of its own: a resume after a power cut redoes it from the
+        last synced op, and it reaches the disk with the next op that does something
+        outside the run (a model, a tool, a person), before that op's effect is kept."""
         self.control = op.kind in CONTROL_KINDS
         """The walk runs it itself: it starts tracks of its own."""
         self.now = executor.now if isinstance(executor, PureExecutor) else None
@@ -202,7 +203,7 @@ class Walker:
                     output = self._no_edge(ctx, step, current, port)
             if journaled:
                 self._journal(track, step, outcome, nxt, counters, calls_before, output)
-                if nxt is not None and not step.is_start:
+                if nxt is not None and not step.recomputable:
                     await durability.commit(here=root.walk.commit_here and not in_branch)
             elif state.changes:
                 self._keep_changes(track)
@@ -239,7 +240,7 @@ class Walker:
         ctx = track.ctx
         halt.op_id = halt.op_id or current
         halt.node_id = halt.node_id or step.node
-        if journaled and ctx.branch is not None and not step.control and not halt.keeps_calls:
+        if journaled and ctx.branch is not None and not step.control and not halt.keeps_journal:
             # The main walk journals its own halted op (Runner); a branch's gets its line
             # here, or the answers it had would count as still to be replayed, though the
             # resumed op asks again (with the answer given).

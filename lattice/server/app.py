@@ -423,8 +423,18 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
         workflow: Annotated[str | None, Query(description="workflow id or file name")] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         before: Annotated[str | None, Query(description="the previous page's next")] = None,
+        q: Annotated[
+            str | None,
+            Query(
+                max_length=200,
+                description="words each found (any case) in the run's id, workflow, "
+                "workflow name, status or start time (2026-12-02T13)",
+            ),
+        ] = None,
     ) -> Response:
-        page = manager.list_runs(status=status, workflow=workflow, limit=limit, before=before)
+        page = manager.list_runs(
+            status=status, workflow=workflow, limit=limit, before=before, search=q
+        )
         return respond(200, page)
 
     @app.get("/v1/runs/{run_id}", tags=["runs"], summary="one run")
@@ -475,7 +485,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
             manager.check_resumable(
                 run_id, ("halted",), "only a halted run waits for answers (see its question)"
             )
-            return await _resume(run_id, folder, ProviderSpec(), body.answers, False)
+            return await _resume(run_id, folder, ProviderSpec(), body.all_answers(), False)
 
     @app.post(
         "/v1/runs/{run_id}/resume",

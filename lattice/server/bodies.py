@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lattice.permissions.approvals import APPROVALS, check_approvals
 from lattice.server.errors import ApiError
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.providers import ProviderChoice
@@ -79,8 +80,34 @@ class AnswerRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     answers: dict[str, Any] = Field(
-        min_length=1, description='{"<nodeId>": "<option label or index, or text>"}'
+        default_factory=dict, description='{"<nodeId>": "<option label or index, or text>"}'
     )
+    approvals: dict[str, Any] = Field(
+        default_factory=dict,
+        description='agents\' tool calls waiting for approval: {"<approval id>" or "*": '
+        '"allow" | "allow_run" | "deny" | {"decision": "deny", "reason": "..."}}',
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> AnswerRun:
+        if not self.answers and not self.approvals:
+            raise ValueError("give answers, approvals or both")
+        problems = check_approvals(self.approvals)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def all_answers(self) -> dict[str, Any]:
+        """The answers with the approvals among them, each saying it came by the gateway."""
+        if not self.approvals:
+            return dict(self.answers)
+        given = {
+            key: {"decision": value, "door": "gateway"}
+            if isinstance(value, str)
+            else {**value, "door": "gateway"}
+            for key, value in self.approvals.items()
+        }
+        return {**self.answers, APPROVALS: given}
 
 
 class ResumeRun(ProviderOptions):

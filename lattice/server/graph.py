@@ -28,8 +28,9 @@ NODE_WIDTH = 176
 NODE_HEIGHT = 52
 LAYER_GAP = 240
 """Distance between the left edges of two layers of a computed layout."""
-ROW_GAP = 96
-"""Distance between the tops of two nodes of one layer."""
+ROW_GAP = 84
+"""Distance between the tops of two nodes of one layer (a node is 52 high; its badge
+line sits in the 32 between)."""
 GROUP_PADDING = 24
 
 

@@ -9,6 +9,7 @@ or by ``lattice resume``.
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import logging
 import os
@@ -126,7 +127,11 @@ def run_server(
     log_level: str = "warning",
     on_started: Callable[[str], None] | None = None,
 ) -> int:
-    """Serve ``settings`` until stopped (Ctrl-C, SIGTERM); 2 when it could not start."""
+    """Serve ``settings`` until stopped (Ctrl-C, SIGTERM); 2 when it could not start.
+
+    The address is bound first, so that a port already in use is a user's error that
+    says so (``LatticeUserError``), not uvicorn's log line."""
+    sock = listen_socket(host, port)
     app = create_app(settings)
     logging.basicConfig(
         level=log_level.upper(), format="lattice serve: %(levelname)s %(name)s: %(message)s"
@@ -146,8 +151,31 @@ def run_server(
         announce=True,
         on_started=on_started,
     )
-    server.run()
+    server.run(sockets=[sock])
     return 0 if server.started else 2
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (as uvicorn binds it); a port that is taken or
+    not allowed is refused with what to do instead."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise LatticeUserError(f"--host {host}: not an address this machine has ({exc})") from exc
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise LatticeUserError(
+                f"port {port} on {host} is taken (another lattice serve, or another "
+                f"program): choose another with --port N (--port 0: any free port)"
+            ) from exc
+        raise LatticeUserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
 
 
 class LatticeServer(uvicorn.Server):

@@ -40,6 +40,8 @@ log = logging.getLogger("lattice.server")
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 """What a run id in a URL may look like (run folders are named so)."""
 QUESTION_CATEGORIES = ("waiting_for_answer", "missing_information")
+APPROVAL = "waiting_for_approval"
+"""The failure category of a run whose agent waits for a person to approve tool calls."""
 """Failure categories of a run halted until a person answers."""
 
 
@@ -450,9 +452,12 @@ class RunManager:
         workflow: str | None,
         limit: int,
         before: str | None,
+        search: str | None = None,
     ) -> dict[str, Any]:
         """Runs newest first (run ids sort by start time), ``limit`` at a time; ``before``
-        is the ``next`` of the previous page."""
+        is the ``next`` of the previous page. ``search``: words that must each be found
+        (any case) in the run's id, workflow, workflow name, status or start time."""
+        words = (search or "").lower().split()
         try:
             names = [
                 entry.name
@@ -473,11 +478,23 @@ class RunManager:
                 continue
             if workflow is not None and workflow not in (item["workflow"], item["workflow_name"]):
                 continue
+            if words and not matches(item, words):
+                continue
             if len(items) == limit:
                 next_page = items[-1]["run_id"]
                 break
             items.append(item)
         return {"runs": items, "next": next_page}
+
+
+SEARCHED = ("run_id", "workflow", "workflow_name", "status", "started_at")
+"""The fields of a listed run that ``GET /v1/runs?q=`` searches."""
+
+
+def matches(item: dict[str, Any], words: list[str]) -> bool:
+    """Whether every word is in one of the run's searched fields (any case)."""
+    text = " ".join(str(item.get(key) or "") for key in SEARCHED).lower()
+    return all(word in text for word in words)
 
 
 def next_step(run_id: str, status: str) -> str:
@@ -493,7 +510,10 @@ def next_step(run_id: str, status: str) -> str:
 
 
 def question(run_id: str, failure: Any) -> dict[str, Any] | None:
-    """The question a halted run waits on, and how to answer it."""
+    """The question a halted run waits on, and how to answer it (``session``: a branch
+    session waits for the person's next message, ``/done`` ends it)."""
+    if isinstance(failure, dict) and failure.get("category") == APPROVAL:
+        return approval_question(run_id, failure)
     if not isinstance(failure, dict) or failure.get("category") not in QUESTION_CATEGORIES:
         return None
     details = failure.get("details") or {}
@@ -505,10 +525,27 @@ def question(run_id: str, failure: Any) -> dict[str, Any] | None:
         "question": details.get("question") or failure.get("summary"),
         "options": options,
         "multi_select": bool(details.get("multiSelect")),
+        "session": bool(details.get("session")),
         "answer": {
             "method": "POST",
             "href": f"/v1/runs/{run_id}/answers",
             "body": {"answers": {node: options[0] if options else "<your answer>"}},
+        },
+    }
+
+
+def approval_question(run_id: str, failure: dict[str, Any]) -> dict[str, Any]:
+    """The agent's tool calls a halted run waits to have approved, and how to answer."""
+    approvals = (failure.get("details") or {}).get("approvals") or []
+    return {
+        "node_id": failure.get("node_id"),
+        "kind": APPROVAL,
+        "question": failure.get("summary"),
+        "approvals": approvals,
+        "answer": {
+            "method": "POST",
+            "href": f"/v1/runs/{run_id}/answers",
+            "body": {"approvals": {item["id"]: "allow" for item in approvals}},
         },
     }
 

@@ -319,6 +319,13 @@ def add_backend_routes(  # noqa: C901
     )
     async def answer_run(run_id: str, body: AnswerRun) -> Response:
         run_id = run_id_of(run_id)
+        if body.approvals:
+            raise ApiError(
+                409,
+                "not_supported",
+                "approvals of agents' tool calls are answered on run folders only for now "
+                "(lattice serve without --engine temporal)",
+            )
         try:
             refuse_secret_answers(body.answers, redact)
         except LatticeUserError as exc:

@@ -29,7 +29,7 @@ from lattice.runs.journal import JOURNAL, open_append
 from lattice.runs.oplog import safe_name
 from lattice.runs.ownership import Ownership
 from lattice.runs.redaction import Redactor
-from lattice.runs.store import Durability, FolderRecorder, RunRecorder, RunStore
+from lattice.runs.store import FolderRecorder, RunRecorder, RunStore, SyncMode
 from lattice.server.events import KEEP
 
 FLUSH_LINES = KEEP // 4
@@ -52,7 +52,7 @@ class LoopRecorder(FolderRecorder):
         *,
         redact: Redactor | None = None,
         resume: bool = False,
-        durability: Durability = "fsync",
+        durability: SyncMode = "fsync",
         on_line: EventLine | None = None,
         ownership: Ownership | None = None,
     ) -> None:
@@ -126,7 +126,7 @@ class LoopStore(RunStore):
         root: Path | str | None,
         *,
         redact: Redactor | None = None,
-        durability: Durability = "fsync",
+        durability: SyncMode = "fsync",
         on_line: EventLine | None = None,
     ) -> None:
         super().__init__(root, redact=redact, durability=durability)

@@ -8,7 +8,8 @@ needed), shaped so that what later nodes read of it is there. Each choice (class
 question) takes the branch that reaches an ``end`` node by the fewest ops, so a loop is
 left at its first pass; ``choices`` says which. Nodes that can run more than once (on a
 cycle, in a parallel branch of one, or in a forEach flow) get a few answers. Edit the
-answers to steer the run down other branches.
+answers to steer the run down other branches. A branch session gets as many messages
+as its reply op has answers, then ``/done``.
 
 An agent node gets its turns: one plausible call of each tool it asks for that the
 user's grant gives it (the reading tools, the web and MCP tools at once; each writing
@@ -45,6 +46,7 @@ from lattice.ir.templates import TemplateSyntaxError, parse_path
 from lattice.ir.tool_names import split_mcp_name
 from lattice.llm.examples import example_value
 from lattice.lower.graph import reached, strongly_connected_components
+from lattice.lower.session_nodes import END_COMMAND
 from lattice.workspace.grants import WorkspaceGrant
 
 LOOP_ANSWERS = 3
@@ -133,7 +135,9 @@ def plan_mocks(
         script["tools"] = tools
     answers: dict[str, Any] = {}
     for op in ir.ops.values():
-        if isinstance(op, AskOp) and op.source_node not in answers:
+        if isinstance(op, AskOp) and op.once and op.source_node not in answers:
+            answers[op.source_node] = session_messages(LOOP_ANSWERS)
+        elif isinstance(op, AskOp) and op.source_node not in answers:
             choice = made.get(op.id)
             first = choice.label if choice is not None else _open_answer(op)
             answers[op.source_node] = [first] if op.multi_select else first
@@ -241,6 +245,12 @@ def _result_of(op: ContractOpBase) -> Any:
     if op.output_schema is not None:
         return example_value(op.output_schema)
     return f"(mock answer of {op.name or op.source_node})"
+
+
+def session_messages(count: int) -> list[str]:
+    """A branch session's messages: ``count`` of them (its reply op, on the session's
+    loop, has as many answers), then the command that ends it."""
+    return [f"(mock message {i})" for i in range(1, count + 1)] + [END_COMMAND]
 
 
 def _open_answer(op: AskOp) -> str:

@@ -12,7 +12,7 @@ started by one front door can be resumed by the other), and run either synchrono
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from lattice.ir.serialize import ir_from_json
 from lattice.llm.base import LLMProvider, close_loop_clients
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
+from lattice.permissions.approvals import Approver
 from lattice.runs.checkpoint import read_checkpoint
 from lattice.runs.folder import read_run_json
 from lattice.runs.store import RunStore
@@ -126,6 +127,10 @@ class RunOptions:
     """The repository root (``repo_root``), already checked."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Extra metadata a front door records (the server: the workflow's name)."""
+    approver: Approver | None = None
+    """Asks a person now whether an agent's tool call may run (the terminal)."""
+    no_wait: bool = False
+    """A call that needs approval when no one can answer is refused, not waited for."""
 
 
 def repo_root(path: str | None) -> Path | None:
@@ -185,6 +190,7 @@ def prepare_run(
         max_tokens_total=options.max_tokens_total,
         repo_root=options.repo,
     )
+    settings = with_approvals(settings, options.approver, options.no_wait)
     runner = Runner(
         ir,
         provider=provider,
@@ -288,6 +294,8 @@ def prepare_resume(
     repo: str | None = None,
     ask_human: AskHuman | None = None,
     store_type: type[RunStore] = RunStore,
+    approver: Approver | None = None,
+    no_wait: bool = False,
 ) -> PreparedResume:
     """Get ready to continue the run in ``folder``. What is not given is taken from the
     run's checkpoint: the provider (``provider`` that gives nothing counts as not given),
@@ -308,6 +316,7 @@ def prepare_resume(
         max_tokens_total=meta.get("max_tokens_total"),
         repo_root=repo_root(repo or meta.get("repo")),
     )
+    settings = with_approvals(settings, approver, no_wait)
     return PreparedResume(
         folder=folder,
         checkpoint=checkpoint,
@@ -319,6 +328,17 @@ def prepare_resume(
         accept_changed=accept_changed,
         ask_human=ask_human,
     )
+
+
+def with_approvals(
+    settings: RuntimeSettings, approver: Approver | None, no_wait: bool
+) -> RuntimeSettings:
+    """``settings`` whose agents ask ``approver`` (a person now) and, with ``no_wait``,
+    refuse a call that needs approval when no one answers."""
+    if approver is None and not no_wait:
+        return settings
+    agents = replace(settings.agents, approver=approver, no_wait=no_wait)
+    return replace(settings, agents=agents)
 
 
 def check_mock_nodes(ir: ExecIR, provider: LLMProvider, spec: ProviderSpec) -> None:

@@ -42,7 +42,7 @@ from lattice.contracts.policies import RetrySettings
 from lattice.errors import LatticeRunError
 from lattice.ir.templates import Ref, ValueTemplate, is_secret, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
-from lattice.masking import forms_pattern
+from lattice.masking import find, forms_pattern, replace
 from lattice.schemas import schema_errors, schema_validator, uses_patterns
 from lattice.text import unicode_value
 
@@ -581,7 +581,8 @@ def _safe_url(url: str) -> str:
 def _mask(exc: LatticeRunError, secrets: dict[str, str]) -> None:
     """Replace, in ``exc``'s message and details, each secret value of ``secrets`` in each
     form a request gives it (lower-cased in a host, percent-encoded, IDNA-encoded, in a
-    basic-auth header: ``lattice.masking``) with its reference."""
+    basic-auth header, an unreserved character percent-escaped: ``lattice.masking``) with
+    its reference."""
     patterns = [
         (re.compile(forms_pattern(value)[0]), ref)
         for value, ref in sorted(secrets.items(), key=lambda item: len(item[0]), reverse=True)
@@ -593,7 +594,7 @@ def _mask(exc: LatticeRunError, secrets: dict[str, str]) -> None:
     def masked(value: Any) -> Any:
         if isinstance(value, str):
             for pattern, ref in patterns:
-                value = pattern.sub(ref.replace("\\", "\\\\"), value)
+                value = replace(value, find(pattern, value), ref)
             return value
         if isinstance(value, dict):
             return {masked(k): masked(v) for k, v in value.items()}

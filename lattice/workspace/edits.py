@@ -154,11 +154,9 @@ def apply_change(workspace: Workspace, change: FileChange) -> FileChange:
     Raises ToolRefused when the file changed since the change was planned (a conflict).
     """
     path = workspace.resolve(change.path, must_exist=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path = workspace.resolve(change.path, must_exist=False)  # the made folders are inside
-    # Everything below works in the folder's descriptor, checked to be inside the root
-    # once opened: a folder swapped for a link meanwhile cannot lead the write out.
-    folder = workspace.open_folder(path.parent)
+    # Everything below works in the folder's descriptor, made and opened one folder at a
+    # time from the root: a folder swapped for a link meanwhile cannot lead the write out.
+    folder = workspace.make_folder(path.parent)
     try:
         current = file_digest(path, folder_fd=folder)
         if current == change.after:

@@ -84,6 +84,37 @@ class Workspace:
         self.check_opened(fd, path)
         return fd
 
+    def make_folder(self, path: Path) -> int:
+        """A descriptor on the folder ``path`` (a real path ``resolve`` gave), made with
+        its missing parents where needed.
+
+        Each folder on the way is made and opened relative to its parent's descriptor,
+        never following a link, starting from the root: a folder a command swaps for a
+        link meanwhile ends the walk (ToolRefused) instead of leading it out."""
+        parts = path.relative_to(self.root).parts
+        if PROTECTED_DIRS.intersection(parts):
+            raise ToolRefused(f"{self.show(path)} is inside .git/, which agents may not change")
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+        fd = os.open(self.root, flags)
+        try:
+            for name in parts:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                try:
+                    child = os.open(name, flags, dir_fd=fd)
+                except OSError as exc:
+                    raise ToolRefused(
+                        f"cannot open {self.show(path)}: {exc.strerror} (a folder on its way "
+                        "changed while it was made); try again"
+                    ) from None
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        self.check_opened(fd, path)
+        return fd
+
     def contains(self, path: Path) -> bool:
         return path == self.root or self.root in path.parents
 

@@ -1,7 +1,8 @@
 """Bash: a shell command in a bubblewrap sandbox.
 
 The command runs under Debian's ``bwrap`` in fresh namespaces (no network, its own
-process tree, no host processes visible), with the system's programs read-only, a
+process tree, no host processes visible, bubblewrap itself started with an environment
+that holds nothing of Lattice's: its processes are visible inside), with the system's programs read-only, a
 private ``/tmp`` and ``/dev/shm`` of a bounded size (the rest of the sandbox's own
 filesystem is read-only), and the workspace as the only writable path (mounted
 at its own path, so the paths the model sees work inside) except every ``.git`` in it,
@@ -49,17 +50,38 @@ SYSTEM_FILES = (
     "/etc/passwd",
     "/etc/group",
 )
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 SHM_BYTES = 64_000_000
 """The most a command's private ``/dev/shm`` holds (memory-backed like ``/tmp``, and
 capped at the smaller of this and ``/tmp``'s size)."""
 PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 
 
+def scrubbed_environment() -> dict[str, str]:
+    """The environment ``bwrap`` itself is started with: nothing of Lattice's own.
+
+    ``--clearenv`` cleans only the command's environment; bubblewrap's own processes
+    (its PID 1 in the sandbox among them) keep the one they were started with, and a
+    command can read it from ``/proc/1/environ``: keys, tokens and all."""
+    return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
+
+
+def _bwrap() -> str:
+    """bubblewrap's full path, found on Lattice's own ``PATH`` (the sandbox's is not it)."""
+    return shutil.which("bwrap") or "bwrap"
+
+
 @functools.cache
 def sizes_tmpfs() -> bool:
     """Whether this bubblewrap can cap a tmpfs (``--size``, bubblewrap 0.8 and later)."""
     try:
-        shown = subprocess.run(["bwrap", "--help"], capture_output=True, timeout=10, check=False)
+        shown = subprocess.run(
+            [_bwrap(), "--help"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+            env=scrubbed_environment(),
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return b"--size" in shown.stdout + shown.stderr
@@ -72,8 +94,9 @@ def sandbox_problem() -> str | None:
         return INSTALL_HINT
     try:
         probe = subprocess.run(
-            ["bwrap", *_mounts(None), "--unshare-all", "true"],
+            [_bwrap(), *_mounts(None), "--unshare-all", "true"],
             capture_output=True,
+            env=scrubbed_environment(),
             timeout=10,
             check=False,
         )
@@ -134,7 +157,7 @@ async def run_command(
     assert root is not None
     before = await asyncio.to_thread(measure, root)
     argv = [
-        "bwrap",
+        _bwrap(),
         *_mounts(root, protected(before), grant.shell_tmp_bytes, read_only=read_only),
         "--unshare-all",
         "--die-with-parent",
@@ -142,7 +165,7 @@ async def run_command(
         "--uid", "1000", "--gid", "1000",
         "--chdir", str(root),
         "--clearenv",
-        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+        "--setenv", "PATH", SANDBOX_PATH,
         "--setenv", "HOME", "/tmp",
         "--setenv", "LANG", "C.UTF-8",
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
@@ -157,6 +180,7 @@ async def run_command(
         stderr=asyncio.subprocess.STDOUT,
         preexec_fn=limits,
         start_new_session=True,
+        env=scrubbed_environment(),
     )
     watch = asyncio.create_task(_watch_writes(grant, root, before, process))
     try:

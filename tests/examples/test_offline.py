@@ -194,6 +194,17 @@ def brainstorm_ideas(run: Run) -> None:
     assert run.output["ranking"][0]["idea"] == "SMS reminders 48h and 2h before"
 
 
+def branch_session(run: Run) -> None:
+    assert run.output.startswith("- [ ] parser: --dry-run")
+    session = run.vars["branchSession-review"]
+    assert [turn["person"] for turn in session["transcript"]] == [
+        "Which step touches the file writer?",
+        "The dry run should print each path with its size.",
+        "What do the tests check?",
+    ]
+    assert session["result"].startswith("Agreed plan:")
+
+
 def content_moderation(run: Run) -> None:
     assert run.output["decision"]["action"] == "hold"
 
@@ -335,6 +346,7 @@ EXPECTED: dict[str, Callable[[Run], None]] = {
     "employee-onboarding": employee_onboarding,
     "incident-response": incident_response,
     "meeting-prep": meeting_prep,
+    "branch-session": branch_session,
 }
 
 

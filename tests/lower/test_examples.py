@@ -123,18 +123,26 @@ def test_mock_answers_fit_the_output_contracts(path: Path) -> None:
     responses = read_json(mock_path)["responses"]
     assert any(responses.values()), "the mock answers no LLM call at all"
     for node_id, answers in responses.items():
-        op = ir.ops[node_id]
-        assert isinstance(op, ContractOpBase)
+        # a node's model calls: its op, or (a branch session) its replies and its summary
+        ops = [o for o in ir.ops.values() if o.source_node == node_id]
+        contract_ops = [o for o in ops if isinstance(o, ContractOpBase)]
+        assert contract_ops, f"{node_id}: no LLM or AGENT op"
         for index, answer in enumerate(answers):
             if isinstance(answer, dict) and "$tool_calls" in answer:
-                assert isinstance(op, AgentOp), f"{node_id}[{index}]: tool calls of a non-agent"
+                assert any(isinstance(o, AgentOp) for o in contract_ops), (
+                    f"{node_id}[{index}]: tool calls of a non-agent"
+                )
                 continue  # an agent's turn, not its answer
-            if op.output_schema is None:
-                assert isinstance(answer, str), f"{node_id}[{index}]: free-text node, answer text"
-                continue
-            value = json.loads(answer) if isinstance(answer, str) else answer
-            errors = list(jsonschema.Draft202012Validator(op.output_schema).iter_errors(value))
-            assert not errors, f"{node_id}[{index}]: {[e.message for e in errors]}"
+            problems = [answer_problems(o, answer) for o in contract_ops]
+            assert [] in problems, f"{node_id}[{index}]: {problems}"
+
+
+def answer_problems(op: ContractOpBase, answer: Any) -> list[str]:
+    """Why ``answer`` does not fit ``op``'s contract (none: it fits)."""
+    if op.output_schema is None:
+        return [] if isinstance(answer, str) else ["free-text node, answer text"]
+    value = json.loads(answer) if isinstance(answer, str) else answer
+    return [e.message for e in jsonschema.Draft202012Validator(op.output_schema).iter_errors(value)]
 
 
 @pytest.mark.parametrize("path", example_files(), ids=EXAMPLE_IDS)
@@ -158,10 +166,15 @@ def test_answers_file_names_question_options(path: Path) -> None:
         return
     assert answers_path.exists(), f"{path.name} asks questions but has no {answers_path.name}"
     answers = read_json(answers_path)
-    assert set(answers) == set(asks) | set(tool_asks)
-    for node_id, label in answers.items():
-        options = asks[node_id].options if node_id in asks else tool_asks[node_id]
-        assert label in [o["label"] if isinstance(o, dict) else o.label for o in options], node_id
+    assert set(answers) == {op.source_node for op in asks.values()} | set(tool_asks)
+    for op in asks.values():
+        if op.once:  # a branch session's messages, then the command that ends it
+            assert answers[op.source_node][-1] == "/done", op.source_node
+            continue
+        label = answers[op.source_node]
+        assert label in [o.label for o in op.options], f"{op.source_node}: {label!r}"
+    for node_id, options in tool_asks.items():
+        assert answers[node_id] in [o["label"] for o in options], node_id
 
 
 def _asked_through_the_tool(path: Path) -> dict[str, list[dict[str, Any]]]:

@@ -101,12 +101,32 @@ def console_errors(session: Any) -> list[str]:
     return [entry["message"] for entry in session.get_log("browser") if entry["level"] == "SEVERE"]
 
 
-def requested_urls(session: Any) -> list[str]:
-    """The URL of every request the pages made since the last call (a ``network_log``
-    session), whether or not it got an answer."""
-    urls = []
+BROWSER_OWN = ("chrome:", "chrome-extension:", "chrome-untrusted:", "devtools:")
+"""Schemes of the browser's own pages (a new tab page, its components): Chromium's
+requests, not the page's, whichever version made them."""
+
+
+def page_requests(session: Any) -> list[dict[str, Any]]:
+    """The requests the pages made since the last call (a ``network_log`` session),
+    whether or not they got an answer: each ``url``, ``type`` and ``bytes`` (what came
+    over the wire, 0 until it has; a response from the cache counts 0). Requests of the
+    browser's own pages (``chrome://…``) are left out."""
+    requests: dict[str, dict[str, Any]] = {}
     for entry in session.get_log("performance"):
         message = json.loads(entry["message"])["message"]
-        if message.get("method") == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
+        params = message.get("params") or {}
+        method = message.get("method")
+        if method == "Network.requestWillBeSent":
+            url = params["request"]["url"]
+            document = str(params.get("documentURL") or "")
+            if url.startswith(BROWSER_OWN) or document.startswith(BROWSER_OWN):
+                continue
+            requests[params["requestId"]] = {"url": url, "type": params.get("type"), "bytes": 0}
+        elif method == "Network.loadingFinished" and params.get("requestId") in requests:
+            requests[params["requestId"]]["bytes"] = int(params.get("encodedDataLength") or 0)
+    return list(requests.values())
+
+
+def requested_urls(session: Any) -> list[str]:
+    """The URL of every request the pages made since the last call (``page_requests``)."""
+    return [request["url"] for request in page_requests(session)]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.builders import approval
+from tests.builders import approval, conn, node, workflow
 from tests.conftest import EXAMPLES
 from tests.server.helpers import APPROVAL_SCRIPT
 
@@ -36,3 +37,72 @@ def workflows_folder(root: Path) -> Path:
     (flows / "approval.json").write_text(json.dumps(approval()))
     (flows / "approval.mock.json").write_text(json.dumps(APPROVAL_SCRIPT))
     return flows
+
+
+def sixteen_nodes() -> dict[str, Any]:
+    """A 16-node document without positions (laid out in six layers): a switch over
+    ``$in.pick`` into six lanes of two steps each, which meet again before the end. It
+    runs without a model (every step stores a variable)."""
+    lanes = "abcdef"
+    nodes = [
+        node(
+            "start",
+            "start",
+            label="Start",
+            inputs={"type": "object", "properties": {"pick": {"type": "string"}}},
+        ),
+        node(
+            "route",
+            "switch",
+            label="Route by pick",
+            evaluationTarget="$in.pick",
+            branches=[
+                {"id": f"b-{x}", "label": f"Lane {x.upper()}", "condition": f'== "{x}"'}
+                for x in lanes[:-1]
+            ]
+            + [{"id": "b-f", "label": "Lane F", "condition": "", "isDefault": True}],
+            outputPorts=len(lanes),
+        ),
+    ]
+    connections = [conn("start", "route")]
+    for index, lane in enumerate(lanes):
+        for step in (1, 2):
+            nodes.append(
+                node(
+                    f"{lane}{step}",
+                    "variableStore",
+                    label=f"Lane {lane.upper()} step {step}",
+                    operation="set",
+                    name=f"v_{lane}{step}",
+                    value=step,
+                )
+            )
+        connections += [
+            conn("route", f"{lane}1", f"branch-{index}"),
+            conn(f"{lane}1", f"{lane}2"),
+            conn(f"{lane}2", "merge"),
+        ]
+    nodes.append(node("merge", "variableStore", label="Merge", operation="set", name="m", value=1))
+    nodes.append(node("end", "end", label="End", output="$vars.m"))
+    connections.append(conn("merge", "end"))
+    return workflow(nodes, connections, id="sixteen", name="sixteen")
+
+
+def many_runs(runs: Path, sources: list[str], count: int) -> list[str]:
+    """``count`` runs listed as the ``sources`` (run folders under ``runs``) are, one
+    every 37 minutes from 2026-10-01 (their ``checkpoint.json`` and ``result.json`` only:
+    enough for ``GET /v1/runs``). Their ids, oldest first."""
+    start = datetime(2026, 10, 1, tzinfo=UTC)
+    made = []
+    for index in range(count):
+        source = runs / sources[index % len(sources)]
+        at = start + timedelta(minutes=37 * index)
+        run_id = f"{at:%Y%m%dT%H%M%S}-{index:08x}"
+        folder = runs / run_id
+        folder.mkdir()
+        checkpoint = json.loads((source / "checkpoint.json").read_text())
+        checkpoint |= {"run_id": run_id, "started_at": at.strftime("%Y-%m-%dT%H:%M:%S.000Z")}
+        (folder / "checkpoint.json").write_text(json.dumps(checkpoint))
+        shutil.copy(source / "result.json", folder / "result.json")
+        made.append(run_id)
+    return made

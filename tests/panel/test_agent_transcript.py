@@ -83,6 +83,31 @@ def test_an_agent_node_shows_its_transcript_and_diff(page: Any, agent_server: st
     tokens = sum(t["input_tokens"] + t["output_tokens"] for t in turns)
     assert len(turns) == 3
     assert f"3 model calls, {tokens:,} tokens" in text(page, ".node-meta")
+    # its attempt says the same: three model calls (its turns) and their tokens, not the
+    # last turn's alone beside totals that contradict it
+    assert (
+        page.execute_script("return document.querySelector('.record .attempt').dataset.calls")
+        == "3"
+    )
+    attempt = text(page, ".record .attempt")
+    assert "3 (turns 1–3)" in attempt
+    ins = sum(t["input_tokens"] for t in turns)
+    outs = sum(t["output_tokens"] for t in turns)
+    assert f"{ins:,} in / {outs:,} out, all turns" in attempt
+    assert "3 model calls" in text(page, ".record > summary")
+    # the diff: a row per line, added and removed told apart by sign, word and colour
+    lines = page.execute_script(
+        "return [...document.querySelectorAll(\".i-section .diff[data-path='tally/stats.py'] .dl\")]"
+        ".map(l => [l.className, l.textContent, getComputedStyle(l).backgroundColor])"
+    )
+    added = [line for line in lines if "dl-add" in line[0]]
+    removed = [line for line in lines if "dl-del" in line[0]]
+    assert added and removed, lines
+    assert all(t.startswith("added: +") for _, t, _ in added)
+    assert all(t.startswith("removed: -") for _, t, _ in removed)
+    colours = {added[0][2], removed[0][2], next(c for k, _, c in lines if "dl-ctx" in k)}
+    assert len(colours) == 3, colours
+    assert text(page, ".i-section .diff[data-path='tally/stats.py'] .diff-count").startswith("+")
     # the timeline nests each tool call under its op, with its time
     until(
         lambda: (

@@ -253,8 +253,14 @@ def test_an_llm_node_shows_its_repaired_attempt_by_keyboard(
     assert "356 in / 10 out" in escalation
     inputs = text(page, ".record .i-section")
     assert "$in.ticket" in inputs
-    # Space opens a node too
-    node_el(page, "assemble").send_keys(Keys.SPACE)
+    # Space opens a node too (focused as Tab and the arrows focus it: the canvas pans to
+    # it; a WebDriver click or key on a node out of the canvas's view would fail)
+    page.execute_script("document.querySelector(\"svg .node[data-node='assemble']\").focus()")
+    until(
+        lambda: page.execute_script("return document.activeElement.dataset.node") == "assemble",
+        "the node did not take the focus",
+    )
+    ActionChains(page).send_keys(Keys.SPACE).perform()
     until(lambda: text(page, "#inspector-title") == "Assemble answer", "Space did nothing")
 
 
@@ -484,3 +490,29 @@ def test_the_inspector_shows_a_model_answer_growing_before_it_completes(
     until(lambda: text(page, ".live-answer") == "", "the live answer stayed after completion")
     until(lambda: answer.strip() in text(page, "pre.completion"), "no recorded raw output")
     assert console_errors(page) == []
+
+
+def test_a_branch_session_is_a_chat_in_the_panel(
+    page: Any, base_url: str, client: httpx.Client
+) -> None:
+    session = "branchSession-review"
+    mock = json.loads((EXAMPLES / "branch-session.mock.json").read_text())
+    run_id = start_via_api(
+        client,
+        document=json.loads((EXAMPLES / "branch-session.json").read_text()),
+        mock_script=mock,
+        inputs=json.loads((EXAMPLES / "branch-session.inputs.json").read_text()),
+    )
+    wait_for_status(client, run_id, ("halted",))
+    open_run(page, base_url, run_id, finished="halted")
+    card = ".notice.question"
+    until(lambda: "your turn" in text(page, f"{card} h2"), "the session's card did not show")
+    assert "Branch session: Review the plan together" in text(page, card)
+    by_css(page, f"{card} #answer-text").send_keys("Which step touches the file writer?")
+    click(page, f"{card} button[type='submit']")
+    reply = mock["responses"][session][0]
+    until(lambda: reply in text(page, card), "the reply did not come back as the next turn")
+    until(lambda: run_status(page) == "halted", "the run did not halt for the next message")
+    click(page, f"{card} button.end-session")
+    until(lambda: run_status(page) == "completed", "ending the session did not finish the run")
+    until(lambda: status(page, session) == "completed", "the session node did not complete")

@@ -216,6 +216,8 @@ def test_rerun_from_a_step_with_an_edited_value(
     )
     state = json.loads(page.execute_script("return document.getElementById('rerun-state').value"))
     assert set(state) == {"in", "vars"} and state["vars"]["revisions"] == 1
+    help_text = text(page, "#rerun-help")  # names the keys the editor holds
+    assert 'edit "in"' in help_text and '"vars"' in help_text and "edit $in" not in help_text
     state["vars"]["current-draft"]["result"]["subject"] = "Edited from the panel"
     page.execute_script(
         "const t = document.getElementById('rerun-state'); t.value = 'not json'; t.dispatchEvent(new Event('input'));"
@@ -276,6 +278,12 @@ def test_two_runs_compared_on_one_canvas(
     assert preview["visits"] == 2
     assert diff["changed"] and not diff["path"]["same"]
     assert "review" in diff["nodes"]
+    # what the re-run took over from its parent is inherited, not "removed"
+    rerun = diff["rerun"]
+    assert (rerun["run"], rerun["op"], rerun["visit"]) == ("b", "review", 1)
+    assert rerun["steps"][:2] == ["start", "classify"] and "classify" in rerun["nodes"]
+    assert "classify" not in diff["nodes"] and "start" not in diff["nodes"]
+    assert diff["path"]["a"][0] == diff["path"]["b"][0] == "review"
     page.get(f"{base_url}/#/compare/{triage}/{child}")
     until(
         lambda: page.execute_script("return !!document.querySelector('.compare-page svg .node')"),
@@ -288,7 +296,23 @@ def test_two_runs_compared_on_one_canvas(
     only_a = page.execute_script(
         "return [...document.querySelectorAll('.compare-page .node.only-a')].map(n => n.dataset.node)"
     )
-    assert "classify" in only_a  # the re-run started after it
+    assert "classify" not in only_a  # the re-run started after it: it inherited it
+    inherited = page.execute_script(
+        "return [...document.querySelectorAll('.compare-page .node.inherited')].map(n => n.dataset.node)"
+    )
+    assert {"start", "classify"} <= set(inherited)
+    assert "is a re-run of A from Review reply" in text(page, "#compare-rerun")
+    assert "inherited" in text(page, "#compare-rerun")
+    kinds = page.execute_script(
+        "return [...document.querySelectorAll('.compare-nodes .change')]"
+        ".map(c => [c.dataset.change, c.querySelector('.sign').textContent,"
+        " getComputedStyle(c).backgroundColor])"
+    )
+    assert kinds, "no change listed"
+    signs = {"added": "+", "removed": "−", "changed": "~"}
+    assert all(sign == signs[kind] for kind, sign, _ in kinds)
+    colours = {kind: colour for kind, _, colour in kinds}
+    assert len(set(colours.values())) == len(colours)  # each kind its own colour too
     assert text(page, ".side-a h2").startswith("A ") and text(page, ".side-b h2").startswith("B ")
     assert "differ" in text(page, "#compare-summary")
     shot(page, "panel-compare-1440.png", tmp_path)

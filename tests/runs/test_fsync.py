@@ -1,10 +1,11 @@
 """What each durability setting forces to disk, and when (docs/runs.md, Durability).
 
 ``fsync`` (the default): the journal is the one file forced to disk. Its first line
-holds the starting files; each op's line reaches the disk before the next op starts
-(the first time with the run's folder and the runs folder's entry for it; the entry op's
-line with the first op's), and the final checkpoint, the journal's last line, before the
-run returns. ``os``: nothing waits for the disk. The system calls are
+holds the starting files; the line of each op that reaches outside the run (a model, a
+tool, a person) reaches the disk before the next op starts, with the lines of the ops
+that only compute before it (the first time with the run's folder and the runs folder's
+entry for it), and the final checkpoint, the journal's last line, before the run
+returns. ``os``: nothing waits for the disk. The system calls are
 watched through ``os.fsync`` and ``os.fdatasync``; the file an fd is open on is read
 from ``/proc``.
 """
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from lattice.errors import LatticeUserError
+from lattice.llm.mock import MockProvider
 from lattice.lower import lower
 from lattice.runs.store import FolderRecorder
 from lattice.runtime import Runner, RunStore
@@ -66,9 +68,12 @@ def subject(tmp_path: Path, durability: str, log: SyncLog) -> Runner:
         lower(
             chain(
                 node("a", "variableStore", operation="set", name="x", value=1),
+                node("m", "prompt", prompt="M {{ $vars.x }}"),
                 node("b", "variableStore", operation="increment", name="x"),
+                node("n", "prompt", prompt="N {{ $vars.x }}"),
             )
         ),
+        provider=MockProvider(default="ok"),
         store=RunStore(tmp_path / "runs", durability=durability),  # type: ignore[arg-type]
         workflow={"id": "doc"},
     )
@@ -76,7 +81,7 @@ def subject(tmp_path: Path, durability: str, log: SyncLog) -> Runner:
     return runner
 
 
-def test_fsync_forces_the_journal_and_the_folder_once_then_each_op_before_the_next(
+def test_fsync_forces_the_journal_and_the_folder_once_then_each_op_that_reaches_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = SyncLog(monkeypatch)
@@ -85,23 +90,26 @@ def test_fsync_forces_the_journal_and_the_folder_once_then_each_op_before_the_ne
     folder = str(result.run_dir)
     journal = f"{folder}/journal.jsonl"
     ops = [t for k, t, _ in log.entries if k == "op"]
-    assert ops == ["start", "a", "b", "end"]
+    assert ops == ["start", "a", "m", "b", "n", "end"]
 
     def between(first: str, then: str | None) -> list[tuple[str, str]]:
         at = log.entries.index(("op", first, True))
         end = log.entries.index(("op", then, True)) if then else len(log.entries)
         return [(k, t) for k, t, _ in log.entries[at + 1 : end]]
 
-    # nothing before the first op, nor after the entry op (it does nothing)
+    # nothing before the first op, nor after the entry op or an op that only computes
     assert log.entries[0] == ("op", "start", True)
     assert between("start", "a") == []
-    # the first op's commit: its line (and the entry op's), the folder, the runs folder
-    assert between("a", "b") == [
+    assert between("a", "m") == []
+    # the first model call's commit: its line (and those before it), the folder, the
+    # runs folder
+    assert between("m", "b") == [
         ("fdatasync", journal),
         ("fsync", folder),
         ("fsync", str(tmp_path / "runs")),
     ]
-    assert between("b", "end") == [("fdatasync", journal)]
+    assert between("b", "n") == []
+    assert between("n", "end") == [("fdatasync", journal)]
     # the end op's line and the final checkpoint: one sync, as the run stops
     assert between("end", None) == [("fdatasync", journal)]
     # what those syncs carry: the starting files first, the final checkpoint last
@@ -203,3 +211,48 @@ def test_a_commit_waits_for_a_sync_that_another_branch_started(
         assert asyncio.run(two_branches()) == ["done"]
     finally:
         recorder.close()
+
+
+def test_a_power_cut_loses_only_ops_that_a_resume_redoes_and_resends_no_recorded_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal as the disk held it at the first model call's sync (the ops that only
+    computed after it were never synced, and are lost with a power cut): the resume
+    redoes them, sends the first model call again never, and ends as the run did."""
+    synced_sizes: list[int] = []
+    real = os.fdatasync
+
+    def noting(fd: int) -> None:
+        real(fd)
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("journal.jsonl"):
+            synced_sizes.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(os, "fdatasync", noting)
+    ir = lower(
+        chain(
+            node("a", "variableStore", operation="set", name="x", value=1),
+            node("m", "prompt", prompt="M {{ $vars.x }}"),
+            node("b", "variableStore", operation="increment", name="x"),
+            node("c", "variableStore", operation="increment", name="x", value=10),
+            node("n", "prompt", prompt="N {{ $vars.x }}"),
+        )
+    )
+    first = MockProvider(default="ok")
+    whole = Runner(ir, provider=first, store=RunStore(tmp_path / "runs")).run()
+    assert whole.status == "completed" and whole.vars["x"] == 12
+    assert [call.node_id for call in first.calls] == ["m", "n"]
+    assert len(synced_sizes) == 3  # after m, after n, as the run stopped
+    folder = whole.run_dir
+    assert folder is not None
+    journal = folder / "journal.jsonl"
+    kept = journal.read_bytes()[: synced_sizes[0]]
+    lines = [json.loads(line) for line in kept.decode().splitlines()]
+    assert [line["op_id"] for line in lines if line["kind"] == "op"] == ["start", "a", "m"]
+    journal.write_bytes(kept)  # what the disk held: the rest was never synced
+    for name in ("checkpoint.json", "result.json", "state_final.json", "ops.jsonl"):
+        (folder / name).unlink(missing_ok=True)
+    second = MockProvider(default="ok")
+    resumed = Runner.resume(folder, provider=second)
+    assert resumed.status == "completed"
+    assert resumed.vars["x"] == 12 and resumed.vars["m"] == whole.vars["m"]
+    assert [call.node_id for call in second.calls] == ["n"]

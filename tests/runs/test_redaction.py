@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lattice.masking import MIN_MASKED_LENGTH, maskable, secrets_pattern
-from lattice.runs.redaction import PieceMasker, make_redactor
+from lattice.masking import MIN_MASKED_LENGTH, SecretFinder, maskable, scrub, secrets_pattern
+from lattice.runs.redaction import PieceMasker, make_redactor, redact_result
 from lattice.runs.store import SecretInDocument
 from lattice.runtime import Runner, RunStore
 from lattice.runtime.settings import RuntimeSettings
@@ -36,7 +36,7 @@ def masker(monkeypatch: pytest.MonkeyPatch) -> PieceMasker:
 
 @pytest.mark.parametrize("cut", [1, 5, len(SECRET) - 1])
 def test_a_secret_cut_between_pieces_goes_out_masked(masker: PieceMasker, cut: int) -> None:
-    text = f"the key is {SECRET} and more text follows here, and on and on"
+    text = f"the key is {SECRET} and more text follows here" + ", and on" * 20
     split = text.index(SECRET) + cut
     pieces = [text[:split], text[split:]]
     out = "".join(masker.mask(None, "call", piece) for piece in pieces)
@@ -44,14 +44,25 @@ def test_a_secret_cut_between_pieces_goes_out_masked(masker: PieceMasker, cut: i
     assert SECRET not in out
     assert masked.startswith(out) and out.startswith("the key is *** and")
     # at most the longest form of the secret less one is held back, to be told by the
-    # next piece (its base64 form is longer than the secret)
-    longest = secrets_pattern([SECRET])[1]
-    assert len(SECRET) <= longest <= len(SECRET) * 4 // 3 + 1
+    # next piece (every character of it percent-escaped: three times as long)
+    longest = SecretFinder([SECRET]).longest
+    assert longest == 3 * len(SECRET)
     assert len(masked) - len(out) <= longest - 1
 
 
+@pytest.mark.parametrize("cut", [1, 3, 10, 40])
+def test_a_percent_escaped_secret_cut_between_pieces_goes_out_masked(
+    masker: PieceMasker, cut: int
+) -> None:
+    escaped = "".join(f"%{ord(c):02x}" for c in SECRET)  # every character an escape
+    text = f"the key is {escaped} and more text follows here" + ", and on" * 20
+    split = text.index(escaped) + cut
+    out = "".join(masker.mask(None, "call", piece) for piece in (text[:split], text[split:]))
+    assert out.startswith("the key is *** and"), out
+
+
 def test_a_new_stream_drops_what_the_last_one_held(masker: PieceMasker) -> None:
-    held = secrets_pattern([SECRET])[1] - 1
+    held = SecretFinder([SECRET]).longest - 1
     assert masker.mask("b", "call 1", "x" * 40) == "x" * (40 - held)
     assert masker.mask("b", "call 2", "y" * 40) == "y" * (40 - held)
 
@@ -119,6 +130,84 @@ def test_every_form_of_a_secret_is_masked(monkeypatch: pytest.MonkeyPatch) -> No
     host = httpx.URL(url_secret).raw_host.decode()
     assert host.startswith("xn--")
     assert make_redactor()(f"connecting to {host}") == "connecting to ***.example"
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "sk-proj%2DQ7mZ4kV9xR2pL8wN3bT6",  # an unreserved "-" written as an escape
+        "sk-proj%2dQ7mZ4kV9xR2pL8wN3bT6",  # ... in lower-case hex
+        "%73%6B%2D%70%72%6F%6A-Q7mZ4kV9xR2pL8wN3bT6",  # letters too
+        "".join(f"%{ord(c):02x}" for c in "sk-proj-Q7mZ4kV9xR2pL8wN3bT6"),  # every character
+        "SK%2DPROJ%2DQ7MZ4KV9XR2PL8WN3BT6",  # and upper-cased
+    ],
+)
+def test_a_secret_with_non_canonical_percent_escapes_is_masked(
+    written: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An escape of an unreserved character means the character itself in a URL: a
+    server may echo ``sk-proj%2D…`` for ``sk-proj-…``. The text around it is kept as it
+    was, escapes included."""
+    secret = "sk-proj-Q7mZ4kV9xR2pL8wN3bT6"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    text = f"GET /a%20b?k={written}&next=%2Fc%7E%41 done"
+    expected = "GET /a%20b?k=***&next=%2Fc%7E%41 done"
+    assert make_redactor()(text) == expected
+    assert scrub(text, [secret]) == expected
+    masker = PieceMasker()
+    out = "".join(masker.mask(None, 1, p) for p in (text[:20], text[20:], "x" * 200))
+    held = SecretFinder([secret]).longest - 1
+    assert out == (expected + "x" * 200)[: len(expected) + 200 - held]
+
+
+def test_a_secret_that_holds_an_escape_itself_is_masked_however_the_text_is_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "pa%41ss-9f3Kq-w0rd"  # "%41" is part of the value
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    redact = make_redactor()
+    for text in (secret, "paAss-9f3Kq-w0rd", "pa%2541ss%2D9f3Kq-w0rd"):
+        assert redact(f"<{text}>") == "<***>", text
+        assert redact(f"<{text}> %2D") == "<***> %2D", text  # with an escape to normalise
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.text(alphabet=st.sampled_from("aZ09-_.~+/=%é"), min_size=MIN_MASKED_LENGTH).filter(
+        maskable
+    ),
+    escapes=st.lists(st.sampled_from(["", "%{:02x}", "%{:02X}"]), min_size=40, max_size=40),
+)
+def test_any_percent_escape_of_an_unreserved_character_is_masked(
+    value: str, escapes: list[str]
+) -> None:
+    """Each unreserved character of a value (as it is, or percent-encoded as a URL writes
+    it) written as an escape, in either case of hex, or not."""
+    os.environ["LATTICE_PROPERTY_SECRET"] = value
+    try:
+        redact = make_redactor(("LATTICE_PROPERTY_SECRET",))
+        for encoded in (value, quote(value, safe="")):
+            written = "".join(
+                (escapes[i % 40].format(ord(c)) or c)
+                if (c.isascii() and c.isalnum()) or c in "-._~"
+                else c
+                for i, c in enumerate(encoded)
+            )
+            assert redact(f"<{written}>") == "<***>", written
+    finally:
+        del os.environ["LATTICE_PROPERTY_SECRET"]
+
+
+def test_a_tool_result_is_masked_where_it_enters_the_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    redact = make_redactor()
+    clean = {"a": [1, "x", {"b": None}], "n": 1.5, "t": True}
+    assert redact_result(clean, redact) is clean  # nothing to mask: the value itself
+    echoed = {"k": [f"x {SECRET.upper()}"], quote(SECRET): {"d": SECRET.replace("-", "%2d")}}
+    assert redact_result(echoed, redact) == {"k": ["x ***"], "***": {"d": "***"}}
+    assert redact_result(f"<{SECRET}>", redact) == "<***>"
 
 
 def test_a_document_that_holds_a_secret_is_refused_not_masked(

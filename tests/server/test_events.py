@@ -154,7 +154,7 @@ def test_a_watcher_who_comes_mid_answer_gets_no_tail_of_a_secret(
         relay = DeltaRelay(channel, ("LATTICE_RELAY_SECRET",))
         relay(_delta("the key is sk-live-ABC"))  # nobody takes deltas yet
         feed = channel.watch_deltas()  # one comes (?deltas=1) mid-answer
-        relay(_delta("DEFGHIJKLMNOP and then a long tail of ordinary answer text ......"))
+        relay(_delta("DEFGHIJKLMNOP and then a long tail of ordinary answer text" + " ..." * 20))
         return feed.take(3).decode()
 
     sent = asyncio.run(scenario())
@@ -173,7 +173,8 @@ def test_a_new_call_in_a_lane_starts_its_answer_afresh(monkeypatch: pytest.Monke
         feed = channel.watch_deltas()
         relay(_delta("first visit answer: RED"))
         relay({"type": "llm_request", "seq": 4, "op_id": "o1", "data": {"attempt": 1}})
-        relay(_delta("second visit answer, long enough to pass on past what is held back", seq=4))
+        long_enough = "second visit answer, long enough to pass on past what is held back"
+        relay(_delta(long_enough + " ..." * 20, seq=4))
         return feed.take(3).decode() + feed.take(4).decode()
 
     sent = asyncio.run(scenario())

@@ -147,3 +147,33 @@ def _mock() -> Any:
     script = json.loads((EXAMPLES / "support-triage.mock.json").read_text())
     script["responses"]["review"] = script["responses"]["review"][1:]  # the approving answer
     return MockProvider.from_script(script)
+
+
+def test_runs_diff_says_what_a_rerun_inherited(
+    base_url: str, space: Path, parent: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The steps before the re-run's start are its parent's: inherited, not removed, and
+    the parent is compared from that step on (both ways round)."""
+    from lattice.batch.diff import diff_runs
+    from lattice.cli import main
+
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
+        started = client.post(f"/v1/runs/{parent}/rerun", json={"op": "review", "visit": 2})
+        assert started.status_code == 202, started.text
+        child = str(started.json()["run_id"])
+        wait_for_status(client, child, ("completed",))
+    runs = space / "runs"
+    forward = diff_runs(runs / parent, runs / child)
+    assert forward.rerun is not None and forward.rerun["run"] == "b"
+    assert (forward.rerun["op"], forward.rerun["visit"]) == ("review", 2)
+    assert forward.rerun["steps"][:2] == ["start", "classify"]
+    assert "classify" in forward.rerun["nodes"] and "classify" not in forward.nodes
+    assert forward.a.path[0] == forward.b.path[0] == "review"
+    backward = diff_runs(runs / child, runs / parent)
+    assert backward.rerun is not None and backward.rerun["run"] == "a"
+    assert backward.rerun["steps"] == forward.rerun["steps"]
+    main(["runs", "diff", str(runs / parent), str(runs / child)])
+    out = capsys.readouterr().out
+    assert f"B is a re-run of {parent} from review (visit 2)" in out
+    assert "inherited, compared from there on" in out
+    assert "node classify" not in out

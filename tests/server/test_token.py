@@ -139,6 +139,24 @@ def test_serve_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture
         build_parser().parse_args(["serve", "--max-active-runs", "0"])
 
 
+def test_a_port_in_use_is_said_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not uvicorn's raw error and exit 3 (which the CLI uses for "halted")."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["serve", "--port", str(port), "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"port {port} on 127.0.0.1 is taken" in err
+    assert "--port" in err
+    assert "Errno" not in err
+
+
 def test_help_imports_no_server_package() -> None:
     probe = (
         "import sys, json\n"

@@ -852,7 +852,8 @@ def test_a_secret_is_sent_but_never_written_to_the_run_folder(
     first = api.requests[0]
     assert first.headers["authorization"] == f"Bearer {SECRET}"  # it was really sent
     assert first.url.params["key"] == SECRET
-    assert result.vars["fetch"]["result"]["body"]["authorization"] == f"Bearer {SECRET}"
+    # echoed back, it enters the state masked: no later node sees the value
+    assert result.vars["fetch"]["result"]["body"]["authorization"] == "Bearer ***"
     if fails:
         assert_failed(result, "http_error", node_id="again")
     else:
@@ -1228,6 +1229,21 @@ def test_a_404_names_the_secret_by_its_reference(
 
     summary = result.vars["fetch"]["error"]["summary"]
     assert summary == f"GET {API}/bot{{{{ $secrets.API_TOKEN }}}}/x returned 404: nope"
+
+
+def test_an_error_echoing_the_secret_with_non_canonical_escapes_names_its_reference(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``%2D`` and ``%2d`` stand for ``-`` in a URL: a server quoting the token so is
+    still quoting the token."""
+    monkeypatch.setenv("API_TOKEN", SECRET)
+    quoted = SECRET.replace("-", "%2D", 1).replace("-", "%2d")
+    script(harness, respond(404, text=f"unknown key={quoted}"))
+    doc = failed_port_doc(http_node(url=f"{API}/me?key={{{{ $secrets.API_TOKEN }}}}"))
+    result = harness.run(doc, secrets_allow=("API_TOKEN",))
+
+    error = result.vars["fetch"]["error"]
+    assert error["details"]["body_excerpt"] == "unknown key={{ $secrets.API_TOKEN }}"
 
 
 def test_an_error_does_not_show_the_user_and_password_of_the_url(harness: Harness) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -361,8 +363,76 @@ def test_a_folder_swapped_for_a_link_after_the_check_cannot_be_written_through(
     tools = toolset(root)
     planned = asyncio.run(tools.plan("Write", {"file_path": "d/new.txt", "content": "x\n"}))
     assert not planned.is_error, planned.text
-    swap = _SwapAfterResolve(root, outside, 2)
+    swap = _SwapAfterResolve(root, outside, 1)
     monkeypatch.setattr(Workspace, "resolve", lambda ws, given, **kw: swap(ws, given, **kw))
     applied = asyncio.run(tools.apply(planned))
     assert applied.is_error, applied.text
     assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
+
+
+def test_folders_a_write_makes_are_not_led_out_by_a_folder_swapped_after_the_check(
+    racing: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, outside = racing
+    tools = toolset(root)
+    planned = asyncio.run(tools.plan("Write", {"file_path": "d/x/y/new.txt", "content": "x\n"}))
+    assert not planned.is_error, planned.text
+    swap = _SwapAfterResolve(root, outside, 1)
+    monkeypatch.setattr(Workspace, "resolve", lambda ws, given, **kw: swap(ws, given, **kw))
+    applied = asyncio.run(tools.apply(planned))
+    assert applied.is_error and "changed while it was made" in applied.text, applied.text
+    assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
+
+
+def _exchange(first: Path, second: Path) -> None:
+    """renameat2(RENAME_EXCHANGE): swap two names atomically, as a racing command can."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, bytes(first), at_fdcwd, bytes(second), rename_exchange) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+
+
+def test_writes_racing_a_folder_link_exchange_make_nothing_outside(tmp_path: Path) -> None:
+    """1,500 writes into new folders under ``d`` while another thread swaps ``d`` and a
+    link to an outside folder back and forth, atomically: nothing appears outside."""
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    (root / "d").mkdir(parents=True)
+    (root / "link").symlink_to(outside)
+    outside.mkdir()
+    try:
+        _exchange(root / "d", root / "link")
+        _exchange(root / "d", root / "link")
+    except (OSError, AttributeError) as exc:
+        pytest.skip(f"renameat2 is not available here: {exc}")
+    stop = threading.Event()
+    swaps = 0
+
+    def swap_forever() -> None:
+        nonlocal swaps
+        while not stop.is_set():
+            _exchange(root / "d", root / "link")
+            swaps += 1
+
+    tools = toolset(root)
+
+    async def write_all() -> tuple[int, int]:
+        written = refused = 0
+        for number in range(1500):
+            arguments = {"file_path": f"d/n{number}/f.txt", "content": "x"}
+            planned = await tools.plan("Write", arguments)
+            if planned.is_error:
+                refused += 1
+                continue
+            applied = await tools.apply(planned)
+            written += not applied.is_error
+        return written, refused
+
+    racer = threading.Thread(target=swap_forever)
+    racer.start()
+    try:
+        written, refused = asyncio.run(write_all())
+    finally:
+        stop.set()
+        racer.join()
+    assert swaps > 100 and written > 0 and refused > 0
+    assert list(outside.iterdir()) == []

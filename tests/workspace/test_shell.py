@@ -355,3 +355,33 @@ def test_a_git_removal_is_not_led_out_of_the_workspace_by_a_swapped_folder(
     assert remove_new_gits(root, before, after) == ["made/.git"]
     assert (outside / "b" / ".git").is_dir()
     assert not (root / "made" / ".git").exists()
+
+
+@needs_bwrap
+def test_no_process_visible_in_the_sandbox_holds_anything_of_the_hosts_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bubblewrap's own PID 1 is visible inside, with the same uid: it must not hold the
+    keys of the Lattice process (read back reversed, past any masking of the result)."""
+    secret = "sk-test-" + "Q7x9" * 6
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("LATTICE_SERVER_TOKEN", "tok-" + "Zr5" * 8)
+    root = tmp_path / "ws"
+    root.mkdir()
+    result = bash(
+        root,
+        'for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do echo "== $f"; '
+        "tr '\\0' '\\n' < $f | rev; done",
+    )
+    assert not result.is_error, result.text
+    shown = result.text
+    assert "== /proc/1/environ" in shown and "== /proc/1/cmdline" in shown
+    assert shown.count("== /proc/") >= 4  # bubblewrap's PID 1 and the command's shell
+    text = "".join(line[::-1] + "\n" for line in shown.splitlines())
+    assert "PATH=" in text  # the environments were read
+    for value in (secret, "Zr5" * 8, "OPENAI_API_KEY", "LATTICE_SERVER_TOKEN"):
+        assert value not in text and value not in shown
+    sandbox_own = ("PATH", "LANG", "HOME", "PWD", "SHLVL", "_", "PYTHONDONTWRITEBYTECODE")
+    host_only = {k for k in os.environ if k not in sandbox_own}
+    leaked = [k for k in host_only if f"\n{k}=" in "\n" + text]
+    assert leaked == []

@@ -159,7 +159,7 @@ class TemporalRuns(RunBackend):
         found: list[RunView] = []
         batch: list[Any] = []
         more = False
-        async for execution in client.list_workflows(query, page_size=max(limit, 50)):
+        async for execution in client.list_workflows(query, page_size=min(max(limit, 50), 1000)):
             if before is not None and execution.id >= before:
                 continue
             batch.append(execution)

@@ -12,6 +12,10 @@ import { fmtInt, fmtMs, h, s, truncate } from "./dom.js";
 /** The smallest size, in screen pixels, that Fit lets a node's name be drawn at. */
 export const MIN_LABEL_PX = 11;
 const TITLE_PX = 13;
+/** The margin Fit leaves around the drawing, in screen pixels (the tools sit in it). */
+const FIT_PAD = 16;
+/** The margin above the drawing at Fit: room for the tools in the corner. */
+const FIT_TOP = 52;
 const CHAR_PX = 7.4;
 
 /** A node's name on at most two lines of `perLine` characters, cut only past that. */
@@ -198,6 +202,7 @@ export class Canvas {
         h("span", { class: "layout-note" }, layoutNote(graph)),
       ),
       this.svg,
+      (this.partNote = h("p", { class: "part-note", role: "status", hidden: true }, "")),
       h("p", { id: helpId, class: "sr-only" }, "Arrow keys move between nodes; Enter or Space opens the focused node in the inspector; plus and minus zoom; 0 fits the drawing."),
     );
     this.size = { width: 0, height: 0 };
@@ -326,7 +331,9 @@ export class Canvas {
     const svg = this.svg;
     new ResizeObserver((entries) => {
       const box = entries[entries.length - 1].contentRect;
+      const changed = box.width !== this.size.width || box.height !== this.size.height;
       this.size = { width: box.width, height: box.height };
+      if (changed && this.fitted) this.fit();
     }).observe(svg);
     let drag = null;
     svg.addEventListener("pointerdown", (e) => {
@@ -503,6 +510,7 @@ export class Canvas {
   }
 
   apply() {
+    this.fitted = false;
     this.viewport.setAttribute("transform", `translate(${this.tx.toFixed(1)},${this.ty.toFixed(1)}) scale(${this.scale.toFixed(4)})`);
     this.drawMinimap();
   }
@@ -542,6 +550,7 @@ export class Canvas {
     }
     const { map, frame, k } = this.minimap;
     map.style.display = show ? "" : "none";
+    this.sayPart(show);
     if (!show) return;
     const x = ((-this.tx) / this.scale - b.x) * k;
     const y = ((-this.ty) / this.scale - b.y + 20) * k;
@@ -549,6 +558,14 @@ export class Canvas {
     frame.setAttribute("y", y.toFixed(1));
     frame.setAttribute("width", ((rect.width / this.scale) * k).toFixed(1));
     frame.setAttribute("height", ((rect.height / this.scale) * k).toFixed(1));
+  }
+
+  /** Say, beside the minimap, why part of the workflow is out of view and how to see it. */
+  sayPart(show) {
+    const note = this.partNote;
+    const text = !show ? "" : this.tooLarge ? `Too large to show whole with names of ${MIN_LABEL_PX} px or more: drag to pan, or click the overview.` : "Part of the workflow is out of view: Fit shows it whole, the overview takes you there.";
+    if (note.textContent !== text) note.textContent = text;
+    note.hidden = !show;
   }
 
   zoom(factor, px, py) {
@@ -565,25 +582,32 @@ export class Canvas {
 
   /** The whole drawing in view, unless that would draw node names under MIN_LABEL_PX:
    * then as large as that allows, centred where it fits and from its start where it does
-   * not (pan, or use the minimap, for the rest). */
+   * not (pan, or use the minimap, for the rest; the canvas says so). The view stays fitted
+   * when the canvas changes size (the inspector opening or closing) until the reader pans
+   * or zooms; the selected node is kept in view. */
   fit() {
     const rect = this.svg.getBoundingClientRect();
     const b = this.graph.bounds;
     if (!rect.width || !rect.height) return;
-    const pad = 40;
-    const whole = Math.min((rect.width - 2 * pad) / Math.max(b.w, 1), (rect.height - 2 * pad) / Math.max(b.h + 40, 1), 1.25);
+    const side = FIT_PAD;
+    const top = FIT_TOP;
+    const tall = b.h + 40;
+    const whole = Math.min((rect.width - 2 * side) / Math.max(b.w, 1), (rect.height - top - side) / Math.max(tall, 1), 1.25);
+    this.tooLarge = whole < MIN_LABEL_PX / TITLE_PX;
     this.scale = Math.max(MIN_LABEL_PX / TITLE_PX, whole);
     const w = b.w * this.scale;
-    const hh = (b.h + 40) * this.scale;
-    this.tx = w <= rect.width ? (rect.width - w) / 2 - b.x * this.scale : pad / 2 - b.x * this.scale;
-    if (hh <= rect.height) {
-      this.ty = (rect.height - hh) / 2 - (b.y - 20) * this.scale;
+    const hh = tall * this.scale;
+    this.tx = w <= rect.width - 2 * side ? (rect.width - w) / 2 - b.x * this.scale : side - b.x * this.scale;
+    if (hh <= rect.height - top - side) {
+      this.ty = top + (rect.height - top - side - hh) / 2 - (b.y - 20) * this.scale;
     } else {
       const start = this.byId.get(this.focusId);
       const y = start ? start.y + start.h / 2 : b.y + b.h / 2;
-      this.ty = Math.min(pad / 2 - (b.y - 20) * this.scale, rect.height / 2 - y * this.scale);
+      this.ty = Math.min(top - (b.y - 20) * this.scale, rect.height / 2 - y * this.scale);
     }
     this.apply();
+    if (this.selected && this.tooLarge) this.reveal(this.selected); // the node being inspected stays in view
+    this.fitted = true;
   }
 
   /** Whether the whole drawing is in view (the minimap is shown when it is not). */

@@ -18,12 +18,16 @@ function nodesOnPath(path, graph) {
   return out;
 }
 
-/** One change as `lattice runs diff` words it: `{"path", "old"?, "new"?}`. */
+/** One change as `lattice runs diff` words it (`{"path", "old"?, "new"?}`), marked
+ * added (+), removed (−) or changed (~): a sign and a word, the colour only a third. */
 function change(c) {
   const pointer = c.path || "/";
-  if (!("old" in c)) return `${pointer}: added ${JSON.stringify(c.new)}`;
-  if (!("new" in c)) return `${pointer}: removed ${JSON.stringify(c.old)}`;
-  return `${pointer}: ${JSON.stringify(c.old)} → ${JSON.stringify(c.new)}`;
+  const [kind, sign, text] = !("old" in c)
+    ? ["added", "+", `added ${JSON.stringify(c.new)}`]
+    : !("new" in c)
+      ? ["removed", "−", `removed ${JSON.stringify(c.old)}`]
+      : ["changed", "~", `${JSON.stringify(c.old)} → ${JSON.stringify(c.new)}`];
+  return h("li", { class: `code change change-${kind}`, "data-change": kind }, h("span", { class: "sign", "aria-hidden": "true" }, sign), h("code", {}, pointer), `: ${text}`);
 }
 
 export class CompareView {
@@ -47,12 +51,14 @@ export class CompareView {
     const canvas = new Canvas(graph, { onSelect: (id) => this.focus(id), label: "Run A's workflow, differences marked" });
     const onA = nodesOnPath(diff.path.a, graph);
     const onB = nodesOnPath(diff.path.b, graph);
+    const inherited = new Set(diff.rerun ? diff.rerun.nodes : []);
     for (const [id, entry] of canvas.nodeEls) {
       const differs = Object.hasOwn(diff.nodes, id);
+      entry.el.classList.toggle("inherited", inherited.has(id));
       entry.el.classList.toggle("differs", differs);
       entry.el.classList.toggle("only-a", onA.has(id) && !onB.has(id));
       entry.el.classList.toggle("only-b", onB.has(id) && !onA.has(id));
-      entry.el.dataset.status = onA.has(id) || onB.has(id) ? "completed" : "pending";
+      entry.el.dataset.status = onA.has(id) || onB.has(id) || inherited.has(id) ? "completed" : "pending";
     }
     this.canvas = canvas;
     const link = (id) => h("a", { href: `#/runs/${encodeURIComponent(id)}` }, h("code", {}, id));
@@ -68,17 +74,28 @@ export class CompareView {
     for (const [node, info] of Object.entries(diff.nodes)) {
       const label = graph.nodes.find((n) => n.id === node)?.label || node;
       const lines = [];
-      if (info.calls) lines.push(`model calls ${info.calls.a.calls} → ${info.calls.b.calls} (repairs ${info.calls.a.repairs} → ${info.calls.b.repairs}, escalations ${info.calls.a.escalations} → ${info.calls.b.escalations})`);
+      if (info.calls) lines.push(h("li", { class: "code change change-changed", "data-change": "changed" }, h("span", { class: "sign", "aria-hidden": "true" }, "~"), `model calls ${info.calls.a.calls} → ${info.calls.b.calls} (repairs ${info.calls.a.repairs} → ${info.calls.b.repairs}, escalations ${info.calls.a.escalations} → ${info.calls.b.escalations})`));
       for (const c of (info.outputs || []).slice(0, 20)) lines.push(change(c));
-      this.details.append(h("li", { "data-node": node }, h("button", { type: "button", class: "link", onclick: () => this.focus(node) }, label), h("ul", {}, lines.map((l) => h("li", { class: "code" }, l)))));
+      this.details.append(h("li", { "data-node": node }, h("button", { type: "button", class: "link", onclick: () => this.focus(node) }, label), h("ul", {}, lines)));
     }
     const pathNote = diff.path.same
       ? `Both runs took the same path (${diff.path.a.length} ops).`
       : `The paths part at step ${diff.path.diverges_at}: A ${diff.path.a.slice(diff.path.diverges_at - 1, diff.path.diverges_at + 2).join(" · ")} — B ${diff.path.b.slice(diff.path.diverges_at - 1, diff.path.diverges_at + 2).join(" · ")}`;
+    const rerun = diff.rerun;
+    const rerunNote = rerun
+      ? h(
+          "p",
+          { id: "compare-rerun" },
+          `${rerun.run.toUpperCase()} is a re-run of ${rerun.run === "b" ? "A" : "B"} from ${graph.ops[rerun.op]?.name || rerun.op}${rerun.visit > 1 ? ` (visit ${rerun.visit})` : ""}: `,
+          `the ${rerun.steps.length} step${rerun.steps.length === 1 ? "" : "s"} before it ${rerun.steps.length === 1 ? "is" : "are"} inherited from ${rerun.run === "b" ? "A" : "B"}, not compared; what follows is.`,
+        )
+      : null;
+    const keys = [h("span", { class: "key differs" }, "output or calls differ"), h("span", { class: "key only-a" }, "only A went here"), h("span", { class: "key only-b" }, "only B went here")];
+    if (rerun) keys.push(h("span", { class: "key inherited" }, "inherited by the re-run"));
     clear(this.el).append(
-      h("header", { class: "compare-head" }, h("h1", {}, "Compare runs"), h("p", { class: diff.changed ? "" : "muted", id: "compare-summary" }, diff.changed ? `${Object.keys(diff.nodes).length} node(s) differ. ${pathNote}` : `No difference. ${pathNote}`)),
+      h("header", { class: "compare-head" }, h("h1", {}, "Compare runs"), h("p", { class: diff.changed ? "" : "muted", id: "compare-summary" }, diff.changed ? `${Object.keys(diff.nodes).length} node(s) differ. ${pathNote}` : `No difference. ${pathNote}`), rerunNote || ""),
       h("section", { class: "canvas-area compare-canvas", "aria-label": "Workflow canvas" }, canvas.el),
-      h("p", { class: "legend" }, h("span", { class: "key differs" }, "output or calls differ"), h("span", { class: "key only-a" }, "only A went here"), h("span", { class: "key only-b" }, "only B went here")),
+      h("p", { class: "legend" }, keys),
       h("div", { class: "compare-sides" }, side("A", this.a, diff.status.a, diff.usage.a, diff.output.a), side("B", this.b, diff.status.b, diff.usage.b, diff.output.b)),
       h("section", { class: "compare-detail" }, h("h2", {}, "What differs"), Object.keys(diff.nodes).length ? this.details : h("p", { class: "muted" }, "No node's outputs or model calls differ.")),
     );

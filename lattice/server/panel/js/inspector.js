@@ -144,10 +144,26 @@ function messages(list, open) {
   );
 }
 
-function attemptCard(attempt, previous) {
+/** An agent attempt's model calls are its turns: their count and tokens, so that the
+ * attempt says what the op's totals say (the attempt's own tokens are its last turn's). */
+function agentCalls(attempt, turns) {
+  const mine = turns.filter((t) => (t.attempt ?? 1) === (attempt.number ?? 1));
+  if (!mine.length) return [];
+  const sum = (key) => mine.reduce((n, t) => n + (t[key] || 0), 0);
+  const numbers = mine.map((t) => t.turn).filter((n) => n !== undefined);
+  const span = numbers.length > 1 ? ` (turns ${numbers[0]}–${numbers[numbers.length - 1]})` : numbers.length ? ` (turn ${numbers[0]})` : "";
+  return [
+    ["model calls", `${mine.length}${span}`],
+    ["tokens", `${fmtInt(sum("input_tokens"))} in / ${fmtInt(sum("output_tokens"))} out, all turns`],
+    ["last turn", attempt.input_tokens !== undefined ? `${fmtInt(attempt.input_tokens)} in / ${fmtInt(attempt.output_tokens)} out` : null],
+  ];
+}
+
+function attemptCard(attempt, previous, turns) {
   const ok = attempt.ok === true || (!attempt.error_type && attempt.completion !== undefined);
   const kind = attempt.kind || "initial";
   const notes = [];
+  const calls = turns ? agentCalls(attempt, turns) : [];
   if (kind === "repair") {
     notes.push(h("p", { class: "note" }, "Repair packet: the messages below were sent to repair the previous answer."));
   }
@@ -158,7 +174,7 @@ function attemptCard(attempt, previous) {
   if (kind === "retry") notes.push(h("p", { class: "note" }, "Retried after a provider error."));
   return h(
     "article",
-    { class: `attempt${ok ? " ok" : " bad"}`, "data-kind": kind, "data-number": attempt.number },
+    { class: `attempt${ok ? " ok" : " bad"}`, "data-kind": kind, "data-number": attempt.number, "data-calls": calls.length ? calls[0][1].split(" ")[0] : null },
     h(
       "h5",
       {},
@@ -169,7 +185,7 @@ function attemptCard(attempt, previous) {
     meta([
       ["model", attempt.model],
       ["class", attempt.model_class],
-      ["tokens", attempt.input_tokens !== undefined ? `${fmtInt(attempt.input_tokens)} in / ${fmtInt(attempt.output_tokens)} out` : null],
+      ...(calls.length ? calls : [["tokens", attempt.input_tokens !== undefined ? `${fmtInt(attempt.input_tokens)} in / ${fmtInt(attempt.output_tokens)} out` : null]]),
       ["latency", attempt.latency_ms !== undefined ? fmtMs(attempt.latency_ms) : null],
       ["finish", attempt.finish_reason],
       ["request", attempt.request_chars !== undefined ? `${fmtInt(attempt.request_chars)} chars` : null],
@@ -210,7 +226,34 @@ function diffBlock(change) {
     "div",
     { class: "diff", "data-path": change.path },
     h("div", { class: "label" }, `${change.applied === false ? "Patch (not applied)" : "Changed"}: ${change.path}`),
-    pre(change.diff || "(no difference)", "diff-text"),
+    change.diff ? diffText(change.diff) : pre("(no difference)", "diff-text"),
+  );
+}
+
+const DIFF_LINE = [
+  [/^(\+\+\+|---) /, "file", ""],
+  [/^@@/, "hunk", ""],
+  [/^\+/, "add", "added"],
+  [/^-/, "del", "removed"],
+];
+
+/** A unified diff, a line per row: added lines green, removed red, each keeping its
+ * + or − sign (and a screen reader's "added"/"removed"), so colour is never the only
+ * sign; a count of both above. */
+export function diffText(text) {
+  let added = 0;
+  let removed = 0;
+  const lines = String(text).replace(/\n$/, "").split("\n").map((line) => {
+    const [, cls, said] = DIFF_LINE.find(([re]) => re.test(line)) || [null, "ctx", ""];
+    if (cls === "add") added += 1;
+    if (cls === "del") removed += 1;
+    return h("span", { class: `dl dl-${cls}` }, said ? h("span", { class: "sr-only" }, `${said}: `) : null, line || " ");
+  });
+  return h(
+    "div",
+    { class: "diff-view" },
+    h("div", { class: "diff-count" }, h("span", { class: "n-add" }, `+${added}`), " ", h("span", { class: "n-del" }, `−${removed}`)),
+    h("pre", { class: "code diff-text", tabindex: "0" }, lines),
   );
 }
 
@@ -273,8 +316,10 @@ function failureBlock(error) {
 
 function recordView(record, definition, open) {
   const attempts = Array.isArray(record.attempts) ? record.attempts : [];
+  const turns = Array.isArray(record.transcript?.turns) ? record.transcript.turns : null;
   const badges = [];
   if (attempts.length) badges.push(h("span", { class: "badge" }, `${attempts.length} attempt${attempts.length > 1 ? "s" : ""}`));
+  if (turns) badges.push(h("span", { class: "badge" }, `${turns.length} model call${turns.length === 1 ? "" : "s"}`));
   if (record.transcript) badges.push(h("span", { class: "badge" }, `${record.transcript.tool_calls ?? 0} tool calls`));
   if (attempts.some((a) => a.kind === "repair")) badges.push(h("span", { class: "badge status-halted" }, "repaired"));
   if (attempts.some((a) => a.kind === "escalation")) badges.push(h("span", { class: "badge status-halted" }, "escalated"));
@@ -297,7 +342,7 @@ function recordView(record, definition, open) {
   }
   if (record.kind === "AGENT") body.push(...transcriptView(record));
   if (attempts.length) {
-    body.push(section("Model attempts", attempts.map((a, i) => attemptCard(a, attempts[i - 1]))));
+    body.push(section("Model attempts", attempts.map((a, i) => attemptCard(a, attempts[i - 1], turns))));
   }
   if (record.kind !== "TOOL_CALL") {
     body.push(section("Output it wrote", record.output === undefined ? h("p", { class: "muted" }, "none") : tree(record.output, "output", { depth: 2 })));
@@ -313,8 +358,9 @@ function recordView(record, definition, open) {
 }
 
 export class Inspector {
-  constructor({ runId, graph, model, events, answers }) {
+  constructor({ runId, graph, model, events, answers, onClose }) {
     this.runId = runId;
+    this.onClose = onClose;
     this.answers = answers;
     this.graph = graph;
     this.model = model;
@@ -440,6 +486,7 @@ export class Inspector {
     }
     const state = this.model.nodes.get(node.id);
     el.append(
+      ...(this.onClose ? [h("button", { type: "button", class: "inspector-close", title: "Close the inspector (the canvas takes its room)", "aria-label": "Close the inspector", onclick: () => this.onClose() }, "×")] : []),
       h("h2", { id: "inspector-title" }, node.label),
       h(
         "p",

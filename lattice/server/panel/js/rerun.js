@@ -44,7 +44,7 @@ export async function openRerun({ runId, op, visit, label, navigate }) {
       h(
         "p",
         { id: "rerun-help", class: "help" },
-        "The state this step started with: edit $in (checked against the workflow's inputs schema) and $vars, then run. The new run starts at this step and is linked to this one.",
+        "The state this step started with: edit \"in\" (the workflow's inputs, $in in the document, checked against its inputs schema) and \"vars\" (its variables, $vars), then run. The new run starts at this step and is linked to this one.",
       ),
       editor,
       error,

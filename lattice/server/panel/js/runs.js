@@ -1,18 +1,33 @@
 // The home page: the runs list (status, workflow, started, duration, calls, tokens,
-// cost; filtered by status) and the new-run form, generated from the chosen workflow's
-// inputs schema, with a mock script to choose for offline demos.
+// cost; searched by words, filtered by status, "waiting on me" first among them, a page
+// of PAGE_SIZE at a time, refreshed every REFRESH_MS) and the new-run form, generated
+// from the chosen workflow's inputs schema, with a mock script to choose for offline demos.
 
 import { ApiError, api } from "./api.js";
-import { clear, duration, fmtCost, fmtInt, fmtMs, fmtTime, h, statusBadge } from "./dom.js";
+import { append, clear, duration, fmtCost, fmtInt, fmtMs, fmtTime, h, statusBadge } from "./dom.js";
 import { inputsForm } from "./form.js";
 
-const STATUSES = ["running", "completed", "failed", "halted", "interrupted"];
+/** The status filter: "waiting on me" is a run halted on a question only a person answers. */
+const FILTERS = [
+  ["", "all"],
+  ["halted", "waiting on me"],
+  ["running", "running"],
+  ["completed", "completed"],
+  ["failed", "failed"],
+  ["interrupted", "interrupted"],
+];
 const REFRESH_MS = 2000;
+export const PAGE_SIZE = 50;
+const SEARCH_DELAY_MS = 250;
 
 export class HomeView {
   constructor({ navigate }) {
     this.navigate = navigate;
     this.filter = sessionStorage.getItem("lattice.panel.filter") || "";
+    this.search = sessionStorage.getItem("lattice.panel.search") || "";
+    /** The `before` cursor of each page up to the one shown (the first is null). */
+    this.cursors = [null];
+    this.next = null;
     this.timer = null;
     this.inputs = null;
     this.formInfo = null;
@@ -31,12 +46,30 @@ export class HomeView {
         onchange: (e) => {
           this.filter = e.target.value;
           sessionStorage.setItem("lattice.panel.filter", this.filter);
-          this.refresh();
+          this.firstPage();
         },
       },
-      h("option", { value: "" }, "all"),
-      STATUSES.map((st) => h("option", { value: st, selected: st === this.filter }, st)),
+      FILTERS.map(([value, label]) => h("option", { value, selected: value === this.filter }, label)),
     );
+    let typing = null;
+    const search = h("input", {
+      type: "search",
+      id: "runs-search",
+      value: this.search,
+      placeholder: "id, workflow, status, date (2026-12-02)",
+      "aria-describedby": "runs-search-help",
+      oninput: (e) => {
+        clearTimeout(typing);
+        typing = setTimeout(() => {
+          this.search = e.target.value.trim();
+          sessionStorage.setItem("lattice.panel.search", this.search);
+          this.firstPage();
+        }, SEARCH_DELAY_MS);
+      },
+    });
+    this.newer = h("button", { type: "button", id: "runs-newer", onclick: () => this.turn(-1) }, "◀ Newer");
+    this.older = h("button", { type: "button", id: "runs-older", onclick: () => this.turn(1) }, "Older ▶");
+    this.pageNote = h("span", { class: "muted", id: "runs-page" });
     this.el.append(
       h(
         "section",
@@ -45,8 +78,14 @@ export class HomeView {
           "div",
           { class: "section-head" },
           h("h1", { id: "runs-title" }, "Runs"),
-          h("div", { class: "filter" }, h("label", { for: "status-filter" }, "Status"), filter),
+          h(
+            "div",
+            { class: "filters", role: "search" },
+            h("div", { class: "filter" }, h("label", { for: "runs-search" }, "Search"), search),
+            h("div", { class: "filter" }, h("label", { for: "status-filter" }, "Status"), filter),
+          ),
         ),
+        h("p", { id: "runs-search-help", class: "sr-only" }, "Every word must be found in the run's id, workflow, status or start time (UTC, as 2026-12-02T13)."),
         h(
           "div",
           { class: "table-wrap" },
@@ -66,6 +105,7 @@ export class HomeView {
           ),
         ),
         this.status,
+        h("nav", { class: "pager", "aria-label": "Pages of runs" }, this.newer, this.pageNote, this.older),
       ),
       h("section", { class: "new-run", "aria-labelledby": "new-run-title" }, h("h2", { id: "new-run-title" }, "New run"), this.formBox),
     );
@@ -82,14 +122,45 @@ export class HomeView {
     this.dead = true;
   }
 
+  /** Back to the newest runs (the search or the filter changed). */
+  firstPage() {
+    this.cursors = [null];
+    this.refresh();
+  }
+
+  /** To the next older (+1) or newer (-1) page. */
+  turn(direction) {
+    if (direction > 0 && this.next) this.cursors.push(this.next);
+    else if (direction < 0 && this.cursors.length > 1) this.cursors.pop();
+    else return;
+    this.refresh();
+  }
+
   async refresh() {
     clearTimeout(this.timer);
+    const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+    if (this.filter) params.set("status", this.filter);
+    if (this.search) params.set("q", this.search);
+    const before = this.cursors[this.cursors.length - 1];
+    if (before) params.set("before", before);
+    const asked = params.toString();
     try {
-      const q = this.filter ? `&status=${encodeURIComponent(this.filter)}` : "";
-      const data = await api(`v1/runs?limit=100${q}`);
+      const data = await api(`v1/runs?${asked}`);
       if (this.dead) return;
+      this.next = data.next || null;
       this.renderRuns(data.runs || []);
-      this.status.textContent = data.runs?.length ? "" : this.filter ? `No ${this.filter} runs.` : "No runs yet: start one below.";
+      const page = this.cursors.length;
+      const count = (data.runs || []).length;
+      const first = (page - 1) * PAGE_SIZE + 1;
+      this.pageNote.textContent = count ? `${first}–${first + count - 1}` : "";
+      this.newer.disabled = page === 1;
+      this.older.disabled = !this.next;
+      const label = FILTERS.find(([value]) => value === this.filter)?.[1];
+      this.status.textContent = count
+        ? ""
+        : this.search || this.filter
+          ? `No run found (${[this.filter ? `status: ${label}` : "", this.search ? `search: “${this.search}”` : ""].filter(Boolean).join(", ")}).`
+          : "No runs yet: start one below.";
     } catch (err) {
       if (this.dead) return;
       this.status.textContent = `Cannot list runs: ${err.message}`;
@@ -179,7 +250,7 @@ export class HomeView {
     );
     const latency = h("input", { id: "mock-latency", type: "number", min: "0", max: "60000", step: "50", value: "0", "aria-describedby": "mock-latency-help" });
     const answers = h("textarea", { id: "answers-input", rows: 2, class: "json", spellcheck: "false", placeholder: '{"<nodeId>": "<option>"}' }, info.example_answers ? JSON.stringify(info.example_answers) : "");
-    clear(fields).append(
+    append(clear(fields), [
       info.description ? h("p", { class: "help wf-desc" }, info.description) : null,
       (info.notes || []).length
         ? h("details", { class: "wf-notes" }, h("summary", {}, `Read, not acted on (${info.notes.length})`), h("ul", {}, info.notes.map((n) => h("li", {}, n))))
@@ -193,7 +264,7 @@ export class HomeView {
         h("div", { class: "field" }, h("label", { for: "mock-latency" }, "Pause before each mock answer (ms)"), latency, h("p", { class: "help", id: "mock-latency-help" }, "Slows a mock run down so you can watch it.")),
         h("div", { class: "field" }, h("label", { for: "answers-input" }, "Answers in advance (JSON, optional)"), answers),
       ),
-    );
+    ]);
     this.mock = mock;
     this.latency = latency;
     this.answers = answers;
@@ -224,10 +295,10 @@ export class HomeView {
       this.navigate(`#/runs/${encodeURIComponent(started.run_id)}`);
     } catch (err) {
       const rest = err instanceof ApiError ? this.inputs.showDiagnostics(err.body.diagnostics) : [];
-      this.formError.append(
+      append(this.formError, [
         h("p", {}, err.message),
         rest.length ? h("ul", {}, rest.map((d) => h("li", {}, d.pointer ? h("code", {}, d.pointer) : null, " ", d.message))) : null,
-      );
+      ]);
     } finally {
       button.disabled = false;
     }

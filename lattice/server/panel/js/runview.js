@@ -73,7 +73,7 @@ export class RunView {
       onRerun: (op, visit, label) => openRerun({ runId: this.runId, op, visit, label, navigate: (id) => { location.hash = `#/runs/${encodeURIComponent(id)}`; } }),
     });
     this.answers = new LiveAnswers();
-    this.inspector = new Inspector({ runId: this.runId, graph, model: this.model, events: this.events, answers: this.answers });
+    this.inspector = new Inspector({ runId: this.runId, graph, model: this.model, events: this.events, answers: this.answers, onClose: () => this.closeInspector() });
     this.build();
     requestAnimationFrame(() => this.canvas.initialView());
     if (this.initialNode && graph.nodes.some((n) => n.id === this.initialNode)) this.selectNode(this.initialNode);
@@ -126,17 +126,19 @@ export class RunView {
       this.stateTree,
     );
     this.conn = h("span", { class: "conn", role: "status" });
+    // While no node is selected the inspector has nothing to say: the canvas takes its
+    // column (the inspector moves beside the timeline) until a node is selected.
     clear(this.el).append(
-      h(
+      (this.grid = h(
         "div",
-        { class: "run-grid" },
+        { class: "run-grid wide-canvas" },
         this.head,
         this.notice,
         h("section", { class: "canvas-area", "aria-label": "Workflow canvas" }, this.canvas.el),
         this.inspector.el,
         this.waterfall.el,
         this.stateView,
-      ),
+      )),
     );
     this.renderHead();
     this.renderNotice();
@@ -287,6 +289,23 @@ export class RunView {
         boxes,
         h("button", { type: "submit", class: "primary" }, "Answer"),
       );
+    } else if (q.session) {
+      // a branch session: the question is the AI's last reply; "/done" ends the session
+      const text = h("textarea", { id: "answer-text", rows: 3 });
+      controls = h(
+        "form",
+        {
+          class: "options",
+          onsubmit: (e) => {
+            e.preventDefault();
+            send(text.value);
+          },
+        },
+        h("label", { for: "answer-text" }, "Your message"),
+        text,
+        h("button", { type: "submit", class: "primary" }, "Send"),
+        h("button", { type: "button", class: "end-session", onclick: () => send("/done") }, "End the session"),
+      );
     } else {
       const text = h("textarea", { id: "answer-text", rows: 3 });
       controls = h(
@@ -306,7 +325,7 @@ export class RunView {
     return h(
       "section",
       { class: "notice question", "aria-labelledby": "question-title", "data-node": q.node_id },
-      h("h2", { id: "question-title" }, q.kind === "missing_information" ? "The model needs information" : "Waiting for an answer"),
+      h("h2", { id: "question-title" }, q.kind === "missing_information" ? "The model needs information" : q.session ? "Branch session: your turn" : "Waiting for an answer"),
       h("p", { class: "question-text" }, q.question),
       controls,
       error,
@@ -367,9 +386,19 @@ export class RunView {
     this.canvas.select(id);
     this.waterfall.select(id);
     this.inspector.show(id);
-    const url = `#/runs/${encodeURIComponent(this.runId)}?node=${encodeURIComponent(id)}`;
+    this.grid?.classList.toggle("wide-canvas", !id);
+    const url = id ? `#/runs/${encodeURIComponent(this.runId)}?node=${encodeURIComponent(id)}` : `#/runs/${encodeURIComponent(this.runId)}`;
     if (location.hash !== url) history.replaceState(null, "", url);
+    // the canvas gave the inspector its column back: keep the node in view
+    if (id) requestAnimationFrame(() => this.canvas.reveal(id));
     if (focus) this.inspector.el.focus();
+  }
+
+  /** Close the inspector: the canvas takes its room again. */
+  closeInspector() {
+    const id = this.inspector.nodeId;
+    this.selectNode(null);
+    if (id) this.canvas.setFocus(id, true);
   }
 
   // -- events -------------------------------------------------------------------------

@@ -9,6 +9,19 @@ import { fmtInt, fmtMs, h } from "./dom.js";
 
 export const MAX_ROWS = 400;
 
+/** Ops that only hand over (a JOIN, the END of a forEach item or of an inlined
+ * sub-flow inside a branch) take no time of their own and belong to a node whose row is
+ * already drawn: no row of their own, or the node would be drawn twice. */
+function bookkeeping(step) {
+  return step.kind === "JOIN" || (step.kind === "END" && Boolean(step.branch));
+}
+
+/** A FORK's row spans its branches: named by them, not by the node it leaves. */
+function forkLabel(entry) {
+  const n = entry?.definition?.branches?.length;
+  return `⑃ ${n ? `${n} parallel branches` : "parallel branches"}`;
+}
+
 export class Timeline {
   constructor({ graph, onSelect, onRerun }) {
     this.graph = graph;
@@ -36,22 +49,21 @@ export class Timeline {
     const start = model.startedAt ?? 0;
     const end = Math.max(model.endedAt ?? start, start + 1);
     const span = end - start;
-    const first = Math.max(0, steps.length - MAX_ROWS);
-    this.note.textContent = steps.length
-      ? `${steps.length} op${steps.length === 1 ? "" : "s"} over ${fmtMs(span)}${first ? ` · the last ${MAX_ROWS} shown` : ""}`
-      : "No op has started yet.";
-    const rows = [];
+    const drawn = [];
     const visits = new Map();
-    for (let i = 0; i < steps.length; i++) {
-      const step = steps[i];
+    for (const step of steps) {
       let visit = 0;
       if (!step.branch) {
         visit = (visits.get(step.op) || 0) + 1;
         visits.set(step.op, visit);
       }
-      if (i >= first) rows.push(this.row(step, start, span, visit));
+      if (!bookkeeping(step)) drawn.push([step, visit]);
     }
-    this.body.replaceChildren(...rows);
+    const first = Math.max(0, drawn.length - MAX_ROWS);
+    this.note.textContent = drawn.length
+      ? `${drawn.length} step${drawn.length === 1 ? "" : "s"} over ${fmtMs(span)}${first ? ` · the last ${MAX_ROWS} shown` : ""}`
+      : "No op has started yet.";
+    this.body.replaceChildren(...drawn.slice(first).map(([step, visit]) => this.row(step, start, span, visit)));
   }
 
   row(step, start, span, visit) {
@@ -67,7 +79,7 @@ export class Timeline {
     const tools = step.tools.length
       ? h("ul", { class: "tool-rows" }, step.tools.map((t) => h("li", { class: t.error ? "tool-error" : "" }, `${t.name} ${t.ms === null ? "…" : fmtMs(t.ms)}`)))
       : null;
-    const label = this.labels.get(step.node) || step.op;
+    const label = step.kind === "FORK" ? forkLabel(this.graph.ops[step.op]) : this.labels.get(step.node) || step.op;
     const bar = h("div", { class: "timeline-bar" });
     bar.style.left = `${left.toFixed(2)}%`; // set through the CSSOM: the page's CSP refuses style attributes
     bar.style.width = `${width.toFixed(2)}%`;

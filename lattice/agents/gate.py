@@ -1,0 +1,205 @@
+"""The gate every tool call of an agent passes before it runs: the permission rules'
+verdict, a decision journaled before anything acts on it, a person asked when a rule
+says so (see ``lattice.permissions.approvals``).
+
+``CallGate.check`` answers one call with ``Pass`` (run it, with the edit's approved plan
+if there is one), a refusal the model sees, or the ``ApprovalRequest`` a person must
+answer. A call the journal already holds a decision for is not decided again; a call
+the journal holds a start or result for is past the gate.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from lattice.ir.tool_names import parse_mcp_name
+from lattice.llm.base import ToolCall
+from lattice.permissions.approvals import (
+    APPROVALS,
+    ApprovalDecision,
+    ApprovalRequest,
+    Approver,
+    answer_decision,
+)
+from lattice.permissions.policy import Permissions
+from lattice.tools.toolset import ToolResult
+from lattice.workspace.grants import ASK_TOOL
+
+EDITS = frozenset({"Edit", "MultiEdit", "Write"})
+
+
+@runtime_checkable
+class DecisionJournal(Protocol):
+    """A tool journal that also keeps decisions (the run folder's)."""
+
+    def recorded_decision(self, op_id: str | None, key: str) -> dict[str, Any] | None:
+        """The journaled decision on call ``key`` of op ``op_id``, if any."""
+        ...
+
+    def journal_tool(self, line: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Pass:
+    """Run the call (an approved edit applies the plan the person saw)."""
+
+    planned: dict[str, Any] | None = None
+
+
+@dataclass
+class CallGate:
+    """What decides an agent's calls: the rules, the answers given, a person, the journal."""
+
+    permissions: Permissions
+    cwd: Path
+    node: str
+    answers: MutableMapping[str, Any] = field(default_factory=dict)
+    """The run's answers: approvals given by id under ``$approvals`` (used up as they
+    decide a call)."""
+    approver: Approver | None = None
+    no_wait: bool = False
+    allowed_tools: set[str] = field(default_factory=set)
+    """Tools a person allowed for the rest of this agent's run (an edit: all three)."""
+
+    def offers(self, tool: str) -> bool:
+        """Whether the model is offered ``tool`` at all (not denied as a whole)."""
+        if self.permissions.removes(tool) is not None:
+            return False
+        return not (self.permissions.mode == "plan" and tool not in (*_READ_ONLY, ASK_TOOL))
+
+    async def check(
+        self,
+        call: ToolCall,
+        request_id: str,
+        key: str,
+        op_id: str | None,
+        journal: Any,
+        plan: Callable[[], Awaitable[ToolResult]] | None,
+    ) -> Pass | ToolResult | ApprovalRequest:
+        """The call's fate (see the module docstring). ``plan`` plans an edit's change
+        when called (None for other tools); ``journal`` is the run's tool journal, if any."""
+        recorded = (
+            journal.recorded_decision(op_id, key) if isinstance(journal, DecisionJournal) else None
+        )
+        if recorded is not None:
+            decision = ApprovalDecision.from_json(recorded)
+            return self._act(call, decision, recorded.get("planned"))
+        verdict = self.permissions.decide(call.name, call.arguments, self.cwd)
+        if verdict.behavior == "allow":
+            return Pass()
+        if verdict.behavior == "deny":
+            decision = ApprovalDecision("deny", "rule", verdict.reason)
+            self._journal(journal, op_id, key, request_id, call, decision, None)
+            return self._act(call, decision, None)
+        if call.name in self.allowed_tools:
+            decision = ApprovalDecision(
+                "allow", "person", "allowed for the rest of the agent's run"
+            )
+            self._journal(journal, op_id, key, request_id, call, decision, None)
+            return Pass()
+        return await self._ask(call, request_id, key, op_id, journal, plan, verdict.reason)
+
+    async def _ask(
+        self,
+        call: ToolCall,
+        request_id: str,
+        key: str,
+        op_id: str | None,
+        journal: Any,
+        plan: Callable[[], Awaitable[ToolResult]] | None,
+        why: str,
+    ) -> Pass | ToolResult | ApprovalRequest:
+        """A call a rule asks about: its request (with an edit's diff), then a decision
+        given, made now, or none yet (the request, journaled, for the run to halt on)."""
+        planned: dict[str, Any] | None = None
+        preview = self._preview(call)
+        if plan is not None:
+            result: ToolResult = await plan()
+            if result.is_error:
+                return result  # the edit cannot apply: nothing to approve
+            planned = result.to_json()
+            preview = {"diff": "".join(change.diff for change in result.changes)}
+        request = ApprovalRequest(
+            request_id,
+            self.node,
+            call.name,
+            dict(call.arguments),
+            why,
+            preview,
+            key=key,
+            planned=planned,
+        )
+        answered = await self._decision(request)
+        if answered is None:
+            if journal is not None:
+                journal.journal_tool(
+                    {"kind": "approval_request", "op_id": op_id, "key": key, **request.to_json()}
+                )
+            return request
+        self._journal(journal, op_id, key, request_id, call, answered, planned)
+        return self._act(call, answered, planned)
+
+    async def _decision(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        """A decision given with the run's answers, by a person now, or ``--no-wait``'s."""
+        given = self.answers.get(APPROVALS)
+        if isinstance(given, MutableMapping):
+            value = given.pop(request.id, None)
+            if value is None:
+                value = given.get("*")
+            if value is not None:
+                return answer_decision(value, "answers")
+        if self.approver is not None:
+            answered = self.approver(request)
+            if inspect.isawaitable(answered):
+                answered = await answered
+            if answered is not None:
+                return answered
+        if self.no_wait:
+            return ApprovalDecision("deny", "rule", "--no-wait", "no one could approve it")
+        return None
+
+    def _act(self, call: ToolCall, decision: ApprovalDecision, planned: Any) -> Pass | ToolResult:
+        if not decision.allows:
+            return ToolResult(decision.refusal(call.name), True)
+        if decision.choice == "allow_run":  # an edit: every edit, as in Claude Code
+            self.allowed_tools.update(EDITS if call.name in EDITS else {call.name})
+        return Pass(planned if isinstance(planned, dict) else None)
+
+    def _preview(self, call: ToolCall) -> dict[str, Any]:
+        if call.name == "Bash":
+            return {"command": str(call.arguments.get("command", "")), "cwd": str(self.cwd)}
+        mcp = parse_mcp_name(call.name)
+        if mcp is not None:
+            return {"server": mcp[0], "mcp_tool": mcp[1]}
+        return {}
+
+    def _journal(
+        self,
+        journal: Any,
+        op_id: str | None,
+        key: str,
+        request_id: str,
+        call: ToolCall,
+        decision: ApprovalDecision,
+        planned: dict[str, Any] | None,
+    ) -> None:
+        if journal is None:
+            return
+        line: dict[str, Any] = {
+            "kind": "tool_decision",
+            "op_id": op_id,
+            "key": key,
+            "id": request_id,
+            "tool": call.name,
+            **decision.to_json(),
+        }
+        if planned is not None:
+            line["planned"] = planned
+        journal.journal_tool(line)
+
+
+_READ_ONLY = frozenset({"Read", "LS", "Glob", "Grep"})
