@@ -114,6 +114,19 @@ def test_a_prompt_step_asks_halts_and_goes_on_after_resume(
     assert json.loads((folder / "result.json").read_text())["output"] == "The plan is approved."
 
 
+@pytest.mark.parametrize("mode", ["default", "plan"])
+def test_asking_the_person_needs_no_permission(
+    setup: dict[str, Path], capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    rules = ("--permission-mode", mode, "--ask-rule", "Read", "--no-claude-settings")
+    setup["mock"].write_text(json.dumps({"responses": {"confirm": [ASK, "Approved."]}}))
+    assert run(setup, *granted(setup), *rules) == 3
+    err = capsys.readouterr().err
+    assert "waiting for an answer to 'Go ahead with the plan?'" in err  # not an approval
+    (folder,) = setup["runs"].iterdir()
+    assert main(["resume", str(folder), "--answer", "confirm=Yes"]) == 0
+
+
 def test_a_person_at_the_terminal_answers_the_tool(
     setup: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
