@@ -20,7 +20,7 @@ from lattice.lower.emit import EMITTERS
 from lattice.lower.main_agent import under_grant
 from lattice.permissions.policy import Permissions
 from lattice.runtime.settings import agent_settings_from_config
-from lattice.workspace.grants import EVERY_TOOL, WorkspaceGrant
+from lattice.workspace.grants import ASK_TOOL, EVERY_TOOL, WorkspaceGrant
 
 
 def lower(args: argparse.Namespace) -> int:
@@ -98,7 +98,11 @@ def agent_listing(
         if permissions is not None and not permissions.said_nothing:
             width = max((len(tool) for tool in decision.granted), default=0)
             for tool in decision.granted:
-                said, why = permissions.tool_summary(tool)
+                said, why = (
+                    ("allow", "asking the person needs no permission")
+                    if tool == ASK_TOOL
+                    else permissions.tool_summary(tool)
+                )
                 lines.append(f"      {tool:<{width}}  {SAID[said]}: {why}")
         by_setting: dict[str, list[str]] = {}
         for tool, setting in decision.refused:

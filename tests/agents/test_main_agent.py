@@ -125,6 +125,10 @@ def test_asking_the_person_needs_no_permission(
     assert "waiting for an answer to 'Go ahead with the plan?'" in err  # not an approval
     (folder,) = setup["runs"].iterdir()
     assert main(["resume", str(folder), "--answer", "confirm=Yes"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(setup["doc"]), *granted(setup), *rules]) == 0
+    listed = capsys.readouterr().out
+    assert "AskUserQuestion  allowed: asking the person needs no permission" in listed
 
 
 def test_a_person_at_the_terminal_answers_the_tool(
