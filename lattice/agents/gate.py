@@ -27,6 +27,7 @@ from lattice.permissions.approvals import (
 )
 from lattice.permissions.policy import Permissions
 from lattice.tools.toolset import ToolResult
+from lattice.workspace.grants import ASK_TOOL
 
 EDITS = frozenset({"Edit", "MultiEdit", "Write"})
 
@@ -68,7 +69,7 @@ class CallGate:
         """Whether the model is offered ``tool`` at all (not denied as a whole)."""
         if self.permissions.removes(tool) is not None:
             return False
-        return not (self.permissions.mode == "plan" and tool not in _READ_ONLY)
+        return not (self.permissions.mode == "plan" and tool not in (*_READ_ONLY, ASK_TOOL))
 
     async def check(
         self,

@@ -40,6 +40,7 @@ from lattice.ir.tool_names import parse_mcp_name
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message, ToolCall, ToolDef
 from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
 from lattice.tools.toolset import ToolResult, Toolset
+from lattice.workspace.grants import ASK_TOOL
 
 WRITE_TOOLS = frozenset({"Edit", "MultiEdit", "Write"})
 """Tools whose changes are planned, journaled, then applied (idempotent after a crash)."""
@@ -158,6 +159,17 @@ async def _limited(name: str, work: Any, timeout_s: float) -> ToolResult:
             True,
         )
     return result
+
+
+class QuestionPending(Exception):
+    """A tool asked the person a question no one has answered yet: the loop stops, and
+    its op halts the run, keeping what it journaled (a resumed op replays it)."""
+
+    def __init__(self, question: str, options: list[str], multi_select: bool) -> None:
+        super().__init__(question)
+        self.question = question
+        self.options = options
+        self.multi_select = multi_select
 
 
 def identity(text: str) -> str:
@@ -310,16 +322,20 @@ class AgentLoop:
                 jobs.append(self._refuse(turn, index, call, op_id, fate))
             else:
                 jobs.append(self._run_call(turn, index, call, op_id, fate.planned))
-        records = list(await asyncio.gather(*jobs))
+        # every call ends (and journals its result) before a pending question stops the loop
+        done = await asyncio.gather(*jobs, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
         if pending:
             raise ApprovalsPending(pending)
-        return records
+        return [outcome for outcome in done if isinstance(outcome, ToolCallRecord)]
 
     async def _gate(
         self, turn: TurnRecord, index: int, call: ToolCall, op_id: str | None
     ) -> Pass | ToolResult | ApprovalRequest:
         """What the gate says of a call not already past it (a recorded start or result)."""
-        if self.gate is None:
+        if self.gate is None or call.name == ASK_TOOL:  # asking the person needs no permission
             return Pass()
         key = _key(turn, index, call)
         if self.journal is not None and self.journal.recorded_tool(op_id, key) is not None:

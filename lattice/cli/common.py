@@ -360,11 +360,14 @@ def report(result: RunResult, progress: Progress, as_json: bool, settings: Runti
     elapsed = time.perf_counter() - progress.started
     where = f", run folder {result.run_dir}" if result.run_dir else ""
     print(
-        f"lattice: {result.status} in {elapsed:.2f}s: {progress.ops} ops, "
+        f"lattice: {status_words(result.status, result.dead_end)} in {elapsed:.2f}s: "
+        f"{progress.ops} ops, "
         f"{count_calls(result.usage.calls, result.usage.requests)}, "
         f"{result.usage.total_tokens} tokens{where}",
         file=sys.stderr,
     )
+    if result.without_tools:
+        print(f"lattice: {without_tools_line(result.without_tools)}", file=sys.stderr)
     redact = make_redactor(settings.secret_names())
     if result.failure is not None:
         failure = result.failure
@@ -380,6 +383,24 @@ def report(result: RunResult, progress: Progress, as_json: bool, settings: Runti
         text = json.dumps(payload, indent=2, ensure_ascii=False, default=str)
         sys.stdout.write(redact(text) + "\n")
     return EXIT_BY_STATUS[result.status]
+
+
+def status_words(status: str, dead_end: str | None) -> str:
+    """A run's status as its summary line says it: a completed run that stopped at a node
+    with no way on says so."""
+    if status == "completed" and dead_end:
+        return f"completed at a dead end (node {dead_end!r} has no way on; no end node reached)"
+    return status
+
+
+def without_tools_line(nodes: list[dict[str, Any]]) -> str:
+    """How many nodes ran without the tools Claude Code would give them, and which."""
+    listed = ", ".join(f"{n.get('node')} ({n.get('kind')})" for n in nodes[:10])
+    more = f" and {len(nodes) - 10} more" if len(nodes) > 10 else ""
+    return (
+        f"{len(nodes)} node(s) ran without the tools Claude Code would give them, each as "
+        f"one model call: {listed}{more}"
+    )
 
 
 def _contract_cause(attempts: list[dict[str, Any]]) -> str | None:

@@ -15,10 +15,12 @@ from lattice.ir import execir_json_schema
 from lattice.ir.models import AgentOp
 from lattice.ir.tool_names import parse_mcp_name
 from lattice.llm.base import LLMRequest, Message
+from lattice.lower.acting import Toolless, toolless_nodes
 from lattice.lower.emit import EMITTERS
+from lattice.lower.main_agent import under_grant
 from lattice.permissions.policy import Permissions
 from lattice.runtime.settings import agent_settings_from_config
-from lattice.workspace.grants import WorkspaceGrant
+from lattice.workspace.grants import ASK_TOOL, EVERY_TOOL, WorkspaceGrant
 
 
 def lower(args: argparse.Namespace) -> int:
@@ -48,13 +50,30 @@ def check(args: argparse.Namespace) -> int:
         print(f"{args.workflow}: note: {line}", file=sys.stderr)
     ops = len(result.ir.ops)
     print(f"{args.workflow}: ok ({ops} ops, {len(result.warnings)} warning(s))", file=sys.stderr)
-    agents = [op for op in result.ir.ops.values() if isinstance(op, AgentOp)]
+    settings = agent_settings_from_config(config)
+    grant = settings.grant
+    ir = under_grant(result.ir, grant)
+    agents = [op for op in ir.ops.values() if isinstance(op, AgentOp)]
     if agents:
-        settings = agent_settings_from_config(config)
-        sys.stdout.write(agent_listing(agents, settings.grant, settings.permissions))
+        sys.stdout.write(agent_listing(agents, grant, settings.permissions))
+    toolless = toolless_nodes(ir, grant)
+    if toolless:
+        sys.stdout.write(toolless_listing(toolless))
     return EXIT_OK
 
 
+def toolless_listing(nodes: list[Toolless]) -> str:
+    """The nodes Claude Code would run with tools that a run with this grant runs
+    without them, and what would grant them."""
+    lines = ["without tools in this run (Claude Code would give them tools):"]
+    for item in nodes:
+        said = f" asks to act: {', '.join(repr(w) for w in item.words)}" if item.words else ""
+        lines.append(f"  {item.node} ({item.kind}){said}")
+        lines.append(f"    to grant: {item.grant}")
+    return "\n".join(lines) + "\n"
+
+
+ASKED_AS = {EVERY_TOOL: f"every tool of the main agent ({EVERY_TOOL})"}
 SAID = {"allow": "allowed", "ask": "asks", "deny": "denied", "depends": "depends"}
 """How ``lattice check`` says what a tool's calls get."""
 
@@ -72,13 +91,18 @@ def agent_listing(
         decision = grant.decide(op.tools)
         kind = f" ({op.agent_type})" if op.agent_type else ""
         lines.append(f"  {op.source_node}{kind}")
-        lines.append(f"    asks for: {', '.join(op.tools) or 'no tools'}")
+        asked = [ASKED_AS.get(tool, tool) for tool in op.tools]
+        lines.append(f"    asks for: {', '.join(asked) or 'no tools'}")
         granted = [_granted_as(tool, grant) for tool in decision.granted]
         lines.append(f"    granted:  {', '.join(granted) or 'none'}")
         if permissions is not None and not permissions.said_nothing:
             width = max((len(tool) for tool in decision.granted), default=0)
             for tool in decision.granted:
-                said, why = permissions.tool_summary(tool)
+                said, why = (
+                    ("allow", "asking the person needs no permission")
+                    if tool == ASK_TOOL
+                    else permissions.tool_summary(tool)
+                )
                 lines.append(f"      {tool:<{width}}  {SAID[said]}: {why}")
         by_setting: dict[str, list[str]] = {}
         for tool, setting in decision.refused:

@@ -27,6 +27,7 @@ from lattice.document.loader import read_json_file
 from lattice.errors import InputError, InvalidInputs, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
+from lattice.lower.acting import toolless_nodes
 from lattice.permissions.approvals import APPROVALS
 from lattice.runs.store import RunStore
 from lattice.runs.view import list_runs, run_folders, show_run
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     runner = prepared.runner
     for refused in refused_tools(ir, prepared.settings.agents.grant):
         note(f"warning: {refused.message()}")
+    for toolless in toolless_nodes(runner.ir, prepared.settings.agents.grant):
+        note(f"warning: {toolless.message()}")
     permissions = prepared.settings.agents.permissions
     if permissions is not None and not permissions.said_nothing and ir_has_agents(ir):
         note(permissions.describe())

@@ -126,6 +126,9 @@ class LLMWriteOp(ContractOpBase):
     contract at run time (``output_schema`` is then the document's fallback description)."""
     tool_name: str | None = None
     """For tool_arguments ops: the tool whose ``inputSchema`` is the output schema."""
+    main_agent: bool | None = None
+    """A ``prompt`` step: a turn of Claude Code's main agent. A run whose grant gives the
+    main agent tools runs it as an AGENT op (``lattice.lower.main_agent``)."""
 
 
 MAX_AGENT_TURNS = 1000
@@ -155,10 +158,13 @@ class AgentOp(ContractOpBase):
     kind: Literal["AGENT"] = "AGENT"
     tools: list[str] = Field(default_factory=list)
     """The tools the document asks for, by their Claude Code names (``Read``, ``Edit``,
-    ``Bash``, ``mcp__<server>__<tool>``), in the document's order."""
+    ``Bash``, ``mcp__<server>__<tool>``), in the document's order; ``*``: every tool the
+    main agent has (whatever the user grants), ``AskUserQuestion``: asking the person."""
     agent_type: str | None = None
-    """The document's ``builtInType`` (``explore``/``plan``/``general-purpose``) or the
-    node type the tools came from (``skill``, ``codex``), for people."""
+    """The document's ``builtInType`` (``explore``/``plan``/``general-purpose``: the first
+    two have a read-only Bash), ``custom`` (a sub-agent of its own), the node type the
+    tools came from (``skill``, ``codex``), or ``main`` (a prompt step run as a turn of
+    the main agent)."""
     limits: AgentLimits = Field(default_factory=AgentLimits)
 
 

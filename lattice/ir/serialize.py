@@ -197,9 +197,9 @@ def _schema(schema: dict[str, Any] | None) -> Callable[[], object]:
     return check
 
 
-TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,127}$|^mcp__[A-Za-z0-9_-]{1,120}__\*$")
-"""A tool name a model can be offered (Claude Code's ``Read``, ``mcp__server__tool``), or
-all of an MCP server's tools (``mcp__server__*``)."""
+TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,127}$|^mcp__[A-Za-z0-9_-]{1,120}__\*$|^\*$")
+"""A tool name a model can be offered (Claude Code's ``Read``, ``mcp__server__tool``),
+all of an MCP server's tools (``mcp__server__*``), or every tool granted (``*``)."""
 
 
 def _tool_names(names: list[str]) -> Callable[[], object]:

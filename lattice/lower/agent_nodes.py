@@ -1,12 +1,15 @@
 """Which nodes are agents, and with which tools: what lowering turns into an AGENT op.
 
-A node is an agent when the document asks for tools: a ``subAgent`` with ``tools`` (a
-comma-separated list of Claude Code tool names) or a ``builtInType`` (``explore`` and
-``plan``: the read-only set; ``general-purpose``: read, edit and shell), a ``skill`` with
-``allowedTools`` and ``executionMode: "execute"``, a ``codex`` node with a ``sandbox``
-(``read-only``: the read-only set; ``workspace-write``: read, edit and shell). Anything
-else stays one LLM_WRITE. Asking is all a document does: which tools an agent gets is
-the user's grant (``[agents]`` in lattice.toml, ``--allow``), decided at run time.
+As in Claude Code, every ``subAgent`` is an agent: its ``tools`` (a comma-separated list
+of Claude Code tool names) narrow what it asks for; with none it asks for every tool the
+main agent has (``EVERY_TOOL``), and a ``builtInType`` stands for its Claude Code set
+(``explore`` and ``plan``: read and read-only shell commands; ``general-purpose``:
+everything). A ``skill`` that executes (``executionMode`` other than ``load``; the
+format's default is ``execute``) is an agent with its ``allowedTools``, else everything.
+A ``codex`` node with a ``sandbox`` is one too (``read-only``: the read-only set;
+``workspace-write``: read, edit and shell). Asking is all a document does: which tools
+an agent gets is the user's grant (``[agents]`` in lattice.toml, ``--allow``), decided
+at run time.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ from lattice.lower.registry import LoweringContext
 from lattice.workspace.grants import (
     BUILTIN_TYPE_TOOLS,
     CLAUDE_CODE_TOOLS,
+    EVERY_TOOL,
     READ_ONLY_TOOLS,
     is_known_tool,
 )
 
+WORKSPACE_WRITE_TOOLS = (*READ_ONLY_TOOLS, "Edit", "MultiEdit", "Write", "Bash")
+
 CODEX_SANDBOX_TOOLS: dict[str, tuple[str, ...]] = {
     "read-only": READ_ONLY_TOOLS,
-    "workspace-write": BUILTIN_TYPE_TOOLS["general-purpose"],
-    "danger-full-access": BUILTIN_TYPE_TOOLS["general-purpose"],
+    "workspace-write": WORKSPACE_WRITE_TOOLS,
+    "danger-full-access": WORKSPACE_WRITE_TOOLS,
 }
 """A codex node's sandbox mode and the tools it stands for (the user's grant still
 decides; ``danger-full-access`` gets no more than ``workspace-write``)."""
@@ -54,7 +60,9 @@ def agent_ask(ctx: LoweringContext, node: Node) -> AgentAsk | None:
     if asked is None:
         return None
     names, agent_type, field = asked
-    return AgentAsk(_known_tools(ctx, node, names, field), agent_type, _limits(ctx, node))
+    if field in ("tools", "allowedTools"):
+        names = _known_tools(ctx, node, names, field)
+    return AgentAsk(names, agent_type, _limits(ctx, node))
 
 
 def _asked_tools(ctx: LoweringContext, node: Node) -> tuple[tuple[str, ...], str, str] | None:
@@ -67,22 +75,25 @@ def _asked_tools(ctx: LoweringContext, node: Node) -> tuple[tuple[str, ...], str
             return _tool_list(ctx, node, "tools"), kind, "tools"
         builtin = get_str(ctx, node, "builtInType")
         if builtin is None:
-            return None
+            return (EVERY_TOOL,), "custom", "inherited"
         if builtin not in BUILTIN_TYPE_TOOLS:
             ctx.warn(
                 node,
                 "agent-type-unknown",
                 f"builtInType {builtin!r} is not a Claude Code built-in agent"
                 f"{did_you_mean(str(builtin), BUILTIN_TYPE_TOOLS)}; known: "
-                f"{', '.join(BUILTIN_TYPE_TOOLS)}; the node runs as one model call without tools",
+                f"{', '.join(BUILTIN_TYPE_TOOLS)}; the node runs as a custom sub-agent "
+                "(every tool of the main agent)",
                 "data",
                 "builtInType",
             )
-            return None
+            return (EVERY_TOOL,), "custom", "inherited"
         return BUILTIN_TYPE_TOOLS[builtin], builtin, "builtInType"
     if node.type == "skill":
-        if data.get("executionMode") != "execute" or data.get("allowedTools") in (None, "", []):
+        if data.get("executionMode") == "load":
             return None
+        if data.get("allowedTools") in (None, "", []):
+            return (EVERY_TOOL,), "skill", "inherited"
         return _tool_list(ctx, node, "allowedTools"), "skill", "allowedTools"
     if node.type == "codex":
         sandbox = get_str(ctx, node, "sandbox")

@@ -216,6 +216,7 @@ def _llm_op(
     prompt_key: str | None,
     pieces: tuple[tuple[str, tuple[str | int, ...]], ...] = (),
     agent: AgentAsk | None = None,
+    main_agent: bool = False,
 ) -> NodeLowering:
     """One LLM_WRITE, or one AGENT when the node asks for tools (``agent``). ``prompt_key`` names the data field the prompt is (read as a text
     template, as the runtime reads it); ``pieces`` are document texts a built prompt
@@ -247,13 +248,16 @@ def _llm_op(
         **contract,
     }
     op: LLMWriteOp | AgentOp = (
-        LLMWriteOp(**fields) if agent is None else AgentOp(**fields, **agent.op_fields())
+        LLMWriteOp(**fields, main_agent=main_agent or None)
+        if agent is None
+        else AgentOp(**fields, **agent.op_fields())
     )
     return NodeLowering.single(op, ports=LLM_PORTS, result_schema=contract["output_schema"])
 
 
 class PromptLowerer:
-    """``prompt``: a templated prompt → one LLM_WRITE."""
+    """``prompt``: a templated prompt → one LLM_WRITE marked as a turn of the main agent
+    (a run whose grant gives the main agent tools runs it as an AGENT op)."""
 
     node_type: ClassVar[str] = "prompt"
 
@@ -263,12 +267,14 @@ class PromptLowerer:
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
         prompt = get_str(ctx, node, "prompt", required=True) or ""
         system = get_str(ctx, node, "system")
-        return _llm_op(ctx, node, prompt=prompt, system=system, prompt_key="prompt")
+        return _llm_op(
+            ctx, node, prompt=prompt, system=system, prompt_key="prompt", main_agent=True
+        )
 
 
 class SubAgentLowerer:
-    """``subAgent``: ``agentDefinition`` is the system part, ``prompt`` the task → LLM_WRITE,
-    or AGENT when it names ``tools`` or a ``builtInType``."""
+    """``subAgent``: ``agentDefinition`` is the system part, ``prompt`` the task → AGENT
+    (``lattice.lower.agent_nodes``: the tools it asks for)."""
 
     node_type: ClassVar[str] = "subAgent"
 

@@ -165,6 +165,9 @@ def show_run(folder: Path) -> str:
     status = status_of(checkpoint) if checkpoint is not None else result.get("status", "?")
     took = _duration(folder / "events.jsonl")
     took_text = f" in {took:.2f}s" if took is not None else ""
+    dead_end = result.get("dead_end") if status == "completed" else None
+    if dead_end:
+        status = f"completed at a dead end (node {dead_end!r} has no way on; no end node reached)"
     lines = [f"run {folder.name}: {status}{took_text} ({result.get('workflow', '?')})"]
     for record in read_op_records(folder):
         calls = _calls(record.get("attempts") or [])
@@ -211,6 +214,19 @@ def show_run(folder: Path) -> str:
             lines.append(
                 f"  {change.get('path')}  by {change.get('op')}  diff: {change.get('diff_file')}"
                 f"{state}"
+            )
+    toolless = result.get("without_tools") or []
+    if toolless:
+        lines.append(
+            f"without tools: {len(toolless)} node(s) Claude Code would give tools ran as one "
+            "model call each:"
+        )
+        for item in toolless:
+            words = item.get("words")
+            said = f", asks to act: {', '.join(map(repr, words))}" if words else ""
+            lines.append(
+                terminal_text(f"  {item.get('node')} ({item.get('kind')}{said})  to grant: ")
+                + terminal_text(str(item.get("grant")))
             )
     failure = result.get("failure")
     if failure:

@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from lattice.agents.gate import CallGate
-from lattice.agents.loop import AgentBounds, AgentLoop, ToolBox, ToolJournal
+from lattice.agents.loop import AgentBounds, AgentLoop, QuestionPending, ToolBox, ToolJournal
 from lattice.ir.models import AgentOp
 from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
+from lattice.runtime.answers import waiting_summary
+from lattice.runtime.ask_tool import AskToolset, take_step_answers
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.llm_op import LLMWriteExecutor
 from lattice.runtime.settings import AgentSettings, RuntimeSettings
 from lattice.tools.toolset import FileChange, Toolset
-from lattice.workspace.grants import ToolDecision
+from lattice.workspace.grants import ASK_TOOL, READ_ONLY_TYPES, ToolDecision
 
 
 def approval_halt(requests: list[ApprovalRequest]) -> HaltRun:
@@ -81,6 +83,9 @@ class AgentExecutor(LLMWriteExecutor):
     async def run(self, ctx: RunContext) -> Outcome:
         op = self.op
         toolsets = self._open_toolsets(ctx)
+        if ASK_TOOL in self.decision.granted:
+            answers = take_step_answers(ctx.answers, op.source_node)
+            toolsets.append(AskToolset(op, answers, ctx.ask_human, ctx.emit))
         try:
             gate = self._gate(ctx)
             offered = self.decision.granted
@@ -109,6 +114,21 @@ class AgentExecutor(LLMWriteExecutor):
                 value, attempts = await self.call(
                     ctx, self.engine, messages, replace(ctx.llm, provider=loop)
                 )
+            except QuestionPending as asked:
+                raise HaltRun(
+                    "waiting_for_answer",
+                    waiting_summary(asked.question, asked.options),
+                    {
+                        "question": asked.question,
+                        "options": asked.options,
+                        "multiSelect": asked.multi_select,
+                        "tool": ASK_TOOL,
+                    },
+                    f"lattice resume RUN_DIR --answer {op.source_node}=<"
+                    + ("option label or index" if asked.options else "text")
+                    + ">",
+                    keeps_journal=True,
+                ) from None
             except ApprovalsPending as waiting:
                 raise approval_halt(waiting.requests) from None
             finally:
@@ -143,16 +163,20 @@ class AgentExecutor(LLMWriteExecutor):
         )
 
     def _open_toolsets(self, ctx: RunContext) -> list[Toolset]:
-        granted = self.decision.granted
+        granted = tuple(name for name in self.decision.granted if name != ASK_TOOL)
         if not granted:
             return []
         if self.agents.toolsets is not None:
-            return self.agents.toolsets(self.agents.grant, granted)
+            return list(self.agents.toolsets(self.agents.grant, granted))
         from lattice.workspace.toolset import workspace_toolsets  # httpx: only when agents run
 
         mcp = ctx.tools if any(name.startswith("mcp__") for name in granted) else None
         return workspace_toolsets(
-            self.agents.grant, granted, http_client=ctx.http_pool.client, mcp=mcp
+            self.agents.grant,
+            granted,
+            http_client=ctx.http_pool.client,
+            mcp=mcp,
+            read_only_shell=self.op.agent_type in READ_ONLY_TYPES,
         )
 
     def _refused(self) -> list[dict[str, str]]:

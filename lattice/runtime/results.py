@@ -30,6 +30,11 @@ class RunResult:
     """The files agent ops changed (or, patch-only, would have changed), in order: each
     with its op, path, digests, whether it was applied and its diff's file in the run
     folder (``changes/<op>-<n>.diff``)."""
+    without_tools: list[dict[str, Any]] = field(default_factory=list)
+    """The nodes Claude Code would run with tools that this run ran without them (each
+    ``{node, kind, grant}``, a prompt step's ``words`` too): ``lattice.lower.acting``."""
+    dead_end: str | None = None
+    """The node a completed run stopped at because it had no way on (no end reached)."""
 
     def count_events(self, *types: str) -> dict[str, int]:
         """How many of the run's events are of each of ``types`` (``{type: count}``),
@@ -51,4 +56,6 @@ class RunResult:
             "usage": self.usage.to_json(),
             "failure": self.failure.to_json() if self.failure else None,
             **({"changes": self.changes} if self.changes else {}),
+            **({"without_tools": self.without_tools} if self.without_tools else {}),
+            **({"dead_end": self.dead_end} if self.dead_end else {}),
         }

@@ -56,6 +56,7 @@ from lattice.runs.store import (
     new_run_id,
     refuse_secrets_in,
 )
+from lattice.runtime.answers import normalize_answer
 from lattice.runtime.context import (
     AskHuman,
     EventListener,
@@ -65,7 +66,7 @@ from lattice.runtime.context import (
 )
 from lattice.runtime.durability import EPHEMERAL, Durability
 from lattice.runtime.events import utc_now
-from lattice.runtime.executors import build_executor, normalize_answer
+from lattice.runtime.executors import build_executor
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
 from lattice.runtime.journaled import FolderJournal
@@ -101,6 +102,7 @@ if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
     from lattice.ir.models import ExecIR
+    from lattice.lower.acting import Toolless
 
 
 STARTED_BY_LIBRARY = {"via": "library"}
@@ -145,8 +147,12 @@ class Runner:
     ) -> None:
         from lattice.ir.models import AgentOp, ContractOpBase
 
-        self.ir = ir
         self.settings = settings or RuntimeSettings()
+        if self.settings.agents.grant.every_tool():  # prompt steps act under a grant
+            from lattice.lower.main_agent import under_grant
+
+            ir = under_grant(ir, self.settings.agents.grant)
+        self.ir = ir
         self.provider: LLMProvider = provider or DisabledProvider()
         self.store = store if store is not None else RunStore()
         self.limits = limits or RunLimits()
@@ -182,6 +188,9 @@ class Runner:
             {op.model_class for op in ir.ops.values() if isinstance(op, ContractOpBase)}
         )
         self._has_agents = any(isinstance(op, AgentOp) for op in ir.ops.values())
+        self._toolless: list[Toolless] | None = None
+        """The nodes meant to act that this Runner's grant leaves without tools (made
+        when a run first ends)."""
         self._event_listeners: list[EventListener] = self.settings.run_listeners(
             self.provider, workflow=ir.workflow.id
         )
@@ -319,6 +328,14 @@ class Runner:
             return await self._walk(ctx, position)
         with gc_pacing():
             return await self._walk(ctx, position)
+
+    def _without_tools(self, visits: Mapping[str, int]) -> list[dict[str, Any]]:
+        """The visited nodes Claude Code would run with tools that ran without them."""
+        from lattice.lower.acting import toolless_nodes
+
+        if self._toolless is None:
+            self._toolless = toolless_nodes(self.ir, self.settings.agents.grant)
+        return [t.to_json() for t in self._toolless if visits.get(t.op)]
 
     def _changes(self, ctx: RunContext) -> list[dict[str, Any]]:
         """The files the run's agent ops changed: from the op records of its folder (a
@@ -780,6 +797,8 @@ class Runner:
             failure=failure,
             events=ctx.events,
             changes=self._changes(ctx),
+            without_tools=self._without_tools(visits) if status != "failed" else [],
+            dead_end=ctx.walk.dead_end if status == "completed" else None,
         )
         if recorder.run_dir is None:
             return result

@@ -287,6 +287,8 @@ class Walker:
                 op_id=current,
                 node_id=step.node,
             )
+        if ctx.branch is None:
+            ctx.root.walk.dead_end = step.node
         return ctx.state.read(ctx.last_result) if ctx.last_result else None
 
     def _journal(

@@ -51,6 +51,8 @@ class WalkState:
     durability: Durability = EPHEMERAL
     """Where the walk journals and commits ops, keeps op records and looks up recorded
     calls: the run folder (``FolderJournal``) or a durable engine's history."""
+    dead_end: str | None = None
+    """The node the main walk stopped at because it had no way on (no end node reached)."""
     commit_here: bool = False
     """The main walk forces the journal to disk on the loop's thread: the loop is the
     run's own (``Runner.run``) and waits for nothing else meanwhile."""

@@ -39,12 +39,24 @@ CLAUDE_CODE_TOOLS: dict[str, str] = {
 
 READ_ONLY_TOOLS = ("Read", "LS", "Glob", "Grep")
 
+EVERY_TOOL = "*"
+"""Asks for every tool the main agent has: what a Claude Code sub-agent whose definition
+names no ``tools`` inherits. What it gets is every tool the user grants."""
+
+ASK_TOOL = "AskUserQuestion"
+"""Claude Code's tool for asking the person; only the main agent (a prompt step run under
+a grant) is offered it, and it needs no grant."""
+
+READ_ONLY_TYPES = frozenset({"explore", "plan"})
+"""Built-in agent types whose Bash is read-only (the workspace bound read-only)."""
+
 BUILTIN_TYPE_TOOLS: dict[str, tuple[str, ...]] = {
-    "explore": READ_ONLY_TOOLS,
-    "plan": READ_ONLY_TOOLS,
-    "general-purpose": (*READ_ONLY_TOOLS, "Edit", "MultiEdit", "Write", "Bash"),
+    "explore": (*READ_ONLY_TOOLS, "Bash"),
+    "plan": (*READ_ONLY_TOOLS, "Bash"),
+    "general-purpose": (EVERY_TOOL,),
 }
-"""The tools a Claude Code built-in agent type stands for."""
+"""The tools a Claude Code built-in agent type stands for: ``explore`` and ``plan`` read
+and run read-only commands, ``general-purpose`` has every tool."""
 
 GRANTS = ("read", "write", "shell", "web")
 
@@ -140,11 +152,29 @@ class WorkspaceGrant:
         names (empty: none)."""
         return self._mcp_grants.get(server, frozenset())
 
+    def every_tool(self) -> tuple[str, ...]:
+        """What ``EVERY_TOOL`` stands for under this grant: each built-in tool granted, then
+        each granted MCP server (``mcp__<server>__*``) or tool."""
+        names = [name for name, kind in CLAUDE_CODE_TOOLS.items() if self.allows(kind)]
+        for server, tools in self._mcp_grants.items():
+            if tools is None:
+                names.append(f"mcp__{server}__*")
+            else:
+                names += [f"mcp__{server}__{tool}" for tool in sorted(tools)]
+        return tuple(names)
+
     def decide(self, asked: Iterable[str]) -> ToolDecision:
-        """Split ``asked`` (tool names) into the granted and the refused ones."""
+        """Split ``asked`` (tool names) into the granted and the refused ones. ``EVERY_TOOL``
+        is every granted tool (and refuses none); ``ASK_TOOL`` needs no grant."""
         granted: list[str] = []
         refused: list[tuple[str, str]] = []
-        for name in dict.fromkeys(asked):
+        names: list[str] = []
+        for name in asked:
+            names += self.every_tool() if name == EVERY_TOOL else [name]
+        for name in dict.fromkeys(names):
+            if name == ASK_TOOL:
+                granted.append(name)
+                continue
             setting = self.missing_setting(name)
             if setting is None:
                 granted.append(name)

@@ -145,8 +145,11 @@ class ShellOutcome:
         return "\n".join(parts)
 
 
-async def run_command(grant: WorkspaceGrant, command: str, timeout: float) -> ShellOutcome:
-    """Run ``command`` with ``bash -c`` in the sandbox, inside the workspace."""
+async def run_command(
+    grant: WorkspaceGrant, command: str, timeout: float, *, read_only: bool = False
+) -> ShellOutcome:
+    """Run ``command`` with ``bash -c`` in the sandbox, inside the workspace
+    (``read_only``: the workspace bound read-only, as a read-only agent's shell is)."""
     problem = sandbox_problem()
     if problem is not None:
         raise ToolRefused(problem)
@@ -155,7 +158,7 @@ async def run_command(grant: WorkspaceGrant, command: str, timeout: float) -> Sh
     before = await asyncio.to_thread(measure, root)
     argv = [
         _bwrap(),
-        *_mounts(root, protected(before), grant.shell_tmp_bytes),
+        *_mounts(root, protected(before), grant.shell_tmp_bytes, read_only=read_only),
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
@@ -257,11 +260,15 @@ def _kill_tree(process: asyncio.subprocess.Process) -> None:
 
 
 def _mounts(
-    root: Path | None, protected: frozenset[str] = frozenset(), tmp_bytes: int | None = None
+    root: Path | None,
+    protected: frozenset[str] = frozenset(),
+    tmp_bytes: int | None = None,
+    *,
+    read_only: bool = False,
 ) -> list[str]:
     """Bind mounts: the system read-only, a private ``/tmp`` (capped at ``tmp_bytes``
-    where bubblewrap can), the workspace writable and each of its ``protected`` paths
-    (``usage.protected``) read-only."""
+    where bubblewrap can), the workspace writable (read-only with ``read_only``) and each
+    of its ``protected`` paths (``usage.protected``) read-only."""
     args: list[str] = []
     for path in SYSTEM_PATHS:
         if os.path.islink(path):
@@ -278,7 +285,9 @@ def _mounts(
     if sized:
         args += ["--size", str(min(tmp_bytes or 0, SHM_BYTES))]
     args += ["--tmpfs", "/dev/shm"]
-    if root is not None:
+    if root is not None and read_only:
+        args += ["--ro-bind", str(root), str(root)]
+    elif root is not None:
         args += ["--bind", str(root), str(root)]
         for name in sorted(PROTECTED_DIRS | protected):  # hooks and config there run on the host
             args += ["--ro-bind-try", str(root / name), str(root / name)]

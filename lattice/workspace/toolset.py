@@ -171,6 +171,16 @@ TOOL_DEFS: dict[str, ToolDef] = {
         ),
     )
 }
+
+READ_ONLY_BASH = ToolDef(
+    "Bash",
+    "Run a read-only bash command in a sandbox (git log, ls, grep, a test that writes "
+    "nothing): the workspace is the current directory and cannot be changed; there is no "
+    "network.",
+    TOOL_DEFS["Bash"].input_schema,
+)
+"""Bash as Claude Code's read-only agents (explore, plan) have it: the workspace bound
+read-only, so no command can change it."""
 """Every built-in tool's definition, as the model is offered it."""
 
 WRITE_TOOLS = frozenset({"Edit", "MultiEdit", "Write"})
@@ -194,15 +204,20 @@ class WorkspaceToolset:
         tools: Sequence[str],
         *,
         http_client: Callable[[], httpx.AsyncClient] | None = None,
+        read_only_shell: bool = False,
     ) -> None:
         self.grant = grant
         self.tools = tuple(name for name in tools if name in TOOL_DEFS)
+        self.read_only_shell = read_only_shell
+        """Bash sees the workspace read-only (Claude Code's read-only agents: explore, plan)."""
         self.workspace = Workspace(grant.root) if grant.root is not None else None
         self._http_client = http_client
         self._own_client: httpx.AsyncClient | None = None
 
     async def list_tools(self) -> list[ToolDef]:
-        return [TOOL_DEFS[name] for name in self.tools]
+        if not self.read_only_shell:
+            return [TOOL_DEFS[name] for name in self.tools]
+        return [READ_ONLY_BASH if name == "Bash" else TOOL_DEFS[name] for name in self.tools]
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         if name in WRITE_TOOLS:
@@ -298,7 +313,7 @@ class WorkspaceToolset:
         asked = arguments.get("timeout")
         if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
             limit = min(limit, asked / 1000)
-        outcome = await run_command(self.grant, command, limit)
+        outcome = await run_command(self.grant, command, limit, read_only=self.read_only_shell)
         return ToolResult(outcome.describe(limit), is_error=outcome.failed)
 
     def _workspace(self, name: str) -> Workspace:
@@ -374,12 +389,18 @@ def workspace_toolsets(
     *,
     http_client: Callable[[], httpx.AsyncClient] | None = None,
     mcp: ToolSessions | None = None,
+    read_only_shell: bool = False,
 ) -> list[Toolset]:
-    """The toolsets for an agent node whose granted tool names are ``tools``."""
+    """The toolsets for an agent node whose granted tool names are ``tools``
+    (``read_only_shell``: its Bash cannot change the workspace)."""
     built_in = [name for name in tools if name in CLAUDE_CODE_TOOLS]
     toolsets: list[Toolset] = []
     if built_in:
-        toolsets.append(WorkspaceToolset(grant, built_in, http_client=http_client))
+        toolsets.append(
+            WorkspaceToolset(
+                grant, built_in, http_client=http_client, read_only_shell=read_only_shell
+            )
+        )
     servers: dict[str, list[str]] = {}
     for name in tools:
         parts = parse_mcp_name(name)

@@ -14,7 +14,14 @@ from lattice.runtime.settings import agent_settings_from_config
 from tests.builders import chain, node, op_record
 from tests.cli.test_run import cli, write_json
 
-GP = node("fix", "subAgent", prompt="Fix it", builtInType="general-purpose")
+GP = node(
+    "fix",
+    "subAgent",
+    prompt="Fix it",
+    builtInType="general-purpose",
+    tools="Read, LS, Glob, Grep, Edit, MultiEdit, Write, Bash",
+)
+"""A general-purpose agent narrowed to the workspace's tools (its type alone asks for all)."""
 
 
 def test_nothing_is_granted_by_default() -> None:
@@ -68,6 +75,27 @@ def test_check_lists_each_agents_tools_and_what_is_granted(
         "    not granted: Edit, MultiEdit, Write (to grant: [agents] allow = ['write'] "
         "(or --allow write))",
         "    not granted: Bash (to grant: [agents] allow = ['shell'] (or --allow shell))",
+    ]
+
+
+def test_check_lists_what_an_agent_asking_for_every_tool_gets(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    plain = node("fix", "subAgent", prompt="Fix it")
+    doc = write_json(tmp_path / "doc.json", chain(plain))
+    code, out, _ = cli(capsys, "check", doc, "--workspace", tmp_path, "--allow", "read,shell")
+    assert code == 0
+    assert out.splitlines() == [
+        f"agent nodes (workspace {tmp_path.resolve()}; grants read, shell):",
+        "  fix (custom)",
+        "    asks for: every tool of the main agent (*)",
+        "    granted:  Read, LS, Glob, Grep, Bash",
+    ]
+    code, out, _ = cli(capsys, "check", doc)
+    assert out.splitlines()[-3:] == [
+        "without tools in this run (Claude Code would give them tools):",
+        "  fix (sub-agent)",
+        "    to grant: [agents] workspace and allow (or --workspace DIR --allow read,write,shell)",
     ]
 
 

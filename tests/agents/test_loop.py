@@ -92,13 +92,25 @@ def test_an_agent_reads_edits_and_answers_under_its_contract(
 def test_tools_not_granted_are_not_offered(workspace: Path, tmp_path: Path) -> None:
     model = ScriptedModel({"fix": [answer('{"fixed": false, "file": "app.py"}')]})
     settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
-    result = run(agent_ir(), model, settings, tmp_path)
+    named = agent_ir(tools="Read, LS, Glob, Grep, Edit, MultiEdit, Write, Bash")
+    result = run(named, model, settings, tmp_path)
     assert result.status == "completed"
     assert [t.name for t in model.requests[0].tools] == ["Read", "LS", "Glob", "Grep"]
     (started,) = [e for e in result.events if e["type"] == "agent_started"]
     refused = {r["tool"]: r["grant"] for r in started["data"]["refused"]}
     assert set(refused) == {"Edit", "MultiEdit", "Write", "Bash"}
     assert refused["Edit"] == "[agents] allow = ['write'] (or --allow write)"
+
+
+def test_an_agent_asking_for_every_tool_gets_the_grant_and_refuses_nothing(
+    workspace: Path, tmp_path: Path
+) -> None:
+    model = ScriptedModel({"fix": [answer('{"fixed": false, "file": "app.py"}')]})
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True, shell=True))
+    result = run(agent_ir(), model, settings, tmp_path)  # general-purpose: every tool
+    assert [t.name for t in model.requests[0].tools] == ["Read", "LS", "Glob", "Grep", "Bash"]
+    (started,) = [e for e in result.events if e["type"] == "agent_started"]
+    assert started["data"]["refused"] == []
 
 
 def test_nothing_is_granted_by_default(workspace: Path, tmp_path: Path) -> None:

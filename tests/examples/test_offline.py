@@ -324,8 +324,21 @@ def fix_a_bug(run: Run) -> None:
     assert "return sum(values) / len(values)\n" in (project / "tally/stats.py").read_text()
 
 
+def add_a_feature(run: Run) -> None:
+    assert "all 4 tests pass" in run.output
+    changes = [(c["op"], c["path"]) for c in run.result["changes"]]
+    assert changes == [
+        ("implement", "tally/stats.py"),
+        ("implement", "tests/test_stats.py"),
+        ("checks", "tally/stats.py"),
+    ]
+    project = Path(run.result["run_dir"]).parent.parent / "project"
+    assert "def median(" in (project / "tally/stats.py").read_text()
+
+
 EXPECTED: dict[str, Callable[[Run], None]] = {
     "fix-a-bug": fix_a_bug,
+    "add-a-feature": add_a_feature,
     "support-triage": support_triage,
     "hello-world": hello_world,
     "analyst-panel": analyst_panel,

@@ -18,9 +18,9 @@ def _op(data: dict[str, Any], node_type: str = "subAgent") -> Any:
 @pytest.mark.parametrize(
     ("builtin", "tools"),
     [
-        ("explore", ["Read", "LS", "Glob", "Grep"]),
-        ("plan", ["Read", "LS", "Glob", "Grep"]),
-        ("general-purpose", ["Read", "LS", "Glob", "Grep", "Edit", "MultiEdit", "Write", "Bash"]),
+        ("explore", ["Read", "LS", "Glob", "Grep", "Bash"]),
+        ("plan", ["Read", "LS", "Glob", "Grep", "Bash"]),
+        ("general-purpose", ["*"]),
     ],
 )
 def test_a_built_in_type_asks_for_its_tools(builtin: str, tools: list[str]) -> None:
@@ -54,19 +54,25 @@ def test_a_hundred_thousand_unknown_tools_are_a_few_short_warnings() -> None:
     assert messages[-1].startswith("99,991 more unknown tools")
 
 
-def test_a_sub_agent_without_tools_stays_one_llm_write() -> None:
-    assert isinstance(_op({"prompt": "Say hi"}), LLMWriteOp)
+def test_a_sub_agent_without_tools_asks_for_every_tool_of_the_main_agent() -> None:
+    op = _op({"prompt": "Say hi"})
+    assert isinstance(op, AgentOp) and (op.tools, op.agent_type) == (["*"], "custom")
     result = lower_document(chain(node("a", "subAgent", prompt="p", builtInType="explorer")))
-    assert result.ir is not None and isinstance(result.ir.ops["a"], LLMWriteOp)
+    assert result.ir is not None and result.ir.ops["a"].tools == ["*"]
     (warning,) = find(result, "agent-type-unknown")
     assert "(did you mean 'explore'?)" in warning.message
 
 
-def test_an_executing_skill_with_allowed_tools_is_an_agent() -> None:
+def test_an_executing_skill_is_an_agent_narrowed_by_its_allowed_tools() -> None:
     data = {"name": "lint", "prompt": "Lint it", "allowedTools": "Read, Bash"}
-    assert isinstance(_op(data, "skill"), LLMWriteOp)  # not executing: instructions only
-    op = _op({**data, "executionMode": "execute"}, "skill")
-    assert isinstance(op, AgentOp) and op.tools == ["Read", "Bash"] and op.agent_type == "skill"
+    for mode in ({}, {"executionMode": "execute"}):  # the format's default is execute
+        op = _op({**data, **mode}, "skill")
+        assert isinstance(op, AgentOp) and op.tools == ["Read", "Bash"]
+        assert op.agent_type == "skill"
+    everything = _op({"name": "lint", "prompt": "Lint it"}, "skill")
+    assert isinstance(everything, AgentOp) and everything.tools == ["*"]
+    loaded = _op({**data, "executionMode": "load"}, "skill")
+    assert loaded.kind == "TRANSFORM"  # its text is the next nodes' input: nothing runs
 
 
 @pytest.mark.parametrize(("sandbox", "writes"), [("read-only", False), ("workspace-write", True)])
@@ -114,10 +120,10 @@ def test_a_sub_agent_flows_tools_go_to_its_sub_agents_without_their_own() -> Non
     call = node("call", "subAgentFlow", subAgentFlowId="f", tools="Read, Grep")
     ir = lower_ok(chain(call, subAgentFlows=[flow]))
     assert ir.ops["call__ask"].tools == ["Read", "Grep"]
-    assert ir.ops["call__own"].tools == ["Read", "LS", "Glob", "Grep"]  # its own type wins
-    assert isinstance(ir.ops["call__write"], LLMWriteOp)
+    assert ir.ops["call__own"].tools == ["Read", "LS", "Glob", "Grep", "Bash"]  # its own type
+    assert isinstance(ir.ops["call__write"], LLMWriteOp) and ir.ops["call__write"].main_agent
     plain = lower_ok(chain(node("call", "subAgentFlow", subAgentFlowId="f"), subAgentFlows=[flow]))
-    assert isinstance(plain.ops["call__ask"], LLMWriteOp)
+    assert plain.ops["call__ask"].tools == ["*"]
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ NOT_CODES = {
     "read-only",
     "workspace-write",
     "danger-full-access",
+    "sub-agent",
 }
 """Strings in the source that look like codes but are not."""
 

@@ -16,7 +16,9 @@ import pytest
 
 from lattice.ir.models import AgentOp, AskOp, ContractOpBase, ExecIR, LLMWriteOp
 from lattice.lower import DEFAULT_REGISTRY, LoweringResult, lower_document
+from lattice.lower.main_agent import under_grant
 from lattice.lower.subflows import NAMESPACE_SEPARATOR
+from lattice.workspace.grants import WorkspaceGrant
 from tests.conftest import REPO
 
 EXAMPLES = REPO / "workflows" / "examples"
@@ -116,6 +118,8 @@ def test_mock_answers_fit_the_output_contracts(path: Path) -> None:
     if not mock_path.exists():
         pytest.skip("no mock script")
     ir = ir_of(path)
+    if path.with_name(f"{path.stem}-project").is_dir():  # run with a workspace granted
+        ir = under_grant(ir, WorkspaceGrant(root=path.parent, read=True))
     responses = read_json(mock_path)["responses"]
     assert any(responses.values()), "the mock answers no LLM call at all"
     for node_id, answers in responses.items():
@@ -156,18 +160,35 @@ def test_answers_file_names_question_options(path: Path) -> None:
     ir = ir_of(path)
     asks = {op.id: op for op in ir.ops.values() if isinstance(op, AskOp)}
     answers_path = helper(path, "answers")
-    if not asks:
+    tool_asks = _asked_through_the_tool(path)
+    if not asks and not tool_asks:
         assert not answers_path.exists()
         return
     assert answers_path.exists(), f"{path.name} asks questions but has no {answers_path.name}"
     answers = read_json(answers_path)
-    assert set(answers) == {op.source_node for op in asks.values()}
+    assert set(answers) == {op.source_node for op in asks.values()} | set(tool_asks)
     for op in asks.values():
         if op.once:  # a branch session's messages, then the command that ends it
             assert answers[op.source_node][-1] == "/done", op.source_node
             continue
         label = answers[op.source_node]
         assert label in [o.label for o in op.options], f"{op.source_node}: {label!r}"
+    for node_id, options in tool_asks.items():
+        assert answers[node_id] in [o["label"] for o in options], node_id
+
+
+def _asked_through_the_tool(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """The prompt steps whose mock turns ask the person (AskUserQuestion), with the
+    options of their question."""
+    mock_path = helper(path, "mock")
+    responses = read_json(mock_path)["responses"] if mock_path.exists() else {}
+    found: dict[str, list[dict[str, Any]]] = {}
+    for node_id, turns in responses.items():
+        for turn in turns:
+            for call in turn.get("$tool_calls", []) if isinstance(turn, dict) else ():
+                if call["name"] == "AskUserQuestion":
+                    found[node_id] = call["arguments"]["questions"][0].get("options", [])
+    return found
 
 
 def test_examples_cover_every_node_type() -> None:

@@ -12,7 +12,7 @@ import jmespath
 import pytest
 
 from lattice.cli import main
-from lattice.ir.models import AgentOp, LLMWriteOp, TransformOp
+from lattice.ir.models import AgentOp, TransformOp
 from lattice.lower import lower_document
 
 
@@ -45,7 +45,7 @@ def test_the_slash_command_model_is_the_default_model_class() -> None:
     )
     result = lower_document(doc)
     assert result.ir is not None
-    classes = {k: op.model_class for k, op in result.ir.ops.items() if isinstance(op, LLMWriteOp)}
+    classes = {k: op.model_class for k, op in result.ir.ops.items() if isinstance(op, AgentOp)}
     assert classes == {"a": "large", "b": "small", "c": "large"}
     assert any("model class 'large'" in note for note in result.ir.workflow.notes or [])
 
@@ -101,7 +101,7 @@ def test_a_loaded_skill_is_its_text_for_the_next_node(tmp_path: Path) -> None:
     assert isinstance(op, TransformOp)
     assert jmespath.search(op.expression, {}) == "Use `semver` and 'quotes'.\n"
     write = result.ir.ops["write"]
-    assert isinstance(write, LLMWriteOp) and "$vars.notes.result" in write.context
+    assert isinstance(write, AgentOp) and "$vars.notes.result" in write.context
 
 
 def test_an_executed_skill_takes_its_execution_prompt(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_an_executed_skill_takes_its_execution_prompt(tmp_path: Path) -> None:
     result = lower_document(chain(skill), base_dir=tmp_path)
     assert result.ir is not None
     op = result.ir.ops["notes"]
-    assert isinstance(op, LLMWriteOp)
+    assert isinstance(op, AgentOp) and op.tools == ["*"]  # an executing skill acts
     assert op.prompt == "Summarise {{ $in.topic }}." and op.system == "the claude one"
 
 
@@ -178,7 +178,7 @@ def test_a_sub_agent_flow_model_is_its_nodes_model_unless_they_name_one() -> Non
     call = node("call", "subAgentFlow", subAgentFlowId="review", label="call", model="opus")
     result = lower_document(chain(call, subAgentFlows=[flow]))
     assert result.ir is not None, result.errors
-    classes = {k: op.model_class for k, op in result.ir.ops.items() if isinstance(op, LLMWriteOp)}
+    classes = {k: op.model_class for k, op in result.ir.ops.items() if isinstance(op, AgentOp)}
     assert classes == {"call__read": "large", "call__judge": "small"}
 
 

@@ -12,6 +12,7 @@ import pytest
 from lattice.document.models import Node
 from lattice.errors import Severity
 from lattice.ir import (
+    AgentOp,
     AskOp,
     Edge,
     EndOp,
@@ -287,7 +288,7 @@ def test_subagent_model_classes(model: str, model_class: str, concrete: str | No
             model=model,
         )
     )
-    op = _op(lower_ok(doc), "agent", LLMWriteOp)
+    op = _op(lower_ok(doc), "agent", AgentOp)
     assert (op.model_class, op.model) == (model_class, concrete)
     assert op.system == "You are a careful reviewer."
     assert op.prompt == "Review the diff"
@@ -296,13 +297,13 @@ def test_subagent_model_classes(model: str, model_class: str, concrete: str | No
 
 def test_subagent_model_class_overrides_model_name() -> None:
     doc = chain(node("agent", "subAgent", prompt="x", model="haiku", modelClass="large"))
-    assert _op(lower_ok(doc), "agent", LLMWriteOp).model_class == "large"
+    assert _op(lower_ok(doc), "agent", AgentOp).model_class == "large"
 
 
 def test_subagent_without_prompt_uses_description() -> None:
     doc = chain(node("agent", "subAgent", description="Summarise {{ $in.doc }}"))
     ir = lower_ok(doc)
-    assert _op(ir, "agent", LLMWriteOp).prompt == "Summarise {{ $in.doc }}"
+    assert _op(ir, "agent", AgentOp).prompt == "Summarise {{ $in.doc }}"
     assert ir.inputs_schema["required"] == ["doc"]
 
 
@@ -329,7 +330,7 @@ def test_skill_unresolved_is_a_warning() -> None:
     assert d.is_error is False
     assert (d.node_id, d.pointer) == ("sk", "/nodes/1/data")
     assert result.ir is not None
-    op = _op(result.ir, "sk", LLMWriteOp)
+    op = _op(result.ir, "sk", AgentOp)
     assert op.system is None
     assert "code-review" in op.prompt and "Code quality" in op.prompt
 
@@ -342,7 +343,7 @@ def test_skill_md_becomes_the_system_prompt(tmp_path: Path) -> None:
     result = lower_document(_skill_doc(scope="project"), base_dir=tmp_path)
     assert find(result, "skill-unresolved") == [], describe(result.diagnostics)
     assert result.ir is not None
-    assert _op(result.ir, "sk", LLMWriteOp).system == text
+    assert _op(result.ir, "sk", AgentOp).system == text
 
 
 def test_skill_found_next_to_the_document_file(tmp_path: Path) -> None:
@@ -353,7 +354,7 @@ def test_skill_found_next_to_the_document_file(tmp_path: Path) -> None:
     path.parent.mkdir()
     path.write_text(json.dumps(_skill_doc()), encoding="utf-8")
     ir = lower_ok(path)
-    assert _op(ir, "sk", LLMWriteOp).system == "Skill body"
+    assert _op(ir, "sk", AgentOp).system == "Skill body"
 
 
 def test_personal_skill_is_read_from_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -363,7 +364,7 @@ def test_personal_skill_is_read_from_home(tmp_path: Path, monkeypatch: pytest.Mo
     skill.write_text("Personal skill", encoding="utf-8")
     monkeypatch.setenv("HOME", str(home))
     ir = lower_ok(_skill_doc(scope="personal"), base_dir=tmp_path / "elsewhere")
-    assert _op(ir, "sk", LLMWriteOp).system == "Personal skill"
+    assert _op(ir, "sk", AgentOp).system == "Personal skill"
 
 
 def test_skill_name_cannot_escape_the_skills_folder(tmp_path: Path) -> None:
@@ -375,7 +376,7 @@ def test_skill_name_cannot_escape_the_skills_folder(tmp_path: Path) -> None:
     result = lower_document(doc, base_dir=tmp_path)
     only(result, "skill-unresolved")
     assert result.ir is not None
-    assert _op(result.ir, "sk", LLMWriteOp).system is None
+    assert _op(result.ir, "sk", AgentOp).system is None
 
 
 # --- ifElse / switch -----------------------------------------------------------------------

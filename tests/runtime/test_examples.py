@@ -80,7 +80,8 @@ def run_example(path: Path, root: Path | None) -> tuple[RunResult, MockProvider,
         workflow=document(path),
         settings=settings,
     )
-    return runner.run(read_helper(path, "inputs")), provider, ir
+    # runner.ir: the IR the run ran (its prompt steps are the main agent's under a grant)
+    return runner.run(read_helper(path, "inputs")), provider, runner.ir
 
 
 async def no_sleep(seconds: float) -> None:

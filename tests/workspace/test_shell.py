@@ -52,6 +52,22 @@ def test_the_workspace_is_the_only_writable_path(tmp_path: Path) -> None:
 
 
 @needs_bwrap
+def test_a_read_only_agents_shell_cannot_change_the_workspace(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "in.txt").write_text("hello\n")
+    settings = WorkspaceGrant(root=root, read=True, shell=True, tool_timeout=20.0)
+    tools = WorkspaceToolset(settings, ("Bash",), read_only_shell=True)
+    (offered,) = asyncio.run(tools.list_tools())
+    assert "cannot be changed" in offered.description
+    command = "cat in.txt; echo x > out.txt || echo refused-write; rm in.txt || echo refused-rm"
+    result = asyncio.run(tools.call("Bash", {"command": command}))
+    lines = result.text.splitlines()
+    assert lines[0] == "hello" and "refused-write" in lines and "refused-rm" in lines
+    assert sorted(p.name for p in root.iterdir()) == ["in.txt"]
+
+
+@needs_bwrap
 def test_a_command_cannot_reach_the_network(tmp_path: Path) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

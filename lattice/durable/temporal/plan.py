@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lattice.durable.temporal.ops import execir_digest
-from lattice.ir.models import ExecIR, LLMWriteOp
+from lattice.ir.models import ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
 from lattice.runtime.settings import RuntimeSettings
 from lattice.workspace.grants import refused_tools
@@ -65,7 +65,7 @@ def run_spec(
         "execir_digest": execir_digest(execir),
         "workflow": {"id": ir.workflow.id, "name": ir.workflow.name},
         "model_classes": sorted(
-            {op.model_class for op in ir.ops.values() if isinstance(op, LLMWriteOp)}
+            {op.model_class for op in ir.ops.values() if isinstance(op, ContractOpBase)}
         ),
         "inputs": inputs,
         "answers": answers,
