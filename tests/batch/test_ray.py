@@ -298,3 +298,27 @@ def test_an_interrupted_ray_batch_counts_what_its_rows_in_flight_spent(
     assert [line["status"] for line in stopped] == ["interrupted"] * 4
     assert [line["usage"]["requests"] for line in stopped] == [1] * 4
     assert run.summary is not None and run.summary.usage["requests"] == 4
+
+
+def test_lattice_eval_on_the_ray_engine_names_the_rows_the_local_engine_names(
+    local_ray: Any, tmp_path: Path
+) -> None:
+    """``lattice eval --engine ray``: each variant's batch runs on Ray's workers, and the
+    report is the local engine's (docs/evals.md)."""
+    from tests.evals.helpers import MOCK_A, MOCK_B, REGRESSED, TRIAGE, TRIAGE_DATASET, run_eval
+
+    lines = TRIAGE_DATASET.read_text().splitlines()
+    first_rows = tmp_path / "first-rows.jsonl"  # the dataset's first line and 40 rows
+    first_rows.write_text("\n".join(lines[:41]) + "\n")
+    common = ("--mock", MOCK_A, "--mock-b", MOCK_B, "--progress", "none")
+    reports = {}
+    for engine in ("local", "ray"):
+        report = tmp_path / f"{engine}.json"
+        ran = run_eval(
+            TRIAGE, first_rows, *common, "--out", tmp_path / engine, "--json", report,
+            "--engine", engine, "--concurrency", "20",
+        )  # fmt: skip
+        assert ran.code == 1, ran.err
+        reports[engine] = json.loads(report.read_text())
+    assert reports["ray"]["regressed"] == reports["local"]["regressed"] == REGRESSED[:1]
+    assert reports["ray"]["changes"] == reports["local"]["changes"]
