@@ -29,7 +29,7 @@ from lattice.patterns import pattern_problem
 if TYPE_CHECKING:
     from jsonschema import FormatChecker
 
-__all__ = ["ASSERTED_FORMATS", "format_checker", "is_valid"]
+__all__ = ["ASSERTED_FORMATS", "FORMS", "format_checker", "is_valid"]
 
 # -- dates and times (RFC 3339) ------------------------------------------------------------
 
@@ -175,8 +175,7 @@ _ABEMPTY = rf"(?:/{_PCHAR}*)*"
 _ROOTLESS = rf"{_PCHAR}+{_ABEMPTY}"
 _NOSCHEME = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}@]|{_PCT})+{_ABEMPTY}"
 _URI_RE = re.compile(
-    rf"[A-Za-z][A-Za-z0-9+\-.]*:(?://{_AUTHORITY}{_ABEMPTY}|/(?:{_ROOTLESS})?|{_ROOTLESS}|)"
-    + _TAIL
+    rf"[A-Za-z][A-Za-z0-9+\-.]*:(?://{_AUTHORITY}{_ABEMPTY}|/(?:{_ROOTLESS})?|{_ROOTLESS}|)" + _TAIL
 )
 _RELATIVE_RE = re.compile(rf"(?://{_AUTHORITY}{_ABEMPTY}|/(?:{_ROOTLESS})?|{_NOSCHEME}|){_TAIL}")
 _IP_FUTURE_RE = re.compile(rf"[Vv][0-9A-Fa-f]+\.[{_UNRESERVED}{_SUB_DELIMS}:]+")
@@ -224,6 +223,23 @@ _CHECKS: dict[str, Callable[[str], bool]] = {
 
 ASSERTED_FORMATS = tuple(_CHECKS)
 """The formats a value must satisfy (unless a schema or the configuration opts out)."""
+
+FORMS = {
+    "date-time": "RFC 3339, like 2024-05-01T09:30:00Z or 2024-05-01T11:30:00+02:00",
+    "date": "YYYY-MM-DD, a real calendar day",
+    "time": "HH:MM:SS with an offset, like 09:30:00Z",
+    "duration": "ISO 8601, like P3D, PT4H30M or P1W",
+    "email": "like name@example.com",
+    "hostname": "like example.com: letters, digits and hyphens between dots",
+    "ipv4": "four numbers 0-255 without leading zeros, like 192.0.2.1",
+    "ipv6": "like 2001:db8::1, without a zone",
+    "uri": "an absolute URI with a scheme, like https://example.com/a%20b",
+    "uri-reference": "a URI or a relative reference, spaces written %20",
+    "uuid": "32 hex digits as 8-4-4-4-12, like 123e4567-e89b-12d3-a456-426614174000",
+    "json-pointer": "like /items/0/name",
+    "regex": "a regular expression that compiles",
+}
+"""What each asserted format looks like, for the message of a value that breaks it."""
 
 
 def is_valid(format_name: str, value: Any) -> bool:

@@ -126,7 +126,9 @@ def _problems(canonical: str, meta_schema: bool) -> tuple[SchemaProblem, ...]:
     import jsonschema
 
     schema = json.loads(canonical)
-    dialect = dialect_of(schema)
+    dialect: Any = dialect_of(
+        schema
+    )  # a jsonschema class: check_schema takes more than its protocol
     if dialect is None:
         message = (
             f"$schema {_short(str(schema['$schema']))} names a dialect Lattice does not know: "
@@ -164,7 +166,7 @@ class _Walk:
     one's base URI), with each reference looked up as the validator would look it up:
     in the schema itself, never anywhere else."""
 
-    def __init__(self, schema: dict[str, Any], dialect: type[Validator]) -> None:
+    def __init__(self, schema: dict[str, Any], dialect: Any) -> None:
         import referencing.jsonschema
 
         self.specification: Any = referencing.jsonschema.specification_with(
@@ -207,7 +209,9 @@ class _Walk:
             elif isinstance(value, list):
                 yield from (((*path, key, i), v) for i, v in enumerate(value) if id(v) in wanted)
 
-    def _look_up(self, key: str, node: dict[str, Any], path: tuple[str | int, ...], resolver: Any) -> None:
+    def _look_up(
+        self, key: str, node: dict[str, Any], path: tuple[str | int, ...], resolver: Any
+    ) -> None:
         import referencing.exceptions as failed
 
         ref = node[key]
@@ -235,7 +239,7 @@ class _Walk:
 @functools.cache
 def _search_registry() -> Any:
     """The meta-schemas jsonschema knows, and nothing retrievable (as a validator's)."""
-    from jsonschema_specifications import REGISTRY
+    from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]
 
     return REGISTRY.combine(_refusing_registry())
 

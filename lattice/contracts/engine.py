@@ -53,6 +53,8 @@ class Contract:
     """Requests of one call in all (None: ``max_attempts`` per class × the ladder)."""
     repair_context_chars: int = REPAIR_CONTEXT_CHARS
     """The cap on the input lines a repair packet quotes (0: none)."""
+    formats: bool = True
+    """Assert the schema's formats (``lattice.schema_formats``) unless it opts out."""
 
     def rules(self) -> str:
         lines = []
@@ -75,7 +77,9 @@ class ContractEngine:
 
     def __init__(self, contract: Contract) -> None:
         self.contract = contract
-        self.checks = OutputValidator(contract.schema, contract.invariants)
+        self.checks = OutputValidator(
+            contract.schema, contract.invariants, formats=contract.formats
+        )
         self._builtins = {"rules": contract.rules(), "schema": contract.schema_text()}
         self._schema_json = "null" if contract.schema is None else canonical_json(contract.schema)
 

@@ -358,7 +358,8 @@ def argument_violations(schema: Mapping[str, Any], arguments: Any) -> list[dict[
         message = f"the tool's inputSchema cannot be used (at {where}): {problems[0].message}"
         return [{"pointer": "/", "message": message}]
     try:
-        errors = schema_errors(schema_validator(schema), arguments)
+        # formats stay annotations: the server is the judge of its own arguments
+        errors = schema_errors(schema_validator(schema, formats=False), arguments)
     except LatticeRunError as exc:
         return [{"pointer": "/", "message": f"the tool's inputSchema is unusable: {exc}"}]
     except jsonschema.SchemaError as exc:

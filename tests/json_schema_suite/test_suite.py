@@ -96,7 +96,9 @@ def run_group(name: str, group: dict[str, Any], *, formats: bool) -> tuple[list[
         except OutputInvalid:
             accepted = False
         if valid != test["valid"] or accepted != test["valid"]:
-            found.append(f"{key}: expected valid={test['valid']}, validator {valid}, contract {accepted}")
+            found.append(
+                f"{key}: expected valid={test['valid']}, validator {valid}, contract {accepted}"
+            )
     return found, False
 
 
