@@ -29,7 +29,17 @@ from lattice.patterns import pattern_problem
 if TYPE_CHECKING:
     from jsonschema import FormatChecker
 
-__all__ = ["ASSERTED_FORMATS", "FORMS", "format_checker", "is_valid"]
+__all__ = [
+    "ASSERTED_FORMATS",
+    "FORMS",
+    "OPT_OUT_KEYWORD",
+    "format_checker",
+    "formats_asserted",
+    "is_valid",
+]
+
+OPT_OUT_KEYWORD = "x-lattice-formats"
+"""A schema whose root holds ``"x-lattice-formats": false`` keeps ``format`` an annotation."""
 
 # -- dates and times (RFC 3339) ------------------------------------------------------------
 
@@ -247,6 +257,11 @@ def is_valid(format_name: str, value: Any) -> bool:
     ``ASSERTED_FORMATS``, and any value that is not a string passes every format)."""
     check = _CHECKS.get(format_name)
     return check is None or not isinstance(value, str) or check(value)
+
+
+def formats_asserted(schema: Any) -> bool:
+    """False when ``schema``'s root opts out (``"x-lattice-formats": false``)."""
+    return not (isinstance(schema, dict) and schema.get(OPT_OUT_KEYWORD) is False)
 
 
 @functools.cache

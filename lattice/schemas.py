@@ -4,23 +4,30 @@ A workflow document's schemas (a start node's ``inputs``, an ``outputSchema``), 
 ExecIR read back from a file, an MCP server's ``inputSchema`` and an ``LLMPrimitive``'s
 ``output_schema`` are all held to the same rules:
 
+Every schema is read in the dialect its ``$schema`` names (``dialect_of``: Draft
+2020-12 without one; an unknown one is refused, never replaced by another).
+
 - ``schema_problems(schema)`` says, each at its JSON pointer inside the schema, what
-  stops the schema from being used: it breaks the Draft 2020-12 meta-schema, a
-  ``pattern`` does not compile (or is too large, ``lattice.patterns``), a ``$ref``
-  points outside the schema (``http:``, ``file:``, a relative file, ``urn:``…), a
-  local ``$ref`` points at nothing, or references loop back without reading into the
-  value (validation would never end). Lowering reports these as located diagnostics.
+  stops the schema from being used: an unknown ``$schema``, a break of its dialect's
+  meta-schema, a ``pattern`` the pattern engine cannot compile (or too large,
+  ``lattice.patterns``), a reference to something the schema does not define
+  (``http:``, ``file:``, a relative file, ``urn:``…: never looked up), a pointer or
+  anchor that leads to nothing, or references that loop back without reading into
+  the value (validation would never end). References are looked up as the validator
+  looks them up (``referencing``: ``$id``, ``$anchor``, base URIs), in the schema only.
+  Lowering reports these as located diagnostics.
 - ``schema_validator(schema)`` builds the validator: references resolve only inside
   the schema (the reference registry refuses to retrieve anything, so no validator can
-  reach the network or the file system), and ``pattern`` / ``patternProperties`` /
+  reach the network or the file system), ``pattern`` / ``patternProperties`` /
   ``additionalProperties`` / ``unevaluatedProperties`` match with ``lattice.patterns``
-  (a time limit per match, the GIL released).
+  (a time limit per match, the GIL released), and ``format`` is asserted for the
+  formats of ``lattice.schema_formats`` unless ``formats=False`` or the schema opts out.
 - ``schema_errors(validator, value)`` lists the errors, with ``VALIDATION_SECONDS`` of
   pattern matching in all; a value a pattern cannot decide in time is an error at its
   place (``validator == "patternTimeout"``), a value too deep to check is an error
   (``validator == "depth"``), as is one whose check would follow more than
-  ``MAX_REFERENCES_FOLLOWED`` references (``validator == "complexity"``), a reference that cannot be resolved raises
-  ``LatticeRunError(invalid_schema)``, never a traceback.
+  ``MAX_REFERENCES_FOLLOWED`` references (``validator == "complexity"``); a reference
+  that cannot be resolved raises ``LatticeRunError(invalid_schema)``, never a traceback.
 
 jsonschema and referencing are imported by the first schema (heavy modules).
 """
@@ -43,8 +50,10 @@ if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
 __all__ = [
+    "DIALECTS",
     "VALIDATION_SECONDS",
     "SchemaProblem",
+    "dialect_of",
     "schema_errors",
     "schema_problems",
     "schema_validator",
@@ -75,11 +84,16 @@ PATTERN_TIMEOUT = "patternTimeout"
 _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
 """Keywords whose values are data, never schemas."""
 
-DIALECTS = ("2020-12", "2019-09", "draft-07", "draft-06", "draft-04", "draft-03")
-"""The dialects a schema may declare with ``$schema`` (jsonschema's validator of each)."""
-
-FORMATS_KEYWORD = "x-lattice-formats"
-"""A schema whose root holds ``"x-lattice-formats": false`` keeps ``format`` an annotation."""
+DIALECTS = (
+    "https://json-schema.org/draft/2020-12/schema",
+    "https://json-schema.org/draft/2019-09/schema",
+    "http://json-schema.org/draft-07/schema#",
+    "http://json-schema.org/draft-06/schema#",
+    "http://json-schema.org/draft-04/schema#",
+    "http://json-schema.org/draft-03/schema#",
+)
+"""The dialects a schema may declare with ``$schema`` (jsonschema's validator of each);
+without ``$schema``, 2020-12."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +146,7 @@ def _problems(canonical: str, meta_schema: bool) -> tuple[SchemaProblem, ...]:
     if dialect is None:
         message = (
             f"$schema {_short(str(schema['$schema']))} names a dialect Lattice does not know: "
-            f"use one of {', '.join(DIALECTS)} (without $schema: 2020-12)"
+            f"use one of {', '.join(DIALECTS)}, or none (2020-12)"
         )
         return (SchemaProblem("schema-invalid", message, ("$schema",)),)
     try:
@@ -348,10 +362,10 @@ def schema_validator(schema: Any, *, formats: bool = True) -> Validator:
             error_type="invalid_schema",
         )
     checker = None
-    if formats and not (isinstance(schema, Mapping) and schema.get(FORMATS_KEYWORD) is False):
-        from lattice.schema_formats import format_checker
+    if formats:
+        from lattice.schema_formats import format_checker, formats_asserted
 
-        checker = format_checker()
+        checker = format_checker() if formats_asserted(schema) else None
     validator: Validator = _validator_class(dialect)(
         schema, registry=_refusing_registry(), format_checker=checker
     )
