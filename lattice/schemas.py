@@ -181,17 +181,13 @@ class _Walk:
     in the schema itself, never anywhere else."""
 
     def __init__(self, schema: dict[str, Any], dialect: Any) -> None:
-        import referencing.jsonschema
-
-        self.specification: Any = referencing.jsonschema.specification_with(
-            dialect.ID_OF(dialect.META_SCHEMA) or ""
-        )
+        self.specification: Any = _specification(dialect)
         self.nodes: dict[int, tuple[tuple[str | int, ...], dict[str, Any]]] = {}
         self.targets: dict[int, list[Any]] = {}
         """What the references of each node point at."""
         self.problems: list[SchemaProblem] = []
         keywords = set(_REFERENCES) & set(dialect.VALIDATORS)
-        root = _search_registry().resolver_with_root(self.specification.create_resource(schema))
+        root = _root_resolver(schema, dialect)
         stack: list[tuple[tuple[str | int, ...], Any, Any]] = [((), root, schema)]
         while stack:
             path, resolver, node = stack.pop()
@@ -256,6 +252,34 @@ def _search_registry() -> Any:
     from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]
 
     return REGISTRY.combine(_refusing_registry())
+
+
+@functools.cache
+def _specification(dialect: Any) -> Any:
+    """The ``referencing`` specification of ``dialect`` (where its subschemas and
+    identifiers are), as jsonschema's validator class of it uses, except that only
+    schemas count as subschemas: for draft-04/06/07 ``referencing`` 0.37 also gives the
+    property lists of ``dependencies`` when its first value is a schema, and crawling
+    them fails."""
+    import attrs
+    import referencing.jsonschema
+
+    found: Any = referencing.jsonschema.specification_with(dialect.ID_OF(dialect.META_SCHEMA) or "")
+    subresources_of = found.subresources_of
+
+    def schemas_in(contents: Any) -> Iterator[Any]:
+        return (sub for sub in subresources_of(contents) if isinstance(sub, Mapping | bool))
+
+    return attrs.evolve(found, subresources_of=schemas_in)
+
+
+def _root_resolver(schema: Any, dialect: Any) -> Any:
+    """A resolver of references in ``schema``: its identifiers and anchors found once (a
+    lookup in an uncrawled registry crawls the whole schema again: n references to
+    embedded ``$id`` values took n² steps), nothing retrievable."""
+    resource = _specification(dialect).create_resource(schema)
+    uri = resource.id() or ""
+    return _search_registry().with_resource(uri, resource).crawl().resolver(base_uri=uri)
 
 
 _IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else")
@@ -367,7 +391,7 @@ def schema_validator(schema: Any, *, formats: bool = True) -> Validator:
 
         checker = format_checker() if formats_asserted(schema) else None
     validator: Validator = _validator_class(dialect)(
-        schema, registry=_refusing_registry(), format_checker=checker
+        schema, format_checker=checker, _resolver=_root_resolver(schema, dialect)
     )
     return validator
 

@@ -298,3 +298,31 @@ def test_only_the_documented_formats_are_asserted() -> None:
     }  # fmt: skip
     for annotation in ("idn-email", "iri", "uri-template", "color", "my-format"):
         assert accepts({"format": annotation}, "anything at all")
+
+
+def test_a_schema_of_many_embedded_ids_is_crawled_once_not_once_per_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lookup in an uncrawled registry crawls the whole schema: n references to
+    embedded ``$id`` values took n² steps (2,000 of them: minutes, to lower or to check)."""
+    import referencing
+
+    crawls: list[int] = []
+    crawl = referencing.Registry.crawl
+
+    def counted(self: Any) -> Any:
+        crawls.append(1)
+        return crawl(self)
+
+    monkeypatch.setattr(referencing.Registry, "crawl", counted)
+    count = 60
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"$ref": f"urn:example:{i}"} for i in range(count)},
+        "$defs": {f"d{i}": {"$id": f"urn:example:{i}", "type": "integer"} for i in range(count)},
+    }
+    assert diagnostics(output_doc(schema)) == []
+    checks = OutputValidator(schema, ())
+    assert checks.schema_violations({f"p{i}": i for i in range(count)}) == []
+    assert len(checks.schema_violations({f"p{i}": "x" for i in range(count)})) == count
+    assert len(crawls) <= 3  # once to lower, once per validator built
