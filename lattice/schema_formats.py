@@ -36,6 +36,7 @@ __all__ = [
     "format_checker",
     "formats_asserted",
     "is_valid",
+    "without_opt_out",
 ]
 
 OPT_OUT_KEYWORD = "x-lattice-formats"
@@ -262,6 +263,15 @@ def is_valid(format_name: str, value: Any) -> bool:
 def formats_asserted(schema: Any) -> bool:
     """False when ``schema``'s root opts out (``"x-lattice-formats": false``)."""
     return not (isinstance(schema, dict) and schema.get(OPT_OUT_KEYWORD) is False)
+
+
+def without_opt_out(schema: Any) -> Any:
+    """``schema`` as a model or a provider sees it: without Lattice's own
+    ``x-lattice-formats`` (a provider's structured-output mode may refuse a keyword it
+    does not know)."""
+    if isinstance(schema, dict) and OPT_OUT_KEYWORD in schema:
+        return {key: value for key, value in schema.items() if key != OPT_OUT_KEYWORD}
+    return schema
 
 
 @functools.cache

@@ -278,6 +278,9 @@ def test_a_schema_or_the_config_can_keep_formats_annotations(tmp_path: Path) -> 
     bad = {**GOOD_EVENT, "when": "yesterday"}
     result, provider = run_event([bad], schema={**EVENT, "x-lattice-formats": False})
     assert result.status == "completed" and len(provider.calls) == 1
+    [call] = provider.calls  # the model and the provider see the schema without it
+    assert call.response_schema == EVENT
+    assert "x-lattice-formats" not in json.dumps([m.content for m in call.messages])
     config = tmp_path / "lattice.toml"
     config.write_text("[schemas]\nformats = false\n", encoding="utf-8")
     settings = settings_from_config(load_config(config))

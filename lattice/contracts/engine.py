@@ -32,6 +32,7 @@ from lattice.contracts.recovery import RECOVERIES, CallState, Recovery
 from lattice.contracts.validation import OutputValidator
 from lattice.errors import LatticeRunError
 from lattice.llm.base import LLMRequest, LLMResponse, Message, canonical_json
+from lattice.schema_formats import without_opt_out
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ class Contract:
         return "\n".join(lines) if lines else "- Answer the request directly."
 
     def schema_text(self) -> str:
-        return json.dumps(self.schema, ensure_ascii=False) if self.schema is not None else "(none)"
+        if self.schema is None:
+            return "(none)"
+        return json.dumps(without_opt_out(self.schema), ensure_ascii=False)
 
 
 class ContractEngine:
@@ -136,7 +139,7 @@ class ContractEngine:
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 max_tokens=sampling.max_tokens,
-                response_schema=contract.schema,
+                response_schema=without_opt_out(contract.schema),
                 prompt_schema=prompt_schema,
                 node_id=node_id,
                 op_id=op_id,
