@@ -30,6 +30,8 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     stream = "auto"                  # stream answers: "auto" (when a listener shows them), true, false
     [runs]
     durability = "fsync"             # or "os": see docs/runs.md
+    [schemas]
+    formats = true                   # assert "format" (date-time, email, uri, ...): docs/contracts.md
     [policies]
     schema_error = ["repair", "escalate", "fail"]
     [prices."gpt-4o-mini"]           # USD per million tokens, for cost estimates
@@ -117,6 +119,12 @@ class RuntimeConfig(_Strict):
 
 class RunsConfig(_Strict):
     durability: Literal["fsync", "os"] = "fsync"
+
+
+class SchemasConfig(_Strict):
+    formats: bool = True
+    """Assert ``format`` in output contracts, inputs and httpRequest output schemas
+    (``lattice.schema_formats``); false keeps it an annotation everywhere."""
 
 
 class Price(_Strict):
@@ -377,6 +385,7 @@ class LatticeConfig(_Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
+    schemas: SchemasConfig = Field(default_factory=SchemasConfig)
     policies: dict[str, list[str]] = Field(default_factory=dict)
     prices: dict[str, Price] = Field(default_factory=dict)
     secrets: SecretsConfig = Field(default_factory=SecretsConfig)

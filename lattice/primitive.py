@@ -284,6 +284,7 @@ class LLMPrimitive(Generic[OutputT]):
             strict_output=strict_output,
             max_attempts_total=max_attempts_total,
             repair_context_chars=repair_context_chars,
+            formats=settings.formats,
         )
         init = object.__setattr__
         init(self, "name", name)

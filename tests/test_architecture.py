@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "lattice"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "files", "masking", "patterns", "schemas", "text"}),
+    frozenset({"errors", "files", "masking", "patterns", "schema_formats", "schemas", "text"}),
     frozenset({"document", "ir", "prompts", "permissions"}),
     frozenset({"llm"}),
     frozenset({"contracts"}),

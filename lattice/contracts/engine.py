@@ -32,6 +32,7 @@ from lattice.contracts.recovery import RECOVERIES, CallState, Recovery
 from lattice.contracts.validation import OutputValidator
 from lattice.errors import LatticeRunError
 from lattice.llm.base import LLMRequest, LLMResponse, Message, canonical_json
+from lattice.schema_formats import without_opt_out
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class Contract:
     """Requests of one call in all (None: ``max_attempts`` per class × the ladder)."""
     repair_context_chars: int = REPAIR_CONTEXT_CHARS
     """The cap on the input lines a repair packet quotes (0: none)."""
+    formats: bool = True
+    """Assert the schema's formats (``lattice.schema_formats``) unless it opts out."""
 
     def rules(self) -> str:
         lines = []
@@ -67,7 +70,9 @@ class Contract:
         return "\n".join(lines) if lines else "- Answer the request directly."
 
     def schema_text(self) -> str:
-        return json.dumps(self.schema, ensure_ascii=False) if self.schema is not None else "(none)"
+        if self.schema is None:
+            return "(none)"
+        return json.dumps(without_opt_out(self.schema), ensure_ascii=False)
 
 
 class ContractEngine:
@@ -75,7 +80,9 @@ class ContractEngine:
 
     def __init__(self, contract: Contract) -> None:
         self.contract = contract
-        self.checks = OutputValidator(contract.schema, contract.invariants)
+        self.checks = OutputValidator(
+            contract.schema, contract.invariants, formats=contract.formats
+        )
         self._builtins = {"rules": contract.rules(), "schema": contract.schema_text()}
         self._schema_json = "null" if contract.schema is None else canonical_json(contract.schema)
 
@@ -132,7 +139,7 @@ class ContractEngine:
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 max_tokens=sampling.max_tokens,
-                response_schema=contract.schema,
+                response_schema=without_opt_out(contract.schema),
                 prompt_schema=prompt_schema,
                 node_id=node_id,
                 op_id=op_id,

@@ -5,7 +5,8 @@ The pipeline, each failure with its own error type:
 1. JSON extraction (``json_error``, ``multiple_artifacts``; ``explanatory_text`` when the
    one value has prose around it and the contract is strict, ``lattice.contracts.extract``)
 2. failure parser (``{"error": "missing_information"|"invalid_request", "details": ...}``)
-3. JSON Schema, Draft 2020-12, every violation with its JSON pointer (``schema_error``;
+3. JSON Schema (the dialect its ``$schema`` names, 2020-12 by default; the common
+   formats asserted), every violation with its JSON pointer (``schema_error``;
    wording in ``lattice.contracts.violations``)
 4. named invariants (``code_in_output``, ``invalid_diff``, ``invariant_error``)
 
@@ -53,7 +54,15 @@ class Checked:
 class OutputValidator:
     """A contract's checks, compiled once: ``check(text)`` returns the artifact or raises."""
 
-    def __init__(self, schema: dict[str, Any] | None, invariants: Sequence[BoundInvariant]) -> None:
+    def __init__(
+        self,
+        schema: dict[str, Any] | bool | None,
+        invariants: Sequence[BoundInvariant],
+        *,
+        formats: bool = True,
+    ) -> None:
+        """``formats``: assert ``format`` (``lattice.schema_formats``) unless the schema
+        opts out."""
         self.schema = schema
         self.invariants = tuple(invariants)
         self.schema_validator: Validator | None = None
@@ -62,7 +71,7 @@ class OutputValidator:
         self.takes_any_text = schema is None and not self.invariants
         """Free text with nothing to check: every answer is the artifact as it is."""
         if schema is not None:
-            self.schema_validator = schema_validator(schema)
+            self.schema_validator = schema_validator(schema, formats=formats)
 
     def check(self, text: str, *, salvage: bool = False) -> Any:
         """The artifact in ``text``, or OutputInvalid / NeedsHuman / LatticeRunError(invalid_request)."""

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lattice.schema_formats import FORMS
+
 if TYPE_CHECKING:  # jsonschema is imported by whoever made the errors (lazily)
     from jsonschema.exceptions import ValidationError
 
@@ -110,7 +112,8 @@ def message_of(error: ValidationError) -> str:  # noqa: C901
     if rule == "pattern":
         return f"{short(value)} does not match the pattern {limit!r}"
     if rule == "format":
-        return f"{short(value)} is not a valid {limit}"
+        form = FORMS.get(limit) if isinstance(limit, str) else None
+        return f"{short(value)} is not a valid {limit}" + (f" ({form})" if form else "")
     if rule == "uniqueItems" and isinstance(value, list):
         return f"has duplicate items ({_plural(len(value), 'item')}); every item must be unique"
     if rule in ("anyOf", "oneOf") and error.context:

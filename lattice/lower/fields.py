@@ -83,8 +83,13 @@ def get_list(ctx: LoweringContext, node: Node, key: str) -> list[Any] | None:
 
 
 def get_schema(ctx: LoweringContext, node: Node, key: str) -> dict[str, Any] | None:
-    """A JSON Schema field: valid for Draft 2020-12, its patterns compile, and its
-    ``$ref``s lead to places inside it (``lattice.schemas.schema_problems``)."""
+    """A JSON Schema field: valid for its dialect, its patterns compile, and its
+    references lead to places inside it (``lattice.schemas.schema_problems``). A boolean
+    schema is its object form: ``true`` is ``{}`` (anything), ``false`` ``{"not": {}}``
+    (nothing)."""
+    raw = node.data.get(key)
+    if isinstance(raw, bool):
+        return {} if raw else {"not": {}}
     schema = get_dict(ctx, node, key)
     if schema is None:
         return None

@@ -269,7 +269,9 @@ class ToolCallExecutor(Executor):
     def __init__(self, op: ToolCallOp, settings: RuntimeSettings) -> None:
         self.op = op
         self.http = (
-            HttpExecutor(op, settings.retry, settings.sleep) if op.call.tool == "http" else None
+            HttpExecutor(op, settings.retry, settings.sleep, formats=settings.formats)
+            if op.call.tool == "http"
+            else None
         )
         self.mcp = McpCallExecutor(op.call) if op.call.tool == "mcp" else None
 

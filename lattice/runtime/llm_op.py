@@ -58,6 +58,7 @@ def contract_for(op: ContractOpBase, settings: RuntimeSettings) -> Contract:
         repair_context_chars=(
             op.repair_context_chars if op.repair_context_chars is not None else REPAIR_CONTEXT_CHARS
         ),
+        formats=settings.formats,
     )
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
+from lattice.contracts.violations import message_of
 from lattice.document.limits import check_json_value
 from lattice.errors import InputError, InvalidInputs, LatticeRunError, LatticeUserError
 from lattice.ir.templates import parse_path
@@ -385,7 +386,7 @@ class Runner:
             return
         validator = self._input_validator
         if validator is None:
-            validator = schema_validator(self.ir.inputs_schema or {})
+            validator = schema_validator(self.ir.inputs_schema or {}, formats=self.settings.formats)
             self._input_validator = validator
         errors = sorted(schema_errors(validator, dict(inputs)), key=lambda e: list(e.absolute_path))
         if errors:
@@ -907,6 +908,8 @@ def _input_message(err: ValidationError) -> str:
         return (
             f"{err.message} (unknown input; the workflow's inputs are declared by its start node)"
         )
+    if err.validator == "format":  # the form it should have, as a repair packet says it
+        return message_of(err)
     return err.message
 
 

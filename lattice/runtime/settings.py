@@ -98,6 +98,9 @@ class RuntimeSettings:
     """Trace every run (OpenTelemetry spans, ``lattice.telemetry``); None: no tracing."""
     agents: AgentSettings = field(default_factory=AgentSettings)
     """What agent ops may do: the user's grant (nothing by default) and limit caps."""
+    formats: bool = True
+    """Assert ``format`` in output contracts, the run's inputs and httpRequest output
+    schemas (``[schemas] formats``; a schema may opt out, ``lattice.schemas``)."""
 
     def budget(self) -> Budget:
         return Budget(max_calls=self.max_calls, max_tokens=self.max_tokens_total)
@@ -255,4 +258,5 @@ def settings_from_config(
         temperature=config.llm.temperature,
         prices={model: (p.input, p.output) for model, p in config.prices.items()},
         agents=agent_settings_from_config(config),
+        formats=config.schemas.formats,
     )

@@ -298,7 +298,14 @@ def _check_headers(headers: dict[str, str]) -> None:
 class HttpExecutor:
     """Compiled once per op: URL, header, query and body templates and the output validator."""
 
-    def __init__(self, op: ToolCallOp, retry: RetrySettings, sleep: Callable[[float], Any]) -> None:
+    def __init__(
+        self,
+        op: ToolCallOp,
+        retry: RetrySettings,
+        sleep: Callable[[float], Any],
+        *,
+        formats: bool = True,
+    ) -> None:
         assert op.call.tool == "http"
         self.op = op
         self.call = op.call
@@ -309,7 +316,7 @@ class HttpExecutor:
         self.validator: Validator | None = None
         self.slow_checks = uses_patterns(op.output_schema)
         if op.output_schema:
-            self.validator = schema_validator(op.output_schema)
+            self.validator = schema_validator(op.output_schema, formats=formats)
         self.retry = retry
         self.sleep = sleep
 

@@ -352,13 +352,14 @@ def argument_violations(schema: Mapping[str, Any], arguments: Any) -> list[dict[
         return []
     import jsonschema  # a heavy module, imported when a tool call is first checked
 
-    problems = schema_problems(schema, meta_schema=False)  # a server may use another draft
+    problems = schema_problems(schema, meta_schema=False)  # taken as the server wrote it
     if problems:
         where = "".join(f"/{part}" for part in problems[0].path) or "/"
         message = f"the tool's inputSchema cannot be used (at {where}): {problems[0].message}"
         return [{"pointer": "/", "message": message}]
     try:
-        errors = schema_errors(schema_validator(schema, dialects=True), arguments)
+        # formats stay annotations: the server is the judge of its own arguments
+        errors = schema_errors(schema_validator(schema, formats=False), arguments)
     except LatticeRunError as exc:
         return [{"pointer": "/", "message": f"the tool's inputSchema is unusable: {exc}"}]
     except jsonschema.SchemaError as exc:
