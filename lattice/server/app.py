@@ -479,13 +479,25 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
         tags=["runs"],
         summary="answer a halted run's question and resume it",
     )
-    async def answer_run(run_id: str, body: AnswerRun) -> Response:
+    async def answer_run(
+        run_id: str,
+        body: AnswerRun,
+        client: Annotated[
+            str | None,
+            Header(
+                alias="X-Lattice-Client",
+                description="`panel` when the panel sends the answer: the door its "
+                "approvals are journaled as coming by (a label, not a credential)",
+            ),
+        ] = None,
+    ) -> Response:
         folder = manager.folder(run_id)
+        door = "panel" if client == "panel" else "gateway"
         async with manager.starting:
             manager.check_resumable(
                 run_id, ("halted",), "only a halted run waits for answers (see its question)"
             )
-            return await _resume(run_id, folder, ProviderSpec(), body.all_answers(), False)
+            return await _resume(run_id, folder, ProviderSpec(), body.all_answers(door), False)
 
     @app.post(
         "/v1/runs/{run_id}/resume",
