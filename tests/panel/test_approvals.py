@@ -198,6 +198,7 @@ def test_approved_in_a_narrow_panel(
         open_run(page, url, run_id)
         check_edit_card(page)
         no_horizontal_scroll(page)
+        shot(page, "panel-approval-390.png", tmp_path)
         # for the rest of the agent's run: every edit of this visit (there is one)
         click(page, f"{CARD} .approval[data-id='fix.1.1'] .decide-allow_run")
         check_bash_card(page, project)
@@ -274,3 +275,25 @@ def test_parallel_calls_are_decided_one_by_one(page: Any, tmp_path: Path) -> Non
     refused = [x["text"] for x in lines if x["kind"] == "tool_result" and x["is_error"]]
     assert len(refused) == 1 and "never push from an agent" in refused[0], "the model is told"
     assert "(len(values) + 1)" not in (project / "tally/stats.py").read_text()
+
+
+@pytest.mark.parametrize("page", [1440], indirect=True)
+def test_a_branch_session_card_at_1440(page: Any, base_url: str, tmp_path: Path) -> None:
+    """The branch session's chat card beside the approval card (docs/panel.md's picture)."""
+    mock = json.loads((EXAMPLES / "branch-session.mock.json").read_text())
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
+        run_id = start_via_api(
+            client,
+            document=json.loads((EXAMPLES / "branch-session.json").read_text()),
+            mock_script=mock,
+            inputs=json.loads((EXAMPLES / "branch-session.inputs.json").read_text()),
+        )
+    open_run(page, base_url, run_id, finished="halted")
+    card = ".notice.question"
+    until(lambda: "your turn" in text(page, f"{card} h2"), "the session's card did not show")
+    by_css(page, f"{card} #answer-text").send_keys("Which step touches the file writer?")
+    click(page, f"{card} button[type='submit']")
+    reply = mock["responses"]["branchSession-review"][0]
+    until(lambda: reply in text(page, card), "the reply did not come back")
+    until(lambda: run_status(page) == "halted", "the run did not halt for the next message")
+    shot(page, "panel-session-1440.png", tmp_path)
