@@ -252,6 +252,8 @@ def test_parallel_calls_are_decided_one_by_one(page: Any, tmp_path: Path) -> Non
         assert (project / ".claude").exists() and "(len(values) + 1)" in (
             project / "tally/stats.py"
         ).read_text(), "nothing runs before the decisions are sent"
+        page.execute_script(f"document.querySelector('{CARD}').scrollIntoView()")
+        shot(page, "panel-approval-parallel-1440.png", tmp_path)
         click(page, f"{CARD} .send-approvals")
         card_for(page, ["fix.2.1", "fix.2.2"])
         click(page, f"{CARD} .decide-all-allow")

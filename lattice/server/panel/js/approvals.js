@@ -106,7 +106,7 @@ export function approvalCard({ approvals, node, waiting = false, send }) {
         "button",
         {
           type: "button",
-          class: `decide decide-${choice}${choice === "allow" ? " primary" : ""}`,
+          class: `decide decide-${choice}${choice === "allow" && !many ? " primary" : ""}`,
           "data-decision": choice,
           "aria-pressed": many ? "false" : null,
           disabled: waiting,
