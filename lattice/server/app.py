@@ -497,7 +497,25 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
             manager.check_resumable(
                 run_id, ("halted",), "only a halted run waits for answers (see its question)"
             )
+            if body.approvals.keys() - {"*"}:
+                check_waiting(run_id, body.approvals)
             return await _resume(run_id, folder, ProviderSpec(), body.all_answers(door), False)
+
+    def check_waiting(run_id: str, approvals: Mapping[str, Any]) -> None:
+        """409 for a decision on a call the run does not wait for (decided already by
+        another door, or never asked): a page showing an earlier halt is not taken for
+        an answer to this one."""
+        question = manager.describe(run_id).get("question") or {}
+        waiting = [item.get("id") for item in question.get("approvals") or []]
+        stale = sorted(set(approvals) - {"*"} - set(waiting))
+        if stale:
+            raise ApiError(
+                409,
+                "conflict",
+                f"{', '.join(stale)}: not waiting for a decision (decided already, or never "
+                f"asked); the run waits for: {', '.join(map(str, waiting)) or 'no approval'}",
+                extra={"waiting": waiting},
+            )
 
     @app.post(
         "/v1/runs/{run_id}/resume",

@@ -210,6 +210,46 @@ def test_approved_in_a_narrow_panel(
     assert decided == [("fix.1.1", "allow_run", "panel"), ("fix.2.1", "allow", "panel")]
 
 
+@pytest.mark.parametrize("page", [1440], indirect=True)
+def test_a_card_answered_elsewhere_shows_where_the_run_is(page: Any, tmp_path: Path) -> None:
+    """The Edit is approved through the gateway while the page still shows it: the page's
+    decision is refused (not taken for the Bash's) and the page moves on to the Bash."""
+    project = ask_project(tmp_path / "project")
+    with gateway(tmp_path, project) as url:
+        run_id = start(url)
+        open_run(page, url, run_id)
+        card_for(page, ["fix.1.1"])
+        with httpx.Client(base_url=url, timeout=TIMEOUT) as client:
+            answered = client.post(
+                f"/v1/runs/{run_id}/answers", json={"approvals": {"fix.1.1": "allow"}}
+            )
+            assert answered.status_code == 202, answered.text
+            until(
+                lambda: (
+                    [
+                        a["id"]
+                        for a in (client.get(f"/v1/runs/{run_id}").json()["question"] or {}).get(
+                            "approvals", []
+                        )
+                    ]
+                    == ["fix.2.1"]
+                ),
+                "the run did not halt for the Bash",
+            )
+        click(page, f"{CARD} .approval[data-id='fix.1.1'] .decide-deny")
+        until(
+            lambda: "answered elsewhere" in text(page, ".stale-approval"),
+            "the page did not say the decision was not taken",
+        )
+        card_for(page, ["fix.2.1"])
+        refused = console_errors(page)  # the browser logs the 409 it got
+        assert refused and all("/answers" in e and "409" in e for e in refused), refused
+        click(page, f"{CARD} .approval[data-id='fix.2.1'] .decide-allow")
+        until(lambda: run_status(page) == "completed", "the run did not complete")
+    _, decided = outcome(tmp_path / "runs" / run_id)
+    assert decided == [("fix.1.1", "allow", "gateway"), ("fix.2.1", "allow", "panel")]
+
+
 def parallel_script() -> dict[str, Any]:
     """fix-a-bug's script whose fixer asks for three calls in one turn (the edit, a push
     to deny, the tests), then for two (the tests again and a listing)."""

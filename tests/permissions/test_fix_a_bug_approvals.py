@@ -183,6 +183,31 @@ def test_approved_through_the_gateway(
     assert FIXED in (project / "tally/stats.py").read_text()
 
 
+def test_a_decision_on_a_call_no_longer_waiting_is_refused(gateway: httpx.Client) -> None:
+    """A page still showing the Edit's halt does not answer the Bash's: 409, nothing runs."""
+    started = gateway.post(
+        "/v1/runs",
+        json={
+            "document": json.loads((EXAMPLES / "fix-a-bug.json").read_text()),
+            "mock_script": json.loads((EXAMPLES / "fix-a-bug.mock.json").read_text()),
+            "inputs": json.loads((EXAMPLES / "fix-a-bug.inputs.json").read_text()),
+        },
+    )
+    run_id = started.json()["run_id"]
+    events, status = follow(gateway, run_id)
+    assert status == "halted"
+    assert gateway.post(
+        f"/v1/runs/{run_id}/answers", json={"approvals": {"fix.1.1": "allow"}}
+    ).is_success
+    _, status = follow(gateway, run_id, last_event_id=events[-1]["seq"])
+    assert status == "halted", "for the Bash"
+    again = gateway.post(f"/v1/runs/{run_id}/answers", json={"approvals": {"fix.1.1": "deny"}})
+    assert again.status_code == 409, again.text
+    assert again.json()["waiting"] == ["fix.2.1"]
+    assert "fix.1.1: not waiting for a decision" in again.json()["message"]
+    assert gateway.get(f"/v1/runs/{run_id}").json()["status"] == "halted"
+
+
 def test_a_bad_approval_is_refused_by_the_gateway(gateway: httpx.Client) -> None:
     answered = gateway.post("/v1/runs/nope/answers", json={"approvals": {"x": "maybe"}})
     assert answered.status_code == 422

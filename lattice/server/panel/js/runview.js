@@ -272,9 +272,24 @@ export class RunView {
     this.followFrom(this.stream ? this.stream.last : this.model.lastSeq);
   }
 
+  /** Send decisions on tool calls; when the run no longer waits (another door answered
+   * first), show where it is now, saying why the decisions were not taken. */
+  async sendApprovals(decisions) {
+    try {
+      await this.sendAnswers({ approvals: decisions });
+    } catch (err) {
+      if (err.status !== 409) throw err;
+      this.run = await api(runPath(this.runId));
+      this.renderHead();
+      this.renderNotice();
+      this.notice.prepend(h("p", { class: "field-error stale-approval", role: "alert" }, `Not sent: ${err.message}. The run was answered elsewhere; this is where it is now.`));
+      if (this.run.status === "running") this.followFrom(this.stream ? this.stream.last : this.model.lastSeq);
+    }
+  }
+
   questionCard(q) {
     if (q.kind === "waiting_for_approval") {
-      return approvalCard({ approvals: q.approvals || [], node: q.node_id, send: (decisions) => this.sendAnswers({ approvals: decisions }) });
+      return approvalCard({ approvals: q.approvals || [], node: q.node_id, send: (decisions) => this.sendApprovals(decisions) });
     }
     const error = h("p", { class: "field-error", role: "alert" });
     const send = async (answer) => {
