@@ -507,13 +507,43 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
         tags=["runs"],
         summary="answer a halted run's question and resume it",
     )
-    async def answer_run(run_id: str, body: AnswerRun) -> Response:
+    async def answer_run(
+        run_id: str,
+        body: AnswerRun,
+        client: Annotated[
+            str | None,
+            Header(
+                alias="X-Lattice-Client",
+                description="`panel` when the panel sends the answer: the door its "
+                "approvals are journaled as coming by (a label, not a credential)",
+            ),
+        ] = None,
+    ) -> Response:
         folder = manager.folder(run_id)
+        door = "panel" if client == "panel" else "gateway"
         async with manager.starting:
             manager.check_resumable(
                 run_id, ("halted",), "only a halted run waits for answers (see its question)"
             )
-            return await _resume(run_id, folder, ProviderSpec(), body.all_answers(), False)
+            if body.approvals.keys() - {"*"}:
+                check_waiting(run_id, body.approvals)
+            return await _resume(run_id, folder, ProviderSpec(), body.all_answers(door), False)
+
+    def check_waiting(run_id: str, approvals: Mapping[str, Any]) -> None:
+        """409 for a decision on a call the run does not wait for (decided already by
+        another door, or never asked): a page showing an earlier halt is not taken for
+        an answer to this one."""
+        question = manager.describe(run_id).get("question") or {}
+        waiting = [item.get("id") for item in question.get("approvals") or []]
+        stale = sorted(set(approvals) - {"*"} - set(waiting))
+        if stale:
+            raise ApiError(
+                409,
+                "conflict",
+                f"{', '.join(stale)}: not waiting for a decision (decided already, or never "
+                f"asked); the run waits for: {', '.join(map(str, waiting)) or 'no approval'}",
+                extra={"waiting": waiting},
+            )
 
     @app.post(
         "/v1/runs/{run_id}/resume",

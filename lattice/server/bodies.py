@@ -97,14 +97,15 @@ class AnswerRun(BaseModel):
             raise ValueError("; ".join(problems))
         return self
 
-    def all_answers(self) -> dict[str, Any]:
-        """The answers with the approvals among them, each saying it came by the gateway."""
+    def all_answers(self, door: str = "gateway") -> dict[str, Any]:
+        """The answers with the approvals among them, each saying the door it came by
+        (``gateway``, or ``panel`` for the panel's)."""
         if not self.approvals:
             return dict(self.answers)
         given = {
-            key: {"decision": value, "door": "gateway"}
+            key: {"decision": value, "door": door}
             if isinstance(value, str)
-            else {**value, "door": "gateway"}
+            else {**value, "door": door}
             for key, value in self.approvals.items()
         }
         return {**self.answers, APPROVALS: given}

@@ -1,5 +1,6 @@
 """The fix-a-bug example with Claude Code's ``ask`` rules on Bash and Edit: approved at
-the terminal, with ``lattice resume`` and through the gateway, each leads to the same
+the terminal, with ``lattice resume`` and through the gateway (the panel's door:
+tests/panel/test_approvals.py), each leads to the same
 files and the same result, and each decision is journaled with the door it came by."""
 
 from __future__ import annotations
@@ -139,7 +140,15 @@ def gateway(project: Path, tmp_path: Path) -> Iterator[httpx.Client]:
         yield client
 
 
-def test_approved_through_the_gateway(gateway: httpx.Client, project: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("headers", "door"),
+    [({}, "gateway"), ({"X-Lattice-Client": "panel"}, "panel")],
+    ids=["gateway", "panel"],
+)
+def test_approved_through_the_gateway(
+    gateway: httpx.Client, project: Path, tmp_path: Path, headers: dict[str, str], door: str
+) -> None:
+    """The panel answers through the same route; its header makes the journal say so."""
     started = gateway.post(
         "/v1/runs",
         json={
@@ -162,14 +171,41 @@ def test_approved_through_the_gateway(gateway: httpx.Client, project: Path, tmp_
         assert [a["id"] for a in question["approvals"]] == [expected_id]
         assert question["answer"]["body"] == {"approvals": {expected_id: "allow"}}
         last = events[-1]["seq"]
-        answered = gateway.post(f"/v1/runs/{run_id}/answers", json=question["answer"]["body"])
+        answered = gateway.post(
+            f"/v1/runs/{run_id}/answers", json=question["answer"]["body"], headers=headers
+        )
         assert answered.status_code == 202, answered.text
     _, status = follow(gateway, run_id, last_event_id=last)
     assert status == "completed"
     output, decided = outcome(tmp_path / "runs" / run_id)
     assert output == EXPECTED_OUTPUT
-    assert decided == [("fix.1.1", "allow", "gateway"), ("fix.2.1", "allow", "gateway")]
+    assert decided == [("fix.1.1", "allow", door), ("fix.2.1", "allow", door)]
     assert FIXED in (project / "tally/stats.py").read_text()
+
+
+def test_a_decision_on_a_call_no_longer_waiting_is_refused(gateway: httpx.Client) -> None:
+    """A page still showing the Edit's halt does not answer the Bash's: 409, nothing runs."""
+    started = gateway.post(
+        "/v1/runs",
+        json={
+            "document": json.loads((EXAMPLES / "fix-a-bug.json").read_text()),
+            "mock_script": json.loads((EXAMPLES / "fix-a-bug.mock.json").read_text()),
+            "inputs": json.loads((EXAMPLES / "fix-a-bug.inputs.json").read_text()),
+        },
+    )
+    run_id = started.json()["run_id"]
+    events, status = follow(gateway, run_id)
+    assert status == "halted"
+    assert gateway.post(
+        f"/v1/runs/{run_id}/answers", json={"approvals": {"fix.1.1": "allow"}}
+    ).is_success
+    _, status = follow(gateway, run_id, last_event_id=events[-1]["seq"])
+    assert status == "halted", "for the Bash"
+    again = gateway.post(f"/v1/runs/{run_id}/answers", json={"approvals": {"fix.1.1": "deny"}})
+    assert again.status_code == 409, again.text
+    assert again.json()["waiting"] == ["fix.2.1"]
+    assert "fix.1.1: not waiting for a decision" in again.json()["message"]
+    assert gateway.get(f"/v1/runs/{run_id}").json()["status"] == "halted"
 
 
 def test_a_bad_approval_is_refused_by_the_gateway(gateway: httpx.Client) -> None:

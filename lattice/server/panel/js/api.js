@@ -74,10 +74,13 @@ function headers(extra) {
   return out;
 }
 
-/** A JSON API call relative to the page (the server may sit under a path prefix). */
+/** A JSON API call relative to the page (the server may sit under a path prefix). Every
+ * call says it comes from the panel (`X-Lattice-Client`): the gateway journals the
+ * approvals it sends as decided through the panel (a label, not a credential). */
 export async function api(path, { method = "GET", body, signal } = {}) {
   for (let tries = 0; ; tries++) {
-    const init = { method, headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }), signal };
+    const sent = { "X-Lattice-Client": "panel", ...(body === undefined ? {} : { "Content-Type": "application/json" }) };
+    const init = { method, headers: headers(sent), signal };
     if (body !== undefined) init.body = JSON.stringify(body);
     const res = await fetch(path, init);
     const text = await res.text();

@@ -7,6 +7,7 @@
 // tests read it).
 
 import { api, follow, runPath } from "./api.js";
+import { approvalCard } from "./approvals.js";
 import { Canvas } from "./canvas.js";
 import { clear, duration, fmtCost, fmtInt, fmtMs, fmtTime, h, preview, statusBadge } from "./dom.js";
 import { Inspector, LiveAnswers } from "./inspector.js";
@@ -56,6 +57,7 @@ export class RunView {
     this.events = [];
     this.queue = [];
     this.queueHead = 0;
+    this.requested = [];
     this.scheduled = false;
     this.cursor = 0;
     this.live = true;
@@ -266,6 +268,9 @@ export class RunView {
     if (!run) return;
     if (run.status === "halted" && run.question) {
       box.append(this.questionCard(run.question));
+    } else if (run.status === "running" && this.requested.length) {
+      // approval_requested events came: the run halts for them in a moment
+      box.append(approvalCard({ approvals: this.requested, node: this.requested[0].node, waiting: true }));
     } else if ((run.status === "failed" || run.status === "interrupted") && run.failure) {
       box.append(this.failureCard(run.failure, run.status));
     } else if (run.status === "completed" && run.output !== undefined && run.output !== null) {
@@ -280,20 +285,43 @@ export class RunView {
     }
   }
 
+  /** Post answers to the halted run, then follow it as it goes on. */
+  async sendAnswers(body) {
+    await api(runPath(this.runId, "/answers"), { method: "POST", body });
+    this.requested = [];
+    this.run = { ...this.run, status: "running", question: null };
+    this.renderHead();
+    this.renderNotice();
+    this.followFrom(this.stream ? this.stream.last : this.model.lastSeq);
+  }
+
+  /** Send decisions on tool calls; when the run no longer waits (another door answered
+   * first), show where it is now, saying why the decisions were not taken. */
+  async sendApprovals(decisions) {
+    try {
+      await this.sendAnswers({ approvals: decisions });
+    } catch (err) {
+      if (err.status !== 409) throw err;
+      this.run = await api(runPath(this.runId));
+      this.renderHead();
+      this.renderNotice();
+      this.notice.prepend(h("p", { class: "field-error stale-approval", role: "alert" }, `Not sent: ${err.message}. The run was answered elsewhere; this is where it is now.`));
+      if (this.run.status === "running") this.followFrom(this.stream ? this.stream.last : this.model.lastSeq);
+    }
+  }
+
   questionCard(q) {
+    if (q.kind === "waiting_for_approval") {
+      return approvalCard({ approvals: q.approvals || [], node: q.node_id, send: (decisions) => this.sendApprovals(decisions) });
+    }
     const error = h("p", { class: "field-error", role: "alert" });
     const send = async (answer) => {
       clear(error);
       try {
-        await api(runPath(this.runId, "/answers"), { method: "POST", body: { answers: { [q.node_id]: answer } } });
+        await this.sendAnswers({ answers: { [q.node_id]: answer } });
       } catch (err) {
         error.textContent = err.message;
-        return;
       }
-      this.run = { ...this.run, status: "running", question: null };
-      this.renderHead();
-      this.renderNotice();
-      this.followFrom(this.stream ? this.stream.last : this.model.lastSeq);
     };
     let controls;
     if (q.options && q.options.length && !q.multi_select) {
@@ -463,6 +491,7 @@ export class RunView {
     const t0 = performance.now();
     const end = Math.min(this.queue.length, this.queueHead + MAX_BATCH);
     const from = this.events.length;
+    let requested = false;
     for (let i = this.queueHead; i < end; i++) {
       const item = this.queue[i];
       this.queue[i] = null;
@@ -479,6 +508,13 @@ export class RunView {
       }
       this.events.push(ev);
       this.answers.recorded(ev);
+      if (ev.type === "approval_requested") {
+        this.requested.push(ev.data || {});
+        requested = true;
+      } else if (ev.type === "run_resumed" && this.requested.length) {
+        this.requested = [];
+        requested = true;
+      }
     }
     const t1 = performance.now();
     const size = end - this.queueHead;
@@ -503,6 +539,7 @@ export class RunView {
     this.renderHeadSoon();
     this.inspector.touched(this.events.slice(from, to));
     this.inspector.renderAnswer();
+    if (requested && this.run?.status === "running") this.renderNotice();
     this.stateSoon();
     this.timelineSoon();
     const t4 = performance.now();
