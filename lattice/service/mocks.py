@@ -15,7 +15,10 @@ An agent node gets its turns: one plausible call of each tool it asks for that t
 user's grant gives it (the reading tools, the web and MCP tools at once; each writing
 tool and the shell in a turn of its own, on a scratch file ``lattice-mock.txt``), then
 a final answer of the right shape. Without a grant it gets only the final answer (a
-scripted tool call needs a tool to call).
+scripted tool call needs a tool to call). Under a grant that gives the main agent a tool,
+prompt steps are turns of the main agent (as the run makes them): they get the same
+turns, then, when the step runs once, an ``AskUserQuestion`` call answered in the
+answers file (``ASK_OPTIONS``' first label), so the script exercises asking the person.
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ from lattice.ir.templates import TemplateSyntaxError, parse_path
 from lattice.ir.tool_names import split_mcp_name
 from lattice.llm.examples import example_value
 from lattice.lower.graph import reached, strongly_connected_components
+from lattice.lower.main_agent import acts, under_grant
 from lattice.lower.session_nodes import END_COMMAND
-from lattice.workspace.grants import WorkspaceGrant
+from lattice.workspace.grants import ASK_TOOL, WorkspaceGrant
 
 LOOP_ANSWERS = 3
 """Answers given to a node that can run more than once (it sits on a cycle)."""
@@ -73,6 +77,19 @@ WRITING_CALLS: dict[str, dict[str, Any]] = {
     "Bash": {"command": "ls"},
 }
 """Each in a turn of its own, in this order (the edits need the file Write made)."""
+ASK_OPTIONS = ("Yes, go on", "No, stop here")
+"""The options of the question a mock main-agent step asks; the answers file picks the first."""
+
+
+def ask_turn(step: str) -> dict[str, Any]:
+    """The ``$tool_calls`` turn in which a mock main-agent step asks the person."""
+    question = {
+        "question": f"Go on with {step}?",
+        "header": "Confirm",
+        "options": [{"label": label} for label in ASK_OPTIONS],
+        "multiSelect": False,
+    }
+    return {"$tool_calls": [{"name": ASK_TOOL, "arguments": {"questions": [question]}}]}
 
 
 @dataclass(frozen=True)
@@ -105,7 +122,11 @@ def plan_mocks(
     """The mock script and answers that take ``ir`` from start to an end offline.
     ``tool_schemas`` (from the configured servers) shape MCP AI-mode arguments; without
     them the node's own ``parameters`` do. Agent nodes call the tools ``grant`` gives
-    them before they answer."""
+    them before they answer; under a grant that gives the main agent a tool, prompt
+    steps do too and ask the person once (answered in ``answers``)."""
+    grant = grant or WorkspaceGrant()
+    if acts(grant):
+        ir = under_grant(ir, grant)
     graph = _op_graph(ir)
     distance = _steps_to_end(ir, graph)
     repeated = _repeated_ops(ir, graph)
@@ -113,6 +134,7 @@ def plan_mocks(
     made = {op_id: choice for op_id, choice in choices.items() if choice is not None}
     responses: dict[str, list[Any]] = {}
     tools: dict[str, list[Any]] = {}
+    step_answers: dict[str, Any] = {}
     for op in ir.ops.values():
         times = LOOP_ANSWERS if op.id in repeated else 1
         if isinstance(op, LLMWriteOp):
@@ -120,7 +142,11 @@ def plan_mocks(
             answer = choice.label if choice is not None else _answer(op, tool_schemas or {})
             responses.setdefault(op.source_node, []).extend([answer] * times)
         elif isinstance(op, AgentOp):
-            turns = agent_turns((grant or WorkspaceGrant()).decide(op.tools).granted)
+            granted = grant.decide(op.tools).granted
+            turns = agent_turns(granted)
+            if op.agent_type == "main" and ASK_TOOL in granted and op.id not in repeated:
+                turns.append(ask_turn(op.name or op.source_node))
+                step_answers[op.source_node] = ASK_OPTIONS[0]
             responses.setdefault(op.source_node, []).extend([*turns, _result_of(op)] * times)
         elif isinstance(op, ToolCallOp):
             tools.setdefault(op.source_node, []).extend([_tool_result(ir, op)] * times)
@@ -133,7 +159,7 @@ def plan_mocks(
     script: dict[str, Any] = {"description": description, "responses": responses}
     if tools:
         script["tools"] = tools
-    answers: dict[str, Any] = {}
+    answers: dict[str, Any] = dict(step_answers)
     for op in ir.ops.values():
         if isinstance(op, AskOp) and op.once and op.source_node not in answers:
             answers[op.source_node] = session_messages(LOOP_ANSWERS)

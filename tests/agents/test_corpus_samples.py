@@ -10,7 +10,7 @@ import pytest
 
 from lattice.ir.models import AgentOp, AskOp
 from lattice.lower import lower
-from lattice.service.mocks import answers_file, mock_script
+from lattice.service.mocks import plan_mocks
 from lattice.workspace import WorkspaceGrant, sandbox_problem
 from tests.builders import op_records
 from tests.cli.test_run import cli, write_json
@@ -42,11 +42,12 @@ def test_built_in_agents_of_upstream_samples_call_their_tools(
     project = tmp_path / "project"
     shutil.copytree(EXAMPLES / "fix-a-bug-project", project)
     grant = WorkspaceGrant(root=project, read=True, write=True, shell=True)
-    mock = write_json(tmp_path / "mock.json", mock_script(ir, grant))
+    plan = plan_mocks(ir, grant=grant)  # prompt steps ask once: the plan's answers answer them
+    mock = write_json(tmp_path / "mock.json", plan.script)
     # the first option of each question: the way through the samples' agents (mock init's
     # own answers take the shortest way to an end, which leaves some of them out)
     first = {op.source_node: op.options[0].label for op in ir.ops.values() if isinstance(op, AskOp)}
-    answers = write_json(tmp_path / "answers.json", {**answers_file(ir), **first})
+    answers = write_json(tmp_path / "answers.json", {**plan.answers, **first})
     runs = tmp_path / "runs"
     code, _, err = cli(
         capsys,

@@ -14,10 +14,17 @@ import pytest
 
 from lattice.cli import main
 from lattice.ir.models import AgentOp, LLMWriteOp
+from lattice.llm.examples import example_value
+from lattice.llm.mock import MockProvider
+from lattice.lower import lower
 from lattice.lower.main_agent import under_grant
 from lattice.runs.journal import read_journal
+from lattice.runtime import Runner, RunStore
+from lattice.runtime.settings import AgentSettings, RuntimeSettings
+from lattice.service.mocks import plan_mocks
 from lattice.workspace import WorkspaceGrant
-from tests.builders import chain, lower_ok, node, op_record
+from tests.builders import chain, corpus_params, lower_ok, node, op_record
+from tests.conftest import CORPUS, corpus_files
 
 ASK = {
     "$tool_calls": [
@@ -161,3 +168,38 @@ def test_a_prompt_step_that_needs_no_tool_costs_one_request(
     assert turn["tools_offered"] is True
     journal = (folder / "journal.jsonl").read_text()
     assert journal.count('"kind":"request"') == 1
+
+
+@pytest.mark.parametrize("path", corpus_params(corpus_files(), CORPUS))
+def test_each_corpus_step_that_needs_no_tool_costs_one_request_under_a_grant(
+    path: Path, tmp_path: Path
+) -> None:
+    """docs/agents.md, "What it costs": with answers that call no tool, a granted run of
+    each corpus document sends exactly the requests an ungranted one does, node by node;
+    its prompt steps' requests carry the tool definitions, and nothing else changes."""
+    ir = lower(path)
+    plan = plan_mocks(ir)  # made without a grant: final answers only
+    inputs = example_value(ir.inputs_schema) if ir.inputs_schema else {}
+
+    def requests(grant: WorkspaceGrant) -> list[Any]:
+        provider = MockProvider(plan.script["responses"], tools=plan.script.get("tools"))
+        settings = RuntimeSettings(agents=AgentSettings(grant=grant))
+        runner = Runner(
+            ir, provider=provider, store=RunStore(None), answers=plan.answers, settings=settings
+        )
+        result = runner.run(inputs)
+        assert result.status == "completed", result.failure
+        return provider.calls
+
+    plain = requests(WorkspaceGrant())
+    project = tmp_path / "project"
+    project.mkdir()
+    acting = requests(WorkspaceGrant(root=project, read=True, write=True, shell=True))
+    assert [r.node_id for r in acting] == [r.node_id for r in plain]
+    assert not any(r.tools for r in plain)
+    steps = {
+        op.source_node for op in ir.ops.values() if isinstance(op, LLMWriteOp) and op.main_agent
+    }
+    for request in acting:
+        if request.node_id in steps:
+            assert {t.name for t in request.tools} >= {"Read", "Bash", "AskUserQuestion"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,8 @@ from lattice.ir.models import LLMWriteOp
 from lattice.llm.examples import example_value
 from lattice.lower import lower
 from lattice.service.mocks import LOOP_ANSWERS, answers_file, mock_script, plan_mocks
-from tests.conftest import CORPUS, REPO, corpus_files
+from tests.builders import corpus_params
+from tests.conftest import CORPUS, EXAMPLES, REPO, corpus_files, example_workspace
 
 WORKFLOWS = sorted(
     p
@@ -24,13 +26,16 @@ WORKFLOWS = sorted(
 repository given with --repo, so it runs with its own script: tests/examples)."""
 
 
-def run_with_init(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``mock init`` then ``run``: the run completes, no op fails (no failure route is
-    taken), every tool call is answered by the script and no tool server is opened."""
+def run_with_init(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], grant: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """``mock init`` then ``run`` (both given ``grant``'s flags): the run completes, no op
+    fails (no failure route is taken), every tool call is answered by the script and no
+    tool server is opened. Returns the run's events."""
     mock = tmp_path / "flow.mock.json"
-    assert main(["mock", "init", str(path), "-o", str(mock)]) == 0
+    assert main(["mock", "init", str(path), "-o", str(mock), *grant]) == 0
     runs = tmp_path / "runs"
-    args = ["run", str(path), "--mock", str(mock), "--runs-dir", str(runs)]
+    args = ["run", str(path), "--mock", str(mock), "--runs-dir", str(runs), *grant]
     answers = tmp_path / "flow.answers.json"
     if answers.exists():
         args += ["--answers", str(answers)]
@@ -53,6 +58,7 @@ def run_with_init(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert not [e for e in events if e["type"] == "tool_session_opened"]
     calls = [e for e in events if e["type"] == "tool_call"]
     assert all(e["data"].get("mocked") is True for e in calls)
+    return events
 
 
 def test_the_shipped_workflows_are_walked() -> None:
@@ -78,6 +84,40 @@ def test_mock_init_runs_each_corpus_document(
         folder = tmp_path / str(number)
         folder.mkdir()
         run_with_init(path, folder, capsys)
+
+
+def _granted(workspace: Path) -> tuple[str, ...]:
+    return ("--workspace", str(workspace), "--allow", "read,write,shell")
+
+
+@pytest.mark.parametrize("path", corpus_params(corpus_files(), CORPUS))
+@pytest.mark.parametrize("grant", [False, True], ids=["no-grant", "granted"])
+def test_mock_init_runs_each_corpus_document_with_and_without_a_grant(
+    path: Path, grant: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each corpus document runs to the end with the script ``mock init`` writes: without
+    a grant, and with a workspace granted, where its sub-agents, skills and prompt steps
+    act (scripted tool calls, the main agent's AskUserQuestion answered from the answers
+    file) and each agent op ends with its final answer."""
+    flags: tuple[str, ...] = ()
+    if grant:
+        workspace = example_workspace(EXAMPLES / "fix-a-bug.json", tmp_path)
+        assert workspace is not None
+        flags = _granted(workspace)
+    events = run_with_init(path, tmp_path, capsys, flags)
+    agents = [e for e in events if e["type"] == "agent_finished"]
+    asked = [
+        e
+        for e in events
+        if e["type"] == "tool_call_started" and e["data"].get("tool") == "AskUserQuestion"
+    ]
+    if not grant:
+        assert not [e for e in events if e["type"] == "tool_call_started"]
+        return
+    assert agents, "a granted run of a corpus document has agents"
+    steps = [op for op in lower(path).ops.values() if isinstance(op, LLMWriteOp) and op.main_agent]
+    assert bool(asked) == bool(steps)  # each prompt step that runs once asks, and is answered
+    assert sum(e["data"]["tool_calls"] for e in agents) >= len(asked)
 
 
 def test_the_script_has_the_shapes_nodes_expect() -> None:
