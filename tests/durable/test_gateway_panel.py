@@ -119,9 +119,10 @@ def test_a_temporal_run_shows_live_and_is_answered_from_the_panel(
         until(lambda: run_status(page) == "completed", "the run did not finish after the answer")
         until(lambda: node_status(page, "end") == "completed", "the end node did not complete")
         assert node_status(page, "discarded") == "pending"
-        # the gateway keeps no document: the canvas is the run's ExecIR, and says so
+        # the run keeps its document on Temporal: the canvas is the document's (laid out,
+        # as it has no positions), not its ExecIR's op by op
         note = page.execute_script("return document.querySelector('.layout-note')?.innerText")
-        assert "op by op" in note and "no document" in note, note
+        assert "computed" in note and "op by op" not in note, note
         # nor a run folder: the timeline offers no "Re-run from here" (the server refuses it)
         assert page.execute_script("return document.querySelectorAll('.rerun').length") == 0
         # the run list of the panel lists it from Temporal
