@@ -256,6 +256,22 @@ def test_a_shipped_example_on_temporal_is_drawn_as_a_run_folder_is(
         assert page.save_screenshot(str(shot))
         if os.environ.get(SHOTS_ENV):
             shutil.copy(shot, REPO / os.environ[SHOTS_ENV] / shot.name)
+        # on a 390 px screen: the same rows and record, in one column inside the screen
+        page.set_window_size(390, 844)
+        until(
+            lambda: page.execute_script(
+                "return document.documentElement.scrollWidth"
+                " - document.documentElement.clientWidth <= 1"
+            ),
+            "the run's page is wider than a 390 px screen",
+        )
+        assert (
+            page.execute_script("return document.querySelectorAll('.timeline-row').length")
+            == started_ops
+        )
+        assert page.execute_script("return document.querySelectorAll('.attempt').length") == (
+            attempts
+        )
         errors = [e for e in console_errors(page) if "favicon" not in e]
         page.get("about:blank")
     assert not errors, errors
