@@ -57,6 +57,7 @@ async def measure(address: str, names: list[str]) -> None:
                 inputs=inputs,
                 provider={"mock_script": script},
                 task_queue=queue,
+                document=read(EXAMPLES / f"{name}.json"),  # as lattice run and serve send it
             )
             await follow(handle)
             history = await handle.fetch_history()

@@ -143,6 +143,7 @@ def run_on_temporal(
             task_queue=args.task_queue,
             redact=make_redactor(settings.secret_names()),
             settings=settings,
+            document=prepared.runner.workflow,
         )
         note(f"run {run_id} started on Temporal at {address} (workflow id {handle.id})")
         return await _follow(client, run_id, ir, address, progress, args, settings)

@@ -50,7 +50,7 @@ from lattice.server.errors import ApiError, diagnostics_json, document_error, fr
 from lattice.server.events import FolderTails, resume_cursor, stream
 from lattice.server.manager import RunManager, links
 from lattice.server.panel_api import add_panel_routes, is_public
-from lattice.server.remote import add_backend_routes
+from lattice.server.remote import BackendReader, add_backend_routes
 from lattice.server.services import Services, ServicesSettings, is_webhook
 from lattice.server.store import LoopStore
 from lattice.server.workflows import WorkflowLibrary
@@ -689,7 +689,13 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
         )
 
     services.add_routes(app, respond=respond)
-    add_panel_routes(app, manager=manager, library=library, respond=respond)
+    add_panel_routes(
+        app,
+        manager=manager,
+        library=library,
+        respond=respond,
+        reader=BackendReader(settings.backend) if settings.backend is not None else None,
+    )
     add_docs_routes(app)
     if settings.backend is not None:
         drop_shadowed_routes(app)

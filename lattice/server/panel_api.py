@@ -18,14 +18,19 @@ it with every API call); everything else below needs the token like any API rout
 - ``GET /v1/runs/{id}/compare/{other}``: what differs between two runs, as
   ``lattice runs diff --json`` says it, with both outputs.
 
-The routes that read files are plain ``def`` (run in FastAPI's thread pool, off the
-event loop the runs share).
+The run's canvas, state and op records are read through a ``RunReader``: a run folder's
+files (``FolderReader``, their reads off the event loop the runs share), or what a
+``RunBackend`` keeps of a run (``lattice serve --engine temporal``: ``remote.py``), so
+that the same routes answer both. The routes that read files are plain ``def`` (run in
+FastAPI's thread pool).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,7 +42,7 @@ from starlette.responses import FileResponse, Response
 from lattice.batch.diff import diff_runs
 from lattice.ir.serialize import ir_to_dict
 from lattice.runs.folder import load_run_json
-from lattice.runs.oplog import OpEntry, label_key, op_entries, safe_name
+from lattice.runs.oplog import OpEntry, label_key, op_entries, record_label, safe_name
 from lattice.server.errors import ApiError, diagnostics_json, not_found
 from lattice.server.graph import document_graph, run_graph
 from lattice.server.manager import RunManager
@@ -74,6 +79,74 @@ LABEL = r"^[0-9]+(\.[0-9]+)*$"
 """An op record's label: ``0003``, ``0003.1.0001``."""
 
 Respond = Callable[..., Response]
+
+
+class RunReader(ABC):
+    """What the panel reads of a run besides its events: where its canvas, its states
+    and its op records come from."""
+
+    @abstractmethod
+    async def canvas(self, run_id: str) -> dict[str, Any]:
+        """The canvas of the run's workflow (``graph.run_graph``)."""
+
+    @abstractmethod
+    async def state(self, run_id: str, at: str) -> Any:
+        """The state the run started from (``at="initial"``) or has now (``"final"``)."""
+
+    @abstractmethod
+    async def op_entries(
+        self, run_id: str, *, canvas: bool
+    ) -> tuple[list[OpEntry], dict[str, Any] | None]:
+        """The run's op records in op order and, when ``canvas``, its canvas (which says
+        whose ops they are)."""
+
+
+class FolderReader(RunReader):
+    """The run folders of ``manager``'s runs folder."""
+
+    def __init__(self, manager: RunManager) -> None:
+        self.manager = manager
+
+    def _canvas(self, folder: Path, run_id: str) -> dict[str, Any]:
+        document = load_run_json(folder, "workflow.json")
+        ir = load_run_json(folder, "execir.json")
+        if document is None and ir is None:
+            raise not_found(f"run {run_id} has neither workflow.json nor execir.json")
+        return run_graph(document, ir)
+
+    async def canvas(self, run_id: str) -> dict[str, Any]:
+        return await asyncio.to_thread(self._canvas, self.manager.folder(run_id), run_id)
+
+    async def state(self, run_id: str, at: str) -> Any:
+        folder = self.manager.folder(run_id)
+        state = await asyncio.to_thread(load_run_json, folder, f"state_{at}.json")
+        if state is None:
+            raise not_found(f"run {run_id} has no state_{at}.json (yet)")
+        return state
+
+    async def op_entries(
+        self, run_id: str, *, canvas: bool
+    ) -> tuple[list[OpEntry], dict[str, Any] | None]:
+        folder = self.manager.folder(run_id)
+
+        def read() -> tuple[list[OpEntry], dict[str, Any] | None]:
+            graph = None
+            if canvas:
+                document = load_run_json(folder, "workflow.json")
+                graph = run_graph(document, load_run_json(folder, "execir.json"))
+            return op_entries(folder), graph
+
+        return await asyncio.to_thread(read)
+
+
+def record_entries(ops: list[dict[str, Any]]) -> list[OpEntry]:
+    """Op records kept in a list (a run on a backend) as a run folder's entries, in op
+    order."""
+    entries = (
+        OpEntry(record_label(op.get("seq"), n), safe_name(str(op.get("op_id"))), op)
+        for n, op in enumerate(ops)
+    )
+    return sorted(entries, key=lambda entry: label_key(entry.label))
 
 
 def is_public(path: str) -> bool:
@@ -123,8 +196,11 @@ def add_panel_routes(
     manager: RunManager,
     library: WorkflowLibrary,
     respond: Respond,
+    reader: RunReader | None = None,
 ) -> None:
-    """Serve the panel from ``app``."""
+    """Serve the panel from ``app``, its runs read by ``reader`` (by default the run
+    folders of ``manager``)."""
+    runs = reader if reader is not None else FolderReader(manager)
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def page() -> Response:
@@ -160,27 +236,18 @@ def add_panel_routes(
         return respond(200, out)
 
     @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
-    def graph_of_run(run_id: str) -> Response:
-        folder = manager.folder(run_id)
-        document = load_run_json(folder, "workflow.json")
-        ir = load_run_json(folder, "execir.json")
-        if document is None and ir is None:
-            raise not_found(f"run {run_id} has neither workflow.json nor execir.json")
-        return respond(200, run_graph(document, ir))
+    async def graph_of_run(run_id: str) -> Response:
+        return respond(200, await runs.canvas(run_id))
 
     @app.get("/v1/runs/{run_id}/state", tags=["panel"], summary="the state a run started from")
-    def state_of_run(
+    async def state_of_run(
         run_id: str,
         at: Annotated[str, Query(pattern="^(initial|final)$")] = "initial",
     ) -> Response:
-        folder = manager.folder(run_id)
-        state = load_run_json(folder, f"state_{at}.json")
-        if state is None:
-            raise not_found(f"run {run_id} has no state_{at}.json (yet)")
-        return respond(200, state)
+        return respond(200, await runs.state(run_id, at))
 
     @app.get("/v1/runs/{run_id}/ops", tags=["panel"], summary="a run's op records")
-    def ops_of_run(
+    async def ops_of_run(
         run_id: str,
         node: Annotated[str | None, Query(description="only the ops of this node")] = None,
         limit: Annotated[
@@ -190,14 +257,13 @@ def add_panel_routes(
             str | None, Query(pattern=LABEL, description="the previous page's next")
         ] = None,
     ) -> Response:
-        folder = manager.folder(run_id)
+        if node is not None:
+            check_records_limit(limit)
+        entries, graph = await runs.op_entries(run_id, canvas=node is not None)
         if node is None:
-            return respond(200, op_index(op_entries(folder), after=after, limit=limit))
-        check_records_limit(limit)
-        graph = run_graph(
-            load_run_json(folder, "workflow.json"), load_run_json(folder, "execir.json")
-        )
-        return respond(200, node_records(op_entries(folder), graph, node, limit))
+            return respond(200, op_index(entries, after=after, limit=limit))
+        assert graph is not None  # asked for
+        return respond(200, await asyncio.to_thread(node_records, entries, graph, node, limit))
 
     @app.get("/v1/forms/{name:path}", tags=["panel"], summary="the new-run form of a workflow")
     def form(name: str) -> Response:

@@ -7,6 +7,8 @@ asking for those after the last one read every ``POLL_SECONDS`` until the run st
 halted run's stream ends ``halted``, as a run folder's does), once per run however many
 follow it (``polls.py``). What a run on a backend
 cannot do (resume, re-run, compare: a run folder's features) is a 409 that says so.
+The panel's reads of a run (its canvas, state and op records) are the run-folder routes
+of ``panel_api.py`` over a ``BackendReader``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from starlette.responses import Response, StreamingResponse
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
-from lattice.runs.oplog import OpEntry, label_key, record_label, safe_name
+from lattice.runs.oplog import OpEntry
 from lattice.runs.redaction import Redactor
 from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
@@ -38,13 +40,7 @@ from lattice.server.events import (
 )
 from lattice.server.graph import run_graph
 from lattice.server.manager import RUN_ID, links, next_step, question
-from lattice.server.panel_api import (
-    LABEL,
-    MAX_PAGE,
-    check_records_limit,
-    node_records,
-    op_index,
-)
+from lattice.server.panel_api import RunReader, record_entries
 from lattice.server.polls import PollEnded, RunPolls
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import (
@@ -53,6 +49,7 @@ from lattice.service.backend import (
     RunConflict,
     RunEvents,
     RunNotFound,
+    RunRecord,
     RunView,
 )
 from lattice.service.runs import ProviderSpec, RunOptions, prepare_run
@@ -225,6 +222,7 @@ def add_backend_routes(  # noqa: C901
                     "max_visits": prepared.runner.limits.max_visits,
                 },
                 workflow_name=name,
+                document=document,
             )
         except LatticeUserError as exc:
             raise api_error(exc) from None
@@ -377,38 +375,38 @@ def add_backend_routes(  # noqa: C901
             "(lattice runs export RUN --temporal HOST:PORT -o DIR) and use lattice runs diff",
         )
 
-    @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
-    async def graph_of_run(run_id: str) -> Response:
-        record = await ask(backend.record(run_id_of(run_id)))
-        return respond(200, await asyncio.to_thread(run_graph, None, record.execir))
 
-    @app.get("/v1/runs/{run_id}/state", tags=["panel"], summary="the state a run started from")
-    async def state_of_run(
-        run_id: str, at: Annotated[str, Query(pattern="^(initial|final)$")] = "initial"
-    ) -> Response:
-        record = await ask(backend.record(run_id_of(run_id)))
-        return respond(200, record.state_initial if at == "initial" else record.state_final)
+class BackendReader(RunReader):
+    """The panel's reads of runs on ``backend``: each one asks it for the run's record
+    (the ``record`` query on Temporal), which holds what a run folder holds."""
 
-    @app.get("/v1/runs/{run_id}/ops", tags=["panel"], summary="a run's op records")
-    async def ops_of_run(
-        run_id: str,
-        node: Annotated[str | None, Query(description="only the ops of this node")] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-        after: Annotated[str | None, Query(pattern=LABEL)] = None,
-    ) -> Response:
-        record = await ask(backend.record(run_id_of(run_id)))
-        entries = sorted(
-            (
-                OpEntry(record_label(op.get("seq"), n), safe_name(str(op.get("op_id"))), op)
-                for n, op in enumerate(record.ops)
-            ),
-            key=lambda entry: label_key(entry.label),
-        )
-        if node is None:
-            return respond(200, op_index(entries, after=after, limit=limit))
-        check_records_limit(limit)
-        graph = await asyncio.to_thread(run_graph, None, record.execir)
-        return respond(200, node_records(entries, graph, node, limit))
+    def __init__(self, backend: RunBackend) -> None:
+        self.backend = backend
+
+    async def _record(self, run_id: str) -> RunRecord:
+        if not RUN_ID.match(run_id):
+            raise ApiError(404, "not_found", f"no run {run_id!r}")
+        try:
+            return await self.backend.record(run_id)
+        except LatticeUserError as exc:
+            raise api_error(exc) from None
+
+    async def canvas(self, run_id: str) -> dict[str, Any]:
+        record = await self._record(run_id)
+        return await asyncio.to_thread(run_graph, record.document, record.execir)
+
+    async def state(self, run_id: str, at: str) -> dict[str, Any]:
+        record = await self._record(run_id)
+        return record.state_initial if at == "initial" else record.state_final
+
+    async def op_entries(
+        self, run_id: str, *, canvas: bool
+    ) -> tuple[list[OpEntry], dict[str, Any] | None]:
+        record = await self._record(run_id)
+        graph = None
+        if canvas:
+            graph = await asyncio.to_thread(run_graph, record.document, record.execir)
+        return record_entries(record.ops), graph
 
 
 STATUSES = "^(running|completed|failed|halted|interrupted)$"

@@ -52,6 +52,8 @@ class NewRun:
     limits: dict[str, int] = field(default_factory=dict)
     workflow_name: str | None = None
     """The workflow's file name under the gateway's workflows folder, when started by name."""
+    document: dict[str, Any] | None = None
+    """The workflow document ``ir`` was lowered from (the panel draws the run on it)."""
 
 
 @dataclass(frozen=True)
@@ -81,12 +83,14 @@ class RunEvents:
 @dataclass(frozen=True)
 class RunRecord:
     """What a run folder holds that the panel reads besides events: the ExecIR, the
-    state the run started from and the state it has now, its op records (in order)."""
+    state the run started from and the state it has now, its op records (in order), and
+    the workflow document when the run was started with one."""
 
     execir: dict[str, Any]
     state_initial: dict[str, Any]
     state_final: dict[str, Any]
     ops: list[dict[str, Any]]
+    document: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

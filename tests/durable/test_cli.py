@@ -143,6 +143,9 @@ def test_a_question_halts_then_resume_answers_it_and_export_writes_the_folder(
     assert shown.stdout.startswith("run exported: completed")
     assert shown.stdout.splitlines()[0].endswith("(approval)")
     assert "ASK" in shown.stdout and 'output: "A polished note."' in shown.stdout
+    # the run kept its document on Temporal: the folder holds it, as a local run's does
+    kept = json.loads((tmp_path / "exported" / "workflow.json").read_text(encoding="utf-8"))
+    assert kept == approval()
     by_id = lattice("runs", "show", run_id, *common, cwd=tmp_path)
     assert by_id.returncode == 0, by_id.stderr
     assert by_id.stdout.replace(run_id, "exported", 1) == shown.stdout

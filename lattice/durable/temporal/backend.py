@@ -107,6 +107,7 @@ class TemporalRuns(RunBackend):
             redact=make_redactor(run.settings.secret_names()),
             settings=run.settings,
             memo={"workflow_name": run.workflow_name} if run.workflow_name else None,
+            document=run.document,
         )
 
     async def answer(self, run_id: str, answers: dict[str, Any]) -> None:
@@ -212,6 +213,7 @@ class TemporalRuns(RunBackend):
         record = await self._query(await self._handle(run_id), "record")
         return RunRecord(
             execir=record["execir"],
+            document=record.get("document"),  # None for runs started before it was kept
             state_initial=record["state_initial"],
             state_final=record["state"],
             ops=list(record["ops"]),

@@ -87,6 +87,7 @@ async def start_run(
     redact: Redactor | None = None,
     settings: RuntimeSettings | None = None,
     memo: dict[str, Any] | None = None,
+    document: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
     provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
@@ -97,7 +98,9 @@ async def start_run(
     refused (``SecretInDocument``) before anything is sent. ``settings`` (the starting
     process's; give workers the same configuration) say which agent tools are refused.
     ``memo`` is what Temporal's visibility shows of the run without asking a worker
-    (by default the workflow's id; ``backend.py`` adds the workflow's file name)."""
+    (by default the workflow's id; ``backend.py`` adds the workflow's file name).
+    ``document`` is the workflow document ``ir`` was lowered from, kept for the panel's
+    canvas (``record`` answers it, as a run folder's ``workflow.json``)."""
     spec = run_spec(
         ir,
         run_id=run_id,
@@ -108,6 +111,7 @@ async def start_run(
         limits=limits or {"max_steps": 10_000, "max_visits": 1_000},
         activity=activity or ActivityOptions(),
         settings=settings or RuntimeSettings(),
+        document=document,
     )
     if redact is not None:
         refuse_secrets_in(
@@ -115,6 +119,7 @@ async def start_run(
                 name: file_text(spec[key])
                 for name, key in (
                     ("execir.json", "execir"),
+                    ("workflow.json", "document"),
                     ("input.json", "inputs"),
                     ("the answers", "answers"),
                     ("the mock script", "provider"),

@@ -18,7 +18,8 @@ from lattice.runs.store import file_text
 
 async def export_run(client: Client, run_id: str, folder: Path) -> Path:
     """Write run ``run_id``'s folder (events.jsonl, ops.jsonl, state_initial.json,
-    state_final.json, result.json, execir.json, input.json, checkpoint.json) under
+    state_final.json, result.json, execir.json, input.json, checkpoint.json, and
+    workflow.json when the run was started with its document) under
     ``folder``, read from its workflow: ``lattice runs show`` and the inspector read it as
     any run folder. The folder must not exist yet."""
     await check_key(client, run_id)
@@ -40,6 +41,8 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
     atomic_write_text(folder / "events.jsonl", lines)
     atomic_write_text(folder / OPS_FILE, "".join(_op_lines(record["ops"])))
     atomic_write_text(folder / "execir.json", file_text(record["execir"]))
+    if record.get("document") is not None:
+        atomic_write_text(folder / "workflow.json", file_text(record["document"]))
     atomic_write_text(folder / "input.json", file_text(record["inputs"]))
     atomic_write_text(folder / "state_initial.json", file_text(record["state_initial"]))
     atomic_write_text(folder / "state_final.json", file_text(record["state"]))

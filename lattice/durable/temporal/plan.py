@@ -40,13 +40,16 @@ def run_spec(
     limits: dict[str, int],
     activity: ActivityOptions,
     settings: RuntimeSettings,
+    document: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The workflow's input: the ExecIR (the workflow walks it as a local run does) and
     the run's inputs, answers, provider (a mock script inline), budgets and limits (with
     ``settings``' bound on ops running at once, ``max_parallel``, unless ``limits`` gives
     one; and its bounds on the state, which the workflow holds whole: an op's worker sees
     only the part it reads), and the events a run starts with besides ``run_started`` (an agent's tools the
-    grant of ``settings`` refuses, as a local run reports them)."""
+    grant of ``settings`` refuses, as a local run reports them). ``document``, the
+    workflow document the ExecIR was lowered from (a run folder's ``workflow.json``), is
+    kept for the panel, which draws the run on its canvas; the walk never reads it."""
     execir = ir_to_dict(ir)
     return {
         "notices": [
@@ -64,6 +67,7 @@ def run_spec(
         "execir": execir,
         "execir_digest": execir_digest(execir),
         "workflow": {"id": ir.workflow.id, "name": ir.workflow.name},
+        "document": document,
         "model_classes": sorted(
             {op.model_class for op in ir.ops.values() if isinstance(op, ContractOpBase)}
         ),

@@ -132,6 +132,7 @@ class LatticeRunWorkflow:
             "execir": self.spec.get("execir"),
             "inputs": self.spec.get("inputs"),
             "workflow": self.spec.get("workflow"),
+            "document": self.spec.get("document"),
             "status": self.status,
             "events": self.events,
             "ops": self.ops,
