@@ -15,12 +15,17 @@ released and stops a match at a time limit:
   (one validation may try a pattern on many values).
 
 A caller with its own limit (a tool that greps many files) passes ``seconds=``.
+
+``glob_source(glob)`` spells a glob (``*``, ``?``, ``**``, ``[...]``, and ``{a,b}`` when
+asked for) as a regular expression's text: the one translation the agents' file tools,
+the permission rules and ``retrieve_context`` share.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -35,6 +40,7 @@ __all__ = [
     "PatternError",
     "PatternTimeout",
     "compile_pattern",
+    "glob_source",
     "pattern_problem",
     "search",
     "time_budget",
@@ -247,3 +253,46 @@ def _count(pattern: str, start: int) -> tuple[int | None, int]:
     if not low.isdigit() or (high and not high.isdigit()) or len(low) > 12:
         return None, start + 1
     return max(int(low), 1), end + 1
+
+
+def glob_source(glob: str, *, braces: bool = False) -> str:
+    """``glob`` as the text of a regular expression over ``/``-separated paths: ``**/``
+    any folders (none included), ``**`` anything, ``*`` and ``?`` within one name,
+    ``[...]`` a class (``[!...]`` its complement; a ``[`` with no ``]`` is itself), and
+    with ``braces`` ``{a,b}`` either one (gitignore-style paths have no braces). Every
+    other character stands for itself."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(glob):
+        char = glob[i]
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[" and (close := glob.find("]", i + 2)) != -1:
+            body = glob[i + 1 : close]
+            negate = body.startswith("!")
+            body = re.escape(body[1:] if negate else body).replace("\\-", "-")
+            out.append(f"[{'^' if negate else ''}{body}]")
+            i = close
+        elif braces and char == "{":
+            out.append("(?:")
+            depth += 1
+        elif braces and char == "}" and depth:
+            out.append(")")
+            depth -= 1
+        elif braces and char == "," and depth:
+            out.append("|")
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out) + ")" * depth

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from lattice.errors import LatticeUserError, did_you_mean
 from lattice.ir.tool_names import parse_mcp_name
+from lattice.patterns import glob_source
 
 Behavior = Literal["allow", "ask", "deny"]
 BEHAVIORS: tuple[Behavior, ...] = ("deny", "ask", "allow")
@@ -352,46 +353,11 @@ def path_matches(pattern: str, target: Path, where: CallPlace, base: Path | None
         root, rest, anchored = root.parent, rest[3:], True
     folder_only = rest.endswith("/")
     rest = rest.rstrip("/")
-    body = (("" if anchored else "(?:.*/)?") + glob_regex(rest)) if rest else ""
+    body = (("" if anchored else "(?:.*/)?") + glob_source(rest)) if rest else ""
     prefix = re.escape(_normal(str(root)).rstrip("/"))
     tail = "/.+" if folder_only else "(?:/.*)?"
     regex = prefix + ("/" + body if body else "") + tail
     return re.fullmatch(regex, _normal(str(target)), re.DOTALL) is not None
-
-
-def glob_regex(pattern: str) -> str:
-    """A gitignore glob as a regular expression: ``*`` within a name, ``**`` across
-    folders, ``?`` one character, ``[...]`` a class."""
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[":
-            end = pattern.find("]", i + 1)
-            if end < 0:
-                out.append(re.escape(char))
-            else:
-                inner = pattern[i + 1 : end].replace("\\", "\\\\")
-                if inner.startswith("!"):
-                    inner = "^" + inner[1:]
-                out.append(f"[{inner}]")
-                i = end
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return "".join(out)
 
 
 def domain_matches(specifier: str, url: str) -> bool:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.errors import LatticeRunError
+from lattice.patterns import glob_source
 
 WINDOW_LINES = 40
 """Lines per scored window (a snippet is one window, possibly shortened by the caps)."""
@@ -175,31 +176,7 @@ def tokenize(text: str) -> list[str]:
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     """``**`` spans folders, ``*`` and ``?`` stay inside one path segment, ``[...]`` is a class."""
-    out, i = [], 0
-    while i < len(pattern):
-        char = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif char == "*":
-            out.append("[^/]*")
-            i += 1
-        elif char == "?":
-            out.append("[^/]")
-            i += 1
-        elif char == "[" and (close := pattern.find("]", i + 2)) != -1:
-            body = pattern[i + 1 : close]
-            negate = body.startswith("!")
-            body = re.escape(body[1:] if negate else body).replace("\\-", "-")
-            out.append(f"[{'^' if negate else ''}{body}]")
-            i = close + 1
-        else:
-            out.append(re.escape(char))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
+    return re.compile(glob_source(pattern) + r"\Z")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import regex
 
-from lattice.patterns import PatternError, compile_pattern
+from lattice.patterns import PatternError, compile_pattern, glob_source
 from lattice.workspace.grants import WorkspaceGrant
 from lattice.workspace.paths import ToolRefused, Workspace, open_for_reading
 
@@ -216,48 +216,9 @@ def _matching_lines(
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
     """A glob (``*``, ``?``, ``**/``, ``[...]``, ``{a,b}``) as a regular expression over
-    ``/``-separated paths."""
-    out: list[str] = []
-    i = 0
-    depth = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            close = pattern.find("]", i + 1)
-            if close == -1:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1 : close].replace("\\", "\\\\")
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append(f"[{body}]")
-                i = close
-        elif c == "{":
-            out.append("(?:")
-            depth += 1
-        elif c == "}" and depth:
-            out.append(")")
-            depth -= 1
-        elif c == "," and depth:
-            out.append("|")
-        else:
-            out.append(re.escape(c))
-        i += 1
-    out.append(")" * depth)
+    ``/``-separated paths (``patterns.glob_source``)."""
     try:
-        return re.compile("".join(out))
+        return re.compile(glob_source(pattern, braces=True))
     except re.error as exc:
         raise ToolRefused(f"the glob {pattern!r} is not valid: {exc}") from None
 
