@@ -439,6 +439,12 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="list: only runs halted until a person answers, with what each waits for",
     )
     p.add_argument(
+        "--workflow",
+        metavar="NAME[@VERSION]",
+        help="list: only runs of this workflow (its name, id or file), or of one deployed "
+        "version of it (NAME@VERSION, docs/services.md)",
+    )
+    p.add_argument(
         "--port",
         type=port_number,
         default=8600,
