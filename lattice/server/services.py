@@ -30,6 +30,7 @@ from lattice.service.runs import PreparedResume, PreparedRun, ProviderSpec
 from lattice.services.catalog import Catalog, Workflow
 from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns
 from lattice.services.schedules import Clock, Scheduler, SystemClock
+from lattice.services.versions import VERSIONS_DIR
 from lattice.services.webhooks import DeliveryLedger, InputMapping, Refused, secret_of, verify
 
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
@@ -141,7 +142,7 @@ class Services:
         catalog = Catalog(
             settings.workflows_dir,
             mcp_servers=list(config.mcp.servers) if config.source else None,
-            versions=True,
+            versions=manager.runs_dir / VERSIONS_DIR,
         )
         self.runs = WorkflowRuns(
             catalog,

@@ -19,7 +19,7 @@ from lattice.errors import DocumentError, LatticeUserError, Severity
 from lattice.ir.models import ContractOpBase, ExecIR
 from lattice.lower import lower_document
 from lattice.runtime.events import utc_now
-from lattice.services.versions import VERSIONS_DIR, Version, VersionStore, split_ref
+from lattice.services.versions import Version, VersionStore, split_ref
 
 SIDE_FILES = (".mock.json", ".answers.json", ".inputs.json", ".fixtures.json")
 """Files beside workflows that are not workflows."""
@@ -114,16 +114,16 @@ def end_output_schema(ir: ExecIR) -> dict[str, Any] | None:
 
 class Catalog:
     """The workflows of ``root`` (lowered against the configured MCP servers); with
-    ``versions``, each file's content is deployed as a version when it is first seen
-    (at start, and again whenever the file changes), and older versions stay callable
-    as ``NAME@VERSION``."""
+    ``versions`` (a folder: the gateway's is ``<runs dir>/.versions``), each file's
+    content is deployed there as a version when it is first seen (at start, and again
+    whenever the file changes), and older versions stay callable as ``NAME@VERSION``."""
 
     def __init__(
-        self, root: Path, *, mcp_servers: list[str] | None = None, versions: bool = False
+        self, root: Path, *, mcp_servers: list[str] | None = None, versions: Path | None = None
     ) -> None:
         self.root = root.resolve()
         self.mcp_servers = mcp_servers
-        self.versions = VersionStore(self.root / VERSIONS_DIR) if versions else None
+        self.versions = VersionStore(versions) if versions is not None else None
         self.problems: dict[str, str] = {}
         """Files left out, by path under the folder, and why."""
         self._cache: dict[Path, tuple[tuple[int, int], Workflow | None]] = {}

@@ -1,7 +1,7 @@
 """Deployed versions of a folder's workflows (docs/services.md, "Versions").
 
-A version is a workflow's content as it was deployed, kept for good under the folder's
-``.versions/<name>/<number>/``: its document (``workflow.json``), its ExecIR
+A version is a workflow's content as it was deployed, kept for good under the gateway's
+runs folder, in ``.versions/<name>/<number>/``: its document (``workflow.json``), its ExecIR
 (``execir.json``) and ``version.json`` with the digests of both. Versions are numbered
 1, 2, … per name; deploying content a version already has (the same document, whatever
 its whitespace or key order) is that version, not a new one. ``latest`` is the highest
@@ -30,7 +30,7 @@ from lattice.ir.models import ExecIR
 from lattice.ir.serialize import execir_digest, ir_from_json, ir_to_json
 
 VERSIONS_DIR = ".versions"
-"""The store's folder under the workflows folder (hidden: not a workflow itself)."""
+"""The store's folder under the runs folder (beside ``.deliveries`` and ``.schedules``)."""
 LATEST = "latest"
 REF = re.compile(r"^(?P<name>.+?)(?:@(?P<version>[0-9]+|latest))?$")
 
@@ -77,7 +77,7 @@ class Version:
 
 
 class VersionStore:
-    """The deployed versions under ``root`` (the workflows folder's ``.versions``)."""
+    """The deployed versions under ``root`` (the runs folder's ``.versions``)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -50,14 +50,17 @@ def change(folder: Path, *, prompt: str, approved: str) -> None:
 
 
 def test_identical_content_is_the_same_version_and_a_change_is_the_next(folder: Path) -> None:
-    catalog = Catalog(folder, versions=True)
+    catalog = Catalog(folder, versions=folder.parent / "runs" / ".versions")
     first = catalog.resolve(NAME)
     assert first.version is not None and first.version.ref == f"{NAME}@1"
     # the same content again, with other whitespace and key order: no new version
     path = folder / f"{NAME}.json"
     document = json.loads(path.read_text())
     path.write_text(json.dumps(dict(reversed(list(document.items()))), indent=4))
-    assert Catalog(folder, versions=True).resolve(NAME).version == first.version
+    assert (
+        Catalog(folder, versions=folder.parent / "runs" / ".versions").resolve(NAME).version
+        == first.version
+    )
     assert catalog.resolve(NAME).version == first.version
     change(folder, prompt="Say it in one line: {{ $in.purpose }}", approved="OK")
     latest = catalog.resolve(NAME)
@@ -72,11 +75,11 @@ def test_identical_content_is_the_same_version_and_a_change_is_the_next(folder: 
 
 
 def test_a_deployed_version_that_was_changed_is_refused(folder: Path) -> None:
-    catalog = Catalog(folder, versions=True)
+    catalog = Catalog(folder, versions=folder.parent / "runs" / ".versions")
     catalog.resolve(NAME)
     change(folder, prompt="Summarise: {{ $in.purpose }}", approved="OK")
     catalog.resolve(NAME)  # version 2 now; version 1 is kept
-    kept = folder / ".versions" / NAME / "1" / "workflow.json"
+    kept = folder.parent / "runs" / ".versions" / NAME / "1" / "workflow.json"
     assert not kept.stat().st_mode & 0o222  # read-only
     kept.chmod(0o644)
     tampered = json.loads(kept.read_text())
