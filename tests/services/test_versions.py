@@ -160,3 +160,19 @@ def test_runs_record_their_version_and_an_old_run_resumes_on_its_own_ir(
     assert all(f"{NAME}@1" in line for line in lines)
     assert main(["runs", "list", "--runs-dir", str(runs), "--workflow", f"{NAME}@2"]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == [v2_run]
+
+
+def test_lattice_deploy_prints_each_version_new_or_unchanged(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = str(tmp_path / "runs")
+    assert main(["deploy", str(folder), "--runs-dir", runs]) == 0
+    assert capsys.readouterr().out.split()[:2] == [f"{NAME}@1", "new"]
+    assert main(["deploy", str(folder), "--runs-dir", runs]) == 0
+    assert capsys.readouterr().out.split()[:2] == [f"{NAME}@1", "unchanged"]
+    change(folder, prompt="Summarise: {{ $in.purpose }}", approved="OK")
+    (folder / "broken.json").write_text('{"nodes": [{"id": "x"}]}')
+    assert main(["deploy", str(folder), "--runs-dir", runs]) == 2
+    out = capsys.readouterr()
+    assert out.out.split()[:2] == [f"{NAME}@2", "new"]
+    assert "broken.json not deployed" in out.err
