@@ -198,7 +198,9 @@ class Services:
     def names_version(self, ref: str) -> bool:
         """Whether ``POST /v1/runs``'s ``workflow`` names a workflow by name or version
         (``NAME``, ``NAME@VERSION``, ``FILE.json@VERSION``) rather than a file."""
-        return self.runs is not None and ("@" in ref or not ref.endswith(".json"))
+        if self.runs is None:
+            return False
+        return "@" in ref or not (ref.endswith(".json") or "/" in ref or "\\" in ref)
 
     def resolve(self, ref: str) -> Workflow:
         """The workflow ``ref`` names (``Catalog.resolve``), as an API error: 404 when
@@ -209,6 +211,8 @@ class Services:
         except LatticeUserError as exc:
             if exc.error_type == "version_changed":
                 raise ApiError(409, "version_changed", exc.message) from None
+            if exc.error_type == "invalid_path":
+                raise ApiError(400, "invalid_path", exc.message) from None
             raise not_found(exc.message) from None
 
     def file(self, relative: str) -> Workflow | None:

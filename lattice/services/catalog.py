@@ -194,7 +194,9 @@ class Catalog:
         not lower."""
         path = (self.root / relative).resolve()
         if Path(relative).is_absolute() or not path.is_relative_to(self.root):
-            raise LatticeUserError(f"workflow {relative!r} is outside {self.root}")
+            raise LatticeUserError(
+                f"workflow {relative!r} is outside {self.root}", error_type="invalid_path"
+            )
         if not path.is_file():
             raise LatticeUserError(f"no workflow {relative!r} under {self.root}")
         workflow = self._load(path)

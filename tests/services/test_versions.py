@@ -133,6 +133,8 @@ def test_runs_record_their_version_and_an_old_run_resumes_on_its_own_ir(
         assert wait(url, pinned)["workflow_version"]["version"] == 1
         missing = httpx.post(f"{url}/v1/runs", json={"workflow": f"{NAME}@9", "inputs": INPUTS})
         assert missing.status_code == 404
+        outside = httpx.post(f"{url}/v1/runs", json={"workflow": "../x.json@1", "inputs": {}})
+        assert outside.status_code == 400
 
         # the halted v1 run, answered after v2 was deployed, goes on with v1's IR
         answered = httpx.post(
