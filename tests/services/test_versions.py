@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from lattice.cli.main import main
 from lattice.errors import LatticeUserError
@@ -178,3 +181,29 @@ def test_lattice_deploy_prints_each_version_new_or_unchanged(
     out = capsys.readouterr()
     assert out.out.split()[:2] == [f"{NAME}@2", "new"]
     assert "broken.json not deployed" in out.err
+
+
+def test_a_tool_call_at_the_gateway_takes_name_at_version(folder: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+
+    def version_of(run_id: str) -> int:
+        meta = json.loads((runs / run_id / "checkpoint.json").read_text())["meta"]
+        return int(meta["workflow_version"]["version"])
+
+    async def go(url: str) -> None:
+        async with httpx.AsyncClient(timeout=60) as http:
+            transport = streamable_http_client(f"{url}/mcp", http_client=http)
+            async with Client(transport, read_timeout_seconds=60) as mcp:
+                first = (await mcp.call_tool(NAME, INPUTS)).structured_content
+                assert first is not None and version_of(first["run_id"]) == 1
+                change(folder, prompt="Summarise: {{ $in.purpose }}", approved="Paid.")
+                latest = (await mcp.call_tool(NAME, INPUTS)).structured_content
+                assert latest is not None and version_of(latest["run_id"]) == 2
+                pinned = (await mcp.call_tool(f"{NAME}@1", INPUTS)).structured_content
+                assert pinned is not None and version_of(pinned["run_id"]) == 1
+                unknown = await mcp.call_tool(f"{NAME}@7", INPUTS)
+                assert unknown.is_error and "no version 7" in str(unknown.content)
+
+    settings = ServerSettings(runs_dir=runs, workflows_dir=folder, mocks=True)
+    with serve_in_thread(settings) as url:
+        anyio.run(go, url)
