@@ -235,10 +235,9 @@ def show_run(folder: Path) -> str:
     if started_by:
         lines.append(terminal_text(f"started by {started_by}"))
     version = meta.get("workflow_version") or result.get("workflow_version")
-    if version_ref(version):
-        lines.append(
-            terminal_text(f"workflow {version_ref(version)} (document {version.get('digest')})")
-        )
+    ref = version_ref(version)
+    if ref is not None and isinstance(version, dict):
+        lines.append(terminal_text(f"workflow {ref} (document {version.get('digest')})"))
     changes = result.get("changes") or []
     if changes:
         verb = "changed" if all(c.get("applied", True) for c in changes) else "changed (or patched)"
