@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,12 +82,19 @@ class VersionStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._lock = threading.Lock()
+        """One deploy at a time in this process: the same new content seen by two
+        requests at once is one version, not two."""
 
     def deploy(self, name: str, document: Any, ir: ExecIR, *, now: str) -> tuple[Version, bool]:
         """Keep ``document`` (lowered to ``ir``) as a version of ``name``: the version
         that has its content already (and False), or a new one numbered after the last
         (and True)."""
         _check_name(name)
+        with self._lock:
+            return self._deploy(name, document, ir, now=now)
+
+    def _deploy(self, name: str, document: Any, ir: ExecIR, *, now: str) -> tuple[Version, bool]:
         digest = document_digest(document)
         for number in reversed(self.numbers(name)):
             version = self._info(name, number)

@@ -18,12 +18,14 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from lattice.cli.main import main
+from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
 from lattice.ir.serialize import execir_digest, ir_from_json
 from lattice.runs.view import show_run
-from lattice.server.app import ServerSettings
+from lattice.server.app import ServerSettings, create_app
 from lattice.server.in_thread import serve_in_thread
 from lattice.services.catalog import Catalog
+from lattice.services.webhooks import sign
 from tests.conftest import EXAMPLES
 
 NAME = "expense-approval"
@@ -207,3 +209,33 @@ def test_a_tool_call_at_the_gateway_takes_name_at_version(folder: Path, tmp_path
     settings = ServerSettings(runs_dir=runs, workflows_dir=folder, mocks=True)
     with serve_in_thread(settings) as url:
         anyio.run(go, url)
+
+
+def test_a_webhook_pinned_to_a_version_starts_that_version(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = tmp_path / "runs"
+    secret = "whsec-versions-0123456789"
+    monkeypatch.setenv("LATTICE_TEST_HOOK_SECRET", secret)
+    trigger = {"path": "expense", "workflow": f"{NAME}@1", "secret_env": "LATTICE_TEST_HOOK_SECRET"}
+    trigger["inputs"] = {key: f"body.{key}" for key in INPUTS}
+    missing = LatticeConfig.model_validate(
+        {"triggers": {"t": {**trigger, "workflow": f"{NAME}@4"}}}
+    )
+    with pytest.raises(LatticeUserError, match="no version 4"):
+        create_app(ServerSettings(runs_dir=runs, workflows_dir=folder, config=missing))
+    config = LatticeConfig.model_validate({"triggers": {"expense": trigger}})
+    settings = ServerSettings(runs_dir=runs, workflows_dir=folder, config=config, mocks=True)
+    with serve_in_thread(settings) as url:  # deploys the file as it is: version 1
+        change(folder, prompt="Summarise: {{ $in.purpose }}", approved="Paid.")
+        body = json.dumps(INPUTS).encode()
+        headers = {
+            "X-Lattice-Signature": sign(secret.encode(), body, timestamp=int(time.time())),
+            "X-Lattice-Delivery": "delivery-1",
+        }
+        answer = httpx.post(f"{url}/hooks/expense", content=body, headers=headers)
+        assert answer.status_code == 202, answer.text
+        run = wait(url, answer.json()["run_id"])
+        assert run["workflow_version"]["version"] == 1
+        latest = wait(url, start(url, NAME))  # the file changed: latest is version 2
+        assert latest["workflow_version"]["version"] == 2
