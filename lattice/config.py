@@ -327,9 +327,10 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 class TriggerConfig(_Strict):
     """A webhook (``[triggers.<name>]``): ``POST /hooks/<path>`` on ``lattice serve``
-    starts ``workflow`` (a file under ``--workflows``) with ``inputs`` read from the
-    request by JMESPath (over ``{"body": ..., "headers": {...}}``), once per delivery,
-    when its HMAC signature (keyed by the environment variable ``secret_env``) holds."""
+    starts ``workflow`` (a file under ``--workflows``, or ``NAME@VERSION``) with ``inputs``
+    read from the request by JMESPath (over ``{"body": ..., "headers": {...}}``), once per
+    delivery, when its HMAC signature (keyed by the environment variable ``secret_env``)
+    holds."""
 
     path: str
     workflow: str
@@ -358,7 +359,7 @@ class TriggerConfig(_Strict):
 
 class ScheduleConfig(_Strict):
     """A schedule (``[schedules.<name>]``): ``lattice serve`` starts ``workflow`` (a file
-    under ``--workflows``) with ``inputs`` at each tick of ``cron`` in ``timezone``;
+    under ``--workflows``, or ``NAME@VERSION``) with ``inputs`` at each tick of ``cron`` in ``timezone``;
     ``catch_up`` says what becomes of ticks missed while it was down (``skip`` them, or
     run the latest ``once``)."""
 

@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     _export_commands(sub)
     _plan_commands(sub)
     _mcp_commands(sub)
+    _deploy_command(sub)
     _mock_commands(sub)
     _serve_commands(sub)
     return parser
@@ -437,6 +438,12 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--waiting",
         action="store_true",
         help="list: only runs halted until a person answers, with what each waits for",
+    )
+    p.add_argument(
+        "--workflow",
+        metavar="NAME[@VERSION]",
+        help="list: only runs of this workflow (its name, id or file), or of one deployed "
+        "version of it (NAME@VERSION, docs/services.md)",
     )
     p.add_argument(
         "--port",
@@ -849,6 +856,27 @@ def _plan_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("--content", action="store_true", help="show: the artifact's content only")
     p.add_argument("--json", action="store_true", help="list: JSON (without contents)")
     _handler(p, "lattice.cli.plan:artifacts")
+
+
+def _deploy_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "deploy",
+        help="deploy each workflow of a folder as an immutable version (NAME@VERSION)",
+        description="lattice deploy DIR: keep each workflow under DIR whose content is new "
+        "as the next version of its name in RUNS/.versions, as lattice serve --workflows DIR "
+        "--runs-dir RUNS does when it starts and whenever a file changes; print "
+        "NAME@VERSION of each (docs/services.md). Exit 2 when a file does not lower (the "
+        "others are deployed).",
+    )
+    p.add_argument("folder", metavar="DIR", help="the workflows folder")
+    p.add_argument(
+        "--runs-dir",
+        default="runs",
+        metavar="RUNS",
+        help="the gateway's runs folder, which keeps the versions (default: runs)",
+    )
+    p.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    _handler(p, "lattice.cli.deploy:deploy")
 
 
 def _mcp_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -265,13 +265,23 @@ def runs_list(args: argparse.Namespace) -> int:
     limit = None if args.all else (args.limit or RUNS_LIST_DEFAULT)
     if args.temporal and args.waiting:
         raise LatticeUserError("lattice runs list --waiting reads run folders (not --temporal yet)")
+    workflow = getattr(args, "workflow", None)
+    if args.temporal and workflow:
+        raise LatticeUserError(
+            "lattice runs list --workflow reads run folders (not --temporal yet)"
+        )
+    if workflow and workflow.endswith("@latest"):
+        raise LatticeUserError(
+            f"--workflow {workflow}: latest moves; name the version (NAME@3) or the workflow"
+        )
     if args.temporal:
         from lattice.cli.temporal import list_runs as list_on_temporal
 
         return list_on_temporal(args, limit)
     root = Path(args.runs_dir)
-    sys.stdout.write(list_runs(root, limit, waiting=args.waiting))
-    more = len(run_folders(root)) - limit if limit is not None and not args.waiting else 0
+    sys.stdout.write(list_runs(root, limit, waiting=args.waiting, workflow=workflow))
+    filtered = args.waiting or workflow
+    more = len(run_folders(root)) - limit if limit is not None and not filtered else 0
     if more > 0:
         sys.stderr.write(
             f"lattice: {more:,} older run{'s' if more > 1 else ''} not shown "

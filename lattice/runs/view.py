@@ -44,16 +44,39 @@ def run_folders(root: Path) -> list[Path]:
     return sorted(folders, reverse=True)
 
 
-def list_runs(root: Path, limit: int | None = None, *, waiting: bool = False) -> str:
+def version_ref(version: Any) -> str | None:
+    """A run's ``meta.workflow_version`` as ``NAME@VERSION`` (None when it has none)."""
+    if not isinstance(version, dict) or "name" not in version or "version" not in version:
+        return None
+    return f"{version['name']}@{version['version']}"
+
+
+def of_workflow(ref: str, *, names: tuple[Any, ...], version: Any) -> bool:
+    """Whether a run is of workflow ``ref``: ``NAME`` (any of ``names``: the workflow's
+    id, name or file, or its deployed version's name) or ``NAME@VERSION`` (that deployed
+    version only; ``NAME@latest`` is not a fixed version and is refused upstream)."""
+    name, at, number = ref.rpartition("@")
+    if not at:
+        kept = version.get("name") if isinstance(version, dict) else None
+        return ref in (*names, kept)
+    return version_ref(version) == f"{name}@{number}"
+
+
+def list_runs(
+    root: Path, limit: int | None = None, *, waiting: bool = False, workflow: str | None = None
+) -> str:
     """One line per run folder under ``root``, newest first (the ``limit`` newest; all
     of them when it is None); with ``waiting``, only the runs halted until a person
-    answers, each followed by what it waits for."""
-    nothing = f"no runs {'waiting for a person ' if waiting else ''}under {root}\n"
+    answers, each followed by what it waits for; with ``workflow`` (``NAME`` or
+    ``NAME@VERSION``), only that workflow's runs (``of_workflow``)."""
+    of = f"of {workflow} " if workflow else ""
+    nothing = f"no runs {of}{'waiting for a person ' if waiting else ''}under {root}\n"
     if not root.is_dir():
         return nothing
     rows = []
     listed = 0
-    for folder in run_folders(root) if waiting else run_folders(root)[:limit]:
+    filtered = waiting or workflow is not None
+    for folder in run_folders(root) if filtered else run_folders(root)[:limit]:
         if limit is not None and listed >= limit:
             break
         result = _load(folder / "result.json") or {}
@@ -65,11 +88,16 @@ def list_runs(root: Path, limit: int | None = None, *, waiting: bool = False) ->
             failure = {}
         if waiting and status != "halted":
             continue
+        meta = (checkpoint or {}).get("meta") or {}
+        version = meta.get("workflow_version") or result.get("workflow_version")
+        names = (result.get("workflow"), meta.get("workflow_name"))
+        if workflow is not None and not of_workflow(workflow, names=names, version=version):
+            continue
         extra = f"  [{failure.get('category')}] {failure.get('node_id')}" if failure else ""
         listed += 1
+        shown = version_ref(version) or result.get("workflow", "?")
         rows.append(
-            f"{folder.name}  {status:<9}  {result.get('workflow', '?'):<30}  "
-            f"{usage.get('calls', 0):>3} calls{extra}"
+            f"{folder.name}  {status:<9}  {shown:<30}  {usage.get('calls', 0):>3} calls{extra}"
         )
         if waiting:
             rows.extend(f"    {line}" for line in waits_for(failure))
@@ -202,9 +230,14 @@ def show_run(folder: Path) -> str:
         f"usage: {count_calls(usage.get('calls', 0), usage.get('requests', 0))}, "
         f"{usage.get('input_tokens', 0)} input + {usage.get('output_tokens', 0)} output tokens"
     )
-    started_by = started_by_text((checkpoint or {}).get("meta") or {})
+    meta = (checkpoint or {}).get("meta") or {}
+    started_by = started_by_text(meta)
     if started_by:
         lines.append(terminal_text(f"started by {started_by}"))
+    version = meta.get("workflow_version") or result.get("workflow_version")
+    ref = version_ref(version)
+    if ref is not None and isinstance(version, dict):
+        lines.append(terminal_text(f"workflow {ref} (document {version.get('digest')})"))
     changes = result.get("changes") or []
     if changes:
         verb = "changed" if all(c.get("applied", True) for c in changes) else "changed (or patched)"

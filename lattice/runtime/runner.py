@@ -806,7 +806,12 @@ class Runner:
         recorder.write_json("state_final.json", snapshot)
         recorder.write_json(
             "result.json",
-            {**result.to_json(), "workflow": self.ir.workflow.id, "finished_at": utc_now()},
+            {
+                **result.to_json(),
+                "workflow": self.ir.workflow.id,
+                **{k: self.meta[k] for k in ("workflow_version",) if k in self.meta},
+                "finished_at": utc_now(),
+            },
         )
         if failure is not None:
             recorder.write_json("failure_report.json", failure.to_json())

@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
+from lattice.ir.models import ExecIR
 from lattice.llm.disabled import DisabledProvider
 from lattice.lower.compiler import LoweringResult
 from lattice.runs.redaction import Redactor, make_redactor
@@ -63,6 +64,7 @@ from lattice.service.runs import (
     prepare_resume,
     prepare_run,
 )
+from lattice.services.runs import version_meta
 from lattice.services.schedules import Clock
 
 log = logging.getLogger("lattice.server")
@@ -391,11 +393,22 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
     def _prepare(body: StartRun) -> tuple[LoweringResult, PreparedRun]:
         """The run ``body`` asks for: its document lowered, its inputs checked."""
         meta: dict[str, Any] = {"started_by": {"via": "api"}}
-        if body.workflow is not None:
+        ir: ExecIR | None = None
+        if body.workflow is not None and services.names_version(body.workflow):
+            workflow = services.resolve(body.workflow)
+            lowered = LoweringResult(workflow.ir, [])
+            document, ir = workflow.document, workflow.ir
+            meta.update({"workflow_name": workflow.name, **version_meta(workflow)})
+            where = f"workflow {body.workflow!r}"
+        elif body.workflow is not None:
             loaded = library.load(body.workflow)
             lowered, document = loaded.lowered, loaded.document
             meta["workflow_name"] = body.workflow
             where = f"workflow {body.workflow!r}"
+            if lowered.ir is not None and (versioned := services.file(body.workflow)):
+                # the deployed version's IR, so that the run records the IR it runs
+                meta.update({"workflow_name": versioned.name, **version_meta(versioned)})
+                document, ir = versioned.document, versioned.ir
         else:
             assert body.document is not None
             lowered, document = library.lower_inline(body.document), body.document
@@ -404,7 +417,7 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
             raise document_error(lowered.diagnostics, where=where)
         try:
             prepared = prepare_run(
-                lowered.ir,
+                ir or lowered.ir,
                 config=config,
                 options=RunOptions(
                     provider=body.spec(library),
@@ -448,7 +461,9 @@ def create_app(settings: ServerSettings) -> FastAPI:  # noqa: C901
         status: Annotated[
             Literal["running", "completed", "failed", "halted", "interrupted"] | None, Query()
         ] = None,
-        workflow: Annotated[str | None, Query(description="workflow id or file name")] = None,
+        workflow: Annotated[
+            str | None, Query(description="workflow id, name or file, or NAME@VERSION")
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         before: Annotated[str | None, Query(description="the previous page's next")] = None,
         q: Annotated[

@@ -61,7 +61,9 @@ class StartRun(ProviderOptions):
     """``POST /v1/runs``: a workflow by name, or a document, with its inputs and answers."""
 
     workflow: str | None = Field(
-        default=None, description="a workflow file, relative to --workflows"
+        default=None,
+        description="a workflow file, relative to --workflows, or a workflow's name: "
+        "NAME or NAME@VERSION (a deployed version; NAME@latest is the file as it is now)",
     )
     document: dict[str, Any] | None = Field(default=None, description="an inline workflow document")
     inputs: dict[str, Any] = Field(default_factory=dict)

@@ -26,6 +26,7 @@ from lattice.errors import LatticeUserError
 from lattice.runs.checkpoint import load_checkpoint, status_of
 from lattice.runs.redaction import PieceMasker
 from lattice.runs.store import RunStore, new_run_id
+from lattice.runs.view import of_workflow
 from lattice.runtime.context import EventListener
 from lattice.runtime.events import utc_now
 from lattice.runtime.results import RunResult
@@ -399,6 +400,7 @@ class RunManager:
             "status": status,
             "workflow": meta.get("workflow") or result.get("workflow"),
             "workflow_name": meta.get("workflow_name"),
+            "workflow_version": meta.get("workflow_version"),
             "started_by": meta.get("started_by"),
             "started_at": checkpoint.get("started_at"),
             "finished_at": result.get("finished_at") if status != "running" else None,
@@ -433,6 +435,7 @@ class RunManager:
                 "run_id": run_id,
                 "workflow": meta.get("workflow") or result.get("workflow"),
                 "workflow_name": meta.get("workflow_name"),
+                "workflow_version": meta.get("workflow_version"),
                 "started_by": meta.get("started_by"),
                 "started_at": checkpoint.get("started_at"),
                 "finished_at": result.get("finished_at"),
@@ -492,7 +495,11 @@ class RunManager:
             item = self.summary(name)
             if status is not None and item["status"] != status:
                 continue
-            if workflow is not None and workflow not in (item["workflow"], item["workflow_name"]):
+            if workflow is not None and not of_workflow(
+                workflow,
+                names=(item["workflow"], item["workflow_name"]),
+                version=item["workflow_version"],
+            ):
                 continue
             if words and not matches(item, words):
                 continue

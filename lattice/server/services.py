@@ -27,9 +27,10 @@ from lattice.server.errors import ApiError, not_found
 from lattice.server.manager import ActiveRun, RunManager, links
 from lattice.server.store import LoopStore
 from lattice.service.runs import PreparedResume, PreparedRun, ProviderSpec
-from lattice.services.catalog import Catalog
+from lattice.services.catalog import Catalog, Workflow
 from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns
 from lattice.services.schedules import Clock, Scheduler, SystemClock
+from lattice.services.versions import VERSIONS_DIR
 from lattice.services.webhooks import DeliveryLedger, InputMapping, Refused, secret_of, verify
 
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
@@ -141,6 +142,7 @@ class Services:
         catalog = Catalog(
             settings.workflows_dir,
             mcp_servers=list(config.mcp.servers) if config.source else None,
+            versions=manager.runs_dir / VERSIONS_DIR,
         )
         self.runs = WorkflowRuns(
             catalog,
@@ -193,15 +195,45 @@ class Services:
                 )
             self.triggers[trigger.path] = Trigger(name, trigger, runs_dir=runs_dir, durable=durable)
 
+    def names_version(self, ref: str) -> bool:
+        """Whether ``POST /v1/runs``'s ``workflow`` names a workflow by name or version
+        (``NAME``, ``NAME@VERSION``, ``FILE.json@VERSION``) rather than a file."""
+        if self.runs is None:
+            return False
+        return "@" in ref or not (ref.endswith(".json") or "/" in ref or "\\" in ref)
+
+    def resolve(self, ref: str) -> Workflow:
+        """The workflow ``ref`` names (``Catalog.resolve``), as an API error: 404 when
+        there is none, 409 when its deployed version was changed."""
+        assert self.runs is not None
+        try:
+            return self.runs.catalog.resolve(ref)
+        except LatticeUserError as exc:
+            if exc.error_type == "version_changed":
+                raise ApiError(409, "version_changed", exc.message) from None
+            if exc.error_type == "invalid_path":
+                raise ApiError(400, "invalid_path", exc.message) from None
+            raise not_found(exc.message) from None
+
+    def file(self, relative: str) -> Workflow | None:
+        """The deployed version of the workflow file ``relative`` (None on a server that
+        keeps no versions, or when the file is no workflow of the catalog)."""
+        if self.runs is None:
+            return None
+        try:
+            return self.runs.catalog.file(relative)
+        except LatticeUserError:
+            return None
+
     def check(self) -> None:
         """Refuse to start when a trigger or a schedule could never start a run: its
         workflow missing or invalid, its secret not set."""
         assert self.runs is not None
         for trigger in self.triggers.values():
-            self.runs.catalog.file(trigger.config.workflow)
+            self.runs.catalog.resolve(trigger.config.workflow)
             secret_of(trigger.name, trigger.config, os.environ)
         for scheduler in self.schedulers:
-            self.runs.catalog.file(scheduler.schedule.workflow)
+            self.runs.catalog.resolve(scheduler.schedule.workflow)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -265,7 +297,7 @@ class Services:
         assert self.runs is not None
         try:
             secret = secret_of(trigger.name, trigger.config, os.environ)
-            workflow = self.runs.catalog.file(trigger.config.workflow)
+            workflow = self.runs.catalog.resolve(trigger.config.workflow)
         except LatticeUserError as exc:
             raise Refused(503, "trigger_not_ready", exc.message) from None
         delivery = verify(trigger.config, secret, body, headers, now=self.clock.now().timestamp())

@@ -18,6 +18,8 @@ from typing import Any
 from lattice.errors import DocumentError, LatticeUserError, Severity
 from lattice.ir.models import ContractOpBase, ExecIR
 from lattice.lower import lower_document
+from lattice.runtime.events import utc_now
+from lattice.services.versions import Version, VersionStore, split_ref
 
 SIDE_FILES = (".mock.json", ".answers.json", ".inputs.json", ".fixtures.json")
 """Files beside workflows that are not workflows."""
@@ -55,6 +57,13 @@ class Workflow:
     path: Path
     document: Any
     ir: ExecIR
+    version: Version | None = None
+    """The deployed version this is (None where versions are not kept)."""
+
+    @property
+    def ref(self) -> str:
+        """``NAME@VERSION`` (the name alone where versions are not kept)."""
+        return self.version.ref if self.version is not None else self.name
 
     @property
     def description(self) -> str:
@@ -104,14 +113,21 @@ def end_output_schema(ir: ExecIR) -> dict[str, Any] | None:
 
 
 class Catalog:
-    """The workflows of ``root`` (lowered against the configured MCP servers)."""
+    """The workflows of ``root`` (lowered against the configured MCP servers); with
+    ``versions`` (a folder: the gateway's is ``<runs dir>/.versions``), each file's
+    content is deployed there as a version when it is first seen (at start, and again
+    whenever the file changes), and older versions stay callable as ``NAME@VERSION``."""
 
-    def __init__(self, root: Path, *, mcp_servers: list[str] | None = None) -> None:
+    def __init__(
+        self, root: Path, *, mcp_servers: list[str] | None = None, versions: Path | None = None
+    ) -> None:
         self.root = root.resolve()
         self.mcp_servers = mcp_servers
+        self.versions = VersionStore(versions) if versions is not None else None
         self.problems: dict[str, str] = {}
         """Files left out, by path under the folder, and why."""
         self._cache: dict[Path, tuple[tuple[int, int], Workflow | None]] = {}
+        self._deployed: dict[tuple[str, str], tuple[Any, Version]] = {}
 
     def files(self) -> list[Path]:
         """Workflow files under the folder, in order (hidden folders and side files left out)."""
@@ -137,11 +153,40 @@ class Catalog:
             if name in out:
                 name = tool_name(path.relative_to(self.root).as_posix().removesuffix(".json"))
                 workflow = Workflow(name, workflow.path, workflow.document, workflow.ir)
-            out[name] = workflow
+            out[name] = self._deploy(workflow)
         return out
 
     def get(self, name: str) -> Workflow | None:
-        return self.workflows().get(name)
+        """The workflow ``name``, or ``NAME@VERSION`` (``@latest``: the file as it is
+        now); None when there is none."""
+        try:
+            return self.resolve(name)
+        except LatticeUserError:
+            return None
+
+    def resolve(self, ref: str) -> Workflow:
+        """The workflow ``ref`` names: ``NAME`` or ``NAME@latest`` (the folder's file as
+        it is now), ``NAME@VERSION`` (that deployed version, checked unchanged), or a file
+        under the folder (``greet.json``, ``greet.json@2``); a LatticeUserError else."""
+        base, number = split_ref(ref)
+        current = self.file(base) if base.endswith(".json") else self.workflows().get(base)
+        name = current.name if current is not None else base
+        if number is None or (
+            current is not None and current.version is not None and current.version.number == number
+        ):
+            if current is None:
+                raise LatticeUserError(
+                    f"no workflow {base!r} under {self.root}", error_type="not_found"
+                )
+            return current
+        if self.versions is None:
+            raise LatticeUserError(
+                f"workflow {ref!r}: this server keeps no versions of its workflows"
+            )
+        version = self.versions.get(name, number)
+        document, ir = self.versions.load(version)
+        path = current.path if current is not None else self.root / f"{name}.json"
+        return Workflow(name, path, document, ir, version)
 
     def file(self, relative: str) -> Workflow:
         """The workflow in the file ``relative`` to the folder (what a trigger or a
@@ -149,14 +194,34 @@ class Catalog:
         not lower."""
         path = (self.root / relative).resolve()
         if Path(relative).is_absolute() or not path.is_relative_to(self.root):
-            raise LatticeUserError(f"workflow {relative!r} is outside {self.root}")
+            raise LatticeUserError(
+                f"workflow {relative!r} is outside {self.root}", error_type="invalid_path"
+            )
         if not path.is_file():
             raise LatticeUserError(f"no workflow {relative!r} under {self.root}")
         workflow = self._load(path)
         if workflow is None:
             problem = self.problems.get(path.relative_to(self.root).as_posix(), "not a workflow")
             raise LatticeUserError(f"workflow {relative!r}: {problem}")
-        return workflow
+        for named in self.workflows().values():  # its name (and so its version) in the folder
+            if named.path == workflow.path:
+                return named
+        return self._deploy(workflow)
+
+    def _deploy(self, workflow: Workflow) -> Workflow:
+        """``workflow`` as a deployed version (deployed now when its content is new)."""
+        if self.versions is None or workflow.version is not None:
+            return workflow
+        key = (workflow.name, str(workflow.path))
+        cached = self._deployed.get(key)
+        if cached is not None and cached[0] is workflow.document:  # the file is unchanged
+            version = cached[1]
+        else:
+            version, _new = self.versions.deploy(
+                workflow.name, workflow.document, workflow.ir, now=utc_now()
+            )
+            self._deployed[key] = (workflow.document, version)
+        return Workflow(workflow.name, workflow.path, workflow.document, workflow.ir, version)
 
     def _load(self, path: Path) -> Workflow | None:
         stat = path.stat()

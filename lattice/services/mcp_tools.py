@@ -86,9 +86,8 @@ def workflow_server(runs: WorkflowRuns, *, name: str = "lattice") -> Server[Any]
                     on_event=progress,
                 )
                 return await _follow(ctx, runs, hosted, progress)
-            workflow = await asyncio.to_thread(runs.catalog.get, params.name)
-            if workflow is None:
-                return error_result(f"no workflow tool {params.name!r}")
+            # NAME@VERSION: a deployed version the listing (of the latest) does not show
+            workflow = await asyncio.to_thread(runs.catalog.resolve, params.name)
             hosted = await runs.start(
                 workflow, arguments, StartedBy("mcp", {"tool": workflow.name}), on_event=progress
             )

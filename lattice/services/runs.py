@@ -172,7 +172,11 @@ class WorkflowRuns:
                 config_path=self.config_path,
                 max_calls=self.max_calls,
                 max_tokens_total=self.max_tokens_total,
-                meta={"workflow_name": workflow.name, **started_by.to_meta()},
+                meta={
+                    "workflow_name": workflow.name,
+                    **started_by.to_meta(),
+                    **version_meta(workflow),
+                },
             ),
             inputs=inputs,
             answers=answers,
@@ -205,7 +209,7 @@ class WorkflowRuns:
     ) -> None:
         """Start the run of schedule ``name``'s tick as ``run_id`` (nothing when that run
         exists: the tick was started before)."""
-        workflow = await asyncio.to_thread(self.catalog.file, schedule.workflow)
+        workflow = await asyncio.to_thread(self.catalog.resolve, schedule.workflow)
         started_by = StartedBy("schedule", {"schedule": name, "tick": tick.isoformat()})
         try:
             await self.start(workflow, schedule.inputs, started_by, run_id=run_id)
@@ -236,6 +240,14 @@ class WorkflowRuns:
         if "/" in run_id or run_id.startswith(".") or not folder.is_dir():
             raise LatticeUserError(f"no run {run_id!r} under {self.host.runs_dir}")
         return folder
+
+
+def version_meta(workflow: Workflow) -> dict[str, Any]:
+    """What a run of ``workflow`` records of its deployed version (nothing when the
+    catalog keeps no versions): ``meta.workflow_version``."""
+    if workflow.version is None:
+        return {}
+    return {"workflow_version": workflow.version.to_meta()}
 
 
 def outcome(result: RunResult) -> dict[str, Any]:

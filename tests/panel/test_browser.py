@@ -174,6 +174,7 @@ def test_a_run_started_from_the_form_turns_its_nodes_completed_in_order(
     until(lambda: status(page, "classify") == "running", "classify never ran")
     assert status(page, "review") == "pending"
     assert by_css(page, "#run-started-by").text == "HTTP API"  # how the run was started
+    assert by_css(page, "#run-version").text == "support-triage@1"  # the version it runs
     until(lambda: status(page, "classify") == "completed", "classify never completed")
     # the canvas is drawn legibly, so it may not all be in view: stop following, bring it in
     page.execute_script(

@@ -43,6 +43,13 @@ function startedByText(by) {
   }
 }
 
+/** The deployed version a run ran (its meta.workflow_version, docs/services.md), if any. */
+function versionFacts(version) {
+  if (!version || !version.name) return [];
+  const title = `document ${version.digest}`;
+  return [h("dt", {}, "version"), h("dd", { id: "run-version", title }, `${version.name}@${version.version}`)];
+}
+
 function recordBatch(size, ms, parts) {
   stats.batches.push({ size, ms, ...parts });
   if (stats.batches.length > 500) stats.batches.splice(0, stats.batches.length - 500);
@@ -204,6 +211,7 @@ export class RunView {
           h("dd", {}, fmtTime(run.started_at)),
           h("dt", {}, "by"),
           h("dd", { id: "run-started-by" }, startedByText(run.started_by)),
+          ...versionFacts(run.workflow_version),
           h("dt", {}, "duration"),
           f.duration,
           h("dt", {}, "calls"),
