@@ -8,6 +8,9 @@ Temporal with the op's next heartbeat instead of to ``journal.jsonl``. When the 
 lost and Temporal starts the op again on another one, the new attempt reads the lines
 back (``activity.info().heartbeat_details``) and ``JournaledProvider`` answers the calls
 already paid for from them, as a resumed local run does, instead of sending them again.
+An op that halts keeping its journal (an agent waiting for approvals or an answer) ends
+its activity with the journal in its result; the workflow sends it with the op's next
+activity, which replays it (its turns, tool results and decisions) and goes on.
 
 Lines are masked with the run's redactor before they leave the op (the payload codec
 encrypts them on their way). Heartbeat details travel as one payload, so the journal
@@ -25,9 +28,10 @@ from typing import Any
 from lattice.runs.redaction import Redactor, redact_value
 from lattice.runs.store import NullRecorder
 
-KEPT = ("answer", "tool_call", "tool_result")
-"""What a new attempt replays: the model's answers and the agent's tool calls (a
-``request`` line only counts toward a local run's budget, which an op's request carries)."""
+KEPT = ("answer", "tool_call", "tool_result", "tool_decision")
+"""What a new attempt replays: the model's answers, the agent's tool calls and the
+decisions on them (a ``request`` line only counts toward a local run's budget, which an
+op's request carries; an ``approval_request`` is the op's halt, which the workflow keeps)."""
 LOG = logging.getLogger(__name__)
 LIMIT_BYTES = 1_000_000
 """The journal's size at most (as JSON): Temporal refuses a payload over 2 MB and warns

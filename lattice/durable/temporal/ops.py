@@ -145,7 +145,8 @@ class OpExecutor:
         """Execute ``request["op_id"]`` of the run and return what it did (module docstring).
         ``load`` gives the run's ExecIR when this worker has not compiled it yet;
         ``recorded`` is the journal an earlier attempt of this op left (its answers are
-        not asked for again), and ``on_journal`` is given the journal as it grows."""
+        not asked for again), else the request's ``journal`` (what the op's visit that
+        halted left, for a visit going on after its answer or decisions), and ``on_journal`` is given the journal as it grows."""
         settings = self.settings(request)
         compiled = await self._compile(request, settings, load)
         op_id = str(request["op_id"])
@@ -159,6 +160,7 @@ class OpExecutor:
         provider = ProviderSpec.from_meta(request.get("provider") or {}).build(self.config)
         if isinstance(provider, DisabledProvider):
             provider.how_to = ON_TEMPORAL_HOW_TO
+        recorded = list(recorded) or list(request.get("journal") or [])
         provider_state = replayed_provider_state(recorded) or request.get("provider_state")
         if provider_state is not None:
             restore_provider(provider, provider_state)
@@ -207,6 +209,8 @@ class OpExecutor:
                 "action": halt.action,
                 "node_id": op.source_node,
             }
+            if halt.keeps_journal:  # the op's next activity replays it (op_journal.py)
+                done["journal"] = journal.lines
         except Exception as raised:
             exc = as_run_error(raised, op_id)
             exc.op_id = exc.op_id or op_id
