@@ -263,8 +263,6 @@ def runs_list(args: argparse.Namespace) -> int:
     if args.all and args.limit is not None:
         raise LatticeUserError("lattice runs list: give --limit N or --all, not both")
     limit = None if args.all else (args.limit or RUNS_LIST_DEFAULT)
-    if args.temporal and args.waiting:
-        raise LatticeUserError("lattice runs list --waiting reads run folders (not --temporal yet)")
     if args.temporal:
         from lattice.cli.temporal import list_runs as list_on_temporal
 
