@@ -239,7 +239,10 @@ def test_approved_through_a_gateway_on_temporal(
         run_id = started.json()["run_id"]
 
         def halted_on(request_id: str) -> dict[str, Any] | None:
-            run: dict[str, Any] = client.get(f"/v1/runs/{run_id}").json()
+            response = client.get(f"/v1/runs/{run_id}")
+            if response.status_code == 503:  # no worker answered yet
+                return None
+            run: dict[str, Any] = response.json()
             approvals = ((run.get("failure") or {}).get("details") or {}).get("approvals")
             if run.get("status") == "halted" and approvals and approvals[0]["id"] == request_id:
                 return run
@@ -250,12 +253,21 @@ def test_approved_through_a_gateway_on_temporal(
             (waiting,) = run["failure"]["details"]["approvals"]
             assert waiting["tool"] == tool
             workers.kill()  # while the run waits
-            answered = client.post(
-                f"/v1/runs/{run_id}/answers", json={"approvals": {request_id: "allow"}}
+            body = {"approvals": {request_id: "allow"}}
+            answered = wait_for(  # 503 until the new worker answers the run's queries
+                lambda b=body: (
+                    (r := client.post(f"/v1/runs/{run_id}/answers", json=b)).status_code != 503
+                    and r
+                ),
+                "a worker to answer",
             )
             assert answered.status_code == 202, answered.text
         run = wait_for(
-            lambda: (r := client.get(f"/v1/runs/{run_id}").json())["status"] == "completed" and r,
+            lambda: (
+                (r := client.get(f"/v1/runs/{run_id}")).status_code == 200
+                and r.json()["status"] == "completed"
+                and r.json()
+            ),
             "the run to complete",
         )
         assert run["output"] == EXPECTED_OUTPUT
@@ -302,6 +314,20 @@ def test_a_worker_killed_after_each_decision_runs_and_asks_nothing_twice(
             {request_id: {"decision": "allow", "door": "probe"}},
         )
 
+    async def bash_result_kept() -> bool:
+        """Whether the op's journal on the server holds the Bash's result (or the op
+        is over)."""
+        client = await connect(temporal_address)
+        described = await client.get_workflow_handle(run_id).describe()
+        pending = described.raw_description.pending_activities
+        for activity in pending:
+            details = await client.data_converter.decode(activity.heartbeat_details.payloads)
+            lines = details[0] if details else []
+            bash = {x["key"] for x in lines if x["kind"] == "tool_call" and x["tool"] == "Bash"}
+            if any(x["kind"] == "tool_result" and x["key"] in bash for x in lines):
+                return True
+        return not pending
+
     asyncio.run(start())
     wait_for(lambda: waits_on("fix.1.1"), "the Edit to wait")
     asyncio.run(decide("fix.1.1"))
@@ -310,7 +336,8 @@ def test_a_worker_killed_after_each_decision_runs_and_asks_nothing_twice(
     wait_for(lambda: waits_on("fix.2.1"), "the Bash to wait")
     asyncio.run(decide("fix.2.1"))
     wait_for(lambda: (project / "ran.log").exists(), "the Bash to run")
-    time.sleep(0.5)  # let it finish; a kill while it runs may run it again, as locally
+    # killed once its result is kept (a call killed while it runs may run again, as locally)
+    wait_for(lambda: asyncio.run(bash_result_kept()), "the Bash's result to be kept")
     workers.kill()
     wait_for(lambda: asyncio.run(progress())["result"], "the run to end")
     rec = asyncio.run(record(temporal_address, run_id))
