@@ -17,6 +17,7 @@ from typing import Any
 from lattice.cli.common import (
     Progress,
     TerminalApprover,
+    approvals_given,
     note,
     parse_pairs,
     read_json_object,
@@ -251,7 +252,6 @@ def resume(args: argparse.Namespace) -> int:
     """``lattice resume RUN_ID --temporal HOST:PORT [--answer NODE=VALUE] [--approve ID …]``:
     answer the run's question (the workflow's answer update), decide its tool calls waiting
     for approval (its approve update), and follow it to its end or its next question."""
-    from lattice.cli.run import approvals_given
     from lattice.durable.temporal.client import answer, approve
     from lattice.permissions.approvals import APPROVALS
     from lattice.runtime.settings import settings_from_config
