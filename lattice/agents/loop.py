@@ -68,8 +68,17 @@ class ToolJournal(Protocol):
         ...
 
     def journal_tool(self, line: dict[str, Any]) -> None:
-        """Append one line (``tool_call`` before a call runs, ``tool_result`` after)."""
+        """Append one line (``tool_call`` before a call runs, ``tool_result`` after).
+        A journal kept elsewhere than a local file may also have ``async settled()``,
+        awaited after a result or a decision: it returns once the lines are safe."""
         ...
+
+
+async def settled(journal: Any) -> None:
+    """Wait until ``journal``'s lines are safe, when it says (see ``ToolJournal``)."""
+    settle = getattr(journal, "settled", None)
+    if settle is not None:
+        await settle()
 
 
 @runtime_checkable
@@ -349,7 +358,9 @@ class AgentLoop:
                 return _limited(call.name, work, self.bounds.tool_timeout_s)
 
         request_id = f"{self.gate.node}.{turn.number}.{index + 1}"
-        return await self.gate.check(call, request_id, key, op_id, self.journal, plan)
+        fate = await self.gate.check(call, request_id, key, op_id, self.journal, plan)
+        await settled(self.journal)  # its decision is kept before anything acts on it
+        return fate
 
     async def _refuse(
         self, turn: TurnRecord, index: int, call: ToolCall, op_id: str | None, result: ToolResult
@@ -357,6 +368,7 @@ class AgentLoop:
         """A call the gate refused: its refusal journaled as its result, for the model."""
         record = ToolCallRecord(call, result)
         self._journal_result(op_id, _key(turn, index, call), record)
+        await settled(self.journal)
         self._finished(turn, record)
         return record
 
@@ -398,6 +410,7 @@ class AgentLoop:
             result = await self.box.call(call, self.bounds.tool_timeout_s)
         record = ToolCallRecord(call, result, (time.perf_counter() - started) * 1000)
         self._journal_result(op_id, key, record)
+        await settled(self.journal)  # a call that ran is never run again
         self._finished(turn, record)
         return record
 

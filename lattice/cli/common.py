@@ -428,3 +428,24 @@ def provider_choice(args: argparse.Namespace) -> ProviderChoice:
         fixtures=getattr(args, "fixtures", None),
         record=getattr(args, "record", False),
     )
+
+
+def approvals_given(args: argparse.Namespace) -> dict[str, Any]:
+    """``--approve``, ``--approve-run``, ``--deny`` (with ``--reason``) and
+    ``--approve-all`` as the answers' approvals, each saying it came by ``lattice resume``."""
+    door = "lattice resume"
+    given: dict[str, Any] = {}
+    for choice, ids in (
+        ("allow", args.approve),
+        ("allow_run", args.approve_run),
+        ("deny", args.deny),
+    ):
+        for request_id in ids:
+            given[request_id] = {"decision": choice, "door": door, "reason": args.reason or ""}
+    if args.approve_all:
+        given["*"] = {"decision": "allow", "door": door}
+    elif args.deny_all:
+        given["*"] = {"decision": "deny", "door": door, "reason": args.reason or ""}
+    if args.reason and not (args.deny or args.deny_all):
+        raise InputError("--reason goes with --deny ID or --deny-all: it tells the model why")
+    return given

@@ -12,6 +12,7 @@ from lattice.cli.common import (
     Progress,
     TerminalApprover,
     TerminalAsker,
+    approvals_given,
     config_with_grants,
     lower_for_cli,
     note,
@@ -212,27 +213,6 @@ def resume(args: argparse.Namespace) -> int:
     return report(result, progress, args.json, prepared.settings)
 
 
-def approvals_given(args: argparse.Namespace) -> dict[str, Any]:
-    """``--approve``, ``--approve-run``, ``--deny`` (with ``--reason``) and
-    ``--approve-all`` as the answers' approvals, each saying it came by ``lattice resume``."""
-    door = "lattice resume"
-    given: dict[str, Any] = {}
-    for choice, ids in (
-        ("allow", args.approve),
-        ("allow_run", args.approve_run),
-        ("deny", args.deny),
-    ):
-        for request_id in ids:
-            given[request_id] = {"decision": choice, "door": door, "reason": args.reason or ""}
-    if args.approve_all:
-        given["*"] = {"decision": "allow", "door": door}
-    elif args.deny_all:
-        given["*"] = {"decision": "deny", "door": door, "reason": args.reason or ""}
-    if args.reason and not (args.deny or args.deny_all):
-        raise InputError("--reason goes with --deny ID or --deny-all: it tells the model why")
-    return given
-
-
 def runs(args: argparse.Namespace) -> int:
     if args.action == "diff":
         return runs_diff(args)
@@ -263,8 +243,6 @@ def runs_list(args: argparse.Namespace) -> int:
     if args.all and args.limit is not None:
         raise LatticeUserError("lattice runs list: give --limit N or --all, not both")
     limit = None if args.all else (args.limit or RUNS_LIST_DEFAULT)
-    if args.temporal and args.waiting:
-        raise LatticeUserError("lattice runs list --waiting reads run folders (not --temporal yet)")
     workflow = getattr(args, "workflow", None)
     if args.temporal and workflow:
         raise LatticeUserError(

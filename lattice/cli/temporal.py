@@ -14,14 +14,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lattice.cli.common import Progress, note, parse_pairs, read_json_object, report, terminal_asker
+from lattice.cli.common import (
+    Progress,
+    TerminalApprover,
+    approvals_given,
+    note,
+    parse_pairs,
+    read_json_object,
+    report,
+    terminal_asker,
+)
 from lattice.config import load_config
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import AskOp, ExecIR, ToolCallOp
 from lattice.ir.serialize import ir_from_json
+from lattice.permissions.approvals import ApprovalRequest
 from lattice.runs.redaction import make_redactor
 from lattice.runs.store import new_run_id, refuse_secret_answers
+from lattice.runs.view import waits_for
 from lattice.service.runs import PreparedRun, ProviderSpec
+
+APPROVAL = "waiting_for_approval"
 
 
 def _address(args: argparse.Namespace) -> str:
@@ -168,6 +181,30 @@ def asked(ir: ExecIR, question: dict[str, Any]) -> AskOp:
     return op.model_copy(update={"question": rendered}) if isinstance(rendered, str) else op
 
 
+def terminal_approvals(question: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    """The person at the terminal's decisions on the calls ``question`` waits on, by id
+    (until they stop: the calls left wait for ``lattice resume --approve``)."""
+    approver = TerminalApprover()
+    approver.progress = progress
+    decisions: dict[str, Any] = {}
+    for item in question["details"]["approvals"]:
+        preview = {
+            k: item[k] for k in ("diff", "command", "cwd", "server", "mcp_tool") if k in item
+        }
+        request = ApprovalRequest(
+            item["id"], item["node"], item["tool"], item["arguments"], item["why"], preview
+        )
+        decision = approver(request)
+        if decision is None:
+            break
+        decisions[item["id"]] = {
+            "decision": decision.choice,
+            "reason": decision.reason,
+            "door": decision.door,
+        }
+    return decisions
+
+
 async def _follow(
     client: Any,
     run_id: str,
@@ -179,14 +216,20 @@ async def _follow(
 ) -> int:
     """Follow the run to its end; a question is asked on the terminal when there is one
     (its answer is sent), else the run is reported ``halted`` (exit 3)."""
-    from lattice.durable.temporal.client import answer, follow, run_result
+    from lattice.durable.temporal.client import answer, approve, follow, run_result
 
     handle = client.get_workflow_handle(run_id)
     interactive = sys.stdin.isatty() and not getattr(args, "answers", None)
     while True:
         outcome = await follow(handle, progress)
         question = outcome.get("question") if outcome.get("status") == "waiting" else None
-        if question is not None and interactive:
+        if question is not None and interactive and question["reason"] == APPROVAL:
+            progress.stop()
+            decisions = terminal_approvals(question, progress)
+            if decisions:
+                await approve(client, run_id, decisions)
+                continue
+        elif question is not None and interactive:
             progress.stop()
             op = asked(ir, question)
             given = terminal_asker(op)
@@ -197,27 +240,40 @@ async def _follow(
                 await answer(client, run_id, ir, op.source_node, given)
                 continue
         hint = f"lattice resume RUN --temporal {address} --answer NODE=<answer>"
+        if question is not None and question.get("reason") == "waiting_for_approval":
+            first = question["details"]["approvals"][0]["id"]
+            hint = (
+                f"lattice resume RUN --temporal {address} --approve {first} (or --approve-all, "
+                f"or --deny {first} --reason TEXT)"
+            )
         return report(run_result(outcome, answer_hint=hint), progress, args.json, settings)
 
 
 def resume(args: argparse.Namespace) -> int:
-    """``lattice resume RUN_ID --temporal HOST:PORT [--answer NODE=VALUE]``: answer the
-    run's question (the workflow's answer update) and follow it to its end or its next question."""
-    from lattice.durable.temporal.client import answer
+    """``lattice resume RUN_ID --temporal HOST:PORT [--answer NODE=VALUE] [--approve ID …]``:
+    answer the run's question (the workflow's answer update), decide its tool calls waiting
+    for approval (its approve update), and follow it to its end or its next question."""
+    from lattice.durable.temporal.client import answer, approve
+    from lattice.permissions.approvals import APPROVALS
     from lattice.runtime.settings import settings_from_config
 
     address = _address(args)
     run_id = str(args.run_dir)
     answers = parse_pairs(args.answer, "--answer")
+    decisions = approvals_given(args)
     progress = Progress(live=sys.stderr.isatty() and not args.json)
     settings = settings_from_config(load_config(args.config))
 
     async def go() -> int:
-        refuse_secret_answers(answers, make_redactor(settings.secret_names()))
+        refuse_secret_answers(
+            {**answers, APPROVALS: decisions}, make_redactor(settings.secret_names())
+        )
         client = await _connect(args, address)
         ir = await _run_ir(client, run_id)
-        if answers:
+        if answers or decisions:
             await _check_waiting(client, run_id, address)
+        if decisions:
+            await approve(client, run_id, decisions)
         for node_id, value in answers.items():
             await answer(client, run_id, ir, node_id, value)
         return await _follow(client, run_id, ir, address, progress, args, settings)
@@ -296,15 +352,21 @@ ALL_RUNS = 1_000_000
 
 
 def list_runs(args: argparse.Namespace, limit: int | None) -> int:
-    """``lattice runs list --temporal HOST:PORT``: the runs on Temporal, newest first, as
-    ``lattice runs list`` shows run folders (the ``limit`` newest; None: every one)."""
+    """``lattice runs list --temporal HOST:PORT [--waiting]``: the runs on Temporal, newest
+    first, as ``lattice runs list`` shows run folders (the ``limit`` newest; None: every
+    one); with ``--waiting``, the runs waiting for a person, each with what it waits for."""
     from lattice.durable.temporal.backend import TemporalRuns
 
     runs = TemporalRuns(_address(args), config=load_config(getattr(args, "config", None)).temporal)
 
+    waiting = bool(getattr(args, "waiting", False))
+
     async def go() -> Any:
         return await runs.list_runs(
-            status=None, workflow=None, limit=limit or ALL_RUNS, before=None
+            status="halted" if waiting else None,
+            workflow=None,
+            limit=limit or ALL_RUNS,
+            before=None,
         )
 
     page = asyncio.run(go())
@@ -316,9 +378,14 @@ def list_runs(args: argparse.Namespace, limit: int | None) -> int:
         rows.append(
             f"{view.run_id}  {view.status:<9}  {view.workflow or '?':<30}  {calls:>3} calls{extra}"
         )
+        if waiting:
+            rows.extend(f"    {line}" for line in waits_for(failure or {}))
     if page.next is not None:
         rows.append(f"(the newest {limit}; --limit N or --all shows more)")
-    sys.stdout.write("\n".join(rows) + "\n" if rows else f"no runs on Temporal at {runs.address}\n")
+    what = "runs waiting for a person" if waiting else "runs"
+    sys.stdout.write(
+        "\n".join(rows) + "\n" if rows else f"no {what} on Temporal at {runs.address}\n"
+    )
     return 0
 
 

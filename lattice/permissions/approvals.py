@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 Choice = Literal["allow", "allow_run", "deny"]
@@ -100,7 +100,8 @@ class ApprovalDecision:
 
 def answer_decision(value: Any, door: str) -> ApprovalDecision:
     """A decision as a front door passes it: ``"allow"``, ``"allow_run"``, ``"deny"`` or
-    ``{"decision": …, "reason": …}``; a ValueError for anything else."""
+    ``{"decision": …, "reason": …}`` (with ``"door"`` and ``"at"``, when it was given, if
+    the door says); a ValueError for anything else."""
     if isinstance(value, str):
         value = {"decision": value}
     if not isinstance(value, Mapping) or value.get("decision") not in CHOICES:
@@ -111,7 +112,9 @@ def answer_decision(value: Any, door: str) -> ApprovalDecision:
     reason = value.get("reason", "")
     if not isinstance(reason, str):
         raise ValueError("an approval's reason is text")
-    return ApprovalDecision(value["decision"], "person", str(value.get("door") or door), reason)
+    decision = ApprovalDecision(value["decision"], "person", str(value.get("door") or door), reason)
+    at = value.get("at")  # when it was given, if not now (kept by a Temporal workflow)
+    return replace(decision, at=at) if isinstance(at, str) and at else decision
 
 
 def check_approvals(value: Any) -> list[str]:

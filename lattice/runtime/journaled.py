@@ -161,6 +161,13 @@ class JournaledProvider:
     def journal_tool(self, line: dict[str, Any]) -> None:
         self._journal(dict(line))
 
+    async def settled(self) -> None:
+        """Wait until the lines journaled so far are safe (a run folder's are once
+        written; an op's on Temporal once the server has them)."""
+        settle = getattr(self._recorder, "settled", None)
+        if settle is not None:
+            await settle()
+
     def _journal(self, line: dict[str, Any]) -> None:
         if self.branch is not None:
             line["branch"] = self.branch

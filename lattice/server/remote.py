@@ -317,18 +317,12 @@ def add_backend_routes(  # noqa: C901
     )
     async def answer_run(run_id: str, body: AnswerRun) -> Response:
         run_id = run_id_of(run_id)
-        if body.approvals:
-            raise ApiError(
-                409,
-                "not_supported",
-                "approvals of agents' tool calls are answered on run folders only for now "
-                "(lattice serve without --engine temporal)",
-            )
+        answers = body.all_answers()
         try:
-            refuse_secret_answers(body.answers, redact)
+            refuse_secret_answers(answers, redact)
         except LatticeUserError as exc:
             raise api_error(exc) from None
-        await ask(backend.answer(run_id, body.answers))
+        await ask(backend.answer(run_id, answers))
         return respond(
             202,
             {"run_id": run_id, "status": "running", "links": links(run_id)},

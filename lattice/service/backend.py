@@ -135,8 +135,9 @@ class RunBackend(ABC):
 
     @abstractmethod
     async def answer(self, run_id: str, answers: dict[str, Any]) -> None:
-        """Answer the question the run waits on (RunConflict when it waits on none; an
-        answer that fits none of the options is an InputError, and is not sent)."""
+        """Answer the question the run waits on, and decide its tool calls waiting for
+        approval (``answers["$approvals"]``: by approval id) (RunConflict when it waits on
+        none; an answer that fits none of the options is an InputError, and is not sent)."""
 
     @abstractmethod
     async def cancel(self, run_id: str) -> None:

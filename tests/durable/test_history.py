@@ -112,3 +112,40 @@ def _context(events: list[str]) -> RunContext:
     )
     ctx.current_op = ctx.current_node = "q"
     return ctx
+
+
+def test_a_remote_op_waiting_for_approval_goes_on_from_its_journal() -> None:
+    """The op's activity ends with its journal; its next one is sent that journal and the
+    decisions (under ``$approvals``), and the decisions it used up leave the run's answers."""
+    from types import SimpleNamespace
+
+    from lattice.durable.temporal.history import RemoteOp
+
+    journal = [{"kind": "answer", "op_id": "q", "prompt_hash": "h", "text": "t"}]
+    sent: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
+    usage = Usage().to_json()
+
+    async def send(ctx: Any, op: Any, given: list[dict[str, Any]]) -> Any:
+        sent.append((given, copy.deepcopy(ctx.answers)))
+        done: dict[str, Any] = {"usage": usage, "events": [], "changes": [], "answers": {}}
+        if len(sent) == 1:
+            halt = {"reason": "waiting_for_approval", "summary": "s", "action": "a"}
+            details = {"approvals": [{"id": "q.1.1"}]}
+            return {"usage": usage}, done | {
+                "halt": halt | {"details": details},
+                "journal": journal,
+            }
+        return {"usage": usage}, done | {"port": "out", "output": "done", "last_result": None}
+
+    async def ask(ctx: Any, halt: HaltRun) -> Any:
+        return {"q.1.1": {"decision": "allow", "door": "gateway", "at": "T"}}
+
+    op: Any = SimpleNamespace(id="q", kind="AGENT", source_node="q")
+    ctx = _context([])
+    outcome = asyncio.run(AnsweredOp(RemoteOp(op, send), "AGENT", ask).run(ctx))
+    assert outcome.output == "done"
+    assert sent == [
+        ([], {}),
+        (journal, {"$approvals": {"q.1.1": {"decision": "allow", "door": "gateway", "at": "T"}}}),
+    ]
+    assert "$approvals" not in ctx.answers

@@ -202,3 +202,24 @@ def test_an_op_without_a_provider_on_a_worker_says_what_works_on_temporal() -> N
     assert "--mock FILE" in said and "--dry-run" in said
     assert '"mock_script"' in said  # what a run started through the gateway sends
     assert "workers'" in said  # a provider and its keys are the workers'
+
+
+def test_decisions_are_kept_and_results_settle_at_once() -> None:
+    """A decision is replayed by a new attempt; ``settled`` hands the journal to the
+    acknowledged heartbeat once per batch of new lines."""
+    settled: list[int] = []
+
+    async def settle(lines: list[dict[str, Any]]) -> None:
+        settled.append(len(lines))
+
+    journal = OpJournal([], make_redactor(()), on_settle=settle)
+    decision = {"kind": "tool_decision", "op_id": "fix", "key": "k", "decision": "allow"}
+    journal.journal(decision)
+    journal.journal({"kind": "approval_request", "op_id": "fix", "key": "k"})
+    asyncio.run(journal.settled())
+    asyncio.run(journal.settled())  # nothing new: not sent again
+    journal.journal({"kind": "tool_result", "op_id": "fix", "key": "k", "text": "ok"})
+    asyncio.run(journal.settled())
+    assert settled == [1, 2]
+    assert recorded_lines([journal.lines]) == journal.lines
+    assert journal.lines[0] == decision

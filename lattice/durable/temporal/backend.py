@@ -5,7 +5,8 @@ nothing of any run: runs are listed with Temporal's visibility (workflows of typ
 ``LatticeRun`` on the namespace), a finished run is read from its result (the last event
 of its history, no worker needed), a running one from its ``progress`` query, events
 with ``progress`` and the panel's state and op records with ``record``; answers are the
-workflow's ``answer`` update, cancelling is Temporal's cancellation. So any number of
+workflow's ``answer`` update (decisions on tool calls waiting for approval its ``approve``
+update), cancelling is Temporal's cancellation. So any number of
 gateways may serve the same runs, and one restarted serves them all again.
 """
 
@@ -26,12 +27,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from lattice.config import TemporalConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
-from lattice.durable.temporal.client import answer, connect, start_run
+from lattice.durable.temporal.client import answer, approve, connect, start_run
 from lattice.durable.temporal.codec import CodecKeyError
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
+from lattice.permissions.approvals import APPROVALS
 from lattice.runs.redaction import make_redactor
 from lattice.service.backend import (
     NewRun,
@@ -120,6 +122,10 @@ class TemporalRuns(RunBackend):
             )
         ir = await self._ir(run_id)
         client = await self.client()
+        answers = dict(answers)
+        decisions = answers.pop(APPROVALS, None)
+        if decisions:
+            await approve(client, run_id, decisions)
         for node_id, value in answers.items():
             await answer(client, run_id, ir, node_id, value)
 

@@ -1,4 +1,5 @@
-"""Start a Lattice run on Temporal, follow it, answer its questions, cancel it."""
+"""Start a Lattice run on Temporal, follow it, answer its questions, decide its tool
+calls waiting for approval, cancel it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from lattice.config import TemporalConfig
 from lattice.contracts.report import FailureReport
@@ -17,7 +18,7 @@ from lattice.durable.temporal.codec import codec_from_config
 from lattice.durable.temporal.converter import data_converter
 from lattice.durable.temporal.plan import ActivityOptions, run_spec
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
-from lattice.errors import LatticeUserError
+from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.runs.redaction import Redactor
 from lattice.runs.store import file_text, refuse_secrets_in
@@ -167,6 +168,18 @@ async def answer(client: Client, run_id: str, ir: ExecIR, node_id: str, value: A
     node's options first: an answer that fits none is an InputError, and is not sent)."""
     check_answers(ir, {node_id: value}, what="answer")
     await client.get_workflow_handle(run_id).execute_update("answer", args=[node_id, value])
+
+
+async def approve(client: Client, run_id: str, decisions: dict[str, Any]) -> None:
+    """Decide tool calls of run ``run_id`` that wait for approval (the workflow's
+    ``approve`` update: ``{"<id>" or "*": "allow" | "allow_run" | "deny" | {"decision",
+    "reason", "door"}}``). An id no call waits on, or a malformed decision, is an
+    InputError, and nothing is decided."""
+    try:
+        await client.get_workflow_handle(run_id).execute_update("approve", args=[decisions])
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        raise InputError(str(getattr(cause, "message", None) or cause or exc)) from None
 
 
 def run_result(

@@ -6,7 +6,8 @@ op runs as the ``lattice.op`` activity (``RemoteOp``), whose result the history 
 a replayed workflow is given that result, so the walk needs no journal of its own
 (``HistoryRecords``: op records kept, nothing journaled). A question, from an ASK in the
 workflow or from a model asking for information in an activity, waits for its answer
-inside the op (``AnsweredOp``), so it works in parallel branches too.
+inside the op (``AnsweredOp``), so it works in parallel branches too; so do an agent's
+tool calls waiting for a person's approval.
 
 This module does not import ``temporalio``: the workflow gives it the calls that do.
 """
@@ -23,6 +24,7 @@ from lattice.errors import LatticeRunError
 from lattice.ir.models import ExecIR, Op
 from lattice.ir.serialize import ir_from_json
 from lattice.ir.templates import StatePath, parse_path
+from lattice.permissions.approvals import APPROVALS
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.durability import Ephemeral
 from lattice.runtime.executors import Executor, SwitchExecutor, build_executor
@@ -118,9 +120,23 @@ class OpFailed(LatticeRunError):
         self.report = report
 
 
-SendOp = Callable[[RunContext, Op], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]
-"""Runs ``op`` as an activity with the track's context; returns the request it sent and
-what the op did (``ops.py``)."""
+SendOp = Callable[
+    [RunContext, Op, list[dict[str, Any]]], Awaitable[tuple[dict[str, Any], dict[str, Any]]]
+]
+"""Runs ``op`` as an activity with the track's context and the journal its visit left
+when it halted (``[]`` for a new visit); returns the request it sent and what the op did
+(``ops.py``)."""
+
+
+class RemoteHalt(HaltRun):
+    """An activity's op halted; ``journal`` is what its visit did so far (its turns, tool
+    results and decisions), for the visit's next activity to replay."""
+
+    def __init__(self, halt: dict[str, Any], journal: list[dict[str, Any]]) -> None:
+        super().__init__(
+            halt["reason"], halt["summary"], halt["details"], halt["action"], keeps_journal=True
+        )
+        self.journal = journal
 
 
 class RemoteOp(Executor):
@@ -131,19 +147,22 @@ class RemoteOp(Executor):
         self.op = op
         self.send = send
 
-    async def run(self, ctx: RunContext) -> Outcome:
-        sent, done = await self.send(ctx, self.op)
+    async def run(self, ctx: RunContext, journal: list[dict[str, Any]] | None = None) -> Outcome:
+        """The op's visit (going on from ``journal``, what it did before it halted)."""
+        sent, done = await self.send(ctx, self.op, journal or [])
         add_usage(ctx.usage, sent["usage"], done["usage"])
-        node = self.op.source_node
-        if node in done["answers"]:
-            ctx.answers[node] = done["answers"][node]
-        else:
-            ctx.answers.pop(node, None)
+        for key in (self.op.source_node, APPROVALS):  # what the op used up
+            if key in done["answers"]:
+                ctx.answers[key] = done["answers"][key]
+            else:
+                ctx.answers.pop(key, None)
         for event in done["events"]:
             if event["type"] not in OWN_EVENTS:
                 ctx.emit(event["type"], event.get("data"))
         if "halt" in done:  # the op runs again once answered: its changes are not kept
             halt = done["halt"]
+            if "journal" in done:
+                raise RemoteHalt(halt, done["journal"])
             raise HaltRun(halt["reason"], halt["summary"], halt["details"], halt["action"])
         for change in done["changes"]:
             ctx.state.apply(change)
@@ -155,13 +174,17 @@ class RemoteOp(Executor):
 
 
 AskFor = Callable[[RunContext, HaltRun], Awaitable[Any]]
-"""Waits for the answer to a question an op halted on; returns it as given."""
+"""Waits for the answer to a question an op halted on; returns it as given (for calls
+waiting for approval: their decisions by request id)."""
+APPROVAL = "waiting_for_approval"
 
 
 class AnsweredOp(Executor):
-    """``inner``, which may halt on a question: the question waits for its answer
-    (``ask``), then the op runs again with it, as a resumed local run does: a
-    single-choice answer answers this visit only (a question in a loop is asked again)."""
+    """``inner``, which may halt on a question or on tool calls waiting for approval: it
+    waits for the answer or the decisions (``ask``), then the op runs again with them, as
+    a resumed local run does: a single-choice answer answers this visit only (a question
+    in a loop is asked again); a remote op's visit goes on from the journal it halted
+    with, so nothing it did is paid for or run again."""
 
     def __init__(self, inner: Executor, kind: str, ask: AskFor) -> None:
         self.inner = inner
@@ -169,13 +192,20 @@ class AnsweredOp(Executor):
         self.ask = ask
 
     async def run(self, ctx: RunContext) -> Outcome:
+        journal: list[dict[str, Any]] = []
         while True:
             try:
+                if isinstance(self.inner, RemoteOp):
+                    return await self.inner.run(ctx, journal)
                 return await self.inner.run(ctx)
             except HaltRun as halt:
+                journal = halt.journal if isinstance(halt, RemoteHalt) else []
                 given = await self.ask(ctx, halt)
-                node = str(ctx.current_node)
-                ctx.answers[node] = given if halt.details.get("multiSelect") else [given]
+                if halt.reason == APPROVAL:
+                    ctx.answers.setdefault(APPROVALS, {}).update(given)
+                else:
+                    node = str(ctx.current_node)
+                    ctx.answers[node] = given if halt.details.get("multiSelect") else [given]
                 ctx.emit("op_started", {"kind": self.kind})  # as a resumed run starts it
 
 

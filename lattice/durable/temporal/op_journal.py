@@ -8,26 +8,32 @@ Temporal with the op's next heartbeat instead of to ``journal.jsonl``. When the 
 lost and Temporal starts the op again on another one, the new attempt reads the lines
 back (``activity.info().heartbeat_details``) and ``JournaledProvider`` answers the calls
 already paid for from them, as a resumed local run does, instead of sending them again.
+An op that halts keeping its journal (an agent waiting for approvals or an answer) ends
+its activity with the journal in its result; the workflow sends it with the op's next
+activity, which replays it (its turns, tool results and decisions) and goes on.
 
 Lines are masked with the run's redactor before they leave the op (the payload codec
 encrypts them on their way). Heartbeat details travel as one payload, so the journal
 stops taking lines at ``LIMIT_BYTES``: the calls after that are made again if the op is
-started again. This module does not import ``temporalio``.
+started again. Heartbeats are throttled; a tool's result and a decision on a tool call
+are sent at once, and the agent goes on once the server has them (``settled``), so a
+lost worker never makes a finished call run again, nor a decided one asked again. This module does not import ``temporalio``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from lattice.runs.redaction import Redactor, redact_value
 from lattice.runs.store import NullRecorder
 
-KEPT = ("answer", "tool_call", "tool_result")
-"""What a new attempt replays: the model's answers and the agent's tool calls (a
-``request`` line only counts toward a local run's budget, which an op's request carries)."""
+KEPT = ("answer", "tool_call", "tool_result", "tool_decision")
+"""What a new attempt replays: the model's answers, the agent's tool calls and the
+decisions on them (a ``request`` line only counts toward a local run's budget, which an
+op's request carries; an ``approval_request`` is the op's halt, which the workflow keeps)."""
 LOG = logging.getLogger(__name__)
 LIMIT_BYTES = 1_000_000
 """The journal's size at most (as JSON): Temporal refuses a payload over 2 MB and warns
@@ -63,6 +69,7 @@ class OpJournal(NullRecorder):
         on_change: Callable[[list[dict[str, Any]]], None] | None = None,
         *,
         limit: int = LIMIT_BYTES,
+        on_settle: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
     ) -> None:
         self.lines = list(recorded)
         self.full = False
@@ -71,6 +78,8 @@ class OpJournal(NullRecorder):
         self._on_change = on_change
         self._limit = limit
         self._size = sum(_size(line) for line in self.lines)
+        self._on_settle = on_settle
+        self._settled = len(self.lines)
 
     def journal(self, line: dict[str, Any]) -> None:
         if line.get("kind") not in KEPT or self.full:
@@ -90,6 +99,14 @@ class OpJournal(NullRecorder):
         self._size += size
         if self._on_change is not None:
             self._on_change(self.lines)
+
+    async def settled(self) -> None:
+        """Hand the journal to ``on_settle`` (a heartbeat the server acknowledges) when
+        lines were added since it last did: a tool's result or a decision is then kept
+        even if the worker is lost right after (heartbeats are otherwise throttled)."""
+        if self._on_settle is not None and len(self.lines) > self._settled:
+            self._settled = len(self.lines)
+            await self._on_settle(self.lines)
 
 
 def _size(line: dict[str, Any]) -> int:

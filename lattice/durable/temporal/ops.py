@@ -141,11 +141,15 @@ class OpExecutor:
         *,
         recorded: Sequence[dict[str, Any]] = (),
         on_journal: Callable[[list[dict[str, Any]]], None] | None = None,
+        on_settle: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
     ) -> dict[str, Any]:
         """Execute ``request["op_id"]`` of the run and return what it did (module docstring).
         ``load`` gives the run's ExecIR when this worker has not compiled it yet;
         ``recorded`` is the journal an earlier attempt of this op left (its answers are
-        not asked for again), and ``on_journal`` is given the journal as it grows."""
+        not asked for again), else the request's ``journal`` (what the op's visit that
+        halted left, for a visit going on after its answer or decisions); ``on_journal`` is
+        given the journal as it grows, ``on_settle`` when it must reach the server now
+        (``op_journal.py``)."""
         settings = self.settings(request)
         compiled = await self._compile(request, settings, load)
         op_id = str(request["op_id"])
@@ -159,11 +163,12 @@ class OpExecutor:
         provider = ProviderSpec.from_meta(request.get("provider") or {}).build(self.config)
         if isinstance(provider, DisabledProvider):
             provider.how_to = ON_TEMPORAL_HOW_TO
+        recorded = list(recorded) or list(request.get("journal") or [])
         provider_state = replayed_provider_state(recorded) or request.get("provider_state")
         if provider_state is not None:
             restore_provider(provider, provider_state)
         redact = make_redactor(settings.secret_names())
-        journal = OpJournal(recorded, redact, on_journal)
+        journal = OpJournal(recorded, redact, on_journal, on_settle=on_settle)
         events: list[dict[str, Any]] = []
         state = StateStore.from_snapshot(request["state"], secrets=partial(read_secret, settings))
         state.changes = []
@@ -207,6 +212,8 @@ class OpExecutor:
                 "action": halt.action,
                 "node_id": op.source_node,
             }
+            if halt.keeps_journal:  # the op's next activity replays it (op_journal.py)
+                done["journal"] = journal.lines
         except Exception as raised:
             exc = as_run_error(raised, op_id)
             exc.op_id = exc.op_id or op_id

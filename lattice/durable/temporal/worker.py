@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -37,6 +38,7 @@ PASSED_THROUGH = (
 for every run: Lattice's walk (deterministic given its ops' results: it reads no clock
 but the workflow's) and what it imports, at load or when first used (a module imported
 for the first time inside a workflow would fail its task)."""
+LOG = logging.getLogger(__name__)
 HEARTBEAT_EVERY = 1.0
 """Seconds between an op's heartbeats: a lost worker is noticed after the run's
 heartbeat timeout, and a cancelled run's op hears of it at its next heartbeat."""
@@ -72,10 +74,20 @@ class OpActivity:
             journal[0] = list(lines)
             activity.heartbeat(journal[0])
 
+        handle = self.client.get_async_activity_handle(task_token=activity.info().task_token)
+
+        async def settle(lines: list[dict[str, Any]]) -> None:
+            try:
+                await handle.heartbeat(list(lines))
+            except Exception as exc:  # the throttled heartbeat still carries them
+                LOG.warning(
+                    "op %s: its journal could not be sent at once: %s", request["op_id"], exc
+                )
+
         beating = asyncio.ensure_future(_heartbeat(journal))
         try:
             return await self.executor.run_op(
-                request, load, recorded=journal[0], on_journal=journaled
+                request, load, recorded=journal[0], on_journal=journaled, on_settle=settle
             )
         finally:
             beating.cancel()

@@ -11,7 +11,11 @@ with ``workflow.wait``, so a replay walks the same way.
 
 The workflow keeps what the run records: its events, its state, its op records and its
 usage. A question without an answer (an ASK, or a model asking for information) waits,
-for as long as it takes, for the ``answer`` update. Cancelling the workflow (Temporal's
+for as long as it takes, for the ``answer`` update; an agent's tool calls a permission
+rule asks about wait, as long, for the ``approve`` update (no activity, so no worker,
+is held meanwhile: the op's activity ended with its journal, which its next one replays).
+Each decision, who gave it through which door and when, stays in the history (the
+update) and in ``decisions``. Cancelling the workflow (Temporal's
 cancellation) ends the run ``interrupted``. Queries give any client the run's progress
 (``progress``), and everything a run folder holds (``record``).
 """
@@ -29,6 +33,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from lattice.durable.temporal.history import (
+        APPROVAL,
         AnsweredOp,
         HistoryRecords,
         OpFailed,
@@ -39,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from lattice.errors import LatticeRunError
     from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
     from lattice.llm.disabled import DisabledProvider
+    from lattice.permissions.approvals import check_approvals
     from lattice.runs.store import NullRecorder
     from lattice.runtime.context import HaltRun, RunContext
     from lattice.runtime.executors import Executor
@@ -68,6 +74,10 @@ class LatticeRunWorkflow:
         """``<branch>/<node id>`` → the answer to its question, until the op takes it."""
         self.early: dict[str, list[Any]] = {}
         """Node id → answers sent before its question was asked, in order."""
+        self.decided: dict[str, dict[str, Any]] = {}
+        """Approval id → the decision given on it, until the op waiting on it takes it."""
+        self.decisions: list[dict[str, Any]] = []
+        """Every decision given (its id, choice, reason, door and time), in order."""
         self.ctx: RunContext | None = None
         self.initial_state: dict[str, Any] = {}
         self.result: dict[str, Any] | None = None
@@ -105,6 +115,54 @@ class LatticeRunWorkflow:
         if not self.questions:
             self.status = "running"
 
+    @workflow.update
+    def approve(self, decisions: dict[str, Any]) -> None:
+        """Decisions on tool calls waiting for approval, by request id (``"*"``: every call
+        waiting now), each ``"allow"``, ``"allow_run"``, ``"deny"`` or ``{"decision",
+        "reason", "door"}``; stamped with the workflow's time. A run waiting on several
+        calls at once goes on when each has its decision."""
+        now = _timestamp(workflow.now())
+        waiting = self._waiting_approvals()
+        for request_id, value in decisions.items():
+            given = {"decision": value} if isinstance(value, str) else dict(value)
+            given["at"] = now
+            for one in waiting if request_id == "*" else [request_id]:
+                if one in self.decided:
+                    continue
+                self.decided[one] = given
+                self.decisions.append({"id": one, **given})
+        for key, question in list(self.questions.items()):
+            asked = (
+                question["details"].get("approvals", []) if question["reason"] == APPROVAL else ()
+            )
+            if asked and all(request["id"] in self.decided for request in asked):
+                del self.questions[key]
+        if not self.questions:
+            self.status = "running"
+
+    @approve.validator
+    def _check_approve(self, decisions: dict[str, Any]) -> None:
+        problems = check_approvals(decisions)
+        waiting = self._waiting_approvals()
+        unknown = sorted(k for k in decisions if k != "*" and k not in waiting)
+        if unknown:
+            problems.append(
+                f"no tool call waits for approval as {', '.join(unknown)} "
+                f"(waiting: {', '.join(waiting) or 'none'})"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def _waiting_approvals(self) -> list[str]:
+        """The ids of the tool calls that wait for a decision now."""
+        return [
+            request["id"]
+            for question in self.questions.values()
+            if question["reason"] == APPROVAL
+            for request in question["details"].get("approvals", [])
+            if request["id"] not in self.decided
+        ]
+
     @workflow.query
     def progress(self, after: int = 0) -> dict[str, Any]:
         """Events after number ``after``, the status, the open question and, once the run
@@ -139,6 +197,7 @@ class LatticeRunWorkflow:
             "state_initial": self.initial_state,
             "state": self.ctx.state.snapshot() if self.ctx is not None else {},
             "question": self.question,
+            "decisions": self.decisions,
             "usage": self.ctx.usage.to_json() if self.ctx is not None else None,
             "result": self.result,
         }
@@ -243,10 +302,12 @@ class LatticeRunWorkflow:
             return AnsweredOp(executor, op.kind, self._ask)
         return executor
 
-    async def _send(self, ctx: RunContext, op: Op) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def _send(
+        self, ctx: RunContext, op: Op, journal: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run ``op`` as the ``lattice.op`` activity, with the part of the track's state it
-        reads (``state_slice.py``) and what the run has used so far; the request and its
-        result (``ops.py``)."""
+        reads (``state_slice.py``), what the run has used so far and the journal of the
+        visit it goes on with; the request and its result (``ops.py``)."""
         spec = self.spec
         serial = "mock_script" in (spec["provider"] or {})
         async with self.one_at_a_time if serial else contextlib.nullcontext():
@@ -263,6 +324,7 @@ class LatticeRunWorkflow:
                 "usage": ctx.usage.to_json(),
                 "provider_state": self.provider_state,
                 "last_result": ctx.last_result,
+                "journal": journal,
             }
             self.scheduled += 1
             try:
@@ -294,7 +356,7 @@ class LatticeRunWorkflow:
     async def _ask(self, ctx: RunContext, halt: HaltRun) -> Any:
         """Wait for the answer to the question the current op of ``ctx`` halted on."""
         node = str(ctx.current_node)
-        if self.early.get(node):
+        if halt.reason != APPROVAL and self.early.get(node):
             return self.early[node].pop(0)
         key = f"{ctx.branch or ''}/{node}"
         self.questions[key] = {
@@ -309,6 +371,10 @@ class LatticeRunWorkflow:
         }
         self.status = "waiting"
         ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
+        if halt.reason == APPROVAL:
+            ids = [request["id"] for request in halt.details.get("approvals", [])]
+            await workflow.wait_condition(lambda: all(i in self.decided for i in ids))
+            return {i: self.decided.pop(i) for i in ids}
         await workflow.wait_condition(lambda: key in self.answered)
         return self.answered.pop(key)
 
