@@ -148,7 +148,7 @@ def toolless_nodes(ir: ExecIR, grant: WorkspaceGrant) -> list[Toolless]:
             if EVERY_TOOL in op.tools or not decision.refused:
                 setting = _main_grant(grant)
             else:
-                setting = "; ".join(dict.fromkeys(s for _, s in decision.refused))
+                setting = grant.missing_settings(name for name, _ in decision.refused)
             kind = _KINDS.get(op.agent_type or "", "sub-agent")
             found.append(Toolless(op.source_node, op.id, kind, setting))
             seen.add(op.source_node)
