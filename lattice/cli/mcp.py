@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lattice.cli.common import note, provider_choice
+from lattice.cli.common import config_with_grants, note, provider_choice
 from lattice.config import load_config
 from lattice.errors import InputError, LatticeRunError
 from lattice.llm.base import ToolDef
@@ -50,7 +50,7 @@ def mcp_serve(args: argparse.Namespace) -> int:
     choice = provider_choice(args)
     if args.mocks and choice.given:
         raise InputError("--mocks runs each workflow with its own mock script: give no provider")
-    config = load_config(args.config)
+    config = config_with_grants(load_config(args.config), args)
     catalog = Catalog(root, mcp_servers=list(config.mcp.servers) if config.source else None)
     runs = WorkflowRuns(
         catalog,

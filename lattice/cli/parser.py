@@ -906,6 +906,7 @@ def _mcp_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--runs-dir", default="runs", metavar="DIR", help="serve: where run folders go (runs)"
     )
+    add_agent_options(p)  # serve: what the served workflows' agent nodes may do
     _handler(p, "lattice.cli.mcp:mcp")
 
 

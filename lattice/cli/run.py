@@ -31,7 +31,7 @@ from lattice.llm.mock import MockProvider
 from lattice.lower.acting import toolless_nodes
 from lattice.permissions.approvals import APPROVALS
 from lattice.runs.store import RunStore
-from lattice.runs.view import list_runs, run_folders, show_run
+from lattice.runs.view import approvals_waiting, list_runs, run_folders, show_run
 from lattice.runtime.runner import Runner, check_answers
 from lattice.service.runs import (
     ProviderSpec,
@@ -186,6 +186,7 @@ def resume(args: argparse.Namespace) -> int:
     answers: dict[str, Any] = dict(parse_pairs(args.answer, "--answer"))
     approvals = approvals_given(args)
     if approvals:
+        check_waiting(folder, approvals)
         answers[APPROVALS] = approvals
     interactive = sys.stdin.isatty() and not args.answer and not approvals
     asker = TerminalAsker()
@@ -211,6 +212,20 @@ def resume(args: argparse.Namespace) -> int:
         note(f"interrupted; continue with: lattice resume {folder}")
         return EXIT_INTERRUPTED
     return report(result, progress, args.json, prepared.settings)
+
+
+def check_waiting(folder: Path, approvals: dict[str, Any]) -> None:
+    """Refuse a decision on a call the halted run does not wait for (decided already, or
+    never asked; a mistyped id), as the gateway does, before anything runs."""
+    waiting = approvals_waiting(folder)
+    if waiting is None:
+        return  # not halted: resuming says why it cannot take approvals
+    stale = sorted(set(approvals) - {"*"} - set(waiting))
+    if stale:
+        raise InputError(
+            f"{', '.join(stale)}: not waiting for a decision (decided already, or never "
+            f"asked); the run waits for: {', '.join(waiting) or 'no approval'}"
+        )
 
 
 def runs(args: argparse.Namespace) -> int:

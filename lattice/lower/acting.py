@@ -105,8 +105,11 @@ class Toolless:
                 f"prompt step {self.node!r} asks to act ({said}) but runs without tools: "
                 f"one model call, which cannot do it (to grant: {self.grant})"
             )
+        calls = (
+            "each reply one model call" if self.kind == "branch session" else "as one model call"
+        )
         return (
-            f"{self.kind} {self.node!r} runs without tools, as one model call (Claude Code "
+            f"{self.kind} {self.node!r} runs without tools, {calls} (Claude Code "
             f"gives it tools; to grant: {self.grant})"
         )
 
@@ -118,6 +121,9 @@ class Toolless:
 
 
 WHOLE_GRANT = "read,write,shell"
+
+#: How a tool-less agent node is named to the user, by its agent type (else "sub-agent").
+_KINDS = {"skill": "skill", "codex": "codex", "branchSession": "branch session"}
 
 
 def _main_grant(grant: WorkspaceGrant) -> str:
@@ -142,8 +148,8 @@ def toolless_nodes(ir: ExecIR, grant: WorkspaceGrant) -> list[Toolless]:
             if EVERY_TOOL in op.tools or not decision.refused:
                 setting = _main_grant(grant)
             else:
-                setting = "; ".join(dict.fromkeys(s for _, s in decision.refused))
-            kind = op.agent_type if op.agent_type in ("skill", "codex") else "sub-agent"
+                setting = grant.missing_settings(name for name, _ in decision.refused)
+            kind = _KINDS.get(op.agent_type or "", "sub-agent")
             found.append(Toolless(op.source_node, op.id, kind, setting))
             seen.add(op.source_node)
         elif isinstance(op, LLMWriteOp) and op.main_agent and not main_acts:

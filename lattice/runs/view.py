@@ -104,6 +104,17 @@ def list_runs(
     return ("\n".join(rows) + "\n") if rows else nothing
 
 
+def approvals_waiting(folder: Path) -> list[str] | None:
+    """The ids of the tool calls a halted run waits to have approved (empty when it waits
+    for a question's answer); None when the run is not halted."""
+    checkpoint = load_checkpoint(folder)
+    if checkpoint is None or status_of(checkpoint) != "halted":
+        return None
+    failure = (_load(folder / "result.json") or {}).get("failure") or {}
+    approvals = (failure.get("details") or {}).get("approvals")
+    return [str(item.get("id")) for item in approvals] if isinstance(approvals, list) else []
+
+
 def waits_for(failure: dict[str, Any]) -> list[str]:
     """What a halted run waits for, a line each: the tool calls to approve, or the question."""
     details = failure.get("details") or {}

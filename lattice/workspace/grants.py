@@ -200,6 +200,25 @@ class WorkspaceGrant:
             return f"[agents] workspace and allow = [{kind!r}] (or --workspace DIR --allow {kind})"
         return f"[agents] allow = [{kind!r}] (or --allow {kind})"
 
+    def missing_settings(self, names: Iterable[str]) -> str:
+        """The settings that would grant every tool of ``names``: the built-in tools'
+        grants as one ``--allow`` list, then each other tool's own setting."""
+        names = list(names)
+        kinds = [kind for kind in GRANTS if any(CLAUDE_CODE_TOOLS.get(n) == kind for n in names)]
+        parts: list[str] = []
+        if kinds:
+            listed = ",".join(kinds)
+            if self.root is None and kinds != ["web"]:
+                parts.append(
+                    f"[agents] workspace and allow = {kinds!r} "
+                    f"(or --workspace DIR --allow {listed})"
+                )
+            else:
+                parts.append(f"[agents] allow = {kinds!r} (or --allow {listed})")
+        others = (self.missing_setting(n) for n in names if n not in CLAUDE_CODE_TOOLS)
+        parts += dict.fromkeys(setting for setting in others if setting is not None)
+        return "; ".join(parts)
+
     def describe(self) -> str:
         """One line for ``lattice check`` and the start of a run."""
         given = [kind for kind in GRANTS if self.allows(kind)]

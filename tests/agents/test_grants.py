@@ -134,6 +134,21 @@ def test_a_run_warns_once_per_node_and_setting_of_what_it_left_out(
     assert all(r["node"] == "fix" for r in refused)
 
 
+def test_a_tool_less_agent_is_told_one_allow_list_that_grants_all_it_asks_for(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    explore = node("look", "subAgent", prompt="Look around", builtInType="explore")
+    doc = write_json(tmp_path / "doc.json", chain(explore))
+    code, out, _ = cli(capsys, "check", doc)
+    assert code == 0
+    listed = out.split("without tools in this run", 1)[1].splitlines()
+    assert listed[1:3] == [
+        "  look (sub-agent)",
+        "    to grant: [agents] workspace and allow = ['read', 'shell'] "
+        "(or --workspace DIR --allow read,shell)",
+    ]
+
+
 def test_serve_takes_the_grant_flags(tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
     from lattice.cli.parser import build_parser

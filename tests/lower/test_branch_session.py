@@ -8,9 +8,10 @@ from typing import Any
 
 from lattice.ir.models import AgentOp, AskOp, LLMWriteOp, StateOp, SwitchOp
 from lattice.lower import lower_document
+from lattice.lower.acting import toolless_nodes
 from lattice.runtime.conditions import compile_condition
 from lattice.service.mocks import plan_mocks
-from lattice.workspace.grants import BUILTIN_TYPE_TOOLS
+from lattice.workspace.grants import BUILTIN_TYPE_TOOLS, WorkspaceGrant
 from tests.builders import chain, describe, lower_ok, node
 
 
@@ -124,3 +125,10 @@ def test_mock_init_gives_a_whole_session() -> None:
     assert messages[-1] == "/done" and len(messages) == 4
     # three replies (the agent's answers, no tools without a grant), then the summary
     assert len(plan.script["responses"]["review"]) == 4
+
+
+def test_without_a_grant_it_is_listed_as_a_branch_session() -> None:
+    listed = toolless_nodes(lower_ok(document()), WorkspaceGrant())
+    found = [t for t in listed if t.node == "review"]
+    assert [t.kind for t in found] == ["branch session"]
+    assert "each reply one model call" in found[0].message()

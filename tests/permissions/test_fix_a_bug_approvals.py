@@ -106,6 +106,23 @@ def test_approved_with_lattice_resume(
     ]
 
 
+def test_a_decision_on_a_call_not_waiting_is_refused(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = tmp_path / "runs"
+    assert main(run_args(project, runs)) == 3, "halted: the Edit waits"
+    (folder,) = runs.iterdir()
+    journal = (folder / "journal.jsonl").read_text()
+    capsys.readouterr()
+    assert main(["resume", str(folder), "--approve", "fix.9.9"]) == 2
+    err = capsys.readouterr().err
+    assert "fix.9.9: not waiting for a decision" in err and "waits for: fix.1.1" in err
+    assert (folder / "journal.jsonl").read_text() == journal, "nothing was done"
+    assert main(["resume", str(folder), "--approve", "fix.1.1"]) == 3, "the Bash waits"
+    assert main(["resume", str(folder), "--deny", "fix.1.1", "--reason", "late"]) == 2
+    assert "waits for: fix.2.1" in capsys.readouterr().err
+
+
 def test_approved_at_the_terminal(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

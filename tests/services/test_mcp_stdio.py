@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
+from lattice.workspace import sandbox_problem
 from tests.conftest import EXAMPLES
 
 HELLO = {"name": "Ada"}
@@ -89,6 +91,25 @@ def test_the_examples_are_tools_that_run_and_ask(tmp_path: Path) -> None:
             assert "finished rejected" in reported  # the resumed run's ops, as progress
 
     anyio.run(go)
+
+
+@pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox: {sandbox_problem()}")
+def test_agent_nodes_get_the_grant_flags(tmp_path: Path) -> None:
+    """An agent workflow served as a tool acts in the workspace the flags grant."""
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLES / "fix-a-bug-project", project)
+    grant = ("--workspace", str(project), "--allow", "read,write,shell")
+    inputs = json.loads((EXAMPLES / "fix-a-bug.inputs.json").read_text(encoding="utf-8"))
+
+    async def go() -> None:
+        async with Client(server(tmp_path / "runs", *grant), read_timeout_seconds=60) as client:
+            done = await client.call_tool("fix-a-bug", inputs)
+            assert done.structured_content is not None
+            assert done.structured_content["status"] == "completed", done.structured_content
+            assert done.structured_content["output"]["tests_passed"] is True
+
+    anyio.run(go)
+    assert "return sum(values) / len(values)" in (project / "tally/stats.py").read_text()
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
