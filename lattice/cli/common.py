@@ -193,7 +193,9 @@ class TerminalAsker:
 
 
 def show_approval(request: ApprovalRequest) -> str:
-    """An approval request as the terminal shows it: the call, why it asks, what it does."""
+    """An approval request as the terminal shows it: the call, why it asks, what it does,
+    with every control character written as an escape: a carriage return or an escape
+    sequence in the model's command or diff cannot redraw what the person approves."""
     lines = [f"{request.node}: {request.tool} wants to run ({request.id}) - {request.why}"]
     preview = request.preview
     if "diff" in preview:
@@ -206,7 +208,7 @@ def show_approval(request: ApprovalRequest) -> str:
         lines.append(f"  arguments: {json.dumps(request.arguments, ensure_ascii=False)}")
     else:
         lines.append(f"  arguments: {json.dumps(request.arguments, ensure_ascii=False)}")
-    return "\n".join(lines)
+    return terminal_text("\n".join(lines), indent="")
 
 
 def read_key(prompt: str) -> str:
