@@ -207,3 +207,13 @@ def test_an_approval_shows_control_characters_rather_than_obeying_them() -> None
         "fix.1.2", "fix", "Write", {}, "ask rule 'Write'", {"diff": "+ok\x1b]0;title\x07\n"}
     )
     assert "\x1b" not in show_approval(edit) and "\\x1b]0;title\\x07" in show_approval(edit)
+
+
+def test_runs_list_shows_a_waiting_command_on_one_line_with_its_escapes() -> None:
+    """``lattice runs`` lists the calls a halted run waits for: the whole command, its
+    newlines and escape sequences written out, never a harmless-looking first line."""
+    from lattice.runs.view import waits_for
+
+    command = "ls -la\nrm -rf ~ \x1b[1A\x1b[2K"
+    failure = {"details": {"approvals": [{"id": "fix.1.1", "tool": "Bash", "command": command}]}}
+    assert waits_for(failure) == ["approve fix.1.1: Bash ls -la\\nrm -rf ~ \\x1b[1A\\x1b[2K"]
