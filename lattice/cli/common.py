@@ -123,8 +123,10 @@ def terminal_asker(ask: AskOp, read: Callable[[str], str] | None = None) -> Any:
     console = Console(stderr=True)
     console.print(f"\n[bold]{escape(terminal_text(ask.question, indent=''))}[/bold]")
     for number, option in enumerate(ask.options, start=1):
-        extra = f" — {escape(option.description)}" if option.description else ""
-        console.print(f"  [cyan]{number}[/cyan]. {escape(option.label)}{extra}")
+        said = terminal_text(option.description or "", indent="    ")
+        extra = f" — {escape(said)}" if said else ""
+        label = escape(terminal_text(option.label, indent="    "))
+        console.print(f"  [cyan]{number}[/cyan]. {label}{extra}")
     if ask.once:
         hint = "your message, /done to end the session"
     elif not ask.options:

@@ -217,3 +217,16 @@ def test_runs_list_shows_a_waiting_command_on_one_line_with_its_escapes() -> Non
     command = "ls -la\nrm -rf ~ \x1b[1A\x1b[2K"
     failure = {"details": {"approvals": [{"id": "fix.1.1", "tool": "Bash", "command": command}]}}
     assert waits_for(failure) == ["approve fix.1.1: Bash ls -la\\nrm -rf ~ \\x1b[1A\\x1b[2K"]
+
+
+def test_an_options_escape_sequences_are_shown_not_sent_to_the_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An option (an AskUserQuestion's are the model's) with an OSC sequence would set
+    the terminal's title or, in many terminals, its clipboard (OSC 52)."""
+    ask = question("Red\x1b]52;c;cm0gLXJmIH4K\x07", "Blue")
+    ask.options[1].description = "calm\x1b]0;pwned\x1b\\"
+    assert terminal_asker(ask, typed("2")[1]) == "Blue"
+    err = capsys.readouterr().err
+    assert "\x1b]" not in err and "\x07" not in err
+    assert "\\x1b]52;c;cm0gLXJmIH4K\\x07" in err and "calm\\x1b]0;pwned" in err
