@@ -341,7 +341,8 @@ class Progress:
             text += " "
         self.streamed = text[-self.TAIL :]
         self.status.update(
-            f"{self.line}\n  [dim]{escape(str(node))} ▸ {escape(self.streamed)}[/dim]"
+            f"{self.line}\n  [dim]{escape(str(node))} ▸ "
+            f"{escape(terminal_text(self.streamed, indent=''))}[/dim]"
         )
 
     def stop(self) -> None:
