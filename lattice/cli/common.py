@@ -418,7 +418,7 @@ def _contract_cause(attempts: list[dict[str, Any]]) -> str | None:
         if violations:
             listed = "; ".join(f"{v.get('pointer')}: {v.get('message')}" for v in violations[:3])
             more = f" (and {len(violations) - 3} more)" if len(violations) > 3 else ""
-            return (
+            return terminal_text(  # a pointer names the model's own keys
                 f"attempt {attempt.get('number')} broke the contract "
                 f"[{attempt.get('error_type')}]: {listed}{more}"
             )

@@ -230,3 +230,14 @@ def test_an_options_escape_sequences_are_shown_not_sent_to_the_terminal(
     err = capsys.readouterr().err
     assert "\x1b]" not in err and "\x07" not in err
     assert "\\x1b]52;c;cm0gLXJmIH4K\\x07" in err and "calm\\x1b]0;pwned" in err
+
+
+def test_a_broken_contracts_pointer_is_shown_with_its_escapes() -> None:
+    """The pointer of a violation names the model's own keys: printed after a failed
+    run, an escape sequence in one is written out."""
+    from lattice.cli.common import _contract_cause
+
+    violation = {"pointer": "/x\x1b]0;pwned\x07", "message": "1 is not of type 'string'"}
+    attempts = [{"number": 1, "error_type": "schema", "violations": [violation]}, {"number": 2}]
+    cause = _contract_cause(attempts)
+    assert cause is not None and "\x1b" not in cause and "/x\\x1b]0;pwned\\x07" in cause
