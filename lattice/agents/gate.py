@@ -40,6 +40,10 @@ class DecisionJournal(Protocol):
         """The journaled decision on call ``key`` of op ``op_id``, if any."""
         ...
 
+    def was_asked(self, op_id: str | None, key: str) -> bool:
+        """Whether call ``key`` of op ``op_id`` waited for a person when the run halted."""
+        ...
+
     def journal_tool(self, line: dict[str, Any]) -> None: ...
 
 
@@ -133,7 +137,8 @@ class CallGate:
             key=key,
             planned=planned,
         )
-        answered = await self._decision(request)
+        waiting = not isinstance(journal, DecisionJournal) or journal.was_asked(op_id, key)
+        answered = await self._decision(request, waiting=waiting)
         if answered is None:
             if journal is not None:
                 journal.journal_tool(
@@ -143,12 +148,16 @@ class CallGate:
         self._journal(journal, op_id, key, request_id, call, answered, planned)
         return self._act(call, answered, planned)
 
-    async def _decision(self, request: ApprovalRequest) -> ApprovalDecision | None:
-        """A decision given with the run's answers, by a person now, or ``--no-wait``'s."""
+    async def _decision(
+        self, request: ApprovalRequest, *, waiting: bool
+    ) -> ApprovalDecision | None:
+        """A decision given with the run's answers, by a person now, or ``--no-wait``'s.
+        ``"*"`` answers only a call that was ``waiting`` (asked before the run halted): a
+        call the model makes after the resume was seen by no one."""
         given = self.answers.get(APPROVALS)
         if isinstance(given, MutableMapping):
             value = given.pop(request.id, None)
-            if value is None:
+            if value is None and waiting:
                 value = given.get("*")
             if value is not None:
                 return answer_decision(value, "answers")

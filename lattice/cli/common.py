@@ -123,8 +123,10 @@ def terminal_asker(ask: AskOp, read: Callable[[str], str] | None = None) -> Any:
     console = Console(stderr=True)
     console.print(f"\n[bold]{escape(terminal_text(ask.question, indent=''))}[/bold]")
     for number, option in enumerate(ask.options, start=1):
-        extra = f" — {escape(option.description)}" if option.description else ""
-        console.print(f"  [cyan]{number}[/cyan]. {escape(option.label)}{extra}")
+        said = terminal_text(option.description or "", indent="    ")
+        extra = f" — {escape(said)}" if said else ""
+        label = escape(terminal_text(option.label, indent="    "))
+        console.print(f"  [cyan]{number}[/cyan]. {label}{extra}")
     if ask.once:
         hint = "your message, /done to end the session"
     elif not ask.options:
@@ -193,7 +195,9 @@ class TerminalAsker:
 
 
 def show_approval(request: ApprovalRequest) -> str:
-    """An approval request as the terminal shows it: the call, why it asks, what it does."""
+    """An approval request as the terminal shows it: the call, why it asks, what it does,
+    with every control character written as an escape: a carriage return or an escape
+    sequence in the model's command or diff cannot redraw what the person approves."""
     lines = [f"{request.node}: {request.tool} wants to run ({request.id}) - {request.why}"]
     preview = request.preview
     if "diff" in preview:
@@ -206,7 +210,7 @@ def show_approval(request: ApprovalRequest) -> str:
         lines.append(f"  arguments: {json.dumps(request.arguments, ensure_ascii=False)}")
     else:
         lines.append(f"  arguments: {json.dumps(request.arguments, ensure_ascii=False)}")
-    return "\n".join(lines)
+    return terminal_text("\n".join(lines), indent="")
 
 
 def read_key(prompt: str) -> str:
@@ -337,7 +341,8 @@ class Progress:
             text += " "
         self.streamed = text[-self.TAIL :]
         self.status.update(
-            f"{self.line}\n  [dim]{escape(str(node))} ▸ {escape(self.streamed)}[/dim]"
+            f"{self.line}\n  [dim]{escape(str(node))} ▸ "
+            f"{escape(terminal_text(self.streamed, indent=''))}[/dim]"
         )
 
     def stop(self) -> None:
@@ -413,7 +418,7 @@ def _contract_cause(attempts: list[dict[str, Any]]) -> str | None:
         if violations:
             listed = "; ".join(f"{v.get('pointer')}: {v.get('message')}" for v in violations[:3])
             more = f" (and {len(violations) - 3} more)" if len(violations) > 3 else ""
-            return (
+            return terminal_text(  # a pointer names the model's own keys
                 f"attempt {attempt.get('number')} broke the contract "
                 f"[{attempt.get('error_type')}]: {listed}{more}"
             )

@@ -4,14 +4,15 @@ Claude Code's settings files, in the order their rules are read: ``~/.claude/set
 (the user's), then the workspace's ``.claude/settings.json`` (shared) and
 ``.claude/settings.local.json`` (personal). Only ``permissions`` is read (``allow``,
 ``ask``, ``deny``, ``defaultMode``); the rest of a settings file is not Lattice's.
-A file that is not JSON, a rule that cannot be read or a mode Lattice does not know is
-a ``RuleError`` naming the file and the place in it.
+A file that is not JSON (or no regular file of at most 1 MiB), a rule that cannot be
+read or a mode Lattice does not know is a ``RuleError`` naming the file and the place in it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,10 +68,27 @@ def check_mode(value: Any, where: str) -> Mode:
     raise RuleError(f"{where}: {value!r} is not a permission mode ({', '.join(MODES)}){hint}")
 
 
+MAX_SETTINGS_BYTES = 1 << 20
+"""The largest settings file read (a workspace's files come with whatever it holds)."""
+
+
+def _read_small_file(path: Path) -> str:
+    """``path``'s text, if it is a regular file of at most ``MAX_SETTINGS_BYTES``: a link
+    to ``/dev/zero``, a FIFO or a huge file in a workspace must not hang or fill memory."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        data = handle.read(MAX_SETTINGS_BYTES + 1)
+    if len(data) > MAX_SETTINGS_BYTES:
+        raise OSError(f"over {MAX_SETTINGS_BYTES} bytes")
+    return data.decode("utf-8")
+
+
 def read_settings_file(path: Path, base: Path) -> Permissions | None:
     """The permissions of one Claude Code settings file (None when it does not exist)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_small_file(path)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:

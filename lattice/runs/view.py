@@ -116,13 +116,15 @@ def approvals_waiting(folder: Path) -> list[str] | None:
 
 
 def waits_for(failure: dict[str, Any]) -> list[str]:
-    """What a halted run waits for, a line each: the tool calls to approve, or the question."""
+    """What a halted run waits for, a line each: the tool calls to approve (their command
+    on one line, control characters as escapes), or the question."""
     details = failure.get("details") or {}
     approvals = details.get("approvals")
     if isinstance(approvals, list):
         lines = []
         for item in approvals:
             said = item.get("command") or (item.get("arguments") or {}).get("file_path") or ""
+            said = "".join(_visible(c) for c in str(said))  # a newline or escape hides nothing
             lines.append(f"approve {item.get('id')}: {item.get('tool')} {said}".rstrip())
         return lines
     question = details.get("question") or failure.get("summary") or ""

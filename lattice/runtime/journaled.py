@@ -73,11 +73,13 @@ class JournaledProvider:
         self._replay: dict[tuple[str | None, str], deque[dict[str, Any]]] = {}
         self._tools: dict[tuple[str | None, str], dict[str, Any]] = {}
         self._decisions: dict[tuple[str | None, str], dict[str, Any]] = {}
+        self._asked: set[tuple[str | None, str]] = set()
         for line in recorded:
             if line.get("kind") == "tool_decision":
                 self._decisions[(line.get("op_id"), str(line.get("key")))] = line
                 continue
             if line.get("kind") == "approval_request":
+                self._asked.add((line.get("op_id"), str(line.get("key"))))
                 continue
             if line.get("kind") in ("tool_call", "tool_result"):
                 tool_key = (line.get("op_id"), str(line.get("key")))
@@ -157,6 +159,10 @@ class JournaledProvider:
     def recorded_decision(self, op_id: str | None, key: str) -> dict[str, Any] | None:
         """The journal's decision on tool call ``key`` of ``op_id`` (a rule's or a person's)."""
         return self._decisions.get((op_id, key))
+
+    def was_asked(self, op_id: str | None, key: str) -> bool:
+        """Whether tool call ``key`` of ``op_id`` waited for a person when the run halted."""
+        return (op_id, key) in self._asked
 
     def journal_tool(self, line: dict[str, Any]) -> None:
         self._journal(dict(line))

@@ -15,6 +15,7 @@ import asyncio
 import gc
 import hmac
 import inspect
+import ipaddress
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -112,11 +113,51 @@ def _public(path: str) -> bool:
     return is_public(path) or is_docs_asset(path)
 
 
+def _loopback_name(host: str) -> bool:
+    """Whether ``host`` (a Host header's name, or an Origin's, without the port) names
+    this machine's loopback: ``localhost``, ``127.0.0.0/8``, ``[::1]``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(authority: str) -> str:
+    """The name of ``host[:port]`` (``[v6]:port`` keeps its brackets' content)."""
+    if authority.startswith("["):
+        return authority.partition("]")[0] + "]"
+    return authority.rpartition(":")[0] if ":" in authority else authority
+
+
+def _foreign(headers: Mapping[bytes, bytes]) -> tuple[int, str, str] | None:
+    """Why a request to a gateway without a token is refused: its Host or Origin is not
+    loopback (a web page whose name was rebound to 127.0.0.1), else None."""
+    host = headers.get(b"host", b"").decode("latin-1").strip()
+    if not _loopback_name(_host_name(host)):
+        return 421, "misdirected_request", f"this server answers loopback names only, not {host!r}"
+    origin = headers.get(b"origin")
+    if origin is not None:
+        text = origin.decode("latin-1").strip()
+        scheme, sep, rest = text.partition("://")
+        if (
+            not sep
+            or scheme.lower() not in ("http", "https")
+            or not _loopback_name(_host_name(rest.partition("/")[0]))
+        ):
+            return 403, "forbidden_origin", f"requests from {text!r} are refused"
+    return None
+
+
 class Guard:
     """Pure ASGI, in front of everything: the bearer token (every route but ``/healthz``,
     the panel's page and static files and the API docs' assets, which hold no run data,
     and the webhooks, which check their own HMAC signature: a sender such as GitHub
-    cannot send a bearer token) and the body size limit (413 before the body is read past the limit)."""
+    cannot send a bearer token) and the body size limit (413 before the body is read past the limit).
+    Without a token, a request whose Host or Origin is not a loopback name is refused
+    (``421``/``403``; the webhooks and ``/healthz`` excepted): loopback is then the only
+    lock, and a web page whose name was rebound to 127.0.0.1 must not pick it."""
 
     def __init__(
         self,
@@ -140,6 +181,19 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
+        foreign = (
+            _foreign(headers)
+            if self.expected is None
+            and scope["path"] != "/healthz"
+            and not (scope["method"] == "POST" and is_webhook(scope["path"]))
+            else None
+        )
+        if foreign is not None:
+            status, error, said = foreign
+            await self.respond(status, {"error": error, "message": said}, {})(
+                scope, receive, send
+            )
+            return
         if (
             self.expected is not None
             and scope["path"] != "/healthz"

@@ -31,7 +31,14 @@ from lattice.services.catalog import Catalog, Workflow
 from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns
 from lattice.services.schedules import Clock, Scheduler, SystemClock
 from lattice.services.versions import VERSIONS_DIR
-from lattice.services.webhooks import DeliveryLedger, InputMapping, Refused, secret_of, verify
+from lattice.services.webhooks import (
+    Delivery,
+    DeliveryLedger,
+    InputMapping,
+    Refused,
+    secret_of,
+    verify,
+)
 
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 """A gateway without a token listens on loopback only: ``/mcp`` then refuses requests
@@ -301,8 +308,10 @@ class Services:
         except LatticeUserError as exc:
             raise Refused(503, "trigger_not_ready", exc.message) from None
         delivery = verify(trigger.config, secret, body, headers, now=self.clock.now().timestamp())
-        if (kept := trigger.ledger.kept(delivery.id)) is not None:
-            raise Refused(409, "repeated_delivery", f"delivery {delivery.id!r} started run {kept}")
+        keys = list(dict.fromkeys((delivery.id, delivery.signed)))
+        for key in keys:
+            if (kept := trigger.ledger.kept(key)) is not None:
+                raise _repeated(delivery, key, kept)
         inputs = trigger.mapping.inputs(delivery)
         started_by = StartedBy("webhook", {"trigger": trigger.name, "delivery": delivery.id})
         try:
@@ -310,19 +319,37 @@ class Services:
         except LatticeUserError as exc:
             raise Refused(422, "invalid_inputs", exc.message) from None
         run_id = new_run_id()
-        kept = trigger.ledger.claim(delivery.id, run_id)
-        if kept is not None:
-            raise Refused(409, "repeated_delivery", f"delivery {delivery.id!r} started run {kept}")
+        claimed: list[str] = []
+        for key in keys:
+            kept = trigger.ledger.claim(key, run_id)
+            if kept is not None:
+                for done in claimed:
+                    trigger.ledger.release(done)
+                raise _repeated(delivery, key, kept)
+            claimed.append(key)
         try:
             await self.runs.host.start(prepared, run_id=run_id)
         except LatticeUserError as exc:
-            trigger.ledger.release(delivery.id)  # not started: a redelivery may start it
+            for key in keys:  # not started: a redelivery may start it
+                trigger.ledger.release(key)
             status = 429 if exc.error_type == "too_many_active_runs" else 503
             raise Refused(status, exc.error_type or "not_started", exc.message) from None
         except BaseException:
-            trigger.ledger.release(delivery.id)
+            for key in keys:
+                trigger.ledger.release(key)
             raise
         return Started(run_id, delivery.id)
+
+
+def _repeated(delivery: Delivery, key: str, run_id: str) -> Refused:
+    """The refusal of a delivery kept before, by its id or by what its signature covers."""
+    if key == delivery.id:
+        return Refused(409, "repeated_delivery", f"delivery {delivery.id!r} started run {run_id}")
+    return Refused(
+        409,
+        "repeated_delivery",
+        f"this signed request started run {run_id} already (under another delivery id)",
+    )
 
 
 @dataclass(frozen=True)

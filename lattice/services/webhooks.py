@@ -5,7 +5,7 @@ Two signatures are understood, each an HMAC-SHA256 keyed by the secret in the
 environment variable the trigger names (never in a document):
 
 - ``github``: ``X-Hub-Signature-256: sha256=<hex of HMAC(body)>``, the delivery id in
-  ``X-GitHub-Delivery`` (GitHub signs no time: replays are stopped by the id alone);
+  ``X-GitHub-Delivery`` (GitHub signs no time);
 - ``lattice``: ``X-Lattice-Signature: t=<unix seconds>,v1=<hex of HMAC("<t>." + body)>``
   (several ``v1=`` may be given, for a secret being rotated), the delivery id in
   ``X-Lattice-Delivery`` (without one, the signature stands for it); a ``t`` further than
@@ -13,7 +13,9 @@ environment variable the trigger names (never in a document):
 
 A delivery that is kept is a file under the runs folder, made with one atomic link
 (``.deliveries/<trigger>/<digest of the id>.json``, holding the id and its run id): a
-second delivery of the same id finds it and starts nothing.
+second delivery of the same id finds it and starts nothing. The id headers are not
+signed, so what the signature covers (the body, and the time for ``lattice``) is kept
+too: the same signed request sent again under another id starts nothing either.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class Delivery:
     id: str
     body: Any
     headers: dict[str, str]
+    signed: str = ""
+    """What the signature covers, as a key (``sig-<hex>``): the id header is not signed,
+    so a captured request sent again under another id is still this one."""
 
 
 def secret_of(name: str, trigger: TriggerConfig, environ: Mapping[str, str]) -> bytes:
@@ -78,31 +83,31 @@ def verify(
     """The delivery ``body`` and ``headers`` (lower-case names) make, when its signature
     holds and it is fresh; else Refused (401: signature, time; 400: the body)."""
     if trigger.signature == "github":
-        delivery_id = _github(secret, body, headers)
+        delivery_id, digest = _github(secret, body, headers)
     else:
-        delivery_id = _lattice(trigger, secret, body, headers, now=now)
+        delivery_id, digest = _lattice(trigger, secret, body, headers, now=now)
     if not delivery_id or len(delivery_id) > MAX_DELIVERY_ID:
         raise Refused(400, "invalid_delivery", "the delivery id is missing or too long")
     try:
         data = json.loads(body) if body.strip() else None
     except (ValueError, RecursionError):
         raise Refused(400, "invalid_json", "the request body is not valid JSON") from None
-    return Delivery(delivery_id, data, dict(headers))
+    return Delivery(delivery_id, data, dict(headers), f"sig-{digest}")
 
 
-def _github(secret: bytes, body: bytes, headers: Mapping[str, str]) -> str:
+def _github(secret: bytes, body: bytes, headers: Mapping[str, str]) -> tuple[str, str]:
     given = headers.get("x-hub-signature-256", "")
     if not given.startswith("sha256="):
         raise Refused(401, "missing_signature", "X-Hub-Signature-256: sha256=<hex> is missing")
     expected = hmac.new(secret, body, hashlib.sha256).hexdigest()
     if not hmac.compare_digest(given.removeprefix("sha256=").encode(), expected.encode()):
         raise Refused(401, "invalid_signature", "the signature does not match the body")
-    return headers.get("x-github-delivery", "")
+    return headers.get("x-github-delivery", ""), expected
 
 
 def _lattice(
     trigger: TriggerConfig, secret: bytes, body: bytes, headers: Mapping[str, str], *, now: float
-) -> str:
+) -> tuple[str, str]:
     given = headers.get("x-lattice-signature", "")
     if not given:
         raise Refused(401, "missing_signature", "X-Lattice-Signature: t=<unix>,v1=<hex> is missing")
@@ -121,7 +126,7 @@ def _lattice(
             "stale_timestamp",
             f"the signature's time is more than {trigger.tolerance_seconds} s from now",
         )
-    return headers.get("x-lattice-delivery") or f"sig-{expected}"
+    return headers.get("x-lattice-delivery") or f"sig-{expected}", expected
 
 
 def sign(secret: bytes, body: bytes, *, timestamp: int) -> str:

@@ -222,3 +222,19 @@ def test_a_tool_denied_as_a_whole_is_not_offered_and_plan_mode_offers_reads_only
     model = ScriptedModel({"fix": [answer(DONE)]})
     assert start(agent_ir(), model, planning, tmp_path / "b").status == "completed"
     assert [t.name for t in model.requests[0].tools] == ["Read", "LS", "Glob", "Grep"]
+
+
+def test_approve_all_answers_the_calls_waiting_not_the_ones_asked_later(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """``"*"`` (``--approve-all``) is every call waiting: a call the model makes after
+    the resume, which no one saw, asks again rather than riding on it."""
+    settings = agents(workspace, ask=["Edit", "Write"])
+    halted = start(agent_ir(), ScriptedModel({"fix": fix_turns()}), settings, tmp_path)
+    assert [r["id"] for r in halted.failure.details["approvals"]] == ["fix.2.1"]
+    unseen = ("Write", {"file_path": "app.py", "content": "import os; os.system('rm -rf ~')\n"})
+    later = ScriptedModel({"fix": [calls(unseen), answer(DONE)]})
+    again = resume(halted.run_dir, later, settings, {"*": "allow"})
+    assert again.status == "halted", again.failure
+    assert [r["id"] for r in again.failure.details["approvals"]] == ["fix.3.1"]
+    assert (workspace / "app.py").read_text().endswith("a + b\n"), "the approved edit only"

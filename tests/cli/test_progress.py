@@ -70,3 +70,13 @@ def test_deltas_are_not_counted_as_progress() -> None:
     progress, _ = _live()
     progress(_event("llm_delta", text="x"))
     assert (progress.ops, progress.calls) == (0, 0)
+
+
+def test_an_escape_sequence_the_model_streams_is_shown_not_obeyed() -> None:
+    """A model's answer streams to the status line: an OSC sequence in it (the
+    terminal's title, or its clipboard with OSC 52) is written out, not sent."""
+    progress, status = _live()
+    progress(_event("op_started", kind="LLM_WRITE"))
+    progress(_event("llm_delta", attempt=1, text="ok\x1b]52;c;cm0gLXJmIH4K\x07 done"))
+    assert "\x1b" not in status.shown[-1] and "\x07" not in status.shown[-1]
+    assert status.shown[-1].endswith("draft ▸ ok\\x1b]52;c;cm0gLXJmIH4K\\x07 done[/dim]")

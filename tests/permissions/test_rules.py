@@ -5,6 +5,7 @@ the settings file, the working folder, the home folder and the root; ``domain:``
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +290,21 @@ def test_claude_config_dir_holds_the_users_settings(
     write_settings(tmp_path / "home/.claude/settings.json", {"deny": ["Bash"]})
     permissions = build_permissions(workspace=None, home=tmp_path / "home")
     assert [r.text for r in permissions.rules] == ["WebFetch"]
+
+
+def test_a_settings_file_that_is_no_small_regular_file_is_refused(tmp_path: Path) -> None:
+    """A workspace's ``.claude/settings.json`` linked to a device (``/dev/zero`` would
+    fill memory, a FIFO would hang) or huge is an error naming it, never read whole."""
+    settings = tmp_path / ".claude/settings.json"
+    settings.parent.mkdir()
+    settings.symlink_to("/dev/null")
+    with pytest.raises(RuleError, match=r"settings.json: cannot read it: not a regular file"):
+        build_permissions(workspace=tmp_path, home=tmp_path / "nohome")
+    settings.unlink()
+    os.mkfifo(settings)
+    with pytest.raises(RuleError, match="not a regular file"):
+        build_permissions(workspace=tmp_path, home=tmp_path / "nohome")
+    settings.unlink()
+    settings.write_text('{"permissions": {"allow": []}}' + " " * (1 << 20))
+    with pytest.raises(RuleError, match="cannot read it: over 1048576 bytes"):
+        build_permissions(workspace=tmp_path, home=tmp_path / "nohome")

@@ -200,3 +200,30 @@ def test_the_api_takes_every_provider_lattice_run_takes() -> None:
 
     (choices, _none) = get_args(ProviderOptions.model_fields["provider"].annotation)
     assert set(get_args(choices)) == set(PROVIDER_NAMES)
+
+
+def test_without_a_token_a_rebound_host_or_a_foreign_origin_is_refused(tmp_path: Path) -> None:
+    """A gateway without a token trusts whoever reaches loopback; a web page whose name
+    was rebound to 127.0.0.1 reaches it too, with its own name as Host (and Origin).
+    Every route, the approvals' included, refuses such a request, not only ``/mcp``."""
+    with (
+        serve_in_thread(ServerSettings(runs_dir=tmp_path / "runs")) as url,
+        httpx.Client(base_url=url, timeout=TIMEOUT) as client,
+    ):
+        assert client.get("/v1/runs").status_code == 200
+        port = url.rsplit(":", 1)[1]
+        for host in (f"localhost:{port}", f"[::1]:{port}", "127.0.0.1"):
+            assert client.get("/v1/runs", headers={"Host": host}).status_code == 200, host
+        rebound = client.get("/v1/runs", headers={"Host": f"evil.example:{port}"})
+        assert rebound.status_code == 421
+        assert rebound.json()["error"] == "misdirected_request"
+        started = client.post(
+            "/v1/runs", headers={"Host": f"evil.example:{port}"}, json={"workflow": steps(1)}
+        )
+        assert started.status_code == 421
+        for origin in ("http://evil.example", "null", f"http://127.0.0.1.evil.example:{port}"):
+            foreign = client.get("/v1/runs", headers={"Origin": origin})
+            assert foreign.status_code == 403, origin
+            assert foreign.json()["error"] == "forbidden_origin"
+        assert client.get("/v1/runs", headers={"Origin": url}).status_code == 200
+        assert client.get("/healthz", headers={"Host": "evil.example"}).status_code == 200

@@ -129,6 +129,37 @@ def test_github_deliveries_are_checked_with_x_hub_signature_256(
     assert files(runs) == before
 
 
+def test_a_captured_delivery_sent_again_under_another_id_starts_nothing(
+    gateway: tuple[str, Path],
+) -> None:
+    """The delivery id headers are not signed: whoever saw one signed request could
+    send it again under new ids, each a run, until its time is stale (GitHub's: ever)."""
+    url, runs = gateway
+    body = json.dumps({"sender": {"login": "ada"}}).encode()
+    first = signed(body, delivery="d-1")
+    assert httpx.post(f"{url}/hooks/greet", content=body, headers=first).status_code == 202
+    before = files(runs)
+    replayed = httpx.post(
+        f"{url}/hooks/greet", content=body, headers={**first, "X-Lattice-Delivery": "d-2"}
+    )
+    assert replayed.status_code == 409, replayed.text
+    assert replayed.json()["error"] == "repeated_delivery"
+    assert files(runs) == before
+    # the sender's own retry of d-1, signed anew, is still the one delivery
+    retry = signed(body, delivery="d-1", at=NOW - timedelta(seconds=5))
+    assert httpx.post(f"{url}/hooks/greet", content=body, headers=retry).status_code == 409
+    # a new delivery of the same body, signed at another time, starts its run
+    later = signed(body, delivery="d-3", at=NOW - timedelta(seconds=5))
+    assert httpx.post(f"{url}/hooks/greet", content=body, headers=later).status_code == 202
+
+    push = json.dumps({"pusher": {"name": "grace"}}).encode()
+    github = {"X-Hub-Signature-256": github_signature(SECRET.encode(), push)}
+    one = {**github, "X-GitHub-Delivery": "g-1"}
+    assert httpx.post(f"{url}/hooks/github/push", content=push, headers=one).status_code == 202
+    two = {**github, "X-GitHub-Delivery": "g-2"}
+    assert httpx.post(f"{url}/hooks/github/push", content=push, headers=two).status_code == 409
+
+
 def test_bad_missing_and_stale_signatures_start_nothing(gateway: tuple[str, Path]) -> None:
     url, runs = gateway
     body = json.dumps({"sender": {"login": "ada"}}).encode()
