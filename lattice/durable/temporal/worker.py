@@ -26,6 +26,8 @@ PASSED_THROUGH = (
     "lattice",
     "jsonschema",
     "referencing",
+    "attrs",
+    "attr",
     "rpds",
     "regex",
     "jmespath",
