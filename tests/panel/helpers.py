@@ -43,7 +43,18 @@ def sixteen_nodes() -> dict[str, Any]:
     """A 16-node document without positions (laid out in six layers): a switch over
     ``$in.pick`` into six lanes of two steps each, which meet again before the end. It
     runs without a model (every step stores a variable)."""
-    lanes = "abcdef"
+    return lanes_document("abcdef", 2, "sixteen")
+
+
+def sixty_nodes() -> dict[str, Any]:
+    """A 60-node document without positions: eight lanes of seven steps each (as
+    ``sixteen_nodes``)."""
+    return lanes_document("abcdefgh", 7, "sixty")
+
+
+def lanes_document(lanes: str, steps: int, name: str) -> dict[str, Any]:
+    """start → a switch over ``$in.pick`` → one lane of ``steps`` variableStore steps per
+    letter of ``lanes`` (the last lane the default) → merge → end."""
     nodes = [
         node(
             "start",
@@ -60,13 +71,20 @@ def sixteen_nodes() -> dict[str, Any]:
                 {"id": f"b-{x}", "label": f"Lane {x.upper()}", "condition": f'== "{x}"'}
                 for x in lanes[:-1]
             ]
-            + [{"id": "b-f", "label": "Lane F", "condition": "", "isDefault": True}],
+            + [
+                {
+                    "id": f"b-{lanes[-1]}",
+                    "label": f"Lane {lanes[-1].upper()}",
+                    "condition": "",
+                    "isDefault": True,
+                }
+            ],
             outputPorts=len(lanes),
         ),
     ]
     connections = [conn("start", "route")]
     for index, lane in enumerate(lanes):
-        for step in (1, 2):
+        for step in range(1, steps + 1):
             nodes.append(
                 node(
                     f"{lane}{step}",
@@ -79,13 +97,13 @@ def sixteen_nodes() -> dict[str, Any]:
             )
         connections += [
             conn("route", f"{lane}1", f"branch-{index}"),
-            conn(f"{lane}1", f"{lane}2"),
-            conn(f"{lane}2", "merge"),
+            *(conn(f"{lane}{step}", f"{lane}{step + 1}") for step in range(1, steps)),
+            conn(f"{lane}{steps}", "merge"),
         ]
     nodes.append(node("merge", "variableStore", label="Merge", operation="set", name="m", value=1))
     nodes.append(node("end", "end", label="End", output="$vars.m"))
     connections.append(conn("merge", "end"))
-    return workflow(nodes, connections, id="sixteen", name="sixteen")
+    return workflow(nodes, connections, id=name, name=name)
 
 
 def many_runs(runs: Path, sources: list[str], count: int) -> list[str]:

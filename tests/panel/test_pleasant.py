@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import EXAMPLES
-from tests.panel.helpers import many_runs, sixteen_nodes
+from tests.panel.helpers import many_runs, sixteen_nodes, sixty_nodes
 from tests.panel.test_browser import click, open_run, start_via_api, text, until
 from tests.panel.test_canvas_timeline import shot
 from tests.server.helpers import TIMEOUT, wait_for_status
@@ -54,8 +54,10 @@ def client(base_url: str) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def finished(base_url: str, space: Path) -> dict[str, str]:
-    """A finished run of analyst-panel, of a 16-node document, and a halted one."""
+    """A finished run of analyst-panel, of a 16-node and a 60-node document, and a halted
+    one."""
     (space / "workflows" / "sixteen.json").write_text(json.dumps(sixteen_nodes()))
+    (space / "workflows" / "sixty.json").write_text(json.dumps(sixty_nodes()))
     runs = {}
     with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
         inputs = json.loads((EXAMPLES / "analyst-panel.inputs.json").read_text())
@@ -63,6 +65,7 @@ def finished(base_url: str, space: Path) -> dict[str, str]:
             client, workflow="analyst-panel.json", mock="analyst-panel.mock.json", inputs=inputs
         )
         runs["sixteen"] = start_via_api(client, workflow="sixteen.json", inputs={"pick": "c"})
+        runs["sixty"] = start_via_api(client, workflow="sixty.json", inputs={"pick": "c"})
         runs["halted"] = start_via_api(
             client, workflow="approval.json", mock="approval.mock.json", inputs={"topic": "x"}
         )
@@ -136,6 +139,29 @@ def test_fit_shows_the_whole_workflow_at_1440(
     assert facts["note"] == "" and not facts["minimap"], facts
     if workflow == "sixteen":
         shot(page, "panel-fit16-1440.png", tmp_path)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_fit_on_60_nodes_shows_them_whole_or_says_how_to_see_the_rest(
+    page: Any, base_url: str, finished: dict[str, str], width: int, tmp_path: Path
+) -> None:
+    """Fit never makes names smaller than 11 px: a graph that fits at that size is shown
+    whole, one that does not is shown from its start with the minimap and a note."""
+    facts = fit_facts(page, base_url, finished["sixty"], width)
+    assert facts["nodes"] == 60, facts
+    assert facts["smallest"] >= 11 - 1e-6, facts
+    assert facts["pageWidth"] <= facts["viewWidth"] + 1, facts
+    if facts["inside"] == facts["nodes"]:
+        assert facts["note"] == "" and not facts["minimap"], facts
+    else:
+        assert "Too large to show whole" in facts["note"] and facts["minimap"], facts
+    until(
+        lambda: page.execute_script("return document.querySelectorAll('.timeline-row').length"),
+        "the timeline drew no rows",
+    )
+    if width == 390:
+        page.execute_script("document.querySelector('.canvas').scrollIntoView()")
+    shot(page, f"panel-fit60-{width}.png", tmp_path)
 
 
 def test_selecting_a_node_gives_the_inspector_its_room_and_closing_gives_it_back(
