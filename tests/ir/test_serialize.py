@@ -165,6 +165,7 @@ def _agent(data: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """The prompt op ``p`` of ``data`` turned into an AGENT op (with ``fields``)."""
     op = data["ops"]["p"]
     op.pop("purpose", None)
+    op.pop("mainAgent", None)  # a prompt step's mark: what a grant would make an agent of
     op.update(kind="AGENT", tools=["Read", "Grep", "mcp__docs__search"], **fields)
     return data
 
