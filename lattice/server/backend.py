@@ -70,6 +70,19 @@ def accepted(respond: Respond, run_id: str, fields: Mapping[str, Any]) -> Respon
     )
 
 
+@dataclass(frozen=True)
+class RunQuery:
+    """``GET /v1/runs``'s query: runs of a status, of a workflow, found by words
+    (``search``: only a backend with ``Capability.SEARCH`` is given it), ``limit`` of them
+    started before the run ``before``."""
+
+    status: str | None = None
+    workflow: str | None = None
+    limit: int = 50
+    before: str | None = None
+    search: str | None = None
+
+
 class Backend(ABC):
     """The runs of a gateway (the module docstring says which)."""
 
@@ -85,15 +98,7 @@ class Backend(ABC):
         """Start the run ``body`` asks for (``check_start`` passed); its ``warnings``."""
 
     @abstractmethod
-    async def list_runs(
-        self,
-        *,
-        status: str | None,
-        workflow: str | None,
-        limit: int,
-        before: str | None,
-        search: str | None,
-    ) -> dict[str, Any]:
+    async def list_runs(self, query: RunQuery) -> dict[str, Any]:
         """``GET /v1/runs``: ``{"runs": [...], "next": ...}``, newest first."""
 
     @abstractmethod

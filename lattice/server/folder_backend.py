@@ -22,7 +22,7 @@ from lattice.errors import LatticeUserError
 from lattice.llm.disabled import DisabledProvider
 from lattice.runs.folder import load_run_json
 from lattice.runs.oplog import OpEntry, op_entries
-from lattice.server.backend import Accepted, Backend
+from lattice.server.backend import Accepted, Backend, RunQuery
 from lattice.server.bodies import AnswerRun, RerunRun, ResumeRun, StartRun
 from lattice.server.errors import ApiError, diagnostics_json, from_user_error, not_found
 from lattice.server.events import FolderTails, stream
@@ -48,17 +48,24 @@ def api_hint(provider: object) -> None:
         provider.how_to = API_HOW_TO_CONFIGURE
 
 
+STOPPED = ("completed", "failed", "halted", "interrupted")
+
+
+def resumed_only(run_id: str) -> str:
+    """Why only a failed or interrupted run ``run_id`` can be resumed."""
+    return (
+        "only a failed or interrupted run can be resumed (a halted one is answered: "
+        f"POST /v1/runs/{run_id}/answers)"
+    )
+
+
 class FolderBackend(Backend):
     """The run folders of ``manager``'s runs folder."""
 
     name = "local"
     capabilities = EVERY_CAPABILITY
 
-    def __init__(
-        self,
-        manager: RunManager,
-        gateway: Gateway,
-    ) -> None:
+    def __init__(self, manager: RunManager, gateway: Gateway) -> None:
         self.manager = manager
         self.gateway = gateway
         self.library = gateway.library
@@ -130,15 +137,9 @@ class FolderBackend(Backend):
 
     async def resume(self, run_id: str, body: ResumeRun) -> Accepted:
         manager = self.manager
-        folder = manager.folder(run_id)
-        spec = body.spec(self.library)
+        folder, spec = manager.folder(run_id), body.spec(self.library)
         async with manager.starting:
-            manager.check_resumable(
-                run_id,
-                ("failed", "interrupted"),
-                "only a failed or interrupted run can be resumed (a halted one is answered: "
-                f"POST /v1/runs/{run_id}/answers)",
-            )
+            manager.check_resumable(run_id, ("failed", "interrupted"), resumed_only(run_id))
             return await self._resume(run_id, folder, spec, body.answers, body.accept_changed)
 
     async def _resume(
@@ -178,13 +179,10 @@ class FolderBackend(Backend):
 
     async def rerun(self, run_id: str, body: RerunRun) -> Accepted:
         manager = self.manager
-        folder = manager.folder(run_id)
-        spec = body.spec(self.library)
+        folder, spec = manager.folder(run_id), body.spec(self.library)
         async with manager.starting:
             manager.check_resumable(
-                run_id,
-                ("completed", "failed", "halted", "interrupted"),
-                "a run is re-run from a step once it has stopped",
+                run_id, STOPPED, "a run is re-run from a step once it has stopped"
             )
             manager.check_capacity()
             try:
@@ -216,18 +214,14 @@ class FolderBackend(Backend):
 
     # -- reading runs back ----------------------------------------------------------
 
-    async def list_runs(
-        self,
-        *,
-        status: str | None,
-        workflow: str | None,
-        limit: int,
-        before: str | None,
-        search: str | None,
-    ) -> dict[str, Any]:
+    async def list_runs(self, query: RunQuery) -> dict[str, Any]:
         return await run_in_threadpool(
             lambda: self.manager.list_runs(
-                status=status, workflow=workflow, limit=limit, before=before, search=search
+                status=query.status,
+                workflow=query.workflow,
+                limit=query.limit,
+                before=query.before,
+                search=query.search,
             )
         )
 

@@ -22,7 +22,7 @@ from lattice.errors import LatticeUserError
 from lattice.runs.oplog import OpEntry, label_key, record_label, safe_name
 from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
-from lattice.server.backend import Accepted, Backend, not_yet
+from lattice.server.backend import Accepted, Backend, RunQuery, not_yet
 from lattice.server.bodies import AnswerRun, StartRun
 from lattice.server.errors import ApiError, diagnostics_json, from_user_error
 from lattice.server.events import PING, PING_SECONDS, end_message, event_line, message
@@ -122,11 +122,7 @@ def _next_step(run_id: str, status: str, resumable: bool) -> str:
 class EngineBackend(Backend):
     """The runs of ``backend``, served as a gateway's (the module docstring says how)."""
 
-    def __init__(
-        self,
-        backend: RunBackend,
-        gateway: Gateway,
-    ) -> None:
+    def __init__(self, backend: RunBackend, gateway: Gateway) -> None:
         self.backend = backend
         self.name = backend.name
         self.capabilities = backend.capabilities
@@ -207,17 +203,11 @@ class EngineBackend(Backend):
 
     # -- reading runs back ------------------------------------------------------------
 
-    async def list_runs(
-        self,
-        *,
-        status: str | None,
-        workflow: str | None,
-        limit: int,
-        before: str | None,
-        search: str | None,
-    ) -> dict[str, Any]:
+    async def list_runs(self, query: RunQuery) -> dict[str, Any]:
         page = await ask(
-            self.backend.list_runs(status=status, workflow=workflow, limit=limit, before=before)
+            self.backend.list_runs(
+                status=query.status, workflow=query.workflow, limit=query.limit, before=query.before
+            )
         )
         return {"runs": [summary_json(view) for view in page.runs], "next": page.next}
 

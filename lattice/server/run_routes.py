@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from fastapi import Body, FastAPI, Header, Query
 from starlette.responses import Response, StreamingResponse
 
-from lattice.server.backend import Backend, accepted, needs
+from lattice.server.backend import Backend, RunQuery, accepted, needs
 from lattice.server.bodies import AnswerRun, RerunRun, ResumeRun, StartRun, check_start
 from lattice.server.errors import Respond
 from lattice.server.events import resume_cursor
@@ -48,10 +48,7 @@ def add_run_routes(app: FastAPI, *, runs: Backend, respond: Respond) -> None:
         ] = None,
     ) -> Response:
         search = q if Capability.SEARCH in runs.capabilities else None
-        page = await runs.list_runs(
-            status=status, workflow=workflow, limit=limit, before=before, search=search
-        )
-        return respond(200, page)
+        return respond(200, await runs.list_runs(RunQuery(status, workflow, limit, before, search)))
 
     @app.get("/v1/runs/{run_id}", tags=["runs"], summary="one run")
     async def get_run(run_id: str) -> Response:
