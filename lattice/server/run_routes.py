@@ -23,6 +23,12 @@ Status = Literal["running", "completed", "failed", "halted", "interrupted"]
 
 def add_run_routes(app: FastAPI, *, runs: Backend, respond: Respond) -> None:
     """Serve the runs of ``runs`` from ``app``."""
+    add_start_and_reads(app, runs, respond)
+    add_answers_and_stops(app, runs, respond)
+
+
+def add_start_and_reads(app: FastAPI, runs: Backend, respond: Respond) -> None:
+    """``POST /v1/runs``, the list, one run and its event stream."""
 
     @app.post("/v1/runs", status_code=202, tags=["runs"], summary="start a run")
     async def start_run(body: StartRun) -> Response:
@@ -81,6 +87,10 @@ def add_run_routes(app: FastAPI, *, runs: Backend, respond: Respond) -> None:
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+
+def add_answers_and_stops(app: FastAPI, runs: Backend, respond: Respond) -> None:
+    """Answering, resuming, re-running and cancelling a run."""
 
     @app.post(
         "/v1/runs/{run_id}/answers",
