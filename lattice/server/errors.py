@@ -3,6 +3,7 @@
 Every error body is ``{"error": "<type>", "message": "...", ...}``; document, input and
 request problems add ``"diagnostics"``: ``[{"code", "severity", "message", "pointer",
 "nodeId"?}]`` (the pointer locates the problem in the document or in the request body).
+``add_error_handlers`` makes every error of the application such an answer.
 """
 
 from __future__ import annotations
