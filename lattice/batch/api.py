@@ -1,5 +1,6 @@
 """``lattice.batch(...)`` and ``await lattice.abatch(...)``: a workflow over a dataset from
-Python, with what ``lattice batch`` does on the command line (docs/python.md)."""
+Python, with what ``lattice batch`` does on the command line (docs/python.md). The
+package's ``batch`` and ``abatch`` stand in for these and import this module when called."""
 
 from __future__ import annotations
 
@@ -76,8 +77,7 @@ async def abatch(
     inputs: str | Path | Iterable[Any],
     **arguments: Unpack[BatchArguments],
 ) -> BatchSummary:
-    """Run ``workflow`` once per row of ``inputs`` on the caller's event loop, appending one
-    results line per row to ``output``; rows already there are skipped (see ``batch``)."""
+    """``lattice.abatch`` (documented there, in ``lattice/batch/__init__.py``)."""
     return await BatchRun(_options(workflow, inputs, arguments)).arun()
 
 
@@ -86,20 +86,6 @@ def batch(
     inputs: str | Path | Iterable[Any],
     **arguments: Unpack[BatchArguments],
 ) -> BatchSummary:
-    """Run ``workflow`` (a path, a document or an ExecIR) once per row of ``inputs`` (a
-    JSON-lines file, or rows: inputs objects or ``{"id", "inputs", "answers"}``) and
-    append one line per row to ``output``: ``{"id", "status", "result", "error_type",
-    "error", "node_id", "usage", "run_dir", …}``.
-
-    Running it again skips the rows already in ``output``; ``retry_failed`` runs failed
-    rows again, ``answers`` answers halted rows. ``runs_dir=None`` keeps runs in memory.
-    The provider is ``mock`` (a script every row runs against from its start), ``fixtures``,
-    ``provider`` (a name, or an ``LLMProvider`` every row shares; local engine only) or the
-    configuration's. ``max_calls_total``, ``max_cost``, ``requests_per_minute`` and
-    ``tokens_per_minute`` hold the whole batch; ``max_calls`` and ``max_tokens_total`` each
-    run. ``engine="ray"`` spreads the rows over a Ray cluster (``ray_address``; a local
-    one by default). Returns the ``BatchSummary`` (also written to ``summary_json``).
-    Bad options raise ``LatticeUserError``; a row never raises, it has a status.
-    """
+    """``lattice.batch`` (documented there, in ``lattice/batch/__init__.py``)."""
     run = BatchRun(_options(workflow, inputs, arguments))
     return run_sync(run.arun, what="await lattice.abatch(...)")
