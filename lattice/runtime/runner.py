@@ -65,7 +65,7 @@ from lattice.runtime.context import (
     Interrupted,
     RunContext,
 )
-from lattice.runtime.durability import EPHEMERAL, Durability
+from lattice.runtime.durability import EPHEMERAL, Persistence
 from lattice.runtime.events import utc_now
 from lattice.runtime.executors import build_executor
 from lattice.runtime.flat_schema import flat_object_check
@@ -610,11 +610,11 @@ class Runner:
     ) -> RunContext:
         for listener in self._state_listeners:
             state.subscribe(listener)
-        durability: Durability = EPHEMERAL
+        persistence: Persistence = EPHEMERAL
         if recorder.run_dir is not None:
-            durability = FolderJournal(recorder)
+            persistence = FolderJournal(recorder)
             state.changes = []
-        provider = durability.provider(self.provider, recorded_answers or ())
+        provider = persistence.provider(self.provider, recorded_answers or ())
         state.limit(self.settings.state_limits)
         ctx = RunContext(
             run_id=run_id,
@@ -630,8 +630,8 @@ class Runner:
             redact=redact,
             secret_names=self._secret_names,
         )
-        ctx.walk = WalkState(base_provider=self.provider, durability=durability)
-        ctx.llm.records = durability.keeps_records  # op records hold a call's attempts
+        ctx.walk = WalkState(base_provider=self.provider, persistence=persistence)
+        ctx.llm.records = persistence.keeps_records  # op records hold a call's attempts
         return ctx
 
     def _tool_sessions(self, run_dir: Path | None, redact: Redactor | None) -> ToolSessions:
@@ -659,9 +659,9 @@ class Runner:
             ctx.current_op = None
             return self._finish(ctx, "completed", output, None, None, counters, track.op_seq)
         except HaltRun as halt:
-            if ctx.walk.durability.journals and ctx.branch is None and not halt.keeps_journal:
+            if ctx.walk.persistence.journals and ctx.branch is None and not halt.keeps_journal:
                 # a halted op leaves no record: its number is used again
-                ctx.walk.durability.journal(stopped_line(ctx, track.op_seq - 1, track.current))
+                ctx.walk.persistence.journal(stopped_line(ctx, track.op_seq - 1, track.current))
             report = failure_report(
                 halt,
                 phase="run",
