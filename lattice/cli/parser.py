@@ -621,41 +621,8 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_agent_options(p)
     p.add_argument("--max-steps", type=positive_int, metavar="N", help="ops per run")
     p.add_argument("--max-visits", type=positive_int, metavar="N", help="executions of one op")
-    limits = p.add_argument_group("limits of the whole batch (every run in flight shares them)")
-    limits.add_argument(
-        "--max-calls-total",
-        type=positive_int,
-        metavar="N",
-        help="model requests of the whole batch; then it stops",
-    )
-    limits.add_argument(
-        "--max-cost",
-        type=positive_float,
-        metavar="USD",
-        help="estimated cost of the whole batch ([prices] in lattice.toml); then it stops",
-    )
-    limits.add_argument(
-        "--rpm", type=positive_int, metavar="N", help="model requests per minute, at most"
-    )
-    limits.add_argument("--tpm", type=positive_int, metavar="N", help="tokens per minute, at most")
-    engine = p.add_argument_group("engine")
-    engine.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="local: this process; ray: Ray actors (needs the ray extra)",
-    )
-    engine.add_argument(
-        "--ray-address",
-        metavar="ADDR",
-        help="a Ray cluster (ray://host:10001, or auto); default: a local Ray on 127.0.0.1",
-    )
-    engine.add_argument(
-        "--ray-actors",
-        type=positive_int,
-        metavar="N",
-        help="Ray actors running rows (default: the cluster's CPUs)",
-    )
+    _add_batch_limits(p)
+    _add_batch_engine(p)
     p.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON")
     p.add_argument(
         "--progress",
@@ -686,6 +653,50 @@ rows regressed than --max-regressions allows (a CI gate); 2 a mistake in the opt
 the document or the dataset."""
 
 
+def _add_batch_limits(p: argparse.ArgumentParser) -> None:
+    """--max-calls-total, --max-cost, --rpm, --tpm: what the whole batch may spend."""
+    limits = p.add_argument_group("limits of the whole batch (every run in flight shares them)")
+    limits.add_argument(
+        "--max-calls-total",
+        type=positive_int,
+        metavar="N",
+        help="model requests of the whole batch; then it stops",
+    )
+    limits.add_argument(
+        "--max-cost",
+        type=positive_float,
+        metavar="USD",
+        help="estimated cost of the whole batch ([prices] in lattice.toml); then it stops",
+    )
+    limits.add_argument(
+        "--rpm", type=positive_int, metavar="N", help="model requests per minute, at most"
+    )
+    limits.add_argument("--tpm", type=positive_int, metavar="N", help="tokens per minute, at most")
+
+
+def _add_batch_engine(p: argparse.ArgumentParser) -> None:
+    """--engine local|ray, --ray-address, --ray-actors."""
+    engine = p.add_argument_group("engine")
+    engine.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this process; ray: Ray actors (needs the ray extra)",
+    )
+    engine.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="a Ray cluster (ray://host:10001, or auto); default: a local Ray on 127.0.0.1",
+    )
+    engine.add_argument(
+        "--ray-actors",
+        type=positive_int,
+        metavar="N",
+        help="Ray actors running rows (default: the cluster's CPUs)",
+    )
+
+
+# long: one flat, declarative list of the command's flags
 def _eval_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "eval",
