@@ -469,6 +469,7 @@ class BatchRun:
         self.view = view or choose_view(options.progress, interval=options.progress_interval)
         self.summary: BatchSummary | None = None
 
+    # long: the driver's one try/finally: start the engine, write each row's line as it ends, stop, close
     async def arun(self) -> BatchSummary:
         options, prepared = self.options, self.prepared
         output = Path(options.output)

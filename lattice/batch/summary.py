@@ -214,6 +214,7 @@ def _per_row(lines: list[dict[str, Any]], key: str) -> dict[str, float]:
     }
 
 
+# long: one pass over the rows' last lines, adding up every figure of the summary
 def summarize(
     *,
     workflow: str,

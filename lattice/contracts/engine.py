@@ -97,6 +97,7 @@ class ContractEngine:
         """The contract as prompt text: ``{"rules": ..., "schema": ...}``."""
         return dict(self._builtins)
 
+    # long: every attempt of a model call sent and checked in this one frame, without a coroutine per attempt (per-op cost)
     async def run(
         self,
         messages: tuple[Message, ...],

@@ -223,6 +223,7 @@ class McpLowerer:
             return NodeLowering.single(op, ports=TOOL_PORTS)
         return self._lower_ai(node, ctx, server_id, tool_name, mode)
 
+    # long: an AI mode's LLM op and the tool call it feeds, built in order
     def _lower_ai(
         self, node: Node, ctx: LoweringContext, server_id: str, tool_name: str | None, mode: str
     ) -> NodeLowering:

@@ -134,6 +134,7 @@ class ResumeOptions(TypedDict, total=False):
     store: RunStore | None
 
 
+# long: the run's lifecycle (start, resume, walk, finish) over one Runner's fields; the walk, the state and the executors are modules of their own
 class Runner:
     """Runs one ExecIR. Build once, run many times (concurrently too).
 
