@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,8 @@ import pytest
 from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
 from lattice.runtime.settings import RuntimeSettings
+from lattice.tools.toolset import Toolset
+from lattice.workspace.grants import WorkspaceGrant
 from tests.agents.fixtures import RecordingToolset, ScriptedModel, answer, calls, recording_agents
 from tests.builders import chain, lower_ok, node, op_record, op_records
 
@@ -87,6 +91,28 @@ def test_an_agent_reads_edits_and_answers_under_its_contract(
     types = [e["type"] for e in result.events]
     assert types.count("tool_call_started") == 3 and types.count("tool_call_finished") == 3
     assert types.count("agent_turn") == 3
+
+
+def test_a_toolset_that_fails_to_open_has_those_opened_before_it_closed(
+    workspace: Path, tmp_path: Path
+) -> None:
+    opened: list[RecordingToolset] = []
+    base = recording_agents(workspace, opened=opened, read=True)
+    first = base.toolsets
+    assert first is not None
+
+    def factory(grant: WorkspaceGrant, tools: tuple[str, ...]) -> Iterator[Toolset]:
+        yield from first(grant, tools)
+        raise RuntimeError("the second toolset's server did not start")
+
+    model = ScriptedModel({"fix": []})
+    result = run(
+        agent_ir(), model, RuntimeSettings(agents=replace(base, toolsets=factory)), tmp_path
+    )
+    assert result.status == "failed"
+    assert "did not start" in result.failure.summary
+    assert len(opened) == 1 and opened[0].closed
+    assert model.requests == []
 
 
 def test_tools_not_granted_are_not_offered(workspace: Path, tmp_path: Path) -> None:
