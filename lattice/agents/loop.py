@@ -229,14 +229,14 @@ class AgentLoop:
             counted = False
             turn = self._record_turn(turn_request, response, tools_offered=not exhausted)
             if not response.tool_calls:
-                return response
+                return response  # the contract engine counts the answer it is given
+            self.env.usage.add(response.model, request.model_class, response.usage)
             if exhausted:
                 raise LatticeRunError(
                     f"the agent still called tools after its {exhausted} ran out",
                     error_type="agent_limit",
                     details={"turns": len(self.transcript.turns)},
                 )
-            self.env.usage.add(response.model, request.model_class, response.usage)
             messages.append(Message("assistant", response.text, tool_calls=response.tool_calls))
             for record in await self._run_calls(turn, response.tool_calls, request.op_id):
                 turn.calls.append(record)

@@ -181,6 +181,9 @@ def test_a_model_that_keeps_calling_tools_past_its_bound_fails_the_op(
     result = run(agent_ir(maxTurns=2, escalate=False), model, settings, tmp_path)
     assert result.status == "failed"
     assert result.failure.category == "agent_limit"
+    # both turns were answered, and both count (the last one's tokens too)
+    assert len(model.requests) == 2
+    assert (result.usage.requests, result.usage.calls, result.usage.input_tokens) == (2, 2, 20)
 
 
 def test_the_tool_call_bound_refuses_the_calls_past_it(workspace: Path, tmp_path: Path) -> None:
