@@ -5,7 +5,9 @@ contract attempt) sends the request with the granted tools, runs the tools the m
 asks for, answers it with their results (``tool`` messages) and asks again, until the
 model answers without tool calls. That answer goes back to the contract engine, which
 holds it to the op's contract like any LLM answer (schema, invariants, repair,
-escalation, budgets). Every turn is a request against the run's budget (``max_calls``).
+escalation, budgets). A repair goes on in the conversation: the repair packet is the
+next user message after the answer it fixes, every earlier turn and tool result kept.
+Every turn is a request against the run's budget (``max_calls``).
 
 Bounds: turns, tool calls and tokens of one visit. When one runs out, the model is
 asked once more without tools for its final answer; a model that still calls tools
@@ -212,11 +214,16 @@ class AgentLoop:
         """Decides each call by the permission rules (None: every offered call runs)."""
         self.transcript = AgentTranscript(tools=box.names)
         self._attempts = 0
+        self._conversation: tuple[Message, ...] = ()
+        """The messages so far, up to the last final answer (what a repair goes on from)."""
+        self._given: tuple[Message, ...] = ()
+        self._started: tuple[Message, ...] = ()
+        """The messages the last attempt was given, and those it started from."""
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One contract attempt: turns until the model answers without tool calls."""
         self._attempts += 1
-        messages = list(request.messages)
+        messages = self._start(request)
         counted = True  # the contract engine counted this attempt's first request
         while True:
             exhausted = self._exhausted()
@@ -229,6 +236,7 @@ class AgentLoop:
             counted = False
             turn = self._record_turn(turn_request, response, tools_offered=not exhausted)
             if not response.tool_calls:
+                self._conversation = (*messages, Message("assistant", response.text))
                 return response  # the contract engine counts the answer it is given
             self.env.usage.add(response.model, request.model_class, response.usage)
             if exhausted:
@@ -246,6 +254,22 @@ class AgentLoop:
                 messages.append(
                     Message("tool", text, tool_call_id=record.call.id, is_error=result.is_error)
                 )
+
+    def _start(self, request: LLMRequest) -> list[Message]:
+        """The messages an attempt starts from. A repair goes on from the conversation:
+        every turn and tool result so far, the final answer that broke the contract, then
+        the repair packet's request as the next user message (its own system part repeats
+        the contract, which the conversation's system message states already). A retry
+        starts where the attempt it repeats started; any other attempt (the first, an
+        escalation to another model) from the messages it is given."""
+        if request.kind == "repair" and self._conversation:
+            started = (*self._conversation, Message("user", request.messages[-1].content))
+        elif request.kind == "retry" and request.messages == self._given:
+            started = self._started
+        else:
+            started = request.messages
+        self._given, self._started = request.messages, started
+        return list(started)
 
     async def _send(self, request: LLMRequest, *, counted: bool) -> LLMResponse:
         """One turn's request. A later turn of an attempt that fails in a way its policy

@@ -47,7 +47,7 @@ NODE_BY_PROMPT = {
 
 def answer(body: dict[str, Any]) -> str | ToolTurn:
     """The example's scripted turn for this request: its node from the prompt, its turn
-    from the tool calls already in the conversation (a repair would start over)."""
+    from the tool calls already in the conversation."""
     messages = body["messages"]
     text = json.dumps(messages)
     node = next(node for marker, node in NODE_BY_PROMPT.items() if marker in text)
