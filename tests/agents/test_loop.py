@@ -16,7 +16,7 @@ from lattice.runtime.settings import RuntimeSettings
 from lattice.tools.toolset import Toolset
 from lattice.workspace.grants import WorkspaceGrant
 from tests.agents.fixtures import RecordingToolset, ScriptedModel, answer, calls, recording_agents
-from tests.agents.test_kill import redone
+from tests.agents.killing import redone
 from tests.builders import chain, lower_ok, node, op_record, op_records
 
 FIX_SCHEMA = {

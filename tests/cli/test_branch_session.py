@@ -28,7 +28,7 @@ import pytest
 
 from lattice.cli import main
 from lattice.llm.fake_server import FakeLLMServer, serve
-from tests.agents.test_kill import redone
+from tests.agents.killing import redone
 from tests.conftest import EXAMPLES
 from tests.runs.test_crash import configure, environment
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,14 @@ import pytest
 
 from lattice.llm.fake_server import serve
 from lattice.workspace import sandbox_problem
-from tests.agents.test_kill import answer, fresh_project, kill_at_random, redone, run_args
+from tests.agents.killing import LATENCY, kill_at_random, redone
+from tests.agents.test_kill import PROJECT, answer, run_args
 from tests.runs.test_crash import Forker, configure, finish, started
 
 pytestmark = pytest.mark.skipif(
     sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}"
 )
 RUNS = 12
-LATENCY = 0.05
 SETTINGS = {"permissions": {"ask": ["Bash", "Edit"]}}
 
 
@@ -87,11 +88,11 @@ def scenario(lattice: Forker, work: Path, number: int) -> int:
     kills = 0
     with serve(answer, latency=LATENCY) as server:
         config = configure(work, server)
-        project = fresh_project(work, f"project{number}")
+        project = shutil.copytree(PROJECT, work / f"project{number}")
         (project / ".claude").mkdir()
         (project / ".claude/settings.json").write_text(json.dumps(SETTINGS))
         runs = work / f"runs{number}"
-        process = lattice(work, config, *run_args(work, runs, project))
+        process = lattice(work, config, *run_args(runs, project))
         if kill_at_random(process, started(runs), rng, 0.6):
             kills += 1
         else:
