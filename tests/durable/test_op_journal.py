@@ -9,6 +9,7 @@ import copy
 import json
 import shutil
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,34 @@ SCRIPT = {"responses": {"say": [{"summary": 5}, {"summary": "all about tea"}]}}
 """The first answer breaks the schema: the op repairs it with a second call."""
 
 
+def op_request(
+    ir: Any, node_id: str, inputs: dict[str, Any], script: dict[str, Any]
+) -> tuple[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]]]:
+    """The activity's request for the op of ``node_id`` (the run's first: nothing used yet),
+    on a mock ``script``, and the load of the run's ExecIR."""
+    execir = ir_to_dict(ir)
+
+    async def load() -> dict[str, Any]:
+        return execir
+
+    [op_id] = [op.id for op in ir.ops.values() if op.source_node == node_id]
+    state = StateStore(inputs, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot()
+    request = {
+        "run_id": "r",
+        "op_id": op_id,
+        "execir_digest": execir_digest(execir),
+        "provider": {"mock_script": script},
+        "budgets": {},
+        "state": state,
+        "seq": 0,
+        "answers": {},
+        "usage": None,
+        "provider_state": None,
+        "last_result": None,
+    }
+    return request, load
+
+
 def test_the_journal_keeps_answers_and_tool_lines_masked_up_to_its_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -75,26 +104,7 @@ def test_an_op_started_again_replays_the_answers_its_first_attempt_was_given() -
         chain(node("say", "prompt", prompt="SUMMARY of tea", outputSchema=SCHEMA))
     ).ir
     assert ir is not None
-    [op_id] = [op.id for op in ir.ops.values() if op.source_node == "say"]
-    execir = ir_to_dict(ir)
-
-    async def load() -> dict[str, Any]:
-        return execir
-
-    state = StateStore({}, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot()
-    request = {
-        "run_id": "r",
-        "op_id": op_id,
-        "execir_digest": execir_digest(execir),
-        "provider": {"mock_script": SCRIPT},
-        "budgets": {},
-        "state": state,
-        "seq": 0,
-        "answers": {},
-        "usage": None,
-        "provider_state": None,
-        "last_result": None,
-    }
+    request, load = op_request(ir, "say", {}, SCRIPT)
     journals: list[list[dict[str, Any]]] = []
 
     def run(recorded: list[dict[str, Any]]) -> dict[str, Any]:
@@ -131,26 +141,7 @@ def test_an_agent_started_again_replays_its_turns_and_tool_results(tmp_path: Pat
     config = LatticeConfig.model_validate(
         {"agents": {"workspace": str(tmp_path / "project"), "allow": ["read"]}}
     )
-    execir = ir_to_dict(ir)
-
-    async def load() -> dict[str, Any]:
-        return execir
-
-    [op_id] = [op.id for op in ir.ops.values() if op.source_node == "explore"]
-    state = StateStore(inputs, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot()
-    request = {
-        "run_id": "r",
-        "op_id": op_id,
-        "execir_digest": execir_digest(execir),
-        "provider": {"mock_script": script},
-        "budgets": {},
-        "state": state,
-        "seq": 0,
-        "answers": {},
-        "usage": None,
-        "provider_state": None,
-        "last_result": None,
-    }
+    request, load = op_request(ir, "explore", inputs, script)
     journals: list[list[dict[str, Any]]] = []
 
     def run(recorded: list[dict[str, Any]]) -> dict[str, Any]:
@@ -240,26 +231,7 @@ def test_an_agent_going_on_after_approvals_counts_each_model_call_once(tmp_path:
     config = LatticeConfig.model_validate(
         {"agents": {"workspace": str(project), "allow": ["read"]}}
     )
-    execir = ir_to_dict(ir)
-
-    async def load() -> dict[str, Any]:
-        return execir
-
-    [op_id] = [op.id for op in ir.ops.values() if op.source_node == "explore"]
-    state = StateStore(inputs, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot()
-    request: dict[str, Any] = {
-        "run_id": "r",
-        "op_id": op_id,
-        "execir_digest": execir_digest(execir),
-        "provider": {"mock_script": script},
-        "budgets": {},
-        "state": state,
-        "seq": 0,
-        "answers": {},
-        "usage": None,
-        "provider_state": None,
-        "last_result": None,
-    }
+    request, load = op_request(ir, "explore", inputs, script)
     run_usage = Usage()
     halted = asyncio.run(OpExecutor(config).run_op(request, load))
     add_usage(run_usage, Usage().to_json(), halted["usage"])
