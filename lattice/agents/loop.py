@@ -390,11 +390,7 @@ class AgentLoop:
         self, turn: TurnRecord, index: int, call: ToolCall, op_id: str | None, result: ToolResult
     ) -> ToolCallRecord:
         """A call the gate refused: its refusal journaled as its result, for the model."""
-        record = ToolCallRecord(call, result)
-        self._journal_result(op_id, _key(turn, index, call), record)
-        await settled(self.journal)
-        self._finished(turn, record)
-        return record
+        return await self._ended(turn, op_id, _key(turn, index, call), ToolCallRecord(call, result))
 
     async def _run_call(
         self,
@@ -433,8 +429,15 @@ class AgentLoop:
             self._journal(op_id, key, call, None)
             result = await self.box.call(call, self.bounds.tool_timeout_s)
         record = ToolCallRecord(call, result, (time.perf_counter() - started) * 1000)
+        return await self._ended(turn, op_id, key, record)
+
+    async def _ended(
+        self, turn: TurnRecord, op_id: str | None, key: str, record: ToolCallRecord
+    ) -> ToolCallRecord:
+        """A call's result, journaled and safe before the loop goes on (a call that ran is
+        never run again), then its event."""
         self._journal_result(op_id, key, record)
-        await settled(self.journal)  # a call that ran is never run again
+        await settled(self.journal)
         self._finished(turn, record)
         return record
 
