@@ -60,6 +60,17 @@ def kill_at_random(
     return True
 
 
+def journal_lines(folder: Path) -> list[dict[str, Any]]:
+    """The journal of the run in ``folder``, without a line a kill tore."""
+    lines = []
+    for raw in (folder / "journal.jsonl").read_text().splitlines():
+        try:
+            lines.append(json.loads(raw))
+        except json.JSONDecodeError:
+            continue
+    return lines
+
+
 def redone(folder: Path) -> tuple[list[str], list[str]]:
     """(requests sent again after their answer was journaled, tool calls run again after
     their result was journaled), from the journal's lines in order."""
@@ -67,11 +78,7 @@ def redone(folder: Path) -> tuple[list[str], list[str]]:
     finished: set[tuple[Any, Any]] = set()
     resent: list[str] = []
     rerun: list[str] = []
-    for raw in (folder / "journal.jsonl").read_text().splitlines():
-        try:
-            line = json.loads(raw)
-        except json.JSONDecodeError:
-            continue  # a line torn by the kill
+    for line in journal_lines(folder):
         kind = line.get("kind")
         if kind == "request" and (line["op_id"], line["prompt_hash"]) in answered:
             resent.append(f"{line['op_id']} {line['prompt_hash'][:12]}")

@@ -17,13 +17,12 @@ import random
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lattice.llm.fake_server import serve
 from lattice.workspace import sandbox_problem
-from tests.agents.killing import LATENCY, kill_at_random, redone
+from tests.agents.killing import LATENCY, journal_lines, kill_at_random, redone
 from tests.agents.test_kill import PROJECT, answer, run_args
 from tests.runs.test_crash import Forker, configure, finish, started
 
@@ -39,22 +38,12 @@ def lattice() -> Forker:
     return Forker()
 
 
-def journal(folder: Path) -> list[dict[str, Any]]:
-    lines = []
-    for raw in (folder / "journal.jsonl").read_text().splitlines():
-        try:
-            lines.append(json.loads(raw))
-        except json.JSONDecodeError:
-            continue  # a line torn by the kill
-    return lines
-
-
 def pending_approvals(folder: Path) -> list[str]:
     """The ids of calls asked for and not decided, in the journal."""
-    decided = {line["key"] for line in journal(folder) if line.get("kind") == "tool_decision"}
+    decided = {line["key"] for line in journal_lines(folder) if line.get("kind") == "tool_decision"}
     asked = [
         line
-        for line in journal(folder)
+        for line in journal_lines(folder)
         if line.get("kind") == "approval_request" and line["key"] not in decided
     ]
     return list(dict.fromkeys(line["id"] for line in asked))
@@ -64,7 +53,7 @@ def asked_again(folder: Path) -> list[str]:
     """Calls decided more than once, or asked for after their decision."""
     decided: set[str] = set()
     wrong = []
-    for line in journal(folder):
+    for line in journal_lines(folder):
         kind = line.get("kind")
         if kind == "tool_decision":
             if line["key"] in decided:
@@ -116,7 +105,7 @@ def scenario(lattice: Forker, work: Path, number: int) -> int:
     assert asked_again(folder) == []
     decided = [
         (line["id"], line["decision"])
-        for line in journal(folder)
+        for line in journal_lines(folder)
         if line.get("kind") == "tool_decision"
     ]
     assert decided == [("fix.1.1", "allow"), ("fix.2.1", "allow")], "no decision lost"
