@@ -80,7 +80,8 @@ class Interrupted(LatticeRunError):
 
 @dataclass(slots=True)
 class Outcome:
-    """What an op did: the port it leaves through and what it produced."""
+    """What an op did: the port it leaves through and what it produced. (The ops of
+    every run build theirs positionally: a call with keywords builds a dict first.)"""
 
     port: str = "default"
     output: Any = None
@@ -118,9 +119,12 @@ class RunContext:
         self.llm = llm
         """What LLM_WRITE ops call through: provider, usage, budget, retries (one per run)."""
         llm.emit = self.emit
-        if llm.stream is None:  # streaming is on when a listener takes the deltas
-            llm.stream = wants_deltas(listeners)
-        llm.content = llm.content or wants_content(listeners)
+        if listeners:  # (most runs have none: nothing to ask)
+            if llm.stream is None:  # streaming is on when a listener takes the deltas
+                llm.stream = wants_deltas(listeners)
+            llm.content = llm.content or wants_content(listeners)
+        elif llm.stream is None:
+            llm.stream = False
         self.usage: Usage = llm.usage
         self._http = http
         self._make_tools = tools

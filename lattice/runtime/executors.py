@@ -93,7 +93,7 @@ class EndExecutor(PureExecutor):
             value = ctx.state.read(ctx.last_result)
         else:
             value = None
-        return Outcome(port="", output=value)
+        return Outcome("", value)
 
 
 class SwitchExecutor(Executor):
@@ -173,7 +173,7 @@ class StateExecutor(PureExecutor):
             value = state.append(self.parsed, appended)
             ctx.last_result = self.path
             ctx.emit("state_write", {"path": self.path, "appended": appended, "length": len(value)})
-            return Outcome(output={"appended": appended, "length": len(value)})
+            return Outcome("default", {"appended": appended, "length": len(value)})
         elif op.operation == "increment":
             current = state.get(self.parsed, 0)
             step = 1 if value is None else value
@@ -190,7 +190,7 @@ class StateExecutor(PureExecutor):
             state.delete(self.path)
             ctx.emit("state_write", {"path": self.path, "deleted": True})
             value = None
-        return Outcome(output=value)
+        return Outcome("default", value)
 
 
 _NUMBERS = (int, float)
@@ -218,7 +218,7 @@ class TransformExecutor(PureExecutor):
                 f"JMESPath {self.op.expression!r} failed: {exc}", error_type="transform_error"
             ) from exc
         ctx.write_result(self.op.writes, value)
-        return Outcome(output=value)
+        return Outcome("default", value)
 
 
 class AskExecutor(Executor):
@@ -256,7 +256,7 @@ class AskExecutor(Executor):
         value = normalize_answer(op, answer)
         ctx.emit("human_answer", {"answer": value})
         ctx.write_result(op.writes, value)
-        return Outcome(output=value)
+        return Outcome("default", value)
 
 
 class ToolCallExecutor(Executor):

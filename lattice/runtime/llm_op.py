@@ -184,7 +184,7 @@ class LLMWriteExecutor:
             raise halt from exc
         ctx.write_result(op.writes, value)
         # no attempts: the run keeps no op records (``CallEnv.records``)
-        return Outcome(output=value, record={"attempts": attempts} if attempts else None)
+        return Outcome("default", value, {"attempts": attempts} if attempts else None)
 
     async def call(
         self, ctx: RunContext, engine: ContractEngine, messages: tuple[Message, ...], env: CallEnv

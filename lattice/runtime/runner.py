@@ -332,11 +332,12 @@ class Runner:
 
     def _without_tools(self, visits: Mapping[str, int]) -> list[dict[str, Any]]:
         """The visited nodes Claude Code would run with tools that ran without them."""
-        from lattice.lower.acting import toolless_nodes
+        toolless = self._toolless
+        if toolless is None:  # (imported here, once: an import statement costs every run)
+            from lattice.lower.acting import toolless_nodes
 
-        if self._toolless is None:
-            self._toolless = toolless_nodes(self.ir, self.settings.agents.grant)
-        return [t.to_json() for t in self._toolless if visits.get(t.op)]
+            toolless = self._toolless = toolless_nodes(self.ir, self.settings.agents.grant)
+        return [t.to_json() for t in toolless if visits.get(t.op)] if toolless else []
 
     def _changes(self, ctx: RunContext) -> list[dict[str, Any]]:
         """The files the run's agent ops changed: from the op records of its folder (a
