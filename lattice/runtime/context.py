@@ -16,6 +16,7 @@ from lattice.contracts.calls import (
 )
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
+from lattice.ir.templates import StatePath
 from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
@@ -388,8 +389,9 @@ class RunContext:
         if self._tools is not None:
             self._tools.emit = discard_event
 
-    def write_result(self, path: str, value: Any) -> None:
-        """Write an op's value and remember it as the most recent result."""
-        self.state.write(path, value)
+    def write_result(self, path: str, value: Any, parsed: StatePath | None = None) -> None:
+        """Write an op's value and remember it as the most recent result (``parsed``:
+        ``path`` parsed, when the op keeps it so)."""
+        self.state.write(path if parsed is None else parsed, value)
         self.last_result = path
         self.emit2("state_write", "path", path, "value", value)

@@ -258,7 +258,9 @@ def test_op_durations_are_milliseconds_rounded_to_three_places() -> None:
     ticks: list[float] = []
     for d in durations:
         ticks += [100.0, 100.0 + d]
-    doc = chain(*(node(f"n{i}", "variableStore", operation="increment", name="n") for i in range(4)))
+    doc = chain(
+        *(node(f"n{i}", "variableStore", operation="increment", name="n") for i in range(4))
+    )
     runner = Runner(lower(doc), store=RunStore(None))
     clock = iter(ticks)
     runner._walker.clock = lambda: next(clock)
