@@ -91,7 +91,7 @@ from lattice.runtime.walk import (
     run_failure,
     stopped_line,
 )
-from lattice.runtime.walk_state import Counters, WalkState
+from lattice.runtime.walk_state import Counters
 from lattice.schemas import schema_errors, schema_validator
 from lattice.text import holds_lone_surrogate
 from lattice.tools.builtin import BuiltinTools
@@ -675,7 +675,8 @@ class Runner:
             redact=redact,
             secret_names=self._secret_names,
         )
-        ctx.walk = WalkState(base_provider=self.provider, durability=durability)
+        walk = ctx.walk  # the context's own, fresh: set, not made again
+        walk.base_provider, walk.durability = self.provider, durability
         ctx.llm.records = durability.keeps_records  # op records hold a call's attempts
         return ctx
 
