@@ -190,7 +190,8 @@ class Walker:
             finally:
                 if state.tmp:
                     state.clear_tmp()
-            duration_ms = round((clock() - started) * 1000, 3)
+            # ms to the µs; round(ms, 3) formats the float in decimal: 10x the cost
+            duration_ms = round((clock() - started) * 1_000_000) / 1000
             port = outcome.port
             ctx.emit2("op_finished", "duration_ms", duration_ms, "port", port)
             if keeps_records:
@@ -507,7 +508,7 @@ class Walker:
     ) -> None:
         """The ``op_finished`` event and the record of an op that failed with no
         ``failed`` route (an op that finished is recorded in ``run_track``)."""
-        duration_ms = round((self.clock() - started) * 1000, 3)
+        duration_ms = round((self.clock() - started) * 1_000_000) / 1000
         ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error.error_type})
         if ctx.root.walk.persistence.keeps_records:
             self._write_record(ctx, track, op_id, duration_ms, None, error=error)
