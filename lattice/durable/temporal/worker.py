@@ -25,6 +25,7 @@ from lattice.durable.temporal.workflow import OP_ACTIVITY, LatticeRunWorkflow
 PASSED_THROUGH = (
     "lattice",
     "jsonschema",
+    "jsonschema_specifications",
     "referencing",
     "attrs",
     "attr",
