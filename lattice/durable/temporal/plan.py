@@ -53,9 +53,11 @@ def run_spec(
     the events a run starts with besides ``run_started`` (an agent's tools the
     grant of ``settings`` refuses, as a local run reports them). ``document``, the
     workflow document the ExecIR was lowered from (a run folder's ``workflow.json``), is
-    kept for the panel, which draws the run on its canvas; the walk never reads it."""
+    kept for the panel, which draws the run on its canvas; the walk never reads it.
+    Under a grant that gives the main agent tools, prompt steps are its turns (AGENT
+    ops that act and ask, as in a local run): the IR the workflow walks says so."""
     grant = settings.agents.grant
-    ir = under_grant(ir, grant)  # prompt steps act when the grant gives the main agent tools
+    ir = under_grant(ir, grant)
     execir = ir_to_dict(ir)
     return {
         "notices": [
