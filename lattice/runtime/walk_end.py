@@ -102,10 +102,10 @@ def _end(track: Track, output: Any, stopped: LatticeRunError | None, cancelled: 
         ctx.emit("run_finished", {"status": "completed", "usage": ctx.usage.to_json()}, op=False)
         return WalkEnd("completed", output, None, None, track.op_seq)
     if isinstance(stopped, HaltRun):
-        durability = ctx.walk.durability
-        if durability.journals and not stopped.keeps_journal:
+        persistence = ctx.walk.persistence
+        if persistence.journals and not stopped.keeps_journal:
             # a halted op leaves no record: its number is used again
-            durability.journal(stopped_line(ctx, track.op_seq - 1, track.current))
+            persistence.journal(stopped_line(ctx, track.op_seq - 1, track.current))
         folder = ctx.recorder.run_dir
         report = failure_report(
             stopped,

@@ -4,7 +4,7 @@
 never wait (START, END, STATE, SWITCH, TRANSFORM, ASK, JOIN, and FORK and FOR_EACH, whose
 branches run as the workflow's own tasks) run here with their local executors; every op
 that does I/O (LLM_WRITE, AGENT, TOOL_CALL) runs as a ``lattice.op`` activity (``ops.py``
-executes it on a worker). Temporal's history is the walk's durability
+executes it on a worker). Temporal's history is the walk's persistence
 (``history.py``): a replay is given each activity's recorded result. The walk's clock
 is the workflow's (``workflow.time``, ``workflow.now``) and a fork waits for its branches
 with ``workflow.wait``, so a replay walks the same way.
@@ -274,7 +274,7 @@ class LatticeRunWorkflow:
             tools=_no_tools,
         )
         ctx.now = lambda: _timestamp(workflow.now())
-        ctx.walk = WalkState(base_provider=DisabledProvider(), durability=HistoryRecords(self.ops))
+        ctx.walk = WalkState(base_provider=DisabledProvider(), persistence=HistoryRecords(self.ops))
         return ctx
 
     def _executor(self, op: Op, local: dict[str, Executor | None]) -> Executor | None:
