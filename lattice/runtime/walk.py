@@ -140,6 +140,7 @@ class Walker:
 
     # -- one track -------------------------------------------------------------------
 
+    # long: the hot loop inlines what every op does (counting, events, routing, its record): a call per op costs every run
     async def run_track(self, track: Track) -> TrackEnd:  # noqa: C901
         """Walk ``track`` from its current op until it ends (or arrives at ``stop_at``):
         each op is entered, executed, routed and committed in turn.
