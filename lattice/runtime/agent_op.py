@@ -22,6 +22,7 @@ from lattice.agents.loop import AgentBounds, AgentLoop, QuestionPending, ToolBox
 from lattice.agents.records import AgentTranscript
 from lattice.ir.models import AgentOp
 from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
+from lattice.runs.oplog import OpExtras
 from lattice.runtime.answers import waiting_summary
 from lattice.runtime.ask_tool import AskToolset, take_step_answers
 from lattice.runtime.context import HaltRun, Outcome, RunContext
@@ -96,7 +97,7 @@ class AgentExecutor(LLMWriteExecutor):
             value, attempts, transcript = await self._visit(ctx, toolsets)
         changes = transcript.changes()
         ctx.write_result(op.writes, value)
-        record: dict[str, Any] = {"attempts": attempts, "transcript": transcript.to_json()}
+        record: OpExtras = {"attempts": attempts, "transcript": transcript.to_json()}
         if changes:
             record["changes"] = self._save_changes(ctx, changes)
         return Outcome(output=value, record=record)

@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.contracts.violations import message_of
 from lattice.document.limits import check_json_value
 from lattice.errors import InputError, InvalidInputs, LatticeRunError, LatticeUserError
-from lattice.ir.templates import parse_path
 from lattice.llm.base import (
     LLMProvider,
     close_loop_clients,
@@ -58,19 +56,14 @@ from lattice.runs.store import (
     refuse_secrets_in,
 )
 from lattice.runtime.answers import normalize_answer
-from lattice.runtime.context import (
-    AskHuman,
-    EventListener,
-    HaltRun,
-    Interrupted,
-    RunContext,
-)
+from lattice.runtime.context import AskHuman, EventListener, Interrupted, RunContext
 from lattice.runtime.durability import EPHEMERAL, Persistence
 from lattice.runtime.events import utc_now
 from lattice.runtime.executors import build_executor
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
 from lattice.runtime.journaled import FolderJournal
+from lattice.runtime.op_record import record_changes
 from lattice.runtime.results import RunResult
 from lattice.runtime.resume import (
     Position,
@@ -84,13 +77,12 @@ from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
 from lattice.runtime.sync import run_sync
 from lattice.runtime.walk import (
-    Step,
     Track,
     Walker,
-    edge_table,
-    run_failure,
-    stopped_line,
+    op_reads,
+    walk_steps,
 )
+from lattice.runtime.walk_end import WalkEnd, walk_end
 from lattice.runtime.walk_state import Counters
 from lattice.schemas import schema_errors, schema_validator
 from lattice.text import holds_lone_surrogate
@@ -107,6 +99,8 @@ if TYPE_CHECKING:
 
 
 STARTED_BY_LIBRARY = {"via": "library"}
+CANCELLED = "the run was cancelled while an op was running"
+"""Why a run whose task was cancelled (Ctrl-C) stopped."""
 """How a run records it was started when its front door did not say (``Runner`` called
 from Python); ``lattice run``, the gateway, ``/mcp``, webhooks and schedules say
 (``meta.started_by``, docs/runs.md)."""
@@ -177,14 +171,8 @@ class Runner:
         self.meta = dict(meta or {})
         self._walker = Walker(
             ir,
-            {
-                op_id: Step(op, build_executor(op, self.settings), edge_table(op.next))
-                for op_id, op in ir.ops.items()
-            },
-            {
-                op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
-                for op_id, op in ir.ops.items()
-            },
+            walk_steps(ir, lambda op: build_executor(op, self.settings)),
+            op_reads(ir),
             max_steps=self.limits.max_steps,
             max_visits=self.limits.max_visits,
             max_parallel=self.settings.max_parallel,
@@ -359,10 +347,7 @@ class Runner:
         folder = ctx.recorder.run_dir
         if folder is None or not self._has_agents:
             return list(ctx.changes)
-        changes: list[dict[str, Any]] = []
-        for record in read_op_records(folder):
-            changes += [{"op": record.get("op_id"), **c} for c in record.get("changes") or ()]
-        return changes
+        return record_changes(read_op_records(folder))
 
     def _started(self, ctx: RunContext, folder: Path) -> dict[str, Any]:
         """The checkpoint of a run that has just started."""
@@ -648,73 +633,26 @@ class Runner:
         )
 
     async def _walk(self, ctx: RunContext, position: Position) -> RunResult:
-        recorder = ctx.recorder
         counters: Counters = ctx.walk.counters
         counters.steps, counters.visits = position.steps, position.visits
         ctx.walk.resume_branches = position.branches
         track = Track(ctx, position.current, op_seq=position.op_seq)
         self._active[ctx.run_id] = ctx
+        recorder = ctx.recorder
         try:
-            if position.current is None:
-                output = position.output
+            try:
+                if track.current is None:  # resumed after its end
+                    output = position.output
+                else:
+                    output = (await self._walker.run_track(track)).output
+            except LatticeRunError as stopped:
+                end = walk_end(track, stopped=stopped)
+            except asyncio.CancelledError:  # the folder says so, and stays resumable
+                self._finish(ctx, walk_end(track, stopped=Interrupted(CANCELLED), cancelled=True))
+                raise
             else:
-                output = (await self._walker.run_track(track)).output
-            ctx.current_op = None
-            return self._finish(ctx, "completed", output, None, None, counters, track.op_seq)
-        except HaltRun as halt:
-            if ctx.walk.persistence.journals and ctx.branch is None and not halt.keeps_journal:
-                # a halted op leaves no record: its number is used again
-                ctx.walk.persistence.journal(stopped_line(ctx, track.op_seq - 1, track.current))
-            report = failure_report(
-                halt,
-                phase="run",
-                run_id=ctx.run_id,
-                op_id=ctx.current_op,
-                node_id=ctx.current_node,
-                recovery_action=halt.action.replace("RUN_DIR", str(recorder.run_dir or "RUN_DIR")),
-            )
-            ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
-            return self._finish(
-                ctx,
-                "halted",
-                None,
-                report,
-                track.current,
-                counters,
-                track.op_seq - 1,
-                undo_visit=track.current,
-            )
-        except Interrupted as stop:
-            ctx.current_op = ctx.current_node = None
-            report = run_failure(ctx, stop, phase="run")
-            ctx.emit(
-                "run_interrupted", {"reason": stop.message, "next_op": track.current}, op=False
-            )
-            return self._finish(
-                ctx, "interrupted", None, report, track.current, counters, track.op_seq
-            )
-        except LatticeRunError as exc:
-            report = run_failure(ctx, exc, phase="run")
-            ctx.emit("run_failed", {"error_type": exc.error_type, "message": exc.message})
-            return self._finish(
-                ctx,
-                "failed",
-                None,
-                report,
-                track.current,
-                counters,
-                track.op_seq,
-                undo_visit=track.current,
-            )
-        except asyncio.CancelledError:
-            # Cancelled (Ctrl-C, a task cancelled): the folder says so, and stays resumable.
-            cancelled = Interrupted("the run was cancelled while an op was running")
-            ctx.emit(
-                "run_interrupted", {"reason": cancelled.message, "next_op": track.current}, op=False
-            )
-            report = run_failure(ctx, cancelled, phase="run")
-            self._finish(ctx, "interrupted", None, report, track.current, counters, track.op_seq)
-            raise
+                end = walk_end(track, output)
+            return self._finish(ctx, end)
         finally:
             self._active.pop(ctx.run_id, None)
             try:
@@ -725,40 +663,19 @@ class Runner:
                 recorder.close()
                 ctx.detach()
 
-    def _finish(
-        self,
-        ctx: RunContext,
-        status: str,
-        output: Any,
-        failure: FailureReport | None,
-        next_op: str | None,
-        counters: Counters,
-        op_seq: int,
-        *,
-        undo_visit: str | None = None,
-    ) -> RunResult:
-        visits = counters.visits
-        steps = counters.steps - (1 if undo_visit is not None else 0)
-        if undo_visit is not None and visits.get(undo_visit):
-            visits[undo_visit] -= 1  # the op will run again on resume
-        if status == "completed":
-            ctx.emit("run_finished", {"status": status, "usage": ctx.usage.to_json()}, op=False)
+    def _finish(self, ctx: RunContext, end: WalkEnd) -> RunResult:
+        failure = end.failure
+        counters = ctx.walk.counters
         ctx.usage.estimate_cost(self.settings.prices)
         recorder = ctx.recorder
         # The store is not used after the run, so the result may own its dicts.
         snapshot = ctx.state.snapshot() if recorder.run_dir is not None else ctx.state.as_dict()
-        result = RunResult(
-            status=status,  # type: ignore[arg-type]
-            output=output,
+        result = end.result(
+            ctx,
             state=snapshot,
-            run_id=ctx.run_id,
             run_dir=recorder.run_dir,
-            usage=ctx.usage,
-            failure=failure,
-            events=ctx.events,
             changes=self._changes(ctx),
-            without_tools=self._without_tools(visits) if status != "failed" else [],
-            dead_end=ctx.walk.dead_end if status == "completed" else None,
+            without_tools=self._without_tools,
         )
         if recorder.run_dir is None:
             return result
@@ -780,11 +697,11 @@ class Runner:
             "checkpoint.json",
             {
                 **ctx.checkpoint,
-                "status": status,
-                "next_op": next_op,
-                "steps": steps,
-                "visits": visits,
-                "op_seq": op_seq,
+                "status": end.status,
+                "next_op": end.next_op,
+                "steps": counters.steps,
+                "visits": counters.visits,
+                "op_seq": end.op_seq,
                 "seq": ctx.seq,
                 "last_result": ctx.last_result,
                 "usage": ctx.usage.to_json(),
