@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.usage import Usage
-from lattice.errors import DocumentError, LatticeUserError
+from lattice.errors import DocumentError, ErrorType, LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.llm.base import TokenUsage
 from lattice.runs.checkpoint import changed_files
@@ -114,7 +114,7 @@ class NotResumable(LatticeUserError):
     ``details["resumable"]`` is false: a resumed run keeps what it was started with,
     its grants among them); its recovery action says what to do instead."""
 
-    error_type = "not_resumable"
+    error_type = ErrorType.NOT_RESUMABLE
 
 
 def refuse_unresumable(folder: Path, checkpoint: dict[str, Any]) -> None:

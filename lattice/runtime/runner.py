@@ -26,7 +26,8 @@ from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.contracts.violations import message_of
 from lattice.document.limits import check_json_value
-from lattice.errors import InputError, InvalidInputs, LatticeRunError, LatticeUserError
+from lattice.errors import ErrorType, InputError, InvalidInputs, LatticeRunError, LatticeUserError
+from lattice.events import EventKind
 from lattice.ir.templates import parse_path
 from lattice.llm.base import (
     LLMProvider,
@@ -323,13 +324,13 @@ class Runner:
             started: dict[str, Any] = {"workflow": self.ir.workflow.id, "inputs": inputs}
             if start is not None:
                 started |= {"start_op": start.op, "parent": start.parent}
-            ctx.emit("run_started", started, op=False)
+            ctx.emit(EventKind.RUN_STARTED, started, op=False)
             del started  # not held by this frame for the whole walk
             for refused in (
                 refused_tools(self.ir, self.settings.agents.grant) if self._has_agents else ()
             ):
                 ctx.emit(
-                    "agent_tool_refused",
+                    EventKind.AGENT_TOOL_REFUSED,
                     {"node": refused.node, "tools": list(refused.tools), "grant": refused.setting},
                     op=False,
                 )
@@ -562,7 +563,7 @@ class Runner:
             }
             recorder.write_json("checkpoint.json", ctx.checkpoint)
             ctx.emit(
-                "run_resumed",
+                EventKind.RUN_RESUMED,
                 {
                     "segment": last_segment + 1,
                     "from_op": position.current,
@@ -671,7 +672,7 @@ class Runner:
                 node_id=ctx.current_node,
                 recovery_action=halt.action.replace("RUN_DIR", str(recorder.run_dir or "RUN_DIR")),
             )
-            ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
+            ctx.emit(EventKind.RUN_HALTED, {"reason": halt.reason, "summary": halt.summary})
             return self._finish(
                 ctx,
                 "halted",
@@ -686,14 +687,16 @@ class Runner:
             ctx.current_op = ctx.current_node = None
             report = run_failure(ctx, stop, phase="run")
             ctx.emit(
-                "run_interrupted", {"reason": stop.message, "next_op": track.current}, op=False
+                EventKind.RUN_INTERRUPTED,
+                {"reason": stop.message, "next_op": track.current},
+                op=False,
             )
             return self._finish(
                 ctx, "interrupted", None, report, track.current, counters, track.op_seq
             )
         except LatticeRunError as exc:
             report = run_failure(ctx, exc, phase="run")
-            ctx.emit("run_failed", {"error_type": exc.error_type, "message": exc.message})
+            ctx.emit(EventKind.RUN_FAILED, {"error_type": exc.error_type, "message": exc.message})
             return self._finish(
                 ctx,
                 "failed",
@@ -708,7 +711,9 @@ class Runner:
             # Cancelled (Ctrl-C, a task cancelled): the folder says so, and stays resumable.
             cancelled = Interrupted("the run was cancelled while an op was running")
             ctx.emit(
-                "run_interrupted", {"reason": cancelled.message, "next_op": track.current}, op=False
+                EventKind.RUN_INTERRUPTED,
+                {"reason": cancelled.message, "next_op": track.current},
+                op=False,
             )
             report = run_failure(ctx, cancelled, phase="run")
             self._finish(ctx, "interrupted", None, report, track.current, counters, track.op_seq)
@@ -740,7 +745,9 @@ class Runner:
         if undo_visit is not None and visits.get(undo_visit):
             visits[undo_visit] -= 1  # the op will run again on resume
         if status == "completed":
-            ctx.emit("run_finished", {"status": status, "usage": ctx.usage.to_json()}, op=False)
+            ctx.emit(
+                EventKind.RUN_FINISHED, {"status": status, "usage": ctx.usage.to_json()}, op=False
+            )
         ctx.usage.estimate_cost(self.settings.prices)
         recorder = ctx.recorder
         # The store is not used after the run, so the result may own its dicts.
@@ -850,20 +857,20 @@ def read_secret(settings: RuntimeSettings, name: str) -> str:
     if name not in settings.secrets_allow:
         raise LatticeRunError(
             f"$secrets.{name} is not allowed: add it to [secrets] allow in lattice.toml",
-            error_type="secret_error",
+            error_type=ErrorType.SECRET_ERROR,
         )
     value = os.environ.get(name)
     if value is None:
         raise LatticeRunError(
             f"$secrets.{name}: the environment variable {name} is not set",
-            error_type="secret_error",
+            error_type=ErrorType.SECRET_ERROR,
         )
     if not maskable(value):  # it could not be masked in what the run records
         raise LatticeRunError(
             f"$secrets.{name}: the value of {name} is too short or too plain to be kept "
             f"out of run records (at least {MIN_MASKED_LENGTH} characters, not only "
             "words or digits)",
-            error_type="secret_error",
+            error_type=ErrorType.SECRET_ERROR,
         )
     return value
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lattice.contracts.calls import discard_event
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.errors import LatticeRunError
+from lattice.events import EventKind
 from lattice.ir.kinds import CONTROL_KINDS, FAILED_PORT
 from lattice.ir.templates import StatePath, ValueTemplate, path_text
 from lattice.llm.base import CheckpointedProvider
@@ -172,7 +173,7 @@ class Walker:
                 raise _limit_error(max_steps, max_visits, current, counters.steps, count)
             track.current = current
             track.op_seq += 1
-            ctx.emit1("op_started", "kind", step.kind)
+            ctx.emit1(EventKind.OP_STARTED, "kind", step.kind)
             started = clock()
             calls_before = ctx.usage.requests
             try:
@@ -192,7 +193,7 @@ class Walker:
                     state.clear_tmp()
             duration_ms = round((clock() - started) * 1000, 3)
             port = outcome.port
-            ctx.emit2("op_finished", "duration_ms", duration_ms, "port", port)
+            ctx.emit2(EventKind.OP_FINISHED, "duration_ms", duration_ms, "port", port)
             if keeps_records:
                 self._write_record(ctx, track, current, duration_ms, outcome)
             if step.is_end or port == ENDED:
@@ -353,7 +354,7 @@ class Walker:
             self._branch(ctx, f"{key}.{i}", entry, stop_at=op.join)
             for i, entry in enumerate(op.branches, 1)
         ]
-        ctx.emit("fork_started", {"branches": [b.ctx.branch for b in branches]})
+        ctx.emit(EventKind.FORK_STARTED, {"branches": [b.ctx.branch for b in branches]})
         ends = await self._run_all(branches, fail_fast=op.fail_fast, concurrency=None)
         owners: dict[str, tuple[str, str]] = {}
         for branch in branches:
@@ -373,7 +374,7 @@ class Walker:
             b.ctx.branch for b, end in zip(branches, ends, strict=True) if end.how == "arrived"
         ]
         ctx.emit(
-            "fork_joined",
+            EventKind.FORK_JOINED,
             {"branches": len(branches), "arrived": arrived, "ended": len(branches) - len(arrived)},
         )
         if arrived and op.join is not None:
@@ -401,14 +402,16 @@ class Walker:
             branch.ctx.state.write(path_text("$vars", node, "index"), index)
             branch.ctx.state.changes = []
             bodies.append(branch)
-        ctx.emit("for_each_started", {"items": len(items), "max_concurrency": op.max_concurrency})
+        ctx.emit(
+            EventKind.FOR_EACH_STARTED, {"items": len(items), "max_concurrency": op.max_concurrency}
+        )
         collect = op.on_item_error == "collect"
         ends = await self._run_all(
             bodies, fail_fast=not collect, concurrency=op.max_concurrency, collect=collect
         )
         results = [end.output if isinstance(end, TrackEnd) else end for end in ends]
         failed = sum(1 for end in ends if not isinstance(end, TrackEnd))
-        ctx.emit("for_each_finished", {"branches": len(ends), "failed": failed})
+        ctx.emit(EventKind.FOR_EACH_FINISHED, {"branches": len(ends), "failed": failed})
         ctx.write_result(op.writes, results)
         return Outcome(output={"items": len(results)})
 
@@ -508,7 +511,9 @@ class Walker:
         """The ``op_finished`` event and the record of an op that failed with no
         ``failed`` route (an op that finished is recorded in ``run_track``)."""
         duration_ms = round((self.clock() - started) * 1000, 3)
-        ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error.error_type})
+        ctx.emit(
+            EventKind.OP_FINISHED, {"duration_ms": duration_ms, "error_type": error.error_type}
+        )
         if ctx.root.walk.persistence.keeps_records:
             self._write_record(ctx, track, op_id, duration_ms, None, error=error)
 

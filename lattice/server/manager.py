@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
+from lattice.events import EventKind
 from lattice.runs.checkpoint import load_checkpoint, status_of
 from lattice.runs.redaction import PieceMasker
 from lattice.runs.store import RunStore, new_run_id
@@ -41,7 +42,7 @@ log = logging.getLogger("lattice.server")
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 """What a run id in a URL may look like (run folders are named so)."""
-QUESTION_CATEGORIES = ("waiting_for_answer", "missing_information")
+QUESTION_CATEGORIES = ("waiting_for_answer", ErrorType.MISSING_INFORMATION)
 APPROVAL = "waiting_for_approval"
 """The failure category of a run whose agent waits for a person to approve tool calls."""
 """Failure categories of a run halted until a person answers."""
@@ -76,10 +77,10 @@ class DeltaRelay:
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event["type"]
-        if kind == "llm_request":
+        if kind == EventKind.LLM_REQUEST:
             self.masker.forget(event.get("branch"))  # a new answer begins in this lane
             return
-        if kind != "llm_delta":
+        if kind != EventKind.LLM_DELTA:
             return
         data = event["data"]
         lane = event.get("branch")

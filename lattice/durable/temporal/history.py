@@ -21,6 +21,7 @@ from typing import Any
 
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
+from lattice.events import EventKind
 from lattice.ir.models import ExecIR, Op
 from lattice.ir.serialize import ir_from_json
 from lattice.ir.templates import StatePath, parse_path
@@ -36,7 +37,7 @@ FOR_EACH too: the walk runs them, and their branches' ops go their own ways)."""
 COMPILED_RUNS = 64
 """Compiled ExecIRs a worker's workflows share (by digest): each run does not compile its
 document again, and a replay finds it compiled."""
-OWN_EVENTS = frozenset({"op_started", "op_finished"})
+OWN_EVENTS = frozenset({EventKind.OP_STARTED, EventKind.OP_FINISHED})
 """What an activity reports that the walk in the workflow emits itself."""
 RECORD_BASE = frozenset({"op_id", "node_id", "kind", "duration_ms", "inputs", "port", "output"})
 """An activity's op record fields the walk writes itself; the others are the op's own."""
@@ -206,7 +207,7 @@ class AnsweredOp(Executor):
                 else:
                     node = str(ctx.current_node)
                     ctx.answers[node] = given if halt.details.get("multiSelect") else [given]
-                ctx.emit("op_started", {"kind": self.kind})  # as a resumed run starts it
+                ctx.emit(EventKind.OP_STARTED, {"kind": self.kind})  # as a resumed run starts it
 
 
 def add_usage(usage: Usage, before: dict[str, Any], after: dict[str, Any]) -> None:

@@ -40,6 +40,7 @@ from lattice.durable.temporal.op_journal import (
     replayed_provider_state,
 )
 from lattice.errors import LatticeRunError
+from lattice.events import EventKind
 from lattice.ir.models import FAILED_PORT, ExecIR, Op
 from lattice.ir.serialize import ir_from_json
 from lattice.ir.templates import StatePath, parse_path
@@ -205,7 +206,7 @@ class OpExecutor:
         ctx.last_result = request.get("last_result")
         ctx.current_op, ctx.current_node = op_id, op.source_node
         started = time.perf_counter()
-        ctx.emit("op_started", {"kind": op.kind})
+        ctx.emit(EventKind.OP_STARTED, {"kind": op.kind})
         done: dict[str, Any] = {}
         outcome: Outcome | None = None
         try:
@@ -243,7 +244,7 @@ class OpExecutor:
                 ctx.detach()
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
         if outcome is not None:
-            ctx.emit("op_finished", {"duration_ms": duration_ms, "port": outcome.port})
+            ctx.emit(EventKind.OP_FINISHED, {"duration_ms": duration_ms, "port": outcome.port})
             done |= {
                 "port": outcome.port,
                 "output": outcome.output,
@@ -251,7 +252,7 @@ class OpExecutor:
             }
         elif "failure" in done:
             ctx.emit(
-                "op_finished",
+                EventKind.OP_FINISHED,
                 {"duration_ms": duration_ms, "error_type": done["error"]["error_type"]},
             )
         done |= {

@@ -31,6 +31,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
+from lattice.errors import ErrorType
+from lattice.events import EventKind
+
 with workflow.unsafe.imports_passed_through():
     from lattice.durable.temporal.history import (
         APPROVAL,
@@ -212,7 +215,9 @@ class LatticeRunWorkflow:
         ir = compiled.ir
         settings = RuntimeSettings()  # the workflow side's: no provider, secret or host
         ctx = self.ctx = self._context(spec, ir, settings)
-        ctx.emit("run_started", {"workflow": ir.workflow.id, "inputs": spec["inputs"]}, op=False)
+        ctx.emit(
+            EventKind.RUN_STARTED, {"workflow": ir.workflow.id, "inputs": spec["inputs"]}, op=False
+        )
         for notice in spec["notices"]:
             ctx.emit(notice["type"], notice["data"], op=False)
         limits = spec["limits"]
@@ -243,7 +248,9 @@ class LatticeRunWorkflow:
             return self._finish("failed", None, failure=report, error=error)
         except asyncio.CancelledError:
             reason = "the run was cancelled through Temporal"
-            ctx.emit("run_interrupted", {"reason": reason, "next_op": track.current}, op=False)
+            ctx.emit(
+                EventKind.RUN_INTERRUPTED, {"reason": reason, "next_op": track.current}, op=False
+            )
             failure = {
                 "phase": "run",
                 "run_id": run_id,
@@ -347,7 +354,7 @@ class LatticeRunWorkflow:
                 message = str(exc.cause) if exc.cause is not None else str(exc)
                 raise LatticeRunError(
                     f"op {op.id!r} could not be run on a worker: {message}",
-                    error_type="worker_error",
+                    error_type=ErrorType.WORKER_ERROR,
                     details={"recovery_action": "check the workers' logs, then run again"},
                 ) from exc
             self.provider_state = done["provider_state"]
@@ -370,7 +377,7 @@ class LatticeRunWorkflow:
             "asked_at": _timestamp(workflow.now()),
         }
         self.status = "waiting"
-        ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
+        ctx.emit(EventKind.RUN_HALTED, {"reason": halt.reason, "summary": halt.summary})
         if halt.reason == APPROVAL:
             ids = [request["id"] for request in halt.details.get("approvals", [])]
             await workflow.wait_condition(lambda: all(i in self.decided for i in ids))
@@ -390,9 +397,9 @@ class LatticeRunWorkflow:
         assert ctx is not None
         usage = ctx.usage.to_json()
         if status == "completed":
-            ctx.emit("run_finished", {"status": status, "usage": usage}, op=False)
+            ctx.emit(EventKind.RUN_FINISHED, {"status": status, "usage": usage}, op=False)
         elif status == "failed":
-            ctx.emit("run_failed", error or {})
+            ctx.emit(EventKind.RUN_FAILED, error or {})
         self.status = status
         self.result = {
             "status": status,
@@ -418,7 +425,7 @@ def _state_limits(spec: dict[str, Any], settings: RuntimeSettings) -> StateLimit
 def _no_tools() -> ToolSessions:
     raise LatticeRunError(
         "a tool session was asked for in the workflow: tool calls run on workers",
-        error_type="internal_error",
+        error_type=ErrorType.INTERNAL_ERROR,
     )
 
 
