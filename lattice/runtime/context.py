@@ -35,6 +35,7 @@ from lattice.tools.mcp import ToolSessions
 
 if TYPE_CHECKING:
     from lattice.ir.models import AskOp
+    from lattice.runs.checkpoint import Checkpoint
 
 # bound once: looking up an enum member on its class costs about 0.1 µs, a global a tenth
 _LLM_REQUEST = EventKind.LLM_REQUEST
@@ -148,7 +149,7 @@ class RunContext:
         self.current_node: str | None = None
         self.stop_requested = False
         """Set to stop the run at the next op boundary (status ``interrupted``)."""
-        self.checkpoint: dict[str, Any] = {}
+        self.checkpoint: Checkpoint = {}
         """The run's checkpoint as written when it started (or resumed)."""
         self.walk = WalkState()
         """The walk's own part of the run (read on the main context: ``root.walk``)."""

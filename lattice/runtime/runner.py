@@ -40,10 +40,12 @@ from lattice.llm.disabled import DisabledProvider
 from lattice.masking import MIN_MASKED_LENGTH, maskable
 from lattice.permissions.approvals import APPROVALS, check_approvals
 from lattice.runs.checkpoint import (
-    file_digests,
-    owner,
+    Checkpoint,
     read_checkpoint,
+    resumed_checkpoint,
+    started_checkpoint,
     status_of,
+    stopped_checkpoint,
 )
 from lattice.runs.folder import read_run_json, restore_journaled_files
 from lattice.runs.journal import JournalState, read_journal
@@ -316,9 +318,7 @@ class Runner:
                     recorder.write_text(name, text)
                 recorder.write_json("input.json", inputs)
                 recorder.write_json("state_initial.json", state.snapshot())
-                ctx.checkpoint = self._started(ctx, recorder.run_dir)
-                if start is not None:
-                    ctx.checkpoint |= {"start_op": start.op, "parent": start.parent}
+                ctx.checkpoint = self._started(ctx, recorder.run_dir, start)
                 recorder.write_json("checkpoint.json", ctx.checkpoint)
                 await recorder.sync_started()
             started: dict[str, Any] = {"workflow": self.ir.workflow.id, "inputs": inputs}
@@ -364,18 +364,18 @@ class Runner:
             changes += [{"op": record.get("op_id"), **c} for c in record.get("changes") or ()]
         return changes
 
-    def _started(self, ctx: RunContext, folder: Path) -> dict[str, Any]:
+    def _started(self, ctx: RunContext, folder: Path, start: StartFrom | None) -> Checkpoint:
         """The checkpoint of a run that has just started."""
-        return {
-            "run_id": ctx.run_id,
-            "status": "running",
-            "owner": owner(),
-            "started_at": ctx.state.ctx.get("started_at"),
-            "digests": file_digests(folder),
-            "initial_answers": ctx.answers,
-            "meta": {"started_by": STARTED_BY_LIBRARY, **self.meta},
-            "limits": {"max_steps": self.limits.max_steps, "max_visits": self.limits.max_visits},
-        }
+        return started_checkpoint(
+            ctx.run_id,
+            folder,
+            started_at=ctx.state.ctx.get("started_at"),
+            answers=ctx.answers,
+            meta={"started_by": STARTED_BY_LIBRARY, **self.meta},
+            limits={"max_steps": self.limits.max_steps, "max_visits": self.limits.max_visits},
+            start_op=None if start is None else start.op,
+            parent=None if start is None else start.parent,
+        )
 
     def _open_recorder(
         self, run_id: str | None, redact: Redactor | None
@@ -523,7 +523,7 @@ class Runner:
         self,
         folder: Path,
         ownership: Ownership,
-        checkpoint: dict[str, Any],
+        checkpoint: Checkpoint,
         journal: JournalState | None,
         position: Position,
         state_data: dict[str, Any],
@@ -555,12 +555,7 @@ class Runner:
         )
         ctx.last_result = position.last_result
         try:
-            ctx.checkpoint = {
-                **{k: v for k, v in checkpoint.items() if k in _CHECKPOINT_BASE},
-                "status": "running",
-                "owner": owner(),
-                "digests": file_digests(folder),
-            }
+            ctx.checkpoint = resumed_checkpoint(checkpoint, folder)
             recorder.write_json("checkpoint.json", ctx.checkpoint)
             ctx.emit(
                 EventKind.RUN_RESUMED,
@@ -783,19 +778,19 @@ class Runner:
             (recorder.run_dir / "failure_report.json").unlink(missing_ok=True)
         recorder.write_json(
             "checkpoint.json",
-            {
-                **ctx.checkpoint,
-                "status": status,
-                "next_op": next_op,
-                "steps": steps,
-                "visits": visits,
-                "op_seq": op_seq,
-                "seq": ctx.seq,
-                "last_result": ctx.last_result,
-                "usage": ctx.usage.to_json(),
-                "answers": ctx.answers,
-                "provider_state": provider_checkpoint(self.provider),
-            },
+            stopped_checkpoint(
+                ctx.checkpoint,
+                status=status,
+                next_op=next_op,
+                steps=steps,
+                visits=visits,
+                op_seq=op_seq,
+                seq=ctx.seq,
+                last_result=ctx.last_result,
+                usage=ctx.usage.to_json(),
+                answers=ctx.answers,
+                provider_state=provider_checkpoint(self.provider),
+            ),
         )
         return result
 
@@ -821,18 +816,6 @@ class ReopenedRun:
     def release(self) -> None:
         """Give the folder up without running it (after ``arun``, nothing to do)."""
         self.ownership.release()
-
-
-_CHECKPOINT_BASE = (
-    "run_id",
-    "started_at",
-    "initial_answers",
-    "meta",
-    "limits",
-    "start_op",
-    "parent",
-)
-"""What a run's checkpoint keeps from its start through every resume."""
 
 
 def _abandon(ctx: RunContext) -> None:

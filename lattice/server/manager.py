@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,14 +184,14 @@ class RunManager:
             return "interrupted"  # this process owned it and does not run it any more
         return status
 
-    def ended_ahead(self, run_id: str, checkpoint: dict[str, Any] | None) -> Ended | None:
+    def ended_ahead(self, run_id: str, checkpoint: Mapping[str, Any] | None) -> Ended | None:
         """How run ``run_id`` ended here, while its folder (``checkpoint``) still says it
         runs here; None once the folder has caught up (the run is then forgotten) or
         another process has taken the run since."""
         ended = self.ended.get(run_id)
         if ended is None:
             return None
-        owner = (checkpoint or {}).get("owner") or {}
+        owner: Mapping[str, Any] = (checkpoint or {}).get("owner") or {}
         if checkpoint is None or (
             checkpoint.get("status") == "running" and owner.get("pid") == os.getpid()
         ):
@@ -574,7 +574,7 @@ def approval_question(run_id: str, failure: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def status_fields(checkpoint: dict[str, Any]) -> dict[str, Any]:
+def status_fields(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """What a run's status is told from in its checkpoint (its status and owner), the
     rest (state, answers, digests, meta…) left out: the run list caches this much per
     run folder."""

@@ -24,7 +24,7 @@ from lattice.llm.base import LLMProvider, close_loop_clients
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
 from lattice.permissions.approvals import Approver
-from lattice.runs.checkpoint import read_checkpoint
+from lattice.runs.checkpoint import Checkpoint, read_checkpoint
 from lattice.runs.folder import read_run_json
 from lattice.runs.store import RunStore
 from lattice.runtime.context import AskHuman, EventListener
@@ -227,7 +227,7 @@ class PreparedResume:
     with (the run's own unless the caller chose others)."""
 
     folder: Path
-    checkpoint: dict[str, Any]
+    checkpoint: Checkpoint
     config: LatticeConfig
     provider: LLMProvider
     settings: RuntimeSettings
