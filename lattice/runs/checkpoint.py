@@ -127,19 +127,20 @@ def stopped_checkpoint(
 ) -> Checkpoint:
     """The checkpoint of a run that stopped: the one it ran under, with where its walk
     was (``next_op``, the counters) and what it had, for a resume."""
-    return Checkpoint(
+    stopped: Checkpoint = {
         **running,
-        status=status,
-        next_op=next_op,
-        steps=steps,
-        visits=visits,
-        op_seq=op_seq,
-        seq=seq,
-        last_result=last_result,
-        usage=usage,
-        answers=answers,
-        provider_state=provider_state,
-    )
+        "status": status,
+        "next_op": next_op,
+        "steps": steps,
+        "visits": visits,
+        "op_seq": op_seq,
+        "seq": seq,
+        "last_result": last_result,
+        "usage": usage,
+        "answers": answers,
+        "provider_state": provider_state,
+    }
+    return stopped
 
 
 def load_checkpoint(folder: Path) -> Checkpoint | None:
