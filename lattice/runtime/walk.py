@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lattice.contracts.calls import discard_event
 from lattice.contracts.report import FailureReport, failure_report
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.events import EventKind
 from lattice.ir.kinds import CONTROL_KINDS, FAILED_PORT
 from lattice.ir.templates import StatePath, ValueTemplate, path_text
@@ -284,7 +284,7 @@ class Walker:
         if step.op.next and port != "default":
             raise LatticeRunError(
                 f"op {current!r} left through port {port!r}, which leads nowhere",
-                error_type="dead_end",
+                error_type=ErrorType.DEAD_END,
                 op_id=current,
                 node_id=step.node,
             )
@@ -365,7 +365,7 @@ class Walker:
                         f"branches {other_branch} and {branch.ctx.branch} both changed "
                         f"$vars.{entry} (ops {other_op!r} and {writer!r}); give each branch "
                         "its own variables",
-                        error_type="state_conflict",
+                        error_type=ErrorType.STATE_CONFLICT,
                         details={"variable": entry, "ops": [other_op, writer]},
                     )
                 owners.setdefault(entry, (str(branch.ctx.branch), writer))
@@ -391,7 +391,7 @@ class Walker:
         if not isinstance(items, list):
             raise LatticeRunError(
                 f"forEach {op.source_node!r}: {op.items} is not a list ({type(items).__name__})",
-                error_type="state_error",
+                error_type=ErrorType.STATE_ERROR,
             )
         key = track.label
         node = op.source_node
@@ -661,7 +661,7 @@ def _limit_error(
         f"({max_steps if over_steps else max_visits}); a loop may not "
         f"terminate (if it is meant to run longer, raise {flag}, [runtime] "
         f"{flag[2:].replace('-', '_')} or RunLimits)",
-        error_type="step_limit",
+        error_type=ErrorType.STEP_LIMIT,
         details={"steps": steps, "visits": visits},
     )
 
@@ -672,7 +672,7 @@ def as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
         return exc
     return LatticeRunError(
         f"internal error in op {op_id!r}: {type(exc).__name__}: {exc}",
-        error_type="internal_error",
+        error_type=ErrorType.INTERNAL_ERROR,
     )
 
 

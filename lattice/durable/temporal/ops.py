@@ -39,7 +39,7 @@ from lattice.durable.temporal.op_journal import (
     less_replayed,
     replayed_provider_state,
 )
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.events import EventKind
 from lattice.ir.models import FAILED_PORT, ExecIR, Op
 from lattice.ir.serialize import ir_from_json
@@ -123,7 +123,8 @@ class OpExecutor:
         execir = await load()
         if execir_digest(execir) != digest:
             raise LatticeRunError(
-                f"the run's ExecIR does not match its digest {digest}", error_type="internal_error"
+                f"the run's ExecIR does not match its digest {digest}",
+                error_type=ErrorType.INTERNAL_ERROR,
             )
         ir = ir_from_json(execir)
         compiled = CompiledRun(
@@ -163,7 +164,7 @@ class OpExecutor:
         if executor is None:
             raise LatticeRunError(
                 f"op {op_id!r} ({op.kind}) is not supported on Temporal yet",
-                error_type="unsupported",
+                error_type=ErrorType.UNSUPPORTED,
             )
         provider = ProviderSpec.from_meta(request.get("provider") or {}).build(self.config)
         if isinstance(provider, DisabledProvider):
