@@ -90,6 +90,7 @@ class ContractEngine:
         )
         self._builtins = {"rules": contract.rules(), "schema": contract.schema_text()}
         self._schema_json = "null" if contract.schema is None else canonical_json(contract.schema)
+        self._response_schema = without_opt_out(contract.schema)
 
     def validate(self, text: str, *, salvage: bool = False) -> Any:
         """The artifact in ``text``, or OutputInvalid / NeedsHuman / LatticeRunError(invalid_request).
@@ -145,7 +146,7 @@ class ContractEngine:
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 max_tokens=sampling.max_tokens,
-                response_schema=without_opt_out(contract.schema),
+                response_schema=self._response_schema,
                 prompt_schema=prompt_schema,
                 node_id=node_id,
                 op_id=op_id,

@@ -17,6 +17,7 @@ from lattice.contracts.calls import (
 from lattice.contracts.usage import Usage
 from lattice.errors import ErrorType, LatticeRunError
 from lattice.events import EventKind
+from lattice.ir.templates import StatePath
 from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
@@ -87,7 +88,8 @@ class Interrupted(LatticeRunError):
 
 @dataclass(slots=True)
 class Outcome:
-    """What an op did: the port it leaves through and what it produced."""
+    """What an op did: the port it leaves through and what it produced. (The ops of
+    every run build theirs positionally: a call with keywords builds a dict first.)"""
 
     port: str = "default"
     output: Any = None
@@ -125,9 +127,12 @@ class RunContext:
         self.llm = llm
         """What LLM_WRITE ops call through: provider, usage, budget, retries (one per run)."""
         llm.emit = self.emit
-        if llm.stream is None:  # streaming is on when a listener takes the deltas
-            llm.stream = wants_deltas(listeners)
-        llm.content = llm.content or wants_content(listeners)
+        if listeners:  # (most runs have none: nothing to ask)
+            if llm.stream is None:  # streaming is on when a listener takes the deltas
+                llm.stream = wants_deltas(listeners)
+            llm.content = llm.content or wants_content(listeners)
+        elif llm.stream is None:
+            llm.stream = False
         self.usage: Usage = llm.usage
         self._http = http
         self._make_tools = tools
@@ -391,8 +396,9 @@ class RunContext:
         if self._tools is not None:
             self._tools.emit = discard_event
 
-    def write_result(self, path: str, value: Any) -> None:
-        """Write an op's value and remember it as the most recent result."""
-        self.state.write(path, value)
+    def write_result(self, path: str, value: Any, parsed: StatePath | None = None) -> None:
+        """Write an op's value and remember it as the most recent result (``parsed``:
+        ``path`` parsed, when the op keeps it so)."""
+        self.state.write(path if parsed is None else parsed, value)
         self.last_result = path
         self.emit2(_STATE_WRITE, "path", path, "value", value)

@@ -98,7 +98,7 @@ class EndExecutor(PureExecutor):
             value = ctx.state.read(ctx.last_result)
         else:
             value = None
-        return Outcome(port="", output=value)
+        return Outcome("", value)
 
 
 class SwitchExecutor(Executor):
@@ -161,30 +161,29 @@ class StateExecutor(PureExecutor):
 
     def __init__(self, op: StateOp) -> None:
         self.op = op
+        self.operation = op.operation
+        """(A plain attribute: a model's own are read through its ``__getattr__`` hook.)"""
         self.path = f"$vars.{op.variable}"
         self.parsed = parse_path(self.path)
         self.value = ValueTemplate(op.value) if op.value is not None else None
 
     def now(self, ctx: RunContext) -> Outcome:
-        op, state = self.op, ctx.state
+        operation, state = self.operation, ctx.state
         value = self.value.render(state.resolve) if self.value is not None else None
-        if op.operation == "set":
-            ctx.write_result(self.path, value)
-        elif op.operation == "get":
+        if operation == "set":
+            ctx.write_result(self.path, value, self.parsed)
+        elif operation == "get":
             value = state.read(self.path)
-            assert op.writes is not None
-            ctx.write_result(op.writes, value)
-        elif op.operation == "append":
+            assert self.op.writes is not None
+            ctx.write_result(self.op.writes, value)
+        elif operation == "append":
             appended = value
             # Records and events carry the appended item, not the whole list (linear growth).
             value = state.append(self.parsed, appended)
             ctx.last_result = self.path
-            ctx.emit(
-                _STATE_WRITE,
-                {"path": self.path, "appended": appended, "length": len(value)},
-            )
-            return Outcome(output={"appended": appended, "length": len(value)})
-        elif op.operation == "increment":
+            ctx.emit(_STATE_WRITE, {"path": self.path, "appended": appended, "length": len(value)})
+            return Outcome("default", {"appended": appended, "length": len(value)})
+        elif operation == "increment":
             current = state.get(self.parsed, 0)
             step = 1 if value is None else value
             if not (type(current) in _NUMBERS and type(step) in _NUMBERS) and not (
@@ -195,12 +194,12 @@ class StateExecutor(PureExecutor):
                     error_type=ErrorType.STATE_ERROR,
                 )
             value = current + step
-            ctx.write_result(self.path, value)
+            ctx.write_result(self.path, value, self.parsed)
         else:
             state.delete(self.path)
             ctx.emit(_STATE_WRITE, {"path": self.path, "deleted": True})
             value = None
-        return Outcome(output=value)
+        return Outcome("default", value)
 
 
 _NUMBERS = (int, float)
@@ -218,6 +217,8 @@ class TransformExecutor(PureExecutor):
         self.op = op
         self.search = compile_jmespath(op.expression)
         self.input = parse_path(op.input) if op.input else None
+        self.writes = op.writes
+        self.written = parse_path(op.writes)
 
     def now(self, ctx: RunContext) -> Outcome:
         data = ctx.state.read(self.input) if self.input is not None else ctx.state.readable()
@@ -228,8 +229,8 @@ class TransformExecutor(PureExecutor):
                 f"JMESPath {self.op.expression!r} failed: {exc}",
                 error_type=ErrorType.TRANSFORM_ERROR,
             ) from exc
-        ctx.write_result(self.op.writes, value)
-        return Outcome(output=value)
+        ctx.write_result(self.writes, value, self.written)
+        return Outcome("default", value)
 
 
 class AskExecutor(Executor):
@@ -267,7 +268,7 @@ class AskExecutor(Executor):
         value = normalize_answer(op, answer)
         ctx.emit(EventKind.HUMAN_ANSWER, {"answer": value})
         ctx.write_result(op.writes, value)
-        return Outcome(output=value)
+        return Outcome("default", value)
 
 
 class ToolCallExecutor(Executor):

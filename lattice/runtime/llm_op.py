@@ -129,6 +129,11 @@ class LLMWriteExecutor:
             top_p=op.top_p,
             max_tokens=op.max_tokens,
         )
+        # What every call reads, as plain attributes (a model's own are read through
+        # its ``__getattr__`` hook).
+        self.tool_server = op.tool_server if isinstance(op, LLMWriteOp) else None
+        self.writes, self.written = op.writes, parse_path(op.writes)
+        self.model, self.node, self.op_id, self.system = op.model, op.source_node, op.id, op.system
 
     def render(
         self, ctx: RunContext, engine: ContractEngine | None = None, tools: str = ""
@@ -144,7 +149,7 @@ class LLMWriteExecutor:
         template = self.template
         answers = ctx.answers if self.takes_information else None
         if template is None and not self.context and not tools and not answers:
-            system = self.op.system  # compose_messages' answer for a bare prompt
+            system = self.system  # compose_messages' answer for a bare prompt
             if system:
                 return (Message("system", system), Message("user", prompt))
             return (Message("user", prompt),)
@@ -164,27 +169,26 @@ class LLMWriteExecutor:
         )
 
     async def run(self, ctx: RunContext) -> Outcome:
-        op = self.op
         engine, tools = self.engine, ""
-        if isinstance(op, LLMWriteOp) and op.tool_server is not None:
+        if self.tool_server is not None:
             engine, tools = await self._tool_engine(ctx)
         try:  # ``call``, inlined: one coroutine less for every model call of a run
             value, attempts = await engine.run(
                 self.render(ctx, engine, tools),
                 ctx.llm,
                 sampling=self.sampling,
-                model=op.model,
-                node_id=op.source_node,
-                op_id=op.id,
+                model=self.model,
+                node_id=self.node,
+                op_id=self.op_id,
             )
         except LatticeRunError as exc:
             halt = self._as_halt(exc)
             if halt is None:
                 raise
             raise halt from exc
-        ctx.write_result(op.writes, value)
+        ctx.write_result(self.writes, value, self.written)
         # no attempts: the run keeps no op records (``CallEnv.records``)
-        return Outcome(output=value, record={"attempts": attempts} if attempts else None)
+        return Outcome("default", value, {"attempts": attempts} if attempts else None)
 
     async def call(
         self, ctx: RunContext, engine: ContractEngine, messages: tuple[Message, ...], env: CallEnv

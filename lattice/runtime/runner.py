@@ -94,7 +94,7 @@ from lattice.runtime.walk import (
     run_failure,
     stopped_line,
 )
-from lattice.runtime.walk_state import Counters, WalkState
+from lattice.runtime.walk_state import Counters
 from lattice.schemas import schema_errors, schema_validator
 from lattice.text import holds_lone_surrogate
 from lattice.tools.builtin import BuiltinTools
@@ -347,11 +347,12 @@ class Runner:
 
     def _without_tools(self, visits: Mapping[str, int]) -> list[dict[str, Any]]:
         """The visited nodes Claude Code would run with tools that ran without them."""
-        from lattice.lower.acting import toolless_nodes
+        toolless = self._toolless
+        if toolless is None:  # (imported here, once: an import statement costs every run)
+            from lattice.lower.acting import toolless_nodes
 
-        if self._toolless is None:
-            self._toolless = toolless_nodes(self.ir, self.settings.agents.grant)
-        return [t.to_json() for t in self._toolless if visits.get(t.op)]
+            toolless = self._toolless = toolless_nodes(self.ir, self.settings.agents.grant)
+        return [t.to_json() for t in toolless if visits.get(t.op)] if toolless else []
 
     def _changes(self, ctx: RunContext) -> list[dict[str, Any]]:
         """The files the run's agent ops changed: from the op records of its folder (a
@@ -627,7 +628,8 @@ class Runner:
             redact=redact,
             secret_names=self._secret_names,
         )
-        ctx.walk = WalkState(base_provider=self.provider, persistence=persistence)
+        walk = ctx.walk  # the context's own, fresh: set, not made again
+        walk.base_provider, walk.persistence = self.provider, persistence
         ctx.llm.records = persistence.keeps_records  # op records hold a call's attempts
         return ctx
 

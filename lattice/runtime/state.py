@@ -49,6 +49,9 @@ class StateLimits:
 
 def approx_size(value: Any) -> int:
     """About the length of ``value``'s JSON text, without building it."""
+    kind = type(value)
+    if kind is int or kind is float or kind is bool or value is None:  # (the most written)
+        return 8
     if isinstance(value, str):
         return len(value) + 2
     if isinstance(value, dict):
@@ -313,7 +316,10 @@ class StateStore:
         if limits is None:
             self.vars[key] = value
         else:
-            size = self._measured(path, value, size)
+            if size is None:  # ``_measured``, inlined
+                size = approx_size(value)
+            if size > limits.max_value_bytes:
+                self._check_size(path, size)
             entries = self.vars
             previous = entries.get(key, _ABSENT)
             entries[key] = value
@@ -335,7 +341,11 @@ class StateStore:
         """``write`` of ``$vars.<key>.<field>`` (an op's ``$vars.<node>.result``), as the
         general path does it: a missing or non-object entry becomes ``{}`` first."""
         limits = self._limits
-        size = self._measured(path, value, size)  # before the entry is made an object
+        if limits is not None:  # ``_measured``, inlined: before the entry is made an object
+            if size is None:
+                size = approx_size(value)
+            if size > limits.max_value_bytes:
+                self._check_size(path, size)
         if self._inherited:
             self._own(key, whole=False)
         entries = self.vars

@@ -47,6 +47,10 @@ YIELD_EVERY = 64
 """A run gives the event loop a turn at least every this many ops: ops that never wait
 (state, transforms, conditions) would otherwise hold a loop other runs share."""
 
+# bound once: looking up an enum member on its class costs about 0.1 µs, a global a tenth
+_OP_STARTED = EventKind.OP_STARTED
+_OP_FINISHED = EventKind.OP_FINISHED
+
 
 class Step:
     """What the walk needs of one op, gathered once per Runner."""
@@ -173,7 +177,7 @@ class Walker:
                 raise _limit_error(max_steps, max_visits, current, counters.steps, count)
             track.current = current
             track.op_seq += 1
-            ctx.emit1(EventKind.OP_STARTED, "kind", step.kind)
+            ctx.emit1(_OP_STARTED, "kind", step.kind)
             started = clock()
             calls_before = ctx.usage.requests
             try:
@@ -191,9 +195,10 @@ class Walker:
             finally:
                 if state.tmp:
                     state.clear_tmp()
-            duration_ms = round((clock() - started) * 1000, 3)
+            # ms to the µs; round(ms, 3) formats the float in decimal: 10x the cost
+            duration_ms = round((clock() - started) * 1_000_000) / 1000
             port = outcome.port
-            ctx.emit2(EventKind.OP_FINISHED, "duration_ms", duration_ms, "port", port)
+            ctx.emit2(_OP_FINISHED, "duration_ms", duration_ms, "port", port)
             if keeps_records:
                 self._write_record(ctx, track, current, duration_ms, outcome)
             if step.is_end or port == ENDED:
@@ -510,10 +515,8 @@ class Walker:
     ) -> None:
         """The ``op_finished`` event and the record of an op that failed with no
         ``failed`` route (an op that finished is recorded in ``run_track``)."""
-        duration_ms = round((self.clock() - started) * 1000, 3)
-        ctx.emit(
-            EventKind.OP_FINISHED, {"duration_ms": duration_ms, "error_type": error.error_type}
-        )
+        duration_ms = round((self.clock() - started) * 1_000_000) / 1000
+        ctx.emit(_OP_FINISHED, {"duration_ms": duration_ms, "error_type": error.error_type})
         if ctx.root.walk.persistence.keeps_records:
             self._write_record(ctx, track, op_id, duration_ms, None, error=error)
 

@@ -249,3 +249,23 @@ def test_counting_a_log_of_compact_and_built_events() -> None:
         for kind in ("op_started", "llm_request", "state_write", "nothing")
     }
     assert counts["llm_request"] == 2 and counts["nothing"] == 0
+
+
+def test_op_durations_are_milliseconds_rounded_to_three_places() -> None:
+    """``duration_ms`` is the op's time in ms as ``round(ms, 3)`` gives it (the walk
+    rounds whole microseconds, without formatting the float in decimal)."""
+    durations = [0.0012345678, 0.25, 3.0000004e-6, 1.9999996e-3, 0.0, 12.3456789]
+    ticks: list[float] = []
+    for d in durations:
+        ticks += [100.0, 100.0 + d]
+    doc = chain(
+        *(node(f"n{i}", "variableStore", operation="increment", name="n") for i in range(4))
+    )
+    runner = Runner(lower(doc), store=RunStore(None))
+    clock = iter(ticks)
+    runner._walker.clock = lambda: next(clock)
+    result = runner.run({})
+    got = [e["data"]["duration_ms"] for e in result.events if e["type"] == "op_finished"]
+    want = [round(((100.0 + d) - 100.0) * 1000, 3) for d in durations]
+    assert got == want
+    assert [repr(v) for v in got] == [repr(v) for v in want]
