@@ -78,7 +78,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lattice.contracts.policies import ACTIONS
-from lattice.errors import LatticeUserError, did_you_mean
+from lattice.errors import ErrorType, LatticeUserError, did_you_mean
 from lattice.ir.tool_names import mcp_grant_entry
 from lattice.permissions.rules import RuleError
 from lattice.permissions.settings import check_mode, parse_rules
@@ -503,7 +503,7 @@ def with_agent_grants(
         hint = did_you_mean(unknown[0], AGENT_GRANTS) if len(unknown) == 1 else ""
         raise LatticeUserError(
             f"--allow {','.join(unknown)}: grants are {', '.join(AGENT_GRANTS)}{hint}",
-            error_type="config_error",
+            error_type=ErrorType.CONFIG_ERROR,
         )
     if workspace is None and not kinds and not mcp_servers and not patch_only:
         return config
@@ -519,7 +519,8 @@ def with_agent_grants(
         updated = LatticeConfig.model_validate(data)
     except ValidationError as exc:
         raise LatticeUserError(
-            f"agent grants: {problem_text(exc.errors()[0]['msg'])}", error_type="config_error"
+            f"agent grants: {problem_text(exc.errors()[0]['msg'])}",
+            error_type=ErrorType.CONFIG_ERROR,
         ) from None
     updated.source = config.source
     return updated
@@ -581,11 +582,11 @@ def load_config(path: str | Path | None = None) -> LatticeConfig:
             data = tomllib.loads(candidate.read_text(encoding="utf-8"))
         except OSError as exc:
             raise LatticeUserError(
-                f"cannot read config {candidate}: {exc.strerror}", error_type="config_error"
+                f"cannot read config {candidate}: {exc.strerror}", error_type=ErrorType.CONFIG_ERROR
             ) from exc
         except tomllib.TOMLDecodeError as exc:
             raise LatticeUserError(
-                f"{candidate}: not valid TOML: {exc}", error_type="config_error"
+                f"{candidate}: not valid TOML: {exc}", error_type=ErrorType.CONFIG_ERROR
             ) from exc
     try:
         config = LatticeConfig.model_validate(_apply_env(data))
@@ -596,7 +597,7 @@ def load_config(path: str | Path | None = None) -> LatticeConfig:
         )
         raise LatticeUserError(
             f"invalid configuration {candidate or '(environment)'}:\n  {problems}",
-            error_type="config_error",
+            error_type=ErrorType.CONFIG_ERROR,
         ) from exc
     config.source = str(candidate) if candidate else None
     return config

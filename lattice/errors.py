@@ -8,8 +8,8 @@
     │   └── InputError            run inputs that do not fit the workflow
     └── LatticeRunError           a failure while running (exit 1), with a stable error_type
 
-Every error has a stable ``error_type`` code and a message a person can act on.
-Third-party exceptions are wrapped at the boundary (``raise ... from exc``).
+Every error has a stable ``error_type`` code (an ``ErrorType``) and a message a person
+can act on. Third-party exceptions are wrapped at the boundary (``raise ... from exc``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,87 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+
+class ErrorType(StrEnum):
+    """Every ``error_type`` Lattice raises or records, by the stable code it writes.
+
+    A member is its value (a ``str``): events, op records, failure reports and API bodies
+    hold the plain string, and folders written by earlier versions read as before. Policy
+    overrides (``lattice.toml``, ``data.policies``) name these values."""
+
+    # the error tree's defaults
+    LATTICE_ERROR = "lattice_error"
+    USER_ERROR = "user_error"
+    INVALID_DOCUMENT = "invalid_document"
+    INPUT_ERROR = "input_error"
+    RUN_ERROR = "run_error"
+    CONFIG_ERROR = "config_error"
+    USAGE_ERROR = "usage_error"
+    INTERNAL_ERROR = "internal_error"
+    INVALID_IR = "invalid_ir"
+    INVALID_SCHEMA = "invalid_schema"
+    # what a model wrote (a repair packet can fix them: contracts/policies.py)
+    SCHEMA_ERROR = "schema_error"
+    JSON_ERROR = "json_error"
+    EXPLANATORY_TEXT = "explanatory_text"
+    MULTIPLE_ARTIFACTS = "multiple_artifacts"
+    CODE_IN_OUTPUT = "code_in_output"
+    INVALID_DIFF = "invalid_diff"
+    PATCH_DOES_NOT_APPLY = "patch_does_not_apply"
+    INVARIANT_ERROR = "invariant_error"
+    MISSING_INFORMATION = "missing_information"
+    # providers and budgets
+    RATE_LIMIT_ERROR = "rate_limit_error"
+    TIMEOUT_ERROR = "timeout_error"
+    PROVIDER_ERROR = "provider_error"
+    API_KEY_ERROR = "api_key_error"
+    CONTEXT_LENGTH_ERROR = "context_length_error"
+    INVALID_REQUEST = "invalid_request"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    PROVIDER_DISABLED = "provider_disabled"
+    FIXTURE_MISSING = "fixture_missing"
+    MOCK_ERROR = "mock_error"
+    MOCK_EXHAUSTED = "mock_exhausted"
+    PRIMITIVE_ERROR = "primitive_error"
+    # the walk and its state
+    DEAD_END = "dead_end"
+    STEP_LIMIT = "step_limit"
+    NO_MATCHING_BRANCH = "no_matching_branch"
+    CONDITION_ERROR = "condition_error"
+    PATTERN_TIMEOUT = "pattern_timeout"
+    TRANSFORM_ERROR = "transform_error"
+    STATE_ERROR = "state_error"
+    STATE_CONFLICT = "state_conflict"
+    STATE_LIMIT = "state_limit"
+    MISSING_VALUE = "missing_value"
+    SECRET_ERROR = "secret_error"
+    INVALID_ANSWER = "invalid_answer"
+    INTERRUPTED = "interrupted"
+    NOT_RESUMABLE = "not_resumable"
+    # tools and agents
+    TOOL_ERROR = "tool_error"
+    HTTP_ERROR = "http_error"
+    AGENT_LIMIT = "agent_limit"
+    # the planner
+    MISSING_INPUT = "missing_input"
+    ARTIFACT_INVALID = "artifact_invalid"
+    ARTIFACT_MODIFIED = "artifact_modified"
+    ARTIFACT_STATUS = "artifact_status"
+    ARTIFACT_UNKNOWN = "artifact_unknown"
+    # services and gateways
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    INVALID_PATH = "invalid_path"
+    VERSION_CHANGED = "version_changed"
+    TOO_MANY_ACTIVE_RUNS = "too_many_active_runs"
+    UNSUPPORTED = "unsupported"
+    # Temporal
+    TEMPORAL_ERROR = "temporal_error"
+    TEMPORAL_CODEC = "temporal_codec"
+    TEMPORAL_UNAVAILABLE = "temporal_unavailable"
+    TEMPORAL_UNREACHABLE = "temporal_unreachable"
+    WORKER_ERROR = "worker_error"
 
 
 class Severity(StrEnum):
@@ -70,7 +151,7 @@ class Diagnostic:
 class LatticeError(Exception):
     """Root of every error Lattice raises on purpose."""
 
-    error_type: str = "lattice_error"
+    error_type: str = ErrorType.LATTICE_ERROR
 
     def __init__(self, message: str, *, error_type: str | None = None) -> None:
         super().__init__(message)
@@ -82,13 +163,13 @@ class LatticeError(Exception):
 class LatticeUserError(LatticeError):
     """A user's mistake (document, configuration, command line, inputs). Exit code 2."""
 
-    error_type = "user_error"
+    error_type = ErrorType.USER_ERROR
 
 
 class DocumentError(LatticeUserError):
     """A workflow document that cannot be loaded or lowered; ``diagnostics`` lists every problem."""
 
-    error_type = "invalid_document"
+    error_type = ErrorType.INVALID_DOCUMENT
 
     def __init__(self, diagnostics: list[Diagnostic], *, source: str | None = None) -> None:
         errors = [d for d in diagnostics if d.is_error]
@@ -101,7 +182,7 @@ class DocumentError(LatticeUserError):
 class InputError(LatticeUserError):
     """Run inputs that do not fit the workflow's inputs schema."""
 
-    error_type = "input_error"
+    error_type = ErrorType.INPUT_ERROR
 
 
 class InvalidInputs(InputError):
@@ -115,7 +196,7 @@ class LatticeRunError(LatticeError):
     machine-readable context (JSON-serialisable).
     """
 
-    error_type = "run_error"
+    error_type = ErrorType.RUN_ERROR
 
     def __init__(
         self,

@@ -55,7 +55,7 @@ from lattice.contracts.policies import (
 )
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
-from lattice.errors import LatticeRunError, LatticeUserError, did_you_mean
+from lattice.errors import ErrorType, LatticeRunError, LatticeUserError, did_you_mean
 from lattice.ir.templates import to_text
 from lattice.llm.base import LLMProvider, Message, ScriptedProvider, close_loop_clients
 from lattice.prompts.builtin import TEMPLATES
@@ -93,10 +93,10 @@ POLICY_WORDS: Mapping[str, str] = MappingProxyType(
 
 _RECOVERY: Mapping[str, str] = MappingProxyType(
     {
-        "missing_information": "add the missing information to the payload or context and call again",
-        "api_key_error": "set the provider's API key (OPENAI_API_KEY or ANTHROPIC_API_KEY) and call again",
-        "provider_disabled": "pass provider=... or configure one (lattice.toml, LATTICE_PROVIDER)",
-        "mock_exhausted": "add responses for this block's name to the mock script",
+        ErrorType.MISSING_INFORMATION: "add the missing information to the payload or context and call again",
+        ErrorType.API_KEY_ERROR: "set the provider's API key (OPENAI_API_KEY or ANTHROPIC_API_KEY) and call again",
+        ErrorType.PROVIDER_DISABLED: "pass provider=... or configure one (lattice.toml, LATTICE_PROVIDER)",
+        ErrorType.MOCK_EXHAUSTED: "add responses for this block's name to the mock script",
     }
 )
 
@@ -424,7 +424,7 @@ class LLMPrimitive(Generic[OutputT]):
         except Exception as exc:  # a provider or listener bug: reported like the Runner does
             error = LatticeRunError(
                 f"internal error in {self.name!r}: {type(exc).__name__}: {exc}",
-                error_type="internal_error",
+                error_type=ErrorType.INTERNAL_ERROR,
                 node_id=self.name,
             )
             error.__cause__ = exc
@@ -509,7 +509,7 @@ class LLMPrimitive(Generic[OutputT]):
 
 
 def _mistake(message: str) -> NoReturn:
-    raise LatticeUserError(message, error_type="primitive_error")
+    raise LatticeUserError(message, error_type=ErrorType.PRIMITIVE_ERROR)
 
 
 def _int_in(value: object, low: int, high: int | None) -> bool:
@@ -604,7 +604,10 @@ def _model_check(model: type[BaseModel]) -> BoundInvariant:
         return []
 
     definition = InvariantDef(
-        name=f"pydantic:{model.__qualname__}", check=check, error_type="schema_error", rule=""
+        name=f"pydantic:{model.__qualname__}",
+        check=check,
+        error_type=ErrorType.SCHEMA_ERROR,
+        rule="",
     )
     return BoundInvariant(definition, {})
 
@@ -619,7 +622,7 @@ def _jsonable(value: Any, what: str) -> Any:
     except PydanticSerializationError as exc:
         raise LatticeUserError(
             f"{what} is not a JSON value ({type(value).__name__}): {exc}",
-            error_type="input_error",
+            error_type=ErrorType.INPUT_ERROR,
         ) from exc
 
 

@@ -42,7 +42,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.patterns import PatternError, PatternTimeout, pattern_problem, search, time_budget
 
 if TYPE_CHECKING:
@@ -383,7 +383,7 @@ def schema_validator(schema: Any, *, formats: bool = True) -> Validator:
         raise LatticeRunError(
             f"the schema's $schema {_short(str(schema['$schema']))} names a dialect Lattice "
             f"does not know (known: {', '.join(DIALECTS)})",
-            error_type="invalid_schema",
+            error_type=ErrorType.INVALID_SCHEMA,
         )
     checker = None
     if formats:
@@ -422,12 +422,12 @@ def schema_errors(validator: Validator, value: Any) -> list[ValidationError]:
         raise LatticeRunError(
             f"the schema's reference {_short(_as_reference(exc))} cannot be "
             "resolved: a schema may refer only to places inside itself",
-            error_type="invalid_schema",
+            error_type=ErrorType.INVALID_SCHEMA,
         ) from None
     except PatternError as exc:
         raise LatticeRunError(
             f"the schema holds a regular expression that cannot be used: {exc}",
-            error_type="invalid_schema",
+            error_type=ErrorType.INVALID_SCHEMA,
         ) from None
     finally:
         _references_left.reset(token)

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from lattice.events import EventKind
+
 if TYPE_CHECKING:
     from lattice.contracts.report import FailureReport
     from lattice.contracts.usage import Usage
@@ -133,7 +135,7 @@ class LatticeRun:
     @property
     def visited(self) -> set[str]:
         """Every node that ran, in any branch."""
-        return {e["node_id"] for e in self.events if e["type"] == "op_started"}
+        return {e["node_id"] for e in self.events if e["type"] == EventKind.OP_STARTED}
 
     @property
     def calls(self) -> list[Call]:
@@ -178,7 +180,7 @@ def _paths(events: list[dict[str, Any]]) -> dict[str | None, list[str]]:
     paths: dict[str | None, list[str]] = {}
     entered: dict[str | None, tuple[str, str]] = {}
     for e in events:
-        if e["type"] != "op_started" or e["data"].get("kind") in SYNTHETIC_KINDS:
+        if e["type"] != EventKind.OP_STARTED or e["data"].get("kind") in SYNTHETIC_KINDS:
             continue
         track, node, op = e.get("branch"), e["node_id"], e["op_id"]
         last = entered.get(track)
@@ -200,7 +202,7 @@ def _calls(events: list[dict[str, Any]]) -> list[Call]:
         kind, data = e["type"], e["data"]
         key = (e.get("branch"), e.get("op_id"))
         call = open_calls.get(key)
-        if kind == "llm_request":
+        if kind == EventKind.LLM_REQUEST:
             call = {
                 "node": e.get("node_id"),
                 "attempt": data.get("attempt"),
@@ -214,11 +216,11 @@ def _calls(events: list[dict[str, Any]]) -> list[Call]:
             open_calls[key] = call
         elif call is None:
             continue
-        elif kind == "llm_response":
+        elif kind == EventKind.LLM_RESPONSE:
             call["answered"] = True
-        elif kind in ("validation_failed", "retry") and call["error_type"] is None:
+        elif kind in (EventKind.VALIDATION_FAILED, EventKind.RETRY) and call["error_type"] is None:
             call["error_type"] = data.get("error_type")
-        elif kind == "op_finished":
+        elif kind == EventKind.OP_FINISHED:
             if not call["answered"] and call["error_type"] is None:
                 call["error_type"] = data.get("error_type") or "error"
             open_calls.pop(key, None)
@@ -283,18 +285,18 @@ class _Transcript:
         inner = indent + "  "
         for e in self.by_track.get(track, []):
             kind, data = e["type"], e["data"]
-            if kind == "run_started":
+            if kind == EventKind.RUN_STARTED:
                 say(f"{indent}run {data.get('workflow')} inputs={_value(data.get('inputs'))}")
-            elif kind == "run_resumed":
+            elif kind == EventKind.RUN_RESUMED:
                 say(f"{indent}resumed after {data.get('after')} from {data.get('from_op')}")
-            elif kind == "op_started":
+            elif kind == EventKind.OP_STARTED:
                 say(f"{indent}{e.get('node_id')} ({data.get('kind')})")
-            elif kind == "op_finished":
+            elif kind == EventKind.OP_FINISHED:
                 if "error_type" in data:
                     say(f"{inner}failed: {data['error_type']}")
                 elif data.get("port") not in (None, "", "default"):
                     say(f"{inner}-> {data['port']}")
-            elif kind == "llm_request":
+            elif kind == EventKind.LLM_REQUEST:
                 model = f" {data['model']}" if data.get("model") else ""
                 say(
                     f"{inner}call {data.get('attempt')} {data.get('kind')} "
@@ -302,42 +304,42 @@ class _Transcript:
                 )
                 if self.prompts:
                     say(f"{inner}  prompt {data.get('prompt_hash')}: {data.get('prompt_preview')}")
-            elif kind == "llm_response":
+            elif kind == EventKind.LLM_RESPONSE:
                 say(f"{inner}  answered ({data.get('finish_reason')})")
-            elif kind == "validation_failed":
+            elif kind == EventKind.VALIDATION_FAILED:
                 say(f"{inner}  broke the contract: {data.get('error_type')}")
                 for violation in data.get("violations") or ():
                     say(f"{inner}    {violation.get('pointer')}: {violation.get('message')}")
-            elif kind == "output_salvaged":
+            elif kind == EventKind.OUTPUT_SALVAGED:
                 say(f"{inner}  salvaged the JSON from the answer")
-            elif kind == "retry":
+            elif kind == EventKind.RETRY:
                 say(f"{inner}  failed: {data.get('error_type')} (retry {data.get('retry')})")
-            elif kind == "repair_attempt":
+            elif kind == EventKind.REPAIR_ATTEMPT:
                 count = len(data.get("violations") or ())
                 say(f"{inner}repair for {count} violation{'' if count == 1 else 's'}")
-            elif kind == "escalated":
+            elif kind == EventKind.ESCALATED:
                 say(f"{inner}escalate {data.get('from')} -> {data.get('to')}")
-            elif kind == "state_write":
+            elif kind == EventKind.STATE_WRITE:
                 if "value" in data:
                     say(f"{inner}set {data.get('path')} = {_value(data['value'])}")
                 elif data.get("deleted"):
                     say(f"{inner}delete {data.get('path')}")
                 else:
                     say(f"{inner}append {data.get('path')} <- {_value(data.get('appended'))}")
-            elif kind == "human_answer":
+            elif kind == EventKind.HUMAN_ANSWER:
                 say(f"{inner}answer {_value(data.get('answer'))}")
-            elif kind == "tool_call":
+            elif kind == EventKind.TOOL_CALL:
                 name = data.get("name") or data.get("method")
                 say(f"{inner}tool {data.get('tool')} {data.get('server') or ''} {name}".rstrip())
-            elif kind == "tool_result" and "status" in data:
+            elif kind == EventKind.TOOL_RESULT and "status" in data:
                 say(f"{inner}  status {data['status']}")
-            elif kind in ("fork_started", "for_each_started"):
+            elif kind in (EventKind.FORK_STARTED, EventKind.FOR_EACH_STARTED):
                 for branch in next(forks, []):
                     say(f"{inner}branch {branch}")
                     self._track(branch, inner + "  ")
-            elif kind == "run_halted":
+            elif kind == EventKind.RUN_HALTED:
                 say(f"{indent}halted: {data.get('reason')}: {data.get('summary')}")
-            elif kind == "run_interrupted":
+            elif kind == EventKind.RUN_INTERRUPTED:
                 say(f"{indent}interrupted")
 
 

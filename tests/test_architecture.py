@@ -16,7 +16,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "lattice"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "files", "masking", "patterns", "schema_formats", "schemas", "text"}),
+    frozenset(
+        {"errors", "events", "files", "masking", "patterns", "schema_formats", "schemas", "text"}
+    ),
     frozenset({"document", "ir", "prompts", "permissions"}),
     frozenset({"llm"}),
     frozenset({"contracts"}),

@@ -37,7 +37,8 @@ from lattice.agents.gate import CallGate, Pass
 from lattice.agents.records import AgentTranscript, ToolCallRecord, TurnRecord
 from lattice.contracts.calls import CallEnv
 from lattice.contracts.policies import policy_stack
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
+from lattice.events import EventKind
 from lattice.ir.tool_names import parse_mcp_name
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, Message, ToolCall, ToolDef
 from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
@@ -242,7 +243,7 @@ class AgentLoop:
             if exhausted:
                 raise LatticeRunError(
                     f"the agent still called tools after its {exhausted} ran out",
-                    error_type="agent_limit",
+                    error_type=ErrorType.AGENT_LIMIT,
                     details={"turns": len(self.transcript.turns)},
                 )
             messages.append(Message("assistant", response.text, tool_calls=response.tool_calls))
@@ -289,7 +290,7 @@ class AgentLoop:
                 retries += 1
                 delay = env.retry.delay(retries - 1, _retry_after(exc))
                 env.emit(
-                    "retry",
+                    EventKind.RETRY,
                     {"error_type": exc.error_type, "delay_s": round(delay, 3), "retry": retries},
                 )
                 await env.sleep(delay)
@@ -321,7 +322,7 @@ class AgentLoop:
         )
         self.transcript.turns.append(turn)
         self.env.emit(
-            "agent_turn",
+            EventKind.AGENT_TURN,
             {
                 "turn": turn.number,
                 "attempt": turn.attempt,
@@ -350,7 +351,7 @@ class AgentLoop:
             fate = await self._gate(turn, index, call, op_id)
             if isinstance(fate, ApprovalRequest):
                 pending.append(fate)
-                self.env.emit("approval_requested", fate.to_json())
+                self.env.emit(EventKind.APPROVAL_REQUESTED, fate.to_json())
             elif isinstance(fate, ToolResult):
                 jobs.append(self._refuse(turn, index, call, op_id, fate))
             else:
@@ -413,7 +414,7 @@ class AgentLoop:
             return record
         arguments = json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
         self.env.emit(
-            "tool_call_started",
+            EventKind.TOOL_CALL_STARTED,
             {
                 "turn": turn.number,
                 "call_id": call.id,
@@ -502,7 +503,7 @@ class AgentLoop:
             data["changes"] = [change.path for change in record.result.changes]
         if record.replayed:
             data["replayed"] = True
-        self.env.emit("tool_call_finished", data)
+        self.env.emit(EventKind.TOOL_CALL_FINISHED, data)
 
     def _show(self, text: str) -> str:
         """``text`` with the run's secrets masked, cut to PREVIEW_CHARS."""

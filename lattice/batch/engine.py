@@ -44,7 +44,7 @@ from lattice.batch.summary import BatchSummary, summarize
 from lattice.batch.worker import RowTask, WorkerSpec
 from lattice.config import LatticeConfig, RunsConfig, load_config
 from lattice.document.loader import read_json_file
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_to_dict
@@ -197,7 +197,7 @@ def prepare(options: BatchOptions) -> Prepared:
     else:
         if options.mock_latency:
             raise LatticeUserError(
-                "mock latency applies to mock scripts only", error_type="mock_error"
+                "mock latency applies to mock scripts only", error_type=ErrorType.MOCK_ERROR
             )
         choice = ProviderChoice(
             name=given_provider,
@@ -279,7 +279,7 @@ def _mock_script(
         raise LatticeUserError(
             "--mock is used alone in a batch (it implies --provider mock; to record "
             "fixtures from a mock script, use lattice run --record)",
-            error_type="mock_error",
+            error_type=ErrorType.MOCK_ERROR,
         )
     if isinstance(given, Mapping):
         mock_data = dict(given)
@@ -289,11 +289,11 @@ def _mock_script(
         except OSError as exc:
             raise LatticeUserError(
                 f"cannot read mock script {given}: {exc.strerror}",
-                error_type="mock_error",
+                error_type=ErrorType.MOCK_ERROR,
             ) from exc
         except (json.JSONDecodeError, RecursionError) as exc:
             raise LatticeUserError(
-                f"mock script {given} is not valid JSON: {exc}", error_type="mock_error"
+                f"mock script {given} is not valid JSON: {exc}", error_type=ErrorType.MOCK_ERROR
             ) from None
     mock = BatchMock.from_data(mock_data, latency=options.mock_latency)
     named = "mock script" if isinstance(given, Mapping) else f"mock script {given}"
@@ -417,7 +417,7 @@ def _interrupted_line(
         "id": task.id,
         "status": "interrupted",
         "result": None,
-        "error_type": "interrupted",
+        "error_type": ErrorType.INTERRUPTED,
         "error": "the batch stopped while this row ran; the next batch goes on with it",
         "node_id": None,
         "usage": usage,

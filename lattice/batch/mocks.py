@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.llm.mock import MockProvider, read_mock_script
 
 _NO_DEFAULT = object()
@@ -50,7 +50,7 @@ class BatchMock:
                 where = f"rows[{json.dumps(row_id, ensure_ascii=False)}]"
                 message = exc.message.removeprefix("mock script: ")
                 raise LatticeUserError(
-                    f"mock script: {where}: {message}", error_type="mock_error"
+                    f"mock script: {where}: {message}", error_type=ErrorType.MOCK_ERROR
                 ) from None
         self.script = dict(script)
         self.rows = {str(k): dict(v) for k, v in (rows or {}).items()}
@@ -68,13 +68,14 @@ class BatchMock:
         """From a parsed script, which may hold ``rows``."""
         if not isinstance(data, Mapping):
             raise LatticeUserError(
-                'a mock script is a JSON object {"responses": {...}}', error_type="mock_error"
+                'a mock script is a JSON object {"responses": {...}}',
+                error_type=ErrorType.MOCK_ERROR,
             )
         rows = data.get("rows", {})
         if not isinstance(rows, Mapping) or not all(isinstance(v, Mapping) for v in rows.values()):
             raise LatticeUserError(
                 'mock script: "rows" maps row ids to scripts {"responses": {...}}',
-                error_type="mock_error",
+                error_type=ErrorType.MOCK_ERROR,
             )
         script = {k: v for k, v in data.items() if k != "rows"}
         return cls(script, rows, latency=latency)

@@ -34,7 +34,7 @@ from typing import Any
 
 from lattice.batch.limits import LIMITER_LOST, BatchLimits, Limiter, LimiterLost
 from lattice.batch.worker import BatchWorker, RowTask, WorkerSpec
-from lattice.errors import LatticeUserError, install_hint
+from lattice.errors import ErrorType, LatticeUserError, install_hint
 from lattice.telemetry import flush as flush_spans
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -55,7 +55,7 @@ def import_ray() -> Any:
     except ImportError:
         raise LatticeUserError(
             f"the ray engine needs Ray: {install_hint('ray')}",
-            error_type="usage_error",
+            error_type=ErrorType.USAGE_ERROR,
         ) from None
     return ray
 

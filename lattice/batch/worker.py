@@ -31,7 +31,8 @@ from lattice.batch.mocks import BatchMock
 from lattice.batch.rows import RowId, row_key
 from lattice.config import LatticeConfig
 from lattice.contracts.usage import Usage
-from lattice.errors import LatticeError, LatticeRunError
+from lattice.errors import ErrorType, LatticeError, LatticeRunError
+from lattice.events import EventKind
 from lattice.ir.serialize import ir_from_json
 from lattice.llm.base import (
     LLMProvider,
@@ -126,7 +127,7 @@ class BatchProvider:
         provider = row.provider if row is not None else None
         provider = provider or self.shared
         if provider is None:  # pragma: no cover - a worker always sets the row's state
-            raise LatticeRunError("no provider for this row", error_type="internal_error")
+            raise LatticeRunError("no provider for this row", error_type=ErrorType.INTERNAL_ERROR)
         return provider
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
@@ -356,9 +357,9 @@ class BatchWorker:
         error_type = failure.category if failure is not None else None
         if state.stopped_by is not None:
             status, error_type = "interrupted", state.stopped_by
-        counts = result.count_events("repair_attempt", "escalated", "retry")
-        repairs, escalations = counts["repair_attempt"], counts["escalated"]
-        retries = counts["retry"]
+        counts = result.count_events(EventKind.REPAIR_ATTEMPT, EventKind.ESCALATED, EventKind.RETRY)
+        repairs, escalations = counts[EventKind.REPAIR_ATTEMPT], counts[EventKind.ESCALATED]
+        retries = counts[EventKind.RETRY]
         if task.carried:
             repairs += task.carried.get("repairs", 0)
             escalations += task.carried.get("escalations", 0)
@@ -388,7 +389,7 @@ class BatchWorker:
         if isinstance(exc, LatticeError):
             error_type, message = exc.error_type, exc.message
         else:
-            error_type, message = "internal_error", f"{type(exc).__name__}: {exc}"
+            error_type, message = ErrorType.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"
         line = {
             "id": task.id,
             "status": "interrupted" if state.stopped_by is not None else "failed",

@@ -17,6 +17,7 @@ from typing import Any
 from lattice.cli.main import EXIT_BY_STATUS
 from lattice.config import FlagRules, LatticeConfig, with_agent_grants
 from lattice.errors import Diagnostic, InputError, Severity
+from lattice.events import EventKind
 from lattice.ir.models import AskOp
 from lattice.lower import lower_document
 from lattice.lower.compiler import LoweringResult
@@ -298,30 +299,30 @@ class Progress:
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         self.run_id = event["run_id"]
-        if kind == "llm_delta":
+        if kind == EventKind.LLM_DELTA:
             if self.status is not None:
                 self._stream(event)
             return
-        if kind == "agent_tool_missing":
+        if kind == EventKind.AGENT_TOOL_MISSING:
             data = event["data"]
             note(
                 f"warning: agent node {data['node']!r}: {', '.join(data['tools'])} granted, "
                 "but no tool of that name is listed (an MCP server without that tool?): "
                 "left out of the model's tools"
             )
-        elif kind == "op_finished":
+        elif kind == EventKind.OP_FINISHED:
             self.ops += 1
-        elif kind == "llm_response":
+        elif kind == EventKind.LLM_RESPONSE:
             self.calls += 1
-        elif kind == "llm_request":
+        elif kind == EventKind.LLM_REQUEST:
             self.streamed = ""  # a new attempt: its answer starts over
-        elif kind == "fork_started":
+        elif kind == EventKind.FORK_STARTED:
             self.branches += len(event["data"].get("branches", ()))
-        elif kind == "for_each_started":
+        elif kind == EventKind.FOR_EACH_STARTED:
             self.branches += int(event["data"].get("items", 0))
-        elif kind in ("fork_joined", "for_each_finished"):
+        elif kind in (EventKind.FORK_JOINED, EventKind.FOR_EACH_FINISHED):
             self.branches -= int(event["data"].get("branches", 0))
-        if self.status is not None and kind == "op_started":
+        if self.status is not None and kind == EventKind.OP_STARTED:
             elapsed = time.perf_counter() - self.started
             branch = f" in branch {event['branch']}" if event.get("branch") else ""
             running = f" · {self.branches} branches" if self.branches else ""

@@ -26,6 +26,7 @@ from lattice.cli.parser import RUNS_LIST_DEFAULT
 from lattice.config import load_config
 from lattice.document.loader import read_json_file
 from lattice.errors import InputError, InvalidInputs, LatticeUserError
+from lattice.events import EventKind
 from lattice.ir.models import ExecIR
 from lattice.llm.mock import MockProvider
 from lattice.lower.acting import toolless_nodes
@@ -150,7 +151,7 @@ def _dry_run(runner: Runner, inputs: dict[str, Any]) -> int:
     lines: list[str] = []
 
     def collect(event: dict[str, Any]) -> None:
-        if event["type"] == "llm_request":
+        if event["type"] == EventKind.LLM_REQUEST:
             data = event["data"]
             lines.append(
                 f"{data['prompt_hash']}  {event.get('node_id')}  [{data['model_class']}]  {data.get('prompt_preview', '')}"

@@ -25,7 +25,7 @@ from lattice.cli.common import (
     terminal_asker,
 )
 from lattice.config import load_config
-from lattice.errors import InputError, LatticeUserError
+from lattice.errors import ErrorType, InputError, LatticeUserError
 from lattice.ir.models import AskOp, ExecIR, ToolCallOp
 from lattice.ir.serialize import ir_from_json
 from lattice.permissions.approvals import ApprovalRequest
@@ -304,7 +304,7 @@ async def _run_ir(client: Any, run_id: str) -> ExecIR:
         raise  # a key that does not read the run says so itself
     except Exception as exc:  # the SDK's RPC errors name the cause
         raise LatticeUserError(
-            f"cannot read run {run_id!r} from Temporal: {exc}", error_type="temporal_error"
+            f"cannot read run {run_id!r} from Temporal: {exc}", error_type=ErrorType.TEMPORAL_ERROR
         ) from exc
     return ir_from_json(record["execir"])
 

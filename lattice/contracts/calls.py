@@ -9,12 +9,13 @@ from typing import Any, Protocol
 
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
+from lattice.events import EventKind
 from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse
 
 Emit = Callable[[str, dict[str, Any]], Any]
 Sleep = Callable[[float], Awaitable[None]]
 
-TRANSIENT_EVENTS = frozenset({"llm_delta", "llm_content"})
+TRANSIENT_EVENTS = frozenset({EventKind.LLM_DELTA, EventKind.LLM_CONTENT})
 """Events that go to listeners only: never written to ``events.jsonl`` nor kept with the
 run's events. ``llm_delta`` is a piece of a streamed answer (``CallEnv.stream``);
 ``llm_content`` the messages of a request and the text of its answer, for a listener

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 
 NO_VALUE: Any = object()
 """``OutputInvalid.value`` of a completion that held no single JSON value."""
@@ -48,4 +48,4 @@ class OutputInvalid(LatticeRunError):
 class NeedsHuman(LatticeRunError):
     """The model answered ``missing_information``: a person must supply it."""
 
-    error_type = "missing_information"
+    error_type = ErrorType.MISSING_INFORMATION

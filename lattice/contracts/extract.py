@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.text import unicode_value
 
 _DECODER = json.JSONDecoder()
@@ -196,7 +196,7 @@ def _decode_error(text: str, span: _Candidate, where: str) -> ExtractionError:
         )
     else:
         message = f"{where} is not valid JSON: {msg} at line {line}, column {col}, near: {details['excerpt']}"
-    return ExtractionError(message, error_type="json_error", details=details)
+    return ExtractionError(message, error_type=ErrorType.JSON_ERROR, details=details)
 
 
 def _not_json(text: str) -> ExtractionError:
@@ -211,7 +211,7 @@ def _not_json(text: str) -> ExtractionError:
     return ExtractionError(
         f"the output holds no JSON object or array: {msg} at line {line}, column {col} "
         + (f"(the output begins {shown!r})" if text else "(the output is empty)"),
-        error_type="json_error",
+        error_type=ErrorType.JSON_ERROR,
         details={
             "parser_message": msg,
             "line": line,
@@ -292,7 +292,7 @@ def _extract(text: str) -> Extracted:
             error = _not_json(body)
             raise ExtractionError(
                 "the fenced block is not valid JSON: " + error.message.partition(": ")[2],
-                error_type="json_error",
+                error_type=ErrorType.JSON_ERROR,
                 details=error.details,
             )
         raise _not_json(stripped)
@@ -307,7 +307,7 @@ def _extract(text: str) -> Extracted:
     if len(values) > 1:
         raise ExtractionError(
             f"the output holds {len(values)} JSON values; exactly one artifact is allowed",
-            error_type="multiple_artifacts",
+            error_type=ErrorType.MULTIPLE_ARTIFACTS,
             details={"count": len(values)},
         )
     span = spans[0]
@@ -328,7 +328,7 @@ def extract_json(text: str) -> Any:
     if found.prose:
         raise ExtractionError(
             explanatory_message(found),
-            error_type="explanatory_text",
+            error_type=ErrorType.EXPLANATORY_TEXT,
             details={"extracted": found.value},
         )
     return found.value

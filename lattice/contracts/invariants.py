@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 
 Violation = dict[str, str]
 Check = Callable[[Any, dict[str, Any]], list[Violation]]
@@ -47,7 +47,7 @@ _REGISTRY: dict[str, InvariantDef] = {}
 
 
 def register_invariant(
-    name: str, *, rule: str, error_type: str = "invariant_error", needs_repo: bool = False
+    name: str, *, rule: str, error_type: str = ErrorType.INVARIANT_ERROR, needs_repo: bool = False
 ) -> Callable[[Check], Check]:
     """Decorator adding a check to the registry under ``name``; ``rule`` is shown to the model."""
 
@@ -120,7 +120,7 @@ _SIGNATURE = re.compile(r"^\s*(async\s+)?def\s+\w+\s*\(.*\)\s*(->.*)?:\s*$")
 
 @register_invariant(
     "no_code",
-    error_type="code_in_output",
+    error_type=ErrorType.CODE_IN_OUTPUT,
     rule="No source code anywhere in the artifact (no code blocks, no code lines): describe code in words.",
 )
 def no_code(value: Any, params: dict[str, Any]) -> list[Violation]:
@@ -210,7 +210,7 @@ def _diff_at(value: Any, params: dict[str, Any]) -> tuple[str, str | list[Violat
 
 @register_invariant(
     "unified_diff",
-    error_type="invalid_diff",
+    error_type=ErrorType.INVALID_DIFF,
     rule="The patch is a valid unified diff (--- / +++ headers, @@ hunks whose line counts match).",
 )
 def unified_diff(value: Any, params: dict[str, Any]) -> list[Violation]:
@@ -225,7 +225,7 @@ def unified_diff(value: Any, params: dict[str, Any]) -> list[Violation]:
 
 @register_invariant(
     "patch_applies",
-    error_type="patch_does_not_apply",
+    error_type=ErrorType.PATCH_DOES_NOT_APPLY,
     rule="The patch applies to the repository's current files: every hunk's context and removed "
     "lines are exactly the file's lines; a new file is written as '--- /dev/null'.",
     needs_repo=True,
@@ -309,7 +309,7 @@ def bind_invariants(specs: list[Any], *, repo_root: Path | None = None) -> list[
                 raise LatticeUserError(
                     f"invariant {name} reads the run's repository: run with --repo DIR "
                     "(RuntimeSettings(repo_root=...) from Python)",
-                    error_type="config_error",
+                    error_type=ErrorType.CONFIG_ERROR,
                 )
             params["repo_root"] = repo_root
         bound.append(BoundInvariant(definition, params))

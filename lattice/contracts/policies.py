@@ -15,31 +15,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from lattice.errors import ErrorType
+
 ACTIONS = ("repair", "retry", "escalate", "halt", "fail")
 
 OUTPUT_ERRORS = (
-    "schema_error",
-    "json_error",
-    "explanatory_text",
-    "multiple_artifacts",
-    "code_in_output",
-    "invalid_diff",
-    "patch_does_not_apply",
-    "invariant_error",
+    ErrorType.SCHEMA_ERROR,
+    ErrorType.JSON_ERROR,
+    ErrorType.EXPLANATORY_TEXT,
+    ErrorType.MULTIPLE_ARTIFACTS,
+    ErrorType.CODE_IN_OUTPUT,
+    ErrorType.INVALID_DIFF,
+    ErrorType.PATCH_DOES_NOT_APPLY,
+    ErrorType.INVARIANT_ERROR,
 )
 """Errors in what the model wrote: a repair packet can fix them."""
 
 DEFAULT_POLICIES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         **{error: ("repair", "escalate", "fail") for error in OUTPUT_ERRORS},
-        "rate_limit_error": ("retry", "fail"),
-        "timeout_error": ("retry", "fail"),
-        "provider_error": ("retry", "fail"),
-        "api_key_error": ("fail",),
-        "context_length_error": ("escalate", "fail"),
-        "missing_information": ("halt",),
-        "invalid_request": ("fail",),
-        "budget_exceeded": ("fail",),
+        ErrorType.RATE_LIMIT_ERROR: ("retry", "fail"),
+        ErrorType.TIMEOUT_ERROR: ("retry", "fail"),
+        ErrorType.PROVIDER_ERROR: ("retry", "fail"),
+        ErrorType.API_KEY_ERROR: ("fail",),
+        ErrorType.CONTEXT_LENGTH_ERROR: ("escalate", "fail"),
+        ErrorType.MISSING_INFORMATION: ("halt",),
+        ErrorType.INVALID_REQUEST: ("fail",),
+        ErrorType.BUDGET_EXCEEDED: ("fail",),
     }
 )
 """Documented defaults; override per run (config) or per node (``data.policies``)."""

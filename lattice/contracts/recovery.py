@@ -29,6 +29,7 @@ from lattice.contracts.packets import (
     repair_messages,
 )
 from lattice.errors import LatticeRunError
+from lattice.events import EventKind
 from lattice.llm.base import Message
 
 
@@ -129,7 +130,8 @@ class Retry:
         count = state.retries = state.retries + 1
         delay = env.retry.delay(count - 1, _retry_after(exc))
         env.emit(
-            "retry", {"error_type": exc.error_type, "delay_s": round(delay, 3), "retry": count}
+            EventKind.RETRY,
+            {"error_type": exc.error_type, "delay_s": round(delay, 3), "retry": count},
         )
         await env.sleep(delay)
         state.kind = "retry"
@@ -156,7 +158,7 @@ class Repair:
         state.request_messages = repair_messages(state.builtins, output, exc.violations, context)
         state.kind = "repair"
         env.emit(
-            "repair_attempt",
+            EventKind.REPAIR_ATTEMPT,
             {
                 "attempt": failed["number"] + 1,
                 "model_class": state.model_class,
@@ -181,7 +183,8 @@ class Escalate:
         state.kind = "escalation"
         state.request_messages = escalation_messages(state.messages, state.best)
         env.emit(
-            "escalated", {"from": previous, "to": state.model_class, "error_type": exc.error_type}
+            EventKind.ESCALATED,
+            {"from": previous, "to": state.model_class, "error_type": exc.error_type},
         )
 
 

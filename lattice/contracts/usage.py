@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.llm.base import TokenUsage
 
 
@@ -101,7 +101,7 @@ class Budget:
             raise LatticeRunError(
                 f"the run's call budget of {self.max_calls} model requests is spent "
                 "(raise it with --max-calls or [runtime] max_calls)",
-                error_type="budget_exceeded",
+                error_type=ErrorType.BUDGET_EXCEEDED,
                 details={"requests": usage.requests, "max_calls": self.max_calls},
             )
         if self.max_tokens is not None and usage.total_tokens >= self.max_tokens:
@@ -109,6 +109,6 @@ class Budget:
                 f"the run's token budget of {self.max_tokens} tokens is spent "
                 f"({usage.total_tokens} used; raise it with --max-tokens-total or "
                 "[runtime] max_tokens_total)",
-                error_type="budget_exceeded",
+                error_type=ErrorType.BUDGET_EXCEEDED,
                 details={"tokens": usage.total_tokens, "max_tokens": self.max_tokens},
             )

@@ -31,7 +31,7 @@ from lattice.contracts.errors import NeedsHuman, OutputInvalid
 from lattice.contracts.extract import Extracted, ExtractionError, explanatory_message, extract
 from lattice.contracts.invariants import BoundInvariant
 from lattice.contracts.violations import SchemaProblems, Violation, schema_problems
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.schemas import schema_errors, schema_validator, uses_patterns
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class OutputValidator:
                 exc.message,
                 error_type=exc.error_type,
                 violations=[{"pointer": "/", "message": exc.message}],
-                details={"parser": exc.details} if exc.error_type == "json_error" else None,
+                details={"parser": exc.details} if exc.error_type == ErrorType.JSON_ERROR else None,
             ) from None
         value = found.value
         if found.prose and not salvage:
@@ -97,7 +97,7 @@ class OutputValidator:
             problems = self.problems(value)  # tell the model everything wrong in one packet
             raise OutputInvalid(
                 message,
-                error_type="explanatory_text",
+                error_type=ErrorType.EXPLANATORY_TEXT,
                 violations=[{"pointer": "/", "message": message}, *problems.violations],
                 value=value,
                 terms=problems.terms,
@@ -108,7 +108,7 @@ class OutputValidator:
         if problems.violations:
             raise OutputInvalid(
                 "the output does not match its schema: " + _listed(problems.violations),
-                error_type="schema_error",
+                error_type=ErrorType.SCHEMA_ERROR,
                 violations=problems.violations,
                 value=value,
                 quoted=quoted,
@@ -123,7 +123,7 @@ class OutputValidator:
             if violations:
                 # a check reported as schema_error (LLMPrimitive's pydantic model) names
                 # fields whose values may come from the input
-                schema_like = invariant.definition.error_type == "schema_error"
+                schema_like = invariant.definition.error_type == ErrorType.SCHEMA_ERROR
                 raise OutputInvalid(
                     f"invariant {invariant.definition.name} fails: " + _listed(violations),
                     error_type=invariant.definition.error_type,
@@ -178,11 +178,11 @@ def _failure_parser(value: Any) -> None:
     kind = value.get("error")
     details = value.get("details")
     text = details if isinstance(details, str) else json.dumps(details, ensure_ascii=False)
-    if kind == "missing_information":
+    if kind == ErrorType.MISSING_INFORMATION:
         raise NeedsHuman(f"the model needs more information: {text}", details={"missing": details})
-    if kind == "invalid_request":
+    if kind == ErrorType.INVALID_REQUEST:
         raise LatticeRunError(
             f"the model rejected the request: {text}",
-            error_type="invalid_request",
+            error_type=ErrorType.INVALID_REQUEST,
             details={"reason": details},
         )

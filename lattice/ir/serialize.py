@@ -12,7 +12,7 @@ import jmespath
 from jmespath.exceptions import JMESPathError
 from pydantic import ValidationError
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.ir.models import (
     IR_VERSION,
     AgentOp,
@@ -86,12 +86,13 @@ def ir_from_json(text: str | bytes | dict[str, Any]) -> ExecIR:
     except (ValidationError, RecursionError) as exc:
         reason = str(exc) if isinstance(exc, ValidationError) else "nested too deeply"
         raise LatticeUserError(
-            f"not a valid ExecIR document: {reason}", error_type="invalid_ir"
+            f"not a valid ExecIR document: {reason}", error_type=ErrorType.INVALID_IR
         ) from None
     problems = check_ir(ir)
     if problems:
         raise LatticeUserError(
-            "not a valid ExecIR document:\n  " + "\n  ".join(problems), error_type="invalid_ir"
+            "not a valid ExecIR document:\n  " + "\n  ".join(problems),
+            error_type=ErrorType.INVALID_IR,
         )
     return ir
 

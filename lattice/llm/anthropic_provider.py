@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.errors import ErrorType, LatticeRunError, LatticeUserError
 from lattice.llm.base import (
     MALFORMED_ARGUMENTS,
     DeltaSink,
@@ -73,7 +73,7 @@ class AnthropicProvider(SdkProvider):
         if not key:
             raise LatticeUserError(
                 "the anthropic provider needs ANTHROPIC_API_KEY in the environment",
-                error_type="api_key_error",
+                error_type=ErrorType.API_KEY_ERROR,
             )
         self.default_model = (
             default_model or os.environ.get("LATTICE_ANTHROPIC_MODEL") or DEFAULT_MODEL

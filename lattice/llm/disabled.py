@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.llm.base import LLMRequest, LLMResponse
 
 HOW_TO_CONFIGURE = (
@@ -25,6 +25,6 @@ class DisabledProvider:
     async def complete(self, request: LLMRequest) -> LLMResponse:
         raise LatticeRunError(
             f"node {request.node_id!r} needs a model, but {self.how_to}",
-            error_type="provider_disabled",
+            error_type=ErrorType.PROVIDER_DISABLED,
             node_id=request.node_id,
         )

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.masking import scrub
 
 
@@ -91,12 +91,14 @@ def map_sdk_error(
     """Translate an exception of the ``openai`` or ``anthropic`` SDK (both share these
     class names) into a LatticeRunError, most specific first."""
     if isinstance(exc, sdk.APITimeoutError):
-        return provider_error("timeout_error", f"{where} timed out", exc, node_id)
+        return provider_error(ErrorType.TIMEOUT_ERROR, f"{where} timed out", exc, node_id)
     if isinstance(exc, sdk.APIConnectionError):
-        return provider_error("provider_error", f"{where}: cannot connect ({exc})", exc, node_id)
+        return provider_error(
+            ErrorType.PROVIDER_ERROR, f"{where}: cannot connect ({exc})", exc, node_id
+        )
     if isinstance(exc, sdk.RateLimitError):
         return provider_error(
-            "rate_limit_error",
+            ErrorType.RATE_LIMIT_ERROR,
             f"{where} rate limit: {exc.message}",
             exc,
             node_id,
@@ -104,7 +106,7 @@ def map_sdk_error(
         )
     if isinstance(exc, sdk.AuthenticationError | sdk.PermissionDeniedError):
         return provider_error(
-            "api_key_error",
+            ErrorType.API_KEY_ERROR,
             f"{where} refused the credentials ({exc.status_code}); check {key_variable}",
             exc,
             node_id,
@@ -113,20 +115,28 @@ def map_sdk_error(
         body = str(exc.message)
         if is_context_length(exc):
             return provider_error(
-                "context_length_error", f"{where}: the prompt is too long: {body}", exc, node_id
+                ErrorType.CONTEXT_LENGTH_ERROR,
+                f"{where}: the prompt is too long: {body}",
+                exc,
+                node_id,
             )
         if exc.status_code >= 500:
             return provider_error(
-                "provider_error", f"{where} server error {exc.status_code}: {body}", exc, node_id
+                ErrorType.PROVIDER_ERROR,
+                f"{where} server error {exc.status_code}: {body}",
+                exc,
+                node_id,
             )
         return provider_error(
-            "invalid_request",
+            ErrorType.INVALID_REQUEST,
             f"{where} rejected the request ({exc.status_code}): {body}",
             exc,
             node_id,
             status=exc.status_code,
         )
-    return provider_error("provider_error", f"{where}: {type(exc).__name__}: {exc}", exc, node_id)
+    return provider_error(
+        ErrorType.PROVIDER_ERROR, f"{where}: {type(exc).__name__}: {exc}", exc, node_id
+    )
 
 
 def without_keys(exc: BaseException, keys: Iterable[str]) -> BaseException | None:
@@ -144,7 +154,7 @@ def without_keys(exc: BaseException, keys: Iterable[str]) -> BaseException | Non
         exc.details = _scrubbed(exc.details, keys)
         return exc
     return LatticeRunError(
-        f"{type(exc).__name__}: {scrub(str(exc), keys)}", error_type="internal_error"
+        f"{type(exc).__name__}: {scrub(str(exc), keys)}", error_type=ErrorType.INTERNAL_ERROR
     )
 
 

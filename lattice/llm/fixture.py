@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.errors import ErrorType, LatticeRunError, LatticeUserError
 from lattice.llm.base import (
     LLMProvider,
     LLMRequest,
@@ -147,7 +147,7 @@ class FixtureProvider:
                 f"no fixture for prompt hash {prompt_hash} (node {request.node_id!r}, "
                 f"class {request.model_class}); prompt starts: {request.preview()!r}. "
                 "Record it with --record --provider NAME, or add a line to the fixtures file",
-                error_type="fixture_missing",
+                error_type=ErrorType.FIXTURE_MISSING,
                 node_id=request.node_id,
                 details={"prompt_hash": prompt_hash, "prompt_preview": request.preview()},
             )

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from lattice.errors import LatticeRunError, LatticeUserError, install_hint
+from lattice.errors import ErrorType, LatticeRunError, LatticeUserError, install_hint
 from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse
 from lattice.llm.errors import map_sdk_error, provider_error, retry_after_seconds
 from lattice.llm.openai_provider import chat_body, chat_response, read_chat_stream
@@ -66,16 +66,19 @@ def map_litellm_error(exc: Exception, *, model: str, node_id: str | None) -> Lat
         is_context_length=_context_length,
         node_id=node_id,
     )
-    if error.error_type == "provider_error" and "missing credentials" in error.message.lower():
+    if (
+        error.error_type == ErrorType.PROVIDER_ERROR
+        and "missing credentials" in error.message.lower()
+    ):
         # LiteLLM reports a key it could not find as a server error
         return provider_error(
-            "api_key_error",
+            ErrorType.API_KEY_ERROR,
             f"LiteLLM ({model}) found no credentials: set the backend's API key variable "
             f"(OPENAI_API_KEY, GEMINI_API_KEY, AWS_…) ({getattr(exc, 'message', exc)})",
             exc,
             node_id,
         )
-    if error.error_type == "rate_limit_error" and error.details.get("retry_after") is None:
+    if error.error_type == ErrorType.RATE_LIMIT_ERROR and error.details.get("retry_after") is None:
         # LiteLLM keeps the backend's headers here, not on the response it attaches
         headers = getattr(exc, "litellm_response_headers", None) or getattr(exc, "headers", None)
         if headers:
@@ -144,7 +147,7 @@ class LiteLLMProvider(SdkProvider):
                 "the litellm provider needs a model: map the model classes in lattice.toml "
                 '([llm.models] default = "litellm:gemini/gemini-2.5-flash") or set '
                 f"{MODEL_VARIABLE}",
-                error_type="invalid_request",
+                error_type=ErrorType.INVALID_REQUEST,
                 node_id=request.node_id,
             )
         return await super().complete(request)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from lattice.document.limits import check_json_value
-from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.errors import ErrorType, LatticeRunError, LatticeUserError
 from lattice.llm.base import LLMRequest, LLMResponse, TokenUsage, ToolCall, estimate_tokens
 from lattice.llm.examples import branch_labels, example_value
 from lattice.text import holds_lone_surrogate
@@ -54,17 +54,17 @@ def read_mock_script(path: str | Path) -> Any:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise LatticeUserError(
-            f"cannot read mock script {path}: {exc.strerror}", error_type="mock_error"
+            f"cannot read mock script {path}: {exc.strerror}", error_type=ErrorType.MOCK_ERROR
         ) from exc
     except json.JSONDecodeError as exc:
         raise LatticeUserError(
             f"mock script {path} is not valid JSON: {exc.msg} (line {exc.lineno})",
-            error_type="mock_error",
+            error_type=ErrorType.MOCK_ERROR,
         ) from None
     except RecursionError:
         raise LatticeUserError(
             f"mock script {path} is not valid JSON: it is nested too deeply",
-            error_type="mock_error",
+            error_type=ErrorType.MOCK_ERROR,
         ) from None
 
 
@@ -120,7 +120,7 @@ class MockProvider:
         except LatticeUserError as exc:
             message = exc.message.removeprefix("mock script: ")
             raise LatticeUserError(
-                f"mock script {path}: {message}", error_type="mock_error"
+                f"mock script {path}: {message}", error_type=ErrorType.MOCK_ERROR
             ) from None
 
     def covers(self, node_id: str) -> bool:
@@ -150,7 +150,7 @@ class MockProvider:
                 f"the mock script's tool results for {key!r} are used up "
                 f"({len(items)} given, call {index + 1} asked); add more under "
                 f'"tools": {{"{key}": [...]}}',
-                error_type="mock_exhausted",
+                error_type=ErrorType.MOCK_EXHAUSTED,
             )
         self.cursor[TOOL_CURSOR + key] = index + 1
         item = items[index]
@@ -188,7 +188,7 @@ class MockProvider:
                 raise LatticeRunError(
                     f"the mock script has no responses for node {node!r} and no default; "
                     f"add one, for example: {_expected(node, request)}",
-                    error_type="mock_exhausted",
+                    error_type=ErrorType.MOCK_EXHAUSTED,
                     node_id=node,
                 )
             return self.default
@@ -198,7 +198,7 @@ class MockProvider:
                 f"the mock script's responses for node {node!r} are used up "
                 f"({len(items)} given, call {index + 1} asked); add more, for example "
                 f"{_expected(node, request)}",
-                error_type="mock_exhausted",
+                error_type=ErrorType.MOCK_EXHAUSTED,
                 node_id=node,
             )
         self.cursor[node] = index + 1
@@ -350,7 +350,7 @@ def _tool_calls(item: Mapping[str, Any], request: LLMRequest) -> tuple[ToolCall,
             'request offers no tools (a "$tool_calls" item answers an agent\'s turn): the '
             "node is not an agent, or none of its tools is granted (the warnings at the "
             "start of the run name them)",
-            error_type="invalid_request",
+            error_type=ErrorType.INVALID_REQUEST,
             node_id=request.node_id,
             details={"recovery_action": NO_TOOLS_NEXT, "resumable": False},
         )
@@ -377,7 +377,7 @@ def _check_error_item(item: Mapping[str, Any], where: str) -> None:
 
 
 def _bad(message: str, *, prefix: str = "mock script: ") -> NoReturn:
-    raise LatticeUserError(prefix + message, error_type="mock_error")
+    raise LatticeUserError(prefix + message, error_type=ErrorType.MOCK_ERROR)
 
 
 def script_digest(

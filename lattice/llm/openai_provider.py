@@ -12,7 +12,7 @@ import inspect
 import os
 from typing import Any
 
-from lattice.errors import LatticeRunError, LatticeUserError
+from lattice.errors import ErrorType, LatticeRunError, LatticeUserError
 from lattice.llm.base import (
     DeltaSink,
     LLMRequest,
@@ -102,7 +102,7 @@ class OpenAIProvider(SdkProvider):
             raise LatticeUserError(
                 "the openai provider needs OPENAI_API_KEY in the environment "
                 "(or a base_url of an OpenAI-compatible server)",
-                error_type="api_key_error",
+                error_type=ErrorType.API_KEY_ERROR,
             )
         self.default_model = (
             default_model or os.environ.get("LATTICE_OPENAI_MODEL") or DEFAULT_MODEL

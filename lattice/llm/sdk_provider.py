@@ -27,7 +27,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from lattice.errors import LatticeRunError, LatticeUserError, install_hint
+from lattice.errors import ErrorType, LatticeRunError, LatticeUserError, install_hint
 from lattice.llm.base import DeltaSink, LLMRequest, LLMResponse
 from lattice.llm.errors import LoopLocalClients, provider_error, without_keys
 from lattice.masking import provider_keys
@@ -166,7 +166,7 @@ class SdkProvider:
                 raw = await self._call(self._body(request, model, structured=False), request, model)
         except StreamBroken as exc:
             raise provider_error(
-                "provider_error",
+                ErrorType.PROVIDER_ERROR,
                 f"{self.label} ({model}): the answer's stream ended before it was complete ({exc})",
                 exc,
                 request.node_id,
@@ -175,7 +175,7 @@ class SdkProvider:
             raise self._map_error(exc, model, request.node_id) from exc
         except (ValueError, TypeError, KeyError) as exc:  # e.g. a 200 whose body is not JSON
             raise provider_error(
-                "provider_error",
+                ErrorType.PROVIDER_ERROR,
                 f"{self.label} ({model}): unreadable response: {exc}",
                 exc,
                 request.node_id,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from lattice.errors import LatticeUserError, did_you_mean
+from lattice.errors import ErrorType, LatticeUserError, did_you_mean
 from lattice.ir.tool_names import parse_mcp_name
 from lattice.patterns import glob_source
 
@@ -77,7 +77,7 @@ _RULE = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?:\((.*)\))?", re.DOTALL)
 class RuleError(LatticeUserError):
     """A rule that cannot be read; its message names where it was written."""
 
-    error_type = "config_error"
+    error_type = ErrorType.CONFIG_ERROR
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.schemas import schema_errors, schema_validator
 
@@ -161,12 +161,12 @@ class ArtifactStore:
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise LatticeUserError(
                 f"artifact {path} is not a valid artifact file ({exc})",
-                error_type="artifact_invalid",
+                error_type=ErrorType.ARTIFACT_INVALID,
             ) from exc
         if artifact.status not in STATUS_RANK:
             raise LatticeUserError(
                 f"artifact {path} has an unknown status {artifact.status!r}",
-                error_type="artifact_invalid",
+                error_type=ErrorType.ARTIFACT_INVALID,
             )
         return artifact
 
@@ -184,7 +184,7 @@ class ArtifactStore:
             listing = f"; artifacts here: {', '.join(known)}" if known else "; there are none yet"
             raise LatticeUserError(
                 f"no artifact {artifact_id!r} in {self.root}{listing}",
-                error_type="artifact_unknown",
+                error_type=ErrorType.ARTIFACT_UNKNOWN,
             )
         return self._read(self.path(artifact_id))
 
@@ -241,14 +241,14 @@ class ArtifactStore:
         if artifact.status != "draft":
             raise LatticeUserError(
                 f"artifact {artifact.id} is already {artifact.status}; only a draft can be approved",
-                error_type="artifact_status",
+                error_type=ErrorType.ARTIFACT_STATUS,
             )
         problems = schema_problems(artifact.type, artifact.content)
         if problems:
             raise LatticeUserError(
                 f"artifact {artifact.id} does not match the {artifact.type} schema, so it cannot "
                 "be approved; fix its content:\n  " + "\n  ".join(problems[:20]),
-                error_type="artifact_invalid",
+                error_type=ErrorType.ARTIFACT_INVALID,
             )
         entry: dict[str, Any] = {"status": "approved", "at": _now()}
         if not artifact.intact:
@@ -266,17 +266,17 @@ class ArtifactStore:
             raise LatticeUserError(
                 f"artifact {artifact.id} is a draft; approve it before locking it: "
                 f"lattice artifacts approve {artifact.id} --project {self.project}",
-                error_type="artifact_status",
+                error_type=ErrorType.ARTIFACT_STATUS,
             )
         if artifact.status == "locked":
             raise LatticeUserError(
-                f"artifact {artifact.id} is already locked", error_type="artifact_status"
+                f"artifact {artifact.id} is already locked", error_type=ErrorType.ARTIFACT_STATUS
             )
         if not artifact.intact:
             raise LatticeUserError(
                 f"artifact {artifact.id} was changed after it was approved (its content no "
                 "longer matches its hash); restore it before locking it",
-                error_type="artifact_modified",
+                error_type=ErrorType.ARTIFACT_MODIFIED,
             )
         artifact.status = "locked"
         artifact.history.append({"status": "locked", "at": _now()})

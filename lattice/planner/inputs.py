@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.planner.artifacts import Artifact, ArtifactStore
 from lattice.planner.passes import PASS_OF_TYPE, PassSpec
 
@@ -33,7 +33,7 @@ LAYOUT_LIMIT = 2000
 class MissingInputError(LatticeUserError):
     """A pass's required input is absent, not approved enough, or changed after approval."""
 
-    error_type = "missing_input"
+    error_type = ErrorType.MISSING_INPUT
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.document.loader import read_json_file
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.llm.base import LLMProvider
 from lattice.lower import lower
@@ -90,7 +90,7 @@ def save_artifact(
         raise LatticeUserError(
             f"the run's output is not a valid {spec.artifact_type}:\n  "
             + "\n  ".join(problems[:20]),
-            error_type="artifact_invalid",
+            error_type=ErrorType.ARTIFACT_INVALID,
         )
     sources: dict[str, Any] = {}
     for ref in inputs:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from lattice.errors import LatticeUserError
+from lattice.events import EventKind
 from lattice.files import sync_data, sync_directory, write_replacing
 from lattice.runs.journal import FILES, JOURNAL, drop_torn_tail, open_append, read_lines
 from lattice.runs.oplog import OPS_FILE, OpRecord, cut_torn_line, op_line, safe_name
@@ -275,7 +276,7 @@ class FolderRecorder:
         resumed = (
             e["data"].get("segment")
             for e in events
-            if e.get("type") == "run_resumed" and isinstance(e.get("data"), dict)
+            if e.get("type") == EventKind.RUN_RESUMED and isinstance(e.get("data"), dict)
         )
         segment = max((n for n in resumed if isinstance(n, int)), default=1)
         return last, segment

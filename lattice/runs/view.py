@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.errors import LatticeUserError
+from lattice.events import EventKind
 from lattice.runs.checkpoint import load_checkpoint, status_of
 from lattice.runs.oplog import read_op_records
 
@@ -148,7 +149,7 @@ def _calls(attempts: list[dict[str, Any]]) -> str:
     return "  " + count_calls(sum(1 for a in sent if "model" in a), len(sent))
 
 
-_SEGMENT_STARTS = ("run_started", "run_resumed")
+_SEGMENT_STARTS = (EventKind.RUN_STARTED, EventKind.RUN_RESUMED)
 
 
 def _duration(events: Path) -> float | None:

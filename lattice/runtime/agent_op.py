@@ -20,6 +20,7 @@ from typing import Any
 from lattice.agents.gate import CallGate
 from lattice.agents.loop import AgentBounds, AgentLoop, QuestionPending, ToolBox, ToolJournal
 from lattice.agents.records import AgentTranscript
+from lattice.events import EventKind
 from lattice.ir.models import AgentOp
 from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
 from lattice.runs.oplog import OpExtras
@@ -124,9 +125,11 @@ class AgentExecutor(LLMWriteExecutor):
             mask=ctx.redact,
             gate=gate,
         )
-        ctx.emit("agent_started", {"tools": list(box.names), "refused": self._refused()})
+        ctx.emit(EventKind.AGENT_STARTED, {"tools": list(box.names), "refused": self._refused()})
         if box.missing:
-            ctx.emit("agent_tool_missing", {"node": op.source_node, "tools": list(box.missing)})
+            ctx.emit(
+                EventKind.AGENT_TOOL_MISSING, {"node": op.source_node, "tools": list(box.missing)}
+            )
         messages = self.render(ctx)
         try:
             value, attempts = await self.call(
@@ -152,7 +155,7 @@ class AgentExecutor(LLMWriteExecutor):
         finally:
             transcript = loop.transcript
             ctx.emit(
-                "agent_finished",
+                EventKind.AGENT_FINISHED,
                 {"turns": len(transcript.turns), "tool_calls": transcript.tool_calls},
             )
         return value, attempts, transcript

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 
 if TYPE_CHECKING:
     from lattice.ir.models import AskOp
@@ -69,7 +69,7 @@ def normalize_answer(op: AskOp, answer: Any) -> dict[str, Any]:
         raise LatticeRunError(
             f"answer {item!r} to {op.source_node!r} is none of the options: "
             + ", ".join(f"{i}={label!r}" for i, label in enumerate(labels)),
-            error_type="invalid_answer",
+            error_type=ErrorType.INVALID_ANSWER,
             details={"answer": item, "options": labels},
         )
 

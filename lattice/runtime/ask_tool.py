@@ -17,6 +17,7 @@ from typing import Any
 
 from lattice.agents.loop import QuestionPending
 from lattice.errors import LatticeRunError
+from lattice.events import EventKind
 from lattice.ir.models import AgentOp, AskOp, AskOption
 from lattice.llm.base import ToolDef
 from lattice.runtime.answers import normalize_answer
@@ -106,7 +107,7 @@ class AskToolset:
             value = normalize_answer(ask, answer)
         except LatticeRunError:  # Claude Code's "Other": the person's own words
             value = {"text": answer if isinstance(answer, str) else str(answer)}
-        self.emit("human_answer", {"answer": value, "tool": ASK_TOOL})
+        self.emit(EventKind.HUMAN_ANSWER, {"answer": value, "tool": ASK_TOOL})
         said = value.get("label") or ", ".join(value.get("labels") or ()) or value.get("text")
         return ToolResult(
             f'User has answered your questions: "{ask.question}"="{said}". You can now '

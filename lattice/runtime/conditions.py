@@ -10,7 +10,7 @@ import jmespath.functions
 import jmespath.visitor
 from jmespath.exceptions import JMESPathError
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.patterns import PatternTimeout, compile_pattern, search
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def _matches(pattern: regex.Pattern[str]) -> Test:
         except PatternTimeout as exc:
             raise LatticeRunError(
                 f"a 'matches' condition: {exc}",
-                error_type="pattern_timeout",
+                error_type=ErrorType.PATTERN_TIMEOUT,
                 details={"pattern": pattern.pattern, "text_chars": len(value)},
             ) from None
 
@@ -187,7 +187,7 @@ def _jmespath_test(expression: str) -> Test:
         except JMESPathError as exc:
             raise LatticeRunError(
                 f"condition 'jmespath: {expression}' failed on the value: {exc}",
-                error_type="condition_error",
+                error_type=ErrorType.CONDITION_ERROR,
             ) from None
 
     return test

@@ -15,7 +15,8 @@ from lattice.contracts.calls import (
     wants_deltas,
 )
 from lattice.contracts.usage import Usage
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
+from lattice.events import EventKind
 from lattice.ir.templates import StatePath
 from lattice.llm.base import LLMRequest, LLMResponse
 from lattice.runs.oplog import OpExtras
@@ -36,6 +37,12 @@ from lattice.tools.mcp import ToolSessions
 
 if TYPE_CHECKING:
     from lattice.ir.models import AskOp
+    from lattice.runs.checkpoint import Checkpoint
+
+# bound once: looking up an enum member on its class costs about 0.1 µs, a global a tenth
+_LLM_REQUEST = EventKind.LLM_REQUEST
+_LLM_RESPONSE = EventKind.LLM_RESPONSE
+_STATE_WRITE = EventKind.STATE_WRITE
 
 EventListener = Callable[[dict[str, Any]], None]
 AskHuman = Callable[["AskOp"], Awaitable[Any] | Any]
@@ -77,7 +84,7 @@ class Interrupted(LatticeRunError):
     """The run stopped before its end without failing: cancelled, or stopped at an op
     boundary on request. Its folder can be resumed."""
 
-    error_type = "interrupted"
+    error_type = ErrorType.INTERRUPTED
 
 
 @dataclass(slots=True)
@@ -148,7 +155,7 @@ class RunContext:
         self.current_node: str | None = None
         self.stop_requested = False
         """Set to stop the run at the next op boundary (status ``interrupted``)."""
-        self.checkpoint: dict[str, Any] = {}
+        self.checkpoint: Checkpoint = {}
         """The run's checkpoint as written when it started (or resumed)."""
         self.walk = WalkState()
         """The walk's own part of the run (read on the main context: ``root.walk``)."""
@@ -297,7 +304,7 @@ class RunContext:
             (
                 seq,
                 time.time(),
-                "llm_request",
+                _LLM_REQUEST,
                 op_id,
                 node_id,
                 REQUEST,
@@ -322,7 +329,7 @@ class RunContext:
             (
                 seq,
                 time.time(),
-                "llm_response",
+                _LLM_RESPONSE,
                 op_id,
                 None if op_id is None else self.current_node,
                 RESPONSE,
@@ -395,4 +402,4 @@ class RunContext:
         ``path`` parsed, when the op keeps it so)."""
         self.state.write(path if parsed is None else parsed, value)
         self.last_result = path
-        self.emit2("state_write", "path", path, "value", value)
+        self.emit2(_STATE_WRITE, "path", path, "value", value)

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.usage import Usage
-from lattice.errors import DocumentError, LatticeUserError
+from lattice.errors import DocumentError, ErrorType, LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.llm.base import TokenUsage
-from lattice.runs.checkpoint import changed_files
+from lattice.runs.checkpoint import Checkpoint, changed_files
 from lattice.runs.folder import load_run_json, read_run_json
 from lattice.runs.journal import JournalState
 from lattice.runtime.walk_state import BranchResume
@@ -53,7 +53,7 @@ class Position:
 
 
 def journal_position(
-    ir: ExecIR, journal: JournalState, checkpoint: dict[str, Any]
+    ir: ExecIR, journal: JournalState, checkpoint: Checkpoint
 ) -> tuple[Position, dict[str, Any]]:
     """The position after the journal's last committed op, and the answers still queued."""
     queued = journal.answers
@@ -114,10 +114,10 @@ class NotResumable(LatticeUserError):
     ``details["resumable"]`` is false: a resumed run keeps what it was started with,
     its grants among them); its recovery action says what to do instead."""
 
-    error_type = "not_resumable"
+    error_type = ErrorType.NOT_RESUMABLE
 
 
-def refuse_unresumable(folder: Path, checkpoint: dict[str, Any]) -> None:
+def refuse_unresumable(folder: Path, checkpoint: Checkpoint) -> None:
     """Raise NotResumable when the failed run in ``folder`` says a resume cannot help."""
     if checkpoint.get("status") != "failed":
         return
@@ -139,7 +139,7 @@ def refuse_unresumable(folder: Path, checkpoint: dict[str, Any]) -> None:
 
 
 def legacy_position(
-    folder: Path, checkpoint: dict[str, Any]
+    folder: Path, checkpoint: Checkpoint
 ) -> tuple[Position, dict[str, Any], dict[str, Any]]:
     """Position, answers and state of a folder written before journals existed: its
     checkpoint and ``state_final.json``, both written when the run stopped."""
@@ -159,7 +159,7 @@ def legacy_position(
 
 def resumable_ir(
     folder: Path,
-    checkpoint: dict[str, Any],
+    checkpoint: Checkpoint,
     journal: JournalState | None,
     *,
     accept_changed: bool,

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from lattice.contracts.usage import Usage
 from lattice.contracts.violations import message_of
 from lattice.document.limits import check_json_value
-from lattice.errors import InputError, InvalidInputs, LatticeRunError, LatticeUserError
+from lattice.errors import ErrorType, InputError, InvalidInputs, LatticeRunError, LatticeUserError
+from lattice.events import EventKind
 from lattice.llm.base import (
     LLMProvider,
     close_loop_clients,
@@ -37,10 +38,12 @@ from lattice.llm.disabled import DisabledProvider
 from lattice.masking import MIN_MASKED_LENGTH, maskable
 from lattice.permissions.approvals import APPROVALS, check_approvals
 from lattice.runs.checkpoint import (
-    file_digests,
-    owner,
+    Checkpoint,
     read_checkpoint,
+    resumed_checkpoint,
+    started_checkpoint,
     status_of,
+    stopped_checkpoint,
 )
 from lattice.runs.folder import read_run_json, restore_journaled_files
 from lattice.runs.journal import JournalState, read_journal
@@ -303,21 +306,19 @@ class Runner:
                     recorder.write_text(name, text)
                 recorder.write_json("input.json", inputs)
                 recorder.write_json("state_initial.json", state.snapshot())
-                ctx.checkpoint = self._started(ctx, recorder.run_dir)
-                if start is not None:
-                    ctx.checkpoint |= {"start_op": start.op, "parent": start.parent}
+                ctx.checkpoint = self._started(ctx, recorder.run_dir, start)
                 recorder.write_json("checkpoint.json", ctx.checkpoint)
                 await recorder.sync_started()
             started: dict[str, Any] = {"workflow": self.ir.workflow.id, "inputs": inputs}
             if start is not None:
                 started |= {"start_op": start.op, "parent": start.parent}
-            ctx.emit("run_started", started, op=False)
+            ctx.emit(EventKind.RUN_STARTED, started, op=False)
             del started  # not held by this frame for the whole walk
             for refused in (
                 refused_tools(self.ir, self.settings.agents.grant) if self._has_agents else ()
             ):
                 ctx.emit(
-                    "agent_tool_refused",
+                    EventKind.AGENT_TOOL_REFUSED,
                     {"node": refused.node, "tools": list(refused.tools), "grant": refused.setting},
                     op=False,
                 )
@@ -349,18 +350,18 @@ class Runner:
             return list(ctx.changes)
         return record_changes(read_op_records(folder))
 
-    def _started(self, ctx: RunContext, folder: Path) -> dict[str, Any]:
+    def _started(self, ctx: RunContext, folder: Path, start: StartFrom | None) -> Checkpoint:
         """The checkpoint of a run that has just started."""
-        return {
-            "run_id": ctx.run_id,
-            "status": "running",
-            "owner": owner(),
-            "started_at": ctx.state.ctx.get("started_at"),
-            "digests": file_digests(folder),
-            "initial_answers": ctx.answers,
-            "meta": {"started_by": STARTED_BY_LIBRARY, **self.meta},
-            "limits": {"max_steps": self.limits.max_steps, "max_visits": self.limits.max_visits},
-        }
+        return started_checkpoint(
+            ctx.run_id,
+            folder,
+            started_at=ctx.state.ctx.get("started_at"),
+            answers=ctx.answers,
+            meta={"started_by": STARTED_BY_LIBRARY, **self.meta},
+            limits={"max_steps": self.limits.max_steps, "max_visits": self.limits.max_visits},
+            start_op=None if start is None else start.op,
+            parent=None if start is None else start.parent,
+        )
 
     def _open_recorder(
         self, run_id: str | None, redact: Redactor | None
@@ -508,7 +509,7 @@ class Runner:
         self,
         folder: Path,
         ownership: Ownership,
-        checkpoint: dict[str, Any],
+        checkpoint: Checkpoint,
         journal: JournalState | None,
         position: Position,
         state_data: dict[str, Any],
@@ -540,15 +541,10 @@ class Runner:
         )
         ctx.last_result = position.last_result
         try:
-            ctx.checkpoint = {
-                **{k: v for k, v in checkpoint.items() if k in _CHECKPOINT_BASE},
-                "status": "running",
-                "owner": owner(),
-                "digests": file_digests(folder),
-            }
+            ctx.checkpoint = resumed_checkpoint(checkpoint, folder)
             recorder.write_json("checkpoint.json", ctx.checkpoint)
             ctx.emit(
-                "run_resumed",
+                EventKind.RUN_RESUMED,
                 {
                     "segment": last_segment + 1,
                     "from_op": position.current,
@@ -695,19 +691,19 @@ class Runner:
             (recorder.run_dir / "failure_report.json").unlink(missing_ok=True)
         recorder.write_json(
             "checkpoint.json",
-            {
-                **ctx.checkpoint,
-                "status": end.status,
-                "next_op": end.next_op,
-                "steps": counters.steps,
-                "visits": counters.visits,
-                "op_seq": end.op_seq,
-                "seq": ctx.seq,
-                "last_result": ctx.last_result,
-                "usage": ctx.usage.to_json(),
-                "answers": ctx.answers,
-                "provider_state": provider_checkpoint(self.provider),
-            },
+            stopped_checkpoint(
+                ctx.checkpoint,
+                status=end.status,
+                next_op=end.next_op,
+                steps=counters.steps,
+                visits=counters.visits,
+                op_seq=end.op_seq,
+                seq=ctx.seq,
+                last_result=ctx.last_result,
+                usage=ctx.usage.to_json(),
+                answers=ctx.answers,
+                provider_state=provider_checkpoint(self.provider),
+            ),
         )
         return result
 
@@ -735,18 +731,6 @@ class ReopenedRun:
         self.ownership.release()
 
 
-_CHECKPOINT_BASE = (
-    "run_id",
-    "started_at",
-    "initial_answers",
-    "meta",
-    "limits",
-    "start_op",
-    "parent",
-)
-"""What a run's checkpoint keeps from its start through every resume."""
-
-
 def _abandon(ctx: RunContext) -> None:
     """Close a run that failed before its walk began (nothing was opened yet but the recorder)."""
     ctx.recorder.close()
@@ -769,20 +753,20 @@ def read_secret(settings: RuntimeSettings, name: str) -> str:
     if name not in settings.secrets_allow:
         raise LatticeRunError(
             f"$secrets.{name} is not allowed: add it to [secrets] allow in lattice.toml",
-            error_type="secret_error",
+            error_type=ErrorType.SECRET_ERROR,
         )
     value = os.environ.get(name)
     if value is None:
         raise LatticeRunError(
             f"$secrets.{name}: the environment variable {name} is not set",
-            error_type="secret_error",
+            error_type=ErrorType.SECRET_ERROR,
         )
     if not maskable(value):  # it could not be masked in what the run records
         raise LatticeRunError(
             f"$secrets.{name}: the value of {name} is too short or too plain to be kept "
             f"out of run records (at least {MIN_MASKED_LENGTH} characters, not only "
             "words or digits)",
-            error_type="secret_error",
+            error_type=ErrorType.SECRET_ERROR,
         )
     return value
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from lattice.contracts.calls import CallEnv, Emit, Sleep, discard_event
 from lattice.contracts.policies import DEFAULT_POLICIES, RetrySettings
 from lattice.contracts.usage import Budget, Usage
-from lattice.errors import LatticeUserError, install_hint
+from lattice.errors import ErrorType, LatticeUserError, install_hint
 from lattice.llm.base import LLMProvider
 from lattice.permissions.policy import Permissions
 from lattice.permissions.settings import RuleSet, build_permissions
@@ -136,7 +136,7 @@ class RuntimeSettings:
             raise LatticeUserError(
                 "tracing is configured ([telemetry] or OTEL_EXPORTER_OTLP_ENDPOINT) but "
                 f"OpenTelemetry is not installed: {install_hint('otel')}",
-                error_type="config_error",
+                error_type=ErrorType.CONFIG_ERROR,
             ) from exc
 
         return [
@@ -164,7 +164,8 @@ def agent_settings_from_config(config: LatticeConfig) -> AgentSettings:
         root = Path(agents.workspace).expanduser().resolve()
         if not root.is_dir():
             raise LatticeUserError(
-                f"agents workspace {agents.workspace}: not a directory", error_type="config_error"
+                f"agents workspace {agents.workspace}: not a directory",
+                error_type=ErrorType.CONFIG_ERROR,
             )
     grant = WorkspaceGrant(
         root=root,

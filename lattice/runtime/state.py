@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.ir.templates import NameRef, Ref, StatePath, parse_path
 
 StateListener = Callable[[str, Any], None]
@@ -34,7 +34,7 @@ _ABSENT = object()
 class MissingValueError(LatticeRunError):
     """A state path that has no value at run time."""
 
-    error_type = "missing_value"
+    error_type = ErrorType.MISSING_VALUE
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _child_for(
         elif isinstance(next_key, int) and not isinstance(child, list):
             raise LatticeRunError(
                 f"cannot write {path.text}: {StatePath(path.root, path.keys[: depth + 1]).text} is not a list",
-                error_type="state_error",
+                error_type=ErrorType.STATE_ERROR,
             )
         return child
     if isinstance(target, list) and isinstance(key, int) and -len(target) <= key < len(target):
@@ -85,7 +85,7 @@ def _child_for(
         return target[key]
     raise LatticeRunError(
         f"cannot write {path.text}: {StatePath(path.root, path.keys[:depth]).text} has no {key!r}",
-        error_type="state_error",
+        error_type=ErrorType.STATE_ERROR,
     )
 
 
@@ -175,7 +175,7 @@ class StateStore:
             return self.tmp
         if root == "$ctx":
             return self.ctx
-        raise LatticeRunError(f"unknown state root {root}", error_type="state_error")
+        raise LatticeRunError(f"unknown state root {root}", error_type=ErrorType.STATE_ERROR)
 
     def read(self, path: StatePath | str) -> Any:
         """The value at ``path``; MissingValueError names the first key that is absent."""
@@ -198,7 +198,8 @@ class StateStore:
     def _read_secret(self, path: StatePath) -> str:
         if self._secrets is None or len(path.keys) != 1:
             raise LatticeRunError(
-                f"{path.text}: secrets are not available in this run", error_type="secret_error"
+                f"{path.text}: secrets are not available in this run",
+                error_type=ErrorType.SECRET_ERROR,
             )
         return self._secrets(str(path.keys[0]))
 
@@ -249,9 +250,13 @@ class StateStore:
         do the same for the two most common shapes)."""
         keys = path.keys
         if path.root not in ("$vars", "$tmp"):
-            raise LatticeRunError(f"{path.text} is read-only to ops", error_type="state_error")
+            raise LatticeRunError(
+                f"{path.text} is read-only to ops", error_type=ErrorType.STATE_ERROR
+            )
         if not path.keys:
-            raise LatticeRunError("cannot replace a whole state root", error_type="state_error")
+            raise LatticeRunError(
+                "cannot replace a whole state root", error_type=ErrorType.STATE_ERROR
+            )
         limits = self._limits
         size = self._measured(path, value, size)  # before anything is made on the way
         if self._inherited and path.root == "$vars" and len(keys) > 1:
@@ -276,7 +281,8 @@ class StateStore:
             )
         if not writable:
             raise LatticeRunError(
-                f"cannot write {path.text}: index {last!r} does not exist", error_type="state_error"
+                f"cannot write {path.text}: index {last!r} does not exist",
+                error_type=ErrorType.STATE_ERROR,
             )
         if made is None:
             made = (target, last, _value_at(target, last))
@@ -418,7 +424,9 @@ class StateStore:
         elif kind == "del":
             self.delete(path)
         else:
-            raise LatticeRunError(f"unknown state change {kind!r}", error_type="state_error")
+            raise LatticeRunError(
+                f"unknown state change {kind!r}", error_type=ErrorType.STATE_ERROR
+            )
 
     def merge(self, changes: list[list[Any]]) -> None:
         """Apply ``changes`` (the branches' changes at a join) all or nothing: when one
@@ -474,7 +482,7 @@ class StateStore:
             raise LatticeRunError(
                 f"cannot write {path.text}: the value is about {size:,} bytes, over the limit "
                 f"of {limits.max_value_bytes:,} ([runtime] max_value_bytes in lattice.toml)",
-                error_type="state_limit",
+                error_type=ErrorType.STATE_LIMIT,
                 details={
                     "path": path.text,
                     "bytes": size,
@@ -509,7 +517,7 @@ class StateStore:
             raise LatticeRunError(
                 f"the run's state is about {total:,} bytes, over the limit of "
                 f"{limits.max_state_bytes:,} ([runtime] max_state_bytes in lattice.toml)",
-                error_type="state_limit",
+                error_type=ErrorType.STATE_LIMIT,
                 details={"bytes": total, "max_state_bytes": limits.max_state_bytes},
             )
 

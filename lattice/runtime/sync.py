@@ -43,7 +43,7 @@ from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import Any, TypeVar
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 
 try:
     import _signal as _c_signal  # type: ignore[import-not-found]
@@ -180,7 +180,7 @@ def run_sync(make: Callable[[], Coroutine[Any, Any, T]], *, what: str) -> T:
     if asyncio._get_running_loop() is not None:  # (get_running_loop raises when there is none)
         raise LatticeUserError(
             f"this synchronous call cannot run inside an event loop; use `{what}` instead",
-            error_type="usage_error",
+            error_type=ErrorType.USAGE_ERROR,
         )
     runner: ThreadLoop | None = getattr(_local, "runner", None)
     if runner is None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.errors import LatticeRunError
+from lattice.events import EventKind
 from lattice.runtime.context import HaltRun, Interrupted, RunContext
 from lattice.runtime.results import RunResult
 from lattice.runtime.walk import run_failure, stopped_line
@@ -99,7 +100,9 @@ def _end(track: Track, output: Any, stopped: LatticeRunError | None, cancelled: 
     ctx = track.ctx
     if stopped is None:
         ctx.current_op = None
-        ctx.emit("run_finished", {"status": "completed", "usage": ctx.usage.to_json()}, op=False)
+        ctx.emit(
+            EventKind.RUN_FINISHED, {"status": "completed", "usage": ctx.usage.to_json()}, op=False
+        )
         return WalkEnd("completed", output, None, None, track.op_seq)
     if isinstance(stopped, HaltRun):
         persistence = ctx.walk.persistence
@@ -115,13 +118,13 @@ def _end(track: Track, output: Any, stopped: LatticeRunError | None, cancelled: 
             node_id=ctx.current_node,
             recovery_action=stopped.action.replace("RUN_DIR", str(folder or "RUN_DIR")),
         )
-        ctx.emit("run_halted", {"reason": stopped.reason, "summary": stopped.summary})
+        ctx.emit(EventKind.RUN_HALTED, {"reason": stopped.reason, "summary": stopped.summary})
         return WalkEnd(
             "halted", None, report, track.current, track.op_seq - 1, track.current, stopped
         )
     if cancelled:
         reason = stopped.message
-        ctx.emit("run_interrupted", {"reason": reason, "next_op": track.current}, op=False)
+        ctx.emit(EventKind.RUN_INTERRUPTED, {"reason": reason, "next_op": track.current}, op=False)
         report = run_failure(ctx, stopped, phase="run")
         return WalkEnd(
             "interrupted", None, report, track.current, track.op_seq, error=stopped, cancelled=True
@@ -129,8 +132,12 @@ def _end(track: Track, output: Any, stopped: LatticeRunError | None, cancelled: 
     if isinstance(stopped, Interrupted):
         ctx.current_op = ctx.current_node = None
         report = run_failure(ctx, stopped, phase="run")
-        ctx.emit("run_interrupted", {"reason": stopped.message, "next_op": track.current}, op=False)
+        ctx.emit(
+            EventKind.RUN_INTERRUPTED,
+            {"reason": stopped.message, "next_op": track.current},
+            op=False,
+        )
         return WalkEnd("interrupted", None, report, track.current, track.op_seq, error=stopped)
     report = run_failure(ctx, stopped, phase="run")
-    ctx.emit("run_failed", {"error_type": stopped.error_type, "message": stopped.message})
+    ctx.emit(EventKind.RUN_FAILED, {"error_type": stopped.error_type, "message": stopped.message})
     return WalkEnd("failed", None, report, track.current, track.op_seq, track.current, stopped)

@@ -17,12 +17,13 @@ import json
 import logging
 import os
 import re
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
+from lattice.events import EventKind
 from lattice.runs.checkpoint import load_checkpoint, status_of
 from lattice.runs.redaction import PieceMasker
 from lattice.runs.store import RunStore, new_run_id
@@ -41,7 +42,7 @@ log = logging.getLogger("lattice.server")
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 """What a run id in a URL may look like (run folders are named so)."""
-QUESTION_CATEGORIES = ("waiting_for_answer", "missing_information")
+QUESTION_CATEGORIES = ("waiting_for_answer", ErrorType.MISSING_INFORMATION)
 APPROVAL = "waiting_for_approval"
 """The failure category of a run whose agent waits for a person to approve tool calls."""
 """Failure categories of a run halted until a person answers."""
@@ -76,10 +77,10 @@ class DeltaRelay:
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event["type"]
-        if kind == "llm_request":
+        if kind == EventKind.LLM_REQUEST:
             self.masker.forget(event.get("branch"))  # a new answer begins in this lane
             return
-        if kind != "llm_delta":
+        if kind != EventKind.LLM_DELTA:
             return
         data = event["data"]
         lane = event.get("branch")
@@ -183,14 +184,14 @@ class RunManager:
             return "interrupted"  # this process owned it and does not run it any more
         return status
 
-    def ended_ahead(self, run_id: str, checkpoint: dict[str, Any] | None) -> Ended | None:
+    def ended_ahead(self, run_id: str, checkpoint: Mapping[str, Any] | None) -> Ended | None:
         """How run ``run_id`` ended here, while its folder (``checkpoint``) still says it
         runs here; None once the folder has caught up (the run is then forgotten) or
         another process has taken the run since."""
         ended = self.ended.get(run_id)
         if ended is None:
             return None
-        owner = (checkpoint or {}).get("owner") or {}
+        owner: Mapping[str, Any] = (checkpoint or {}).get("owner") or {}
         if checkpoint is None or (
             checkpoint.get("status") == "running" and owner.get("pid") == os.getpid()
         ):
@@ -573,7 +574,7 @@ def approval_question(run_id: str, failure: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def status_fields(checkpoint: dict[str, Any]) -> dict[str, Any]:
+def status_fields(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """What a run's status is told from in its checkpoint (its status and owner), the
     rest (state, answers, digests, meta…) left out: the run list caches this much per
     run folder."""

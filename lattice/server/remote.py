@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.runs.oplog import OpEntry, label_key, record_label, safe_name
 from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
@@ -54,7 +54,7 @@ def api_error(exc: LatticeUserError) -> ApiError:
         return ApiError(404, "not_found", exc.message)
     if isinstance(exc, RunConflict):
         return ApiError(409, "conflict", exc.message, extra={"status": exc.status})
-    if exc.error_type in ("temporal_unavailable", "temporal_unreachable"):
+    if exc.error_type in (ErrorType.TEMPORAL_UNAVAILABLE, ErrorType.TEMPORAL_UNREACHABLE):
         return ApiError(503, exc.error_type, exc.message, headers={"Retry-After": "1"})
     return from_user_error(exc)
 

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from lattice.config import LatticeConfig, TriggerConfig
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.context import EventListener
 from lattice.runtime.results import RunResult
@@ -221,9 +221,9 @@ class Services:
         try:
             return self.runs.catalog.resolve(ref)
         except LatticeUserError as exc:
-            if exc.error_type == "version_changed":
+            if exc.error_type == ErrorType.VERSION_CHANGED:
                 raise ApiError(409, "version_changed", exc.message) from None
-            if exc.error_type == "invalid_path":
+            if exc.error_type == ErrorType.INVALID_PATH:
                 raise ApiError(400, "invalid_path", exc.message) from None
             raise not_found(exc.message) from None
 
@@ -328,7 +328,7 @@ class Services:
         except LatticeUserError as exc:
             for key in keys:  # not started: a redelivery may start it
                 trigger.ledger.release(key)
-            status = 429 if exc.error_type == "too_many_active_runs" else 503
+            status = 429 if exc.error_type == ErrorType.TOO_MANY_ACTIVE_RUNS else 503
             raise Refused(status, exc.error_type or "not_started", exc.message) from None
         except BaseException:
             for key in keys:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.runtime.settings import RuntimeSettings
 
@@ -55,14 +55,14 @@ class RunNotFound(LatticeUserError):
     """No run has this id on the backend."""
 
     def __init__(self, run_id: str) -> None:
-        super().__init__(f"no run {run_id!r}", error_type="not_found")
+        super().__init__(f"no run {run_id!r}", error_type=ErrorType.NOT_FOUND)
 
 
 class RunConflict(LatticeUserError):
     """What was asked does not fit the run's status (answering a run that does not wait)."""
 
     def __init__(self, message: str, status: str) -> None:
-        super().__init__(message, error_type="conflict")
+        super().__init__(message, error_type=ErrorType.CONFLICT)
         self.status = status
 
 

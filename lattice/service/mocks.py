@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.ir.models import (
     AgentOp,
     AskOp,
@@ -198,7 +198,7 @@ def check_script_nodes(ir: ExecIR, nodes: Iterable[str], *, where: str = "mock s
     raise LatticeUserError(
         f"{where}: responses name node(s) the document does not have: {', '.join(named)}; "
         f"its nodes that call a model: {', '.join(calling) or 'none'}",
-        error_type="mock_error",
+        error_type=ErrorType.MOCK_ERROR,
     )
 
 
@@ -217,7 +217,7 @@ def check_tool_keys(ir: ExecIR, keys: Iterable[str], *, where: str = "mock scrip
         f"{where}: tools name node(s) that call no tool: {', '.join(named)}; its mcp and "
         f"httpRequest nodes: {', '.join(calling) or 'none'} (or key an MCP tool as "
         '"server/tool")',
-        error_type="mock_error",
+        error_type=ErrorType.MOCK_ERROR,
     )
 
 

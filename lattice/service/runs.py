@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from lattice.config import AgentsConfig, LatticeConfig, load_config
-from lattice.errors import InputError, LatticeUserError
+from lattice.errors import ErrorType, InputError, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
 from lattice.llm.base import LLMProvider, close_loop_clients
 from lattice.llm.fixture import FixtureProvider
 from lattice.llm.mock import MockProvider
 from lattice.permissions.approvals import Approver
-from lattice.runs.checkpoint import read_checkpoint
+from lattice.runs.checkpoint import Checkpoint, read_checkpoint
 from lattice.runs.folder import read_run_json
 from lattice.runs.store import RunStore
 from lattice.runtime.context import AskHuman, EventListener
@@ -62,18 +62,19 @@ class ProviderSpec:
         if not 0 <= self.latency <= MAX_MOCK_LATENCY:
             raise LatticeUserError(
                 f"mock latency must be between 0 and {MAX_MOCK_LATENCY:g} seconds",
-                error_type="mock_error",
+                error_type=ErrorType.MOCK_ERROR,
             )
         if not 0 <= self.pieces <= MAX_MOCK_PIECES:
             raise LatticeUserError(
-                f"mock pieces must be between 0 and {MAX_MOCK_PIECES}", error_type="mock_error"
+                f"mock pieces must be between 0 and {MAX_MOCK_PIECES}",
+                error_type=ErrorType.MOCK_ERROR,
             )
         if self.script is not None:
             choice = self.choice
             if choice.name not in (None, "mock") or choice.mock or choice.fixtures or choice.record:
                 raise LatticeUserError(
                     "an inline mock script is used alone (it implies provider mock)",
-                    error_type="mock_error",
+                    error_type=ErrorType.MOCK_ERROR,
                 )
             return MockProvider.from_script(
                 self.script, latency=self.latency, pieces=self.pieces, keep_calls=False
@@ -82,7 +83,8 @@ class ProviderSpec:
         if self.latency or self.pieces:
             if not isinstance(provider, MockProvider):
                 raise LatticeUserError(
-                    "mock latency and pieces apply to mock scripts only", error_type="mock_error"
+                    "mock latency and pieces apply to mock scripts only",
+                    error_type=ErrorType.MOCK_ERROR,
                 )
             provider.latency = self.latency
             provider.pieces = self.pieces
@@ -225,7 +227,7 @@ class PreparedResume:
     with (the run's own unless the caller chose others)."""
 
     folder: Path
-    checkpoint: dict[str, Any]
+    checkpoint: Checkpoint
     config: LatticeConfig
     provider: LLMProvider
     settings: RuntimeSettings

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import DocumentError, LatticeUserError, Severity
+from lattice.errors import DocumentError, ErrorType, LatticeUserError, Severity
 from lattice.ir.models import ContractOpBase, ExecIR
 from lattice.lower import lower_document
 from lattice.runtime.events import utc_now
@@ -176,7 +176,7 @@ class Catalog:
         ):
             if current is None:
                 raise LatticeUserError(
-                    f"no workflow {base!r} under {self.root}", error_type="not_found"
+                    f"no workflow {base!r} under {self.root}", error_type=ErrorType.NOT_FOUND
                 )
             return current
         if self.versions is None:
@@ -195,7 +195,7 @@ class Catalog:
         path = (self.root / relative).resolve()
         if Path(relative).is_absolute() or not path.is_relative_to(self.root):
             raise LatticeUserError(
-                f"workflow {relative!r} is outside {self.root}", error_type="invalid_path"
+                f"workflow {relative!r} is outside {self.root}", error_type=ErrorType.INVALID_PATH
             )
         if not path.is_file():
             raise LatticeUserError(f"no workflow {relative!r} under {self.root}")

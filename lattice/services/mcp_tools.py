@@ -37,6 +37,7 @@ from mcp.server.lowlevel import Server
 from pydantic import BaseModel
 
 from lattice.errors import LatticeUserError
+from lattice.events import EventKind
 from lattice.permissions.approvals import APPROVALS
 from lattice.runtime.results import RunResult
 from lattice.services.catalog import Workflow
@@ -142,7 +143,7 @@ class Progress:
         self.pending: set[asyncio.Task[None]] = set()
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if event["type"] != "op_finished":
+        if event["type"] != EventKind.OP_FINISHED:
             return
         self.done += 1
         node = event.get("node_id") or event.get("op_id")

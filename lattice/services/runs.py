@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lattice.config import LatticeConfig, ScheduleConfig
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.llm.base import close_loop_clients
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunStore, new_run_id
@@ -37,7 +37,7 @@ from lattice.service.runs import (
 )
 from lattice.services.catalog import Catalog, Workflow
 
-QUESTION_CATEGORIES = ("waiting_for_answer", "missing_information")
+QUESTION_CATEGORIES = ("waiting_for_answer", ErrorType.MISSING_INFORMATION)
 """Failure categories of a run halted until a person answers."""
 
 
@@ -93,7 +93,7 @@ class LocalHost:
 
     async def start(self, prepared: PreparedRun, *, run_id: str | None) -> HostedRun:
         if run_id is not None and (self.runs_dir / run_id).exists():
-            raise LatticeUserError(f"run {run_id} exists already", error_type="conflict")
+            raise LatticeUserError(f"run {run_id} exists already", error_type=ErrorType.CONFLICT)
         run_id = run_id or new_run_id()
         task = asyncio.create_task(prepared.arun(run_id=run_id), name=f"run {run_id}")
         self._keep(task)
@@ -150,7 +150,7 @@ class WorkflowRuns:
             raise LatticeUserError(
                 f"workflow {workflow.name!r} has no mock script {workflow.mock_path.name} "
                 "beside it (served with --mocks)",
-                error_type="mock_error",
+                error_type=ErrorType.MOCK_ERROR,
             )
         choice = ProviderChoice(mock=str(workflow.mock_path))
         return ProviderSpec(choice, latency=self.provider.latency)
@@ -214,7 +214,7 @@ class WorkflowRuns:
         try:
             await self.start(workflow, schedule.inputs, started_by, run_id=run_id)
         except LatticeUserError as exc:
-            if exc.error_type != "conflict":
+            if exc.error_type != ErrorType.CONFLICT:
                 raise
 
     async def answer(

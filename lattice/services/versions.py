@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import execir_digest, ir_from_json, ir_to_json
 
@@ -144,7 +144,7 @@ class VersionStore:
             known = ", ".join(str(n) for n in self.numbers(name)) or "none"
             raise LatticeUserError(
                 f"no version {number} of workflow {name!r} (deployed: {known})",
-                error_type="not_found",
+                error_type=ErrorType.NOT_FOUND,
             )
         return version
 
@@ -163,7 +163,7 @@ class VersionStore:
                 f"workflow {version.ref} was changed after it was deployed (its digest "
                 f"does not match {folder}/version.json): a deployed version is immutable; "
                 "deploy the change as a new version",
-                error_type="version_changed",
+                error_type=ErrorType.VERSION_CHANGED,
             )
         return document, ir
 

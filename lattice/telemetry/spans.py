@@ -41,7 +41,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from lattice.errors import LatticeUserError, install_hint
+from lattice.errors import ErrorType, LatticeUserError, install_hint
+from lattice.events import EventKind
 from lattice.llm.base import LIVE_PROVIDERS
 from lattice.runs.redaction import make_redactor
 from lattice.telemetry.settings import TelemetrySettings
@@ -75,7 +76,7 @@ def shared_provider(settings: TelemetrySettings) -> Any:
                 raise LatticeUserError(
                     "tracing needs the OpenTelemetry SDK and OTLP exporter: "
                     + install_hint("otel"),
-                    error_type="config_error",
+                    error_type=ErrorType.CONFIG_ERROR,
                 ) from exc
             provider = TracerProvider(
                 resource=Resource.create({"service.name": settings.service_name})
@@ -176,24 +177,24 @@ class TraceListener:
         self._runs: dict[str, _Run] = {}
         self._faulted = False
         self._handlers: dict[str, Callable[[_Run, dict[str, Any], int], None]] = {
-            "op_started": self._op_started,
-            "op_finished": self._op_finished,
-            "llm_request": self._llm_request,
-            "llm_response": self._llm_response,
-            "llm_content": self._llm_content,
-            "validation_failed": self._validation_failed,
-            "retry": self._retry,
-            "repair_attempt": self._repair,
-            "escalated": self._escalated,
-            "output_salvaged": self._salvaged,
-            "tool_call": self._tool_call,
-            "tool_result": self._tool_result,
-            "tool_call_started": self._agent_tool_started,
-            "tool_call_finished": self._agent_tool_finished,
-            "run_finished": self._run_ended,
-            "run_failed": self._run_ended,
-            "run_halted": self._run_ended,
-            "run_interrupted": self._run_ended,
+            EventKind.OP_STARTED: self._op_started,
+            EventKind.OP_FINISHED: self._op_finished,
+            EventKind.LLM_REQUEST: self._llm_request,
+            EventKind.LLM_RESPONSE: self._llm_response,
+            EventKind.LLM_CONTENT: self._llm_content,
+            EventKind.VALIDATION_FAILED: self._validation_failed,
+            EventKind.RETRY: self._retry,
+            EventKind.REPAIR_ATTEMPT: self._repair,
+            EventKind.ESCALATED: self._escalated,
+            EventKind.OUTPUT_SALVAGED: self._salvaged,
+            EventKind.TOOL_CALL: self._tool_call,
+            EventKind.TOOL_RESULT: self._tool_result,
+            EventKind.TOOL_CALL_STARTED: self._agent_tool_started,
+            EventKind.TOOL_CALL_FINISHED: self._agent_tool_finished,
+            EventKind.RUN_FINISHED: self._run_ended,
+            EventKind.RUN_FAILED: self._run_ended,
+            EventKind.RUN_HALTED: self._run_ended,
+            EventKind.RUN_INTERRUPTED: self._run_ended,
         }
 
     def __call__(self, event: dict[str, Any]) -> None:
@@ -216,7 +217,7 @@ class TraceListener:
     def _handle(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         now = time.time_ns()
-        if kind in ("run_started", "run_resumed"):
+        if kind in (EventKind.RUN_STARTED, EventKind.RUN_RESUMED):
             self._run_started(event, now)
             return
         run = self._runs.get(event["run_id"])
@@ -238,7 +239,7 @@ class TraceListener:
             "lattice.workflow.id": workflow,
             "lattice.run.id": event["run_id"],
         }
-        if event["type"] == "run_resumed":
+        if event["type"] == EventKind.RUN_RESUMED:
             attributes["lattice.run.segment"] = data.get("segment")
             attributes["lattice.run.resumed_after"] = data.get("after")
         span = self._tracer.start_span(
@@ -252,22 +253,24 @@ class TraceListener:
     def _run_ended(self, run: _Run, event: dict[str, Any], now: int) -> None:
         kind, data = event["type"], event["data"]
         status = {
-            "run_finished": "completed",
-            "run_failed": "failed",
-            "run_halted": "halted",
-            "run_interrupted": "interrupted",
+            EventKind.RUN_FINISHED: "completed",
+            EventKind.RUN_FAILED: "failed",
+            EventKind.RUN_HALTED: "halted",
+            EventKind.RUN_INTERRUPTED: "interrupted",
         }[kind]
         for branch, track in sorted(
             run.tracks.items(), key=lambda item: item[0] or "", reverse=True
         ):  # the deepest branches first
-            error = data.get("error_type") if kind == "run_failed" and branch is None else None
-            self._close_track(track, now, error_type=error, halted=kind == "run_halted")
+            error = (
+                data.get("error_type") if kind == EventKind.RUN_FAILED and branch is None else None
+            )
+            self._close_track(track, now, error_type=error, halted=kind == EventKind.RUN_HALTED)
         span = run.span
         span.set_attribute("lattice.run.status", status)
         span.set_attribute("gen_ai.usage.input_tokens", run.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", run.output_tokens)
         span.set_attribute("lattice.usage.calls", run.calls)
-        if kind == "run_failed":
+        if kind == EventKind.RUN_FAILED:
             error_type = str(data.get("error_type") or OTHER_ERROR)
             where = f"{error_type} at {event.get('node_id')}"
             # the message may quote model output: content, shown only if captured
@@ -275,9 +278,9 @@ class TraceListener:
             _error(span, error_type, self._redact(f"{where}: {message}") if message else where)
             if event.get("node_id"):
                 span.set_attribute("lattice.failed.node.id", event["node_id"])
-        elif kind == "run_halted":
+        elif kind == EventKind.RUN_HALTED:
             span.set_attribute("lattice.halt.reason", str(data.get("reason")))
-        elif kind == "run_interrupted":
+        elif kind == EventKind.RUN_INTERRUPTED:
             span.set_attribute("lattice.interrupt.reason", str(data.get("reason")))
         else:
             span.set_status(Status(StatusCode.OK))
@@ -527,7 +530,7 @@ class TraceListener:
             if data["status"] >= 400:
                 _error(span, str(data["status"]))
         if data.get("is_error"):
-            _error(span, "tool_error")
+            _error(span, ErrorType.TOOL_ERROR)
         span.end(end_time=now)
         track.tool = None
 
@@ -560,7 +563,7 @@ class TraceListener:
         if data.get("changes"):
             span.set_attribute("lattice.tool.changes", tuple(data["changes"]))
         if data.get("is_error"):
-            _error(span, "tool_error")
+            _error(span, ErrorType.TOOL_ERROR)
         span.end(end_time=now)
 
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from lattice.contracts.policies import RetrySettings
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.ir.templates import Ref, ValueTemplate, is_secret, parse_template, to_text
 from lattice.llm.errors import retry_after_seconds
 from lattice.masking import find, forms_pattern, replace
@@ -98,17 +98,18 @@ class HttpPolicy:
             parsed = httpx.URL(url)
         except httpx.InvalidURL as exc:
             raise LatticeRunError(
-                f"{_safe_url(shown)} cannot be sent: {exc}", error_type="tool_error"
+                f"{_safe_url(shown)} cannot be sent: {exc}", error_type=ErrorType.TOOL_ERROR
             ) from exc
         host = parsed.raw_host.decode("ascii")
         if parsed.scheme not in ("http", "https") or not host:
             raise LatticeRunError(
-                f"not an absolute http(s) URL: {_safe_url(shown)!r}", error_type="tool_error"
+                f"not an absolute http(s) URL: {_safe_url(shown)!r}",
+                error_type=ErrorType.TOOL_ERROR,
             )
         if parsed.port is not None and not 0 < parsed.port < 65536:
             raise LatticeRunError(
                 f"{_safe_url(shown)} cannot be sent: port {parsed.port} is out of range",
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
             )
         from lattice.tools.netguard import DestinationRefused
 
@@ -130,7 +131,7 @@ def _refused(exc: DestinationRefused) -> LatticeRunError:
     details: dict[str, Any] = {"host": exc.host}
     if exc.address is not None:
         details["address"] = exc.address
-    return LatticeRunError(str(exc), error_type="tool_error", details=details)
+    return LatticeRunError(str(exc), error_type=ErrorType.TOOL_ERROR, details=details)
 
 
 class HttpClientPool:
@@ -222,14 +223,14 @@ class UrlTemplate:
             raise LatticeRunError(
                 f"the URL starts with {{{{ {ref.text} }}}}, so that value must be an absolute "
                 f"http(s) URL; it is {shown}",
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
                 details={"ref": ref.text},
             )
         if followed and (parts.query or parts.fragment or value.endswith(("?", "#"))):
             raise LatticeRunError(
                 f"{{{{ {ref.text} }}}} starts the URL and more follows it, so it may not have "
                 f"a query string or fragment: {shown}",
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
                 details={"ref": ref.text},
             )
         return value
@@ -274,7 +275,7 @@ def _check_path(url: str, shown: str) -> None:
             raise LatticeRunError(
                 f"the URL path {_excerpt(named, 120)!r} has a {unquote(segment)!r} segment; "
                 "URL paths may not contain . or .. segments",
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
             )
 
 
@@ -283,14 +284,14 @@ def _check_headers(headers: dict[str, str]) -> None:
         if not _HEADER_NAME.fullmatch(name):
             raise LatticeRunError(
                 f"header name {name!r} is not a valid HTTP header name",
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
                 details={"header": name},
             )
         if any(c in value for c in "\r\n\0"):
             raise LatticeRunError(  # the value itself is not shown: it may be a secret
                 f"the value of header {name!r} contains a line break or NUL (CR, LF or NUL), "
                 "which could smuggle extra headers; refused",
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
                 details={"header": name},
             )
 
@@ -420,25 +421,25 @@ class HttpExecutor:
         ) as exc:
             raise LatticeRunError(
                 f"{where} cannot be sent: {exc}",
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
             ) from exc
         except (httpx.TimeoutException, TimeoutError) as exc:
             raise LatticeRunError(
                 f"{where} timed out after {timeout:g}s",
-                error_type="timeout_error",
+                error_type=ErrorType.TIMEOUT_ERROR,
                 details={"retryable": True},
             ) from exc
         except httpx.HTTPError as exc:
             raise LatticeRunError(
                 f"{where} failed: {type(exc).__name__}: {exc}",
-                error_type="http_error",
+                error_type=ErrorType.HTTP_ERROR,
                 details={"retryable": True},
             ) from exc
         text = raw.decode(response.encoding or "utf-8", errors="replace")
         if response.status_code >= 400:
             raise LatticeRunError(
                 f"{where} returned {response.status_code}: {_excerpt(text, 200)}",
-                error_type="http_error",
+                error_type=ErrorType.HTTP_ERROR,
                 details={
                     "status": response.status_code,
                     "body_excerpt": _excerpt(text),
@@ -464,7 +465,7 @@ class HttpExecutor:
                 raise LatticeRunError(
                     "the response body does not match the node's outputSchema: "
                     + "; ".join(f"{v['pointer']}: {v['message']}" for v in violations[:5]),
-                    error_type="schema_error",
+                    error_type=ErrorType.SCHEMA_ERROR,
                     details={"violations": violations},
                 )
         return {"status": response.status_code, "headers": dict(response.headers), "body": body}
@@ -481,7 +482,7 @@ class HttpExecutor:
             if kind == "json":
                 raise LatticeRunError(
                     f"the response is not JSON: {exc.msg}",
-                    error_type="http_error",
+                    error_type=ErrorType.HTTP_ERROR,
                     details={"body_excerpt": _excerpt(text)},
                 ) from exc
             return text
@@ -509,7 +510,7 @@ class _Body:
                 f"{where}: the response is encoded as {encoding!r}; Lattice decodes only "
                 "gzip and deflate (it asks for no encoding unless the node sets "
                 "Accept-Encoding)",
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
                 details={"content_encoding": encoding},
             )
         if codings[0] == "deflate":
@@ -548,7 +549,7 @@ class _Body:
         if self.size > self.limit:
             raise LatticeRunError(
                 f"{self.where}: response larger than {self.limit} bytes",
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
                 details={"limit": self.limit},
             )
         self.chunks.append(data)
@@ -557,7 +558,7 @@ class _Body:
         return LatticeRunError(
             f"{self.where}: the response body cannot be decoded as its Content-Encoding "
             f"says: {exc}",
-            error_type="http_error",
+            error_type=ErrorType.HTTP_ERROR,
         )
 
 

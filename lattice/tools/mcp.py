@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from lattice.errors import LatticeRunError, install_hint
+from lattice.errors import ErrorType, LatticeRunError, install_hint
+from lattice.events import EventKind
 from lattice.llm.base import ToolDef
 from lattice.schemas import schema_errors, schema_problems, schema_validator, uses_patterns
 from lattice.text import unicode_text, unicode_value
@@ -88,7 +89,7 @@ class ToolServer(Protocol):
 def tool_error(server_id: str, message: str, **details: Any) -> LatticeRunError:
     return LatticeRunError(
         f"MCP server {server_id!r}: {message}",
-        error_type="tool_error",
+        error_type=ErrorType.TOOL_ERROR,
         details={"server": server_id, **details},
     )
 
@@ -176,7 +177,7 @@ class McpSession:
             raise LatticeRunError(
                 f"MCP server {spec.server_id!r} did not answer within {spec.timeout:g} s "
                 f"({spec.describe()})",
-                error_type="timeout_error",
+                error_type=ErrorType.TIMEOUT_ERROR,
                 details={"server": spec.server_id},
             ) from None
         except Exception as exc:  # OSError, ExceptionGroup from the transport, MCPError
@@ -247,7 +248,7 @@ class McpSession:
         except TimeoutError:
             raise LatticeRunError(
                 f"MCP server {server!r}: {what} took longer than {self.spec.timeout:g} s",
-                error_type="timeout_error",
+                error_type=ErrorType.TIMEOUT_ERROR,
                 details={"server": server},
             ) from None
         except MCPError as exc:
@@ -308,7 +309,7 @@ class ToolSessions:
             session = await McpSession(spec, log).open()
         self._open[server_id] = session
         transport = "builtin" if spec is None else ("http" if spec.url else "stdio")
-        self.emit("tool_session_opened", {"server": server_id, "transport": transport})
+        self.emit(EventKind.TOOL_SESSION_OPENED, {"server": server_id, "transport": transport})
         return session
 
     async def tool(self, server_id: str, name: str) -> ToolDef:
@@ -334,7 +335,7 @@ class ToolSessions:
             raise LatticeRunError(
                 f"MCP server {server_id!r}: arguments for tool {name!r} break its inputSchema: "
                 + "; ".join(f"{v['pointer']}: {v['message']}" for v in violations[:5]),
-                error_type="tool_error",
+                error_type=ErrorType.TOOL_ERROR,
                 details={"server": server_id, "tool": name, "violations": violations},
             )
         session = await self.server(server_id)

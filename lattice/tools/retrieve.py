@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.patterns import glob_source
 
 WINDOW_LINES = 40
@@ -155,7 +155,7 @@ RETRIEVE_CONTEXT_TOOL: dict[str, Any] = {
 def _error(message: str, **details: Any) -> LatticeRunError:
     return LatticeRunError(
         f"retrieve_context: {message}",
-        error_type="tool_error",
+        error_type=ErrorType.TOOL_ERROR,
         details={"tool": "retrieve_context", **details},
     )
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from lattice.errors import ErrorType
+from lattice.events import EventKind
 from lattice.ir import ir_to_dict
 from lattice.ir.models import AskOp, ContractOpBase, ExecIR, LLMWriteOp
 from lattice.llm.mock import MockProvider
@@ -42,6 +44,8 @@ RUN_FILES = {
     "result.json",
 }
 EVENT_KEYS = {"seq", "ts", "run_id", "type", "data"}
+KINDS = frozenset(EventKind)
+ERROR_TYPES = frozenset({None, *ErrorType})
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
@@ -110,7 +114,10 @@ def check_events(events: list[dict[str, Any]], run_id: str) -> None:
         assert isinstance(event["data"], dict)
         if "op_id" in event:
             assert event["node_id"]
-    assert events[0]["type"] == "run_started"
+        # no stray kind or error type: every one written is a member of its enum
+        assert event["type"] in KINDS, event
+        assert event["data"].get("error_type") in ERROR_TYPES, event
+    assert events[0]["type"] == EventKind.RUN_STARTED
 
 
 def check_run_folder(result: RunResult, ir: ExecIR, inputs: dict[str, Any]) -> None:
@@ -321,7 +328,10 @@ def test_event_type_sequence_snapshot(
     stem: str, example_runs: dict[str, Any], snapshot: Any
 ) -> None:
     result, _, _ = example_runs[stem]
-    sequence = [f"{e['type']} {e['op_id']}" if "op_id" in e else e["type"] for e in result.events]
+    # a kind in memory is an EventKind (a str); its text is what events.jsonl holds
+    sequence = [
+        f"{e['type']} {e['op_id']}" if "op_id" in e else str(e["type"]) for e in result.events
+    ]
     assert sequence == snapshot
 
 

@@ -30,7 +30,7 @@ from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.client import answer, approve, connect, start_run
 from lattice.durable.temporal.codec import CodecKeyError
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
 from lattice.permissions.approvals import APPROVALS
@@ -361,11 +361,11 @@ def _not_found_or(exc: RPCError, run_id: str) -> LatticeUserError:
         return LatticeUserError(
             f"no worker answered for run {run_id!r} within {QUERY_SECONDS:g}s: a running "
             "run is read from its workflow by a worker (is one running on its task queue?)",
-            error_type="temporal_unavailable",
+            error_type=ErrorType.TEMPORAL_UNAVAILABLE,
         )
     return LatticeUserError(
         f"Temporal could not answer about run {run_id!r}: {exc.message}",
-        error_type="temporal_unavailable",
+        error_type=ErrorType.TEMPORAL_UNAVAILABLE,
     )
 
 

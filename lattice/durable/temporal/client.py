@@ -18,7 +18,7 @@ from lattice.durable.temporal.codec import codec_from_config
 from lattice.durable.temporal.converter import data_converter
 from lattice.durable.temporal.plan import ActivityOptions, run_spec
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
-from lattice.errors import InputError, LatticeUserError
+from lattice.errors import ErrorType, InputError, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.runs.redaction import Redactor
 from lattice.runs.store import file_text, refuse_secrets_in
@@ -42,7 +42,7 @@ async def connect(address: str, config: TemporalConfig | None = None) -> Client:
             f"cannot reach Temporal at {address} ({unreachable_reason(exc)}): is a server "
             "running there? (temporal server start-dev --ip 127.0.0.1 --port 7233; "
             "docs/temporal.md)",
-            error_type="temporal_unreachable",
+            error_type=ErrorType.TEMPORAL_UNREACHABLE,
         ) from exc
 
 

@@ -26,7 +26,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
 from lattice.config import TemporalConfig
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 
 ENCODING = b"binary/encrypted"
 """The encoding of an encrypted payload (as in Temporal's encryption samples)."""
@@ -39,7 +39,7 @@ class CodecKeyError(LatticeUserError):
     """A key that is missing, malformed, or not the one a payload was encrypted with."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, error_type="temporal_codec")
+        super().__init__(message, error_type=ErrorType.TEMPORAL_CODEC)
 
 
 def key_id(key: bytes) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from temporalio.client import Client
 
 from lattice.durable.temporal.client import check_key
-from lattice.errors import LatticeUserError
+from lattice.errors import ErrorType, LatticeUserError
 from lattice.files import atomic_write_text
 from lattice.runs.oplog import OPS_FILE, op_line, record_label
 from lattice.runs.store import file_text
@@ -30,7 +30,7 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
         raise  # a key that does not read the run says so itself
     except Exception as exc:
         raise LatticeUserError(
-            f"cannot read run {run_id!r} from Temporal: {exc}", error_type="temporal_error"
+            f"cannot read run {run_id!r} from Temporal: {exc}", error_type=ErrorType.TEMPORAL_ERROR
         ) from exc
     if folder.exists():
         raise LatticeUserError(f"{folder} exists; export into a new folder")

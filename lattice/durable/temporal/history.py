@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lattice.contracts.usage import Usage
+from lattice.events import EventKind
 from lattice.ir.models import ExecIR, Op
 from lattice.ir.serialize import ir_from_json
 from lattice.ir.templates import StatePath
@@ -187,7 +188,7 @@ class AnsweredOp(Executor):
                 else:
                     node = str(ctx.current_node)
                     ctx.answers[node] = given if halt.details.get("multiSelect") else [given]
-                ctx.emit("op_started", {"kind": self.kind})  # as a resumed run starts it
+                ctx.emit(EventKind.OP_STARTED, {"kind": self.kind})  # as a resumed run starts it
 
 
 def add_usage(usage: Usage, before: dict[str, Any], after: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ from lattice.durable.temporal.op_journal import (
     less_replayed,
     replayed_provider_state,
 )
-from lattice.errors import LatticeRunError
+from lattice.errors import ErrorType, LatticeRunError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
 from lattice.llm.base import close_loop_clients, provider_checkpoint, restore_provider
@@ -122,7 +122,8 @@ class OpExecutor:
         execir = await load()
         if execir_digest(execir) != digest:
             raise LatticeRunError(
-                f"the run's ExecIR does not match its digest {digest}", error_type="internal_error"
+                f"the run's ExecIR does not match its digest {digest}",
+                error_type=ErrorType.INTERNAL_ERROR,
             )
         ir = ir_from_json(execir)
         compiled = CompiledRun(
@@ -157,7 +158,7 @@ class OpExecutor:
         if executor is None:
             raise LatticeRunError(
                 f"op {op_id!r} ({op.kind}) is not supported on Temporal yet",
-                error_type="unsupported",
+                error_type=ErrorType.UNSUPPORTED,
             )
         provider = ProviderSpec.from_meta(request.get("provider") or {}).build(self.config)
         if isinstance(provider, DisabledProvider):

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lattice.durable.temporal.ops import execir_digest
+from lattice.events import EventKind
 from lattice.ir.models import ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
 from lattice.lower.acting import toolless_nodes
@@ -62,7 +63,7 @@ def run_spec(
     return {
         "notices": [
             {
-                "type": "agent_tool_refused",
+                "type": EventKind.AGENT_TOOL_REFUSED,
                 "data": {
                     "node": refused.node,
                     "tools": list(refused.tools),

@@ -31,6 +31,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
+from lattice.errors import ErrorType
+from lattice.events import EventKind
+
 with workflow.unsafe.imports_passed_through():
     from lattice.durable.temporal.history import (
         APPROVAL,
@@ -217,7 +220,9 @@ class LatticeRunWorkflow:
         ir = compiled.ir
         settings = RuntimeSettings()  # the workflow side's: no provider, secret or host
         ctx = self.ctx = self._context(spec, ir, settings)
-        ctx.emit("run_started", {"workflow": ir.workflow.id, "inputs": spec["inputs"]}, op=False)
+        ctx.emit(
+            EventKind.RUN_STARTED, {"workflow": ir.workflow.id, "inputs": spec["inputs"]}, op=False
+        )
         for notice in spec["notices"]:
             ctx.emit(notice["type"], notice["data"], op=False)
         limits = spec["limits"]
@@ -335,7 +340,7 @@ class LatticeRunWorkflow:
                 message = str(exc.cause) if exc.cause is not None else str(exc)
                 raise LatticeRunError(
                     f"op {op.id!r} could not be run on a worker: {message}",
-                    error_type="worker_error",
+                    error_type=ErrorType.WORKER_ERROR,
                     details={"recovery_action": "check the workers' logs, then run again"},
                 ) from exc
             self.provider_state = done["provider_state"]
@@ -358,7 +363,7 @@ class LatticeRunWorkflow:
             "asked_at": _timestamp(workflow.now()),
         }
         self.status = "waiting"
-        ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
+        ctx.emit(EventKind.RUN_HALTED, {"reason": halt.reason, "summary": halt.summary})
         if halt.reason == APPROVAL:
             ids = [request["id"] for request in halt.details.get("approvals", [])]
             await workflow.wait_condition(lambda: all(i in self.decided for i in ids))
@@ -398,7 +403,7 @@ def _state_limits(spec: dict[str, Any], settings: RuntimeSettings) -> StateLimit
 def _no_tools() -> ToolSessions:
     raise LatticeRunError(
         "a tool session was asked for in the workflow: tool calls run on workers",
-        error_type="internal_error",
+        error_type=ErrorType.INTERNAL_ERROR,
     )
 
 
