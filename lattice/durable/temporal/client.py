@@ -92,6 +92,7 @@ async def start_run(
     settings: RuntimeSettings | None = None,
     memo: dict[str, Any] | None = None,
     document: dict[str, Any] | None = None,
+    continue_after: int | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
     provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
@@ -104,7 +105,9 @@ async def start_run(
     ``memo`` is what Temporal's visibility shows of the run without asking a worker
     (by default the workflow's id; ``backend.py`` adds the workflow's file name).
     ``document`` is the workflow document ``ir`` was lowered from, kept for the panel's
-    canvas (``record`` answers it, as a run folder's ``workflow.json``)."""
+    canvas (``record`` answers it, as a run folder's ``workflow.json``).
+    ``continue_after`` makes the run continue as new after that many activities in one
+    execution (besides when Temporal suggests it: tests lower it to see the seam)."""
     spec = run_spec(
         ir,
         run_id=run_id,
@@ -117,6 +120,8 @@ async def start_run(
         settings=settings or RuntimeSettings(),
         document=document,
     )
+    if continue_after:
+        spec["continue_after"] = continue_after
     if redact is not None:
         refuse_secrets_in(
             {
