@@ -103,7 +103,7 @@ class Track:
         return f"{prefix}{self.op_seq:04d}"
 
 
-class WalkPaused(Exception):  # noqa: N818 - not an error: the walk stopped as asked
+class WalkPaused(Exception):
     """The main walk stopped between two ops because ``Walker.pause`` said so; its track's
     ``current`` is the op it goes on with."""
 

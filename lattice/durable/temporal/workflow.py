@@ -32,6 +32,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from lattice.contracts.usage import Usage
     from lattice.durable.temporal.history import (
         APPROVAL,
         AnsweredOp,
@@ -50,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
     from lattice.runtime.executors import Executor
     from lattice.runtime.settings import RuntimeSettings
     from lattice.runtime.state import StateLimits, StateStore
-    from lattice.contracts.usage import Usage
     from lattice.runtime.walk import Track, Walker, WalkPaused, walk_steps
     from lattice.runtime.walk_end import WalkEnd, walk_end
     from lattice.runtime.walk_state import WalkState
