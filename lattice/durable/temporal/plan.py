@@ -8,6 +8,7 @@ from typing import Any
 from lattice.durable.temporal.ops import execir_digest
 from lattice.ir.models import ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
+from lattice.lower.main_agent import under_grant
 from lattice.runtime.settings import RuntimeSettings
 from lattice.workspace.grants import refused_tools
 
@@ -49,7 +50,10 @@ def run_spec(
     only the part it reads), and the events a run starts with besides ``run_started`` (an agent's tools the
     grant of ``settings`` refuses, as a local run reports them). ``document``, the
     workflow document the ExecIR was lowered from (a run folder's ``workflow.json``), is
-    kept for the panel, which draws the run on its canvas; the walk never reads it."""
+    kept for the panel, which draws the run on its canvas; the walk never reads it.
+    Under a grant that gives the main agent tools, prompt steps are its turns (AGENT
+    ops that act and ask, as in a local run): the IR the workflow walks says so."""
+    ir = under_grant(ir, settings.agents.grant)
     execir = ir_to_dict(ir)
     return {
         "notices": [
