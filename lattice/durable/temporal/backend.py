@@ -27,8 +27,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from lattice.config import TemporalConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
-from lattice.durable.temporal.client import answer, approve, connect, start_run
 from lattice.durable.temporal.blobs import BlobError
+from lattice.durable.temporal.client import answer, approve, connect, start_run
 from lattice.durable.temporal.codec import CodecKeyError
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
 from lattice.errors import LatticeUserError
