@@ -549,9 +549,7 @@ def section_persist(plan: Plan, gc_modes: list[str]) -> dict[str, Any]:
     try:
         saver_full, pragma_full = _sqlite_saver(base / "checkpoints-full.sqlite", "FULL")
         saver_off, pragma_off = _sqlite_saver(base / "checkpoints-off.sqlite", "OFF")
-        print(
-            f"\npersist: files under {base} (SqliteSaver: {pragma_full}; and {pragma_off})"
-        )
+        print(f"\npersist: files under {base} (SqliteSaver: {pragma_full}; and {pragma_off})")
         for (mine, theirs), guarantee in PERSIST_PAIRS.items():
             print(f"  folder {mine} vs LG {theirs}: guarantees {guarantee}")
         sizes: list[list[str]] = []

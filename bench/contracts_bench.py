@@ -558,7 +558,9 @@ async def main_async(args: argparse.Namespace) -> int:
             if runner is not None:
                 runners[name] = runner
         if args.variants:
-            runners["Lattice, default budget (at most 3 per class × ladder)"] = lattice_runner(base_url)
+            runners["Lattice, default budget (at most 3 per class × ladder)"] = lattice_runner(
+                base_url
+            )
             runners["Lattice, strict, no repair context"] = lattice_runner(
                 base_url, max_attempts_total=ATTEMPTS, strict_output=True, repair_context_chars=0
             )

@@ -2,20 +2,23 @@
 
 Public names are imported lazily (PEP 562) so that ``import lattice`` and the
 ``lattice`` command start fast; ``from lattice import lower`` works as usual.
-``lattice.lower`` and ``lattice.batch`` are always the functions, even after the subpackages
-of the same names have been imported; import from a subpackage with
-``from lattice.lower import ...``.
+
+``lattice.lower`` and ``lattice.batch`` name both a function and a subpackage. Python binds
+a subpackage on its parent the first time it is imported (``lattice.lower = <module>``),
+which would replace the function; so both subpackages (light: their functions import the
+compiler and the batch engine on their first call) are imported here, first, and the
+functions bound after them. Import from a subpackage with ``from lattice.lower import ...``.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
+from lattice.batch import abatch, batch
+from lattice.lower import lower, lower_document
+
 if TYPE_CHECKING:
-    from lattice.batch.api import abatch, batch
     from lattice.batch.summary import BatchSummary
     from lattice.config import LatticeConfig, load_config
     from lattice.contracts.report import FailureReport
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from lattice.llm.litellm_provider import LiteLLMProvider
     from lattice.llm.mock import MockProvider
     from lattice.llm.openai_provider import OpenAIProvider
-    from lattice.lower import LowererRegistry, lower, lower_document
+    from lattice.lower import LowererRegistry
     from lattice.primitive import LLMPrimitive, Response
     from lattice.runs.store import RunStore
     from lattice.runtime.results import RunResult
@@ -75,18 +78,15 @@ _EXPORTS: dict[str, str] = {
     "RuntimeSettings": "lattice.runtime.settings",
     "Usage": "lattice.contracts.usage",
     "Workflow": "lattice.document",
-    "abatch": "lattice.batch.api",
-    "batch": "lattice.batch.api",
     "execir_json_schema": "lattice.ir",
     "ir_from_json": "lattice.ir",
     "ir_to_json": "lattice.ir",
     "load_config": "lattice.config",
     "load_workflow": "lattice.document",
-    "lower": "lattice.lower",
-    "lower_document": "lattice.lower",
     "make_provider": "lattice.service.providers",
 }
-"""Public name → the module that defines it (imported on first use)."""
+"""Public name → the module that defines it (imported on first use); ``lower``,
+``lower_document``, ``batch`` and ``abatch`` are bound at import (see above)."""
 
 __all__ = [
     "AnthropicProvider",
@@ -141,20 +141,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
-
-
-class _Package(types.ModuleType):
-    """The ``lattice`` module's class: when a subpackage named like an export is imported
-    (``lattice.lower``), the import system sets it on its parent; keep the export instead."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if (
-            name in _EXPORTS
-            and isinstance(value, types.ModuleType)
-            and value.__name__ == f"{__name__}.{name}"
-        ):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

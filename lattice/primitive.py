@@ -199,6 +199,7 @@ class LLMPrimitive(Generic[OutputT]):
     _engine: ContractEngine
     _template: PromptTemplate | None
 
+    # long: one public keyword argument checked and kept per statement
     def __init__(  # noqa: C901
         self,
         *,

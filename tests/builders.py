@@ -206,3 +206,23 @@ def op_names(folder: Path | None) -> list[str]:
     were named before ``ops.jsonl``)."""
     assert folder is not None
     return [f"{entry.label}-{entry.name}" for entry in op_entries(folder)]
+
+
+def example_args(
+    name: str, workspace: Path, runs: Path, *, mock: bool = True, answers: bool = False
+) -> list[str]:
+    """``lattice run`` of the shipped example ``name`` with its inputs (its mock script
+    unless ``mock`` is off, its answers file with ``answers``), every tool granted over
+    ``workspace``, its run folders in ``runs``."""
+    from tests.conftest import EXAMPLES
+
+    args = ["run", str(EXAMPLES / f"{name}.json")]
+    if mock:
+        args += ["--mock", str(EXAMPLES / f"{name}.mock.json")]
+    args += ["--inputs", str(EXAMPLES / f"{name}.inputs.json")]
+    if answers:
+        args += ["--answers", str(EXAMPLES / f"{name}.answers.json")]
+    return [
+        *args,
+        *("--workspace", str(workspace), "--allow", "read,write,shell", "--runs-dir", str(runs)),
+    ]

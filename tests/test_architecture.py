@@ -8,6 +8,7 @@ each other in a circle.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,70 @@ def test_benches_import_no_test_module() -> None:
     assert len(benches) > 5
     imports = {p.name: imports_of_tests(p) for p in benches}
     assert {name: found for name, found in imports.items() if found} == {}
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+_NAMED = re.compile(
+    r"`((?:[A-Za-z_][A-Za-z0-9_]*/)*(?:[A-Za-z_][A-Za-z0-9_]*\.py|[A-Za-z_][A-Za-z0-9_]*/))`"
+)
+"""A module (``walk.py``, ``runtime/walk.py``) or a folder (``runtime/``) named in the doc."""
+
+
+def named_in_doc(text: str) -> tuple[set[str], list[str]]:
+    """The modules and folders of ``lattice/`` that ``text`` names, relative to
+    ``lattice/``, and the names it gives that are neither.
+
+    In a row of the table of folders a name is relative to that row's folder (its first
+    cell's first name), then to ``lattice/``; elsewhere, to ``lattice/``. A name starting
+    ``lattice/``, ``tests/`` or ``bench/`` is relative to the repository."""
+    found: set[str] = set()
+    unknown: list[str] = []
+    for line in text.splitlines():
+        names = _NAMED.findall(line)
+        bases = [""]
+        if line.startswith("| `") and names and names[0].endswith("/"):
+            bases = [names[0], ""]
+        for name in names:
+            if name.split("/")[0] in {"lattice", "tests", "bench"}:
+                if not (PACKAGE.parent / name).exists():
+                    unknown.append(name)
+                elif name.startswith("lattice/"):
+                    found.add(name.removeprefix("lattice/"))
+                continue
+            for base in bases:
+                if (PACKAGE / base / name).exists():
+                    found.add(base + name)
+                    break
+            else:
+                if name.endswith(".py"):  # a folder may be a run folder's (``ops/``)
+                    unknown.append(name)
+    return found, unknown
+
+
+def package_modules() -> set[str]:
+    """Every module of ``lattice/`` as the doc names it: ``runtime/walk.py``; a package by
+    its folder, ``runtime/`` (``lattice/__init__.py`` by its file)."""
+    names = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel == "__init__.py":
+            names.add(rel)
+        elif path.name == "__init__.py":
+            names.add(rel.removesuffix("__init__.py"))
+        else:
+            names.add(rel)
+    return names
+
+
+def test_the_architecture_doc_names_every_module_and_no_other() -> None:
+    found, unknown = named_in_doc(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert unknown == [], "docs/architecture.md names what lattice/ does not have"
+    assert sorted(package_modules() - found) == [], "docs/architecture.md does not name these"
+
+
+def test_a_module_missing_from_the_doc_or_a_name_without_a_module_is_caught() -> None:
+    row = "| `runtime/` | the walk (`walk.py`), a gone module (`gone.py`) and `runs/store.py` |"
+    found, unknown = named_in_doc(row + "\nSee `runtime/state.py` and `lattice/gone.py`.")
+    assert {"runtime/", "runtime/walk.py", "runs/store.py", "runtime/state.py"} <= found
+    assert unknown == ["gone.py", "lattice/gone.py"]
+    assert "runtime/runner.py" in package_modules() - found

@@ -34,8 +34,13 @@ def _leaves_no_run_in_the_clone() -> Iterator[None]:
     assert after == before, f"the tests left {sorted(map(str, after - before))}"
 
 
+BOUND_AT_IMPORT = {"abatch": "lattice.batch", "batch": "lattice.batch"}
+BOUND_AT_IMPORT |= {"lower": "lattice.lower", "lower_document": "lattice.lower"}
+"""The functions named like their subpackages, bound when ``lattice`` is imported."""
+
+
 def test_all_matches_the_lazy_export_table() -> None:
-    assert lattice.__all__ == sorted([*lattice._EXPORTS, "__version__"])
+    assert lattice.__all__ == sorted([*lattice._EXPORTS, *BOUND_AT_IMPORT, "__version__"])
     assert len(set(lattice.__all__)) == len(lattice.__all__)
     assert dir(lattice) == lattice.__all__
 
@@ -45,6 +50,14 @@ def test_every_export_is_importable_from_its_module(name: str) -> None:
     value = getattr(lattice, name)
     defining = importlib.import_module(lattice._EXPORTS[name])
     assert getattr(defining, name) is value
+
+
+@pytest.mark.parametrize("name", sorted(BOUND_AT_IMPORT))
+def test_the_functions_named_like_subpackages_are_theirs(name: str) -> None:
+    value = vars(lattice)[name]
+    assert callable(value) and value is getattr(
+        importlib.import_module(BOUND_AT_IMPORT[name]), name
+    )
 
 
 def test_type_checking_imports_mirror_the_export_table() -> None:
@@ -312,11 +325,22 @@ def test_lower_stays_the_function_after_its_subpackage_is_imported() -> None:
     assert out.stdout.strip() == "ok"
 
 
-@pytest.mark.parametrize("name", ["lower", "lower_document"])
-def test_the_packages_entry_points_keep_the_compilers_signatures(name: str) -> None:
+@pytest.mark.parametrize(
+    ("package_name", "module_name", "name"),
+    [
+        ("lattice.lower", "lattice.lower.compiler", "lower"),
+        ("lattice.lower", "lattice.lower.compiler", "lower_document"),
+        ("lattice.batch", "lattice.batch.api", "batch"),
+        ("lattice.batch", "lattice.batch.api", "abatch"),
+    ],
+)
+def test_the_packages_entry_points_keep_the_compilers_signatures(
+    package_name: str, module_name: str, name: str
+) -> None:
     """``lattice.lower.lower`` stands in for ``compiler.lower`` (so that importing the
-    package does not load the compiler): their parameters must not drift apart."""
-    package = importlib.import_module("lattice.lower")
-    compiler = importlib.import_module("lattice.lower.compiler")
-    ours, theirs = getattr(package, name), getattr(compiler, name)
+    package does not load the compiler), as ``lattice.batch.batch`` does for
+    ``lattice.batch.api``'s: their parameters must not drift apart."""
+    package = importlib.import_module(package_name)
+    module = importlib.import_module(module_name)
+    ours, theirs = getattr(package, name), getattr(module, name)
     assert inspect.signature(ours) == inspect.signature(theirs)

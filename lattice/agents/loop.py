@@ -5,7 +5,9 @@ contract attempt) sends the request with the granted tools, runs the tools the m
 asks for, answers it with their results (``tool`` messages) and asks again, until the
 model answers without tool calls. That answer goes back to the contract engine, which
 holds it to the op's contract like any LLM answer (schema, invariants, repair,
-escalation, budgets). Every turn is a request against the run's budget (``max_calls``).
+escalation, budgets). A repair goes on in the conversation: the repair packet is the
+next user message after the answer it fixes, every earlier turn and tool result kept.
+Every turn is a request against the run's budget (``max_calls``).
 
 Bounds: turns, tool calls and tokens of one visit. When one runs out, the model is
 asked once more without tools for its final answer; a model that still calls tools
@@ -212,11 +214,16 @@ class AgentLoop:
         """Decides each call by the permission rules (None: every offered call runs)."""
         self.transcript = AgentTranscript(tools=box.names)
         self._attempts = 0
+        self._conversation: tuple[Message, ...] = ()
+        """The messages so far, up to the last final answer (what a repair goes on from)."""
+        self._given: tuple[Message, ...] = ()
+        self._started: tuple[Message, ...] = ()
+        """The messages the last attempt was given, and those it started from."""
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One contract attempt: turns until the model answers without tool calls."""
         self._attempts += 1
-        messages = list(request.messages)
+        messages = self._start(request)
         counted = True  # the contract engine counted this attempt's first request
         while True:
             exhausted = self._exhausted()
@@ -229,14 +236,15 @@ class AgentLoop:
             counted = False
             turn = self._record_turn(turn_request, response, tools_offered=not exhausted)
             if not response.tool_calls:
-                return response
+                self._conversation = (*messages, Message("assistant", response.text))
+                return response  # the contract engine counts the answer it is given
+            self.env.usage.add(response.model, request.model_class, response.usage)
             if exhausted:
                 raise LatticeRunError(
                     f"the agent still called tools after its {exhausted} ran out",
                     error_type="agent_limit",
                     details={"turns": len(self.transcript.turns)},
                 )
-            self.env.usage.add(response.model, request.model_class, response.usage)
             messages.append(Message("assistant", response.text, tool_calls=response.tool_calls))
             for record in await self._run_calls(turn, response.tool_calls, request.op_id):
                 turn.calls.append(record)
@@ -246,6 +254,22 @@ class AgentLoop:
                 messages.append(
                     Message("tool", text, tool_call_id=record.call.id, is_error=result.is_error)
                 )
+
+    def _start(self, request: LLMRequest) -> list[Message]:
+        """The messages an attempt starts from. A repair goes on from the conversation:
+        every turn and tool result so far, the final answer that broke the contract, then
+        the repair packet's request as the next user message (its own system part repeats
+        the contract, which the conversation's system message states already). A retry
+        starts where the attempt it repeats started; any other attempt (the first, an
+        escalation to another model) from the messages it is given."""
+        if request.kind == "repair" and self._conversation:
+            started = (*self._conversation, Message("user", request.messages[-1].content))
+        elif request.kind == "retry" and request.messages == self._given:
+            started = self._started
+        else:
+            started = request.messages
+        self._given, self._started = request.messages, started
+        return list(started)
 
     async def _send(self, request: LLMRequest, *, counted: bool) -> LLMResponse:
         """One turn's request. A later turn of an attempt that fails in a way its policy
@@ -366,11 +390,7 @@ class AgentLoop:
         self, turn: TurnRecord, index: int, call: ToolCall, op_id: str | None, result: ToolResult
     ) -> ToolCallRecord:
         """A call the gate refused: its refusal journaled as its result, for the model."""
-        record = ToolCallRecord(call, result)
-        self._journal_result(op_id, _key(turn, index, call), record)
-        await settled(self.journal)
-        self._finished(turn, record)
-        return record
+        return await self._ended(turn, op_id, _key(turn, index, call), ToolCallRecord(call, result))
 
     async def _run_call(
         self,
@@ -409,8 +429,15 @@ class AgentLoop:
             self._journal(op_id, key, call, None)
             result = await self.box.call(call, self.bounds.tool_timeout_s)
         record = ToolCallRecord(call, result, (time.perf_counter() - started) * 1000)
+        return await self._ended(turn, op_id, key, record)
+
+    async def _ended(
+        self, turn: TurnRecord, op_id: str | None, key: str, record: ToolCallRecord
+    ) -> ToolCallRecord:
+        """A call's result, journaled and safe before the loop goes on (a call that ran is
+        never run again), then its event."""
         self._journal_result(op_id, key, record)
-        await settled(self.journal)  # a call that ran is never run again
+        await settled(self.journal)
         self._finished(turn, record)
         return record
 

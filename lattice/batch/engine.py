@@ -162,7 +162,7 @@ def _config(options: BatchOptions) -> tuple[LatticeConfig, str | None]:
     return config, path
 
 
-def prepare(options: BatchOptions) -> Prepared:  # noqa: C901
+def prepare(options: BatchOptions) -> Prepared:
     """Check the options, lower the workflow, choose the provider; user errors raise here."""
     if options.concurrency < 1:
         raise LatticeUserError("concurrency is at least 1")
@@ -193,44 +193,7 @@ def prepare(options: BatchOptions) -> Prepared:  # noqa: C901
         provider = given_provider
         meta = {"provider_arg": getattr(provider, "name", None)}
     elif options.mock is not None:
-        if given_provider not in (None, "mock") or options.fixtures is not None or options.record:
-            raise LatticeUserError(
-                "--mock is used alone in a batch (it implies --provider mock; to record "
-                "fixtures from a mock script, use lattice run --record)",
-                error_type="mock_error",
-            )
-        if isinstance(options.mock, Mapping):
-            mock_data = dict(options.mock)
-        else:
-            try:
-                mock_data = json.loads(Path(options.mock).read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise LatticeUserError(
-                    f"cannot read mock script {options.mock}: {exc.strerror}",
-                    error_type="mock_error",
-                ) from exc
-            except (json.JSONDecodeError, RecursionError) as exc:
-                raise LatticeUserError(
-                    f"mock script {options.mock} is not valid JSON: {exc}", error_type="mock_error"
-                ) from None
-        mock = BatchMock.from_data(mock_data, latency=options.mock_latency)
-        named = (
-            "mock script" if isinstance(options.mock, Mapping) else f"mock script {options.mock}"
-        )
-        check_script_nodes(ir, mock.script.get("responses") or {}, where=named)
-        check_tool_keys(ir, mock.script.get("tools") or {}, where=named)
-        for row_id, override in mock.rows.items():
-            where = f"{named}: rows[{json.dumps(row_id, ensure_ascii=False)}]"
-            check_script_nodes(ir, override.get("responses") or {}, where=where)
-            check_tool_keys(ir, override.get("tools") or {}, where=where)
-        if "rows" in mock_data or isinstance(options.mock, Mapping):
-            # each run folder records the script it ran against (lattice run cannot read
-            # a script with rows)
-            meta = ProviderSpec(script=mock.script, latency=options.mock_latency).to_meta()
-        else:
-            meta = ProviderSpec(
-                ProviderChoice(mock=str(options.mock)), latency=options.mock_latency
-            ).to_meta()
+        mock_data, meta = _mock_script(options, options.mock, ir)
     else:
         if options.mock_latency:
             raise LatticeUserError(
@@ -274,6 +237,15 @@ def prepare(options: BatchOptions) -> Prepared:  # noqa: C901
         max_visits=options.max_visits,
         repo=str(repo) if repo else None,
     )
+    given = _given_answers(options.answers, ir)
+    limits = _limits(options, choice, config)
+    return Prepared(
+        ir, config, spec, provider, dict(settings.prices), _row_check(ir), given, limits
+    )
+
+
+def _row_check(ir: ExecIR) -> Callable[[Row], None]:
+    """What checks a row before it runs: its inputs against the workflow's, its answers."""
     validator = Runner(ir, store=RunStore(None))
 
     def check(row: Row) -> None:
@@ -281,7 +253,13 @@ def prepare(options: BatchOptions) -> Prepared:  # noqa: C901
         if row.answers:
             check_answers(ir, row.answers)
 
-    given = _given_answers(options.answers, ir)
+    return check
+
+
+def _limits(
+    options: BatchOptions, choice: ProviderChoice | None, config: LatticeConfig
+) -> BatchLimits:
+    """The batch's limits; on Ray, requests per minute default to the live provider's."""
     limits = options.limits
     if options.engine == "ray" and limits.requests_per_minute is None and choice is not None:
         live = choice.name or config.llm.provider
@@ -289,7 +267,49 @@ def prepare(options: BatchOptions) -> Prepared:  # noqa: C901
             limits = replace(
                 limits, requests_per_minute=config.provider_config(live).requests_per_minute
             )
-    return Prepared(ir, config, spec, provider, dict(settings.prices), check, given, limits)
+    return limits
+
+
+def _mock_script(
+    options: BatchOptions, given: str | Path | Mapping[str, Any], ir: ExecIR
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The batch's mock script (``given``: the script or its file), checked against ``ir``,
+    and the provider its runs record in their meta."""
+    if options.provider not in (None, "mock") or options.fixtures is not None or options.record:
+        raise LatticeUserError(
+            "--mock is used alone in a batch (it implies --provider mock; to record "
+            "fixtures from a mock script, use lattice run --record)",
+            error_type="mock_error",
+        )
+    if isinstance(given, Mapping):
+        mock_data = dict(given)
+    else:
+        try:
+            mock_data = json.loads(Path(given).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise LatticeUserError(
+                f"cannot read mock script {given}: {exc.strerror}",
+                error_type="mock_error",
+            ) from exc
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise LatticeUserError(
+                f"mock script {given} is not valid JSON: {exc}", error_type="mock_error"
+            ) from None
+    mock = BatchMock.from_data(mock_data, latency=options.mock_latency)
+    named = "mock script" if isinstance(given, Mapping) else f"mock script {given}"
+    check_script_nodes(ir, mock.script.get("responses") or {}, where=named)
+    check_tool_keys(ir, mock.script.get("tools") or {}, where=named)
+    for row_id, override in mock.rows.items():
+        where = f"{named}: rows[{json.dumps(row_id, ensure_ascii=False)}]"
+        check_script_nodes(ir, override.get("responses") or {}, where=where)
+        check_tool_keys(ir, override.get("tools") or {}, where=where)
+    if "rows" in mock_data or isinstance(given, Mapping):
+        # each run folder records the script it ran against (lattice run cannot read
+        # a script with rows)
+        meta = ProviderSpec(script=mock.script, latency=options.mock_latency).to_meta()
+    else:
+        meta = ProviderSpec(ProviderChoice(mock=str(given)), latency=options.mock_latency).to_meta()
+    return mock_data, meta
 
 
 def _given_answers(answers: Mapping[str, Any] | str | Path | None, ir: ExecIR) -> GivenAnswers:
@@ -449,6 +469,7 @@ class BatchRun:
         self.view = view or choose_view(options.progress, interval=options.progress_interval)
         self.summary: BatchSummary | None = None
 
+    # long: the driver's one try/finally: start the engine, write each row's line as it ends, stop, close
     async def arun(self) -> BatchSummary:
         options, prepared = self.options, self.prepared
         output = Path(options.output)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lattice.errors import LatticeUserError
-from lattice.llm.mock import MockProvider
+from lattice.llm.mock import MockProvider, read_mock_script
 
 _NO_DEFAULT = object()
 
@@ -81,17 +81,7 @@ class BatchMock:
 
     @classmethod
     def from_file(cls, path: str | Path, *, latency: float = 0.0) -> BatchMock:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise LatticeUserError(
-                f"cannot read mock script {path}: {exc.strerror}", error_type="mock_error"
-            ) from exc
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise LatticeUserError(
-                f"mock script {path} is not valid JSON: {exc}", error_type="mock_error"
-            ) from None
-        return cls.from_data(data, latency=latency)
+        return cls.from_data(read_mock_script(path), latency=latency)
 
     def overridden(self, row_id: Any) -> bool:
         return str(row_id) in self.rows

@@ -86,10 +86,11 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-def format_tokens(n: int) -> str:
+def format_tokens(n: int, *, thousands_from: int = 1_000) -> str:
+    """``n`` tokens, short: ``1.25M``, ``12.3k`` (from ``thousands_from``), ``987``."""
     if n >= 1_000_000:
         return f"{n / 1_000_000:.2f}M"
-    if n >= 1_000:
+    if n >= thousands_from:
         return f"{n / 1_000:.1f}k"
     return str(n)
 

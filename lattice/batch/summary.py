@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lattice.batch.progress import format_tokens
 from lattice.batch.rows import InvalidLine, Row
 
 STATUSES = ("completed", "failed", "halted", "interrupted")
@@ -196,11 +197,7 @@ def _count(stats: Mapping[str, float]) -> str:
 
 
 def _tokens(n: int) -> str:
-    if n >= 1_000_000:
-        return f"{n / 1_000_000:.2f}M"
-    if n >= 10_000:
-        return f"{n / 1_000:.1f}k"
-    return str(n)
+    return format_tokens(n, thousands_from=10_000)
 
 
 def _per_row(lines: list[dict[str, Any]], key: str) -> dict[str, float]:
@@ -214,6 +211,7 @@ def _per_row(lines: list[dict[str, Any]], key: str) -> dict[str, float]:
     }
 
 
+# long: one pass over the rows' last lines, adding up every figure of the summary
 def summarize(
     *,
     workflow: str,

@@ -20,8 +20,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from lattice.cli.common import note
-from lattice.cli.serve import SERVER_PACKAGES
-from lattice.errors import InputError, LatticeUserError, install_hint
+from lattice.cli.serve import server_packages
+from lattice.errors import InputError, LatticeUserError
 
 HOST = "127.0.0.1"
 TOKEN_VARIABLE = "LATTICE_SERVER_TOKEN"
@@ -99,17 +99,10 @@ def open_run(args: argparse.Namespace) -> int:
     port = args.port if args.port and port_is_free(args.port) else 0
     if args.port and not port:
         note(f"port {args.port} is taken by a server that does not see this run; using another")
-    try:
+    with server_packages("lattice runs open"):
         from lattice.config import load_config
         from lattice.server.app import ServerSettings
         from lattice.server.main import run_server
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] in SERVER_PACKAGES:
-            raise LatticeUserError(
-                f"lattice runs open needs FastAPI and uvicorn ({exc.name} is missing): "
-                + install_hint("server")
-            ) from exc
-        raise
     workflows = Path(args.workflows) if args.workflows else None
     if workflows is not None and not workflows.is_dir():
         raise LatticeUserError(f"--workflows {args.workflows}: not a directory")

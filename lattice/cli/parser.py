@@ -300,6 +300,16 @@ def add_temporal_options(
 
 
 def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``lattice run``, ``resume``, ``runs`` and the Temporal commands ``worker``, ``codec-server``."""
+    _run_command(sub)
+    _resume_command(sub)
+    _runs_command(sub)
+    _worker_command(sub)
+    _codec_server_command(sub)
+
+
+def _run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``lattice run WORKFLOW``."""
     p = sub.add_parser("run", help="lower and run a workflow")
     p.add_argument("workflow", help="workflow document (JSON)")
     p.add_argument(
@@ -353,6 +363,9 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_temporal_options(p)
     _handler(p, "lattice.cli.run:run")
 
+
+def _resume_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``lattice resume RUN``."""
     p = sub.add_parser("resume", help="continue a halted, failed or interrupted run")
     p.add_argument("run_dir", metavar="RUN", help="the run folder (runs/<run_id>) or its run id")
     p.add_argument(
@@ -371,6 +384,24 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="NODE=VALUE",
         help="answer to a question (option label or index), repeatable",
     )
+    _add_approval_options(p)
+    p.add_argument("--provider", help="LLM provider (default: the one the run used)")
+    p.add_argument("--mock", metavar="FILE", help="mock script (default: the one the run used)")
+    p.add_argument("--fixtures", metavar="FILE", help="fixtures (default: the ones the run used)")
+    p.add_argument("--config", metavar="FILE", help="lattice.toml (default: the run's)")
+    p.add_argument("--repo", metavar="DIR", help="repository root (default: the run's)")
+    p.add_argument("--json", action="store_true", help="print the whole result")
+    p.add_argument(
+        "--temporal",
+        metavar="HOST:PORT",
+        type=temporal_address,
+        help="the run is on Temporal: RUN is its id; answers are sent to it as updates",
+    )
+    _handler(p, "lattice.cli.run:resume")
+
+
+def _add_approval_options(p: argparse.ArgumentParser) -> None:
+    """--approve, --approve-run, --deny, --reason, --approve-all, --deny-all, --no-wait."""
     approvals = p.add_argument_group("approvals of agents' tool calls (docs/agents.md)")
     approvals.add_argument(
         "--approve", action="append", default=[], metavar="ID", help="allow this call once"
@@ -397,20 +428,10 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="a call that needs approval and has none is refused instead of halting the run",
     )
-    p.add_argument("--provider", help="LLM provider (default: the one the run used)")
-    p.add_argument("--mock", metavar="FILE", help="mock script (default: the one the run used)")
-    p.add_argument("--fixtures", metavar="FILE", help="fixtures (default: the ones the run used)")
-    p.add_argument("--config", metavar="FILE", help="lattice.toml (default: the run's)")
-    p.add_argument("--repo", metavar="DIR", help="repository root (default: the run's)")
-    p.add_argument("--json", action="store_true", help="print the whole result")
-    p.add_argument(
-        "--temporal",
-        metavar="HOST:PORT",
-        type=temporal_address,
-        help="the run is on Temporal: RUN is its id; answers are sent to it as updates",
-    )
-    _handler(p, "lattice.cli.run:resume")
 
+
+def _runs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``lattice runs [list|show|diff|open|export]``."""
     p = sub.add_parser(
         "runs",
         help="list runs, show one, compare two, or open one in the execution panel",
@@ -477,6 +498,9 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("-o", "--output", metavar="DIR", help="export: the run folder to write")
     _handler(p, "lattice.cli.run:runs")
 
+
+def _worker_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``lattice worker`` (Temporal)."""
     p = sub.add_parser(
         "worker",
         help="run a worker of runs on Temporal (docs/temporal.md)",
@@ -490,6 +514,9 @@ def _run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     _handler(p, "lattice.cli.temporal:worker")
 
+
+def _codec_server_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``lattice codec-server`` (Temporal)."""
     p = sub.add_parser(
         "codec-server",
         help="decrypt runs on Temporal for Temporal's web UI and CLI (docs/temporal.md)",
@@ -594,41 +621,8 @@ def _batch_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_agent_options(p)
     p.add_argument("--max-steps", type=positive_int, metavar="N", help="ops per run")
     p.add_argument("--max-visits", type=positive_int, metavar="N", help="executions of one op")
-    limits = p.add_argument_group("limits of the whole batch (every run in flight shares them)")
-    limits.add_argument(
-        "--max-calls-total",
-        type=positive_int,
-        metavar="N",
-        help="model requests of the whole batch; then it stops",
-    )
-    limits.add_argument(
-        "--max-cost",
-        type=positive_float,
-        metavar="USD",
-        help="estimated cost of the whole batch ([prices] in lattice.toml); then it stops",
-    )
-    limits.add_argument(
-        "--rpm", type=positive_int, metavar="N", help="model requests per minute, at most"
-    )
-    limits.add_argument("--tpm", type=positive_int, metavar="N", help="tokens per minute, at most")
-    engine = p.add_argument_group("engine")
-    engine.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="local: this process; ray: Ray actors (needs the ray extra)",
-    )
-    engine.add_argument(
-        "--ray-address",
-        metavar="ADDR",
-        help="a Ray cluster (ray://host:10001, or auto); default: a local Ray on 127.0.0.1",
-    )
-    engine.add_argument(
-        "--ray-actors",
-        type=positive_int,
-        metavar="N",
-        help="Ray actors running rows (default: the cluster's CPUs)",
-    )
+    _add_batch_limits(p)
+    _add_batch_engine(p)
     p.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON")
     p.add_argument(
         "--progress",
@@ -659,6 +653,50 @@ rows regressed than --max-regressions allows (a CI gate); 2 a mistake in the opt
 the document or the dataset."""
 
 
+def _add_batch_limits(p: argparse.ArgumentParser) -> None:
+    """--max-calls-total, --max-cost, --rpm, --tpm: what the whole batch may spend."""
+    limits = p.add_argument_group("limits of the whole batch (every run in flight shares them)")
+    limits.add_argument(
+        "--max-calls-total",
+        type=positive_int,
+        metavar="N",
+        help="model requests of the whole batch; then it stops",
+    )
+    limits.add_argument(
+        "--max-cost",
+        type=positive_float,
+        metavar="USD",
+        help="estimated cost of the whole batch ([prices] in lattice.toml); then it stops",
+    )
+    limits.add_argument(
+        "--rpm", type=positive_int, metavar="N", help="model requests per minute, at most"
+    )
+    limits.add_argument("--tpm", type=positive_int, metavar="N", help="tokens per minute, at most")
+
+
+def _add_batch_engine(p: argparse.ArgumentParser) -> None:
+    """--engine local|ray, --ray-address, --ray-actors."""
+    engine = p.add_argument_group("engine")
+    engine.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this process; ray: Ray actors (needs the ray extra)",
+    )
+    engine.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="a Ray cluster (ray://host:10001, or auto); default: a local Ray on 127.0.0.1",
+    )
+    engine.add_argument(
+        "--ray-actors",
+        type=positive_int,
+        metavar="N",
+        help="Ray actors running rows (default: the cluster's CPUs)",
+    )
+
+
+# long: one flat, declarative list of the command's flags
 def _eval_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "eval",

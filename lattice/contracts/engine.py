@@ -97,6 +97,7 @@ class ContractEngine:
         """The contract as prompt text: ``{"rules": ..., "schema": ...}``."""
         return dict(self._builtins)
 
+    # long: every attempt of a model call sent and checked in this one frame, without a coroutine per attempt (per-op cost)
     async def run(
         self,
         messages: tuple[Message, ...],
@@ -144,6 +145,7 @@ class ContractEngine:
                 node_id=node_id,
                 op_id=op_id,
                 on_delta=_delta_sink(env, number, model_class) if env.stream else None,
+                kind=kind,
             )
             request_chars = request.size_chars()
             # The attempt's record is made only once the answer (or the error) is in, so

@@ -54,6 +54,21 @@ class Usage:
         _count(self.by_model, model, tokens_in, tokens_out)
         _count(self.by_class, model_class, tokens_in, tokens_out)
 
+    def take_back(self, model: str, model_class: str, usage: TokenUsage) -> None:
+        """Undo one ``add`` of these arguments: an answer the run counted that is counted
+        again when it is replayed."""
+        tokens_in, tokens_out = usage.input_tokens, usage.output_tokens
+        self.calls -= 1
+        self.input_tokens -= tokens_in
+        self.output_tokens -= tokens_out
+        for table, key in ((self.by_model, model), (self.by_class, model_class)):
+            row = table.setdefault(key, {"calls": 0, "input_tokens": 0, "output_tokens": 0})
+            row["calls"] -= 1
+            row["input_tokens"] -= tokens_in
+            row["output_tokens"] -= tokens_out
+            if row["calls"] == 0:
+                del table[key]
+
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens

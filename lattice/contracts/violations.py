@@ -16,7 +16,7 @@ stay beside the violations (``SchemaProblems.terms``), never inside them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -77,31 +77,37 @@ def _options(values: Any) -> str:
     return repr(values)
 
 
-def message_of(error: ValidationError) -> str:  # noqa: C901
+_AT_MOST, _AT_LEAST = "at most {} allowed", "at least {} required"
+_SIZED: dict[str, tuple[type[Sized], str, str, str]] = {
+    "maxItems": (list, "has", "item", _AT_MOST),
+    "minItems": (list, "has", "item", _AT_LEAST),
+    "maxLength": (str, "is", "character", _AT_MOST),
+    "minLength": (str, "is", "character", _AT_LEAST),
+    "maxProperties": (dict, "has", "property", _AT_MOST),
+    "minProperties": (dict, "has", "property", _AT_LEAST),
+}
+"""Rules on a size: (the type they apply to, verb, what is counted, the bound's text)."""
+_BOUNDS = {
+    "maximum": _AT_MOST,
+    "minimum": _AT_LEAST,
+    "exclusiveMaximum": "must be less than {}",
+    "exclusiveMinimum": "must be greater than {}",
+    "multipleOf": "must be a multiple of {}",
+}
+"""Rules on a number: the bound's text."""
+
+
+def message_of(error: ValidationError) -> str:
     """The message of one jsonschema error, stating the rule and the actual size."""
     rule, limit, value = error.validator, error.validator_value, error.instance
-    if rule == "maxItems" and isinstance(value, list):
-        return f"has {_plural(len(value), 'item')}, at most {limit} allowed"
-    if rule == "minItems" and isinstance(value, list):
-        return f"has {_plural(len(value), 'item')}, at least {limit} required"
-    if rule == "maxLength" and isinstance(value, str):
-        return f"is {_plural(len(value), 'character')}, at most {limit} allowed ({short(value)})"
-    if rule == "minLength" and isinstance(value, str):
-        return f"is {_plural(len(value), 'character')}, at least {limit} required ({short(value)})"
-    if rule == "maxProperties" and isinstance(value, dict):
-        return f"has {_plural(len(value), 'property')}, at most {limit} allowed"
-    if rule == "minProperties" and isinstance(value, dict):
-        return f"has {_plural(len(value), 'property')}, at least {limit} required"
-    if rule == "maximum":
-        return f"is {short(value)}, at most {limit} allowed"
-    if rule == "minimum":
-        return f"is {short(value)}, at least {limit} required"
-    if rule == "exclusiveMaximum":
-        return f"is {short(value)}, must be less than {limit}"
-    if rule == "exclusiveMinimum":
-        return f"is {short(value)}, must be greater than {limit}"
-    if rule == "multipleOf":
-        return f"is {short(value)}, must be a multiple of {limit}"
+    sized = _SIZED.get(str(rule))
+    if sized is not None and isinstance(value, sized[0]):
+        kind, verb, noun, at = sized
+        said = f"{verb} {_plural(len(value), noun)}, {at.format(limit)}"
+        return f"{said} ({short(value)})" if kind is str else said
+    bound = _BOUNDS.get(str(rule))
+    if bound is not None:
+        return f"is {short(value)}, {bound.format(limit)}"
     if rule == "enum":
         return f"{short(value)} is not one of {_options(limit)}"
     if rule == "const":

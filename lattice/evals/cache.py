@@ -18,41 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
-from lattice.errors import LatticeUserError
-from lattice.llm.base import (
-    LLMProvider,
-    LLMRequest,
-    LLMResponse,
-    TokenUsage,
-    close_loop_clients,
-    tool_calls_from_json,
-)
-
-
-def _read(path: Path) -> dict[str, dict[str, Any]]:
-    table: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return table
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LatticeUserError(f"cannot read the cache {path}: {exc}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            tool_calls_from_json(entry.get("tool_calls"))
-        except (json.JSONDecodeError, ValueError, AttributeError):
-            if number == len(lines):  # cut short by a kill: the call is made again
-                continue
-            raise LatticeUserError(f"{path}:{number}: not a line of a call cache") from None
-        if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
-            raise LatticeUserError(f"{path}:{number}: not a line of a call cache")
-        table[entry["key"]] = entry
-    return table
+from lattice.llm.base import LLMProvider, LLMRequest, LLMResponse, close_loop_clients
+from lattice.llm.fixture import answer_line, append_line, read_answer_lines, recorded_answer
 
 
 class CachedProvider:
@@ -64,7 +32,7 @@ class CachedProvider:
         self.live = live
         self.scope = scope
         self.name = getattr(live, "name", "cached")
-        self.table = _read(self.path)
+        self.table = read_answer_lines(self.path, "key", "the call cache", torn_tail=True)
         self.reused = 0
         self.sent = 0
 
@@ -81,36 +49,15 @@ class CachedProvider:
         entry = self.table.get(key)
         if entry is not None:
             self.reused += 1
-            meta = entry.get("meta") or {}
-            return LLMResponse(
-                text=entry["completion"],
-                usage=TokenUsage(
-                    int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
-                ),
-                model=str(meta.get("model", "cached")),
-                latency_ms=0.0,
-                finish_reason=meta.get("finish_reason", "stop"),
-                tool_calls=tool_calls_from_json(entry.get("tool_calls")),
-            )
+            return recorded_answer(entry, "cached")
         self.sent += 1
         response = await self.live.complete(request)
         entry = {
             "key": key,
             "prompt_hash": request.prompt_hash(),
             "model": request.model,
-            "completion": response.text,
-            "meta": {
-                "model": response.model,
-                "model_class": request.model_class,
-                "node_id": request.node_id,
-                "input_tokens": response.usage.input_tokens,
-                "output_tokens": response.usage.output_tokens,
-                "finish_reason": response.finish_reason,
-            },
+            **answer_line(request, response),
         }
-        if response.tool_calls:
-            entry["tool_calls"] = [call.to_json() for call in response.tool_calls]
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        append_line(self.path, entry)
         self.table[key] = entry
         return response

@@ -178,6 +178,11 @@ class LLMRequest:
     request, right before it does: after any wait for a slot (``max_concurrency``, a
     batch's budget gate), so that a run's journal counts the requests that went out, not
     those that waited. Not compared, not hashed either.
+
+    ``kind`` says which attempt of a contract call the request is (``initial``,
+    ``retry``, ``repair``, ``escalation``). Providers send every kind alike; a provider
+    that holds a conversation over several requests (the agent loop) asks for a repair
+    in it instead of starting over. Not compared, not hashed.
     """
 
     messages: tuple[Message, ...]
@@ -194,6 +199,7 @@ class LLMRequest:
     """Tools the model may call (an agent's turn); empty for a plain call."""
     on_delta: DeltaSink | None = field(default=None, compare=False, repr=False)
     on_send: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    kind: str = field(default="initial", compare=False)
 
     def sending(self) -> None:
         """Say the request is being sent now (a provider calls this right before sending)."""

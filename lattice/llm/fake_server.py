@@ -85,6 +85,7 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeLLMServer:
     """Start with ``serve()``; ``base_url`` is ``http://127.0.0.1:<port>``."""
 
+    # long: its request handler class is defined here, over this server's script and counters
     def __init__(self, answer: Answer, *, keep_alive: bool = False, latency: float = 0.0) -> None:  # noqa: C901
         self.answer = answer
         self.keep_alive = keep_alive

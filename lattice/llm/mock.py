@@ -47,6 +47,27 @@ TOOL_CURSOR = "tool:"
 """Prefix of the cursor entries of ``tools`` lists (node ids and ``server/tool`` keys)."""
 
 
+def read_mock_script(path: str | Path) -> Any:
+    """The parsed JSON of the mock script file ``path``; an unreadable file or one that is
+    not JSON is a LatticeUserError (``mock_error``)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise LatticeUserError(
+            f"cannot read mock script {path}: {exc.strerror}", error_type="mock_error"
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise LatticeUserError(
+            f"mock script {path} is not valid JSON: {exc.msg} (line {exc.lineno})",
+            error_type="mock_error",
+        ) from None
+    except RecursionError:
+        raise LatticeUserError(
+            f"mock script {path} is not valid JSON: it is nested too deeply",
+            error_type="mock_error",
+        ) from None
+
+
 class MockProvider:
     """A scripted provider. ``calls`` keeps every request, in order, for assertions.
 
@@ -93,17 +114,7 @@ class MockProvider:
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> MockProvider:
         """Read a mock script file; unreadable or invalid files are LatticeUserErrors."""
-        try:
-            script = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise LatticeUserError(
-                f"cannot read mock script {path}: {exc.strerror}", error_type="mock_error"
-            ) from exc
-        except json.JSONDecodeError as exc:
-            raise LatticeUserError(
-                f"mock script {path} is not valid JSON: {exc.msg} (line {exc.lineno})",
-                error_type="mock_error",
-            ) from exc
+        script = read_mock_script(path)
         try:
             return cls.from_script(script, **kwargs)
         except LatticeUserError as exc:

@@ -73,6 +73,7 @@ class _BranchLowerer:
                 return i
         return None
 
+    # long: one branch node top to bottom: its branches checked, their conditions parsed, the SWITCH built
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
         branches = get_list(ctx, node, "branches")
         if not branches:

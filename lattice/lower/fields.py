@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, overload
 
 from lattice.document.models import Node
 from lattice.lower.registry import LoweringContext
@@ -30,6 +31,56 @@ def get_str(
         return default
     if required and not value.strip():
         ctx.error(node, "missing-field", f"data.{key} is empty", "data", key)
+        return default
+    return value
+
+
+@overload
+def get_choice(
+    ctx: LoweringContext,
+    node: Node,
+    key: str,
+    choices: Sequence[str],
+    *,
+    default: str,
+    required: bool = False,
+    fold: Callable[[str], str] | None = None,
+) -> str: ...
+
+
+@overload
+def get_choice(
+    ctx: LoweringContext,
+    node: Node,
+    key: str,
+    choices: Sequence[str],
+    *,
+    default: None,
+    required: bool = False,
+    fold: Callable[[str], str] | None = None,
+) -> str | None: ...
+
+
+def get_choice(
+    ctx: LoweringContext,
+    node: Node,
+    key: str,
+    choices: Sequence[str],
+    *,
+    default: str | None,
+    required: bool = False,
+    fold: Callable[[str], str] | None = None,
+) -> str | None:
+    """One of ``choices`` (``fold`` applied first: ``str.upper`` for a case-blind field);
+    ``default`` when the field is absent or names none of them (reported)."""
+    value = get_str(ctx, node, key, required=required)
+    if value is None:
+        return default
+    if fold is not None:
+        value = fold(value)
+    if value not in choices:
+        message = f"data.{key} must be one of {', '.join(choices)}"
+        ctx.error(node, "invalid-field", message, "data", key)
         return default
     return value
 

@@ -22,7 +22,7 @@ from lattice.ir.models import (
     TransformOp,
 )
 from lattice.ir.templates import TemplateSyntaxError, parse_path, path_text
-from lattice.lower.fields import get_dict, get_number, get_schema, get_str
+from lattice.lower.fields import get_choice, get_dict, get_number, get_schema, get_str
 from lattice.lower.llm_nodes import llm_contract
 from lattice.lower.registry import LoweringContext, NodeLowering
 
@@ -85,16 +85,7 @@ class HttpRequestLowerer:
         return TOOL_PORTS
 
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
-        method = (get_str(ctx, node, "method") or "GET").upper()
-        if method not in HTTP_METHODS:
-            ctx.error(
-                node,
-                "invalid-field",
-                f"data.method must be one of {', '.join(HTTP_METHODS)}",
-                "data",
-                "method",
-            )
-            method = "GET"
+        method = get_choice(ctx, node, "method", HTTP_METHODS, default="GET", fold=str.upper)
         url = get_str(ctx, node, "url", required=True) or ""
         headers = get_dict(ctx, node, "headers") or {}
         for key, value in headers.items():
@@ -104,16 +95,9 @@ class HttpRequestLowerer:
                 )
         query = get_dict(ctx, node, "query") or {}
         body = node.data.get("body")
-        response_type = get_str(ctx, node, "responseType") or "auto"
-        if response_type not in ("json", "text", "auto"):
-            ctx.error(
-                node,
-                "invalid-field",
-                "data.responseType must be json or text",
-                "data",
-                "responseType",
-            )
-            response_type = "auto"
+        response_type = get_choice(
+            ctx, node, "responseType", ("json", "text", "auto"), default="auto"
+        )
         # The secret lane: what these four hold leaves the process for the destination.
         reads = ctx.use_text(node, url, "data", "url", secrets=True)
         reads += ctx.use_template(node, headers, "data", "headers", secrets=True)
@@ -223,6 +207,7 @@ class McpLowerer:
             return NodeLowering.single(op, ports=TOOL_PORTS)
         return self._lower_ai(node, ctx, server_id, tool_name, mode)
 
+    # long: an AI mode's LLM op and the tool call it feeds, built in order
     def _lower_ai(
         self, node: Node, ctx: LoweringContext, server_id: str, tool_name: str | None, mode: str
     ) -> NodeLowering:
@@ -356,16 +341,9 @@ class VariableStoreLowerer:
         return [SEQUENTIAL_PORT]
 
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
-        operation = get_str(ctx, node, "operation", required=True) or "set"
-        if operation not in self.operations:
-            ctx.error(
-                node,
-                "invalid-field",
-                f"data.operation must be one of {', '.join(self.operations)}",
-                "data",
-                "operation",
-            )
-            operation = "set"
+        operation = get_choice(
+            ctx, node, "operation", self.operations, default="set", required=True
+        )
         name = get_str(ctx, node, "name", required=True) or ""
         if name and not VARIABLE_NAME.match(name):
             ctx.error(

@@ -15,7 +15,7 @@ from lattice.errors import did_you_mean
 from lattice.ir.models import FAILED_PORT, AgentOp, LLMWriteOp, TransformOp
 from lattice.ir.templates import path_text
 from lattice.lower.agent_nodes import AgentAsk, agent_ask
-from lattice.lower.fields import get_dict, get_list, get_number, get_schema, get_str
+from lattice.lower.fields import get_choice, get_dict, get_list, get_number, get_schema, get_str
 from lattice.lower.registry import LoweringContext, NodeLowering
 from lattice.prompts.builtin import TEMPLATES
 
@@ -33,16 +33,7 @@ LLM_PORTS = [SEQUENTIAL_PORT, FAILED_PORT]
 
 def model_class_of(ctx: LoweringContext, node: Node) -> tuple[str, str | None]:
     """(model class, concrete model or None) from ``modelClass`` and/or ``model``."""
-    model_class = get_str(ctx, node, "modelClass")
-    if model_class is not None and model_class not in MODEL_CLASSES:
-        ctx.error(
-            node,
-            "invalid-field",
-            f"data.modelClass must be one of {', '.join(MODEL_CLASSES)}",
-            "data",
-            "modelClass",
-        )
-        model_class = None
+    model_class = get_choice(ctx, node, "modelClass", MODEL_CLASSES, default=None)
     model = get_str(ctx, node, "model")
     inherited = ctx.document_model_class
     if model is not None and model.lower() in CLAUDE_MODEL_CLASSES:

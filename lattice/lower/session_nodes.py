@@ -68,6 +68,7 @@ class BranchSessionLowerer:
     def ports(self, node: Node) -> list[str]:
         return [SEQUENTIAL_PORT]
 
+    # long: the session's ops built in the order they run: open, ask, end, agent turn, summary
     def lower(self, node: Node, ctx: LoweringContext) -> NodeLowering:
         label = get_str(ctx, node, "label") or node.title or node.id
         work = get_str(ctx, node, "workDescription") or ""

@@ -141,6 +141,7 @@ def _target_path(project: Path, raw: str) -> str:
 # -- gathering inputs -------------------------------------------------------------------
 
 
+# long: each kind of input a pass declares, checked in turn so that every problem is reported at once
 def gather_inputs(  # noqa: C901
     spec: PassSpec, project: Path, subject: str | None = None, store: ArtifactStore | None = None
 ) -> PassInputs:

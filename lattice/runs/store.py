@@ -79,7 +79,7 @@ class RunFolderExists(LatticeUserError):
 
 SyncMode = Literal["fsync", "os"]
 """What ``[runs] durability`` and ``RunStore(durability=…)`` take (the interface a run
-journals through is ``lattice.runtime.durability.Durability``). ``fsync``: a run's
+journals through is ``lattice.runtime.durability.Persistence``). ``fsync``: a run's
 journal reaches the disk after every op that reaches outside the run (a power cut loses
 at most the op in flight and the ops that only computed since, which a resume redoes);
 ``os``: lines reach the operating system at once (a killed process loses nothing it

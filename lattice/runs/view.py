@@ -197,6 +197,7 @@ def started_by_text(meta: dict[str, Any]) -> str | None:
     return str(via)
 
 
+# long: the run's report, printed top to bottom
 def show_run(folder: Path) -> str:
     """Ops in order with ports (branch choices), durations and model calls, then the outcome."""
     if not (folder / "events.jsonl").is_file():

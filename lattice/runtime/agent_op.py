@@ -11,12 +11,15 @@ files it changed; each change's diff is also written to the run folder
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lattice.agents.gate import CallGate
 from lattice.agents.loop import AgentBounds, AgentLoop, QuestionPending, ToolBox, ToolJournal
+from lattice.agents.records import AgentTranscript
 from lattice.ir.models import AgentOp
 from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
 from lattice.runs.oplog import OpExtras
@@ -83,70 +86,76 @@ class AgentExecutor(LLMWriteExecutor):
 
     async def run(self, ctx: RunContext) -> Outcome:
         op = self.op
-        toolsets = self._open_toolsets(ctx)
-        if ASK_TOOL in self.decision.granted:
-            answers = take_step_answers(ctx.answers, op.source_node)
-            toolsets.append(AskToolset(op, answers, ctx.ask_human, ctx.emit))
-        try:
-            gate = self._gate(ctx)
-            offered = self.decision.granted
-            if gate is not None:
-                offered = tuple(tool for tool in offered if gate.offers(tool))
-            box = await ToolBox.open(toolsets, offered)
-            journal = ctx.llm.provider if isinstance(ctx.llm.provider, ToolJournal) else None
-            loop = AgentLoop(
-                ctx.llm.provider,
-                ctx.llm,
-                box,
-                self.bounds,
-                journal=journal,
-                patch_only=self.agents.grant.patch_only,
-                mask=ctx.redact,
-                gate=gate,
-            )
-            ctx.emit("agent_started", {"tools": list(box.names), "refused": self._refused()})
-            if box.missing:
-                ctx.emit(
-                    "agent_tool_missing",
-                    {"node": op.source_node, "tools": list(box.missing)},
-                )
-            messages = self.render(ctx)
-            try:
-                value, attempts = await self.call(
-                    ctx, self.engine, messages, replace(ctx.llm, provider=loop)
-                )
-            except QuestionPending as asked:
-                raise HaltRun(
-                    "waiting_for_answer",
-                    waiting_summary(asked.question, asked.options),
-                    {
-                        "question": asked.question,
-                        "options": asked.options,
-                        "multiSelect": asked.multi_select,
-                        "tool": ASK_TOOL,
-                    },
-                    f"lattice resume RUN_DIR --answer {op.source_node}=<"
-                    + ("option label or index" if asked.options else "text")
-                    + ">",
-                    keeps_journal=True,
-                ) from None
-            except ApprovalsPending as waiting:
-                raise approval_halt(waiting.requests) from None
-            finally:
-                transcript = loop.transcript
-                ctx.emit(
-                    "agent_finished",
-                    {"turns": len(transcript.turns), "tool_calls": transcript.tool_calls},
-                )
-        finally:
-            for toolset in toolsets:
-                await toolset.aclose()
+        async with AsyncExitStack() as opened:  # closes every toolset opened, however it ends
+            toolsets: list[Toolset] = []
+            for toolset in self._open_toolsets(ctx):
+                opened.push_async_callback(toolset.aclose)
+                toolsets.append(toolset)
+            if ASK_TOOL in self.decision.granted:
+                answers = take_step_answers(ctx.answers, op.source_node)
+                toolsets.append(AskToolset(op, answers, ctx.ask_human, ctx.emit))
+            value, attempts, transcript = await self._visit(ctx, toolsets)
         changes = transcript.changes()
         ctx.write_result(op.writes, value)
         record: OpExtras = {"attempts": attempts, "transcript": transcript.to_json()}
         if changes:
             record["changes"] = self._save_changes(ctx, changes)
         return Outcome(output=value, record=record)
+
+    async def _visit(
+        self, ctx: RunContext, toolsets: list[Toolset]
+    ) -> tuple[Any, list[dict[str, Any]], AgentTranscript]:
+        """The contract call through the agent loop over ``toolsets``: the artifact, the
+        attempts and the transcript; a question or calls waiting for a person halt the run."""
+        op = self.op
+        gate = self._gate(ctx)
+        offered = self.decision.granted
+        if gate is not None:
+            offered = tuple(tool for tool in offered if gate.offers(tool))
+        box = await ToolBox.open(toolsets, offered)
+        journal = ctx.llm.provider if isinstance(ctx.llm.provider, ToolJournal) else None
+        loop = AgentLoop(
+            ctx.llm.provider,
+            ctx.llm,
+            box,
+            self.bounds,
+            journal=journal,
+            patch_only=self.agents.grant.patch_only,
+            mask=ctx.redact,
+            gate=gate,
+        )
+        ctx.emit("agent_started", {"tools": list(box.names), "refused": self._refused()})
+        if box.missing:
+            ctx.emit("agent_tool_missing", {"node": op.source_node, "tools": list(box.missing)})
+        messages = self.render(ctx)
+        try:
+            value, attempts = await self.call(
+                ctx, self.engine, messages, replace(ctx.llm, provider=loop)
+            )
+        except QuestionPending as asked:
+            raise HaltRun(
+                "waiting_for_answer",
+                waiting_summary(asked.question, asked.options),
+                {
+                    "question": asked.question,
+                    "options": asked.options,
+                    "multiSelect": asked.multi_select,
+                    "tool": ASK_TOOL,
+                },
+                f"lattice resume RUN_DIR --answer {op.source_node}=<"
+                + ("option label or index" if asked.options else "text")
+                + ">",
+                keeps_journal=True,
+            ) from None
+        except ApprovalsPending as waiting:
+            raise approval_halt(waiting.requests) from None
+        finally:
+            transcript = loop.transcript
+            ctx.emit(
+                "agent_finished",
+                {"turns": len(transcript.turns), "tool_calls": transcript.tool_calls},
+            )
+        return value, attempts, transcript
 
     def _gate(self, ctx: RunContext) -> CallGate | None:
         """The gate of this visit's calls (None: no permissions, every offered call runs)."""
@@ -163,12 +172,13 @@ class AgentExecutor(LLMWriteExecutor):
             no_wait=self.agents.no_wait,
         )
 
-    def _open_toolsets(self, ctx: RunContext) -> list[Toolset]:
+    def _open_toolsets(self, ctx: RunContext) -> Iterable[Toolset]:
+        """The visit's toolsets, each opened as it is taken (``ToolsetFactory``)."""
         granted = tuple(name for name in self.decision.granted if name != ASK_TOOL)
         if not granted:
-            return []
+            return ()
         if self.agents.toolsets is not None:
-            return list(self.agents.toolsets(self.agents.grant, granted))
+            return self.agents.toolsets(self.agents.grant, granted)
         from lattice.workspace.toolset import workspace_toolsets  # httpx: only when agents run
 
         mcp = ctx.tools if any(name.startswith("mcp__") for name in granted) else None

@@ -1,6 +1,6 @@
 """What makes a run durable, as the walk sees it: one interface, several engines.
 
-The walk (``lattice.runtime.walk``) calls a ``Durability`` at op boundaries: it journals
+The walk (``lattice.runtime.walk``) calls a ``Persistence`` at op boundaries: it journals
 each op's line (the state changes it made, where the walk goes next), commits the
 journal before the next op starts, writes the op's record, and wraps the run's provider
 so that a model or tool call whose answer was recorded is looked up instead of being
@@ -14,6 +14,9 @@ made again. It never learns where any of that goes.
   replayed workflow is given each op's recorded result instead of running it again.
 
 ``EPHEMERAL`` keeps nothing (a run without a folder).
+
+The interface is ``Persistence``, named apart from the run folder's ``durability`` setting
+(``[runs] durability``, ``RunStore(durability=...)``: which files a folder forces to disk).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from lattice.llm.base import LLMProvider
 from lattice.runs.oplog import OpRecord
 
 
-class Durability(Protocol):
+class Persistence(Protocol):
     """Where a run's progress is made durable (see the module docstring)."""
 
     journals: bool

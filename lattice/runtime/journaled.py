@@ -7,7 +7,7 @@ tool calls are journaled before they run and their results as they come back, th
 decisions on them (a rule's, a person's) before anything acts on them, and a resumed
 run's op in flight finds them here.
 
-``FolderJournal`` is the run folder as the walk's ``Durability``
+``FolderJournal`` is the run folder as the walk's ``Persistence``
 (``lattice.runtime.durability``): the journal and op records go to the folder's
 recorder, and each track's provider is a ``JournaledProvider``."""
 
@@ -32,7 +32,7 @@ from lattice.runtime.context import Interrupted
 
 
 class FolderJournal:
-    """The run folder as the walk's durability: ``recorder``'s journal, commit and op
+    """The run folder as the walk's persistence: ``recorder``'s journal, commit and op
     records (a run without a folder has ``EPHEMERAL`` instead)."""
 
     journals = True

@@ -20,7 +20,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from lattice.contracts.usage import Usage
 from lattice.contracts.violations import message_of
@@ -57,12 +57,13 @@ from lattice.runs.store import (
 )
 from lattice.runtime.answers import normalize_answer
 from lattice.runtime.context import AskHuman, EventListener, Interrupted, RunContext
-from lattice.runtime.durability import EPHEMERAL, Durability
+from lattice.runtime.durability import EPHEMERAL, Persistence
 from lattice.runtime.events import utc_now
 from lattice.runtime.executors import build_executor
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
 from lattice.runtime.journaled import FolderJournal
+from lattice.runtime.op_record import record_changes
 from lattice.runtime.results import RunResult
 from lattice.runtime.resume import (
     Position,
@@ -109,6 +110,20 @@ class RunLimits:
     max_visits: int = 1_000
 
 
+class ResumeOptions(TypedDict, total=False):
+    """What ``Runner.reopen`` (and ``resume``, ``aresume``) take besides the folder; each is
+    the Runner's own argument, and what is not given is the folder's or the default."""
+
+    answers: Mapping[str, Any] | None
+    provider: LLMProvider | None
+    ask_human: AskHuman | None
+    limits: RunLimits | None
+    settings: RuntimeSettings | None
+    accept_changed: bool
+    store: RunStore | None
+
+
+# long: the run's lifecycle (start, resume, walk, finish) over one Runner's fields; the walk, the state and the executors are modules of their own
 class Runner:
     """Runs one ExecIR. Build once, run many times (concurrently too).
 
@@ -326,10 +341,7 @@ class Runner:
         folder = ctx.recorder.run_dir
         if folder is None or not self._has_agents:
             return list(ctx.changes)
-        changes: list[dict[str, Any]] = []
-        for record in read_op_records(folder):
-            changes += [{"op": record.get("op_id"), **c} for c in record.get("changes") or ()]
-        return changes
+        return record_changes(read_op_records(folder))
 
     def _started(self, ctx: RunContext, folder: Path) -> dict[str, Any]:
         """The checkpoint of a run that has just started."""
@@ -379,34 +391,46 @@ class Runner:
             raise InvalidInputs("invalid inputs:\n  " + "\n  ".join(lines))
 
     @classmethod
+    def reopen(cls, run_dir: Path | str, **options: Unpack[ResumeOptions]) -> ReopenedRun:
+        """Read a run folder back and build the Runner that continues it, without running
+        it yet: the one way into a resume (``resume`` and ``aresume`` are shorthands).
+        Subscribe to ``reopened.runner`` or keep it (to ``request_stop`` the run), then
+        ``await reopened.arun()``; a reopened run that is not run must be ``release``d.
+
+        A halted, failed or interrupted run (a killed one too) goes on: completed ops are
+        not executed again, and model answers the folder recorded are not asked again.
+        ``answers`` given here answer the next visit of their question only. A folder
+        whose ``workflow.json`` or ``execir.json`` changed since the run started is
+        refused unless ``accept_changed`` (then the document is lowered again, and every
+        op the run completed must keep its id). ``store`` sets the durability of the
+        writes (the folder itself stays where it is).
+        """
+        folder = Path(run_dir)
+        if not folder.is_dir():
+            raise LatticeUserError(f"{folder} is not a resumable run folder (no such folder)")
+        # Owned before anything is read: what a resume reads is what no one else writes.
+        ownership = claim(folder)
+        try:
+            return cls._reopen_owned(folder, ownership, options)
+        except BaseException:
+            ownership.release()
+            raise
+
+    @classmethod
     def resume(
         cls,
         run_dir: Path | str,
         *,
-        answers: Mapping[str, Any] | None = None,
-        provider: LLMProvider | None = None,
-        ask_human: AskHuman | None = None,
-        limits: RunLimits | None = None,
         on_event: EventListener | None = None,
-        settings: RuntimeSettings | None = None,
-        accept_changed: bool = False,
-        store: RunStore | None = None,
+        **options: Unpack[ResumeOptions],
     ) -> RunResult:
-        """Continue a run that did not complete, from its folder (synchronous ``aresume``)."""
+        """Synchronous ``aresume``: continue a run that did not complete, from its folder,
+        to its end (or its next halt or failure); the provider's clients bound to this
+        thread's loop are closed after the run."""
+        provider = options.get("provider")
         return run_sync(
             lambda: _closing_loop_clients(
-                provider,
-                cls.aresume(
-                    run_dir,
-                    answers=answers,
-                    provider=provider,
-                    ask_human=ask_human,
-                    limits=limits,
-                    on_event=on_event,
-                    settings=settings,
-                    accept_changed=accept_changed,
-                    store=store,
-                ),
+                provider, cls.aresume(run_dir, on_event=on_event, **options)
             ),
             what="await Runner.aresume(...)",
         )
@@ -416,88 +440,16 @@ class Runner:
         cls,
         run_dir: Path | str,
         *,
-        answers: Mapping[str, Any] | None = None,
-        provider: LLMProvider | None = None,
-        ask_human: AskHuman | None = None,
-        limits: RunLimits | None = None,
         on_event: EventListener | None = None,
-        settings: RuntimeSettings | None = None,
-        accept_changed: bool = False,
-        store: RunStore | None = None,
+        **options: Unpack[ResumeOptions],
     ) -> RunResult:
-        """Continue a halted, failed or interrupted run (a killed one too). Completed ops
-        are not executed again, and model answers the folder recorded are not asked again.
-
-        ``answers`` given here answer the next visit of their question only. A folder whose
-        ``workflow.json`` or ``execir.json`` changed since the run started is refused unless
-        ``accept_changed`` (then the document is lowered again, and every op the run
-        completed must keep its id). ``store`` sets the durability of the writes (the
-        folder itself stays where it is).
-        """
-        reopened = cls.reopen(
-            run_dir,
-            answers=answers,
-            provider=provider,
-            ask_human=ask_human,
-            limits=limits,
-            settings=settings,
-            accept_changed=accept_changed,
-            store=store,
-        )
-        if on_event is not None:
-            reopened.runner.subscribe(on_event)
-        return await reopened.arun()
-
-    @classmethod
-    def reopen(
-        cls,
-        run_dir: Path | str,
-        *,
-        answers: Mapping[str, Any] | None = None,
-        provider: LLMProvider | None = None,
-        ask_human: AskHuman | None = None,
-        limits: RunLimits | None = None,
-        settings: RuntimeSettings | None = None,
-        accept_changed: bool = False,
-        store: RunStore | None = None,
-    ) -> ReopenedRun:
-        """Read a run folder back and build the Runner that continues it, without running
-        it yet: subscribe to it or keep it (to ``request_stop`` the run), then
-        ``await reopened.arun()``. The arguments are ``aresume``'s."""
-        folder = Path(run_dir)
-        if not folder.is_dir():
-            raise LatticeUserError(f"{folder} is not a resumable run folder (no such folder)")
-        # Owned before anything is read: what a resume reads is what no one else writes.
-        ownership = claim(folder)
-        try:
-            return cls._reopen_owned(
-                folder,
-                ownership,
-                answers=answers,
-                provider=provider,
-                ask_human=ask_human,
-                limits=limits,
-                settings=settings,
-                accept_changed=accept_changed,
-                store=store,
-            )
-        except BaseException:
-            ownership.release()
-            raise
+        """``await Runner.reopen(run_dir, ...).arun(on_event=on_event)``: continue a run that
+        did not complete, from its folder (see ``reopen``)."""
+        return await cls.reopen(run_dir, **options).arun(on_event=on_event)
 
     @classmethod
     def _reopen_owned(
-        cls,
-        folder: Path,
-        ownership: Ownership,
-        *,
-        answers: Mapping[str, Any] | None,
-        provider: LLMProvider | None,
-        ask_human: AskHuman | None,
-        limits: RunLimits | None,
-        settings: RuntimeSettings | None,
-        accept_changed: bool,
-        store: RunStore | None,
+        cls, folder: Path, ownership: Ownership, options: ResumeOptions
     ) -> ReopenedRun:
         """``reopen``, once this process owns ``folder``."""
         restore_journaled_files(folder)
@@ -506,6 +458,7 @@ class Runner:
             raise LatticeUserError(f"run {folder.name} already completed; nothing to resume")
         refuse_unresumable(folder, checkpoint)
         journal = read_journal(folder)
+        accept_changed = options.get("accept_changed", False)
         ir = resumable_ir(folder, checkpoint, journal, accept_changed=accept_changed)
         committed_state: Any = None
         if journal is None:
@@ -521,16 +474,18 @@ class Runner:
                 # the ops to run again start afresh: none of their answers replay
                 committed_state = journal.committed_provider_state or {}
         multi = {op.source_node for op in ir.ops.values() if op.kind == "ASK" and op.multi_select}
-        once = {k: v if k in multi or k == APPROVALS else [v] for k, v in (answers or {}).items()}
+        answers = options.get("answers") or {}
+        once = {k: v if k in multi or k == APPROVALS else [v] for k, v in answers.items()}
+        store = options.get("store")
         runner = cls(
             ir,
-            provider=provider,
+            provider=options.get("provider"),
             store=store if store is not None else RunStore(folder.parent),
-            limits=limits or RunLimits(**checkpoint.get("limits", {})),
+            limits=options.get("limits") or RunLimits(**checkpoint.get("limits", {})),
             answers={**base_answers, **once},
-            ask_human=ask_human,
+            ask_human=options.get("ask_human"),
             meta=checkpoint.get("meta"),
-            settings=settings,
+            settings=options.get("settings"),
         )
         if provider_state is not None:
             # a mock whose script was edited since goes back to committed_state
@@ -636,11 +591,11 @@ class Runner:
     ) -> RunContext:
         for listener in self._state_listeners:
             state.subscribe(listener)
-        durability: Durability = EPHEMERAL
+        persistence: Persistence = EPHEMERAL
         if recorder.run_dir is not None:
-            durability = FolderJournal(recorder)
+            persistence = FolderJournal(recorder)
             state.changes = []
-        provider = durability.provider(self.provider, recorded_answers or ())
+        provider = persistence.provider(self.provider, recorded_answers or ())
         state.limit(self.settings.state_limits)
         ctx = RunContext(
             run_id=run_id,
@@ -656,8 +611,8 @@ class Runner:
             redact=redact,
             secret_names=self._secret_names,
         )
-        ctx.walk = WalkState(base_provider=self.provider, durability=durability)
-        ctx.llm.records = durability.keeps_records  # op records hold a call's attempts
+        ctx.walk = WalkState(base_provider=self.provider, persistence=persistence)
+        ctx.llm.records = persistence.keeps_records  # op records hold a call's attempts
         return ctx
 
     def _tool_sessions(self, run_dir: Path | None, redact: Redactor | None) -> ToolSessions:
@@ -702,29 +657,18 @@ class Runner:
                 ctx.detach()
 
     def _finish(self, ctx: RunContext, end: WalkEnd) -> RunResult:
-        status, output, failure, next_op = end.status, end.output, end.failure, end.next_op
+        failure = end.failure
         counters = ctx.walk.counters
-        visits = counters.visits
-        undo_visit = end.undo_visit
-        steps = counters.steps - (1 if undo_visit is not None else 0)
-        if undo_visit is not None and visits.get(undo_visit):
-            visits[undo_visit] -= 1  # the op will run again on resume
         ctx.usage.estimate_cost(self.settings.prices)
         recorder = ctx.recorder
         # The store is not used after the run, so the result may own its dicts.
         snapshot = ctx.state.snapshot() if recorder.run_dir is not None else ctx.state.as_dict()
-        result = RunResult(
-            status=status,
-            output=output,
+        result = end.result(
+            ctx,
             state=snapshot,
-            run_id=ctx.run_id,
             run_dir=recorder.run_dir,
-            usage=ctx.usage,
-            failure=failure,
-            events=ctx.events,
             changes=self._changes(ctx),
-            without_tools=self._without_tools(visits) if status != "failed" else [],
-            dead_end=ctx.walk.dead_end if status == "completed" else None,
+            without_tools=self._without_tools,
         )
         if recorder.run_dir is None:
             return result
@@ -746,10 +690,10 @@ class Runner:
             "checkpoint.json",
             {
                 **ctx.checkpoint,
-                "status": status,
-                "next_op": next_op,
-                "steps": steps,
-                "visits": visits,
+                "status": end.status,
+                "next_op": end.next_op,
+                "steps": counters.steps,
+                "visits": counters.visits,
                 "op_seq": end.op_seq,
                 "seq": ctx.seq,
                 "last_result": ctx.last_result,
@@ -772,8 +716,11 @@ class ReopenedRun:
     _go: Callable[[], Awaitable[RunResult]]
     ownership: Ownership
 
-    async def arun(self) -> RunResult:
-        """Continue the run to its end (or its next halt or failure)."""
+    async def arun(self, *, on_event: EventListener | None = None) -> RunResult:
+        """Continue the run to its end (or its next halt or failure); ``on_event`` is
+        subscribed to the runner first."""
+        if on_event is not None:
+            self.runner.subscribe(on_event)
         return await self._go()
 
     def release(self) -> None:

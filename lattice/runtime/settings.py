@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -28,8 +28,10 @@ if TYPE_CHECKING:  # settings_from_config takes a config; the runtime itself nee
     from lattice.permissions.approvals import Approver
 
 
-ToolsetFactory = Callable[[WorkspaceGrant, tuple[str, ...]], list[Toolset]]
-"""Opens the toolsets that serve the granted tools of one agent op's visit."""
+ToolsetFactory = Callable[[WorkspaceGrant, tuple[str, ...]], Iterable[Toolset]]
+"""Opens the toolsets that serve the granted tools of one agent op's visit. The visit
+takes charge of each toolset as the iterable gives it: a generator that fails to open
+one has those it gave before closed."""
 
 
 @dataclass(frozen=True)

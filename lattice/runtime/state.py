@@ -95,6 +95,7 @@ def _value_at(target: Any, key: Any) -> Any:
     return _ABSENT
 
 
+# long: the one owner of a run's state: reads, writes, paths, snapshots and listeners, on the hot path of every op
 class StateStore:
     """Holds ``$in``, ``$vars``, ``$tmp`` and ``$ctx``; notifies subscribers of writes."""
 

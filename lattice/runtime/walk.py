@@ -4,7 +4,7 @@ A *track* is one line of execution: the run's main walk, or one branch of a FORK
 item of a FOR_EACH). ``Walker.run_track`` executes a track's ops until it ends (END, an
 op with no way on) or arrives at the JOIN its branch stops at. Each op is recorded,
 committed with the state changes it made, and only then is the next op started: where
-records and commits go is the run's ``Durability`` (``lattice.runtime.durability``: the
+records and commits go is the run's ``Persistence`` (``lattice.runtime.durability``: the
 run folder's journal, or a durable engine's history), which the walk does not know.
 Two lines wait for a later commit: the entry op's (it does nothing; the first op's
 commit carries it) and the line of a track's last op (the join's commit, or the run's
@@ -153,6 +153,7 @@ class Walker:
 
     # -- one track -------------------------------------------------------------------
 
+    # long: the hot loop inlines what every op does (counting, events, routing, its record): a call per op costs every run
     async def run_track(self, track: Track) -> TrackEnd:  # noqa: C901
         """Walk ``track`` from its current op until it ends (or arrives at ``stop_at``):
         each op is entered, executed, routed and committed in turn.
@@ -163,9 +164,9 @@ class Walker:
         root = ctx.root
         counters: Counters = root.walk.counters
         visits = counters.visits
-        durability = root.walk.durability
-        journaled = durability.journals
-        keeps_records = durability.keeps_records
+        persistence = root.walk.persistence
+        journaled = persistence.journals
+        keeps_records = persistence.keeps_records
         in_branch = ctx.branch is not None
         state = ctx.state
         clock = self.clock
@@ -207,8 +208,22 @@ class Walker:
             duration_ms = round((clock() - started) * 1000, 3)
             port = outcome.port
             ctx.emit2("op_finished", "duration_ms", duration_ms, "port", port)
-            if keeps_records:
-                self._write_record(ctx, track, current, duration_ms, outcome)
+            if keeps_records:  # op_record inline: one call less per op of a run with a folder
+                label = track.label
+                persistence.write_op(
+                    label,
+                    current,
+                    op_record(
+                        step.op,
+                        label,
+                        ctx.branch,
+                        duration_ms,
+                        read_inputs(state, self.reads[current]),
+                        port,
+                        outcome.output,
+                        outcome.record,
+                    ),
+                )
             if step.is_end or port == ENDED:
                 nxt, output = None, outcome.output
             else:
@@ -218,7 +233,7 @@ class Walker:
             if journaled:
                 self._journal(track, step, outcome, nxt, counters, calls_before, output)
                 if nxt is not None and not step.recomputable:
-                    await durability.commit(here=root.walk.commit_here and not in_branch)
+                    await persistence.commit(here=root.walk.commit_here and not in_branch)
             elif state.changes:
                 self._keep_changes(track)
             del outcome  # not held while the next op waits (its record may be large)
@@ -261,7 +276,7 @@ class Walker:
             # The main walk journals its own halted op (Runner); a branch's gets its line
             # here, or the answers it had would count as still to be replayed, though the
             # resumed op asks again (with the answer given).
-            ctx.root.walk.durability.journal(stopped_line(ctx, track.op_seq, current))
+            ctx.root.walk.persistence.journal(stopped_line(ctx, track.op_seq, current))
 
     def _failed(
         self,
@@ -285,7 +300,7 @@ class Walker:
             # branches keep their ids.
             if journaled and not isinstance(exc, Interrupted):
                 seq = track.op_seq - 1 if step.control else track.op_seq
-                ctx.root.walk.durability.journal(stopped_line(ctx, seq, current))
+                ctx.root.walk.persistence.journal(stopped_line(ctx, seq, current))
             raise exc from (None if exc is raised else raised)
         # Masked: the report goes into state, where a later node may send it on.
         report = redact_value(run_failure(ctx, exc, phase="op").to_json(), ctx.redact)
@@ -322,7 +337,7 @@ class Walker:
         ctx = track.ctx
         if ctx.branch is not None and ctx.state.changes:
             self._keep_for_join(track)
-        ctx.root.walk.durability.journal(
+        ctx.root.walk.persistence.journal(
             _commit_line(ctx, step, track.op_seq, outcome, nxt, counters, calls_before, output)
         )
 
@@ -437,7 +452,7 @@ class Walker:
         state = ctx.state.fork()
         base = root.walk.base_provider
         assert base is not None  # set by the Runner before the walk
-        provider = root.walk.durability.provider(
+        provider = root.walk.persistence.provider(
             base, resume.answers if resume else (), branch=branch_id
         )
         child = ctx.branch_context(state, branch_id, replace(root.llm, provider=provider))
@@ -526,7 +541,7 @@ class Walker:
         ``failed`` route (an op that finished is recorded in ``run_track``)."""
         duration_ms = round((self.clock() - started) * 1000, 3)
         ctx.emit("op_finished", {"duration_ms": duration_ms, "error_type": error.error_type})
-        if ctx.root.walk.durability.keeps_records:
+        if ctx.root.walk.persistence.keeps_records:
             self._write_record(ctx, track, op_id, duration_ms, None, error=error)
 
     def _write_record(
@@ -539,7 +554,7 @@ class Walker:
         *,
         error: LatticeRunError | None = None,
     ) -> None:
-        """Hand the op's record (``op_record``) to the run's durability (which keeps records)."""
+        """Hand the op's record (``op_record``) to the run's persistence (which keeps records)."""
         label = track.label
         record = op_record(
             self.ir.ops[op_id],
@@ -552,7 +567,7 @@ class Walker:
             None if outcome is None else outcome.record,
             error,
         )
-        ctx.root.walk.durability.write_op(label, op_id, record)
+        ctx.root.walk.persistence.write_op(label, op_id, record)
 
 
 def run_failure(ctx: RunContext, exc: LatticeRunError, *, phase: str) -> FailureReport:

@@ -1,7 +1,7 @@
 """What the walk keeps for a whole run beside the run's context: its counters, the
 provider its branches wrap, the journal's branches a resume goes on with, the bound on
 ops that run at once, where the main walk forces its journal to disk, and where the
-run is made durable (its ``Durability``).
+run is made durable (its ``Persistence``).
 
 One ``WalkState`` per run, on the main context (``RunContext.walk``); the walk
 (``lattice.runtime.walk``) reads and sets it, the Runner makes it.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lattice.llm.base import LLMProvider
-from lattice.runtime.durability import EPHEMERAL, Durability
+from lattice.runtime.durability import EPHEMERAL, Persistence
 
 
 @dataclass
@@ -48,7 +48,7 @@ class WalkState:
     limiter: asyncio.Semaphore | None = None
     """Bounds the ops that branches run at once (``[runtime] max_parallel``); made by the
     first branch (most runs have none)."""
-    durability: Durability = EPHEMERAL
+    persistence: Persistence = EPHEMERAL
     """Where the walk journals and commits ops, keeps op records and looks up recorded
     calls: the run folder (``FolderJournal``) or a durable engine's history."""
     dead_end: str | None = None

@@ -325,6 +325,7 @@ def _bounds(items: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 # -- graphs -------------------------------------------------------------------------------
 
 
+# long: the canvas in one pass: nodes, edges, layout, ops per node, groups, in the order the panel draws them
 def document_graph(document: Any, ir: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The canvas of a workflow document (with ``ir``, its ExecIR as a dict: the ops on it)."""
     flow = _unwrap(document)

@@ -190,6 +190,7 @@ def _side_file(library: WorkflowLibrary, name: str, suffix: str) -> str | None:
     return side
 
 
+# long: the panel's routes, each a short closure over the app and the reader
 def add_panel_routes(
     app: FastAPI,
     *,

@@ -271,14 +271,12 @@ class PreparedResume:
                 store=self.store,
             )
             try:
-                if on_event is not None:
-                    reopened.runner.subscribe(on_event)
                 if on_runner is not None:
                     on_runner(reopened.runner)
             except BaseException:
                 reopened.release()
                 raise
-            return await reopened.arun()
+            return await reopened.arun(on_event=on_event)
         finally:
             await close_loop_clients(self.provider)
 

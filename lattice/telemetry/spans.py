@@ -144,6 +144,7 @@ def _error(span: Span, error_type: str, description: str | None = None) -> None:
     span.set_status(Status(StatusCode.ERROR, description or error_type))
 
 
+# long: one handler per event kind that opens or closes a span, over the spans it keeps open
 class TraceListener:
     """Turns the events of runs into spans (``Runner.subscribe(TraceListener(...))``;
     a Runner whose settings have ``telemetry`` subscribes one itself).

@@ -385,6 +385,7 @@ class HttpExecutor:
                 retries += 1
                 await self.sleep(delay)
 
+    # long: one request through the guard, the size limit and the decoding, in the order they happen
     async def _send(
         self, pool: HttpClientPool, request: dict[str, Any], timeout: float, where: str
     ) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -390,17 +390,11 @@ def workspace_toolsets(
     http_client: Callable[[], httpx.AsyncClient] | None = None,
     mcp: ToolSessions | None = None,
     read_only_shell: bool = False,
-) -> list[Toolset]:
+) -> Iterator[Toolset]:
     """The toolsets for an agent node whose granted tool names are ``tools``
-    (``read_only_shell``: its Bash cannot change the workspace)."""
-    built_in = [name for name in tools if name in CLAUDE_CODE_TOOLS]
-    toolsets: list[Toolset] = []
-    if built_in:
-        toolsets.append(
-            WorkspaceToolset(
-                grant, built_in, http_client=http_client, read_only_shell=read_only_shell
-            )
-        )
+    (``read_only_shell``: its Bash cannot change the workspace), opened one at a time:
+    a caller that takes charge of each as it comes closes those already opened when a
+    later one fails to open."""
     servers: dict[str, list[str]] = {}
     for name in tools:
         parts = parse_mcp_name(name)
@@ -408,7 +402,11 @@ def workspace_toolsets(
             servers.setdefault(parts[0], []).append(name)
     if servers and mcp is None:
         raise ValueError("MCP tools were granted but no MCP sessions were given")
+    built_in = [name for name in tools if name in CLAUDE_CODE_TOOLS]
+    if built_in:
+        yield WorkspaceToolset(
+            grant, built_in, http_client=http_client, read_only_shell=read_only_shell
+        )
     for server, names in servers.items():
         assert mcp is not None
-        toolsets.append(McpToolset(mcp, server, names, grant.mcp_tools(server)))
-    return toolsets
+        yield McpToolset(mcp, server, names, grant.mcp_tools(server))

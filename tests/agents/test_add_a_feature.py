@@ -18,7 +18,7 @@ import pytest
 from lattice.cli import main
 from lattice.workspace import sandbox_problem
 from tests.agents.test_fix_a_bug import project_tests
-from tests.builders import op_record
+from tests.builders import example_args, op_record
 from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.skipif(
@@ -37,23 +37,7 @@ def start(tmp_path: Path, *extra: str) -> tuple[int, Path, Path]:
     project = tmp_path / "project"
     shutil.copytree(EXAMPLES / f"{NAME}-project", project)
     runs = tmp_path / "runs"
-    code = main(
-        [
-            "run",
-            str(EXAMPLES / f"{NAME}.json"),
-            "--mock",
-            str(EXAMPLES / f"{NAME}.mock.json"),
-            "--inputs",
-            str(EXAMPLES / f"{NAME}.inputs.json"),
-            "--workspace",
-            str(project),
-            "--allow",
-            "read,write,shell",
-            "--runs-dir",
-            str(runs),
-            *extra,
-        ]
-    )
+    code = main([*example_args(NAME, project, runs), *extra])
     return code, project, runs
 
 

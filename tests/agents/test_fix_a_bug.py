@@ -14,7 +14,7 @@ import pytest
 from lattice.cli.main import main
 from lattice.runs.view import show_run
 from lattice.workspace import sandbox_problem
-from tests.builders import op_record
+from tests.builders import example_args, op_record
 from tests.conftest import REPO
 
 EXAMPLES = REPO / "workflows" / "examples"
@@ -39,22 +39,7 @@ def test_the_agents_fix_the_bug_and_the_tests_pass(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES / "fix-a-bug-project", project)
     assert project_tests(project).returncode != 0, "the copied project's test fails first"
     runs = tmp_path / "runs"
-    code = main(
-        [
-            "run",
-            str(EXAMPLES / "fix-a-bug.json"),
-            "--mock",
-            str(EXAMPLES / "fix-a-bug.mock.json"),
-            "--inputs",
-            str(EXAMPLES / "fix-a-bug.inputs.json"),
-            "--workspace",
-            str(project),
-            "--allow",
-            "read,write,shell",
-            "--runs-dir",
-            str(runs),
-        ]
-    )
+    code = main(example_args("fix-a-bug", project, runs))
     assert code == 0
     after = project_tests(project)
     assert after.returncode == 0, after.stderr

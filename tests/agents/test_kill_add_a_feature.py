@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,18 +19,19 @@ from typing import Any
 
 import pytest
 
-from lattice.llm.fake_server import ToolTurn, serve
+from lattice.llm.fake_server import ToolTurn
 from lattice.workspace import sandbox_problem
-from tests.agents.test_kill import kill_at_random, redone, resume_until_done
+from tests.agents.killing import killed_run, redone, reference_run, scripted_turn
+from tests.builders import example_args
 from tests.conftest import EXAMPLES
-from tests.runs.test_crash import Forker, configure, finish, started
+from tests.runs.test_crash import Forker
 
 pytestmark = pytest.mark.skipif(
     sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}"
 )
 NAME = "add-a-feature"
 KILLS = 10
-LATENCY = 0.05
+PROJECT = EXAMPLES / f"{NAME}-project"
 SCRIPT = json.loads((EXAMPLES / f"{NAME}.mock.json").read_text())["responses"]
 NODE_BY_PROMPT = {
     "Interview the user about the development task": "interview",
@@ -44,20 +43,7 @@ NODE_BY_PROMPT = {
 
 
 def answer(body: dict[str, Any]) -> str | ToolTurn:
-    """The example's scripted turn for this request (its node from the prompt, its turn
-    from the tool calls already in the conversation)."""
-    messages = body["messages"]
-    text = json.dumps(messages)
-    node = next(node for marker, node in NODE_BY_PROMPT.items() if marker in text)
-    turn = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
-    item = SCRIPT[node][turn]
-    if isinstance(item, dict) and "$tool_calls" in item:
-        calls = [
-            (f"call_{turn}_{i}", call["name"], json.dumps(call["arguments"]))
-            for i, call in enumerate(item["$tool_calls"])
-        ]
-        return ToolTurn(calls)
-    return str(item)
+    return scripted_turn(SCRIPT, NODE_BY_PROMPT, body)
 
 
 @pytest.fixture(scope="module")
@@ -66,20 +52,7 @@ def lattice() -> Iterator[Forker]:
 
 
 def run_args(runs: Path, workspace: Path) -> list[str]:
-    return [
-        "run",
-        str(EXAMPLES / f"{NAME}.json"),
-        "--inputs",
-        str(EXAMPLES / f"{NAME}.inputs.json"),
-        "--answers",
-        str(EXAMPLES / f"{NAME}.answers.json"),
-        "--workspace",
-        str(workspace),
-        "--allow",
-        "read,write,shell",
-        "--runs-dir",
-        str(runs),
-    ]
+    return example_args(NAME, workspace, runs, mock=False, answers=True)
 
 
 def outcome(folder: Path, project: Path) -> dict[str, Any]:
@@ -98,33 +71,24 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(lattice: Forker, workdir: Path) -> dict[str, Any]:
-    with serve(answer, latency=LATENCY) as server:
-        config = configure(workdir, server)
-        project = shutil.copytree(EXAMPLES / f"{NAME}-project", workdir / "ref-project")
-        runs = workdir / "ref-runs"
-        process = lattice(workdir, config, *run_args(runs, project))
-        ready = started(runs)
-        while not ready() and process.poll() is None:
-            time.sleep(0.005)
-        begun = time.monotonic()
-        code, err = finish(process)
-        assert code == 0, err
-    (folder,) = runs.iterdir()
-    return {**outcome(folder, project), "span": time.monotonic() - begun}
+    return reference_run(lattice, workdir, answer, PROJECT, run_args, outcome)
 
 
 def scenario(lattice: Forker, work: Path, reference: dict[str, Any], number: int) -> bool:
-    rng = random.Random(2000 + number)
-    with serve(answer, latency=LATENCY) as server:
-        config = configure(work, server)
-        project = shutil.copytree(EXAMPLES / f"{NAME}-project", work / f"project{number}")
-        runs = work / f"runs{number}"
-        process = lattice(work, config, *run_args(runs, project))
-        if not kill_at_random(process, started(runs), rng, reference["span"]):
-            assert finish(process)[0] == 0
-            return False
-        (folder,) = runs.iterdir()
-        resume_until_done(lattice, work, config, folder, rng, 1, reference["span"])
+    ran = killed_run(
+        lattice,
+        work,
+        answer,
+        PROJECT,
+        run_args,
+        name=str(number),
+        rng=random.Random(2000 + number),
+        span=reference["span"],
+        resume_kills=1,
+    )
+    if ran is None:
+        return False
+    folder, project = ran
     assert outcome(folder, project) == {k: v for k, v in reference.items() if k != "span"}
     assert redone(folder) == ([], []), "a recorded request or tool call was done again"
     asked = [

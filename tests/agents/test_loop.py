@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lattice.llm.base import Message
 from lattice.runs.store import RunStore
 from lattice.runtime.runner import Runner
 from lattice.runtime.settings import RuntimeSettings
+from lattice.tools.toolset import Toolset
+from lattice.workspace.grants import WorkspaceGrant
 from tests.agents.fixtures import RecordingToolset, ScriptedModel, answer, calls, recording_agents
+from tests.agents.killing import redone
 from tests.builders import chain, lower_ok, node, op_record, op_records
 
 FIX_SCHEMA = {
@@ -89,6 +95,28 @@ def test_an_agent_reads_edits_and_answers_under_its_contract(
     assert types.count("agent_turn") == 3
 
 
+def test_a_toolset_that_fails_to_open_has_those_opened_before_it_closed(
+    workspace: Path, tmp_path: Path
+) -> None:
+    opened: list[RecordingToolset] = []
+    base = recording_agents(workspace, opened=opened, read=True)
+    first = base.toolsets
+    assert first is not None
+
+    def factory(grant: WorkspaceGrant, tools: tuple[str, ...]) -> Iterator[Toolset]:
+        yield from first(grant, tools)
+        raise RuntimeError("the second toolset's server did not start")
+
+    model = ScriptedModel({"fix": []})
+    result = run(
+        agent_ir(), model, RuntimeSettings(agents=replace(base, toolsets=factory)), tmp_path
+    )
+    assert result.status == "failed"
+    assert "did not start" in result.failure.summary
+    assert len(opened) == 1 and opened[0].closed
+    assert model.requests == []
+
+
 def test_tools_not_granted_are_not_offered(workspace: Path, tmp_path: Path) -> None:
     model = ScriptedModel({"fix": [answer('{"fixed": false, "file": "app.py"}')]})
     settings = RuntimeSettings(agents=recording_agents(workspace, read=True))
@@ -137,6 +165,78 @@ def test_a_bad_final_answer_is_repaired_like_an_llm_answer(workspace: Path, tmp_
     assert result.usage.requests == 4
 
 
+def repair_script(*, then: list[Any]) -> list[Any]:
+    """Reads, edits, answers against the schema, and (asked to repair) reads again."""
+    return [
+        *fix_script()[:2],
+        answer('{"fixed": "yes"}'),
+        calls(("Read", {"file_path": "app.py"})),
+        *then,
+    ]
+
+
+def test_a_repair_goes_on_in_the_agents_conversation(workspace: Path, tmp_path: Path) -> None:
+    model = ScriptedModel(
+        {"fix": repair_script(then=[answer('{"fixed": true, "file": "app.py"}')])}
+    )
+    opened: list[RecordingToolset] = []
+    settings = RuntimeSettings(
+        agents=recording_agents(workspace, opened=opened, read=True, write=True)
+    )
+    result = run(agent_ir(), model, settings, tmp_path)
+    assert result.status == "completed", result.failure
+    answered, repair, after_read = model.requests[2:]
+    # the repair request: the whole conversation so far, the answer it fixes, the packet
+    done = len(answered.messages)
+    assert repair.messages[:done] == answered.messages
+    assert [m.tool_calls for m in answered.messages if m.role == "assistant"] != []
+    assert repair.messages[done] == Message("assistant", '{"fixed": "yes"}')
+    packet = repair.messages[done + 1]
+    assert packet.role == "user" and "broke the contract" in packet.content
+    assert len(repair.messages) == done + 2 and repair.tools  # its tools still offered
+    assert after_read.messages[: done + 2] == repair.messages
+    assert after_read.messages[-1].role == "tool"
+    # the tools ran once each, the transcript keeps every turn of both attempts
+    assert [name for name, _ in opened[0].ran] == ["Read", "LS", "Edit", "Read"]
+    turns = op_record(result.run_dir, "fix")["transcript"]["turns"]
+    assert [t["attempt"] for t in turns] == [1, 1, 1, 2, 2]
+    assert result.usage.requests == 5
+
+
+class Killed(BaseException):
+    """Stands for kill -9: nothing in the run catches it, so nothing more is written."""
+
+
+def killed(request: Any) -> Any:
+    raise Killed
+
+
+def test_a_run_killed_during_a_repair_resumes_without_sending_or_running_anything_again(
+    workspace: Path, tmp_path: Path
+) -> None:
+    model = ScriptedModel({"fix": repair_script(then=[killed])})
+    settings = RuntimeSettings(agents=recording_agents(workspace, read=True, write=True))
+    with pytest.raises(Killed):
+        run(agent_ir(), model, settings, tmp_path)
+    (folder,) = (tmp_path / "runs").iterdir()
+    later = ScriptedModel({"fix": [answer('{"fixed": true, "file": "app.py"}')]})
+    opened: list[RecordingToolset] = []
+    again = RuntimeSettings(
+        agents=recording_agents(workspace, opened=opened, read=True, write=True)
+    )
+    done = Runner.resume(folder, provider=later, settings=again)
+    assert done.status == "completed", done.failure
+    # only the request that had no answer is sent, with the conversation it was sent with
+    (sent,) = later.requests
+    assert sent.messages == model.requests[-1].messages
+    assert opened[0].ran == []  # every tool call's result came from the journal
+    assert redone(folder) == ([], [])
+    assert (workspace / "app.py").read_text().endswith("a + b\n")
+    turns = op_record(done.run_dir, "fix")["transcript"]["turns"]
+    assert [t["attempt"] for t in turns] == [1, 1, 1, 2, 2]
+    assert done.usage.requests == 5
+
+
 def test_the_turn_bound_asks_for_the_answer_without_tools(workspace: Path, tmp_path: Path) -> None:
     looping = [calls(("Read", {"file_path": "app.py"}))] * 2
     model = ScriptedModel({"fix": [*looping, answer('{"fixed": false, "file": "app.py"}')]})
@@ -155,6 +255,9 @@ def test_a_model_that_keeps_calling_tools_past_its_bound_fails_the_op(
     result = run(agent_ir(maxTurns=2, escalate=False), model, settings, tmp_path)
     assert result.status == "failed"
     assert result.failure.category == "agent_limit"
+    # both turns were answered, and both count (the last one's tokens too)
+    assert len(model.requests) == 2
+    assert (result.usage.requests, result.usage.calls, result.usage.input_tokens) == (2, 2, 20)
 
 
 def test_the_tool_call_bound_refuses_the_calls_past_it(workspace: Path, tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def offered(grant: WorkspaceGrant, asked: list[str]) -> tuple[list[str], Any, An
         try:
             granted = grant.decide(asked).granted
             box = await ToolBox.open(workspace_toolsets(grant, granted, mcp=sessions), granted)
-            toolsets = workspace_toolsets(grant, granted, mcp=sessions)
+            toolsets = list(workspace_toolsets(grant, granted, mcp=sessions))
             shout = await toolsets[0].call("mcp__demo__shout", {"text": "hi"})
             add = await toolsets[0].call("mcp__demo__add", {"a": 1, "b": 2})
             return list(box.names), shout, add

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from lattice import BatchSummary, LatticeUserError, MockProvider, abatch, batch, lower
+from lattice.batch import api
+from lattice.batch.api import BatchArguments
 from lattice.batch.engine import BatchOptions, BatchRun
 from lattice.batch.limits import BatchLimits
 from lattice.batch.local import LocalEngine
@@ -75,6 +77,21 @@ def test_bad_options_raise_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(LatticeUserError, match="mock latency applies to mock scripts only"):
         batch(flow_document(), [], output=out, mock_latency=0.1)
     assert not out.exists()
+
+
+def test_an_unknown_keyword_is_a_type_error(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(TypeError, match="unexpected keyword arguments: record"):
+        batch(flow_document(), [], output=out, record=True)  # type: ignore[call-arg]
+    assert not out.exists()
+
+
+def test_every_argument_is_a_batch_option_or_a_batch_limit() -> None:
+    """``BatchArguments`` is what ``BatchOptions`` is built from: they must not drift apart."""
+    options = set(BatchOptions.__dataclass_fields__)
+    limits = set(BatchLimits.__dataclass_fields__)
+    for name in BatchArguments.__required_keys__ | BatchArguments.__optional_keys__:
+        assert name in options or api._LIMITS.get(name) in limits, name
 
 
 def test_batch_writes_the_summary_json(tmp_path: Path) -> None:

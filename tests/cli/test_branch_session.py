@@ -28,7 +28,7 @@ import pytest
 
 from lattice.cli import main
 from lattice.llm.fake_server import FakeLLMServer, serve
-from tests.agents.test_kill import redone
+from tests.agents.killing import journal_lines, redone
 from tests.conftest import EXAMPLES
 from tests.runs.test_crash import configure, environment
 
@@ -92,16 +92,6 @@ class Terminal:
         os.close(self.master)
 
 
-def journal(folder: Path) -> list[dict[str, Any]]:
-    lines = []
-    for raw in (folder / "journal.jsonl").read_text().splitlines():
-        try:
-            lines.append(json.loads(raw))
-        except json.JSONDecodeError:
-            continue  # a line torn by the kill
-    return lines
-
-
 def wait_for(condition: Callable[[], bool], process: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + WAIT
     while not condition():
@@ -119,7 +109,7 @@ def committed(runs: Path, op_id: str, count: int) -> Callable[[], bool]:
             return False
         ops = [
             line
-            for line in journal(folders[0].parent)
+            for line in journal_lines(folders[0].parent)
             if line.get("kind") == "op" and line["op_id"] == op_id
         ]
         return len(ops) >= count

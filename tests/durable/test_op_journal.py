@@ -5,14 +5,18 @@ what that attempt had no answer to."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import shutil
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lattice.config import LatticeConfig
+from lattice.contracts.usage import Usage
 from lattice.ir.serialize import ir_to_dict
 from lattice.lower.compiler import lower_document
 from lattice.runs.redaction import make_redactor
@@ -24,6 +28,7 @@ from tests.durable.helpers import example
 
 pytest.importorskip("temporalio")
 
+from lattice.durable.temporal.history import add_usage
 from lattice.durable.temporal.op_journal import (
     OpJournal,
     recorded_lines,
@@ -39,6 +44,34 @@ SCHEMA = {
 }
 SCRIPT = {"responses": {"say": [{"summary": 5}, {"summary": "all about tea"}]}}
 """The first answer breaks the schema: the op repairs it with a second call."""
+
+
+def op_request(
+    ir: Any, node_id: str, inputs: dict[str, Any], script: dict[str, Any]
+) -> tuple[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]]]:
+    """The activity's request for the op of ``node_id`` (the run's first: nothing used yet),
+    on a mock ``script``, and the load of the run's ExecIR."""
+    execir = ir_to_dict(ir)
+
+    async def load() -> dict[str, Any]:
+        return execir
+
+    [op_id] = [op.id for op in ir.ops.values() if op.source_node == node_id]
+    state = StateStore(inputs, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot()
+    request = {
+        "run_id": "r",
+        "op_id": op_id,
+        "execir_digest": execir_digest(execir),
+        "provider": {"mock_script": script},
+        "budgets": {},
+        "state": state,
+        "seq": 0,
+        "answers": {},
+        "usage": None,
+        "provider_state": None,
+        "last_result": None,
+    }
+    return request, load
 
 
 def test_the_journal_keeps_answers_and_tool_lines_masked_up_to_its_limit(
@@ -71,26 +104,7 @@ def test_an_op_started_again_replays_the_answers_its_first_attempt_was_given() -
         chain(node("say", "prompt", prompt="SUMMARY of tea", outputSchema=SCHEMA))
     ).ir
     assert ir is not None
-    [op_id] = [op.id for op in ir.ops.values() if op.source_node == "say"]
-    execir = ir_to_dict(ir)
-
-    async def load() -> dict[str, Any]:
-        return execir
-
-    state = StateStore({}, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot()
-    request = {
-        "run_id": "r",
-        "op_id": op_id,
-        "execir_digest": execir_digest(execir),
-        "provider": {"mock_script": SCRIPT},
-        "budgets": {},
-        "state": state,
-        "seq": 0,
-        "answers": {},
-        "usage": None,
-        "provider_state": None,
-        "last_result": None,
-    }
+    request, load = op_request(ir, "say", {}, SCRIPT)
     journals: list[list[dict[str, Any]]] = []
 
     def run(recorded: list[dict[str, Any]]) -> dict[str, Any]:
@@ -127,26 +141,7 @@ def test_an_agent_started_again_replays_its_turns_and_tool_results(tmp_path: Pat
     config = LatticeConfig.model_validate(
         {"agents": {"workspace": str(tmp_path / "project"), "allow": ["read"]}}
     )
-    execir = ir_to_dict(ir)
-
-    async def load() -> dict[str, Any]:
-        return execir
-
-    [op_id] = [op.id for op in ir.ops.values() if op.source_node == "explore"]
-    state = StateStore(inputs, ctx={"run_id": "r", "model_classes": ["default"]}).snapshot()
-    request = {
-        "run_id": "r",
-        "op_id": op_id,
-        "execir_digest": execir_digest(execir),
-        "provider": {"mock_script": script},
-        "budgets": {},
-        "state": state,
-        "seq": 0,
-        "answers": {},
-        "usage": None,
-        "provider_state": None,
-        "last_result": None,
-    }
+    request, load = op_request(ir, "explore", inputs, script)
     journals: list[list[dict[str, Any]]] = []
 
     def run(recorded: list[dict[str, Any]]) -> dict[str, Any]:
@@ -223,3 +218,45 @@ def test_decisions_are_kept_and_results_settle_at_once() -> None:
     assert settled == [1, 2]
     assert recorded_lines([journal.lines]) == journal.lines
     assert journal.lines[0] == decision
+
+
+def test_an_agent_going_on_after_approvals_counts_each_model_call_once(tmp_path: Path) -> None:
+    """The visit that halted was counted when it ended; the visit going on from its
+    journal replays its turns without counting them again."""
+    ir, script, inputs = example("fix-a-bug")
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLES / "fix-a-bug-project", project)
+    (project / ".claude").mkdir()
+    (project / ".claude/settings.json").write_text(json.dumps({"permissions": {"ask": ["Read"]}}))
+    config = LatticeConfig.model_validate(
+        {"agents": {"workspace": str(project), "allow": ["read"]}}
+    )
+    request, load = op_request(ir, "explore", inputs, script)
+    run_usage = Usage()
+    halted = asyncio.run(OpExecutor(config).run_op(request, load))
+    add_usage(run_usage, Usage().to_json(), halted["usage"])
+    assert halted["halt"]["reason"] == "waiting_for_approval"
+    asked = [a["id"] for a in halted["halt"]["details"]["approvals"]]
+    assert asked == ["explore.1.1", "explore.1.2"]
+    assert (run_usage.calls, run_usage.requests) == (1, 1)
+    allow = {"decision": "allow", "door": "test", "at": "T"}
+    going_on = request | {
+        "usage": run_usage.to_json(),
+        "journal": halted["journal"],
+        "answers": {"$approvals": dict.fromkeys(asked, allow)},
+        "provider_state": halted["provider_state"],
+    }
+    # the activity is given a copy (the request goes through Temporal)
+    done = asyncio.run(OpExecutor(config).run_op(copy.deepcopy(going_on), load))
+    add_usage(run_usage, going_on["usage"], done["usage"])
+    answers = [line for line in done["journal"] if line["kind"] == "answer"]
+    assert len(answers) == 2  # the replayed first turn and the second, asked once
+    assert (run_usage.calls, run_usage.requests) == (2, 2)
+    assert run_usage.input_tokens == sum(line["input_tokens"] for line in answers)
+    assert run_usage.by_model == {
+        "mock-model": {
+            "calls": 2,
+            "input_tokens": run_usage.input_tokens,
+            "output_tokens": run_usage.output_tokens,
+        }
+    }

@@ -14,22 +14,22 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lattice.llm.fake_server import serve
 from lattice.workspace import sandbox_problem
-from tests.agents.test_kill import answer, fresh_project, kill_at_random, redone, run_args
+from tests.agents.killing import LATENCY, journal_lines, kill_at_random, redone
+from tests.agents.test_kill import PROJECT, answer, run_args
 from tests.runs.test_crash import Forker, configure, finish, started
 
 pytestmark = pytest.mark.skipif(
     sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}"
 )
 RUNS = 12
-LATENCY = 0.05
 SETTINGS = {"permissions": {"ask": ["Bash", "Edit"]}}
 
 
@@ -38,22 +38,12 @@ def lattice() -> Forker:
     return Forker()
 
 
-def journal(folder: Path) -> list[dict[str, Any]]:
-    lines = []
-    for raw in (folder / "journal.jsonl").read_text().splitlines():
-        try:
-            lines.append(json.loads(raw))
-        except json.JSONDecodeError:
-            continue  # a line torn by the kill
-    return lines
-
-
 def pending_approvals(folder: Path) -> list[str]:
     """The ids of calls asked for and not decided, in the journal."""
-    decided = {line["key"] for line in journal(folder) if line.get("kind") == "tool_decision"}
+    decided = {line["key"] for line in journal_lines(folder) if line.get("kind") == "tool_decision"}
     asked = [
         line
-        for line in journal(folder)
+        for line in journal_lines(folder)
         if line.get("kind") == "approval_request" and line["key"] not in decided
     ]
     return list(dict.fromkeys(line["id"] for line in asked))
@@ -63,7 +53,7 @@ def asked_again(folder: Path) -> list[str]:
     """Calls decided more than once, or asked for after their decision."""
     decided: set[str] = set()
     wrong = []
-    for line in journal(folder):
+    for line in journal_lines(folder):
         kind = line.get("kind")
         if kind == "tool_decision":
             if line["key"] in decided:
@@ -87,11 +77,11 @@ def scenario(lattice: Forker, work: Path, number: int) -> int:
     kills = 0
     with serve(answer, latency=LATENCY) as server:
         config = configure(work, server)
-        project = fresh_project(work, f"project{number}")
+        project = shutil.copytree(PROJECT, work / f"project{number}")
         (project / ".claude").mkdir()
         (project / ".claude/settings.json").write_text(json.dumps(SETTINGS))
         runs = work / f"runs{number}"
-        process = lattice(work, config, *run_args(work, runs, project))
+        process = lattice(work, config, *run_args(runs, project))
         if kill_at_random(process, started(runs), rng, 0.6):
             kills += 1
         else:
@@ -115,7 +105,7 @@ def scenario(lattice: Forker, work: Path, number: int) -> int:
     assert asked_again(folder) == []
     decided = [
         (line["id"], line["decision"])
-        for line in journal(folder)
+        for line in journal_lines(folder)
         if line.get("kind") == "tool_decision"
     ]
     assert decided == [("fix.1.1", "allow"), ("fix.2.1", "allow")], "no decision lost"

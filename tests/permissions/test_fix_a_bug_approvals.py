@@ -19,6 +19,7 @@ from lattice.config import AgentsConfig, LatticeConfig
 from lattice.server.app import ServerSettings
 from lattice.server.in_thread import serve_in_thread
 from lattice.workspace import sandbox_problem
+from tests.builders import example_args
 from tests.conftest import EXAMPLES
 from tests.server.helpers import follow
 
@@ -41,21 +42,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run_args(project: Path, runs: Path) -> list[str]:
-    return [
-        "run",
-        str(EXAMPLES / "fix-a-bug.json"),
-        "--mock",
-        str(EXAMPLES / "fix-a-bug.mock.json"),
-        "--inputs",
-        str(EXAMPLES / "fix-a-bug.inputs.json"),
-        "--workspace",
-        str(project),
-        "--allow",
-        "read,write,shell",
-        "--runs-dir",
-        str(runs),
-        "--json",
-    ]
+    return [*example_args("fix-a-bug", project, runs), "--json"]
 
 
 def outcome(folder: Path) -> tuple[Any, list[tuple[str, str, str]]]:

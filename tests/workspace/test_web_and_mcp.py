@@ -107,4 +107,4 @@ def test_mcp_tools_are_offered_under_claude_code_names(tmp_path: Path) -> None:
 
 
 def test_mcp_tools_of_a_server_not_granted_are_left_out() -> None:
-    assert workspace_toolsets(WorkspaceGrant(), ["mcp__demo__echo"]) == []
+    assert list(workspace_toolsets(WorkspaceGrant(), ["mcp__demo__echo"])) == []

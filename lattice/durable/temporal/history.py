@@ -1,4 +1,4 @@
-"""Lattice's own walk inside a Temporal workflow, with Temporal's history as its durability.
+"""Lattice's own walk inside a Temporal workflow, with Temporal's history as its persistence.
 
 The workflow (``workflow.py``) runs ``lattice.runtime.walk.Walker`` itself. Ops that never
 wait run in the workflow with their local executors (``runs_in_workflow``); every other
@@ -88,7 +88,7 @@ def runs_in_workflow(op: Op, executor: Executor | None) -> bool:
 
 
 class HistoryRecords(Ephemeral):
-    """Temporal's history as the walk's durability: each activity's result is recorded
+    """Temporal's history as the walk's persistence: each activity's result is recorded
     by the history as it completes, so nothing is journaled or committed here (model
     calls are made in activities, never in the workflow); op records are kept (in
     ``records``) for the ``record`` query and ``runs export``."""

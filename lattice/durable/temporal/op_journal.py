@@ -27,6 +27,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from lattice.contracts.usage import Usage
+from lattice.llm.base import TokenUsage
 from lattice.runs.redaction import Redactor, redact_value
 from lattice.runs.store import NullRecorder
 
@@ -55,6 +57,22 @@ def replayed_provider_state(lines: Sequence[dict[str, Any]]) -> Any:
         if line.get("kind") == "answer" and "provider_state" in line:
             return line["provider_state"]
     return None
+
+
+def less_replayed(usage: Usage, lines: Sequence[dict[str, Any]]) -> Usage:
+    """``usage`` less the requests and answers of ``lines``: the journal of an op's visit
+    that halted, whose calls the run counted when that visit ended and the visit going on
+    from it counts again as it replays them (a resumed local run does the same:
+    ``lattice.runtime.resume.journal_usage``)."""
+    for line in lines:
+        if line.get("kind") == "answer":
+            usage.requests -= 1
+            tokens = TokenUsage(
+                int(line.get("input_tokens") or 0), int(line.get("output_tokens") or 0)
+            )
+            model_class = str(line.get("model_class") or "default")
+            usage.take_back(str(line.get("model", "unknown")), model_class, tokens)
+    return usage
 
 
 class OpJournal(NullRecorder):

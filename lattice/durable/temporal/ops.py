@@ -35,7 +35,11 @@ from typing import Any
 from lattice.config import LatticeConfig
 from lattice.contracts.calls import TRANSIENT_EVENTS
 from lattice.contracts.usage import Usage
-from lattice.durable.temporal.op_journal import OpJournal, replayed_provider_state
+from lattice.durable.temporal.op_journal import (
+    OpJournal,
+    less_replayed,
+    replayed_provider_state,
+)
 from lattice.errors import LatticeRunError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
@@ -177,7 +181,9 @@ class OpExecutor:
             listeners=[events.append],
             llm=settings.call_env(
                 JournaledProvider(provider, journal, recorded),
-                usage=Usage.from_json(request.get("usage")),
+                usage=less_replayed(
+                    Usage.from_json(request.get("usage")), request.get("journal") or []
+                ),
             ),
             http=settings.http,
             tools=lambda: ToolSessions(

@@ -4,7 +4,7 @@
 never wait (START, END, STATE, SWITCH, TRANSFORM, ASK, JOIN, and FORK and FOR_EACH, whose
 branches run as the workflow's own tasks) run here with their local executors; every op
 that does I/O (LLM_WRITE, AGENT, TOOL_CALL) runs as a ``lattice.op`` activity (``ops.py``
-executes it on a worker). Temporal's history is the walk's durability
+executes it on a worker). Temporal's history is the walk's persistence
 (``history.py``): a replay is given each activity's recorded result. The walk's clock
 is the workflow's (``workflow.time``, ``workflow.now``) and a fork waits for its branches
 with ``workflow.wait``, so a replay walks the same way.
@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from lattice.runs.store import NullRecorder
     from lattice.runtime.context import HaltRun, Interrupted, RunContext
     from lattice.runtime.executors import Executor
+    from lattice.runtime.op_record import record_changes
     from lattice.runtime.settings import RuntimeSettings
     from lattice.runtime.state import StateLimits, StateStore
     from lattice.runtime.walk import Track, Walker, WalkPaused, walk_steps
@@ -310,7 +311,7 @@ class LatticeRunWorkflow:
             seq=carried["seq"] if carried else 0,
         )
         ctx.now = lambda: _timestamp(workflow.now())
-        ctx.walk = WalkState(base_provider=DisabledProvider(), durability=HistoryRecords(self.ops))
+        ctx.walk = WalkState(base_provider=DisabledProvider(), persistence=HistoryRecords(self.ops))
         if carried is not None:
             ctx.last_result = carried["last_result"]
         return ctx
@@ -443,19 +444,22 @@ class LatticeRunWorkflow:
         return self.answered.pop(key)
 
     def _finish(self, end: WalkEnd) -> dict[str, Any]:
-        """The run's result (``end``: how its walk ended, its last event emitted)."""
+        """The run's result (``end``: how its walk ended, its last event emitted): a local
+        run's result (``RunResult``'s JSON, without a folder) and when it finished."""
         ctx = self.ctx
         assert ctx is not None
+        toolless = self.spec.get("toolless") or []
+        result = end.result(
+            ctx,
+            state={"vars": ctx.state.snapshot()["vars"]},
+            run_dir=None,
+            changes=record_changes(self.ops),
+            without_tools=lambda visits: [
+                {k: v for k, v in t.items() if k != "op"} for t in toolless if visits.get(t["op"])
+            ],
+        )
         self.status = end.status
-        self.result = {
-            "status": end.status,
-            "run_id": self.run_id,
-            "output": end.output,
-            "vars": ctx.state.snapshot()["vars"],
-            "usage": ctx.usage.to_json(),
-            "failure": None if end.failure is None else end.failure.to_json(),
-            "finished_at": _timestamp(workflow.now()),
-        }
+        self.result = {**result.to_json(), "finished_at": _timestamp(workflow.now())}
         return self.result
 
 
