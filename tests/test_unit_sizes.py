@@ -9,8 +9,6 @@ from pathlib import Path
 from bench.unit_sizes import CLASS_LIMIT, FUNCTION_LIMIT, over, units
 
 BEING_RESHAPED = {
-    "lattice/server/app.py:create_app",
-    "lattice/server/remote.py:add_backend_routes",
     "lattice/runtime/walk.py:Walker",
     "lattice/durable/temporal/ops.py:OpExecutor.run_op",
 }

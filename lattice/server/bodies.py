@@ -1,5 +1,5 @@
-"""The request bodies of ``lattice serve``'s routes (docs/server.md), shared by the
-run-folder routes (``app.py``) and those of runs on a backend (``remote.py``)."""
+"""The request bodies of ``lattice serve``'s routes (docs/server.md), whichever backend
+answers them (``run_routes.py``)."""
 
 from __future__ import annotations
 

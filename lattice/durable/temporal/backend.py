@@ -37,6 +37,7 @@ from lattice.ir.serialize import ir_from_json
 from lattice.permissions.approvals import APPROVALS
 from lattice.runs.redaction import make_redactor
 from lattice.service.backend import (
+    Capability,
     NewRun,
     RunBackend,
     RunConflict,
@@ -64,6 +65,10 @@ class TemporalRuns(RunBackend):
     """Runs on the Temporal server at ``address`` (HOST:PORT), started on ``task_queue``."""
 
     name = "temporal"
+    capabilities: frozenset[Capability] = frozenset()
+    """None yet: resuming, re-running and comparing runs, fixtures, model answers piece by
+    piece, searching the list and the services are run-folder features (the gateway
+    answers each as it says in ``lattice.server.backend``)."""
 
     def __init__(
         self,
