@@ -43,6 +43,10 @@ variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
     allow_hosts = []                 # hosts (globs), IPs, networks; exact ones may be private
     deny_hosts = []                  # also matched against resolved addresses; deny wins
     allow_private = false            # true: loopback, private, link-local, ... (not metadata)
+    [temporal]                       # runs on Temporal (docs/temporal.md)
+    blob_threshold_bytes = 262144    # payloads this large go to the blob store
+    blob_store = "s3://lattice-blobs/runs"   # default: a folder of this machine
+    blob_endpoint_url = "http://127.0.0.1:9000"  # an S3-compatible server
     [mcp.servers.time]
     command = "mcp-server-time"
     args = []
@@ -242,6 +246,20 @@ class TemporalConfig(_Strict):
         if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
             raise ValueError(f"{value!r} is not an environment variable's name")
         return value
+
+    blob_threshold_bytes: int = Field(default=256 * 1024, ge=1024)
+    """A payload (a value, an op's request or result) this large or larger, encrypted
+    when there is a key, is kept in the blob store and the history holds a reference."""
+    blob_store: str | None = None
+    """Where large payloads are kept: a folder (by default ``lattice/temporal-blobs``
+    under ``$XDG_DATA_HOME`` or ``~/.local/share``, shared by the workers of one
+    machine) or ``s3://BUCKET/PREFIX`` (S3 or an S3-compatible server, for several
+    machines: pip install -e '.[s3]'). Every client and worker of a task queue must
+    name the same store."""
+    blob_endpoint_url: str | None = None
+    """An S3-compatible server's address (MinIO, Ceph, ...); S3 itself when unset.
+    Credentials and region come from the usual AWS variables (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``) or files."""
 
     def codec_key_variable(self) -> tuple[str, bool]:
         """The variable the codec's keys come from, and whether it must be set."""

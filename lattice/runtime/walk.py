@@ -108,6 +108,15 @@ class Track:
         return f"{prefix}{self.op_seq:04d}"
 
 
+class WalkPaused(Exception):
+    """The main walk stopped between two ops because ``Walker.pause`` said so; its track's
+    ``current`` is the op it goes on with."""
+
+    def __init__(self, current: str) -> None:
+        super().__init__(f"paused before {current}")
+        self.current = current
+
+
 @dataclass
 class TrackEnd:
     """How a track ended."""
@@ -130,12 +139,16 @@ class Walker:
         max_parallel: int,
         clock: Callable[[], float] = time.perf_counter,
         wait: Callable[..., Any] = asyncio.wait,
+        pause: Callable[[], bool] | None = None,
     ) -> None:
         """``clock`` times ops (seconds) and ``wait`` waits for a fork's branches
         (``asyncio.wait``'s signature): a durable engine whose walk must replay the same
-        gives its own deterministic ones."""
+        gives its own deterministic ones. ``pause``, asked between two ops of the main
+        walk, makes it stop there (``WalkPaused``) when it says so: a durable engine
+        goes on in a new execution (Temporal's continue-as-new)."""
         self.clock = clock
         self.wait = wait
+        self.pause = pause
         self.ir = ir
         self.steps = steps
         self.reads = reads
@@ -233,6 +246,9 @@ class Walker:
             if nxt is None:
                 return TrackEnd("end", output)
             current = nxt
+            if not in_branch and self.pause is not None and self.pause():
+                track.current = current
+                raise WalkPaused(current)
             if root.stop_requested or (task is not None and task.cancelling()):
                 self._check_stopped(ctx, task)
             if not counters.steps % YIELD_EVERY:

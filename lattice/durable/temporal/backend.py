@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from lattice.config import TemporalConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
+from lattice.durable.temporal.blobs import BlobError
 from lattice.durable.temporal.client import answer, approve, connect, start_run
 from lattice.durable.temporal.codec import CodecKeyError
 from lattice.durable.temporal.workflow import WORKFLOW_NAME
@@ -204,8 +205,8 @@ class TemporalRuns(RunBackend):
                     execution.close_time,
                     memo,
                 )
-            except CodecKeyError:
-                return None  # encrypted with a key this process lacks: not its to show
+            except (CodecKeyError, BlobError):
+                return None  # encrypted with a key, or kept in a store, this process lacks
 
         views = await asyncio.gather(*(view(execution) for execution in executions))
         return [

@@ -14,6 +14,7 @@ from lattice.config import TemporalConfig
 from lattice.contracts.report import FailureReport
 from lattice.contracts.usage import Usage
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
+from lattice.durable.temporal.blobs import external_storage
 from lattice.durable.temporal.codec import codec_from_config
 from lattice.durable.temporal.converter import data_converter
 from lattice.durable.temporal.plan import ActivityOptions, run_spec
@@ -32,9 +33,11 @@ FOLLOW_EVERY = 0.2
 
 async def connect(address: str, config: TemporalConfig | None = None) -> Client:
     """A client of the Temporal server at ``address`` (HOST:PORT), with the payload codec
-    of ``config`` (``[temporal]``; by default ``LATTICE_TEMPORAL_KEY`` when it is set). A
+    of ``config`` (``[temporal]``; by default ``LATTICE_TEMPORAL_KEY`` when it is set) and
+    its blob store for large payloads (``blobs.py``). A
     server that cannot be reached, or a key that cannot be used, is a LatticeUserError."""
-    converter = data_converter(codec_from_config(config or TemporalConfig()))
+    config = config or TemporalConfig()
+    converter = data_converter(codec_from_config(config), external_storage(config))
     try:
         return await Client.connect(address, data_converter=converter)
     except Exception as exc:  # the SDK raises RuntimeError with the gRPC reason
@@ -89,6 +92,7 @@ async def start_run(
     settings: RuntimeSettings | None = None,
     memo: dict[str, Any] | None = None,
     document: dict[str, Any] | None = None,
+    continue_after: int | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
     provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
@@ -101,7 +105,9 @@ async def start_run(
     ``memo`` is what Temporal's visibility shows of the run without asking a worker
     (by default the workflow's id; ``backend.py`` adds the workflow's file name).
     ``document`` is the workflow document ``ir`` was lowered from, kept for the panel's
-    canvas (``record`` answers it, as a run folder's ``workflow.json``)."""
+    canvas (``record`` answers it, as a run folder's ``workflow.json``).
+    ``continue_after`` makes the run continue as new after that many activities in one
+    execution (besides when Temporal suggests it: tests lower it to see the seam)."""
     spec = run_spec(
         ir,
         run_id=run_id,
@@ -114,6 +120,8 @@ async def start_run(
         settings=settings or RuntimeSettings(),
         document=document,
     )
+    if continue_after:
+        spec["continue_after"] = continue_after
     if redact is not None:
         refuse_secrets_in(
             {

@@ -1,5 +1,5 @@
 """How Lattice's runs travel through Temporal: JSON, with the keys in their order, through
-the payload codec the user configures.
+the payload codec the user configures, large payloads through the blob store.
 
 Temporal's default JSON converter sorts object keys; a run's output, state and events
 keep the order the workflow wrote them in (as a local run prints and records them), so
@@ -18,6 +18,7 @@ from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
     DefaultPayloadConverter,
+    ExternalStorage,
     JSONPlainPayloadConverter,
 )
 
@@ -46,14 +47,23 @@ class LatticePayloadConverter(CompositePayloadConverter):
         )
 
 
-def data_converter(codec: LatticeCodec | None = None) -> DataConverter:
+def data_converter(
+    codec: LatticeCodec | None = None, storage: ExternalStorage | None = None
+) -> DataConverter:
     """The data converter of every Lattice client and worker: ordered JSON through
-    ``codec``. When the codec encrypts, a failure's message and stack trace are encoded
-    too (Temporal keeps them as plain text otherwise)."""
+    ``codec``, then, for a payload too large for the history, ``storage`` (the blob store
+    of ``blobs.py``: it keeps the encoded payload, the history a reference). When the codec
+    encrypts, a failure's message and stack trace are encoded too (Temporal keeps them as
+    plain text otherwise)."""
     if codec is None or not codec.encrypts:
-        return DataConverter(payload_converter_class=LatticePayloadConverter, payload_codec=codec)
+        return DataConverter(
+            payload_converter_class=LatticePayloadConverter,
+            payload_codec=codec,
+            external_storage=storage,
+        )
     return DataConverter(
         payload_converter_class=LatticePayloadConverter,
         payload_codec=codec,
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        external_storage=storage,
     )

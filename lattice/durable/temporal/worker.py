@@ -18,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from lattice.config import LatticeConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
+from lattice.durable.temporal.blobs import blob_store_from_config, collect_garbage, current_run
 from lattice.durable.temporal.client import connect
 from lattice.durable.temporal.op_journal import recorded_lines
 from lattice.durable.temporal.ops import OpExecutor
@@ -43,6 +44,8 @@ for every run: Lattice's walk (deterministic given its ops' results: it reads no
 but the workflow's) and what it imports, at load or when first used (a module imported
 for the first time inside a workflow would fail its task)."""
 LOG = logging.getLogger(__name__)
+GARBAGE_EVERY = 3600.0
+"""Seconds between two collections of the blobs of runs Temporal no longer has."""
 HEARTBEAT_EVERY = 1.0
 """Seconds between an op's heartbeats: a lost worker is noticed after the run's
 heartbeat timeout, and a cancelled run's op hears of it at its next heartbeat."""
@@ -72,6 +75,7 @@ class OpActivity:
             )
             return execir
 
+        current_run.set(workflow_id)  # the op's heartbeats keep large journals as its run's
         journal: list[list[dict[str, Any]]] = [recorded_lines(activity.info().heartbeat_details)]
 
         def journaled(lines: list[dict[str, Any]]) -> None:
@@ -147,4 +151,22 @@ async def run_worker(
     client = await connect(address, config.temporal)
     if connected is not None:
         connected()
-    await make_worker(client, config, task_queue=task_queue).run()
+    collecting = asyncio.ensure_future(_collect_garbage(client, config))
+    try:
+        await make_worker(client, config, task_queue=task_queue).run()
+    finally:
+        collecting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await collecting
+
+
+async def _collect_garbage(client: Client, config: LatticeConfig) -> None:
+    """Every ``GARBAGE_EVERY`` seconds, delete the blobs of the runs Temporal no longer
+    has (``blobs.collect_garbage``); workers sharing a store may all do it."""
+    store = blob_store_from_config(config.temporal)
+    while True:
+        try:
+            await collect_garbage(client, store)
+        except Exception as exc:  # a store out of reach: try again next time
+            LOG.warning("blob store %s: garbage not collected: %s", store.describe(), exc)
+        await asyncio.sleep(GARBAGE_EVERY)

@@ -35,6 +35,7 @@ from lattice.errors import ErrorType
 from lattice.events import EventKind
 
 with workflow.unsafe.imports_passed_through():
+    from lattice.contracts.usage import Usage
     from lattice.durable.temporal.history import (
         APPROVAL,
         AnsweredOp,
@@ -54,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from lattice.runtime.op_record import record_changes
     from lattice.runtime.settings import RuntimeSettings
     from lattice.runtime.state import StateLimits, StateStore
-    from lattice.runtime.walk import Track, Walker, walk_steps
+    from lattice.runtime.walk import Track, Walker, WalkPaused, walk_steps
     from lattice.runtime.walk_end import WalkEnd, walk_end
     from lattice.runtime.walk_state import WalkState
     from lattice.tools.mcp import ToolSessions
@@ -93,6 +94,8 @@ class LatticeRunWorkflow:
         self.spec: dict[str, Any] = {}
         self.scheduled = 0
         """Activities scheduled so far: an op's activity id is ``<number>-<op id>``."""
+        self.scheduled_before = 0
+        """Activities the executions this one continues had scheduled."""
         self.provider_state: Any = None
         """Where the run's provider stands (a mock script's cursor) after its last op."""
         self.one_at_a_time = asyncio.Lock()
@@ -219,12 +222,19 @@ class LatticeRunWorkflow:
         compiled = compiled_walk(spec["execir"], spec["execir_digest"])
         ir = compiled.ir
         settings = RuntimeSettings()  # the workflow side's: no provider, secret or host
-        ctx = self.ctx = self._context(spec, ir, settings)
-        ctx.emit(
-            EventKind.RUN_STARTED, {"workflow": ir.workflow.id, "inputs": spec["inputs"]}, op=False
-        )
-        for notice in spec["notices"]:
-            ctx.emit(notice["type"], notice["data"], op=False)
+        carried = spec.get("carried")
+        ctx = self.ctx = self._context(spec, ir, settings, carried)
+        if carried is None:
+            ctx.emit(
+                EventKind.RUN_STARTED,
+                {"workflow": ir.workflow.id, "inputs": spec["inputs"]},
+                op=False,
+            )
+            for notice in spec["notices"]:
+                ctx.emit(notice["type"], notice["data"], op=False)
+        else:
+            ctx.walk.counters.steps = carried["steps"]
+            ctx.walk.counters.visits = dict(carried["visits"])
         limits = spec["limits"]
         walker = Walker(
             ir,
@@ -235,10 +245,16 @@ class LatticeRunWorkflow:
             max_parallel=int(limits.get("max_parallel") or settings.max_parallel),
             clock=workflow.time,
             wait=workflow.wait,
+            pause=self._continue_now,
         )
         track = Track(ctx, ir.entry)
+        if carried is not None:
+            track.current, track.op_seq = carried["current"], carried["op_seq"]
         try:
             output = (await walker.run_track(track)).output
+        except WalkPaused:
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            workflow.continue_as_new(self._carried(spec, track))
         except LatticeRunError as stopped:
             end = walk_end(track, stopped=stopped)
             if end.status == "failed" and "recovery_action" not in stopped.details:
@@ -252,35 +268,96 @@ class LatticeRunWorkflow:
             end = walk_end(track, output)
         return self._finish(end)
 
-    def _context(self, spec: dict[str, Any], ir: ExecIR, settings: RuntimeSettings) -> RunContext:
+    def _context(
+        self,
+        spec: dict[str, Any],
+        ir: ExecIR,
+        settings: RuntimeSettings,
+        carried: dict[str, Any] | None,
+    ) -> RunContext:
         """The run's context in the workflow: its state, events (kept for the queries,
-        stamped with the workflow's clock) and usage; op records kept by the history."""
-        state = StateStore(
-            spec["inputs"],
-            ctx={
-                "run_id": self.run_id,
-                "started_at": _timestamp(workflow.now()),
-                "workflow_id": ir.workflow.id,
-                "workflow_name": ir.workflow.name,
-                "model_classes": spec["model_classes"],
-            },
-        )
+        stamped with the workflow's clock) and usage; op records kept by the history.
+        ``carried``: what the execution this one continues had (``_carried``)."""
+        if carried is None:
+            state = StateStore(
+                spec["inputs"],
+                ctx={
+                    "run_id": self.run_id,
+                    "started_at": _timestamp(workflow.now()),
+                    "workflow_id": ir.workflow.id,
+                    "workflow_name": ir.workflow.name,
+                    "model_classes": spec["model_classes"],
+                },
+            )
+            self.initial_state = state.snapshot()
+        else:
+            state = StateStore.from_snapshot(carried["state"])
+            self.initial_state = carried["state_initial"]
+            self.events.extend(carried["events"])
+            self.ops.extend(carried["ops"])
+            self.decisions = list(carried["decisions"])
+            self.decided = dict(carried["decided"])
+            self.early = {node: list(values) for node, values in carried["early"].items()}
+            self.scheduled = self.scheduled_before = carried["scheduled"]
+            self.provider_state = carried["provider_state"]
         state.limit(_state_limits(spec, settings))
-        self.initial_state = state.snapshot()
         ctx = RunContext(
             run_id=self.run_id,
             state=state,
             recorder=NullRecorder(),
-            answers=dict(spec.get("answers") or {}),
+            answers=dict(carried["answers"] if carried else spec.get("answers") or {}),
             ask_human=None,
             listeners=[self.events.append],
-            llm=settings.call_env(DisabledProvider()),
+            llm=settings.call_env(
+                DisabledProvider(), usage=Usage.from_json(carried["usage"]) if carried else None
+            ),
             http=settings.http,
             tools=_no_tools,
+            seq=carried["seq"] if carried else 0,
         )
         ctx.now = lambda: _timestamp(workflow.now())
         ctx.walk = WalkState(base_provider=DisabledProvider(), persistence=HistoryRecords(self.ops))
+        if carried is not None:
+            ctx.last_result = carried["last_result"]
         return ctx
+
+    def _continue_now(self) -> bool:
+        """Whether the walk goes on in a new execution (continue-as-new) before its next
+        op: when Temporal suggests it (its history nears 4 MB or 4,096 events), or after
+        the run's ``continue_after`` activities in this execution."""
+        if workflow.info().is_continue_as_new_suggested():
+            return True
+        every = int(self.spec.get("continue_after") or 0)
+        return every > 0 and self.scheduled - self.scheduled_before >= every
+
+    def _carried(self, spec: dict[str, Any], track: Track) -> dict[str, Any]:
+        """The spec of the execution that goes on with the walk at ``track``'s op: this
+        run's spec with what the walk has done so far, so that nothing a user sees (events,
+        op records and their labels, state, usage, decisions) shows the seam."""
+        ctx = track.ctx
+        return {
+            **spec,
+            "carried": {
+                "current": track.current,
+                "op_seq": track.op_seq,
+                "steps": ctx.walk.counters.steps,
+                "visits": ctx.walk.counters.visits,
+                "seq": ctx.seq,
+                "state": ctx.state.snapshot(),
+                "state_initial": self.initial_state,
+                "last_result": ctx.last_result,
+                "answers": ctx.answers,
+                "usage": ctx.usage.to_json(),
+                "events": self.events,
+                "ops": self.ops,
+                "decisions": self.decisions,
+                "decided": self.decided,
+                "early": self.early,
+                "scheduled": self.scheduled,
+                "provider_state": self.provider_state,
+                "executions": spec.get("carried", {}).get("executions", 1) + 1,
+            },
+        }
 
     def _executor(self, op: Op, local: dict[str, Executor | None]) -> Executor | None:
         """The executor of ``op`` in this run: its local one when it runs here, else the
