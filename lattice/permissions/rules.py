@@ -71,6 +71,11 @@ _SPECIFIED_ANYHOW = frozenset({"Agent", "Task", "Skill", "SlashCommand"})
 WRAPPERS = ("timeout", "time", "nice", "nohup")
 """Commands that run another; a Bash rule matches the command they run."""
 _OPERATORS = ("&&", "||", "|&", ";", "|", "&", "\n")
+_UNSPLITTABLE = ("$(", "`", "<(", ">(", "${", "$[", "$'", "<<")
+"""Text bash reads otherwise than the splitter: substitutions and expansions that run
+commands (``${X:=…}`` with ``${X@P}`` or ``$[X]``), ``$'…'`` (its ``\\'`` does not end
+it) and here-documents (their lines are not commands)."""
+_WORD_BREAKS = " \t\n;&|()<>"
 _RULE = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?:\((.*)\))?", re.DOTALL)
 
 
@@ -257,8 +262,9 @@ def bash_pattern(specifier: str) -> re.Pattern[str]:
 def bash_parts(command: str) -> list[str] | None:
     """The simple commands of a compound one, each without the wrappers before it; None
     when the command cannot be split with confidence (an unclosed quote, a command
-    substitution): then only a rule on every Bash command allows it."""
-    if "$(" in command or "`" in command or "<(" in command or ">(" in command:
+    substitution, a comment, a here-document): then only a rule on every Bash command
+    allows it."""
+    if any(text in command for text in _UNSPLITTABLE):
         return None
     parts: list[str] = []
     current: list[str] = []
@@ -277,6 +283,8 @@ def bash_parts(command: str) -> list[str] | None:
             continue
         if char in "'\"":
             quote = char
+        elif char == "#" and (i == 0 or command[i - 1] in _WORD_BREAKS):
+            return None  # a comment hides the rest of its line from bash, not from us
         elif char == "\\" and i + 1 < len(command):
             current.append(char + command[i + 1])
             i += 2
