@@ -328,10 +328,20 @@ def command_prefix_rule(command: str) -> str | None:
         return None
     name = words[0].rsplit("/", 1)[-1]
     size = 1
-    if len(words) > 1 and name in SUBCOMMAND_TOOLS and not words[1].startswith("-"):
-        size = 3 if name in _SCRIPT_RUNNERS and words[1] == "run" and len(words) > 2 else 2
+    if name in SUBCOMMAND_TOOLS:
+        # no subcommand (`git`, `git -C dir push`, `npm run`): every command of the tool
+        # is no prefix of what the person saw
+        if len(words) < 2 or words[1].startswith("-"):
+            return None
+        size = 2
+        if name in _SCRIPT_RUNNERS and words[1] == "run":
+            size = 3
+            if len(words) < 3:
+                return None
     elif len(words) > 2 and name.startswith("python") and words[1] == "-m":
         size = 3
+    elif name in _RUNS_ANY or name.startswith(_RUNS_ANY_PREFIXES):
+        return None  # `python3 x.py` allowed is no `python3 -c …` allowed
     prefix = words[:size]
     if command.split()[:size] != prefix or not all(_PLAIN_WORD.fullmatch(w) for w in prefix):
         return None
@@ -339,6 +349,16 @@ def command_prefix_rule(command: str) -> str | None:
 
 
 _SCRIPT_RUNNERS = frozenset({"npm", "pnpm", "yarn", "bun"})
+_RUNS_ANY = frozenset(
+    {
+        "sh", "bash", "zsh", "dash", "ksh", "fish", "env", "xargs", "sudo", "doas", "su",
+        "eval", "exec", "command", "builtin", "source", ".", "node", "deno", "perl",
+        "ruby", "php", "lua", "awk", "gawk", "ssh", "busybox", "nsenter", "chroot",
+    }
+)  # fmt: skip
+"""Programs that run whatever code or command their arguments give: a prefix rule on
+them would allow any command."""
+_RUNS_ANY_PREFIXES = ("python", "pypy")
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:@%+,-]+")
 
 

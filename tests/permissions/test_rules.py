@@ -14,6 +14,7 @@ import pytest
 
 from lattice.permissions import Permissions, RuleError, RuleSource, build_permissions, parse_rule
 from lattice.permissions.policy import Mode
+from lattice.permissions.rules import command_prefix_rule
 from lattice.permissions.settings import RuleSet, parse_rules
 
 CWD = Path("/work/project")
@@ -329,3 +330,28 @@ def test_a_command_hidden_from_the_splitter_is_not_allowed_by_a_rule_on_another(
     assert (tmp_path / "pwned").exists()
     allowed = {"allow": ["Bash(git diff:*)"]}
     assert decide(allowed, *bash(command), mode="dontAsk") == "deny"
+
+
+@pytest.mark.parametrize(
+    ("command", "rule"),
+    [
+        ("git diff --stat", "Bash(git diff:*)"),
+        ("npm run test:unit", "Bash(npm run test:unit:*)"),
+        ("python3 -m unittest -v", "Bash(python3 -m unittest:*)"),
+        ("ls -la", "Bash(ls:*)"),
+        # each of these stood for the tool's every command (git push, python3 -c …)
+        ("git --no-pager log", None),
+        ("git -C . diff", None),
+        ("git", None),
+        ("npm run", None),
+        ("python3 check.py", None),
+        ("bash build.sh", None),
+        ("env LANG=C make", None),
+        ("xargs -n1 echo", None),
+        ("node build.js", None),
+    ],
+)
+def test_allow_for_the_run_stands_for_the_command_the_person_saw(
+    command: str, rule: str | None
+) -> None:
+    assert command_prefix_rule(command) == rule
