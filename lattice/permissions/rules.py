@@ -71,6 +71,11 @@ _SPECIFIED_ANYHOW = frozenset({"Agent", "Task", "Skill", "SlashCommand"})
 WRAPPERS = ("timeout", "time", "nice", "nohup")
 """Commands that run another; a Bash rule matches the command they run."""
 _OPERATORS = ("&&", "||", "|&", ";", "|", "&", "\n")
+_UNSPLITTABLE = ("$(", "`", "<(", ">(", "${", "$[", "$'", "<<")
+"""Text bash reads otherwise than the splitter: substitutions and expansions that run
+commands (``${X:=…}`` with ``${X@P}`` or ``$[X]``), ``$'…'`` (its ``\\'`` does not end
+it) and here-documents (their lines are not commands)."""
+_WORD_BREAKS = " \t\n;&|()<>"
 _RULE = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?:\((.*)\))?", re.DOTALL)
 
 
@@ -257,8 +262,9 @@ def bash_pattern(specifier: str) -> re.Pattern[str]:
 def bash_parts(command: str) -> list[str] | None:
     """The simple commands of a compound one, each without the wrappers before it; None
     when the command cannot be split with confidence (an unclosed quote, a command
-    substitution): then only a rule on every Bash command allows it."""
-    if "$(" in command or "`" in command or "<(" in command or ">(" in command:
+    substitution, a comment, a here-document): then only a rule on every Bash command
+    allows it."""
+    if any(text in command for text in _UNSPLITTABLE):
         return None
     parts: list[str] = []
     current: list[str] = []
@@ -277,6 +283,8 @@ def bash_parts(command: str) -> list[str] | None:
             continue
         if char in "'\"":
             quote = char
+        elif char == "#" and (i == 0 or command[i - 1] in _WORD_BREAKS):
+            return None  # a comment hides the rest of its line from bash, not from us
         elif char == "\\" and i + 1 < len(command):
             current.append(char + command[i + 1])
             i += 2
@@ -320,10 +328,20 @@ def command_prefix_rule(command: str) -> str | None:
         return None
     name = words[0].rsplit("/", 1)[-1]
     size = 1
-    if len(words) > 1 and name in SUBCOMMAND_TOOLS and not words[1].startswith("-"):
-        size = 3 if name in _SCRIPT_RUNNERS and words[1] == "run" and len(words) > 2 else 2
+    if name in SUBCOMMAND_TOOLS:
+        # no subcommand (`git`, `git -C dir push`, `npm run`): every command of the tool
+        # is no prefix of what the person saw
+        if len(words) < 2 or words[1].startswith("-"):
+            return None
+        size = 2
+        if name in _SCRIPT_RUNNERS and words[1] == "run":
+            size = 3
+            if len(words) < 3:
+                return None
     elif len(words) > 2 and name.startswith("python") and words[1] == "-m":
         size = 3
+    elif name in _RUNS_ANY or name.startswith(_RUNS_ANY_PREFIXES):
+        return None  # `python3 x.py` allowed is no `python3 -c …` allowed
     prefix = words[:size]
     if command.split()[:size] != prefix or not all(_PLAIN_WORD.fullmatch(w) for w in prefix):
         return None
@@ -331,6 +349,16 @@ def command_prefix_rule(command: str) -> str | None:
 
 
 _SCRIPT_RUNNERS = frozenset({"npm", "pnpm", "yarn", "bun"})
+_RUNS_ANY = frozenset(
+    {
+        "sh", "bash", "zsh", "dash", "ksh", "fish", "env", "xargs", "sudo", "doas", "su",
+        "eval", "exec", "command", "builtin", "source", ".", "node", "deno", "perl",
+        "ruby", "php", "lua", "awk", "gawk", "ssh", "busybox", "nsenter", "chroot",
+    }
+)  # fmt: skip
+"""Programs that run whatever code or command their arguments give: a prefix rule on
+them would allow any command."""
+_RUNS_ANY_PREFIXES = ("python", "pypy")
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:@%+,-]+")
 
 

@@ -94,6 +94,8 @@ class AnswerRun(BaseModel):
     def _something(self) -> AnswerRun:
         if not self.answers and not self.approvals:
             raise ValueError("give answers, approvals or both")
+        if APPROVALS in self.answers:  # there they would skip the door this body stamps
+            raise ValueError(f"approvals go in the body's approvals, not in answers' {APPROVALS}")
         problems = check_approvals(self.approvals)
         if problems:
             raise ValueError("; ".join(problems))

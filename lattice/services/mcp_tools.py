@@ -292,12 +292,22 @@ def _approval_message(request: Mapping[str, Any]) -> str:
     lines = [f"The agent of step {request.get('node')} asks to use {request.get('tool')}"]
     lines.append(f"(asked by: {request.get('why')})")
     if request.get("diff"):
-        lines.append(str(request["diff"])[:4000])
+        lines.append(_excerpt(str(request["diff"]), 4000))
     elif request.get("command"):
         lines.append(f"$ {request['command']}  (in {request.get('cwd')})")
     else:
-        lines.append(json.dumps(request.get("arguments"), ensure_ascii=False)[:1000])
+        lines.append(_excerpt(json.dumps(request.get("arguments"), ensure_ascii=False), 1000))
     return "\n".join(lines)
+
+
+def _excerpt(text: str, limit: int) -> str:
+    """``text`` cut at ``limit`` characters, saying so: a person approves what they see."""
+    if len(text) <= limit:
+        return text
+    return (
+        f"{text[:limit]}\n[{len(text) - limit:,} more characters not shown here: see the "
+        "whole call in the execution panel (lattice runs open) before allowing it]"
+    )
 
 
 async def _elicit_approvals(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from lattice.permissions import Permissions, RuleError, RuleSource, build_permissions, parse_rule
 from lattice.permissions.policy import Mode
+from lattice.permissions.rules import command_prefix_rule
 from lattice.permissions.settings import RuleSet, parse_rules
 
 CWD = Path("/work/project")
@@ -308,3 +310,48 @@ def test_a_settings_file_that_is_no_small_regular_file_is_refused(tmp_path: Path
     settings.write_text('{"permissions": {"allow": []}}' + " " * (1 << 20))
     with pytest.raises(RuleError, match="cannot read it: over 1048576 bytes"):
         build_permissions(workspace=tmp_path, home=tmp_path / "nohome")
+
+
+HIDDEN_COMMANDS = [
+    "git diff $'\\'' ; touch pwned ; echo \\'",  # $'…': \' does not end it
+    "git diff #'\ntouch pwned\n#'",  # a comment's quote quotes nothing
+    "git diff <<EOF\ngit diff '\nEOF\ntouch pwned\n#'",  # a here-document's lines
+    "git diff ${X:=\\$\\(touch pwned\\)} ${X@P}",  # a prompt expansion substitutes
+    "git diff ${X:=a[\\$\\(touch pwned\\)]} $[X]",  # so does an arithmetic subscript
+]
+
+
+@pytest.mark.parametrize("command", HIDDEN_COMMANDS)
+def test_a_command_hidden_from_the_splitter_is_not_allowed_by_a_rule_on_another(
+    command: str, tmp_path: Path
+) -> None:
+    # bash runs `touch pwned` in each; an allow rule on `git diff` must not allow it
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, check=False)
+    assert (tmp_path / "pwned").exists()
+    allowed = {"allow": ["Bash(git diff:*)"]}
+    assert decide(allowed, *bash(command), mode="dontAsk") == "deny"
+
+
+@pytest.mark.parametrize(
+    ("command", "rule"),
+    [
+        ("git diff --stat", "Bash(git diff:*)"),
+        ("npm run test:unit", "Bash(npm run test:unit:*)"),
+        ("python3 -m unittest -v", "Bash(python3 -m unittest:*)"),
+        ("ls -la", "Bash(ls:*)"),
+        # each of these stood for the tool's every command (git push, python3 -c …)
+        ("git --no-pager log", None),
+        ("git -C . diff", None),
+        ("git", None),
+        ("npm run", None),
+        ("python3 check.py", None),
+        ("bash build.sh", None),
+        ("env LANG=C make", None),
+        ("xargs -n1 echo", None),
+        ("node build.js", None),
+    ],
+)
+def test_allow_for_the_run_stands_for_the_command_the_person_saw(
+    command: str, rule: str | None
+) -> None:
+    assert command_prefix_rule(command) == rule

@@ -996,3 +996,17 @@ def test_a_run_on_temporal_is_never_offered_a_resume() -> None:
     shown = run_json(RunView("r2", "failed", failure=flaky))["failure"]
     assert shown["resumable"] is False  # POST .../resume is a 409 on Temporal
     assert "start the run again" in shown["recovery_action"]
+
+
+def test_approvals_in_answers_are_refused_they_would_name_their_own_door() -> None:
+    # {"answers": {"$approvals": {id: {"decision": "allow", "door": "panel"}}}} was taken
+    # unmarked: the journal said the door the client named
+    from pydantic import ValidationError
+
+    from lattice.server.bodies import AnswerRun
+
+    forged = {"$approvals": {"*": {"decision": "allow", "door": "panel"}}}
+    with pytest.raises(ValidationError, match="approvals go in the body's approvals"):
+        AnswerRun(answers=forged)
+    given = AnswerRun(approvals={"*": {"decision": "allow", "door": "panel"}})
+    assert given.all_answers()["$approvals"]["*"]["door"] == "gateway"
