@@ -11,6 +11,9 @@ import argparse
 import asyncio
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -246,14 +249,17 @@ async def _follow(
                 f"lattice resume RUN --temporal {address} --approve {first} (or --approve-all, "
                 f"or --deny {first} --reason TEXT)"
             )
-        return report(run_result(outcome, answer_hint=hint), progress, args.json, settings)
+        resume_hint = f"lattice resume RUN --temporal {address}"
+        result = run_result(outcome, answer_hint=hint, resume_hint=resume_hint)
+        return report(result, progress, args.json, settings)
 
 
 def resume(args: argparse.Namespace) -> int:
     """``lattice resume RUN_ID --temporal HOST:PORT [--answer NODE=VALUE] [--approve ID …]``:
     answer the run's question (the workflow's answer update), decide its tool calls waiting
-    for approval (its approve update), and follow it to its end or its next question."""
-    from lattice.durable.temporal.client import answer, approve
+    for approval (its approve update), resume it when it was stopped (its resume update),
+    and follow it to its end or its next question."""
+    from lattice.durable.temporal.client import answer, approve, resume_stopped
     from lattice.permissions.approvals import APPROVALS
     from lattice.runtime.settings import settings_from_config
 
@@ -276,9 +282,39 @@ def resume(args: argparse.Namespace) -> int:
             await approve(client, run_id, decisions)
         for node_id, value in answers.items():
             await answer(client, run_id, ir, node_id, value)
+        if not (answers or decisions):
+            now = await client.get_workflow_handle(run_id).query("progress", 1 << 62)
+            if now["result"] is None and now.get("stopping"):
+                await resume_stopped(client, run_id)
+                note(f"run {run_id} resumed where it stopped")
         return await _follow(client, run_id, ir, address, progress, args, settings)
 
     return asyncio.run(go())
+
+
+def stop(args: argparse.Namespace) -> int:
+    """``lattice runs stop RUN_ID --temporal HOST:PORT``: stop the run at its next op
+    boundary (the workflow's stop update): it shows ``interrupted`` until ``lattice resume
+    RUN_ID --temporal HOST:PORT``."""
+    from lattice.durable.temporal.client import check_key
+    from lattice.durable.temporal.client import stop as stop_run
+
+    address = _address(args)
+    if not args.run_dir:
+        raise LatticeUserError("lattice runs stop RUN --temporal HOST:PORT")
+    run_id = str(args.run_dir)
+
+    async def go() -> None:
+        client = await _connect(args, address)
+        await check_key(client, run_id)
+        await stop_run(client, run_id, "lattice runs stop")
+
+    asyncio.run(go())
+    note(
+        f"run {run_id} stops at its next op boundary (the ops in flight finish); "
+        f"lattice resume {run_id} --temporal {address} goes on from there"
+    )
+    return 0
 
 
 async def _check_waiting(client: Any, run_id: str, address: str) -> None:
@@ -307,6 +343,25 @@ async def _run_ir(client: Any, run_id: str) -> ExecIR:
             f"cannot read run {run_id!r} from Temporal: {exc}", error_type="temporal_error"
         ) from exc
     return ir_from_json(record["execir"])
+
+
+@contextmanager
+def exported(args: argparse.Namespace, run_ids: list[str]) -> Iterator[list[Path]]:
+    """The runs ``run_ids`` on Temporal exported as run folders in a scratch folder,
+    removed afterwards (``lattice runs diff RUN_A RUN_B --temporal HOST:PORT``)."""
+    from lattice.durable.temporal.export import export_run
+
+    address = _address(args)
+    with tempfile.TemporaryDirectory(prefix="lattice-diff-") as scratch:
+        folders = [Path(scratch) / f"{index}-{run_id}" for index, run_id in enumerate(run_ids)]
+
+        async def go() -> None:
+            client = await _connect(args, address)
+            for run_id, folder in zip(run_ids, folders, strict=True):
+                await export_run(client, run_id, folder)
+
+        asyncio.run(go())
+        yield folders
 
 
 def export(args: argparse.Namespace) -> int:

@@ -190,9 +190,7 @@ class Guard:
         )
         if foreign is not None:
             status, error, said = foreign
-            await self.respond(status, {"error": error, "message": said}, {})(
-                scope, receive, send
-            )
+            await self.respond(status, {"error": error, "message": said}, {})(scope, receive, send)
             return
         if (
             self.expected is not None

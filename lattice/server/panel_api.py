@@ -48,6 +48,18 @@ from lattice.server.graph import document_graph, run_graph
 from lattice.server.manager import RunManager
 from lattice.server.workflows import WorkflowLibrary
 
+
+def compare_json(a: Path, b: Path, a_id: str, b_id: str) -> dict[str, Any]:
+    """``GET /v1/runs/{a}/compare/{b}`` of the run folders ``a`` and ``b``: what
+    ``lattice runs diff --json`` says, with both outputs."""
+    diff = diff_runs(a, b)
+    out = diff.to_json()
+    out["a"], out["b"] = a_id, b_id
+    out["output"] = {"changes": out["output"], "a": diff.a.output, "b": diff.b.output}
+    out["changed"] = diff.changed
+    return out
+
+
 PANEL_DIR = Path(__file__).resolve().parent / "panel"
 """The page, its ES modules and styles (package data)."""
 
@@ -228,12 +240,7 @@ def add_panel_routes(
     )
     def compare_runs(run_id: str, other_id: str) -> Response:
         a, b = manager.folder(run_id), manager.folder(other_id)
-        diff = diff_runs(a, b)
-        out = diff.to_json()
-        out["a"], out["b"] = run_id, other_id
-        out["output"] = {"changes": out["output"], "a": diff.a.output, "b": diff.b.output}
-        out["changed"] = diff.changed
-        return respond(200, out)
+        return respond(200, compare_json(a, b, run_id, other_id))
 
     @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
     async def graph_of_run(run_id: str) -> Response:

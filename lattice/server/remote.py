@@ -6,7 +6,7 @@ Nothing of a run is kept here: each request asks the backend. A run's events str
 asking for those after the last one read every ``POLL_SECONDS`` until the run stops (a
 halted run's stream ends ``halted``, as a run folder's does), once per run however many
 follow it (``polls.py``). What a run on a backend
-cannot do (resume, re-run, compare: a run folder's features) is a 409 that says so.
+cannot do is a 409 that says so; two runs are compared as their exported folders are.
 The panel's reads of a run (its canvas, state and op records) are the run-folder routes
 of ``panel_api.py`` over a ``BackendReader``.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +29,7 @@ from lattice.runs.oplog import OpEntry
 from lattice.runs.redaction import Redactor
 from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
-from lattice.server.bodies import AnswerRun, StartRun, check_start
+from lattice.server.bodies import AnswerRun, RerunRun, StartRun, check_start
 from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
 from lattice.server.events import (
     PING,
@@ -40,7 +41,7 @@ from lattice.server.events import (
 )
 from lattice.server.graph import run_graph
 from lattice.server.manager import RUN_ID, links, next_step, question
-from lattice.server.panel_api import RunReader, record_entries
+from lattice.server.panel_api import RunReader, compare_json, record_entries
 from lattice.server.polls import PollEnded, RunPolls
 from lattice.server.workflows import WorkflowLibrary
 from lattice.service.backend import (
@@ -77,7 +78,9 @@ def run_json(view: RunView) -> dict[str, Any]:
     if isinstance(failure, dict) and view.status in ("failed", "halted", "interrupted"):
         own = (failure.get("details") or {}).get("recovery_action")
         step = own if isinstance(own, str) else _next_step(view.run_id, view.status)
-        failure = {**failure, "recovery_action": step, "resumable": False}  # never, here
+        if view.resumable:
+            step = f"POST /v1/runs/{view.run_id}/resume (lattice resume {view.run_id} --temporal HOST:PORT)"
+        failure = {**failure, "recovery_action": step, "resumable": view.resumable}
     else:
         failure = None
     usage = view.usage or None
@@ -93,9 +96,9 @@ def run_json(view: RunView) -> dict[str, Any]:
         "cost_usd": (usage or {}).get("estimated_cost_usd"),
         "failure": failure,
         "question": question(view.run_id, failure) if view.status == "halted" else None,
-        "parent": None,
-        "reruns": [],
-        "rerunnable": False,  # re-running from a step needs a run folder
+        "parent": view.parent,
+        "reruns": [],  # a parent on a backend does not list its re-runs
+        "rerunnable": view.rerunnable,
         "links": links(view.run_id),
     }
 
@@ -115,7 +118,7 @@ def summary_json(view: RunView) -> dict[str, Any]:
         "failure_category": (view.failure or {}).get("category")
         if view.status != "running"
         else None,
-        "parent": None,
+        "parent": view.parent,
         "links": {"self": f"/v1/runs/{view.run_id}", "events": f"/v1/runs/{view.run_id}/events"},
         "status": view.status,
     }
@@ -333,7 +336,7 @@ def add_backend_routes(  # noqa: C901
         "/v1/runs/{run_id}/cancel",
         status_code=202,
         tags=["runs"],
-        summary="stop a run (it ends interrupted)",
+        summary="stop a run at its next op boundary (it shows interrupted, resumable)",
     )
     async def cancel_run(run_id: str) -> Response:
         await ask(backend.cancel(run_id_of(run_id)))
@@ -341,33 +344,71 @@ def add_backend_routes(  # noqa: C901
             202, {"run_id": run_id, "status": "running", "stopping": True, "links": links(run_id)}
         )
 
-    def not_here(what: str) -> Callable[..., Any]:
-        async def refuse(run_id: str) -> Response:
-            raise ApiError(
-                409,
-                "not_supported",
-                f"{what} is not available for runs on {backend.name}: a halted run is "
-                f"answered (POST /v1/runs/{run_id}/answers); a failed or interrupted run is "
-                "started again",
-            )
-
-        return refuse
-
-    app.add_api_route(
-        "/v1/runs/{run_id}/resume", not_here("resuming"), methods=["POST"], tags=["runs"]
+    @app.post(
+        "/v1/runs/{run_id}/resume",
+        status_code=202,
+        tags=["runs"],
+        summary="resume a stopped run where it stopped",
     )
-    app.add_api_route(
-        "/v1/runs/{run_id}/rerun", not_here("re-running"), methods=["GET", "POST"], tags=["runs"]
-    )
-
-    @app.get("/v1/runs/{run_id}/compare/{other_id}", tags=["panel"])
-    async def compare_runs(run_id: str, other_id: str) -> Response:
-        raise ApiError(
-            409,
-            "not_supported",
-            f"comparing runs is not available for runs on {backend.name}: export both "
-            "(lattice runs export RUN --temporal HOST:PORT -o DIR) and use lattice runs diff",
+    async def resume_run(run_id: str) -> Response:
+        run_id = run_id_of(run_id)
+        await ask(backend.resume(run_id))
+        return respond(
+            202,
+            {"run_id": run_id, "status": "running", "links": links(run_id)},
+            {"Location": f"/v1/runs/{run_id}"},
         )
+
+    @app.get(
+        "/v1/runs/{run_id}/rerun",
+        tags=["runs"],
+        summary="the state a re-run from a step of this run starts with",
+    )
+    async def rerun_preview(
+        run_id: str, op: str, visit: Annotated[int | None, Query(ge=1)] = None
+    ) -> Response:
+        point = await ask(backend.rerun_point(run_id_of(run_id), op, visit))
+        return respond(200, point)
+
+    @app.post(
+        "/v1/runs/{run_id}/rerun",
+        status_code=202,
+        tags=["runs"],
+        summary="start a new run from a step of this one",
+    )
+    async def rerun_run(run_id: str, body: RerunRun) -> Response:
+        run_id = run_id_of(run_id)
+        spec = body.spec(library)
+        given = spec.given
+        new_id, parent = await ask(
+            backend.rerun(
+                run_id,
+                op=body.op,
+                visit=body.visit,
+                state=body.state,
+                provider=provider_meta(spec) if given else None,
+                redact=redact,
+            )
+        )
+        return respond(
+            202,
+            {"run_id": new_id, "status": "running", "parent": parent, "links": links(new_id)},
+            {"Location": f"/v1/runs/{new_id}"},
+        )
+
+    @app.get(
+        "/v1/runs/{run_id}/compare/{other_id}",
+        tags=["panel"],
+        summary="what differs between two runs (lattice runs diff)",
+    )
+    async def compare_runs(run_id: str, other_id: str) -> Response:
+        run_id, other_id = run_id_of(run_id), run_id_of(other_id)
+        with tempfile.TemporaryDirectory(prefix="lattice-compare-") as scratch:
+            a, b = Path(scratch) / run_id, Path(scratch) / other_id
+            await ask(backend.export(run_id, a))
+            await ask(backend.export(other_id, b))
+            out = await asyncio.to_thread(compare_json, a, b, run_id, other_id)
+        return respond(200, out)
 
 
 class BackendReader(RunReader):

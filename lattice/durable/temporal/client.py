@@ -146,7 +146,8 @@ async def follow(
 ) -> dict[str, Any]:
     """Pass the run's events to ``on_event`` as they come, until it ends (its result) or,
     with ``until_question``, until it waits for an answer (the progress, ``status``
-    ``waiting``, with the ``question``)."""
+    ``waiting``, with the ``question``) or was stopped (``interrupted``, with the
+    ``stopped`` report: ``stops.py``)."""
     await check_key(handle._client, handle.id)
     seen = 0
     while True:
@@ -158,7 +159,7 @@ async def follow(
         if progress["result"] is not None:
             result: dict[str, Any] = progress["result"]
             return result
-        if until_question and progress["status"] == "waiting":
+        if until_question and progress["status"] in ("waiting", "interrupted"):
             return progress
         await asyncio.sleep(FOLLOW_EVERY)
 
@@ -182,12 +183,39 @@ async def approve(client: Client, run_id: str, decisions: dict[str, Any]) -> Non
         raise InputError(str(getattr(cause, "message", None) or cause or exc)) from None
 
 
+async def stop(client: Client, run_id: str, door: str) -> None:
+    """Ask run ``run_id`` to stop at its next op boundary (the workflow's ``stop`` update;
+    ``door`` says who asked: ``lattice runs stop``, ``gateway``). A run that has ended is
+    a LatticeUserError."""
+    await _update(client, run_id, "stop", door)
+
+
+async def resume_stopped(client: Client, run_id: str) -> None:
+    """Resume run ``run_id`` where it stopped (the workflow's ``resume`` update); a run
+    that was not stopped is a LatticeUserError."""
+    await _update(client, run_id, "resume")
+
+
+async def _update(client: Client, run_id: str, name: str, *args: Any) -> None:
+    try:
+        await client.get_workflow_handle(run_id).execute_update(name, args=list(args))
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        raise LatticeUserError(
+            str(getattr(cause, "message", None) or cause or exc), error_type="conflict"
+        ) from None
+
+
 def run_result(
-    outcome: dict[str, Any], *, answer_hint: str = "lattice resume RUN --answer NODE=VALUE"
+    outcome: dict[str, Any],
+    *,
+    answer_hint: str = "lattice resume RUN --answer NODE=VALUE",
+    resume_hint: str = "lattice resume RUN --temporal HOST:PORT",
 ) -> RunResult:
     """``follow``'s outcome as the RunResult a local run returns: a run waiting for an
     answer is ``halted``, its failure report says what is asked and how to answer
-    (``answer_hint``, with ``RUN`` the run id)."""
+    (``answer_hint``, with ``RUN`` the run id); a stopped run is ``interrupted``, and says
+    how to resume it (``resume_hint``)."""
     if outcome.get("status") == "waiting" and "question" in outcome:
         question = outcome["question"]
         run_id = str(outcome.get("run_id", ""))
@@ -205,6 +233,13 @@ def run_result(
         )
         usage = Usage.from_json(outcome.get("usage"))
         return RunResult("halted", None, {}, run_id, None, usage, failure)
+    if outcome.get("result", 0) is None and outcome.get("stopped"):  # stopped, resumable
+        report = dict(outcome["stopped"])
+        report["recovery_action"] = resume_hint.replace("RUN", str(outcome["run_id"]))
+        usage = Usage.from_json(outcome.get("usage"))
+        return RunResult(
+            "interrupted", None, {}, outcome["run_id"], None, usage, FailureReport(**report)
+        )
     failure_data = outcome.get("failure")
     return RunResult(
         status=outcome["status"],

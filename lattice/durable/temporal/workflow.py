@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from datetime import timedelta
 from typing import Any
 
@@ -35,12 +36,13 @@ with workflow.unsafe.imports_passed_through():
     from lattice.durable.temporal.history import (
         APPROVAL,
         AnsweredOp,
-        HistoryRecords,
         OpFailed,
         RemoteOp,
         compiled_walk,
     )
     from lattice.durable.temporal.state_slice import state_for
+    from lattice.durable.temporal.steps import SteppedRecords, rerun_point
+    from lattice.durable.temporal.stops import StopGate
     from lattice.errors import LatticeRunError
     from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
     from lattice.llm.disabled import DisabledProvider
@@ -79,6 +81,9 @@ class LatticeRunWorkflow:
         self.decisions: list[dict[str, Any]] = []
         """Every decision given (its id, choice, reason, door and time), in order."""
         self.ctx: RunContext | None = None
+        self.steps: SteppedRecords | None = None
+        self.track: Track | None = None
+        """The main walk's track: its ``current`` op is where the run is."""
         self.initial_state: dict[str, Any] = {}
         self.result: dict[str, Any] | None = None
         self.run_id = ""
@@ -87,6 +92,8 @@ class LatticeRunWorkflow:
         """Activities scheduled so far: an op's activity id is ``<number>-<op id>``."""
         self.provider_state: Any = None
         """Where the run's provider stands (a mock script's cursor) after its last op."""
+        self.gate = StopGate(lambda: _timestamp(workflow.now()))
+        """Closed by the ``stop`` update, opened by ``resume`` (``stops.py``)."""
         self.one_at_a_time = asyncio.Lock()
         """Taken by each op of a run with a scripted provider: its answers are handed out
         in the order the walk reaches the ops, as in a local run."""
@@ -163,18 +170,78 @@ class LatticeRunWorkflow:
             if request["id"] not in self.decided
         ]
 
+    @workflow.update
+    def stop(self, door: str = "temporal") -> None:
+        """Stop the run at its next op boundary: no new model or tool op starts, the ops
+        in flight finish; it then shows ``interrupted`` until ``resume`` (``stops.py``)."""
+        self.gate.stop(door)
+
+    @stop.validator
+    def _check_stop(self, door: str = "temporal") -> None:
+        if self.result is not None:
+            raise ValueError(f"run {self.run_id} is {self.result['status']}: it has ended")
+
+    @workflow.update
+    def resume(self) -> None:
+        """Go on from where the run stopped (or was about to)."""
+        assert self.ctx is not None
+        self.gate.resume(self.ctx)
+
+    @resume.validator
+    def _check_resume(self) -> None:
+        if self.gate.request is None:
+            raise ValueError(f"run {self.run_id} is {self.shown_status}; it was not stopped")
+
+    @property
+    def shown_status(self) -> str:
+        """The run's status as clients see it: ``interrupted`` while it is stopped."""
+        if self.status == "running" and self.gate.holding:
+            return "interrupted"
+        return self.status
+
+    def _stopped(self) -> dict[str, Any] | None:
+        """The stopped run's report, while it is stopped."""
+        if self.shown_status != "interrupted" or self.result is not None:
+            return None
+        return self.gate.failure(self.run_id, f"lattice resume {self.run_id} --temporal HOST:PORT")
+
     @workflow.query
     def progress(self, after: int = 0) -> dict[str, Any]:
         """Events after number ``after``, the status, the open question and, once the run
         is over, its result."""
         return {
             "run_id": self.run_id,
-            "status": self.status,
+            "status": self.shown_status,
             "events": [e for e in self.events if e["seq"] > after],
             "question": self.question,
+            "stopped": self._stopped(),
+            "stopping": self.gate.request is not None,
             "usage": self.ctx.usage.to_json() if self.ctx is not None else None,
             "result": self.result,
         }
+
+    @workflow.query
+    def rerun_point(self, op: str, visit: int | None = None) -> dict[str, Any]:
+        """The state before visit ``visit`` of ``op`` of the main walk (``steps.py``), and
+        what a re-run from it is started with (this run's spec, for a new run id)."""
+        assert self.steps is not None and self.track is not None
+        ended = self.result is not None and self.result["status"] == "completed"
+        in_flight = None if ended else self.track.current  # a fork, when in its branches
+        point = rerun_point(
+            self.initial_state,
+            self.steps.steps,
+            op,
+            visit,
+            ops=self.spec["execir"]["ops"],
+            in_flight=in_flight,
+            run_id=self.run_id,
+        )
+        return {**point, "status": self.result["status"] if self.result else self.shown_status}
+
+    @workflow.query
+    def spec_to_rerun(self) -> dict[str, Any]:
+        """What this run was started with, but its start (a re-run takes it, with its own)."""
+        return {k: v for k, v in self.spec.items() if k not in ("start", "run_id")}
 
     @workflow.query
     def execir(self) -> dict[str, Any]:
@@ -191,7 +258,9 @@ class LatticeRunWorkflow:
             "inputs": self.spec.get("inputs"),
             "workflow": self.spec.get("workflow"),
             "document": self.spec.get("document"),
-            "status": self.status,
+            "parent": (self.spec.get("start") or {}).get("parent"),
+            "status": self.shown_status,
+            "stopped": self._stopped(),
             "events": self.events,
             "ops": self.ops,
             "state_initial": self.initial_state,
@@ -212,7 +281,11 @@ class LatticeRunWorkflow:
         ir = compiled.ir
         settings = RuntimeSettings()  # the workflow side's: no provider, secret or host
         ctx = self.ctx = self._context(spec, ir, settings)
-        ctx.emit("run_started", {"workflow": ir.workflow.id, "inputs": spec["inputs"]}, op=False)
+        start = spec.get("start")  # a re-run from a step of another run (steps.py)
+        started = {"workflow": ir.workflow.id, "inputs": spec["inputs"]}
+        if start is not None:
+            started |= {"start_op": start["op"], "parent": start["parent"]}
+        ctx.emit("run_started", started, op=False)
         for notice in spec["notices"]:
             ctx.emit(notice["type"], notice["data"], op=False)
         limits = spec["limits"]
@@ -229,7 +302,7 @@ class LatticeRunWorkflow:
             clock=workflow.time,
             wait=workflow.wait,
         )
-        track = Track(ctx, ir.entry)
+        track = self.track = Track(ctx, start["op"] if start is not None else ir.entry)
         try:
             end = await walker.run_track(track)
         except OpFailed as failed:
@@ -262,8 +335,10 @@ class LatticeRunWorkflow:
     def _context(self, spec: dict[str, Any], ir: ExecIR, settings: RuntimeSettings) -> RunContext:
         """The run's context in the workflow: its state, events (kept for the queries,
         stamped with the workflow's clock) and usage; op records kept by the history."""
+        start = spec.get("start")
         state = StateStore(
             spec["inputs"],
+            vars=copy.deepcopy(start["state"].get("vars") or {}) if start else None,
             ctx={
                 "run_id": self.run_id,
                 "started_at": _timestamp(workflow.now()),
@@ -286,7 +361,8 @@ class LatticeRunWorkflow:
             tools=_no_tools,
         )
         ctx.now = lambda: _timestamp(workflow.now())
-        ctx.walk = WalkState(base_provider=DisabledProvider(), durability=HistoryRecords(self.ops))
+        self.steps = SteppedRecords(self.ops, state)
+        ctx.walk = WalkState(base_provider=DisabledProvider(), durability=self.steps)
         return ctx
 
     def _executor(self, op: Op, local: dict[str, Executor | None]) -> Executor | None:
@@ -310,7 +386,10 @@ class LatticeRunWorkflow:
         visit it goes on with; the request and its result (``ops.py``)."""
         spec = self.spec
         serial = "mock_script" in (spec["provider"] or {})
-        async with self.one_at_a_time if serial else contextlib.nullcontext():
+        async with (
+            self.gate.passing(ctx, op.kind),
+            self.one_at_a_time if serial else contextlib.nullcontext(),
+        ):
             options = spec["activity"]
             request = {
                 "run_id": self.run_id,
