@@ -3,6 +3,10 @@ the gateway (the panel's Stop and Resume) and the command line."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
 import threading
 import time
 import uuid
@@ -15,6 +19,7 @@ import pytest
 
 from lattice.server.in_thread import serve_in_thread
 from tests.builders import chain, node
+from tests.durable.test_cli import LATTICE, lattice
 from tests.durable.test_gateway import WAIT, gateway, workers
 from tests.server.helpers import follow
 
@@ -88,3 +93,111 @@ def test_a_run_stopped_through_the_gateway_waits_at_an_op_boundary_and_resumes(
         assert types[-1] == "run_finished"
         finished = [e["op_id"] for e in everything if e["type"] == "op_finished"]
         assert finished == ["start", "call", "draft", "end"]  # each op once
+
+
+CHAIN_SCRIPT = {"responses": {"draft": ["A draft."], "polish": ["A polished note."]}}
+
+
+def test_a_run_on_temporal_is_re_run_from_a_step_and_compared_with_its_parent(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The gateway's re-run of a run on Temporal starts a new workflow at the step, with
+    the state the parent had there (edited), runs only the ops from there, names its
+    parent, and compares with it as two run folders do."""
+    queue = f"rerun-{uuid.uuid4().hex[:10]}"
+    doc = chain(
+        node("draft", "prompt", prompt="Draft a note"),
+        node("polish", "prompt", prompt="Polish: {{ $vars.draft.result }}"),
+    )
+    with ExitStack() as stack:
+        stack.enter_context(workers(temporal_address, queue, tmp_path, 1))
+        base = stack.enter_context(serve_in_thread(gateway(temporal_address, queue, tmp_path)))
+        client = stack.enter_context(httpx.Client(base_url=base, timeout=WAIT))
+        body = {"document": doc, "inputs": {}, "mock_script": CHAIN_SCRIPT}
+        parent_id = client.post("/v1/runs", json=body).json()["run_id"]
+        parent = until_status(client, parent_id, "completed")
+        assert parent["rerunnable"] is True
+        point = client.get(f"/v1/runs/{parent_id}/rerun", params={"op": "polish"})
+        assert point.status_code == 200, point.text
+        assert point.json()["visits"] == 1
+        assert point.json()["state"]["vars"]["draft"]["result"] == "A draft."
+        unknown = client.get(f"/v1/runs/{parent_id}/rerun", params={"op": "nowhere"})
+        assert unknown.status_code in (400, 422), unknown.text
+        edited = {"vars": {"draft": {"result": "An edited draft."}}}
+        started = client.post(
+            f"/v1/runs/{parent_id}/rerun", json={"op": "polish", "state": edited}
+        )
+        assert started.status_code == 202, started.text
+        child_id = started.json()["run_id"]
+        assert started.json()["parent"] == {"run_id": parent_id, "op": "polish", "visit": 1}
+        child = until_status(client, child_id, "completed")
+        assert child["parent"] == {"run_id": parent_id, "op": "polish", "visit": 1}
+        assert child["output"] == "A polished note."
+        assert child["usage"]["calls"] == 1  # the draft was not made again
+        events, _ = follow(client, child_id, last_event_id=0)
+        assert events[0]["data"]["parent"]["run_id"] == parent_id
+        assert [e["op_id"] for e in events if e["type"] == "op_started"] == ["polish", "end"]
+        final = client.get(f"/v1/runs/{child_id}/state", params={"at": "final"}).json()
+        assert final["vars"]["draft"]["result"] == "An edited draft."
+        compared = client.get(f"/v1/runs/{parent_id}/compare/{child_id}")
+        assert compared.status_code == 200, compared.text
+        diff = compared.json()
+        assert diff["rerun"]["op"] == "polish" and diff["rerun"]["steps"] == ["start", "draft"]
+        assert diff["output"]["a"] == diff["output"]["b"] == "A polished note."
+
+
+def test_lattice_runs_stop_then_resume_on_temporal(
+    temporal_address: str, tmp_path: Path, held: tuple[str, threading.Event, threading.Event]
+) -> None:
+    """``lattice runs stop`` stops the run ``lattice run --engine temporal`` follows (it
+    reports it interrupted, exit 130, with the command that resumes it); ``lattice resume
+    --temporal`` goes on to its end; ``lattice runs diff --temporal`` compares it."""
+    url, arrived, release = held
+    (tmp_path / "lattice.toml").write_text('[http]\nallow_hosts = ["127.0.0.1"]\n')
+    doc = chain(
+        node("call", "httpRequest", method="GET", url=f"{url}/slow"),
+        node("draft", "prompt", prompt="Write a line about tea"),
+    )
+    (tmp_path / "doc.json").write_text(json.dumps(doc), encoding="utf-8")
+    (tmp_path / "mock.json").write_text(json.dumps(SCRIPT), encoding="utf-8")
+    queue = f"stop-{uuid.uuid4().hex[:10]}"
+    common = ["--temporal", temporal_address]
+    env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
+    with workers(temporal_address, queue, tmp_path, 1):
+        following = subprocess.Popen(
+            [*LATTICE, "run", "doc.json", "--mock", "mock.json", "--engine", "temporal"]
+            + [*common, "--task-queue", queue],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert following.stderr is not None
+            first = following.stderr.readline()
+            found = re.search(r"run (\S+) started on Temporal", first)
+            assert found, first
+            run_id = found.group(1)
+            assert arrived.wait(WAIT)
+            stopped = lattice("runs", "stop", run_id, *common, cwd=tmp_path)
+            assert stopped.returncode == 0, stopped.stderr
+            assert f"lattice resume {run_id} --temporal {temporal_address}" in stopped.stderr
+            release.set()
+            out, rest = following.communicate(timeout=WAIT)
+        finally:
+            if following.poll() is None:
+                following.kill()
+        assert following.returncode == 130, rest
+        assert f"next: lattice resume {run_id} --temporal {temporal_address}" in rest
+        shown = lattice("runs", "show", run_id, *common, cwd=tmp_path)
+        assert shown.stdout.startswith(f"run {run_id}: interrupted"), shown.stdout
+        resumed = lattice("resume", run_id, *common, cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout) == "A line about tea."
+        ended = lattice("runs", "stop", run_id, *common, cwd=tmp_path)
+        assert ended.returncode == 2 and "completed" in ended.stderr, ended.stderr
+        assert "Traceback" not in ended.stderr
+        same = lattice("runs", "diff", run_id, run_id, *common, cwd=tmp_path)
+        assert same.returncode == 0, same.stderr

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from lattice.config import TemporalConfig
 from lattice.contracts.report import FailureReport
@@ -197,12 +198,22 @@ async def resume_stopped(client: Client, run_id: str) -> None:
 
 
 async def _update(client: Client, run_id: str, name: str, *args: Any) -> None:
+    handle = client.get_workflow_handle(run_id)
     try:
-        await client.get_workflow_handle(run_id).execute_update(name, args=list(args))
+        await handle.execute_update(name, args=list(args))
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         raise LatticeUserError(
             str(getattr(cause, "message", None) or cause or exc), error_type="conflict"
+        ) from None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND and "completed" in exc.message:
+            result = await handle.result()
+            raise LatticeUserError(
+                f"run {run_id} is {result['status']}: it has ended", error_type="conflict"
+            ) from None
+        raise LatticeUserError(
+            f"Temporal refused the {name} of run {run_id}: {exc.message}", error_type="conflict"
         ) from None
 
 
