@@ -165,8 +165,8 @@ def test_lattice_runs_stop_then_resume_on_temporal(
     env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
     with workers(temporal_address, queue, tmp_path, 1):
         following = subprocess.Popen(
-            [*LATTICE, "run", "doc.json", "--mock", "mock.json", "--engine", "temporal"]
-            + [*common, "--task-queue", queue],
+            [*LATTICE, "run", "doc.json", "--mock", "mock.json", "--engine", "temporal", *common]
+            + ["--task-queue", queue],
             cwd=tmp_path,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -185,7 +185,7 @@ def test_lattice_runs_stop_then_resume_on_temporal(
             assert stopped.returncode == 0, stopped.stderr
             assert f"lattice resume {run_id} --temporal {temporal_address}" in stopped.stderr
             release.set()
-            out, rest = following.communicate(timeout=WAIT)
+            _, rest = following.communicate(timeout=WAIT)
         finally:
             if following.poll() is None:
                 following.kill()
