@@ -124,9 +124,7 @@ def test_a_run_on_temporal_is_re_run_from_a_step_and_compared_with_its_parent(
         unknown = client.get(f"/v1/runs/{parent_id}/rerun", params={"op": "nowhere"})
         assert unknown.status_code in (400, 422), unknown.text
         edited = {"vars": {"draft": {"result": "An edited draft."}}}
-        started = client.post(
-            f"/v1/runs/{parent_id}/rerun", json={"op": "polish", "state": edited}
-        )
+        started = client.post(f"/v1/runs/{parent_id}/rerun", json={"op": "polish", "state": edited})
         assert started.status_code == 202, started.text
         child_id = started.json()["run_id"]
         assert started.json()["parent"] == {"run_id": parent_id, "op": "polish", "visit": 1}
@@ -164,9 +162,9 @@ def test_lattice_runs_stop_then_resume_on_temporal(
     common = ["--temporal", temporal_address]
     env = {k: v for k, v in os.environ.items() if k != "LATTICE_CONFIG"}
     with workers(temporal_address, queue, tmp_path, 1):
+        run = ["run", "doc.json", "--mock", "mock.json", "--engine", "temporal"]
         following = subprocess.Popen(
-            [*LATTICE, "run", "doc.json", "--mock", "mock.json", "--engine", "temporal", *common]
-            + ["--task-queue", queue],
+            [*LATTICE, *run, *common, "--task-queue", queue],
             cwd=tmp_path,
             env=env,
             stdin=subprocess.DEVNULL,
