@@ -260,6 +260,7 @@ def resume(args: argparse.Namespace) -> int:
     for approval (its approve update), resume it when it was stopped (its resume update),
     and follow it to its end or its next question."""
     from lattice.durable.temporal.client import answer, approve, resume_stopped
+    from lattice.durable.temporal.rerun import resume_ended
     from lattice.permissions.approvals import APPROVALS
     from lattice.runtime.settings import settings_from_config
 
@@ -287,6 +288,9 @@ def resume(args: argparse.Namespace) -> int:
             if now["result"] is None and now.get("stopping"):
                 await resume_stopped(client, run_id)
                 note(f"run {run_id} resumed where it stopped")
+            elif (now["result"] or {}).get("status") in ("failed", "interrupted"):
+                await resume_ended(client, run_id)
+                note(f"run {run_id} resumed from the op it ended at")
         return await _follow(client, run_id, ir, address, progress, args, settings)
 
     return asyncio.run(go())

@@ -162,13 +162,27 @@ class TemporalRuns(RunBackend):
             raise RunConflict(exc.message, "running") from None
 
     async def resume(self, run_id: str) -> None:
-        """Resume a stopped run where it stopped (RunConflict for any other run)."""
-        progress = await self._progress(await self._handle(run_id), after=1 << 62)
+        """Resume a stopped run where it stopped, or a failed or interrupted one from the
+        op it ended at (a new execution of its workflow: ``rerun.py``); RunConflict for
+        any other run."""
+        from lattice.durable.temporal.rerun import resume_ended
+
+        handle = await self._handle(run_id)
+        description = await _described(handle, run_id)
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            try:
+                await resume_ended(await self.client(), run_id)
+            except LatticeUserError as exc:
+                if exc.error_type != "conflict":
+                    raise
+                raise RunConflict(exc.message, (await self.describe(run_id)).status) from None
+            return
+        progress = await self._progress(handle, after=1 << 62)
         if progress["result"] is not None or not progress.get("stopping"):
             status = _status(progress)
             raise RunConflict(
-                f"run {run_id} is {status}; only a stopped run is resumed on Temporal (a "
-                f"halted one is answered: POST /v1/runs/{run_id}/answers)",
+                f"run {run_id} is {status}; only a stopped, failed or interrupted run is "
+                f"resumed (a halted one is answered: POST /v1/runs/{run_id}/answers)",
                 status,
             )
         try:
@@ -326,7 +340,11 @@ class TemporalRuns(RunBackend):
         error with ``strict`` (one run asked for), else shown ``running`` (a list). A run
         that has stopped can be re-run from its steps."""
         view = await self._view_of(handle, status, started, closed, memo, strict=strict)
-        return replace(view, rerunnable=view.status != "running")
+        ended = status != WorkflowExecutionStatus.RUNNING and view.status in (
+            "failed",
+            "interrupted",
+        )
+        return replace(view, rerunnable=view.status != "running", resumable=view.resumable or ended)
 
     async def _view_of(
         self,

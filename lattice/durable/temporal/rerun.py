@@ -1,8 +1,15 @@
-"""Re-running a run on Temporal from one of its steps: a new run (a new workflow) that
-starts at that op with the state the parent had before it, edited where asked, as a
-local re-run does (``lattice.service.rerun``). The parent's workflow answers where its
-steps stand (its ``rerun_point`` query, ``steps.py``) and what it was started with
-(``spec_to_rerun``); it may be running still only when it is stopped or waiting."""
+"""New executions from a run on Temporal's steps (``steps.py``).
+
+Re-running from a step: a new run (a new workflow) that starts at that op with the
+state the parent had before it, edited where asked, as a local re-run does
+(``lattice.service.rerun``). The parent's workflow answers where its steps stand (its
+``rerun_point`` query) and what it was started with (``spec_to_rerun``); it may be
+running still only when it is stopped or waiting.
+
+Resuming a failed or interrupted run: a new execution of its workflow (the same run
+id) that goes on at the op it ended at, with the state before that op and the run's
+events, op records, usage and provider carried over (its ``resume_spec`` query), as a
+local resume goes on in the same folder: nothing it recorded is sent again."""
 
 from __future__ import annotations
 
@@ -92,3 +99,23 @@ async def start_rerun(
         memo={**memo, "parent": parent},
     )
     return new_id, parent
+
+
+async def resume_ended(client: Client, run_id: str) -> None:
+    """Start run ``run_id`` (failed or interrupted, its workflow closed) again from the op
+    it ended at, as a new execution of its workflow on its task queue; a run that cannot
+    be resumed so is a LatticeUserError (``conflict``) that says why."""
+    handle = client.get_workflow_handle(run_id)
+    try:
+        spec: dict[str, Any] = await handle.query("resume_spec")
+    except WorkflowQueryFailedError as exc:
+        raise LatticeUserError(str(exc.message), error_type="conflict") from None
+    description = await handle.describe()
+    await client.start_workflow(
+        WORKFLOW_NAME,
+        spec,
+        id=run_id,
+        task_queue=description.task_queue,
+        result_type=dict,
+        memo=await description.memo(),
+    )

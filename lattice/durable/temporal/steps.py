@@ -28,20 +28,34 @@ class SteppedRecords(HistoryRecords):
     """``HistoryRecords`` that also keep, per op of the main walk, the changes it made
     to the run's ``state`` (whose ``changes`` this starts collecting)."""
 
-    def __init__(self, records: list[dict[str, Any]], state: StateStore) -> None:
+    def __init__(
+        self,
+        records: list[dict[str, Any]],
+        state: StateStore,
+        steps: list[dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__(records)
         self.state = state
         state.changes = []
-        self.steps: list[dict[str, Any]] = []
-        """``{"op_id", "changes"}`` per op of the main walk, in order."""
+        self.steps: list[dict[str, Any]] = list(steps or [])
+        """``{"op_id", "changes"}`` per op of the main walk, in order (``steps``: those a
+        resumed run's earlier executions took)."""
 
     def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
         super().write_op(label, op_id, record)
         if "." in label:  # a branch's op: its changes reach the run's state at the join
             return
         changes, self.state.changes = self.state.changes, []
+        if "port" not in record:  # it failed: it is where a resume goes on, not a step
+            return
         # copied: a later op may grow a value in place (an append)
         self.steps.append({"op_id": op_id, "changes": copy.deepcopy(changes or [])})
+
+
+def steps_before(steps: list[dict[str, Any]], op: str, visit: int) -> list[dict[str, Any]]:
+    """The steps taken before visit ``visit`` of ``op`` (all of them for a visit in flight)."""
+    started = [index for index, step in enumerate(steps) if step["op_id"] == op]
+    return steps[: started[visit - 1] if visit <= len(started) else len(steps)]
 
 
 def rerun_point(
@@ -73,9 +87,8 @@ def rerun_point(
         raise InputError(
             f"op {op!r} ran {visits} time(s) in run {run_id}; visit {visit} is not one of them"
         )
-    before = started[visit - 1] if visit <= len(started) else len(steps)
     state = StateStore.from_snapshot(copy.deepcopy(initial))
-    for step in steps[:before]:
+    for step in steps_before(steps, op, visit):
         for change in step["changes"]:
             state.apply(change)
     snapshot = state.snapshot()

@@ -33,6 +33,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from lattice.contracts.usage import Usage
     from lattice.durable.temporal.history import (
         APPROVAL,
         AnsweredOp,
@@ -41,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
         compiled_walk,
     )
     from lattice.durable.temporal.state_slice import state_for
-    from lattice.durable.temporal.steps import SteppedRecords, rerun_point
+    from lattice.durable.temporal.steps import SteppedRecords, rerun_point, steps_before
     from lattice.durable.temporal.stops import StopGate
     from lattice.errors import LatticeRunError
     from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
@@ -239,9 +240,58 @@ class LatticeRunWorkflow:
         return {**point, "status": self.result["status"] if self.result else self.shown_status}
 
     @workflow.query
+    def resume_spec(self) -> dict[str, Any]:
+        """What a new execution of this workflow (the same run id) is started with to go
+        on from the op this failed or interrupted run ended at: the state before that op,
+        and the run's events, op records, steps, usage and provider carried over, so the
+        run reads as one (a local resume's segments). ValueError when it cannot."""
+        assert self.steps is not None and self.track is not None and self.ctx is not None
+        status = self.result["status"] if self.result else self.shown_status
+        if status not in ("failed", "interrupted") or self.result is None:
+            raise ValueError(
+                f"run {self.run_id} is {status}; only a failed or interrupted run is resumed "
+                "as a new execution (a stopped one goes on where it is)"
+            )
+        op = self.track.current
+        failure = self.result.get("failure") or {}
+        if op is None or failure.get("op_id") not in (None, op):
+            raise ValueError(
+                f"run {self.run_id} failed at {failure.get('op_id')!r}, inside parallel "
+                f"branches: resuming would run the branches again; re-run it from {op!r} "
+                "(POST /v1/runs/{id}/rerun) to run them again on purpose"
+            )
+        point = rerun_point(
+            self.initial_state,
+            self.steps.steps,
+            op,
+            None,
+            ops=self.spec["execir"]["ops"],
+            in_flight=op,
+            run_id=self.run_id,
+        )
+        carried = self.spec.get("resumed") or {}
+        return {
+            **self.spec,
+            "start": {**(self.spec.get("start") or {}), "op": op, "state": point["state"]},
+            "resumed": {
+                "segment": int(carried.get("segment", 1)) + 1,
+                "after": status,
+                "events": self.events,
+                "ops": self.ops,
+                "steps": steps_before(self.steps.steps, op, point["visit"]),
+                "initial_state": self.initial_state,
+                "usage": self.ctx.usage.to_json(),
+                "seq": self.ctx.seq,
+                "provider_state": self.provider_state,
+                "decisions": self.decisions,
+                "scheduled": self.scheduled,
+            },
+        }
+
+    @workflow.query
     def spec_to_rerun(self) -> dict[str, Any]:
         """What this run was started with, but its start (a re-run takes it, with its own)."""
-        return {k: v for k, v in self.spec.items() if k not in ("start", "run_id")}
+        return {k: v for k, v in self.spec.items() if k not in ("start", "run_id", "resumed")}
 
     @workflow.query
     def execir(self) -> dict[str, Any]:
@@ -280,14 +330,28 @@ class LatticeRunWorkflow:
         compiled = compiled_walk(spec["execir"], spec["execir_digest"])
         ir = compiled.ir
         settings = RuntimeSettings()  # the workflow side's: no provider, secret or host
+        resumed = spec.get("resumed")  # an earlier execution's run, going on (resume_spec)
+        if resumed is not None:
+            self.events.extend(resumed["events"])
+            self.ops.extend(resumed["ops"])
+            self.decisions.extend(resumed["decisions"])
+            self.provider_state = resumed["provider_state"]
+            self.scheduled = resumed["scheduled"]
         ctx = self.ctx = self._context(spec, ir, settings)
         start = spec.get("start")  # a re-run from a step of another run (steps.py)
-        started = {"workflow": ir.workflow.id, "inputs": spec["inputs"]}
-        if start is not None:
-            started |= {"start_op": start["op"], "parent": start["parent"]}
-        ctx.emit("run_started", started, op=False)
-        for notice in spec["notices"]:
-            ctx.emit(notice["type"], notice["data"], op=False)
+        if resumed is not None and start is not None:
+            ctx.emit(
+                "run_resumed",
+                {"segment": resumed["segment"], "from_op": start["op"], "after": resumed["after"]},
+                op=False,
+            )
+        else:
+            started = {"workflow": ir.workflow.id, "inputs": spec["inputs"]}
+            if start is not None:
+                started |= {"start_op": start["op"], "parent": start["parent"]}
+            ctx.emit("run_started", started, op=False)
+            for notice in spec["notices"]:
+                ctx.emit(notice["type"], notice["data"], op=False)
         limits = spec["limits"]
         walker = Walker(
             ir,
@@ -348,7 +412,8 @@ class LatticeRunWorkflow:
             },
         )
         state.limit(_state_limits(spec, settings))
-        self.initial_state = state.snapshot()
+        resumed = spec.get("resumed")
+        self.initial_state = resumed["initial_state"] if resumed else state.snapshot()
         ctx = RunContext(
             run_id=self.run_id,
             state=state,
@@ -356,12 +421,15 @@ class LatticeRunWorkflow:
             answers=dict(spec.get("answers") or {}),
             ask_human=None,
             listeners=[self.events.append],
-            llm=settings.call_env(DisabledProvider()),
+            llm=settings.call_env(
+                DisabledProvider(), usage=Usage.from_json(resumed["usage"]) if resumed else None
+            ),
             http=settings.http,
             tools=_no_tools,
+            seq=int(resumed["seq"]) if resumed else 0,
         )
         ctx.now = lambda: _timestamp(workflow.now())
-        self.steps = SteppedRecords(self.ops, state)
+        self.steps = SteppedRecords(self.ops, state, resumed["steps"] if resumed else None)
         ctx.walk = WalkState(base_provider=DisabledProvider(), durability=self.steps)
         return ctx
 
