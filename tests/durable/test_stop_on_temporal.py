@@ -3,6 +3,7 @@ the gateway (the panel's Stop and Resume) and the command line."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,13 +18,19 @@ from typing import Any
 import httpx
 import pytest
 
+from lattice.errors import LatticeUserError
+from lattice.lower.compiler import lower_document
 from lattice.server.in_thread import serve_in_thread
-from tests.builders import chain, node
+from tests.builders import approval, chain, node
+from tests.durable.helpers import run_locally, with_worker
 from tests.durable.test_cli import LATTICE, lattice
-from tests.durable.test_gateway import WAIT, gateway, workers
-from tests.server.helpers import follow
+from tests.durable.test_gateway import APPROVAL_SCRIPT, WAIT, gateway, workers
+from tests.server.helpers import follow as follow_events
 
 pytest.importorskip("temporalio")
+
+from lattice.durable.temporal.client import answer, follow, start_run
+from lattice.durable.temporal.rerun import resume_ended
 
 SCRIPT = {"responses": {"draft": ["A line about tea."]}}
 
@@ -73,7 +80,7 @@ def test_a_run_stopped_through_the_gateway_waits_at_an_op_boundary_and_resumes(
         assert f"/v1/runs/{run_id}/resume" in stopped["failure"]["recovery_action"]
         listed = client.get("/v1/runs").json()["runs"]
         assert [r["status"] for r in listed if r["run_id"] == run_id] == ["interrupted"]
-        seen, end = follow(client, run_id, last_event_id=0)
+        seen, end = follow_events(client, run_id, last_event_id=0)
         assert end == "interrupted"
         so_far = [(e["type"], e.get("op_id")) for e in seen]
         assert so_far[-2:] == [("op_started", "draft"), ("run_interrupted", None)], so_far
@@ -85,7 +92,7 @@ def test_a_run_stopped_through_the_gateway_waits_at_an_op_boundary_and_resumes(
         assert again.status_code == 409, again.text
         stop_done = client.post(f"/v1/runs/{run_id}/cancel")
         assert stop_done.status_code == 409, stop_done.text
-        everything, end = follow(client, run_id, last_event_id=0)
+        everything, end = follow_events(client, run_id, last_event_id=0)
         assert end == "completed"
         types = [e["type"] for e in everything]
         assert types.count("run_interrupted") == 1 and types.count("run_resumed") == 1
@@ -132,7 +139,7 @@ def test_a_run_on_temporal_is_re_run_from_a_step_and_compared_with_its_parent(
         assert child["parent"] == {"run_id": parent_id, "op": "polish", "visit": 1}
         assert child["output"] == "A polished note."
         assert child["usage"]["calls"] == 1  # the draft was not made again
-        events, _ = follow(client, child_id, last_event_id=0)
+        events, _ = follow_events(client, child_id, last_event_id=0)
         assert events[0]["data"]["parent"]["run_id"] == parent_id
         assert [e["op_id"] for e in events if e["type"] == "op_started"] == ["polish", "end"]
         final = client.get(f"/v1/runs/{child_id}/state", params={"at": "final"}).json()
@@ -199,3 +206,52 @@ def test_lattice_runs_stop_then_resume_on_temporal(
         assert "Traceback" not in ended.stderr
         same = lattice("runs", "diff", run_id, run_id, *common, cwd=tmp_path)
         assert same.returncode == 0, same.stderr
+
+
+def test_an_interrupted_run_is_resumed_as_a_new_execution_that_reads_as_one_run(
+    temporal_address: str,
+) -> None:
+    """Cancelled (Temporal's cancellation) while it waits on a question, the run ends
+    interrupted; resumed, a new execution of its workflow asks the question again and goes
+    on, with the first execution's events, op records and usage: the draft is not made
+    again."""
+    ir = lower_document(approval()).ir
+    assert ir is not None
+    local = run_locally(ir, APPROVAL_SCRIPT, {"topic": "tea"}, answers={"approve": "Send"})
+    rid = f"test-{uuid.uuid4().hex[:12]}"
+
+    async def body(client: Any, queue: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        handle = await start_run(
+            client,
+            ir,
+            run_id=rid,
+            inputs={"topic": "tea"},
+            provider={"mock_script": APPROVAL_SCRIPT},
+            task_queue=queue,
+        )
+        assert (await follow(handle))["status"] == "waiting"
+        await handle.cancel()
+        assert (await follow(handle))["status"] == "interrupted"
+        await resume_ended(client, rid)
+        with pytest.raises(LatticeUserError, match="only a failed or interrupted run"):
+            await resume_ended(client, rid)  # the new execution runs: not resumed twice
+        waiting = await follow(client.get_workflow_handle(rid))
+        assert waiting["status"] == "waiting" and waiting["question"]["node_id"] == "approve"
+        await answer(client, rid, ir, "approve", "Send")
+        done = await follow(client.get_workflow_handle(rid))
+        record = await client.get_workflow_handle(rid).query("record")
+        return done, record
+
+    done, record = asyncio.run(with_worker(temporal_address, body))
+    assert done["status"] == "completed"
+    assert done["output"] == local.output
+    assert done["usage"]["calls"] == local.usage.calls == 2
+    events = record["events"]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    types = [e["type"] for e in events]
+    assert types.count("run_started") == 1 and types.count("run_resumed") == 1
+    resumed = next(e for e in events if e["type"] == "run_resumed")
+    assert resumed["data"] == {"segment": 2, "from_op": "approve", "after": "interrupted"}
+    assert [e["op_id"] for e in events if e["type"] == "op_started"].count("draft") == 1
+    ops = [op["op_id"] for op in record["ops"]]
+    assert ops == ["start", "draft", "approve", "approve#switch", "polish", "end"]
