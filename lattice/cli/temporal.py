@@ -31,6 +31,7 @@ from lattice.config import load_config
 from lattice.errors import InputError, LatticeUserError
 from lattice.ir.models import AskOp, ExecIR, ToolCallOp
 from lattice.ir.serialize import ir_from_json
+from lattice.llm.fixture import read_fixtures
 from lattice.permissions.approvals import ApprovalRequest
 from lattice.runs.redaction import make_redactor
 from lattice.runs.store import new_run_id, refuse_secret_answers
@@ -115,11 +116,28 @@ def codec_server(args: argparse.Namespace) -> int:
     return 0
 
 
-def provider_meta(args: argparse.Namespace) -> dict[str, Any]:
+def fixture_table(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:
+    """The table of ``--fixtures FILE`` (None without it): it travels with the run
+    (``fixtures.py``); a file that does not exist is empty when ``--record`` makes it."""
+    if not args.fixtures:
+        return None
+    path = Path(args.fixtures)
+    if not path.exists() and not args.record:
+        raise InputError(f"fixtures file {path} does not exist (record it with --record)")
+    return read_fixtures(path)
+
+
+def provider_meta(
+    args: argparse.Namespace, fixtures: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The run's provider as the workers build it: a ``--mock`` script travels inline (a
-    worker may be on another machine); a live provider is configured on the workers."""
-    if args.fixtures:
-        raise InputError("--fixtures is not supported with --engine temporal yet")
+    worker may be on another machine), fixtures by the digest of their table; a live
+    provider (and the one fixtures are recorded with) is configured on the workers."""
+    if fixtures is not None:
+        from lattice.durable.temporal.fixtures import table_digest
+
+        live = provider_meta(args) if args.record else {}  # what records: a script, or live
+        return live | {"fixtures_digest": table_digest(fixtures), "record": bool(args.record)}
     if args.mock:
         return ProviderSpec(script=read_json_object(args.mock, "mock script")).to_meta()
     return ProviderSpec().to_meta() | {"provider_arg": args.provider}
@@ -142,6 +160,8 @@ def run_on_temporal(
             f"lattice worker --temporal {address} --config {args.config}"
         )
 
+    fixtures = fixture_table(args)
+
     async def go() -> int:
         client = await _connect(args, address)
         handle = await start_run(
@@ -150,7 +170,8 @@ def run_on_temporal(
             run_id=run_id,
             inputs=prepared.inputs,
             answers=answers,
-            provider=provider_meta(args),
+            provider=provider_meta(args, fixtures),
+            fixtures=fixtures,
             budgets={"max_calls": args.max_calls, "max_tokens_total": args.max_tokens_total},
             limits={
                 "max_steps": prepared.runner.limits.max_steps,
@@ -162,7 +183,14 @@ def run_on_temporal(
             document=prepared.runner.workflow,
         )
         note(f"run {run_id} started on Temporal at {address} (workflow id {handle.id})")
-        return await _follow(client, run_id, ir, address, progress, args, settings)
+        code = await _follow(client, run_id, ir, address, progress, args, settings)
+        if fixtures is not None and args.record:
+            from lattice.durable.temporal.fixtures import append_recorded
+
+            record = await handle.query("record")
+            added = append_recorded(Path(args.fixtures), record["fixtures_recorded"])
+            note(f"recorded {added} fixture(s) on the workers into {args.fixtures}")
+        return code
 
     try:
         return asyncio.run(go())

@@ -129,8 +129,12 @@ class FixtureProvider:
         }
         if response.tool_calls:
             entry["tool_calls"] = [call.to_json() for call in response.tool_calls]
+        self.keep(entry)
+        self.table[prompt_hash] = entry
+        return response
+
+    def keep(self, entry: dict[str, Any]) -> None:
+        """Keep a recorded fixture line: append it to the fixtures file."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
-        self.table[prompt_hash] = entry
-        return response

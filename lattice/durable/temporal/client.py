@@ -90,6 +90,7 @@ async def start_run(
     settings: RuntimeSettings | None = None,
     memo: dict[str, Any] | None = None,
     document: dict[str, Any] | None = None,
+    fixtures: dict[str, dict[str, Any]] | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
     provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
@@ -102,7 +103,9 @@ async def start_run(
     ``memo`` is what Temporal's visibility shows of the run without asking a worker
     (by default the workflow's id; ``backend.py`` adds the workflow's file name).
     ``document`` is the workflow document ``ir`` was lowered from, kept for the panel's
-    canvas (``record`` answers it, as a run folder's ``workflow.json``)."""
+    canvas (``record`` answers it, as a run folder's ``workflow.json``). ``fixtures`` is
+    the table of a run that replays fixtures (``fixtures.py``; ``provider`` then names its
+    digest)."""
     spec = run_spec(
         ir,
         run_id=run_id,
@@ -114,6 +117,7 @@ async def start_run(
         activity=activity or ActivityOptions(),
         settings=settings or RuntimeSettings(),
         document=document,
+        fixtures=fixtures,
     )
     if redact is not None:
         refuse_secrets_in(
@@ -125,7 +129,9 @@ async def start_run(
                     ("input.json", "inputs"),
                     ("the answers", "answers"),
                     ("the mock script", "provider"),
+                    ("the fixtures", "fixtures"),
                 )
+                if key in spec
             },
             redact,
         )

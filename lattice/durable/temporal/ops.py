@@ -34,6 +34,7 @@ from typing import Any
 from lattice.config import LatticeConfig
 from lattice.contracts.calls import TRANSIENT_EVENTS
 from lattice.contracts.usage import Usage
+from lattice.durable.temporal.fixtures import FixtureTables, LoadTable, RunFixtures
 from lattice.durable.temporal.op_journal import OpJournal, replayed_provider_state
 from lattice.errors import LatticeRunError
 from lattice.ir.models import FAILED_PORT, ExecIR, Op
@@ -64,7 +65,7 @@ ON_TEMPORAL_HOW_TO = (
     "POST /v1/runs body of a gateway on Temporal; or choose a real provider with "
     '--provider openai|anthropic|litellm ("provider" in the body) or [llm] provider in '
     "the workers' lattice.toml (keys come from the workers' OPENAI_API_KEY / "
-    "ANTHROPIC_API_KEY). Fixtures are not replayed on Temporal"
+    "ANTHROPIC_API_KEY); or replay fixtures (--fixtures FILE)"
 )
 """What an op asks to do when neither its run nor the worker names a provider: the
 Temporal engine's options (the local engine's hint names ``--fixtures``)."""
@@ -95,6 +96,7 @@ class OpExecutor:
     def __init__(self, config: LatticeConfig) -> None:
         self.config = config
         self._compiled: OrderedDict[tuple[str, str], CompiledRun] = OrderedDict()
+        self._fixtures = FixtureTables()
 
     def settings(self, request: dict[str, Any]) -> RuntimeSettings:
         """The runtime settings of the run ``request`` belongs to: the worker's
@@ -134,6 +136,28 @@ class OpExecutor:
             self._compiled.popitem(last=False)
         return compiled
 
+    async def _provider(self, meta: dict[str, Any], load_fixtures: LoadTable | None) -> Any:
+        """The run's provider on this worker: its mock script, its fixture table (with
+        this worker's live provider when recording), or the provider it names, built from
+        this worker's configuration."""
+        digest = meta.get("fixtures_digest")
+        if isinstance(digest, str):
+            if load_fixtures is None:
+                raise LatticeRunError(
+                    "this run replays fixtures, which this worker cannot read",
+                    error_type="internal_error",
+                )
+            table = await self._fixtures.table(digest, load_fixtures)
+            live = {k: v for k, v in meta.items() if k not in ("fixtures_digest", "record")}
+            record_with = (
+                ProviderSpec.from_meta(live).build(self.config) if meta.get("record") else None
+            )
+            return RunFixtures(table, record_with=record_with)
+        provider = ProviderSpec.from_meta(meta).build(self.config)
+        if isinstance(provider, DisabledProvider):
+            provider.how_to = ON_TEMPORAL_HOW_TO
+        return provider
+
     async def run_op(
         self,
         request: dict[str, Any],
@@ -142,6 +166,7 @@ class OpExecutor:
         recorded: Sequence[dict[str, Any]] = (),
         on_journal: Callable[[list[dict[str, Any]]], None] | None = None,
         on_settle: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
+        load_fixtures: LoadTable | None = None,
     ) -> dict[str, Any]:
         """Execute ``request["op_id"]`` of the run and return what it did (module docstring).
         ``load`` gives the run's ExecIR when this worker has not compiled it yet;
@@ -149,7 +174,8 @@ class OpExecutor:
         not asked for again), else the request's ``journal`` (what the op's visit that
         halted left, for a visit going on after its answer or decisions); ``on_journal`` is
         given the journal as it grows, ``on_settle`` when it must reach the server now
-        (``op_journal.py``)."""
+        (``op_journal.py``); ``load_fixtures`` gives the run's fixture table when this
+        worker has not read it yet (``fixtures.py``)."""
         settings = self.settings(request)
         compiled = await self._compile(request, settings, load)
         op_id = str(request["op_id"])
@@ -160,9 +186,7 @@ class OpExecutor:
                 f"op {op_id!r} ({op.kind}) is not supported on Temporal yet",
                 error_type="unsupported",
             )
-        provider = ProviderSpec.from_meta(request.get("provider") or {}).build(self.config)
-        if isinstance(provider, DisabledProvider):
-            provider.how_to = ON_TEMPORAL_HOW_TO
+        provider = await self._provider(request.get("provider") or {}, load_fixtures)
         recorded = list(recorded) or list(request.get("journal") or [])
         provider_state = replayed_provider_state(recorded) or request.get("provider_state")
         if provider_state is not None:
@@ -257,6 +281,8 @@ class OpExecutor:
             "events": [e for e in events if e["type"] not in TRANSIENT_EVENTS],
             "seq": ctx.seq,
         }
+        if isinstance(provider, RunFixtures) and provider.recorded:
+            done["fixtures"] = provider.recorded
         masked: dict[str, Any] = redact_value(done, ctx.redact)
         return masked
 

@@ -41,6 +41,7 @@ def run_spec(
     activity: ActivityOptions,
     settings: RuntimeSettings,
     document: dict[str, Any] | None = None,
+    fixtures: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The workflow's input: the ExecIR (the workflow walks it as a local run does) and
     the run's inputs, answers, provider (a mock script inline), budgets and limits (with
@@ -49,7 +50,9 @@ def run_spec(
     only the part it reads), and the events a run starts with besides ``run_started`` (an agent's tools the
     grant of ``settings`` refuses, as a local run reports them). ``document``, the
     workflow document the ExecIR was lowered from (a run folder's ``workflow.json``), is
-    kept for the panel, which draws the run on its canvas; the walk never reads it."""
+    kept for the panel, which draws the run on its canvas; the walk never reads it.
+    ``fixtures`` is the table of a run that replays fixtures (its provider names it by
+    digest: ``fixtures.py``)."""
     execir = ir_to_dict(ir)
     return {
         "notices": [
@@ -78,4 +81,5 @@ def run_spec(
         "limits": {"max_parallel": settings.max_parallel, **limits},
         "state_limits": (None if settings.state_limits is None else asdict(settings.state_limits)),
         "activity": activity.to_json(),
+        **({"fixtures": fixtures} if fixtures is not None else {}),
     }

@@ -70,6 +70,12 @@ class OpActivity:
             )
             return execir
 
+        async def load_fixtures() -> dict[str, dict[str, Any]]:
+            table: dict[str, dict[str, Any]] = await self.client.get_workflow_handle(
+                workflow_id
+            ).query("fixtures")
+            return table
+
         journal: list[list[dict[str, Any]]] = [recorded_lines(activity.info().heartbeat_details)]
 
         def journaled(lines: list[dict[str, Any]]) -> None:
@@ -89,7 +95,12 @@ class OpActivity:
         beating = asyncio.ensure_future(_heartbeat(journal))
         try:
             return await self.executor.run_op(
-                request, load, recorded=journal[0], on_journal=journaled, on_settle=settle
+                request,
+                load,
+                recorded=journal[0],
+                on_journal=journaled,
+                on_settle=settle,
+                load_fixtures=load_fixtures,
             )
         finally:
             beating.cancel()

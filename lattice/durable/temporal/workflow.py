@@ -89,6 +89,8 @@ class LatticeRunWorkflow:
         self.result: dict[str, Any] | None = None
         self.run_id = ""
         self.spec: dict[str, Any] = {}
+        self.recorded_fixtures: list[dict[str, Any]] = []
+        """Fixture lines the run's ops recorded on workers (``fixtures.py``)."""
         self.scheduled = 0
         """Activities scheduled so far: an op's activity id is ``<number>-<op id>``."""
         self.provider_state: Any = None
@@ -294,6 +296,12 @@ class LatticeRunWorkflow:
         return {k: v for k, v in self.spec.items() if k not in ("start", "run_id", "resumed")}
 
     @workflow.query
+    def fixtures(self) -> dict[str, Any]:
+        """The run's fixture table (``fixtures.py``: a worker asks for it once per run)."""
+        table: dict[str, Any] = self.spec.get("fixtures") or {}
+        return table
+
+    @workflow.query
     def execir(self) -> dict[str, Any]:
         """The run's ExecIR (a worker asks for it once per document: ops do not carry it)."""
         execir: dict[str, Any] = self.spec["execir"]
@@ -319,6 +327,7 @@ class LatticeRunWorkflow:
             "decisions": self.decisions,
             "usage": self.ctx.usage.to_json() if self.ctx is not None else None,
             "result": self.result,
+            "fixtures_recorded": self.recorded_fixtures,
         }
 
     # -- the walk ------------------------------------------------------------------------
@@ -498,6 +507,7 @@ class LatticeRunWorkflow:
                     details={"recovery_action": "check the workers' logs, then run again"},
                 ) from exc
             self.provider_state = done["provider_state"]
+            self.recorded_fixtures.extend(done.get("fixtures") or ())
             return request, done
 
     async def _ask(self, ctx: RunContext, halt: HaltRun) -> Any:
