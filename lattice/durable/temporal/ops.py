@@ -36,6 +36,7 @@ from lattice.contracts.calls import TRANSIENT_EVENTS
 from lattice.contracts.usage import Usage
 from lattice.durable.temporal.fixtures import FixtureTables, LoadTable, RunFixtures
 from lattice.durable.temporal.op_journal import OpJournal, replayed_provider_state
+from lattice.durable.temporal.tool_sessions import RunToolSessions
 from lattice.errors import LatticeRunError
 from lattice.ir.models import FAILED_PORT, ExecIR, Op
 from lattice.ir.serialize import ir_from_json
@@ -97,6 +98,8 @@ class OpExecutor:
         self.config = config
         self._compiled: OrderedDict[tuple[str, str], CompiledRun] = OrderedDict()
         self._fixtures = FixtureTables()
+        self.tool_sessions = RunToolSessions()
+        """Each run's MCP sessions on this worker, kept across its ops (``tool_sessions.py``)."""
 
     def settings(self, request: dict[str, Any]) -> RuntimeSettings:
         """The runtime settings of the run ``request`` belongs to: the worker's
@@ -209,11 +212,14 @@ class OpExecutor:
                 usage=Usage.from_json(request.get("usage")),
             ),
             http=settings.http,
-            tools=lambda: ToolSessions(
-                settings.mcp_servers,
-                builtin=BuiltinTools(repo_root=settings.repo_root),
-                log_dir=None,
-                redact=None,
+            tools=lambda: self.tool_sessions.for_run(
+                str(request["run_id"]),
+                lambda: ToolSessions(
+                    settings.mcp_servers,
+                    builtin=BuiltinTools(repo_root=settings.repo_root),
+                    log_dir=None,
+                    redact=None,
+                ),
             ),
             seq=int(request.get("seq") or 0),
             redact=redact,

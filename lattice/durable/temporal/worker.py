@@ -125,16 +125,21 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 
 def make_worker(
-    client: Client, config: LatticeConfig, *, task_queue: str = DEFAULT_TASK_QUEUE
+    client: Client,
+    config: LatticeConfig,
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    ops: OpActivity | None = None,
 ) -> Worker:
     """A worker for Lattice runs on ``task_queue`` (``async with`` it, or ``await run()``);
-    ``client`` must use Lattice's data converter (``client.connect`` makes such a client)."""
+    ``client`` must use Lattice's data converter (``client.connect`` makes such a client).
+    ``ops`` runs the ops (by default one made here)."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[LatticeRunWorkflow],
         workflow_runner=workflow_runner(),
-        activities=[OpActivity(client, config).run_op],
+        activities=[(ops or OpActivity(client, config)).run_op],
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
 
@@ -150,4 +155,8 @@ async def run_worker(
     client = await connect(address, config.temporal)
     if connected is not None:
         connected()
-    await make_worker(client, config, task_queue=task_queue).run()
+    ops = OpActivity(client, config)
+    try:
+        await make_worker(client, config, task_queue=task_queue, ops=ops).run()
+    finally:
+        await ops.executor.tool_sessions.aclose()
