@@ -34,6 +34,7 @@ from lattice.server.errors import ApiError, diagnostics_json, document_error, fr
 from lattice.server.events import (
     PING,
     PING_SECONDS,
+    delta_message,
     end_message,
     event_line,
     message,
@@ -57,6 +58,39 @@ from lattice.service.runs import ProviderSpec, RunOptions, prepare_run
 
 POLL_SECONDS = 0.25
 """How often a watched run is asked for new events."""
+LIVE_SECONDS = 0.5
+"""How often a watcher that takes deltas asks for the ops in flight (``backend.live``)."""
+
+
+class LivePieces:
+    """The ``llm_delta`` messages of one watcher: each op in flight's answer, as its
+    workers' heartbeats carry it whole, sent a piece at a time (what grew since)."""
+
+    def __init__(self) -> None:
+        self._sent: dict[tuple[Any, ...], int] = {}
+
+    def messages(self, live: list[dict[str, Any]], after: int, run_id: str) -> str:
+        out = []
+        for op in live:
+            text, cut = op.get("text") or "", int(op.get("cut") or 0)
+            key = (op.get("activity_id"), op.get("try"), op.get("attempt"))
+            sent = self._sent.get(key, 0)
+            if cut + len(text) <= sent:
+                continue
+            self._sent[key] = cut + len(text)
+            last = (op.get("events") or [{}])[-1]
+            event = {
+                "seq": after,
+                "run_id": run_id,
+                "type": "llm_delta",
+                "op_id": op.get("op_id"),
+                "node_id": last.get("node_id"),
+                **({"branch": last["branch"]} if last.get("branch") else {}),
+                "data": {"attempt": op.get("attempt"), "text": text[max(0, sent - cut) :]},
+            }
+            out.append(delta_message(event_line(event)))
+        return "".join(out)
+
 
 Respond = Callable[..., Response]
 
@@ -276,7 +310,11 @@ def add_backend_routes(  # noqa: C901
         last_event_id: Annotated[int | None, Query(ge=0)] = None,
         timing: Annotated[bool, Query(description="emission time before each event")] = False,
         deltas: Annotated[
-            bool, Query(description="not on Temporal: model answers arrive whole")
+            bool,
+            Query(
+                description="the model answers of ops in flight as they grow (llm_delta), "
+                "read from their workers' heartbeats"
+            ),
         ] = False,
     ) -> Response:
         cursor = resume_cursor(last_event_id, last_event_id_header)
@@ -293,24 +331,50 @@ def add_backend_routes(  # noqa: C901
                 yield sent(first)
             if first.status != "running":
                 return
+            pieces = LivePieces()
+            quiet = 0.0
+            wait = LIVE_SECONDS if deltas else PING_SECONDS
             async with polls.watch(run_id, cursor) as poll:  # shared with the run's watchers
                 while True:
                     try:
-                        batch = await poll.next(cursor, PING_SECONDS)
+                        batch = await poll.next(cursor, wait)
                     except PollEnded:
                         return  # the client follows again from the last id it got
-                    if batch is None:
-                        yield PING
-                    elif batch.events or batch.status != "running":
+                    if batch is not None and (batch.events or batch.status != "running"):
+                        quiet = 0.0
                         yield sent(batch)
                         if batch.status != "running":
                             return
+                    if deltas:
+                        try:
+                            live = await backend.live(run_id)
+                        except LatticeUserError:
+                            live = []
+                        text = pieces.messages(live, cursor, run_id)
+                        if text:
+                            quiet = 0.0
+                            yield redact(text).encode()
+                    if batch is None:
+                        quiet += wait
+                        if quiet >= PING_SECONDS:
+                            quiet = 0.0
+                            yield PING
 
         return StreamingResponse(
             messages(),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    @app.get(
+        "/v1/runs/{run_id}/live",
+        tags=["runs"],
+        summary="what the run's ops in flight have done so far (their events, the answer "
+        "being streamed), read from their workers' heartbeats",
+    )
+    async def live_ops(run_id: str) -> Response:
+        run_id = run_id_of(run_id)
+        return respond(200, {"run_id": run_id, "ops": await ask(backend.live(run_id))})
 
     @app.post(
         "/v1/runs/{run_id}/answers",

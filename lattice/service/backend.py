@@ -177,6 +177,12 @@ class RunBackend(ABC):
         secret's value); its id and ``parent``."""
         raise RunConflict(f"runs on {self.name} are not re-run from a step", "unknown")
 
+    async def live(self, run_id: str) -> list[dict[str, Any]]:
+        """What the run's ops in flight have done so far (``{"op_id", "attempt", "events",
+        "text"}`` each: their events, and the model answer being streamed); none when the
+        backend cannot tell."""
+        return []
+
     async def export(self, run_id: str, folder: Path) -> None:
         """Write run ``run_id`` as a run folder at ``folder`` (which must not exist)."""
         raise RunConflict(f"runs on {self.name} are not exported", "unknown")

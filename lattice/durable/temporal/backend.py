@@ -38,7 +38,8 @@ from lattice.durable.temporal.client import (
     stop,
 )
 from lattice.durable.temporal.codec import CodecKeyError
-from lattice.durable.temporal.workflow import WORKFLOW_NAME
+from lattice.durable.temporal.live import live_of
+from lattice.durable.temporal.workflow import OP_ACTIVITY, WORKFLOW_NAME
 from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
@@ -189,6 +190,25 @@ class TemporalRuns(RunBackend):
             await resume_stopped(await self.client(), run_id)
         except LatticeUserError as exc:
             raise RunConflict(exc.message, _status(progress)) from None
+
+    async def live(self, run_id: str) -> list[dict[str, Any]]:
+        """Read from the heartbeats of the run's pending ``lattice.op`` activities
+        (``live.py``): Temporal keeps them beside the activity, not in the history."""
+        client = await self.client()
+        description = await _described(await self._handle(run_id), run_id)
+        found = []
+        for pending in description.raw_description.pending_activities:
+            if pending.activity_type.name != OP_ACTIVITY or not pending.heartbeat_details.payloads:
+                continue
+            details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+            live = live_of(details)
+            if live is None:
+                continue
+            op_id = pending.activity_id.split("-", 1)[-1]
+            found.append(
+                {"activity_id": pending.activity_id, "op_id": op_id, "try": pending.attempt} | live
+            )
+        return found
 
     async def export(self, run_id: str, folder: Path) -> None:
         from lattice.durable.temporal.export import export_run

@@ -35,6 +35,7 @@ from lattice.config import LatticeConfig
 from lattice.contracts.calls import TRANSIENT_EVENTS
 from lattice.contracts.usage import Usage
 from lattice.durable.temporal.fixtures import FixtureTables, LoadTable, RunFixtures
+from lattice.durable.temporal.live import LiveOp
 from lattice.durable.temporal.op_journal import OpJournal, replayed_provider_state
 from lattice.durable.temporal.tool_sessions import RunToolSessions
 from lattice.errors import LatticeRunError
@@ -170,6 +171,7 @@ class OpExecutor:
         on_journal: Callable[[list[dict[str, Any]]], None] | None = None,
         on_settle: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
         load_fixtures: LoadTable | None = None,
+        live: LiveOp | None = None,
     ) -> dict[str, Any]:
         """Execute ``request["op_id"]`` of the run and return what it did (module docstring).
         ``load`` gives the run's ExecIR when this worker has not compiled it yet;
@@ -178,7 +180,8 @@ class OpExecutor:
         halted left, for a visit going on after its answer or decisions); ``on_journal`` is
         given the journal as it grows, ``on_settle`` when it must reach the server now
         (``op_journal.py``); ``load_fixtures`` gives the run's fixture table when this
-        worker has not read it yet (``fixtures.py``)."""
+        worker has not read it yet (``fixtures.py``); ``live`` is given the op's events as
+        they come, for its heartbeats (``live.py``)."""
         settings = self.settings(request)
         compiled = await self._compile(request, settings, load)
         op_id = str(request["op_id"])
@@ -195,6 +198,8 @@ class OpExecutor:
         if provider_state is not None:
             restore_provider(provider, provider_state)
         redact = make_redactor(settings.secret_names())
+        if live is not None:
+            live.redact = redact
         journal = OpJournal(recorded, redact, on_journal, on_settle=on_settle)
         events: list[dict[str, Any]] = []
         state = StateStore.from_snapshot(request["state"], secrets=partial(read_secret, settings))
@@ -206,7 +211,7 @@ class OpExecutor:
             recorder=RunStore(None).open(str(request["run_id"]), redact=None),
             answers=dict(request.get("answers") or {}),
             ask_human=None,
-            listeners=[events.append],
+            listeners=[events.append] if live is None else [events.append, live],
             llm=settings.call_env(
                 JournaledProvider(provider, journal, recorded),
                 usage=Usage.from_json(request.get("usage")),

@@ -18,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from lattice.config import LatticeConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.client import connect
+from lattice.durable.temporal.live import LiveOp
 from lattice.durable.temporal.op_journal import recorded_lines
 from lattice.durable.temporal.ops import OpExecutor
 from lattice.durable.temporal.workflow import OP_ACTIVITY, LatticeRunWorkflow
@@ -77,22 +78,23 @@ class OpActivity:
             return table
 
         journal: list[list[dict[str, Any]]] = [recorded_lines(activity.info().heartbeat_details)]
+        live = LiveOp()
 
         def journaled(lines: list[dict[str, Any]]) -> None:
             journal[0] = list(lines)
-            activity.heartbeat(journal[0])
+            activity.heartbeat(journal[0], live.snapshot())
 
         handle = self.client.get_async_activity_handle(task_token=activity.info().task_token)
 
         async def settle(lines: list[dict[str, Any]]) -> None:
             try:
-                await handle.heartbeat(list(lines))
+                await handle.heartbeat(list(lines), live.snapshot())
             except Exception as exc:  # the throttled heartbeat still carries them
                 LOG.warning(
                     "op %s: its journal could not be sent at once: %s", request["op_id"], exc
                 )
 
-        beating = asyncio.ensure_future(_heartbeat(journal))
+        beating = asyncio.ensure_future(_heartbeat(journal, live))
         try:
             return await self.executor.run_op(
                 request,
@@ -101,6 +103,7 @@ class OpActivity:
                 on_journal=journaled,
                 on_settle=settle,
                 load_fixtures=load_fixtures,
+                live=live,
             )
         finally:
             beating.cancel()
@@ -108,11 +111,12 @@ class OpActivity:
                 await beating
 
 
-async def _heartbeat(journal: list[list[dict[str, Any]]]) -> None:
-    """Heartbeat with the op's journal (``journal[0]``, the latest) until cancelled: each
-    heartbeat's details replace the last one's on the server."""
+async def _heartbeat(journal: list[list[dict[str, Any]]], live: LiveOp) -> None:
+    """Heartbeat with the op's journal (``journal[0]``, the latest) and what it has done
+    so far (``live.py``) until cancelled: each heartbeat's details replace the last
+    one's on the server."""
     while True:
-        activity.heartbeat(journal[0])
+        activity.heartbeat(journal[0], live.snapshot())
         await asyncio.sleep(HEARTBEAT_EVERY)
 
 
