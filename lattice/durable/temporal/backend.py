@@ -170,7 +170,10 @@ class TemporalRuns(RunBackend):
 
         handle = await self._handle(run_id)
         description = await _described(handle, run_id)
-        if description.status != WorkflowExecutionStatus.RUNNING:
+        progress = None
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            progress = await self._progress(handle, after=1 << 62)
+        if progress is None or progress["result"] is not None:  # ended, or ending
             try:
                 await resume_ended(await self.client(), run_id)
             except LatticeUserError as exc:
@@ -178,8 +181,7 @@ class TemporalRuns(RunBackend):
                     raise
                 raise RunConflict(exc.message, (await self.describe(run_id)).status) from None
             return
-        progress = await self._progress(handle, after=1 << 62)
-        if progress["result"] is not None or not progress.get("stopping"):
+        if not progress.get("stopping"):
             status = _status(progress)
             raise RunConflict(
                 f"run {run_id} is {status}; only a stopped, failed or interrupted run is "

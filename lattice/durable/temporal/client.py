@@ -91,6 +91,7 @@ async def start_run(
     memo: dict[str, Any] | None = None,
     document: dict[str, Any] | None = None,
     fixtures: dict[str, dict[str, Any]] | None = None,
+    trace: bool | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
     provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
@@ -105,7 +106,11 @@ async def start_run(
     ``document`` is the workflow document ``ir`` was lowered from, kept for the panel's
     canvas (``record`` answers it, as a run folder's ``workflow.json``). ``fixtures`` is
     the table of a run that replays fixtures (``fixtures.py``; ``provider`` then names its
-    digest)."""
+    digest). ``trace``: a worker exports the run's span when it ends (``tracing.py``; by
+    default when ``settings`` trace, ``[telemetry]``: give workers the same)."""
+    settings = settings or RuntimeSettings()
+    if trace is None:
+        trace = settings.telemetry is not None and settings.telemetry.enabled
     spec = run_spec(
         ir,
         run_id=run_id,
@@ -115,10 +120,12 @@ async def start_run(
         budgets=dict(budgets or {}),
         limits=limits or {"max_steps": 10_000, "max_visits": 1_000},
         activity=activity or ActivityOptions(),
-        settings=settings or RuntimeSettings(),
+        settings=settings,
         document=document,
         fixtures=fixtures,
     )
+    if trace:
+        spec["trace"] = True
     if redact is not None:
         refuse_secrets_in(
             {

@@ -38,6 +38,7 @@ from lattice.durable.temporal.fixtures import FixtureTables, LoadTable, RunFixtu
 from lattice.durable.temporal.live import LiveOp
 from lattice.durable.temporal.op_journal import OpJournal, replayed_provider_state
 from lattice.durable.temporal.tool_sessions import RunToolSessions
+from lattice.durable.temporal.tracing import op_listeners
 from lattice.errors import LatticeRunError
 from lattice.ir.models import FAILED_PORT, ExecIR, Op
 from lattice.ir.serialize import ir_from_json
@@ -211,7 +212,13 @@ class OpExecutor:
             recorder=RunStore(None).open(str(request["run_id"]), redact=None),
             answers=dict(request.get("answers") or {}),
             ask_human=None,
-            listeners=[events.append] if live is None else [events.append, live],
+            listeners=[
+                events.append,
+                *([live] if live is not None else []),
+                *op_listeners(
+                    settings, provider, str(request["run_id"]), int(request.get("segment") or 1)
+                ),
+            ],
             llm=settings.call_env(
                 JournaledProvider(provider, journal, recorded),
                 usage=Usage.from_json(request.get("usage")),

@@ -13,10 +13,17 @@ local resume goes on in the same folder: nothing it recorded is sent again."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 from typing import Any
 
-from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowQueryFailedError,
+)
 
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.steps import EDITABLE
@@ -28,6 +35,9 @@ from lattice.runs.redaction import Redactor
 from lattice.runs.store import RunStore, file_text, new_run_id, refuse_secrets_in
 from lattice.runtime.runner import Runner
 
+CLOSING_SECONDS = 60.0
+"""How long a run that has its result may take to close its execution (its last workflow
+task, and the local activity that traces it)."""
 STOPPED = ("completed", "failed", "halted", "waiting", "interrupted")
 """Statuses a run is re-run from (a running run has not stopped at a step yet)."""
 
@@ -111,6 +121,10 @@ async def resume_ended(client: Client, run_id: str) -> None:
     except WorkflowQueryFailedError as exc:
         raise LatticeUserError(str(exc.message), error_type="conflict") from None
     description = await handle.describe()
+    if description.status == WorkflowExecutionStatus.RUNNING:
+        # the run has its result; its execution closes once a worker has traced it
+        with contextlib.suppress(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), CLOSING_SECONDS)
     await client.start_workflow(
         WORKFLOW_NAME,
         spec,

@@ -21,7 +21,9 @@ from lattice.durable.temporal.client import connect
 from lattice.durable.temporal.live import LiveOp
 from lattice.durable.temporal.op_journal import recorded_lines
 from lattice.durable.temporal.ops import OpExecutor
+from lattice.durable.temporal.tracing import TRACE_ACTIVITY, trace_run
 from lattice.durable.temporal.workflow import OP_ACTIVITY, LatticeRunWorkflow
+from lattice.runtime.settings import settings_from_config
 
 PASSED_THROUGH = (
     "lattice",
@@ -111,6 +113,22 @@ class OpActivity:
                 await beating
 
 
+class TraceActivity:
+    """The ``lattice.trace_run`` local activity: export an execution's run span with this
+    worker's ``[telemetry]`` (``tracing.py``)."""
+
+    def __init__(self, config: LatticeConfig) -> None:
+        self.settings = settings_from_config(config)
+
+    @activity.defn(name=TRACE_ACTIVITY)
+    async def trace_run(self, ended: dict[str, Any]) -> bool:
+        try:
+            return trace_run(self.settings, ended)
+        except Exception as exc:  # tracing never fails, nor holds up, a run
+            LOG.warning("run %s: its run span could not be exported: %s", ended.get("run_id"), exc)
+            return False
+
+
 async def _heartbeat(journal: list[list[dict[str, Any]]], live: LiveOp) -> None:
     """Heartbeat with the op's journal (``journal[0]``, the latest) and what it has done
     so far (``live.py``) until cancelled: each heartbeat's details replace the last
@@ -143,7 +161,7 @@ def make_worker(
         task_queue=task_queue,
         workflows=[LatticeRunWorkflow],
         workflow_runner=workflow_runner(),
-        activities=[(ops or OpActivity(client, config)).run_op],
+        activities=[(ops or OpActivity(client, config)).run_op, TraceActivity(config).trace_run],
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
 

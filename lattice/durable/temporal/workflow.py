@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from lattice.durable.temporal.state_slice import state_for
     from lattice.durable.temporal.steps import SteppedRecords, rerun_point, steps_before
     from lattice.durable.temporal.stops import StopGate
+    from lattice.durable.temporal.tracing import TRACE_ACTIVITY
     from lattice.errors import LatticeRunError
     from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
     from lattice.llm.disabled import DisabledProvider
@@ -334,6 +335,35 @@ class LatticeRunWorkflow:
 
     @workflow.run
     async def run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        result = await self._run(spec)
+        if spec.get("trace"):
+            await self._trace(spec, result)
+        return result
+
+    async def _trace(self, spec: dict[str, Any], result: dict[str, Any]) -> None:
+        """Have a worker export this execution's run span (``tracing.py``)."""
+        error = (
+            (result.get("failure") or {}).get("category") if result["status"] == "failed" else None
+        )
+        ended = {
+            "run_id": self.run_id,
+            "segment": (spec.get("resumed") or {}).get("segment", 1),
+            "workflow": spec["workflow"]["id"],
+            "started_at": _timestamp(workflow.info().start_time),
+            "finished_at": result["finished_at"],
+            "status": result["status"],
+            "usage": result["usage"],
+            "error_type": error,
+        }
+        with contextlib.suppress(ActivityError, CancelledError, asyncio.CancelledError):
+            await workflow.execute_local_activity(
+                TRACE_ACTIVITY,
+                ended,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=2),
+            )
+
+    async def _run(self, spec: dict[str, Any]) -> dict[str, Any]:
         self.run_id = run_id = spec["run_id"]
         self.spec = spec
         compiled = compiled_walk(spec["execir"], spec["execir_digest"])
@@ -481,6 +511,7 @@ class LatticeRunWorkflow:
                 "provider_state": self.provider_state,
                 "last_result": ctx.last_result,
                 "journal": journal,
+                "segment": (spec.get("resumed") or {}).get("segment", 1),
             }
             self.scheduled += 1
             try:
