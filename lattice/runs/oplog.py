@@ -27,7 +27,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from lattice.errors import LatticeUserError
 
@@ -35,6 +35,36 @@ OPS_FILE = "ops.jsonl"
 """The op records of a run folder, one line each."""
 OPS_DIR = "ops"
 """Where folders written by earlier versions keep one file per op record."""
+
+
+class OpExtras(TypedDict, total=False):
+    """What an op adds to its own record (``Outcome.record``): an LLM op's attempts, an
+    agent's transcript and the files it changed, the report of a failure its ``failed``
+    route took."""
+
+    attempts: list[Any]
+    transcript: dict[str, Any]
+    changes: list[dict[str, Any]]
+    error: dict[str, Any]
+
+
+class OpRecord(OpExtras, total=False):
+    """One op record (the ``record`` of a line of ``ops.jsonl``, an item of Temporal's
+    ``record`` query's ``ops``): built by ``lattice.runtime.op_record.op_record`` for
+    every engine. ``seq`` is the op's number (``7``) or, in a branch, its label
+    (``"0005.2.0003"``); a finished op has ``port`` and ``output``, one that failed
+    without a ``failed`` route ``error`` and ``attempts``."""
+
+    seq: int | str
+    op_id: str
+    node_id: str
+    kind: str
+    duration_ms: float
+    inputs: dict[str, Any]
+    branch: str
+    port: str
+    output: Any
+
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _HEADER = re.compile(rb'\{"label":"([0-9.]+)","op":"([A-Za-z0-9_.-]+)","record":')

@@ -32,7 +32,7 @@ from typing import IO, Any, Literal, Protocol
 from lattice.errors import LatticeUserError
 from lattice.files import sync_data, sync_directory, write_replacing
 from lattice.runs.journal import FILES, JOURNAL, drop_torn_tail, open_append, read_lines
-from lattice.runs.oplog import OPS_FILE, cut_torn_line, op_line, safe_name
+from lattice.runs.oplog import OPS_FILE, OpRecord, cut_torn_line, op_line, safe_name
 from lattice.runs.ownership import Ownership, claim
 from lattice.runs.redaction import Redactor
 
@@ -143,7 +143,7 @@ class RunRecorder(Protocol):
 
     def append_event(self, event: dict[str, Any]) -> None: ...
 
-    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: OpRecord) -> None:
         """Keep an op's record: a line of ``ops.jsonl`` (``lattice.runs.oplog``;
         ``label``: its sequence number, ``0007``, or for an op of a branch ``0005.2.0003``)."""
         ...
@@ -181,7 +181,7 @@ class NullRecorder:
     def append_event(self, event: dict[str, Any]) -> None:
         pass
 
-    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: OpRecord) -> None:
         pass
 
     def journal(self, line: dict[str, Any]) -> None:
@@ -299,7 +299,7 @@ class FolderRecorder:
         self._events.write(self._redact(_line(event)) + "\n")
         self._events.flush()
 
-    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: OpRecord) -> None:
         data = self._redact(op_line(label, op_id, _line(record))).encode("utf-8")
         written = os.write(self._ops, data)  # O_APPEND: one write, one line
         while written < len(data):  # a short write (a signal): the rest follows it

@@ -19,6 +19,7 @@ from lattice.agents.gate import CallGate
 from lattice.agents.loop import AgentBounds, AgentLoop, QuestionPending, ToolBox, ToolJournal
 from lattice.ir.models import AgentOp
 from lattice.permissions.approvals import ApprovalRequest, ApprovalsPending
+from lattice.runs.oplog import OpExtras
 from lattice.runtime.answers import waiting_summary
 from lattice.runtime.ask_tool import AskToolset, take_step_answers
 from lattice.runtime.context import HaltRun, Outcome, RunContext
@@ -142,7 +143,7 @@ class AgentExecutor(LLMWriteExecutor):
                 await toolset.aclose()
         changes = transcript.changes()
         ctx.write_result(op.writes, value)
-        record: dict[str, Any] = {"attempts": attempts, "transcript": transcript.to_json()}
+        record: OpExtras = {"attempts": attempts, "transcript": transcript.to_json()}
         if changes:
             record["changes"] = self._save_changes(ctx, changes)
         return Outcome(output=value, record=record)

@@ -17,6 +17,7 @@ from lattice.contracts.calls import (
 from lattice.contracts.usage import Usage
 from lattice.errors import LatticeRunError
 from lattice.llm.base import LLMRequest, LLMResponse
+from lattice.runs.oplog import OpExtras
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.runs.store import RunRecorder
 from lattice.runtime.events import (
@@ -84,7 +85,7 @@ class Outcome:
 
     port: str = "default"
     output: Any = None
-    record: dict[str, Any] | None = None
+    record: OpExtras | None = None
     """Extra fields for the op's record file (attempts, request, ...)."""
 
 

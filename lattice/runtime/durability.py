@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from lattice.llm.base import LLMProvider
+from lattice.runs.oplog import OpRecord
 
 
 class Durability(Protocol):
@@ -41,7 +42,7 @@ class Durability(Protocol):
         thread (a synchronous run whose loop has nothing else to do)."""
         ...
 
-    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: OpRecord) -> None:
         """Keep an op's record (``label``: ``0007``, or ``0005.2.0003`` in a branch)."""
         ...
 
@@ -70,7 +71,7 @@ class Ephemeral:
     async def commit(self, *, here: bool = False) -> None:
         pass
 
-    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: OpRecord) -> None:
         pass
 
     def provider(

@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lattice.contracts.report import FailureReport, failure_report
 from lattice.contracts.usage import Usage
 from lattice.contracts.violations import message_of
 from lattice.document.limits import check_json_value
 from lattice.errors import InputError, InvalidInputs, LatticeRunError, LatticeUserError
-from lattice.ir.templates import parse_path
 from lattice.llm.base import (
     LLMProvider,
     close_loop_clients,
@@ -58,13 +56,7 @@ from lattice.runs.store import (
     refuse_secrets_in,
 )
 from lattice.runtime.answers import normalize_answer
-from lattice.runtime.context import (
-    AskHuman,
-    EventListener,
-    HaltRun,
-    Interrupted,
-    RunContext,
-)
+from lattice.runtime.context import AskHuman, EventListener, Interrupted, RunContext
 from lattice.runtime.durability import EPHEMERAL, Durability
 from lattice.runtime.events import utc_now
 from lattice.runtime.executors import build_executor
@@ -83,14 +75,8 @@ from lattice.runtime.resume import (
 from lattice.runtime.settings import RuntimeSettings
 from lattice.runtime.state import StateListener, StateStore
 from lattice.runtime.sync import run_sync
-from lattice.runtime.walk import (
-    Step,
-    Track,
-    Walker,
-    edge_table,
-    run_failure,
-    stopped_line,
-)
+from lattice.runtime.walk import Track, Walker, op_reads, walk_steps
+from lattice.runtime.walk_end import WalkEnd, walk_end
 from lattice.runtime.walk_state import Counters, WalkState
 from lattice.schemas import schema_errors, schema_validator
 from lattice.text import holds_lone_surrogate
@@ -107,6 +93,8 @@ if TYPE_CHECKING:
 
 
 STARTED_BY_LIBRARY = {"via": "library"}
+CANCELLED = "the run was cancelled while an op was running"
+"""Why a run whose task was cancelled (Ctrl-C) stopped."""
 """How a run records it was started when its front door did not say (``Runner`` called
 from Python); ``lattice run``, the gateway, ``/mcp``, webhooks and schedules say
 (``meta.started_by``, docs/runs.md)."""
@@ -163,14 +151,8 @@ class Runner:
         self.meta = dict(meta or {})
         self._walker = Walker(
             ir,
-            {
-                op_id: Step(op, build_executor(op, self.settings), edge_table(op.next))
-                for op_id, op in ir.ops.items()
-            },
-            {
-                op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
-                for op_id, op in ir.ops.items()
-            },
+            walk_steps(ir, lambda op: build_executor(op, self.settings)),
+            op_reads(ir),
             max_steps=self.limits.max_steps,
             max_visits=self.limits.max_visits,
             max_parallel=self.settings.max_parallel,
@@ -689,73 +671,26 @@ class Runner:
         )
 
     async def _walk(self, ctx: RunContext, position: Position) -> RunResult:
-        recorder = ctx.recorder
         counters: Counters = ctx.walk.counters
         counters.steps, counters.visits = position.steps, position.visits
         ctx.walk.resume_branches = position.branches
         track = Track(ctx, position.current, op_seq=position.op_seq)
         self._active[ctx.run_id] = ctx
+        recorder = ctx.recorder
         try:
-            if position.current is None:
-                output = position.output
+            try:
+                if track.current is None:  # resumed after its end
+                    output = position.output
+                else:
+                    output = (await self._walker.run_track(track)).output
+            except LatticeRunError as stopped:
+                end = walk_end(track, stopped=stopped)
+            except asyncio.CancelledError:  # the folder says so, and stays resumable
+                self._finish(ctx, walk_end(track, stopped=Interrupted(CANCELLED), cancelled=True))
+                raise
             else:
-                output = (await self._walker.run_track(track)).output
-            ctx.current_op = None
-            return self._finish(ctx, "completed", output, None, None, counters, track.op_seq)
-        except HaltRun as halt:
-            if ctx.walk.durability.journals and ctx.branch is None and not halt.keeps_journal:
-                # a halted op leaves no record: its number is used again
-                ctx.walk.durability.journal(stopped_line(ctx, track.op_seq - 1, track.current))
-            report = failure_report(
-                halt,
-                phase="run",
-                run_id=ctx.run_id,
-                op_id=ctx.current_op,
-                node_id=ctx.current_node,
-                recovery_action=halt.action.replace("RUN_DIR", str(recorder.run_dir or "RUN_DIR")),
-            )
-            ctx.emit("run_halted", {"reason": halt.reason, "summary": halt.summary})
-            return self._finish(
-                ctx,
-                "halted",
-                None,
-                report,
-                track.current,
-                counters,
-                track.op_seq - 1,
-                undo_visit=track.current,
-            )
-        except Interrupted as stop:
-            ctx.current_op = ctx.current_node = None
-            report = run_failure(ctx, stop, phase="run")
-            ctx.emit(
-                "run_interrupted", {"reason": stop.message, "next_op": track.current}, op=False
-            )
-            return self._finish(
-                ctx, "interrupted", None, report, track.current, counters, track.op_seq
-            )
-        except LatticeRunError as exc:
-            report = run_failure(ctx, exc, phase="run")
-            ctx.emit("run_failed", {"error_type": exc.error_type, "message": exc.message})
-            return self._finish(
-                ctx,
-                "failed",
-                None,
-                report,
-                track.current,
-                counters,
-                track.op_seq,
-                undo_visit=track.current,
-            )
-        except asyncio.CancelledError:
-            # Cancelled (Ctrl-C, a task cancelled): the folder says so, and stays resumable.
-            cancelled = Interrupted("the run was cancelled while an op was running")
-            ctx.emit(
-                "run_interrupted", {"reason": cancelled.message, "next_op": track.current}, op=False
-            )
-            report = run_failure(ctx, cancelled, phase="run")
-            self._finish(ctx, "interrupted", None, report, track.current, counters, track.op_seq)
-            raise
+                end = walk_end(track, output)
+            return self._finish(ctx, end)
         finally:
             self._active.pop(ctx.run_id, None)
             try:
@@ -766,30 +701,20 @@ class Runner:
                 recorder.close()
                 ctx.detach()
 
-    def _finish(
-        self,
-        ctx: RunContext,
-        status: str,
-        output: Any,
-        failure: FailureReport | None,
-        next_op: str | None,
-        counters: Counters,
-        op_seq: int,
-        *,
-        undo_visit: str | None = None,
-    ) -> RunResult:
+    def _finish(self, ctx: RunContext, end: WalkEnd) -> RunResult:
+        status, output, failure, next_op = end.status, end.output, end.failure, end.next_op
+        counters = ctx.walk.counters
         visits = counters.visits
+        undo_visit = end.undo_visit
         steps = counters.steps - (1 if undo_visit is not None else 0)
         if undo_visit is not None and visits.get(undo_visit):
             visits[undo_visit] -= 1  # the op will run again on resume
-        if status == "completed":
-            ctx.emit("run_finished", {"status": status, "usage": ctx.usage.to_json()}, op=False)
         ctx.usage.estimate_cost(self.settings.prices)
         recorder = ctx.recorder
         # The store is not used after the run, so the result may own its dicts.
         snapshot = ctx.state.snapshot() if recorder.run_dir is not None else ctx.state.as_dict()
         result = RunResult(
-            status=status,  # type: ignore[arg-type]
+            status=status,
             output=output,
             state=snapshot,
             run_id=ctx.run_id,
@@ -825,7 +750,7 @@ class Runner:
                 "next_op": next_op,
                 "steps": steps,
                 "visits": visits,
-                "op_seq": op_seq,
+                "op_seq": end.op_seq,
                 "seq": ctx.seq,
                 "last_result": ctx.last_result,
                 "usage": ctx.usage.to_json(),

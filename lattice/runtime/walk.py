@@ -30,11 +30,12 @@ from lattice.contracts.calls import discard_event
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.errors import LatticeRunError
 from lattice.ir.kinds import CONTROL_KINDS, FAILED_PORT
-from lattice.ir.templates import StatePath, ValueTemplate, path_text
+from lattice.ir.templates import StatePath, ValueTemplate, parse_path, path_text
 from lattice.llm.base import CheckpointedProvider
 from lattice.runs.redaction import redact_value
 from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
 from lattice.runtime.executors import Executor, PureExecutor
+from lattice.runtime.op_record import op_record, read_inputs
 from lattice.runtime.walk_state import BranchResume, Counters
 
 if TYPE_CHECKING:
@@ -522,30 +523,19 @@ class Walker:
         *,
         error: LatticeRunError | None = None,
     ) -> None:
-        """Hand the op's record to the run's durability (which keeps records)."""
+        """Hand the op's record (``op_record``) to the run's durability (which keeps records)."""
         label = track.label
-        op = self.ir.ops[op_id]
-        record: dict[str, Any] = {
-            "seq": label if ctx.branch else int(label),
-            "op_id": op_id,
-            "node_id": op.source_node,
-            "kind": op.kind,
-            "duration_ms": duration_ms,
-            "inputs": _read_inputs(ctx, self.reads[op_id]),
-        }
-        if ctx.branch is not None:
-            record["branch"] = ctx.branch
-        if outcome is not None:
-            record.update(
-                {"port": outcome.port, "output": outcome.output, **(outcome.record or {})}
-            )
-        if error is not None:
-            record["error"] = {
-                "error_type": error.error_type,
-                "message": error.message,
-                **{k: v for k, v in error.details.items() if k != "attempts"},
-            }
-            record["attempts"] = error.details.get("attempts", [])
+        record = op_record(
+            self.ir.ops[op_id],
+            label,
+            ctx.branch,
+            duration_ms,
+            read_inputs(ctx.state, self.reads[op_id]),
+            None if outcome is None else outcome.port,
+            None if outcome is None else outcome.output,
+            None if outcome is None else outcome.record,
+            error,
+        )
         ctx.root.walk.durability.write_op(label, op_id, record)
 
 
@@ -580,16 +570,6 @@ def run_failure(ctx: RunContext, exc: LatticeRunError, *, phase: str) -> Failure
 def _entry(path: str) -> str:
     """The ``$vars`` entry a state path is under (``$vars.a.b`` → ``a``)."""
     return path.split(".", 2)[1] if path.count(".") else path
-
-
-def _read_inputs(ctx: RunContext, reads: list[StatePath]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for path in reads:
-        try:
-            values[path.text] = ctx.state.read(path)
-        except LatticeRunError:
-            values[path.text] = None
-    return values
 
 
 def _commit_line(
@@ -669,6 +649,20 @@ def as_run_error(exc: Exception, op_id: str) -> LatticeRunError:
         f"internal error in op {op_id!r}: {type(exc).__name__}: {exc}",
         error_type="internal_error",
     )
+
+
+def walk_steps(ir: ExecIR, executor_of: Callable[[Op], Executor | None]) -> dict[str, Step]:
+    """Every op of ``ir`` as the walk takes it, with the executor ``executor_of`` gives it
+    (where it runs: this process, or a durable engine's worker)."""
+    return {op_id: Step(op, executor_of(op), edge_table(op.next)) for op_id, op in ir.ops.items()}
+
+
+def op_reads(ir: ExecIR) -> dict[str, list[StatePath]]:
+    """Op id → the state paths its record shows as its inputs (secrets never)."""
+    return {
+        op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
+        for op_id, op in ir.ops.items()
+    }
 
 
 def edge_table(edges: list[Any]) -> dict[str, str]:

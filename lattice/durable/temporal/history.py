@@ -20,15 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from lattice.contracts.usage import Usage
-from lattice.errors import LatticeRunError
 from lattice.ir.models import ExecIR, Op
 from lattice.ir.serialize import ir_from_json
-from lattice.ir.templates import StatePath, parse_path
+from lattice.ir.templates import StatePath
 from lattice.permissions.approvals import APPROVALS
+from lattice.runs.oplog import OpRecord
 from lattice.runtime.context import HaltRun, Outcome, RunContext
 from lattice.runtime.durability import Ephemeral
 from lattice.runtime.executors import Executor, SwitchExecutor, build_executor
+from lattice.runtime.op_record import error_from_data
 from lattice.runtime.settings import RuntimeSettings
+from lattice.runtime.walk import op_reads
 
 WORKFLOW_KINDS = frozenset({"START", "END", "STATE", "SWITCH", "TRANSFORM", "ASK", "JOIN"})
 """Op kinds that never wait on the world: they run in the workflow itself (FORK and
@@ -36,10 +38,6 @@ FOR_EACH too: the walk runs them, and their branches' ops go their own ways)."""
 COMPILED_RUNS = 64
 """Compiled ExecIRs a worker's workflows share (by digest): each run does not compile its
 document again, and a replay finds it compiled."""
-OWN_EVENTS = frozenset({"op_started", "op_finished"})
-"""What an activity reports that the walk in the workflow emits itself."""
-RECORD_BASE = frozenset({"op_id", "node_id", "kind", "duration_ms", "inputs", "port", "output"})
-"""An activity's op record fields the walk writes itself; the others are the op's own."""
 
 
 @dataclass
@@ -71,14 +69,7 @@ def compiled_walk(execir: dict[str, Any], digest: str) -> CompiledWalk:
         executor = build_executor(op, settings)
         if runs_in_workflow(op, executor):
             local[op_id] = executor
-    compiled = CompiledWalk(
-        ir,
-        local,
-        {
-            op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
-            for op_id, op in ir.ops.items()
-        },
-    )
+    compiled = CompiledWalk(ir, local, op_reads(ir))
     _compiled[digest] = compiled
     while len(_compiled) > COMPILED_RUNS:
         _compiled.popitem(last=False)
@@ -104,20 +95,11 @@ class HistoryRecords(Ephemeral):
 
     keeps_records = True
 
-    def __init__(self, records: list[dict[str, Any]]) -> None:
+    def __init__(self, records: list[OpRecord]) -> None:
         self.records = records
 
-    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: OpRecord) -> None:
         self.records.append(record)
-
-
-class OpFailed(LatticeRunError):
-    """An activity's op failed with no ``failed`` route; ``report`` is its FailureReport
-    as the worker made it (masked)."""
-
-    def __init__(self, error: dict[str, Any], report: dict[str, Any]) -> None:
-        super().__init__(str(error.get("message", "")), error_type=str(error["error_type"]))
-        self.report = report
 
 
 SendOp = Callable[
@@ -141,7 +123,8 @@ class RemoteHalt(HaltRun):
 
 class RemoteOp(Executor):
     """An op executed on a worker: takes in what the activity did as the local executor
-    would have done it (state changes, events, usage, answers), and returns its outcome."""
+    would have done it (state changes, events, usage, answers), and returns its outcome
+    or raises its failure; the walk does the rest (events, record, routing)."""
 
     def __init__(self, op: Op, send: SendOp) -> None:
         self.op = op
@@ -157,8 +140,7 @@ class RemoteOp(Executor):
             else:
                 ctx.answers.pop(key, None)
         for event in done["events"]:
-            if event["type"] not in OWN_EVENTS:
-                ctx.emit(event["type"], event.get("data"))
+            ctx.emit(event["type"], event.get("data"))
         if "halt" in done:  # the op runs again once answered: its changes are not kept
             halt = done["halt"]
             if "journal" in done:
@@ -167,10 +149,9 @@ class RemoteOp(Executor):
         for change in done["changes"]:
             ctx.state.apply(change)
         ctx.last_result = done["last_result"]
-        if "failure" in done:
-            raise OpFailed(done["error"], done["failure"])
-        record = {k: v for k, v in (done.get("record") or {}).items() if k not in RECORD_BASE}
-        return Outcome(port=done["port"], output=done.get("output"), record=record or None)
+        if "error" in done:  # routed by the walk, as a local op's failure
+            raise error_from_data(done["error"])
+        return Outcome(port=done["port"], output=done.get("output"), record=done.get("record"))
 
 
 AskFor = Callable[[RunContext, HaltRun], Awaitable[Any]]

@@ -2,14 +2,16 @@
 
 The workflow (``workflow.py``) sends the op's id, the digest of the run's ExecIR (a
 worker reads the ExecIR itself once, and keeps it compiled), the part of the run's state the op reads
-(``state_slice.py``) and what the run has used so far; ``OpExecutor.run_op`` executes the op with Lattice's own executor (an LLM op
-through the contract engine, with its retries, repairs and budgets) and returns what the
-op did: the port it left through, its output, the state changes it made, the events it
-emitted, its op record, and where the provider and the answers stand after it. A failure
-with a ``failed`` route is taken here, as the local walk takes it; any other failure, and
-a question without an answer, come back as data, never as an exception: Temporal retries
-an activity only when a worker was lost before it answered, so its retries never
-compound Lattice's.
+(``state_slice.py``) and what the run has used so far; ``OpExecutor.run_op`` executes
+the op with Lattice's own executor (an LLM op through the contract engine, with its
+retries, repairs and budgets) and returns what the op did: the port it left through, its
+output and what it adds to its record (``OpExtras``), the state changes it made, the
+events it emitted, and where the provider and the answers stand after it. Everything
+else is the walk's, in the workflow, as for a local op: the ``op_started`` and
+``op_finished`` events, the op's record (``lattice.runtime.op_record``), and routing a
+failure, which comes back as data (``error_data``), as does a question without an
+answer, never as an exception: Temporal retries an activity only when a worker was lost
+before it answered, so its retries never compound Lattice's.
 
 The op's model answers and tool results are journaled as they come
 (``op_journal.py``: the activity sends them with its heartbeats); an op started again
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,20 +41,20 @@ from lattice.durable.temporal.op_journal import OpJournal, replayed_provider_sta
 from lattice.durable.temporal.tool_sessions import RunToolSessions
 from lattice.durable.temporal.tracing import op_listeners
 from lattice.errors import LatticeRunError
-from lattice.ir.models import FAILED_PORT, ExecIR, Op
+from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
-from lattice.ir.templates import StatePath, parse_path
 from lattice.llm.base import close_loop_clients, provider_checkpoint, restore_provider
 from lattice.llm.disabled import DisabledProvider
 from lattice.runs.redaction import make_redactor, redact_value
 from lattice.runs.store import RunStore
-from lattice.runtime.context import HaltRun, Interrupted, Outcome, RunContext
+from lattice.runtime.context import HaltRun, RunContext
 from lattice.runtime.executors import Executor, build_executor
 from lattice.runtime.journaled import JournaledProvider
+from lattice.runtime.op_record import error_data
 from lattice.runtime.runner import read_secret
 from lattice.runtime.settings import RuntimeSettings, settings_from_config
 from lattice.runtime.state import StateStore
-from lattice.runtime.walk import as_run_error, run_failure
+from lattice.runtime.walk import as_run_error
 from lattice.runtime.walk_state import WalkState
 from lattice.service.runs import ProviderSpec
 from lattice.tools.builtin import BuiltinTools
@@ -89,7 +90,6 @@ class CompiledRun:
 
     ir: ExecIR
     executors: dict[str, Executor | None]
-    reads: dict[str, list[StatePath]]
 
 
 class OpExecutor:
@@ -129,12 +129,7 @@ class OpExecutor:
             )
         ir = ir_from_json(execir)
         compiled = CompiledRun(
-            ir,
-            {op_id: build_executor(op, settings) for op_id, op in ir.ops.items()},
-            {
-                op_id: [parse_path(p) for p in op.reads if not p.startswith("$secrets")]
-                for op_id, op in ir.ops.items()
-            },
+            ir, {op_id: build_executor(op, settings) for op_id, op in ir.ops.items()}
         )
         self._compiled[key] = compiled
         while len(self._compiled) > CACHED_DOCUMENTS:
@@ -240,12 +235,10 @@ class OpExecutor:
         ctx.walk = WalkState(base_provider=provider)
         ctx.last_result = request.get("last_result")
         ctx.current_op, ctx.current_node = op_id, op.source_node
-        started = time.perf_counter()
-        ctx.emit("op_started", {"kind": op.kind})
         done: dict[str, Any] = {}
-        outcome: Outcome | None = None
         try:
             outcome = await executor.run(ctx)
+            done |= {"port": outcome.port, "output": outcome.output, "record": outcome.record}
         except HaltRun as halt:
             done["halt"] = {
                 "reason": halt.reason,
@@ -256,19 +249,8 @@ class OpExecutor:
             }
             if halt.keeps_journal:  # the op's next activity replays it (op_journal.py)
                 done["journal"] = journal.lines
-        except Exception as raised:
-            exc = as_run_error(raised, op_id)
-            exc.op_id = exc.op_id or op_id
-            exc.node_id = exc.node_id or op.source_node
-            if FAILED_PORT in {edge.port for edge in op.next} and not isinstance(exc, Interrupted):
-                report = redact_value(run_failure(ctx, exc, phase="op").to_json(), ctx.redact)
-                state.write(f"$vars.{op.source_node}.error", report)
-                outcome = Outcome(port=FAILED_PORT, record={"error": report})
-            else:
-                failure = run_failure(ctx, exc, phase="run")
-                failure.recovery_action = "fix the cause and run the workflow again"
-                done["failure"] = failure.to_json()
-                done["error"] = {"error_type": exc.error_type, "message": exc.message}
+        except Exception as raised:  # the walk routes it (its failed port, or the run's end)
+            done["error"] = error_data(as_run_error(raised, op_id))
         finally:
             if state.tmp:
                 state.clear_tmp()
@@ -277,19 +259,6 @@ class OpExecutor:
             finally:
                 await close_loop_clients(provider)
                 ctx.detach()
-        duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        if outcome is not None:
-            ctx.emit("op_finished", {"duration_ms": duration_ms, "port": outcome.port})
-            done |= {
-                "port": outcome.port,
-                "output": outcome.output,
-                "record": _record(ctx, compiled, op, duration_ms, outcome),
-            }
-        elif "failure" in done:
-            ctx.emit(
-                "op_finished",
-                {"duration_ms": duration_ms, "error_type": done["error"]["error_type"]},
-            )
         done |= {
             "changes": state.changes or [],
             "last_result": ctx.last_result,
@@ -303,25 +272,3 @@ class OpExecutor:
             done["fixtures"] = provider.recorded
         masked: dict[str, Any] = redact_value(done, ctx.redact)
         return masked
-
-
-def _record(
-    ctx: RunContext, compiled: CompiledRun, op: Op, duration_ms: float, outcome: Outcome
-) -> dict[str, Any]:
-    """The op's record (a line of ``ops.jsonl`` in an exported folder), as the walk writes it."""
-    inputs: dict[str, Any] = {}
-    for path in compiled.reads[op.id]:
-        try:
-            inputs[path.text] = ctx.state.read(path)
-        except LatticeRunError:
-            inputs[path.text] = None
-    return {
-        "op_id": op.id,
-        "node_id": op.source_node,
-        "kind": op.kind,
-        "duration_ms": duration_ms,
-        "inputs": inputs,
-        "port": outcome.port,
-        "output": outcome.output,
-        **(outcome.record or {}),
-    }

@@ -18,6 +18,7 @@ from typing import Any
 
 from lattice.durable.temporal.history import HistoryRecords
 from lattice.errors import InputError
+from lattice.runs.oplog import OpRecord
 from lattice.runtime.state import StateStore
 
 EDITABLE = ("in", "vars")
@@ -30,7 +31,7 @@ class SteppedRecords(HistoryRecords):
 
     def __init__(
         self,
-        records: list[dict[str, Any]],
+        records: list[OpRecord],
         state: StateStore,
         steps: list[dict[str, Any]] | None = None,
     ) -> None:
@@ -41,7 +42,7 @@ class SteppedRecords(HistoryRecords):
         """``{"op_id", "changes"}`` per op of the main walk, in order (``steps``: those a
         resumed run's earlier executions took)."""
 
-    def write_op(self, label: str, op_id: str, record: dict[str, Any]) -> None:
+    def write_op(self, label: str, op_id: str, record: OpRecord) -> None:
         super().write_op(label, op_id, record)
         if "." in label:  # a branch's op: its changes reach the run's state at the join
             return

@@ -37,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
     from lattice.durable.temporal.history import (
         APPROVAL,
         AnsweredOp,
-        OpFailed,
         RemoteOp,
         compiled_walk,
     )
@@ -49,18 +48,23 @@ with workflow.unsafe.imports_passed_through():
     from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
     from lattice.llm.disabled import DisabledProvider
     from lattice.permissions.approvals import check_approvals
+    from lattice.runs.oplog import OpRecord
     from lattice.runs.store import NullRecorder
-    from lattice.runtime.context import HaltRun, RunContext
+    from lattice.runtime.context import HaltRun, Interrupted, RunContext
     from lattice.runtime.executors import Executor
     from lattice.runtime.settings import RuntimeSettings
     from lattice.runtime.state import StateLimits, StateStore
-    from lattice.runtime.walk import Step, Track, Walker, edge_table, run_failure
+    from lattice.runtime.walk import Track, Walker, walk_steps
+    from lattice.runtime.walk_end import WalkEnd, walk_end
     from lattice.runtime.walk_state import WalkState
     from lattice.tools.mcp import ToolSessions
 
 WORKFLOW_NAME = "LatticeRun"
 OP_ACTIVITY = "lattice.op"
 RUN_AGAIN = "fix the cause and run the workflow again"
+"""What a failed run's report says to do (a run on Temporal keeps no folder to resume)."""
+CANCELLED = "the run was cancelled through Temporal"
+START_AGAIN = "start it again (a cancelled workflow does not go on)"
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -69,7 +73,7 @@ class LatticeRunWorkflow:
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
-        self.ops: list[dict[str, Any]] = []
+        self.ops: list[OpRecord] = []
         self.status = "running"
         self.questions: dict[str, dict[str, Any]] = {}
         """``<branch>/<node id>`` → the question waiting there, in the order asked
@@ -364,7 +368,7 @@ class LatticeRunWorkflow:
             )
 
     async def _run(self, spec: dict[str, Any]) -> dict[str, Any]:
-        self.run_id = run_id = spec["run_id"]
+        self.run_id = spec["run_id"]
         self.spec = spec
         compiled = compiled_walk(spec["execir"], spec["execir_digest"])
         ir = compiled.ir
@@ -394,10 +398,7 @@ class LatticeRunWorkflow:
         limits = spec["limits"]
         walker = Walker(
             ir,
-            {
-                op_id: Step(op, self._executor(op, compiled.local), edge_table(op.next))
-                for op_id, op in ir.ops.items()
-            },
+            walk_steps(ir, lambda op: self._executor(op, compiled.local)),
             compiled.reads,
             max_steps=limits["max_steps"],
             max_visits=limits["max_visits"],
@@ -407,33 +408,19 @@ class LatticeRunWorkflow:
         )
         track = self.track = Track(ctx, start["op"] if start is not None else ir.entry)
         try:
-            end = await walker.run_track(track)
-        except OpFailed as failed:
-            error = {"error_type": failed.error_type, "message": failed.message}
-            return self._finish("failed", None, failure=failed.report, error=error)
-        except LatticeRunError as exc:
-            report = run_failure(ctx, exc, phase="run").to_json()
-            if "recovery_action" not in exc.details:
-                report["recovery_action"] = RUN_AGAIN
-            error = {"error_type": exc.error_type, "message": exc.message}
-            return self._finish("failed", None, failure=report, error=error)
+            output = (await walker.run_track(track)).output
+        except LatticeRunError as stopped:
+            end = walk_end(track, stopped=stopped)
+            if end.status == "failed" and "recovery_action" not in stopped.details:
+                assert end.failure is not None
+                end.failure.recovery_action = RUN_AGAIN
         except asyncio.CancelledError:
-            reason = "the run was cancelled through Temporal"
-            ctx.emit("run_interrupted", {"reason": reason, "next_op": track.current}, op=False)
-            failure = {
-                "phase": "run",
-                "run_id": run_id,
-                "op_id": track.current,
-                "node_id": ir.ops[track.current].source_node if track.current else None,
-                "category": "interrupted",
-                "summary": reason,
-                "details": {},
-                "attempts": [],
-                "blocking": True,
-                "recovery_action": "start it again (a cancelled workflow does not go on)",
-            }
-            return self._finish("interrupted", None, failure=failure)
-        return self._finish("completed", end.output)
+            end = walk_end(track, stopped=Interrupted(CANCELLED), cancelled=True)
+            assert end.failure is not None
+            end.failure.recovery_action = START_AGAIN
+        else:
+            end = walk_end(track, output)
+        return self._finish(end)
 
     def _context(self, spec: dict[str, Any], ir: ExecIR, settings: RuntimeSettings) -> RunContext:
         """The run's context in the workflow: its state, events (kept for the queries,
@@ -566,29 +553,18 @@ class LatticeRunWorkflow:
         await workflow.wait_condition(lambda: key in self.answered)
         return self.answered.pop(key)
 
-    def _finish(
-        self,
-        status: str,
-        output: Any,
-        *,
-        failure: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    def _finish(self, end: WalkEnd) -> dict[str, Any]:
+        """The run's result (``end``: how its walk ended, its last event emitted)."""
         ctx = self.ctx
         assert ctx is not None
-        usage = ctx.usage.to_json()
-        if status == "completed":
-            ctx.emit("run_finished", {"status": status, "usage": usage}, op=False)
-        elif status == "failed":
-            ctx.emit("run_failed", error or {})
-        self.status = status
+        self.status = end.status
         self.result = {
-            "status": status,
+            "status": end.status,
             "run_id": self.run_id,
-            "output": output,
+            "output": end.output,
             "vars": ctx.state.snapshot()["vars"],
-            "usage": usage,
-            "failure": failure,
+            "usage": ctx.usage.to_json(),
+            "failure": None if end.failure is None else end.failure.to_json(),
             "finished_at": _timestamp(workflow.now()),
         }
         return self.result
