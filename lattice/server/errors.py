@@ -7,12 +7,23 @@ request problems add ``"diagnostics"``: ``[{"code", "severity", "message", "poin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from lattice.errors import Diagnostic, DocumentError, InputError, LatticeUserError
 from lattice.runs.ownership import RunOwned
 from lattice.runtime.resume import NotResumable
+
+log = logging.getLogger("lattice.server")
+
+Respond = Callable[..., Response]
+"""``respond(status, data, headers=None)``: a JSON response, masked (``create_app``'s)."""
 
 
 class ApiError(Exception):
@@ -97,3 +108,66 @@ def from_user_error(exc: LatticeUserError) -> ApiError:
             diagnostics=found or [input_diagnostic(exc.message, field)],
         )
     return ApiError(400, exc.error_type, exc.message)
+
+
+def add_error_handlers(app: FastAPI, respond: Callable[..., Response]) -> None:
+    """Make every error of ``app`` a JSON answer (``respond``), never a stack trace: an
+    ``ApiError`` as it says, a request FastAPI could not read as 400 (not JSON) or 422
+    (each problem a diagnostic), Starlette's 404 and 405, and anything else 500 (logged)."""
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return respond(exc.status, exc.body(), exc.headers)
+
+    async def invalid_request(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        problems = list(exc.errors())
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return respond(
+                400, {"error": "invalid_json", "message": "the request body is not valid JSON"}
+            )
+        diagnostics = [_request_diagnostic(p) for p in problems]
+        return respond(
+            422,
+            {
+                "error": "invalid_request",
+                "message": "; ".join(f"{d['pointer'] or '/'}: {d['message']}" for d in diagnostics),
+                "diagnostics": diagnostics,
+            },
+        )
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return respond(
+            exc.status_code, {"error": kind, "message": str(exc.detail)}, exc.headers or None
+        )
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        return respond(
+            500, {"error": "internal_error", "message": "internal error; see the server's log"}
+        )
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, internal_error)
+
+
+def _request_diagnostic(problem: Mapping[str, Any]) -> dict[str, Any]:
+    """A request body problem found by FastAPI, located by a JSON pointer into the body
+    (``?name`` for a query parameter)."""
+    loc = [str(part) for part in problem.get("loc", ())]
+    if loc and loc[0] == "body":
+        pointer = "".join(f"/{part}" for part in loc[1:])
+    elif loc and loc[0] in ("query", "header", "path"):
+        pointer = f"?{'.'.join(loc[1:])}" if loc[0] == "query" else ".".join(loc[1:])
+    else:
+        pointer = "".join(f"/{part}" for part in loc)
+    return {
+        "code": "invalid-request",
+        "severity": "error",
+        "message": str(problem.get("msg", "invalid")),
+        "pointer": pointer,
+    }

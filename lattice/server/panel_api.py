@@ -18,11 +18,11 @@ it with every API call); everything else below needs the token like any API rout
 - ``GET /v1/runs/{id}/compare/{other}``: what differs between two runs, as
   ``lattice runs diff --json`` says it, with both outputs.
 
-The run's canvas, state and op records are read through a ``RunReader``: a run folder's
-files (``FolderReader``, their reads off the event loop the runs share), or what a
-``RunBackend`` keeps of a run (``lattice serve --engine temporal``: ``remote.py``), so
-that the same routes answer both. The routes that read files are plain ``def`` (run in
-FastAPI's thread pool).
+A run's canvas, state and op records, and two runs compared, are asked of the gateway's
+``Backend`` (``backend.py``): run folders, read off the event loop the runs share, or
+what an engine keeps of a run (``lattice serve --engine temporal``: ``remote.py``), so
+that the same routes answer both; comparing runs needs ``Capability.COMPARE``. The
+routes that read workflow files are plain ``def`` (run in FastAPI's thread pool).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,26 +38,13 @@ from fastapi import FastAPI, Query
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import FileResponse, Response
 
-from lattice.batch.diff import diff_runs
 from lattice.ir.serialize import ir_to_dict
-from lattice.runs.folder import load_run_json
-from lattice.runs.oplog import OpEntry, label_key, op_entries, record_label, safe_name
-from lattice.server.errors import ApiError, diagnostics_json, not_found
-from lattice.server.graph import document_graph, run_graph
-from lattice.server.manager import RunManager
+from lattice.runs.oplog import OpEntry, label_key, safe_name
+from lattice.server.backend import Backend, needs
+from lattice.server.errors import ApiError, Respond, diagnostics_json, not_found
+from lattice.server.graph import document_graph
 from lattice.server.workflows import WorkflowLibrary
-
-
-def compare_json(a: Path, b: Path, a_id: str, b_id: str) -> dict[str, Any]:
-    """``GET /v1/runs/{a}/compare/{b}`` of the run folders ``a`` and ``b``: what
-    ``lattice runs diff --json`` says, with both outputs."""
-    diff = diff_runs(a, b)
-    out = diff.to_json()
-    out["a"], out["b"] = a_id, b_id
-    out["output"] = {"changes": out["output"], "a": diff.a.output, "b": diff.b.output}
-    out["changed"] = diff.changed
-    return out
-
+from lattice.service.backend import Capability
 
 PANEL_DIR = Path(__file__).resolve().parent / "panel"
 """The page, its ES modules and styles (package data)."""
@@ -89,76 +75,6 @@ MAX_PAGE = 500
 """Entries of the op index answered at most in one page."""
 LABEL = r"^[0-9]+(\.[0-9]+)*$"
 """An op record's label: ``0003``, ``0003.1.0001``."""
-
-Respond = Callable[..., Response]
-
-
-class RunReader(ABC):
-    """What the panel reads of a run besides its events: where its canvas, its states
-    and its op records come from."""
-
-    @abstractmethod
-    async def canvas(self, run_id: str) -> dict[str, Any]:
-        """The canvas of the run's workflow (``graph.run_graph``)."""
-
-    @abstractmethod
-    async def state(self, run_id: str, at: str) -> Any:
-        """The state the run started from (``at="initial"``) or has now (``"final"``)."""
-
-    @abstractmethod
-    async def op_entries(
-        self, run_id: str, *, canvas: bool
-    ) -> tuple[list[OpEntry], dict[str, Any] | None]:
-        """The run's op records in op order and, when ``canvas``, its canvas (which says
-        whose ops they are)."""
-
-
-class FolderReader(RunReader):
-    """The run folders of ``manager``'s runs folder."""
-
-    def __init__(self, manager: RunManager) -> None:
-        self.manager = manager
-
-    def _canvas(self, folder: Path, run_id: str) -> dict[str, Any]:
-        document = load_run_json(folder, "workflow.json")
-        ir = load_run_json(folder, "execir.json")
-        if document is None and ir is None:
-            raise not_found(f"run {run_id} has neither workflow.json nor execir.json")
-        return run_graph(document, ir)
-
-    async def canvas(self, run_id: str) -> dict[str, Any]:
-        return await asyncio.to_thread(self._canvas, self.manager.folder(run_id), run_id)
-
-    async def state(self, run_id: str, at: str) -> Any:
-        folder = self.manager.folder(run_id)
-        state = await asyncio.to_thread(load_run_json, folder, f"state_{at}.json")
-        if state is None:
-            raise not_found(f"run {run_id} has no state_{at}.json (yet)")
-        return state
-
-    async def op_entries(
-        self, run_id: str, *, canvas: bool
-    ) -> tuple[list[OpEntry], dict[str, Any] | None]:
-        folder = self.manager.folder(run_id)
-
-        def read() -> tuple[list[OpEntry], dict[str, Any] | None]:
-            graph = None
-            if canvas:
-                document = load_run_json(folder, "workflow.json")
-                graph = run_graph(document, load_run_json(folder, "execir.json"))
-            return op_entries(folder), graph
-
-        return await asyncio.to_thread(read)
-
-
-def record_entries(ops: list[dict[str, Any]]) -> list[OpEntry]:
-    """Op records kept in a list (a run on a backend) as a run folder's entries, in op
-    order."""
-    entries = (
-        OpEntry(record_label(op.get("seq"), n), safe_name(str(op.get("op_id"))), op)
-        for n, op in enumerate(ops)
-    )
-    return sorted(entries, key=lambda entry: label_key(entry.label))
 
 
 def is_public(path: str) -> bool:
@@ -203,16 +119,9 @@ def _side_file(library: WorkflowLibrary, name: str, suffix: str) -> str | None:
 
 
 def add_panel_routes(
-    app: FastAPI,
-    *,
-    manager: RunManager,
-    library: WorkflowLibrary,
-    respond: Respond,
-    reader: RunReader | None = None,
+    app: FastAPI, *, runs: Backend, library: WorkflowLibrary, respond: Respond
 ) -> None:
-    """Serve the panel from ``app``, its runs read by ``reader`` (by default the run
-    folders of ``manager``)."""
-    runs = reader if reader is not None else FolderReader(manager)
+    """Serve the panel from ``app``, its runs read from ``runs``."""
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def page() -> Response:
@@ -237,10 +146,10 @@ def add_panel_routes(
         "/v1/runs/{run_id}/compare/{other_id}",
         tags=["panel"],
         summary="what differs between two runs (lattice runs diff)",
+        dependencies=[needs(runs, Capability.COMPARE)],
     )
-    def compare_runs(run_id: str, other_id: str) -> Response:
-        a, b = manager.folder(run_id), manager.folder(other_id)
-        return respond(200, compare_json(a, b, run_id, other_id))
+    async def compare_runs(run_id: str, other_id: str) -> Response:
+        return respond(200, await runs.compare(run_id, other_id))
 
     @app.get("/v1/runs/{run_id}/graph", tags=["panel"], summary="the canvas of a run's workflow")
     async def graph_of_run(run_id: str) -> Response:

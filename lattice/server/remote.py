@@ -1,14 +1,13 @@
-"""The run routes of a gateway whose runs live on a ``RunBackend`` (``lattice serve
---engine temporal``), in the API and panel shapes of the run-folder routes
-(docs/server.md), so that clients and the panel work unchanged.
+"""Runs that live on a ``RunBackend`` as a gateway's backend (``lattice serve --engine
+temporal``): the run routes and the panel's answer them in the API and panel shapes of
+run folders (docs/server.md), so that clients and the panel work unchanged.
 
 Nothing of a run is kept here: each request asks the backend. A run's events stream by
 asking for those after the last one read every ``POLL_SECONDS`` until the run stops (a
 halted run's stream ends ``halted``, as a run folder's does), once per run however many
-follow it (``polls.py``). What a run on a backend
-cannot do is a 409 that says so; two runs are compared as their exported folders are.
-The panel's reads of a run (its canvas, state and op records) are the run-folder routes
-of ``panel_api.py`` over a ``BackendReader``.
+follow it (``polls.py``). The panel's reads of a run (its canvas, state and op records)
+come from the run's record on the backend. What the backend cannot do is what its
+``capabilities`` leave out; the gateway refuses it (``backend.py``).
 """
 
 from __future__ import annotations
@@ -16,21 +15,17 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any, TypeVar
 
-from fastapi import FastAPI, Header, Query
-from starlette.responses import Response, StreamingResponse
-
-from lattice.config import LatticeConfig
 from lattice.errors import LatticeUserError
-from lattice.runs.oplog import OpEntry
-from lattice.runs.redaction import Redactor
+from lattice.runs.oplog import OpEntry, label_key, record_label, safe_name
 from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
-from lattice.server.bodies import AnswerRun, RerunRun, StartRun, check_start
-from lattice.server.errors import ApiError, diagnostics_json, document_error, from_user_error
+from lattice.server.backend import Accepted, Backend, RunQuery, not_yet
+from lattice.server.bodies import AnswerRun, RerunRun, ResumeRun, StartRun
+from lattice.server.errors import ApiError, diagnostics_json, from_user_error
 from lattice.server.events import (
     PING,
     PING_SECONDS,
@@ -38,14 +33,14 @@ from lattice.server.events import (
     end_message,
     event_line,
     message,
-    resume_cursor,
 )
+from lattice.server.folder_backend import compare_json
 from lattice.server.graph import run_graph
 from lattice.server.manager import RUN_ID, links, next_step, question
-from lattice.server.panel_api import RunReader, compare_json, record_entries
 from lattice.server.polls import PollEnded, RunPolls
-from lattice.server.workflows import WorkflowLibrary
+from lattice.server.start import Gateway, requested_workflow, run_options
 from lattice.service.backend import (
+    Capability,
     NewRun,
     RunBackend,
     RunConflict,
@@ -54,7 +49,9 @@ from lattice.service.backend import (
     RunRecord,
     RunView,
 )
-from lattice.service.runs import ProviderSpec, RunOptions, prepare_run
+from lattice.service.runs import ProviderSpec, prepare_run
+
+T = TypeVar("T")
 
 POLL_SECONDS = 0.25
 """How often a watched run is asked for new events."""
@@ -92,9 +89,6 @@ class LivePieces:
         return "".join(out)
 
 
-Respond = Callable[..., Response]
-
-
 def api_error(exc: LatticeUserError) -> ApiError:
     """The API's answer to what a backend refused."""
     if isinstance(exc, RunNotFound):
@@ -106,15 +100,17 @@ def api_error(exc: LatticeUserError) -> ApiError:
     return from_user_error(exc)
 
 
-def run_json(view: RunView) -> dict[str, Any]:
-    """``GET /v1/runs/{id}`` of a run on a backend (the run-folder route's fields)."""
+def run_json(view: RunView, capabilities: frozenset[Capability] = frozenset()) -> dict[str, Any]:
+    """``GET /v1/runs/{id}`` of a run on a backend that can do ``capabilities`` (the
+    run-folder route's fields)."""
     failure = view.failure
+    resumable = Capability.RESUME in capabilities
     if isinstance(failure, dict) and view.status in ("failed", "halted", "interrupted"):
-        own = (failure.get("details") or {}).get("recovery_action")
-        step = own if isinstance(own, str) else _next_step(view.run_id, view.status)
-        if view.resumable:
-            step = f"POST /v1/runs/{view.run_id}/resume (lattice resume {view.run_id} --temporal HOST:PORT)"
-        failure = {**failure, "recovery_action": step, "resumable": view.resumable}
+        details = failure.get("details") or {}
+        own = details.get("recovery_action")
+        step = own if isinstance(own, str) else _next_step(view.run_id, view.status, resumable)
+        resumable = resumable and details.get("resumable") is not False
+        failure = {**failure, "recovery_action": step, "resumable": resumable}
     else:
         failure = None
     usage = view.usage or None
@@ -132,7 +128,7 @@ def run_json(view: RunView) -> dict[str, Any]:
         "question": question(view.run_id, failure) if view.status == "halted" else None,
         "parent": view.parent,
         "reruns": [],  # a parent on a backend does not list its re-runs
-        "rerunnable": view.rerunnable,
+        "rerunnable": Capability.RERUN in capabilities and view.status != "running",
         "links": links(view.run_id),
     }
 
@@ -158,337 +154,197 @@ def summary_json(view: RunView) -> dict[str, Any]:
     }
 
 
-def _next_step(run_id: str, status: str) -> str:
-    if status == "halted":
+def _next_step(run_id: str, status: str, resumable: bool) -> str:
+    if status == "halted" or resumable:
         return next_step(run_id, status)
     return "fix the cause and start the run again (a run on Temporal is not resumed)"
 
 
-def provider_meta(spec: ProviderSpec) -> dict[str, Any]:
-    """The run's provider as the workers build it: a mock script travels inline (a worker
-    may be on another machine and has no workflows folder); a live provider is built
-    from the workers' configuration."""
-    choice = spec.choice
-    if choice.fixtures:
-        raise LatticeUserError(
-            "fixtures are not supported for runs on Temporal yet", error_type="invalid_request"
-        )
-    if choice.mock:
-        script = json.loads(Path(choice.mock).read_text(encoding="utf-8"))
-        return ProviderSpec(script=script, latency=spec.latency, pieces=spec.pieces).to_meta()
-    if spec.script is not None:
-        return spec.to_meta()
-    return ProviderSpec().to_meta() | {"provider_arg": choice.name}
+class EngineBackend(Backend):
+    """The runs of ``backend``, served as a gateway's (the module docstring says how)."""
 
+    def __init__(self, backend: RunBackend, gateway: Gateway) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.capabilities = backend.capabilities
+        self.gateway = gateway
+        self.library = gateway.library
+        self.config = gateway.config
+        self.redact = gateway.redact
+        self.polls = RunPolls(backend, POLL_SECONDS)
 
-def add_backend_routes(  # noqa: C901
-    app: FastAPI,
-    *,
-    backend: RunBackend,
-    library: WorkflowLibrary,
-    config: LatticeConfig,
-    config_path: str | None,
-    respond: Respond,
-    redact: Redactor,
-) -> None:
-    """The run routes of ``app``, answered by ``backend``. Registered before the
-    run-folder routes of the same paths, which ``create_app`` then drops."""
+    # -- starting, answering, stopping ------------------------------------------------
 
-    polls = RunPolls(backend, POLL_SECONDS)
+    async def start(self, body: StartRun) -> Accepted:
+        run, warnings = await asyncio.to_thread(self._prepare, body)
+        await ask(self.backend.start(run))
+        return Accepted(run.run_id, "running", {"warnings": warnings})
 
-    def events_text(batch: RunEvents) -> bytes:
-        text = "".join(message(e["seq"], event_line(e)) for e in batch.events)
-        if batch.status != "running":
-            text += end_message(batch.status)
-        return redact(text).encode()
-
-    async def ask(call: Any) -> Any:
+    def _prepare(self, body: StartRun) -> tuple[NewRun, list[dict[str, Any]]]:
+        requested = requested_workflow(body, self.gateway)
+        ir = requested.ir
         try:
-            return await call
-        except LatticeUserError as exc:
-            raise api_error(exc) from None
-
-    def run_id_of(run_id: str) -> str:
-        if not RUN_ID.match(run_id):
-            raise ApiError(404, "not_found", f"no run {run_id!r}")
-        return run_id
-
-    def prepare(body: StartRun) -> tuple[NewRun, list[dict[str, Any]]]:
-        name = None
-        if body.workflow is not None:
-            loaded = library.load(body.workflow)
-            lowered, document = loaded.lowered, loaded.document
-            name = body.workflow
-            where = f"workflow {body.workflow!r}"
-        else:
-            assert body.document is not None
-            lowered, document = library.lower_inline(body.document), body.document
-            where = "the document"
-        if lowered.ir is None:
-            raise document_error(lowered.diagnostics, where=where)
-        try:
-            spec = body.spec(library)
+            spec = body.spec(self.library)
             prepared = prepare_run(
-                lowered.ir,
-                config=config,
-                options=RunOptions(
-                    provider=spec,
-                    config_path=config_path,
-                    max_calls=body.max_calls,
-                    max_tokens_total=body.max_tokens_total,
-                    max_steps=body.max_steps,
-                    max_visits=body.max_visits,
-                ),
+                ir,
+                config=self.config,
+                options=run_options(body, spec, self.gateway, meta={}),
                 inputs=body.inputs,
                 answers=body.answers,
-                workflow=document,
+                workflow=requested.document,
                 runs_dir=None,
             )
             if body.answers:
-                check_answers(lowered.ir, body.answers, what="answers")
+                check_answers(ir, body.answers, what="answers")
             run = NewRun(
                 run_id=new_run_id(),
-                ir=lowered.ir,
+                ir=ir,
                 inputs=prepared.inputs,
                 answers=dict(body.answers),
-                provider=provider_meta(spec),
+                provider=self._provider_meta(spec),
                 settings=prepared.settings,
                 budgets={"max_calls": body.max_calls, "max_tokens_total": body.max_tokens_total},
                 limits={
                     "max_steps": prepared.runner.limits.max_steps,
                     "max_visits": prepared.runner.limits.max_visits,
                 },
-                workflow_name=name,
-                document=document,
+                workflow_name=requested.meta.get("workflow_name"),
+                document=requested.document,
             )
         except LatticeUserError as exc:
             raise api_error(exc) from None
-        return run, diagnostics_json(lowered.warnings)
+        return run, diagnostics_json(requested.lowered.warnings)
 
-    @app.post("/v1/runs", status_code=202, tags=["runs"], summary="start a run")
-    async def start_run(body: StartRun) -> Response:
-        check_start(body)
-        run, warnings = await asyncio.to_thread(prepare, body)
-        await ask(backend.start(run))
-        return respond(
-            202,
-            {
-                "run_id": run.run_id,
-                "status": "running",
-                "warnings": warnings,
-                "links": links(run.run_id),
-            },
-            {"Location": f"/v1/runs/{run.run_id}"},
+    def _provider_meta(self, spec: ProviderSpec) -> dict[str, Any]:
+        """The run's provider as the workers build it: a mock script travels inline (a
+        worker may be on another machine and has no workflows folder); a live provider
+        is built from the workers' configuration."""
+        choice = spec.choice
+        if choice.fixtures and Capability.FIXTURES not in self.capabilities:
+            raise ApiError(400, "invalid_request", not_yet(Capability.FIXTURES, self.name))
+        if choice.mock:
+            script = json.loads(Path(choice.mock).read_text(encoding="utf-8"))
+            return ProviderSpec(script=script, latency=spec.latency, pieces=spec.pieces).to_meta()
+        if spec.script is not None:
+            return spec.to_meta()
+        return ProviderSpec().to_meta() | {"provider_arg": choice.name}
+
+    async def answer(self, run_id: str, body: AnswerRun, door: str) -> Accepted:
+        run_id = run_id_of(run_id)
+        answers = body.all_answers(door)
+        try:
+            refuse_secret_answers(answers, self.redact)
+        except LatticeUserError as exc:
+            raise api_error(exc) from None
+        await ask(self.backend.answer(run_id, answers))
+        return Accepted(run_id, "running")
+
+    async def cancel(self, run_id: str) -> None:
+        await ask(self.backend.cancel(run_id_of(run_id)))
+
+    async def resume(self, run_id: str, body: ResumeRun) -> Accepted:
+        run_id = run_id_of(run_id)
+        await ask(self.backend.resume(run_id))
+        return Accepted(run_id, "running")
+
+    async def rerun_point(self, run_id: str, op: str, visit: int | None) -> dict[str, Any]:
+        return await ask(self.backend.rerun_point(run_id_of(run_id), op, visit))
+
+    async def rerun(self, run_id: str, body: RerunRun) -> Accepted:
+        spec = body.spec(self.library)
+        new_id, parent = await ask(
+            self.backend.rerun(
+                run_id_of(run_id),
+                op=body.op,
+                visit=body.visit,
+                state=body.state,
+                provider=self._provider_meta(spec) if spec.given else None,
+                redact=self.redact,
+            )
         )
+        return Accepted(new_id, "running", {"parent": parent})
 
-    @app.get("/v1/runs", tags=["runs"], summary="list runs, newest first")
-    async def list_runs(
-        status: Annotated[str | None, Query(pattern=STATUSES)] = None,
-        workflow: Annotated[str | None, Query(description="workflow id or file name")] = None,
-        limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        before: Annotated[str | None, Query(description="the previous page's next")] = None,
-    ) -> Response:
+    async def compare(self, run_id: str, other_id: str) -> dict[str, Any]:
+        """The two runs exported to a scratch folder, compared as run folders are."""
+        run_id, other_id = run_id_of(run_id), run_id_of(other_id)
+        with tempfile.TemporaryDirectory(prefix="lattice-compare-") as scratch:
+            a, b = Path(scratch) / run_id, Path(scratch) / other_id
+            await ask(self.backend.export(run_id, a))
+            await ask(self.backend.export(other_id, b))
+            return await asyncio.to_thread(compare_json, a, b, run_id, other_id)
+
+    async def live(self, run_id: str) -> list[dict[str, Any]]:
+        return await ask(self.backend.live(run_id_of(run_id)))
+
+    # -- reading runs back ------------------------------------------------------------
+
+    async def list_runs(self, query: RunQuery) -> dict[str, Any]:
         page = await ask(
-            backend.list_runs(status=status, workflow=workflow, limit=limit, before=before)
+            self.backend.list_runs(
+                status=query.status, workflow=query.workflow, limit=query.limit, before=query.before
+            )
         )
-        return respond(200, {"runs": [summary_json(v) for v in page.runs], "next": page.next})
+        return {"runs": [summary_json(view) for view in page.runs], "next": page.next}
 
-    @app.get("/v1/runs/{run_id}", tags=["runs"], summary="one run")
-    async def get_run(run_id: str) -> Response:
-        view = await ask(backend.describe(run_id_of(run_id)))
-        return respond(200, run_json(view) | {"engine": backend.name})
+    async def describe(self, run_id: str) -> dict[str, Any]:
+        view = await ask(self.backend.describe(run_id_of(run_id)))
+        return run_json(view, self.capabilities) | {"engine": self.name}
 
-    @app.get(
-        "/v1/runs/{run_id}/events",
-        tags=["runs"],
-        summary="the run's events as Server-Sent Events",
-        response_class=StreamingResponse,
-    )
-    async def run_events(
-        run_id: str,
-        last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-        last_event_id: Annotated[int | None, Query(ge=0)] = None,
-        timing: Annotated[bool, Query(description="emission time before each event")] = False,
-        deltas: Annotated[
-            bool,
-            Query(
-                description="the model answers of ops in flight as they grow (llm_delta), "
-                "read from their workers' heartbeats"
-            ),
-        ] = False,
-    ) -> Response:
-        cursor = resume_cursor(last_event_id, last_event_id_header)
-        first = await ask(backend.events(run_id_of(run_id), cursor))
+    async def events(
+        self, run_id: str, cursor: int, *, timing: bool, deltas: bool
+    ) -> AsyncIterator[bytes]:
+        first = await ask(self.backend.events(run_id_of(run_id), cursor))
+        return self._follow(run_id, cursor, first, deltas=deltas)
 
+    async def _follow(
+        self, run_id: str, cursor: int, first: RunEvents, *, deltas: bool
+    ) -> AsyncIterator[bytes]:
         def sent(batch: RunEvents) -> bytes:
             nonlocal cursor
             if batch.events:
                 cursor = batch.events[-1]["seq"]
-            return events_text(batch)
+            text = "".join(message(e["seq"], event_line(e)) for e in batch.events)
+            if batch.status != "running":
+                text += end_message(batch.status)
+            return self.redact(text).encode()
 
-        async def messages() -> AsyncIterator[bytes]:
-            if first.events or first.status != "running":
-                yield sent(first)
-            if first.status != "running":
-                return
-            pieces = LivePieces()
-            quiet = 0.0
-            wait = LIVE_SECONDS if deltas else PING_SECONDS
-            async with polls.watch(run_id, cursor) as poll:  # shared with the run's watchers
-                while True:
+        if first.events or first.status != "running":
+            yield sent(first)
+        if first.status != "running":
+            return
+        pieces = LivePieces()
+        quiet = 0.0
+        wait = LIVE_SECONDS if deltas else PING_SECONDS
+        async with self.polls.watch(run_id, cursor) as poll:  # shared with the run's watchers
+            while True:
+                try:
+                    batch = await poll.next(cursor, wait)
+                except PollEnded:
+                    return  # the client follows again from the last id it got
+                if batch is not None and (batch.events or batch.status != "running"):
+                    quiet = 0.0
+                    yield sent(batch)
+                    if batch.status != "running":
+                        return
+                if deltas:
                     try:
-                        batch = await poll.next(cursor, wait)
-                    except PollEnded:
-                        return  # the client follows again from the last id it got
-                    if batch is not None and (batch.events or batch.status != "running"):
+                        live = await self.backend.live(run_id)
+                    except LatticeUserError:
+                        live = []
+                    text = pieces.messages(live, cursor, run_id)
+                    if text:
                         quiet = 0.0
-                        yield sent(batch)
-                        if batch.status != "running":
-                            return
-                    if deltas:
-                        try:
-                            live = await backend.live(run_id)
-                        except LatticeUserError:
-                            live = []
-                        text = pieces.messages(live, cursor, run_id)
-                        if text:
-                            quiet = 0.0
-                            yield redact(text).encode()
-                    if batch is None:
-                        quiet += wait
-                        if quiet >= PING_SECONDS:
-                            quiet = 0.0
-                            yield PING
+                        yield self.redact(text).encode()
+                if batch is None:
+                    quiet += wait
+                    if quiet >= PING_SECONDS:
+                        quiet = 0.0
+                        yield PING
 
-        return StreamingResponse(
-            messages(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-
-    @app.get(
-        "/v1/runs/{run_id}/live",
-        tags=["runs"],
-        summary="what the run's ops in flight have done so far (their events, the answer "
-        "being streamed), read from their workers' heartbeats",
-    )
-    async def live_ops(run_id: str) -> Response:
-        run_id = run_id_of(run_id)
-        return respond(200, {"run_id": run_id, "ops": await ask(backend.live(run_id))})
-
-    @app.post(
-        "/v1/runs/{run_id}/answers",
-        status_code=202,
-        tags=["runs"],
-        summary="answer a halted run's question and resume it",
-    )
-    async def answer_run(run_id: str, body: AnswerRun) -> Response:
-        run_id = run_id_of(run_id)
-        answers = body.all_answers()
-        try:
-            refuse_secret_answers(answers, redact)
-        except LatticeUserError as exc:
-            raise api_error(exc) from None
-        await ask(backend.answer(run_id, answers))
-        return respond(
-            202,
-            {"run_id": run_id, "status": "running", "links": links(run_id)},
-            {"Location": f"/v1/runs/{run_id}"},
-        )
-
-    @app.post(
-        "/v1/runs/{run_id}/cancel",
-        status_code=202,
-        tags=["runs"],
-        summary="stop a run at its next op boundary (it shows interrupted, resumable)",
-    )
-    async def cancel_run(run_id: str) -> Response:
-        await ask(backend.cancel(run_id_of(run_id)))
-        return respond(
-            202, {"run_id": run_id, "status": "running", "stopping": True, "links": links(run_id)}
-        )
-
-    @app.post(
-        "/v1/runs/{run_id}/resume",
-        status_code=202,
-        tags=["runs"],
-        summary="resume a stopped run where it stopped",
-    )
-    async def resume_run(run_id: str) -> Response:
-        run_id = run_id_of(run_id)
-        await ask(backend.resume(run_id))
-        return respond(
-            202,
-            {"run_id": run_id, "status": "running", "links": links(run_id)},
-            {"Location": f"/v1/runs/{run_id}"},
-        )
-
-    @app.get(
-        "/v1/runs/{run_id}/rerun",
-        tags=["runs"],
-        summary="the state a re-run from a step of this run starts with",
-    )
-    async def rerun_preview(
-        run_id: str, op: str, visit: Annotated[int | None, Query(ge=1)] = None
-    ) -> Response:
-        point = await ask(backend.rerun_point(run_id_of(run_id), op, visit))
-        return respond(200, point)
-
-    @app.post(
-        "/v1/runs/{run_id}/rerun",
-        status_code=202,
-        tags=["runs"],
-        summary="start a new run from a step of this one",
-    )
-    async def rerun_run(run_id: str, body: RerunRun) -> Response:
-        run_id = run_id_of(run_id)
-        spec = body.spec(library)
-        given = spec.given
-        new_id, parent = await ask(
-            backend.rerun(
-                run_id,
-                op=body.op,
-                visit=body.visit,
-                state=body.state,
-                provider=provider_meta(spec) if given else None,
-                redact=redact,
-            )
-        )
-        return respond(
-            202,
-            {"run_id": new_id, "status": "running", "parent": parent, "links": links(new_id)},
-            {"Location": f"/v1/runs/{new_id}"},
-        )
-
-    @app.get(
-        "/v1/runs/{run_id}/compare/{other_id}",
-        tags=["panel"],
-        summary="what differs between two runs (lattice runs diff)",
-    )
-    async def compare_runs(run_id: str, other_id: str) -> Response:
-        run_id, other_id = run_id_of(run_id), run_id_of(other_id)
-        with tempfile.TemporaryDirectory(prefix="lattice-compare-") as scratch:
-            a, b = Path(scratch) / run_id, Path(scratch) / other_id
-            await ask(backend.export(run_id, a))
-            await ask(backend.export(other_id, b))
-            out = await asyncio.to_thread(compare_json, a, b, run_id, other_id)
-        return respond(200, out)
-
-
-class BackendReader(RunReader):
-    """The panel's reads of runs on ``backend``: each one asks it for the run's record
-    (the ``record`` query on Temporal), which holds what a run folder holds."""
-
-    def __init__(self, backend: RunBackend) -> None:
-        self.backend = backend
+    # -- the panel's reads: the run's record on the backend -----------------------------
 
     async def _record(self, run_id: str) -> RunRecord:
-        if not RUN_ID.match(run_id):
-            raise ApiError(404, "not_found", f"no run {run_id!r}")
-        try:
-            return await self.backend.record(run_id)
-        except LatticeUserError as exc:
-            raise api_error(exc) from None
+        return await ask(self.backend.record(run_id_of(run_id)))
 
     async def canvas(self, run_id: str) -> dict[str, Any]:
         record = await self._record(run_id)
@@ -507,5 +363,30 @@ class BackendReader(RunReader):
             graph = await asyncio.to_thread(run_graph, record.document, record.execir)
         return record_entries(record.ops), graph
 
+    async def close(self) -> None:
+        await self.backend.close()
 
-STATUSES = "^(running|completed|failed|halted|interrupted)$"
+
+async def ask(call: Awaitable[T]) -> T:
+    """What ``call`` to the backend answers; what it refuses, as the API's error."""
+    try:
+        return await call
+    except LatticeUserError as exc:
+        raise api_error(exc) from None
+
+
+def run_id_of(run_id: str) -> str:
+    """``run_id``, or 404 when no run could have it."""
+    if not RUN_ID.match(run_id):
+        raise ApiError(404, "not_found", f"no run {run_id!r}")
+    return run_id
+
+
+def record_entries(ops: list[dict[str, Any]]) -> list[OpEntry]:
+    """Op records kept in a list (a run on a backend) as a run folder's entries, in op
+    order."""
+    entries = (
+        OpEntry(record_label(op.get("seq"), n), safe_name(str(op.get("op_id"))), op)
+        for n, op in enumerate(ops)
+    )
+    return sorted(entries, key=lambda entry: label_key(entry.label))

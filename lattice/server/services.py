@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +23,11 @@ from lattice.errors import LatticeUserError
 from lattice.runs.store import RunStore, new_run_id
 from lattice.runtime.context import EventListener
 from lattice.runtime.results import RunResult
-from lattice.server.errors import ApiError, not_found
-from lattice.server.manager import ActiveRun, RunManager, links
+from lattice.server.backend import accepted, not_yet
+from lattice.server.errors import ApiError, Respond, not_found
+from lattice.server.manager import ActiveRun, RunManager
 from lattice.server.store import LoopStore
+from lattice.service.backend import EVERY_CAPABILITY, Capability
 from lattice.service.runs import PreparedResume, PreparedRun, ProviderSpec
 from lattice.services.catalog import Catalog, Workflow
 from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns
@@ -112,7 +114,11 @@ class ServicesSettings:
     config: LatticeConfig
     config_path: str | None = None
     token: str | None = None
-    on_temporal: bool = False
+    capabilities: frozenset[Capability] = EVERY_CAPABILITY
+    """What the gateway's backend can do: without ``Capability.SERVICES`` (runs on an
+    engine) there is no ``/mcp``, and a webhook or schedule configured is an error."""
+    engine: str = "local"
+    """The backend's name (``temporal``), for that error."""
     mocks: bool = False
     mock_latency: float = 0.0
     clock: Any = None
@@ -135,16 +141,14 @@ class Services:
         wanted = [f"[triggers.{name}]" for name in config.triggers] + [
             f"[schedules.{name}]" for name in config.schedules
         ]
-        if wanted and settings.on_temporal:
-            raise LatticeUserError(
-                f"{wanted[0]}: webhooks and schedules start runs of this server's own; "
-                "they are not served with --engine temporal yet"
-            )
+        served = Capability.SERVICES in settings.capabilities
+        if wanted and not served:
+            raise LatticeUserError(f"{wanted[0]}: {not_yet(Capability.SERVICES, settings.engine)}")
         if wanted and settings.workflows_dir is None:
             raise LatticeUserError(
                 f"{wanted[0]} names a workflow under --workflows DIR: give the folder"
             )
-        if settings.workflows_dir is None or settings.on_temporal:
+        if settings.workflows_dir is None or not served:
             return
         catalog = Catalog(
             settings.workflows_dir,
@@ -260,9 +264,8 @@ class Services:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
 
-    def add_routes(
-        self, app: FastAPI, *, respond: Callable[[int, Any, Mapping[str, str] | None], Response]
-    ) -> None:
+    def add_routes(self, app: FastAPI, *, respond: Respond) -> None:
+        """Serve ``/mcp`` and the webhooks from ``app`` (when there are any)."""
         if self.runs is None or self.mcp is None:
             return
         from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
@@ -288,15 +291,7 @@ class Services:
             except Refused as refused:
                 refusal = {"error": refused.error, "message": refused.message}
                 return respond(refused.status, refusal, None)
-            return respond(
-                202,
-                {
-                    "run_id": started.run_id,
-                    "delivery": started.delivery,
-                    "links": links(started.run_id),
-                },
-                {"Location": f"/v1/runs/{started.run_id}"},
-            )
+            return accepted(respond, started.run_id, {"delivery": started.delivery})
 
     async def deliver(self, trigger: Trigger, body: bytes, headers: dict[str, str]) -> Started:
         """Start the run of one delivery: its signature checked, its inputs read and

@@ -9,12 +9,17 @@ engine when asked.
 
 Statuses are the API's: ``running``, ``halted`` (waiting for an answer), ``completed``,
 ``failed``, ``interrupted``.
+
+Every backend starts, shows, lists, streams, answers and cancels runs. What some do
+besides is a ``Capability``: a backend lists those it has (``RunBackend.capabilities``),
+and the gateway refuses the others, in one place (``lattice.server.backend``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,30 @@ from lattice.errors import LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.runs.redaction import Redactor
 from lattice.runtime.settings import RuntimeSettings
+
+
+class Capability(StrEnum):
+    """What a gateway's runs may be asked besides start, show, list, stream, answer and
+    cancel (which every backend does)."""
+
+    RESUME = "resume"
+    """``POST /v1/runs/{id}/resume``: a failed or interrupted run goes on."""
+    RERUN = "rerun"
+    """``GET``/``POST /v1/runs/{id}/rerun``: a new run from a step of this one."""
+    COMPARE = "compare"
+    """``GET /v1/runs/{id}/compare/{other}``: what differs between two runs."""
+    FIXTURES = "fixtures"
+    """``"fixtures"`` in a run's request: recorded answers as its provider."""
+    DELTAS = "deltas"
+    """``?deltas=1`` on the event stream: model answers piece by piece as they arrive."""
+    SEARCH = "search"
+    """``?q=`` on ``GET /v1/runs``: runs found by words (without it, ``q`` is ignored)."""
+    SERVICES = "services"
+    """``/mcp``, the webhooks and the schedules: runs started by the gateway itself."""
+
+
+EVERY_CAPABILITY = frozenset(Capability)
+"""What run folders can do (``lattice serve``'s own runs)."""
 
 
 class RunNotFound(LatticeUserError):
@@ -114,6 +143,9 @@ class RunBackend(ABC):
 
     name: str
     """What ``/healthz`` and the log call it (``temporal``)."""
+    capabilities: frozenset[Capability] = frozenset()
+    """What its runs can do besides the methods below; the gateway refuses the rest
+    (``lattice.server.backend``). The one place that says what a backend cannot do yet."""
 
     @abstractmethod
     def where(self) -> str:

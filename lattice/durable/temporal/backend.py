@@ -46,6 +46,7 @@ from lattice.ir.serialize import ir_from_json
 from lattice.permissions.approvals import APPROVALS
 from lattice.runs.redaction import Redactor, make_redactor
 from lattice.service.backend import (
+    Capability,
     NewRun,
     RunBackend,
     RunConflict,
@@ -73,6 +74,15 @@ class TemporalRuns(RunBackend):
     """Runs on the Temporal server at ``address`` (HOST:PORT), started on ``task_queue``."""
 
     name = "temporal"
+    capabilities = frozenset(
+        {Capability.RESUME, Capability.RERUN, Capability.COMPARE, Capability.DELTAS}
+    )
+    """Resume (a stopped run where it stopped, a failed or interrupted one as a new
+    execution), re-run from a step, compare (exported folders), and an op's answer as it
+    grows (``?deltas=1``, from its heartbeats); not fixtures through the gateway."""
+    """None yet: resuming, re-running and comparing runs, fixtures, model answers piece by
+    piece, searching the list and the services are run-folder features (the gateway
+    answers each as it says in ``lattice.server.backend``)."""
 
     def __init__(
         self,
