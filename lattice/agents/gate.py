@@ -26,6 +26,7 @@ from lattice.permissions.approvals import (
     answer_decision,
 )
 from lattice.permissions.policy import Permissions
+from lattice.permissions.rules import Rule, RuleSource, bash_parts, command_prefix_rule, parse_rule
 from lattice.tools.toolset import ToolResult
 from lattice.workspace.grants import ASK_TOOL
 
@@ -68,6 +69,9 @@ class CallGate:
     no_wait: bool = False
     allowed_tools: set[str] = field(default_factory=set)
     """Tools a person allowed for the rest of this agent's run (an edit: all three)."""
+    allowed_commands: list[Rule] = field(default_factory=list)
+    """Bash rules a person allowed for the rest of this agent's run (``Bash(git diff:*)``:
+    the command and subcommand they allowed, as Claude Code's "don't ask again")."""
 
     def offers(self, tool: str) -> bool:
         """Whether the model is offered ``tool`` at all (not denied as a whole)."""
@@ -99,10 +103,9 @@ class CallGate:
             decision = ApprovalDecision("deny", "rule", verdict.reason)
             self._journal(journal, op_id, key, request_id, call, decision, None)
             return self._act(call, decision, None)
-        if call.name in self.allowed_tools:
-            decision = ApprovalDecision(
-                "allow", "person", "allowed for the rest of the agent's run"
-            )
+        allowed_by = self._allowed_before(call)
+        if allowed_by is not None:
+            decision = ApprovalDecision("allow", "person", allowed_by)
             self._journal(journal, op_id, key, request_id, call, decision, None)
             return Pass()
         return await self._ask(call, request_id, key, op_id, journal, plan, verdict.reason)
@@ -174,9 +177,22 @@ class CallGate:
     def _act(self, call: ToolCall, decision: ApprovalDecision, planned: Any) -> Pass | ToolResult:
         if not decision.allows:
             return ToolResult(decision.refusal(call.name), True)
-        if decision.choice == "allow_run":  # an edit: every edit, as in Claude Code
+        if decision.choice == "allow_run" and call.name == "Bash":
+            self.allowed_commands.extend(_command_rules(str(call.arguments.get("command", ""))))
+        elif decision.choice == "allow_run":  # an edit: every edit, as in Claude Code
             self.allowed_tools.update(EDITS if call.name in EDITS else {call.name})
         return Pass(planned if isinstance(planned, dict) else None)
+
+    def _allowed_before(self, call: ToolCall) -> str | None:
+        """Why a person's earlier "allow for the rest of the run" covers ``call``, or None."""
+        if call.name in self.allowed_tools:
+            return "allowed for the rest of the agent's run"
+        if call.name != "Bash" or not self.allowed_commands:
+            return None
+        rule = Permissions(tuple(self.allowed_commands)).allowing(
+            call.name, call.arguments, self.cwd
+        )
+        return None if rule is None else f"{rule.text} allowed for the rest of the agent's run"
 
     def _preview(self, call: ToolCall) -> dict[str, Any]:
         if call.name == "Bash":
@@ -212,3 +228,11 @@ class CallGate:
 
 
 _READ_ONLY = frozenset({"Read", "LS", "Glob", "Grep"})
+
+
+def _command_rules(command: str) -> list[Rule]:
+    """The rules "allow for the rest of the run" on ``command`` adds: one per simple
+    command in it (none for a part it cannot scope: that part was allowed once)."""
+    source = RuleSource("a person's allow for the rest of the run")
+    texts = [command_prefix_rule(part) for part in bash_parts(command) or []]
+    return [parse_rule(text, "allow", source) for text in texts if text is not None]

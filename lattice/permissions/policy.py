@@ -120,6 +120,10 @@ class Permissions:
                 return rule
         return None
 
+    def allowing(self, tool: str, arguments: Mapping[str, Any], cwd: Path) -> Rule | None:
+        """The allow rule (only) that allows the call, if one does."""
+        return self._allowed(tool, arguments, CallPlace(cwd=cwd, home=self.home))
+
     def _allowed(self, tool: str, arguments: Mapping[str, Any], place: CallPlace) -> Rule | None:
         """An allow rule for the call; a compound Bash command needs one for every part."""
         rules = self._rules("allow", tool)

@@ -296,6 +296,44 @@ def bash_parts(command: str) -> list[str] | None:
     return [unwrapped(part.strip()) for part in parts if part.strip()]
 
 
+SUBCOMMAND_TOOLS = frozenset(
+    {
+        "git", "npm", "pnpm", "yarn", "bun", "npx", "cargo", "go", "docker", "kubectl",
+        "pip", "pip3", "uv", "poetry", "make", "dotnet", "mvn", "gradle", "bundle", "gh",
+    }
+)  # fmt: skip
+"""Commands whose second word says what they do (``git diff``, ``cargo test``)."""
+
+
+def command_prefix_rule(command: str) -> str | None:
+    """The rule a person's "allow for the rest of the run" on a simple Bash command
+    stands for, as Claude Code's "don't ask again for … commands": its command and, for
+    a tool with subcommands, the subcommand (``Bash(git diff:*)``, ``Bash(npm run
+    test:*)``, ``Bash(python3 -m unittest:*)``, ``Bash(ls:*)``). None when its first
+    words are not plain (quotes, ``$``, an assignment): then the person allowed that
+    one call only."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if not words:
+        return None
+    name = words[0].rsplit("/", 1)[-1]
+    size = 1
+    if len(words) > 1 and name in SUBCOMMAND_TOOLS and not words[1].startswith("-"):
+        size = 3 if name in _SCRIPT_RUNNERS and words[1] == "run" and len(words) > 2 else 2
+    elif len(words) > 2 and name.startswith("python") and words[1] == "-m":
+        size = 3
+    prefix = words[:size]
+    if command.split()[:size] != prefix or not all(_PLAIN_WORD.fullmatch(w) for w in prefix):
+        return None
+    return f"Bash({' '.join(prefix)}:*)"
+
+
+_SCRIPT_RUNNERS = frozenset({"npm", "pnpm", "yarn", "bun"})
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:@%+,-]+")
+
+
 def unwrapped(command: str) -> str:
     """``command`` without ``timeout 30``, ``time``, ``nice -n 5``, ``nohup`` before it."""
     while True:

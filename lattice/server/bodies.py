@@ -119,6 +119,13 @@ class ResumeRun(ProviderOptions):
     answers: dict[str, Any] = Field(default_factory=dict)
     accept_changed: bool = False
 
+    @model_validator(mode="after")
+    def _no_approvals(self) -> ResumeRun:
+        # approvals come by /answers, checked and marked with the door they came by
+        if APPROVALS in self.answers:
+            raise ValueError(f"approvals go to POST /v1/runs/{{id}}/answers, not in {APPROVALS}")
+        return self
+
 
 class RerunRun(ProviderOptions):
     """``POST /v1/runs/{id}/rerun``: a new run from one step of this one, with the state

@@ -186,7 +186,7 @@ class Services:
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
         from mcp.server.transport_security import TransportSecuritySettings
 
-        from lattice.services.mcp_tools import workflow_server
+        from lattice.services.mcp_tools import state_key_of, workflow_server
 
         loopback_only = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -194,7 +194,8 @@ class Services:
             allowed_origins=[f"http://{host}" for host in LOOPBACK_HOSTS],
         )
         return StreamableHTTPSessionManager(
-            app=workflow_server(runs), security_settings=None if token else loopback_only
+            app=workflow_server(runs, state_key=state_key_of(token) if token else None),
+            security_settings=None if token else loopback_only,
         )
 
     def _add_triggers(self, config: LatticeConfig, runs_dir: Path, *, durable: bool) -> None:

@@ -9,13 +9,25 @@ answers when it stops; each op that finishes is a progress notification; a cance
 call stops its run at the next op boundary (it ends ``interrupted``, resumable). A run
 that halts for a person is asked by MCP elicitation when the client takes it, else the
 call answers with the question and the run id, and the ``answer`` tool continues it.
+
+Approvals of an agent's tool calls are a person's, never the MCP client's: the client
+is often a model, and a model must not approve the calls a rule sends to a person. The
+``answer`` tool refuses ``$approvals``; a run that waits for approvals answers with the
+pending calls and the doors a person approves them by (the panel, ``lattice resume
+--approve``, the gateway's ``/answers``). The state a halted call hands its client for
+the retry (``request_state``) is signed, so a client cannot turn the retry into an
+answer to another run or to approvals.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import json
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,6 +37,7 @@ from mcp.server.lowlevel import Server
 from pydantic import BaseModel
 
 from lattice.errors import LatticeUserError
+from lattice.permissions.approvals import APPROVALS
 from lattice.runtime.results import RunResult
 from lattice.services.catalog import Workflow
 from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns, outcome
@@ -52,9 +65,14 @@ MAX_ELICITATIONS = 20
 """Questions one call asks by elicitation at most before it answers with the next one."""
 
 
-def workflow_server(runs: WorkflowRuns, *, name: str = "lattice") -> Server[Any]:
+def workflow_server(
+    runs: WorkflowRuns, *, name: str = "lattice", state_key: bytes | None = None
+) -> Server[Any]:
     """The MCP server of ``runs``'s workflows (tools listed afresh on every request, so a
-    workflow added to the folder is a tool at once)."""
+    workflow added to the folder is a tool at once). ``state_key`` signs the state of
+    halted calls (a random key of this process when not given; the gateway derives one
+    from its token, so that its replicas accept each other's)."""
+    signer = StateSigner(state_key or secrets.token_bytes(32))
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -77,21 +95,22 @@ def workflow_server(runs: WorkflowRuns, *, name: str = "lattice") -> Server[Any]
         arguments = dict(params.arguments or {})
         try:
             if params.request_state:  # the retry of a call whose run asked a question
-                return await _answered(ctx, runs, params)
+                return await _answered(ctx, runs, params, signer)
             progress = Progress(ctx)
             if params.name == ANSWER_TOOL:
+                answers = _object(arguments.get("answers"), "answers")
+                if APPROVALS in answers:
+                    raise LatticeUserError(APPROVALS_ARE_A_PERSONS)
                 hosted = await runs.answer(
-                    _text(arguments.get("run_id"), "run_id"),
-                    _object(arguments.get("answers"), "answers"),
-                    on_event=progress,
+                    _text(arguments.get("run_id"), "run_id"), answers, on_event=progress
                 )
-                return await _follow(ctx, runs, hosted, progress)
+                return await _follow(ctx, runs, hosted, progress, signer)
             # NAME@VERSION: a deployed version the listing (of the latest) does not show
             workflow = await asyncio.to_thread(runs.catalog.resolve, params.name)
             hosted = await runs.start(
                 workflow, arguments, StartedBy("mcp", {"tool": workflow.name}), on_event=progress
             )
-            return await _follow(ctx, runs, hosted, progress)
+            return await _follow(ctx, runs, hosted, progress, signer)
         except LatticeUserError as exc:
             return error_result(runs.redact(exc.message))
 
@@ -143,24 +162,79 @@ class Progress:
             log.debug("progress not sent: %s", exc)
 
 
+APPROVALS_ARE_A_PERSONS = (
+    "approvals of tool calls are a person's to give, not an MCP client's: approve them in "
+    "the panel, with `lattice resume RUN --approve ID`, or at POST /v1/runs/RUN/answers"
+)
+
+
+class StateSigner:
+    """Signs and checks the ``request_state`` of a halted call: what run and question its
+    retry answers."""
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+
+    def sign(self, run_id: str, question: Mapping[str, Any]) -> str:
+        payload = json.dumps({"run_id": run_id, "question": question}, sort_keys=True)
+        body = base64.urlsafe_b64encode(payload.encode()).decode()
+        return f"{body}.{self._mac(body)}"
+
+    def open(self, state: str) -> tuple[str, dict[str, Any]] | None:
+        """The run id and question ``state`` was signed for, or None when this server
+        did not make it."""
+        body, _, mac = state.rpartition(".")
+        if not body or not hmac.compare_digest(mac, self._mac(body)):
+            return None
+        try:
+            decoded = json.loads(base64.urlsafe_b64decode(body.encode()))
+            run_id, question = str(decoded["run_id"]), dict(decoded["question"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if question.get("node_id") == APPROVALS:
+            return None
+        return run_id, question
+
+    def _mac(self, body: str) -> str:
+        return hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def state_key_of(token: str) -> bytes:
+    """The key that signs halted calls' state at a gateway with ``token``."""
+    return hashlib.sha256(b"lattice mcp request_state\0" + token.encode()).digest()
+
+
 async def _follow(
-    ctx: ServerRequestContext[Any], runs: WorkflowRuns, hosted: HostedRun, progress: Progress
+    ctx: ServerRequestContext[Any],
+    runs: WorkflowRuns,
+    hosted: HostedRun,
+    progress: Progress,
+    signer: StateSigner,
 ) -> types.CallToolResult | types.InputRequiredResult:
     """Wait for the run's end (stopping it when the call is cancelled), asking a halted
     run's questions by elicitation while the client takes them: as a request to the
     client on a connection that carries them, else (MCP 2026-07-28) as an
-    ``InputRequiredResult`` whose retry continues the run (``_answered``)."""
+    ``InputRequiredResult`` whose retry continues the run (``_answered``). Approvals
+    are asked only as a request to the client (elicitation is shown to its person, not
+    its model), one form per pending call."""
     for _ in range(MAX_ELICITATIONS):
         result = await _until_stopped(hosted)
         out = outcome(result)
         question = out.get("question")
+        pending = _pending_approvals(out)
+        if pending and _takes_elicitation(ctx) and ctx.session.can_send_request:
+            decisions = await _elicit_approvals(ctx, pending)
+            if decisions is None:
+                break
+            hosted = await runs.answer(result.run_id, {APPROVALS: decisions}, on_event=progress)
+            continue
         if question is None or not _takes_elicitation(ctx):
             break
         if not ctx.session.can_send_request:
             await progress.flush()
             return types.InputRequiredResult(
                 input_requests={ANSWER_KEY: _elicit_request(question)},
-                request_state=json.dumps({"run_id": out["run_id"], "question": question}),
+                request_state=signer.sign(out["run_id"], question),
             )
         answer = await _elicit(ctx, question)
         if answer is None:
@@ -171,22 +245,83 @@ async def _follow(
 
 
 async def _answered(
-    ctx: ServerRequestContext[Any], runs: WorkflowRuns, params: types.CallToolRequestParams
+    ctx: ServerRequestContext[Any],
+    runs: WorkflowRuns,
+    params: types.CallToolRequestParams,
+    signer: StateSigner,
 ) -> types.CallToolResult | types.InputRequiredResult:
     """Continue the run a question halted with the client's elicited answer (the retry
     of the call that asked it); a declined question answers with the halted run."""
-    try:
-        state = json.loads(params.request_state or "")
-        run_id, question = str(state["run_id"]), dict(state["question"])
-    except (ValueError, KeyError, TypeError):
+    opened = signer.open(params.request_state or "")
+    if opened is None:
         return error_result("the request state of this call is not one this server made")
+    run_id, question = opened
     answer = _accepted((params.input_responses or {}).get(ANSWER_KEY))
     if answer is None:
         halted = {"run_id": run_id, "status": "halted", "question": question}
         return tool_result(halted, runs.redact)
     progress = Progress(ctx)
     hosted = await runs.answer(run_id, {question["node_id"]: answer}, on_event=progress)
-    return await _follow(ctx, runs, hosted, progress)
+    return await _follow(ctx, runs, hosted, progress, signer)
+
+
+def _pending_approvals(out: Mapping[str, Any]) -> list[dict[str, Any]]:
+    failure = out.get("failure") or {}
+    if out.get("status") != "halted" or failure.get("category") != "waiting_for_approval":
+        return []
+    return [dict(x) for x in (failure.get("details") or {}).get("approvals") or []]
+
+
+APPROVAL_FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "enum": ["allow", "allow_run", "deny"],
+            "enumNames": ["Allow once", "Allow this tool for the rest of the run", "Deny"],
+        },
+        "reason": {"type": "string", "title": "Reason (told to the agent when denied)"},
+    },
+    "required": ["decision"],
+}
+
+
+def _approval_message(request: Mapping[str, Any]) -> str:
+    lines = [f"The agent of step {request.get('node')} asks to use {request.get('tool')}"]
+    lines.append(f"(asked by: {request.get('why')})")
+    if request.get("diff"):
+        lines.append(str(request["diff"])[:4000])
+    elif request.get("command"):
+        lines.append(f"$ {request['command']}  (in {request.get('cwd')})")
+    else:
+        lines.append(json.dumps(request.get("arguments"), ensure_ascii=False)[:1000])
+    return "\n".join(lines)
+
+
+async def _elicit_approvals(
+    ctx: ServerRequestContext[Any], pending: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The person's decisions on ``pending`` (by approval id, door ``mcp``), or None when
+    they declined a form (the run stays halted)."""
+    decisions: dict[str, Any] = {}
+    for request in pending:
+        reply = await ctx.session.elicit_form(
+            _approval_message(request), APPROVAL_FORM, related_request_id=ctx.request_id
+        )
+        content = reply.content
+        if reply.action != "accept" or not isinstance(content, dict):
+            return None
+        decision = content.get("decision")
+        if decision not in ("allow", "allow_run", "deny"):
+            return None
+        reason = content.get("reason")
+        decisions[str(request["id"])] = {
+            "decision": decision,
+            "reason": reason if isinstance(reason, str) else "",
+            "door": "mcp elicitation",
+        }
+    return decisions
 
 
 def _accepted(response: Any) -> Any:
@@ -252,6 +387,11 @@ def tool_result(out: dict[str, Any], redact: Callable[[str], str]) -> types.Call
             f"\nThe run waits for an answer: call the {ANSWER_TOOL!r} tool with "
             f'{{"run_id": "{out["run_id"]}", "answers": {{"{out["question"]["node_id"]}": '
             '"<answer>"}}.'
+        )
+    elif (out.get("failure") or {}).get("category") == "waiting_for_approval":
+        text += (
+            "\nThe run waits for a person to approve tool calls of its agent (this tool "
+            f"cannot): {APPROVALS_ARE_A_PERSONS.split(': ', 1)[1].replace('RUN', out['run_id'])}."
         )
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],

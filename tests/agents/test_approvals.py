@@ -238,3 +238,54 @@ def test_approve_all_answers_the_calls_waiting_not_the_ones_asked_later(
     assert again.status == "halted", again.failure
     assert [r["id"] for r in again.failure.details["approvals"]] == ["fix.3.1"]
     assert (workspace / "app.py").read_text().endswith("a + b\n"), "the approved edit only"
+
+
+def test_allow_for_the_run_on_a_command_allows_that_command_not_every_command(
+    workspace: Path,
+) -> None:
+    """As Claude Code's "don't ask again for `git diff` commands": a person's
+    ``allow_run`` on ``git diff --stat`` allows ``git diff`` with any arguments for the
+    rest of the agent's run, and still asks for ``git push`` or ``rm``; a compound
+    command is allowed only when each of its parts is."""
+    import asyncio
+
+    from lattice.agents.gate import CallGate, Pass
+    from lattice.llm.base import ToolCall
+
+    asked: list[str] = []
+
+    def person(request: ApprovalRequest) -> ApprovalDecision:
+        asked.append(request.arguments["command"])
+        return ApprovalDecision("allow_run", "person", "terminal")
+
+    gate = CallGate(
+        Permissions(parse_rules({"ask": ["Bash"]}, "test", workspace), home=workspace),
+        workspace,
+        "fix",
+        approver=person,
+    )
+
+    def run(command: str) -> Any:
+        call = ToolCall(id="c", name="Bash", arguments={"command": command})
+        return asyncio.run(gate.check(call, "fix.1.1", "k", None, None, None))
+
+    assert isinstance(run("git diff --stat"), Pass)
+    assert isinstance(run("git diff HEAD~1 -- src"), Pass)
+    assert isinstance(run("python3 -m unittest discover -s tests"), Pass)
+    assert isinstance(run("python3 -m unittest -v"), Pass)
+    assert isinstance(run("git diff && git status"), Pass)  # asks: git status is new
+    assert isinstance(run("git status"), Pass)
+    assert isinstance(run("git push origin main"), Pass)
+    assert isinstance(run("git diff; rm -rf build"), Pass)
+    assert asked == [
+        "git diff --stat",
+        "python3 -m unittest discover -s tests",
+        "git diff && git status",
+        "git push origin main",
+        "git diff; rm -rf build",
+    ]
+    assert [r.text for r in gate.allowed_commands][:3] == [
+        "Bash(git diff:*)",
+        "Bash(python3 -m unittest:*)",
+        "Bash(git diff:*)",
+    ]

@@ -8,6 +8,7 @@ from typing import Any
 from lattice.durable.temporal.ops import execir_digest
 from lattice.ir.models import ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
+from lattice.lower.main_agent import under_grant
 from lattice.runtime.settings import RuntimeSettings
 from lattice.workspace.grants import refused_tools
 
@@ -51,8 +52,11 @@ def run_spec(
     grant of ``settings`` refuses, as a local run reports them). ``document``, the
     workflow document the ExecIR was lowered from (a run folder's ``workflow.json``), is
     kept for the panel, which draws the run on its canvas; the walk never reads it.
+    Under a grant that gives the main agent tools, prompt steps are its turns (AGENT
+    ops that act and ask, as in a local run): the IR the workflow walks says so.
     ``fixtures`` is the table of a run that replays fixtures (its provider names it by
     digest: ``fixtures.py``)."""
+    ir = under_grant(ir, settings.agents.grant)
     execir = ir_to_dict(ir)
     return {
         "notices": [
