@@ -39,7 +39,7 @@ from lattice.durable.temporal.fixtures import FixtureTables, LoadTable, RunFixtu
 from lattice.durable.temporal.live import LiveOp
 from lattice.durable.temporal.op_journal import OpJournal, replayed_provider_state
 from lattice.durable.temporal.tool_sessions import RunToolSessions
-from lattice.durable.temporal.tracing import op_listeners
+from lattice.durable.temporal.tracing import op_spans
 from lattice.errors import LatticeRunError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
@@ -198,6 +198,8 @@ class OpExecutor:
             live.redact = redact
         journal = OpJournal(recorded, redact, on_journal, on_settle=on_settle)
         events: list[dict[str, Any]] = []
+        segment = int(request.get("segment") or 1)
+        spans = op_spans(settings, provider, str(request["run_id"]), segment)
         state = StateStore.from_snapshot(request["state"], secrets=partial(read_secret, settings))
         state.changes = []
         state.limit(settings.state_limits)
@@ -210,9 +212,7 @@ class OpExecutor:
             listeners=[
                 events.append,
                 *([live] if live is not None else []),
-                *op_listeners(
-                    settings, provider, str(request["run_id"]), int(request.get("segment") or 1)
-                ),
+                *([spans] if spans is not None else []),
             ],
             llm=settings.call_env(
                 JournaledProvider(provider, journal, recorded),
@@ -236,6 +236,8 @@ class OpExecutor:
         ctx.last_result = request.get("last_result")
         ctx.current_op, ctx.current_node = op_id, op.source_node
         done: dict[str, Any] = {}
+        if spans is not None:
+            spans.started(op_id, op.source_node, op.kind)
         try:
             outcome = await executor.run(ctx)
             done |= {"port": outcome.port, "output": outcome.output, "record": outcome.record}
@@ -252,6 +254,11 @@ class OpExecutor:
         except Exception as raised:  # the walk routes it (its failed port, or the run's end)
             done["error"] = error_data(as_run_error(raised, op_id))
         finally:
+            if spans is not None:
+                error = done.get("error") or {}
+                spans.finished(
+                    op_id, op.source_node, port=done.get("port"), error=error.get("error_type")
+                )
             if state.tmp:
                 state.clear_tmp()
             try:

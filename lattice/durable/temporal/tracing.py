@@ -36,17 +36,41 @@ def run_ids(run_id: str, segment: int = 1) -> tuple[int, int]:
     return trace_id or 1, int.from_bytes(span) or 1
 
 
-def op_listeners(
-    settings: RuntimeSettings, provider: Any, run_id: str, segment: int
-) -> list[Callable[[dict[str, Any]], None]]:
-    """The tracing listener of one op of run ``run_id`` on this worker (none when the
-    worker does not trace), its spans children of the execution's run span."""
+class OpSpans:
+    """The tracing of one op of a run on this worker: a listener of the op's events that
+    makes its spans children of the execution's run span, and says when the op starts
+    and ends (the walk in the workflow emits those events, not the worker)."""
+
+    def __init__(self, listeners: list[Callable[[dict[str, Any]], None]], run_id: str) -> None:
+        self.listeners = listeners
+        self.run_id = run_id
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            listener(event)
+
+    def started(self, op_id: str, node_id: str, kind: str) -> None:
+        self._said("op_started", op_id, node_id, {"kind": kind})
+
+    def finished(self, op_id: str, node_id: str, *, port: Any = None, error: Any = None) -> None:
+        data = {"port": port} if error is None else {"error_type": error}
+        self._said("op_finished", op_id, node_id, data)
+
+    def _said(self, kind: str, op_id: str, node_id: str, data: dict[str, Any]) -> None:
+        self(
+            {"run_id": self.run_id, "type": kind, "op_id": op_id, "node_id": node_id, "data": data}
+        )
+
+
+def op_spans(settings: RuntimeSettings, provider: Any, run_id: str, segment: int) -> OpSpans | None:
+    """The tracing of one op of run ``run_id`` on this worker (None when the worker does
+    not trace), its spans children of the execution's run span."""
     listeners = settings.run_listeners(provider)
     for listener in listeners:
         adopt = getattr(listener, "adopt", None)
         if adopt is not None:
             adopt(run_id, *run_ids(run_id, segment))
-    return listeners
+    return OpSpans(listeners, run_id) if listeners else None
 
 
 def trace_run(settings: RuntimeSettings, ended: dict[str, Any]) -> bool:
