@@ -294,6 +294,11 @@ def resume(args: argparse.Namespace) -> int:
 
     address = _address(args)
     run_id = str(args.run_dir)
+    given = [f"--{name}" for name in ("provider", "mock", "fixtures") if getattr(args, name, None)]
+    if given:
+        raise LatticeUserError(
+            f"{', '.join(given)}: a run on Temporal keeps the provider it was started with"
+        )
     answers = parse_pairs(args.answer, "--answer")
     decisions = approvals_given(args)
     progress = Progress(live=sys.stderr.isatty() and not args.json)
