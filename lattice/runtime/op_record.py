@@ -10,6 +10,7 @@ what it adds (``OpExtras``), never a record of its own. ``error_data`` and
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from lattice.errors import LatticeRunError
@@ -82,6 +83,12 @@ def read_inputs(state: StateStore, reads: list[StatePath]) -> dict[str, Any]:
         except LatticeRunError:
             values[path.text] = None
     return values
+
+
+def record_changes(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The files a run's agent ops changed, in order, from its op records: each change
+    with the op that made it (a run's result's ``changes``)."""
+    return [{"op": r.get("op_id"), **c} for r in records for c in r.get("changes") or ()]
 
 
 def error_data(error: LatticeRunError) -> ErrorData:

@@ -63,6 +63,7 @@ from lattice.runtime.executors import build_executor
 from lattice.runtime.flat_schema import flat_object_check
 from lattice.runtime.gc_pacing import gc_pacing
 from lattice.runtime.journaled import FolderJournal
+from lattice.runtime.op_record import record_changes
 from lattice.runtime.results import RunResult
 from lattice.runtime.resume import (
     Position,
@@ -326,10 +327,7 @@ class Runner:
         folder = ctx.recorder.run_dir
         if folder is None or not self._has_agents:
             return list(ctx.changes)
-        changes: list[dict[str, Any]] = []
-        for record in read_op_records(folder):
-            changes += [{"op": record.get("op_id"), **c} for c in record.get("changes") or ()]
-        return changes
+        return record_changes(read_op_records(folder))
 
     def _started(self, ctx: RunContext, folder: Path) -> dict[str, Any]:
         """The checkpoint of a run that has just started."""
@@ -702,29 +700,18 @@ class Runner:
                 ctx.detach()
 
     def _finish(self, ctx: RunContext, end: WalkEnd) -> RunResult:
-        status, output, failure, next_op = end.status, end.output, end.failure, end.next_op
+        failure = end.failure
         counters = ctx.walk.counters
-        visits = counters.visits
-        undo_visit = end.undo_visit
-        steps = counters.steps - (1 if undo_visit is not None else 0)
-        if undo_visit is not None and visits.get(undo_visit):
-            visits[undo_visit] -= 1  # the op will run again on resume
         ctx.usage.estimate_cost(self.settings.prices)
         recorder = ctx.recorder
         # The store is not used after the run, so the result may own its dicts.
         snapshot = ctx.state.snapshot() if recorder.run_dir is not None else ctx.state.as_dict()
-        result = RunResult(
-            status=status,
-            output=output,
+        result = end.result(
+            ctx,
             state=snapshot,
-            run_id=ctx.run_id,
             run_dir=recorder.run_dir,
-            usage=ctx.usage,
-            failure=failure,
-            events=ctx.events,
             changes=self._changes(ctx),
-            without_tools=self._without_tools(visits) if status != "failed" else [],
-            dead_end=ctx.walk.dead_end if status == "completed" else None,
+            without_tools=self._without_tools,
         )
         if recorder.run_dir is None:
             return result
@@ -746,10 +733,10 @@ class Runner:
             "checkpoint.json",
             {
                 **ctx.checkpoint,
-                "status": status,
-                "next_op": next_op,
-                "steps": steps,
-                "visits": visits,
+                "status": end.status,
+                "next_op": end.next_op,
+                "steps": counters.steps,
+                "visits": counters.visits,
                 "op_seq": end.op_seq,
                 "seq": ctx.seq,
                 "last_result": ctx.last_result,

@@ -194,8 +194,22 @@ class Walker:
             duration_ms = round((clock() - started) * 1000, 3)
             port = outcome.port
             ctx.emit2("op_finished", "duration_ms", duration_ms, "port", port)
-            if keeps_records:
-                self._write_record(ctx, track, current, duration_ms, outcome)
+            if keeps_records:  # op_record inline: one call less per op of a run with a folder
+                label = track.label
+                durability.write_op(
+                    label,
+                    current,
+                    op_record(
+                        step.op,
+                        label,
+                        ctx.branch,
+                        duration_ms,
+                        read_inputs(state, self.reads[current]),
+                        port,
+                        outcome.output,
+                        outcome.record,
+                    ),
+                )
             if step.is_end or port == ENDED:
                 nxt, output = None, outcome.output
             else:

@@ -11,12 +11,15 @@ durable engine (Temporal's workflow) end the same way; what each then keeps of t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lattice.contracts.report import FailureReport, failure_report
 from lattice.errors import LatticeRunError
-from lattice.runtime.context import HaltRun, Interrupted
+from lattice.runtime.context import HaltRun, Interrupted, RunContext
+from lattice.runtime.results import RunResult
 from lattice.runtime.walk import run_failure, stopped_line
 
 if TYPE_CHECKING:
@@ -43,6 +46,33 @@ class WalkEnd:
     """The walk was cancelled (its task): the engine ends the run ``interrupted``, and a
     local run is cancelled on."""
 
+    def result(
+        self,
+        ctx: RunContext,
+        *,
+        state: dict[str, Any],
+        run_dir: Path | None,
+        changes: list[dict[str, Any]],
+        without_tools: Callable[[Mapping[str, int]], list[dict[str, Any]]],
+    ) -> RunResult:
+        """The run's result (``RunResult``; its JSON is what every engine answers with):
+        ``state`` as the engine keeps it, the files its agents ``changed``, and the
+        visited nodes that ran ``without_tools`` (given the visits of each op)."""
+        status = self.status
+        return RunResult(
+            status=status,
+            output=self.output,
+            state=state,
+            run_id=ctx.run_id,
+            run_dir=run_dir,
+            usage=ctx.usage,
+            failure=self.failure,
+            events=ctx.events,
+            changes=changes,
+            without_tools=without_tools(ctx.walk.counters.visits) if status != "failed" else [],
+            dead_end=ctx.walk.dead_end if status == "completed" else None,
+        )
+
 
 def walk_end(
     track: Track,
@@ -55,6 +85,17 @@ def walk_end(
     (``cancelled``: its task was cancelled, ``stopped`` says why). A function the engine
     calls where its walk stops (``run_track`` returned or raised), not a coroutine around
     the walk: a run waiting on a model holds no frame of its own for it."""
+    ctx = track.ctx
+    end = _end(track, output, stopped, cancelled)
+    if end.undo_visit is not None:  # the op runs again when the run goes on
+        counters = ctx.walk.counters
+        counters.steps -= 1
+        if counters.visits.get(end.undo_visit):
+            counters.visits[end.undo_visit] -= 1
+    return end
+
+
+def _end(track: Track, output: Any, stopped: LatticeRunError | None, cancelled: bool) -> WalkEnd:
     ctx = track.ctx
     if stopped is None:
         ctx.current_op = None

@@ -273,4 +273,7 @@ def run_result(
         run_dir=None,
         usage=Usage.from_json(outcome.get("usage")),
         failure=FailureReport(**failure_data) if failure_data else None,
+        changes=outcome.get("changes") or [],
+        without_tools=outcome.get("without_tools") or [],
+        dead_end=outcome.get("dead_end"),
     )

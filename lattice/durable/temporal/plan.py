@@ -8,6 +8,7 @@ from typing import Any
 from lattice.durable.temporal.ops import execir_digest
 from lattice.ir.models import ContractOpBase, ExecIR
 from lattice.ir.serialize import ir_to_dict
+from lattice.lower.acting import toolless_nodes
 from lattice.lower.main_agent import under_grant
 from lattice.runtime.settings import RuntimeSettings
 from lattice.workspace.grants import refused_tools
@@ -48,7 +49,9 @@ def run_spec(
     the run's inputs, answers, provider (a mock script inline), budgets and limits (with
     ``settings``' bound on ops running at once, ``max_parallel``, unless ``limits`` gives
     one; and its bounds on the state, which the workflow holds whole: an op's worker sees
-    only the part it reads), and the events a run starts with besides ``run_started`` (an agent's tools the
+    only the part it reads), the nodes that run without the tools Claude Code would give
+    them (``toolless``: the result's ``without_tools`` names those the run visits), and
+    the events a run starts with besides ``run_started`` (an agent's tools the
     grant of ``settings`` refuses, as a local run reports them). ``document``, the
     workflow document the ExecIR was lowered from (a run folder's ``workflow.json``), is
     kept for the panel, which draws the run on its canvas; the walk never reads it.
@@ -56,7 +59,8 @@ def run_spec(
     ops that act and ask, as in a local run): the IR the workflow walks says so.
     ``fixtures`` is the table of a run that replays fixtures (its provider names it by
     digest: ``fixtures.py``)."""
-    ir = under_grant(ir, settings.agents.grant)
+    grant = settings.agents.grant
+    ir = under_grant(ir, grant)
     execir = ir_to_dict(ir)
     return {
         "notices": [
@@ -68,8 +72,9 @@ def run_spec(
                     "grant": refused.setting,
                 },
             }
-            for refused in refused_tools(ir, settings.agents.grant)
+            for refused in refused_tools(ir, grant)
         ],
+        "toolless": [{"op": t.op, **t.to_json()} for t in toolless_nodes(ir, grant)],
         "run_id": run_id,
         "execir": execir,
         "execir_digest": execir_digest(execir),

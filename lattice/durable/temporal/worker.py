@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -28,6 +29,7 @@ from lattice.runtime.settings import settings_from_config
 PASSED_THROUGH = (
     "lattice",
     "jsonschema",
+    "jsonschema_specifications",
     "referencing",
     "attrs",
     "attr",
@@ -140,7 +142,13 @@ async def _heartbeat(journal: list[list[dict[str, Any]]], live: LiveOp) -> None:
 
 def workflow_runner() -> SandboxedWorkflowRunner:
     """Temporal's sandbox for ``LatticeRun``, sharing ``PASSED_THROUGH`` with the worker
-    (a ``Replayer`` checking a run's history uses it too)."""
+    (a ``Replayer`` checking a run's history uses it too). They are imported here, before
+    any workflow runs: a module first imported inside a workflow's activation (the
+    ExecIR's schema checks import ``jsonschema_specifications`` and its dependencies)
+    counts against Temporal's two seconds without a yield, which a fresh worker replaying
+    a run on a loaded machine passed (its queries failed as a potential deadlock)."""
+    for name in PASSED_THROUGH:
+        importlib.import_module(name)
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
     )

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from lattice.runs.store import NullRecorder
     from lattice.runtime.context import HaltRun, Interrupted, RunContext
     from lattice.runtime.executors import Executor
+    from lattice.runtime.op_record import record_changes
     from lattice.runtime.settings import RuntimeSettings
     from lattice.runtime.state import StateLimits, StateStore
     from lattice.runtime.walk import Track, Walker, walk_steps
@@ -554,19 +555,22 @@ class LatticeRunWorkflow:
         return self.answered.pop(key)
 
     def _finish(self, end: WalkEnd) -> dict[str, Any]:
-        """The run's result (``end``: how its walk ended, its last event emitted)."""
+        """The run's result (``end``: how its walk ended, its last event emitted): a local
+        run's result (``RunResult``'s JSON, without a folder) and when it finished."""
         ctx = self.ctx
         assert ctx is not None
+        toolless = self.spec.get("toolless") or []
+        result = end.result(
+            ctx,
+            state={"vars": ctx.state.snapshot()["vars"]},
+            run_dir=None,
+            changes=record_changes(self.ops),
+            without_tools=lambda visits: [
+                {k: v for k, v in t.items() if k != "op"} for t in toolless if visits.get(t["op"])
+            ],
+        )
         self.status = end.status
-        self.result = {
-            "status": end.status,
-            "run_id": self.run_id,
-            "output": end.output,
-            "vars": ctx.state.snapshot()["vars"],
-            "usage": ctx.usage.to_json(),
-            "failure": None if end.failure is None else end.failure.to_json(),
-            "finished_at": _timestamp(workflow.now()),
-        }
+        self.result = {**result.to_json(), "finished_at": _timestamp(workflow.now())}
         return self.result
 
 
