@@ -17,6 +17,7 @@ from typing import Any
 
 from lattice.cli.parser import build_batch_diff_parser, build_parser
 from lattice.errors import DocumentError, LatticeRunError, LatticeUserError
+from lattice.telemetry import flush as flush_traces
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HALTED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
@@ -41,8 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and "temporalio" in sys.modules:
         # The command ends the process. Temporal's SDK leaves threads of its Rust core
         # that can abort the interpreter's finalization (SIGABRT, "PyGILState_Release",
-        # temporalio/sdk-python#300) after the command succeeded: end without it.
+        # temporalio/sdk-python#300) after the command succeeded: end without it, once
+        # the spans a traced worker still holds are exported (atexit is skipped too).
         try:
+            flush_traces(10_000)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

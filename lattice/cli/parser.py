@@ -440,11 +440,16 @@ def _runs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "open RUN: the run in the execution panel of lattice serve (docs/panel.md), in a "
         "browser (a server on --port that sees the run is used, else one is started here "
         "until Ctrl-C); lattice runs export RUN --temporal HOST:PORT -o DIR: a run on "
-        "Temporal as a run folder (docs/temporal.md). A RUN is a run folder or a run id under "
+        "Temporal as a run folder (docs/temporal.md); lattice runs stop RUN --temporal "
+        "HOST:PORT: stop a run on Temporal at its next op boundary (lattice resume goes "
+        "on). A RUN is a run folder or a run id under "
         "--runs-dir (with --temporal: a run id on Temporal).",
     )
     p.add_argument(
-        "action", nargs="?", choices=["list", "show", "diff", "open", "export"], default="list"
+        "action",
+        nargs="?",
+        choices=["list", "show", "diff", "open", "export", "stop"],
+        default="list",
     )
     p.add_argument(
         "run_dir",
@@ -484,8 +489,8 @@ def _runs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--temporal",
         metavar="HOST:PORT",
         type=temporal_address,
-        help="list, show, open, export: the runs are on Temporal at this address (RUN is a run "
-        "id; diff: export them first)",
+        help="list, show, open, export, stop, diff: the runs are on Temporal at this address "
+        "(RUN is a run id)",
     )
     p.add_argument(
         "--limit",

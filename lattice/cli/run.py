@@ -230,6 +230,15 @@ def check_waiting(folder: Path, approvals: dict[str, Any]) -> None:
 
 
 def runs(args: argparse.Namespace) -> int:
+    if args.action == "stop":
+        if not args.temporal:
+            raise LatticeUserError(
+                "lattice runs stop RUN --temporal HOST:PORT stops a run on Temporal; a local "
+                "run stops with Ctrl-C, or its gateway's POST /v1/runs/RUN/cancel"
+            )
+        from lattice.cli.temporal import stop  # the temporal extra, needed only here
+
+        return stop(args)
     if args.action == "diff":
         return runs_diff(args)
     if args.action == "export":
@@ -291,14 +300,14 @@ def runs_diff(args: argparse.Namespace) -> int:
     if not args.run_dir or not args.other:
         raise LatticeUserError("lattice runs diff RUN_A RUN_B")
     if args.temporal:
-        raise LatticeUserError(
-            "lattice runs diff compares run folders: export each run on Temporal first "
-            f"(lattice runs export RUN --temporal {args.temporal} -o DIR), then "
-            "lattice runs diff DIR_A DIR_B"
+        from lattice.cli.temporal import exported  # the temporal extra, needed only here
+
+        with exported(args, [args.run_dir, args.other]) as (a, b):
+            result = diff_runs(a, b)
+    else:
+        result = diff_runs(
+            run_folder(args.run_dir, args.runs_dir), run_folder(args.other, args.runs_dir)
         )
-    result = diff_runs(
-        run_folder(args.run_dir, args.runs_dir), run_folder(args.other, args.runs_dir)
-    )
     if args.json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n")
     else:

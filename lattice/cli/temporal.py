@@ -11,6 +11,9 @@ import argparse
 import asyncio
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from lattice.config import load_config
 from lattice.errors import ErrorType, InputError, LatticeUserError
 from lattice.ir.models import AskOp, ExecIR, ToolCallOp
 from lattice.ir.serialize import ir_from_json
+from lattice.llm.fixture import read_fixtures
 from lattice.permissions.approvals import ApprovalRequest
 from lattice.runs.redaction import make_redactor
 from lattice.runs.store import new_run_id, refuse_secret_answers
@@ -112,11 +116,28 @@ def codec_server(args: argparse.Namespace) -> int:
     return 0
 
 
-def provider_meta(args: argparse.Namespace) -> dict[str, Any]:
+def fixture_table(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:
+    """The table of ``--fixtures FILE`` (None without it): it travels with the run
+    (``fixtures.py``); a file that does not exist is empty when ``--record`` makes it."""
+    if not args.fixtures:
+        return None
+    path = Path(args.fixtures)
+    if not path.exists() and not args.record:
+        raise InputError(f"fixtures file {path} does not exist (record it with --record)")
+    return read_fixtures(path)
+
+
+def provider_meta(
+    args: argparse.Namespace, fixtures: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The run's provider as the workers build it: a ``--mock`` script travels inline (a
-    worker may be on another machine); a live provider is configured on the workers."""
-    if args.fixtures:
-        raise InputError("--fixtures is not supported with --engine temporal yet")
+    worker may be on another machine), fixtures by the digest of their table; a live
+    provider (and the one fixtures are recorded with) is configured on the workers."""
+    if fixtures is not None:
+        from lattice.durable.temporal.fixtures import table_digest
+
+        live = provider_meta(args) if args.record else {}  # what records: a script, or live
+        return live | {"fixtures_digest": table_digest(fixtures), "record": bool(args.record)}
     if args.mock:
         return ProviderSpec(script=read_json_object(args.mock, "mock script")).to_meta()
     return ProviderSpec().to_meta() | {"provider_arg": args.provider}
@@ -139,6 +160,8 @@ def run_on_temporal(
             f"lattice worker --temporal {address} --config {args.config}"
         )
 
+    fixtures = fixture_table(args)
+
     async def go() -> int:
         client = await _connect(args, address)
         handle = await start_run(
@@ -147,7 +170,8 @@ def run_on_temporal(
             run_id=run_id,
             inputs=prepared.inputs,
             answers=answers,
-            provider=provider_meta(args),
+            provider=provider_meta(args, fixtures),
+            fixtures=fixtures,
             budgets={"max_calls": args.max_calls, "max_tokens_total": args.max_tokens_total},
             limits={
                 "max_steps": prepared.runner.limits.max_steps,
@@ -159,7 +183,14 @@ def run_on_temporal(
             document=prepared.runner.workflow,
         )
         note(f"run {run_id} started on Temporal at {address} (workflow id {handle.id})")
-        return await _follow(client, run_id, ir, address, progress, args, settings)
+        code = await _follow(client, run_id, ir, address, progress, args, settings)
+        if fixtures is not None and args.record:
+            from lattice.durable.temporal.fixtures import append_recorded
+
+            record = await handle.query("record")
+            added = append_recorded(Path(args.fixtures), record["fixtures_recorded"])
+            note(f"recorded {added} fixture(s) on the workers into {args.fixtures}")
+        return code
 
     try:
         return asyncio.run(go())
@@ -246,19 +277,28 @@ async def _follow(
                 f"lattice resume RUN --temporal {address} --approve {first} (or --approve-all, "
                 f"or --deny {first} --reason TEXT)"
             )
-        return report(run_result(outcome, answer_hint=hint), progress, args.json, settings)
+        resume_hint = f"lattice resume RUN --temporal {address}"
+        result = run_result(outcome, answer_hint=hint, resume_hint=resume_hint)
+        return report(result, progress, args.json, settings)
 
 
 def resume(args: argparse.Namespace) -> int:
     """``lattice resume RUN_ID --temporal HOST:PORT [--answer NODE=VALUE] [--approve ID …]``:
     answer the run's question (the workflow's answer update), decide its tool calls waiting
-    for approval (its approve update), and follow it to its end or its next question."""
-    from lattice.durable.temporal.client import answer, approve
+    for approval (its approve update), resume it when it was stopped (its resume update),
+    and follow it to its end or its next question."""
+    from lattice.durable.temporal.client import answer, approve, resume_stopped
+    from lattice.durable.temporal.rerun import resume_ended
     from lattice.permissions.approvals import APPROVALS
     from lattice.runtime.settings import settings_from_config
 
     address = _address(args)
     run_id = str(args.run_dir)
+    given = [f"--{name}" for name in ("provider", "mock", "fixtures") if getattr(args, name, None)]
+    if given:
+        raise LatticeUserError(
+            f"{', '.join(given)}: a run on Temporal keeps the provider it was started with"
+        )
     answers = parse_pairs(args.answer, "--answer")
     decisions = approvals_given(args)
     progress = Progress(live=sys.stderr.isatty() and not args.json)
@@ -276,9 +316,42 @@ def resume(args: argparse.Namespace) -> int:
             await approve(client, run_id, decisions)
         for node_id, value in answers.items():
             await answer(client, run_id, ir, node_id, value)
+        if not (answers or decisions):
+            now = await client.get_workflow_handle(run_id).query("progress", 1 << 62)
+            if now["result"] is None and now.get("stopping"):
+                await resume_stopped(client, run_id)
+                note(f"run {run_id} resumed where it stopped")
+            elif (now["result"] or {}).get("status") in ("failed", "interrupted"):
+                await resume_ended(client, run_id)
+                note(f"run {run_id} resumed from the op it ended at")
         return await _follow(client, run_id, ir, address, progress, args, settings)
 
     return asyncio.run(go())
+
+
+def stop(args: argparse.Namespace) -> int:
+    """``lattice runs stop RUN_ID --temporal HOST:PORT``: stop the run at its next op
+    boundary (the workflow's stop update): it shows ``interrupted`` until ``lattice resume
+    RUN_ID --temporal HOST:PORT``."""
+    from lattice.durable.temporal.client import check_key
+    from lattice.durable.temporal.client import stop as stop_run
+
+    address = _address(args)
+    if not args.run_dir:
+        raise LatticeUserError("lattice runs stop RUN --temporal HOST:PORT")
+    run_id = str(args.run_dir)
+
+    async def go() -> None:
+        client = await _connect(args, address)
+        await check_key(client, run_id)
+        await stop_run(client, run_id, "lattice runs stop")
+
+    asyncio.run(go())
+    note(
+        f"run {run_id} stops at its next op boundary (the ops in flight finish); "
+        f"lattice resume {run_id} --temporal {address} goes on from there"
+    )
+    return 0
 
 
 async def _check_waiting(client: Any, run_id: str, address: str) -> None:
@@ -307,6 +380,25 @@ async def _run_ir(client: Any, run_id: str) -> ExecIR:
             f"cannot read run {run_id!r} from Temporal: {exc}", error_type=ErrorType.TEMPORAL_ERROR
         ) from exc
     return ir_from_json(record["execir"])
+
+
+@contextmanager
+def exported(args: argparse.Namespace, run_ids: list[str]) -> Iterator[list[Path]]:
+    """The runs ``run_ids`` on Temporal exported as run folders in a scratch folder,
+    removed afterwards (``lattice runs diff RUN_A RUN_B --temporal HOST:PORT``)."""
+    from lattice.durable.temporal.export import export_run
+
+    address = _address(args)
+    with tempfile.TemporaryDirectory(prefix="lattice-diff-") as scratch:
+        folders = [Path(scratch) / f"{index}-{run_id}" for index, run_id in enumerate(run_ids)]
+
+        async def go() -> None:
+            client = await _connect(args, address)
+            for run_id, folder in zip(run_ids, folders, strict=True):
+                await export_run(client, run_id, folder)
+
+        asyncio.run(go())
+        yield folders
 
 
 def export(args: argparse.Namespace) -> int:

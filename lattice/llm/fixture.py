@@ -157,6 +157,12 @@ class FixtureProvider:
             **answer_line(request, response),
             "prompt_preview": request.preview(),
         }
-        append_line(self.path, entry)
+        if response.tool_calls:
+            entry["tool_calls"] = [call.to_json() for call in response.tool_calls]
+        self.keep(entry)
         self.table[prompt_hash] = entry
         return response
+
+    def keep(self, entry: dict[str, Any]) -> None:
+        """Keep a recorded fixture line: append it to the fixtures file."""
+        append_line(self.path, entry)

@@ -155,6 +155,12 @@ class Backend(ABC):
         """``Capability.COMPARE``: what differs between two runs (``lattice runs diff``)."""
         raise refusal(self, Capability.COMPARE, run_id)
 
+    async def live(self, run_id: str) -> list[dict[str, Any]]:
+        """What the run's ops in flight have done so far, read from where they run (an
+        engine's workers); none when the backend learns of an op's events as they come
+        (run folders: their event stream has them)."""
+        return []
+
     async def close(self) -> None:
         """Let go of what the backend holds (the gateway stops)."""
         return None

@@ -243,16 +243,8 @@ class FolderBackend(Backend):
         )
 
     async def compare(self, run_id: str, other_id: str) -> dict[str, Any]:
-        def compared() -> dict[str, Any]:
-            a, b = self.manager.folder(run_id), self.manager.folder(other_id)
-            diff = diff_runs(a, b)
-            out = diff.to_json()
-            out["a"], out["b"] = run_id, other_id
-            out["output"] = {"changes": out["output"], "a": diff.a.output, "b": diff.b.output}
-            out["changed"] = diff.changed
-            return out
-
-        return await run_in_threadpool(compared)
+        a, b = self.manager.folder(run_id), self.manager.folder(other_id)
+        return await run_in_threadpool(compare_json, a, b, run_id, other_id)
 
     # -- the panel's reads ----------------------------------------------------------
 
@@ -286,3 +278,14 @@ class FolderBackend(Backend):
             return op_entries(folder), graph
 
         return await asyncio.to_thread(read)
+
+
+def compare_json(a: Path, b: Path, a_id: str, b_id: str) -> dict[str, Any]:
+    """``GET /v1/runs/{a}/compare/{b}`` of the run folders ``a`` and ``b``: what
+    ``lattice runs diff --json`` says, with both outputs."""
+    diff = diff_runs(a, b)
+    out = diff.to_json()
+    out["a"], out["b"] = a_id, b_id
+    out["output"] = {"changes": out["output"], "a": diff.a.output, "b": diff.b.output}
+    out["changed"] = diff.changed
+    return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,9 +24,17 @@ from lattice.runs.oplog import OpEntry, label_key, record_label, safe_name
 from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
 from lattice.server.backend import Accepted, Backend, RunQuery, not_yet
-from lattice.server.bodies import AnswerRun, StartRun
+from lattice.server.bodies import AnswerRun, RerunRun, ResumeRun, StartRun
 from lattice.server.errors import ApiError, diagnostics_json, from_user_error
-from lattice.server.events import PING, PING_SECONDS, end_message, event_line, message
+from lattice.server.events import (
+    PING,
+    PING_SECONDS,
+    delta_message,
+    end_message,
+    event_line,
+    message,
+)
+from lattice.server.folder_backend import compare_json
 from lattice.server.graph import run_graph
 from lattice.server.manager import RUN_ID, links, next_step, question
 from lattice.server.polls import PollEnded, RunPolls
@@ -46,6 +55,38 @@ T = TypeVar("T")
 
 POLL_SECONDS = 0.25
 """How often a watched run is asked for new events."""
+LIVE_SECONDS = 0.5
+"""How often a watcher that takes deltas asks for the ops in flight (``backend.live``)."""
+
+
+class LivePieces:
+    """The ``llm_delta`` messages of one watcher: each op in flight's answer, as its
+    workers' heartbeats carry it whole, sent a piece at a time (what grew since)."""
+
+    def __init__(self) -> None:
+        self._sent: dict[tuple[Any, ...], int] = {}
+
+    def messages(self, live: list[dict[str, Any]], after: int, run_id: str) -> str:
+        out = []
+        for op in live:
+            text, cut = op.get("text") or "", int(op.get("cut") or 0)
+            key = (op.get("activity_id"), op.get("try"), op.get("attempt"))
+            sent = self._sent.get(key, 0)
+            if cut + len(text) <= sent:
+                continue
+            self._sent[key] = cut + len(text)
+            last = (op.get("events") or [{}])[-1]
+            event = {
+                "seq": after,
+                "run_id": run_id,
+                "type": "llm_delta",
+                "op_id": op.get("op_id"),
+                "node_id": last.get("node_id"),
+                **({"branch": last["branch"]} if last.get("branch") else {}),
+                "data": {"attempt": op.get("attempt"), "text": text[max(0, sent - cut) :]},
+            }
+            out.append(delta_message(event_line(event)))
+        return "".join(out)
 
 
 def api_error(exc: LatticeUserError) -> ApiError:
@@ -85,9 +126,9 @@ def run_json(view: RunView, capabilities: frozenset[Capability] = frozenset()) -
         "cost_usd": (usage or {}).get("estimated_cost_usd"),
         "failure": failure,
         "question": question(view.run_id, failure) if view.status == "halted" else None,
-        "parent": None,
-        "reruns": [],
-        "rerunnable": Capability.RERUN in capabilities,
+        "parent": view.parent,
+        "reruns": [],  # a parent on a backend does not list its re-runs
+        "rerunnable": Capability.RERUN in capabilities and view.status != "running",
         "links": links(view.run_id),
     }
 
@@ -107,7 +148,7 @@ def summary_json(view: RunView) -> dict[str, Any]:
         "failure_category": (view.failure or {}).get("category")
         if view.status != "running"
         else None,
-        "parent": None,
+        "parent": view.parent,
         "links": {"self": f"/v1/runs/{view.run_id}", "events": f"/v1/runs/{view.run_id}/events"},
         "status": view.status,
     }
@@ -201,6 +242,40 @@ class EngineBackend(Backend):
     async def cancel(self, run_id: str) -> None:
         await ask(self.backend.cancel(run_id_of(run_id)))
 
+    async def resume(self, run_id: str, body: ResumeRun) -> Accepted:
+        run_id = run_id_of(run_id)
+        await ask(self.backend.resume(run_id))
+        return Accepted(run_id, "running")
+
+    async def rerun_point(self, run_id: str, op: str, visit: int | None) -> dict[str, Any]:
+        return await ask(self.backend.rerun_point(run_id_of(run_id), op, visit))
+
+    async def rerun(self, run_id: str, body: RerunRun) -> Accepted:
+        spec = body.spec(self.library)
+        new_id, parent = await ask(
+            self.backend.rerun(
+                run_id_of(run_id),
+                op=body.op,
+                visit=body.visit,
+                state=body.state,
+                provider=self._provider_meta(spec) if spec.given else None,
+                redact=self.redact,
+            )
+        )
+        return Accepted(new_id, "running", {"parent": parent})
+
+    async def compare(self, run_id: str, other_id: str) -> dict[str, Any]:
+        """The two runs exported to a scratch folder, compared as run folders are."""
+        run_id, other_id = run_id_of(run_id), run_id_of(other_id)
+        with tempfile.TemporaryDirectory(prefix="lattice-compare-") as scratch:
+            a, b = Path(scratch) / run_id, Path(scratch) / other_id
+            await ask(self.backend.export(run_id, a))
+            await ask(self.backend.export(other_id, b))
+            return await asyncio.to_thread(compare_json, a, b, run_id, other_id)
+
+    async def live(self, run_id: str) -> list[dict[str, Any]]:
+        return await ask(self.backend.live(run_id_of(run_id)))
+
     # -- reading runs back ------------------------------------------------------------
 
     async def list_runs(self, query: RunQuery) -> dict[str, Any]:
@@ -219,9 +294,11 @@ class EngineBackend(Backend):
         self, run_id: str, cursor: int, *, timing: bool, deltas: bool
     ) -> AsyncIterator[bytes]:
         first = await ask(self.backend.events(run_id_of(run_id), cursor))
-        return self._follow(run_id, cursor, first)
+        return self._follow(run_id, cursor, first, deltas=deltas)
 
-    async def _follow(self, run_id: str, cursor: int, first: RunEvents) -> AsyncIterator[bytes]:
+    async def _follow(
+        self, run_id: str, cursor: int, first: RunEvents, *, deltas: bool
+    ) -> AsyncIterator[bytes]:
         def sent(batch: RunEvents) -> bytes:
             nonlocal cursor
             if batch.events:
@@ -235,18 +312,34 @@ class EngineBackend(Backend):
             yield sent(first)
         if first.status != "running":
             return
+        pieces = LivePieces()
+        quiet = 0.0
+        wait = LIVE_SECONDS if deltas else PING_SECONDS
         async with self.polls.watch(run_id, cursor) as poll:  # shared with the run's watchers
             while True:
                 try:
-                    batch = await poll.next(cursor, PING_SECONDS)
+                    batch = await poll.next(cursor, wait)
                 except PollEnded:
                     return  # the client follows again from the last id it got
-                if batch is None:
-                    yield PING
-                elif batch.events or batch.status != "running":
+                if batch is not None and (batch.events or batch.status != "running"):
+                    quiet = 0.0
                     yield sent(batch)
                     if batch.status != "running":
                         return
+                if deltas:
+                    try:
+                        live = await self.backend.live(run_id)
+                    except LatticeUserError:
+                        live = []
+                    text = pieces.messages(live, cursor, run_id)
+                    if text:
+                        quiet = 0.0
+                        yield self.redact(text).encode()
+                if batch is None:
+                    quiet += wait
+                    if quiet >= PING_SECONDS:
+                        quiet = 0.0
+                        yield PING
 
     # -- the panel's reads: the run's record on the backend -----------------------------
 

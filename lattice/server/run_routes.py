@@ -88,6 +88,15 @@ def add_start_and_reads(app: FastAPI, runs: Backend, respond: Respond) -> None:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    @app.get(
+        "/v1/runs/{run_id}/live",
+        tags=["runs"],
+        summary="what the run's ops in flight have done so far (on Temporal: read from "
+        "their workers' heartbeats)",
+    )
+    async def live_ops(run_id: str) -> Response:
+        return respond(200, {"run_id": run_id, "ops": await runs.live(run_id)})
+
 
 def add_answers_and_stops(app: FastAPI, runs: Backend, respond: Respond) -> None:
     """Answering, resuming, re-running and cancelling a run."""

@@ -20,10 +20,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from lattice.errors import ErrorType, LatticeUserError
 from lattice.ir.models import ExecIR
+from lattice.runs.redaction import Redactor
 from lattice.runtime.settings import RuntimeSettings
 
 
@@ -99,6 +101,12 @@ class RunView:
     usage: dict[str, Any] | None = None
     failure: dict[str, Any] | None = None
     """The FailureReport (JSON) of a failed, halted or interrupted run."""
+    resumable: bool = False
+    """Whether ``resume`` goes on with the run (a stopped run on Temporal)."""
+    parent: dict[str, Any] | None = None
+    """The run (``run_id``), op and visit a re-run started from."""
+    rerunnable: bool = False
+    """Whether a new run can start from one of this run's steps (``rerun``)."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +181,43 @@ class RunBackend(ABC):
 
     @abstractmethod
     async def cancel(self, run_id: str) -> None:
-        """Stop the run (it ends ``interrupted``); RunConflict when it is over."""
+        """Stop the run at its next op boundary (it shows ``interrupted``); RunConflict
+        when it is over."""
+
+    async def resume(self, run_id: str) -> None:
+        """Resume a stopped run where it stopped; RunConflict when it is not stopped (or
+        the backend cannot)."""
+        raise RunConflict(f"runs on {self.name} are not resumed", "unknown")
+
+    async def rerun_point(self, run_id: str, op: str, visit: int | None) -> dict[str, Any]:
+        """The state before visit ``visit`` of ``op`` of run ``run_id`` (``{"op", "visit",
+        "visits", "state"}``, as ``lattice.service.rerun.RerunPoint`` gives it)."""
+        raise RunConflict(f"runs on {self.name} are not re-run from a step", "unknown")
+
+    async def rerun(
+        self,
+        run_id: str,
+        *,
+        op: str,
+        visit: int | None,
+        state: dict[str, Any] | None,
+        provider: dict[str, Any] | None,
+        redact: Redactor,
+    ) -> tuple[str, dict[str, Any]]:
+        """Start a new run from that step, with that state edited by ``state`` (the
+        parent's provider unless ``provider``; ``redact`` refuses a state holding a
+        secret's value); its id and ``parent``."""
+        raise RunConflict(f"runs on {self.name} are not re-run from a step", "unknown")
+
+    async def live(self, run_id: str) -> list[dict[str, Any]]:
+        """What the run's ops in flight have done so far (``{"op_id", "attempt", "events",
+        "text"}`` each: their events, and the model answer being streamed); none when the
+        backend cannot tell."""
+        return []
+
+    async def export(self, run_id: str, folder: Path) -> None:
+        """Write run ``run_id`` as a run folder at ``folder`` (which must not exist)."""
+        raise RunConflict(f"runs on {self.name} are not exported", "unknown")
 
     async def close(self) -> None:
         """Let go of connections (the gateway stops)."""

@@ -30,6 +30,7 @@ once and never fails a run.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -39,7 +40,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import (
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+)
 
 from lattice.errors import ErrorType, LatticeUserError, install_hint
 from lattice.events import EventKind
@@ -206,6 +215,15 @@ class TraceListener:
                 log.warning(
                     "lattice tracing failed on a %s event", event.get("type"), exc_info=True
                 )
+
+    def adopt(self, run_id: str, trace_id: int, span_id: int) -> None:
+        """Trace the events of run ``run_id`` that come without its start (an op of a run
+        on Temporal, on a worker): their spans are children of the run's span
+        (``trace_id``, ``span_id``), which another process exports (``run_span``)."""
+        parent = trace.NonRecordingSpan(
+            SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
+        )
+        self._runs[run_id] = _Run(parent)
 
     @property
     def open_runs(self) -> int:
@@ -569,3 +587,63 @@ class TraceListener:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+class _FixedIds:
+    """The ids of one span chosen by its caller (``run_span``): the SDK's ``IdGenerator``
+    interface."""
+
+    def __init__(self, trace_id: int, span_id: int) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+    def generate_trace_id(self) -> int:
+        return self.trace_id
+
+    def generate_span_id(self) -> int:
+        return self.span_id
+
+
+def run_span(
+    settings: TelemetrySettings,
+    *,
+    name: str,
+    ids: tuple[int, int],
+    parent: tuple[int, int] | None,
+    start_ns: int,
+    end_ns: int,
+    attributes: dict[str, Any],
+    error_type: str | None = None,
+) -> bool:
+    """Export a run's span with the ids ``ids`` (trace id, span id) its ops' spans were
+    made children of, on other processes (``TraceListener.adopt``); ``parent`` is the
+    span it continues (a resumed run's first execution). False when the tracer provider
+    cannot make a span with given ids (not the OpenTelemetry SDK's)."""
+    provider = settings.tracer_provider or shared_provider(settings)
+    tracer = copy.copy(provider.get_tracer("lattice"))
+    if not hasattr(tracer, "id_generator"):
+        return False
+    tracer.id_generator = _FixedIds(*ids)
+    context = None
+    if parent is not None:
+        context = trace.set_span_in_context(
+            trace.NonRecordingSpan(
+                SpanContext(parent[0], parent[1], is_remote=True, trace_flags=TraceFlags(1))
+            )
+        )
+    span = tracer.start_span(
+        name,
+        context=context,
+        kind=SpanKind.INTERNAL,
+        attributes=_clean(attributes),
+        start_time=start_ns,
+    )
+    if error_type:
+        _error(span, error_type)
+    else:
+        span.set_status(Status(StatusCode.OK))
+    span.end(end_time=end_ns)
+    return True

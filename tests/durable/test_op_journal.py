@@ -193,7 +193,7 @@ def test_an_op_without_a_provider_on_a_worker_says_what_works_on_temporal() -> N
     done = asyncio.run(OpExecutor(LatticeConfig()).run_op(request, load))
     assert done["error"]["error_type"] == "provider_disabled"
     said = done["error"]["message"]
-    assert "--fixtures" not in said  # the Temporal engine does not take fixtures
+    assert "--fixtures FILE" in said  # fixtures travel with a run on Temporal too
     assert "--mock FILE" in said and "--dry-run" in said
     assert '"mock_script"' in said  # what a run started through the gateway sends
     assert "workers'" in said  # a provider and its keys are the workers'

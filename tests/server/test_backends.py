@@ -33,17 +33,29 @@ def unused_address() -> str:
         return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
+def gateway_over(tmp_path: Path, backend: TemporalRuns) -> ServerSettings:
+    flows = tmp_path / "workflows"
+    flows.mkdir(exist_ok=True)
+    (flows / "answers.jsonl").write_text("", encoding="utf-8")  # fixtures that hold none
+    return ServerSettings(
+        runs_dir=tmp_path / "runs", workflows_dir=flows, config=LatticeConfig(), backend=backend
+    )
+
+
 @pytest.fixture()
 def engine(tmp_path: Path) -> Iterator[httpx.Client]:
-    flows = tmp_path / "workflows"
-    flows.mkdir()
-    (flows / "answers.jsonl").write_text("", encoding="utf-8")  # fixtures that hold none
-    settings = ServerSettings(
-        runs_dir=tmp_path / "runs",
-        workflows_dir=flows,
-        config=LatticeConfig(),
-        backend=TemporalRuns(unused_address(), task_queue="nowhere"),
-    )
+    settings = gateway_over(tmp_path, TemporalRuns(unused_address(), task_queue="nowhere"))
+    with serve_in_thread(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture()
+def engine_without_capabilities(tmp_path: Path) -> Iterator[httpx.Client]:
+    """The gateway over an engine that lists no capability (Temporal's runs can resume,
+    re-run and compare: its capabilities are taken away here, as an engine that cannot)."""
+    backend = TemporalRuns(unused_address(), task_queue="nowhere")
+    backend.capabilities = frozenset()
+    settings = gateway_over(tmp_path, backend)
     with serve_in_thread(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
         yield client
 
@@ -67,9 +79,9 @@ def refused(response: httpx.Response, status: int, error: str) -> str:
     ],
 )
 def test_a_missing_capability_is_a_409_whatever_the_request_holds(
-    engine: httpx.Client, method: str, path: str, body: Any, what: str
+    engine_without_capabilities: httpx.Client, method: str, path: str, body: Any, what: str
 ) -> None:
-    response = engine.request(method, path, json=body)
+    response = engine_without_capabilities.request(method, path, json=body)
     message = refused(response, 409, "not_supported")
     assert message.startswith(f"{what} is not available for runs on temporal")
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import (
@@ -28,14 +30,22 @@ from temporalio.service import RPCError, RPCStatusCode
 from lattice.config import TemporalConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.blobs import BlobError
-from lattice.durable.temporal.client import answer, approve, connect, start_run
+from lattice.durable.temporal.client import (
+    answer,
+    approve,
+    connect,
+    resume_stopped,
+    start_run,
+    stop,
+)
 from lattice.durable.temporal.codec import CodecKeyError
-from lattice.durable.temporal.workflow import WORKFLOW_NAME
+from lattice.durable.temporal.live import live_of
+from lattice.durable.temporal.workflow import OP_ACTIVITY, WORKFLOW_NAME
 from lattice.errors import ErrorType, LatticeUserError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
 from lattice.permissions.approvals import APPROVALS
-from lattice.runs.redaction import make_redactor
+from lattice.runs.redaction import Redactor, make_redactor
 from lattice.service.backend import (
     Capability,
     NewRun,
@@ -65,7 +75,12 @@ class TemporalRuns(RunBackend):
     """Runs on the Temporal server at ``address`` (HOST:PORT), started on ``task_queue``."""
 
     name = "temporal"
-    capabilities: frozenset[Capability] = frozenset()
+    capabilities = frozenset(
+        {Capability.RESUME, Capability.RERUN, Capability.COMPARE, Capability.DELTAS}
+    )
+    """Resume (a stopped run where it stopped, a failed or interrupted one as a new
+    execution), re-run from a step, compare (exported folders), and an op's answer as it
+    grows (``?deltas=1``, from its heartbeats); not fixtures through the gateway."""
     """None yet: resuming, re-running and comparing runs, fixtures, model answers piece by
     piece, searching the list and the services are run-folder features (the gateway
     answers each as it says in ``lattice.server.backend``)."""
@@ -136,14 +151,119 @@ class TemporalRuns(RunBackend):
             await answer(client, run_id, ir, node_id, value)
 
     async def cancel(self, run_id: str) -> None:
+        """Stop a running run at its next op boundary, as a local run's cancel does: it
+        shows ``interrupted`` and can be resumed (``stops.py``). A run halted on a question
+        has nothing in flight to stop: it is cancelled (Temporal's cancellation), and ends
+        ``interrupted`` for good, as before it could be stopped."""
         handle = await self._handle(run_id)
         description = await _described(handle, run_id)
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            view = await self.describe(run_id)
+        view = await self.describe(run_id)
+        if description.status != WorkflowExecutionStatus.RUNNING or view.resumable:
+            hint = f"resume it (POST /v1/runs/{run_id}/resume)" if view.resumable else ""
             raise RunConflict(
-                f"run {run_id} is {view.status}; only a running run can be cancelled", view.status
+                f"run {run_id} is {view.status}; only a running or halted run can be "
+                f"stopped{'; ' + hint if hint else ''}",
+                view.status,
             )
-        await handle.cancel()
+        if view.status == "halted":
+            await handle.cancel()
+            return
+        try:
+            await stop(await self.client(), run_id, "gateway")
+        except LatticeUserError as exc:
+            raise RunConflict(exc.message, "running") from None
+
+    async def resume(self, run_id: str) -> None:
+        """Resume a stopped run where it stopped, or a failed or interrupted one from the
+        op it ended at (a new execution of its workflow: ``rerun.py``); RunConflict for
+        any other run."""
+        from lattice.durable.temporal.rerun import resume_ended
+
+        handle = await self._handle(run_id)
+        description = await _described(handle, run_id)
+        progress = None
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            progress = await self._progress(handle, after=1 << 62)
+        if progress is None or progress["result"] is not None:  # ended, or ending
+            try:
+                await resume_ended(await self.client(), run_id)
+            except LatticeUserError as exc:
+                if exc.error_type != ErrorType.CONFLICT:
+                    raise
+                raise RunConflict(exc.message, (await self.describe(run_id)).status) from None
+            return
+        if not progress.get("stopping"):
+            status = _status(progress)
+            raise RunConflict(
+                f"run {run_id} is {status}; only a stopped, failed or interrupted run is "
+                f"resumed (a halted one is answered: POST /v1/runs/{run_id}/answers)",
+                status,
+            )
+        try:
+            await resume_stopped(await self.client(), run_id)
+        except LatticeUserError as exc:
+            raise RunConflict(exc.message, _status(progress)) from None
+
+    async def live(self, run_id: str) -> list[dict[str, Any]]:
+        """Read from the heartbeats of the run's pending ``lattice.op`` activities
+        (``live.py``): Temporal keeps them beside the activity, not in the history."""
+        client = await self.client()
+        description = await _described(await self._handle(run_id), run_id)
+        found = []
+        for pending in description.raw_description.pending_activities:
+            if pending.activity_type.name != OP_ACTIVITY or not pending.heartbeat_details.payloads:
+                continue
+            details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+            live = live_of(details)
+            if live is None:
+                continue
+            op_id = pending.activity_id.split("-", 1)[-1]
+            found.append(
+                {"activity_id": pending.activity_id, "op_id": op_id, "try": pending.attempt} | live
+            )
+        return found
+
+    async def export(self, run_id: str, folder: Path) -> None:
+        from lattice.durable.temporal.export import export_run
+
+        await _described(await self._handle(run_id), run_id)
+        await export_run(await self.client(), run_id, folder)
+
+    async def rerun_point(self, run_id: str, op: str, visit: int | None) -> dict[str, Any]:
+        from lattice.durable.temporal.rerun import rerun_point
+
+        await _described(await self._handle(run_id), run_id)
+        point = await rerun_point(await self.client(), run_id, op, visit)
+        return {k: point[k] for k in ("op", "visit", "visits", "state")}
+
+    async def rerun(
+        self,
+        run_id: str,
+        *,
+        op: str,
+        visit: int | None,
+        state: dict[str, Any] | None,
+        provider: dict[str, Any] | None,
+        redact: Redactor,
+    ) -> tuple[str, dict[str, Any]]:
+        from lattice.durable.temporal.rerun import start_rerun
+
+        await _described(await self._handle(run_id), run_id)
+        try:
+            return await start_rerun(
+                await self.client(),
+                run_id,
+                op=op,
+                visit=visit,
+                state=state,
+                provider=provider,
+                task_queue=self.task_queue,
+                redact=redact,
+            )
+        except LatticeUserError as exc:
+            if exc.error_type == ErrorType.CONFLICT:
+                raise RunConflict(exc.message, "running") from None
+            raise
 
     # -- reading runs ------------------------------------------------------------------
 
@@ -250,12 +370,31 @@ class TemporalRuns(RunBackend):
         strict: bool = False,
     ) -> RunView:
         """The run's view; a running run whose query no worker answers in time is an
-        error with ``strict`` (one run asked for), else shown ``running`` (a list)."""
+        error with ``strict`` (one run asked for), else shown ``running`` (a list). A run
+        that has stopped can be re-run from its steps."""
+        view = await self._view_of(handle, status, started, closed, memo, strict=strict)
+        ended = status != WorkflowExecutionStatus.RUNNING and view.status in (
+            "failed",
+            "interrupted",
+        )
+        return replace(view, rerunnable=view.status != "running", resumable=view.resumable or ended)
+
+    async def _view_of(
+        self,
+        handle: WorkflowHandle[Any, Any],
+        status: WorkflowExecutionStatus | None,
+        started: datetime | None,
+        closed: datetime | None,
+        memo: Mapping[str, Any],
+        *,
+        strict: bool = False,
+    ) -> RunView:
         base: dict[str, Any] = {
             "run_id": handle.id,
             "workflow": memo.get("workflow"),
             "workflow_name": memo.get("workflow_name"),
             "started_at": _timestamp(started),
+            "parent": memo.get("parent"),
         }
         if status == WorkflowExecutionStatus.RUNNING:
             try:
@@ -302,6 +441,16 @@ def _progress_view(progress: dict[str, Any], base: dict[str, Any]) -> RunView:
     """A running run's view from its ``progress`` query."""
     if progress["result"] is not None:
         return _result_view(progress["result"], base)
+    stopped = progress.get("stopped")
+    if stopped is not None:
+        return RunView(
+            status="interrupted",
+            finished_at=stopped["details"]["stopped"]["at"],
+            usage=progress.get("usage"),
+            failure=stopped,
+            resumable=True,
+            **base,
+        )
     question = progress["question"] if progress["status"] == "waiting" else None
     if question is None:
         return RunView(status="running", usage=progress.get("usage"), **base)
@@ -340,6 +489,8 @@ def _status(progress: dict[str, Any]) -> str:
     """The API's status of a run from its ``progress``."""
     if progress["result"] is not None:
         return str(progress["result"]["status"])
+    if progress["status"] == "interrupted":
+        return "interrupted"  # stopped, resumable
     return "halted" if progress["status"] == "waiting" else "running"
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from lattice.config import TemporalConfig
 from lattice.contracts.report import FailureReport
@@ -76,6 +77,7 @@ async def check_key(client: Client, run_id: str) -> None:
         return
 
 
+# long: one keyword per thing a run is started with, each documented; the body checks and sends them
 async def start_run(
     client: Client,
     ir: ExecIR,
@@ -93,6 +95,8 @@ async def start_run(
     memo: dict[str, Any] | None = None,
     document: dict[str, Any] | None = None,
     continue_after: int | None = None,
+    fixtures: dict[str, dict[str, Any]] | None = None,
+    trace: bool | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start the run as workflow ``run_id`` on ``task_queue``. ``provider`` is the run's
     provider as ``ProviderSpec.to_meta`` gives it (a mock script inline: the worker that
@@ -105,9 +109,15 @@ async def start_run(
     ``memo`` is what Temporal's visibility shows of the run without asking a worker
     (by default the workflow's id; ``backend.py`` adds the workflow's file name).
     ``document`` is the workflow document ``ir`` was lowered from, kept for the panel's
-    canvas (``record`` answers it, as a run folder's ``workflow.json``).
+    canvas (``record`` answers it, as a run folder's ``workflow.json``). ``fixtures`` is
+    the table of a run that replays fixtures (``fixtures.py``; ``provider`` then names its
+    digest). ``trace``: a worker exports the run's span when it ends (``tracing.py``; by
+    default when ``settings`` trace, ``[telemetry]``: give workers the same).
     ``continue_after`` makes the run continue as new after that many activities in one
     execution (besides when Temporal suggests it: tests lower it to see the seam)."""
+    settings = settings or RuntimeSettings()
+    if trace is None:
+        trace = settings.telemetry is not None and settings.telemetry.enabled
     spec = run_spec(
         ir,
         run_id=run_id,
@@ -117,11 +127,14 @@ async def start_run(
         budgets=dict(budgets or {}),
         limits=limits or {"max_steps": 10_000, "max_visits": 1_000},
         activity=activity or ActivityOptions(),
-        settings=settings or RuntimeSettings(),
+        settings=settings,
         document=document,
+        fixtures=fixtures,
     )
     if continue_after:
         spec["continue_after"] = continue_after
+    if trace:
+        spec["trace"] = True
     if redact is not None:
         refuse_secrets_in(
             {
@@ -132,7 +145,9 @@ async def start_run(
                     ("input.json", "inputs"),
                     ("the answers", "answers"),
                     ("the mock script", "provider"),
+                    ("the fixtures", "fixtures"),
                 )
+                if key in spec
             },
             redact,
         )
@@ -154,7 +169,8 @@ async def follow(
 ) -> dict[str, Any]:
     """Pass the run's events to ``on_event`` as they come, until it ends (its result) or,
     with ``until_question``, until it waits for an answer (the progress, ``status``
-    ``waiting``, with the ``question``)."""
+    ``waiting``, with the ``question``) or was stopped (``interrupted``, with the
+    ``stopped`` report: ``stops.py``)."""
     await check_key(handle._client, handle.id)
     seen = 0
     while True:
@@ -166,7 +182,7 @@ async def follow(
         if progress["result"] is not None:
             result: dict[str, Any] = progress["result"]
             return result
-        if until_question and progress["status"] == "waiting":
+        if until_question and progress["status"] in ("waiting", "interrupted"):
             return progress
         await asyncio.sleep(FOLLOW_EVERY)
 
@@ -190,12 +206,50 @@ async def approve(client: Client, run_id: str, decisions: dict[str, Any]) -> Non
         raise InputError(str(getattr(cause, "message", None) or cause or exc)) from None
 
 
+async def stop(client: Client, run_id: str, door: str) -> None:
+    """Ask run ``run_id`` to stop at its next op boundary (the workflow's ``stop`` update;
+    ``door`` says who asked: ``lattice runs stop``, ``gateway``). A run that has ended is
+    a LatticeUserError."""
+    await _update(client, run_id, "stop", door)
+
+
+async def resume_stopped(client: Client, run_id: str) -> None:
+    """Resume run ``run_id`` where it stopped (the workflow's ``resume`` update); a run
+    that was not stopped is a LatticeUserError."""
+    await _update(client, run_id, "resume")
+
+
+async def _update(client: Client, run_id: str, name: str, *args: Any) -> None:
+    handle = client.get_workflow_handle(run_id)
+    try:
+        await handle.execute_update(name, args=list(args))
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        raise LatticeUserError(
+            str(getattr(cause, "message", None) or cause or exc), error_type=ErrorType.CONFLICT
+        ) from None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND and "completed" in exc.message:
+            result = await handle.result()
+            raise LatticeUserError(
+                f"run {run_id} is {result['status']}: it has ended", error_type=ErrorType.CONFLICT
+            ) from None
+        raise LatticeUserError(
+            f"Temporal refused the {name} of run {run_id}: {exc.message}",
+            error_type=ErrorType.CONFLICT,
+        ) from None
+
+
 def run_result(
-    outcome: dict[str, Any], *, answer_hint: str = "lattice resume RUN --answer NODE=VALUE"
+    outcome: dict[str, Any],
+    *,
+    answer_hint: str = "lattice resume RUN --answer NODE=VALUE",
+    resume_hint: str = "lattice resume RUN --temporal HOST:PORT",
 ) -> RunResult:
     """``follow``'s outcome as the RunResult a local run returns: a run waiting for an
     answer is ``halted``, its failure report says what is asked and how to answer
-    (``answer_hint``, with ``RUN`` the run id)."""
+    (``answer_hint``, with ``RUN`` the run id); a stopped run is ``interrupted``, and says
+    how to resume it (``resume_hint``)."""
     if outcome.get("status") == "waiting" and "question" in outcome:
         question = outcome["question"]
         run_id = str(outcome.get("run_id", ""))
@@ -213,6 +267,13 @@ def run_result(
         )
         usage = Usage.from_json(outcome.get("usage"))
         return RunResult("halted", None, {}, run_id, None, usage, failure)
+    if outcome.get("result", 0) is None and outcome.get("stopped"):  # stopped, resumable
+        report = dict(outcome["stopped"])
+        report["recovery_action"] = resume_hint.replace("RUN", str(outcome["run_id"]))
+        usage = Usage.from_json(outcome.get("usage"))
+        return RunResult(
+            "interrupted", None, {}, outcome["run_id"], None, usage, FailureReport(**report)
+        )
     failure_data = outcome.get("failure")
     return RunResult(
         status=outcome["status"],

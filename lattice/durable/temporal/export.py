@@ -59,6 +59,11 @@ async def export_run(client: Client, run_id: str, folder: Path) -> Path:
                 "status": result["status"] if record["question"] is None else "halted",
                 "engine": "temporal",
                 "meta": {"workflow": record["workflow"]["id"]},
+                **(
+                    {"parent": record["parent"], "start_op": record["parent"]["op"]}
+                    if record.get("parent")
+                    else {}
+                ),
             }
         ),
     )
@@ -73,10 +78,18 @@ def _op_lines(ops: list[dict[str, Any]]) -> Iterator[str]:
 
 
 def _unfinished(client: Client, run_id: str, record: dict[str, Any]) -> dict[str, Any]:
-    """The result of a run still going or waiting: its usage so far and, while it waits,
-    the question as a local halted run's failure report, with the command that answers it."""
+    """The result of a run still going, waiting or stopped: its usage so far and, while
+    it waits, the question as a local halted run's failure report, with the command that
+    answers it (stopped: the one that resumes it)."""
     usage = record.get("usage")
     question = record["question"]
+    if record.get("stopped"):  # stopped at an op boundary: resumable
+        address = client.service_client.config.target_host
+        failure = {
+            **record["stopped"],
+            "recovery_action": f"lattice resume {run_id} --temporal {address}",
+        }
+        return {"status": "interrupted", "usage": usage, "failure": failure}
     if question is None:
         return {"status": "running", "usage": usage}
     node_id = question.get("node_id")

@@ -35,11 +35,15 @@ from typing import Any
 from lattice.config import LatticeConfig
 from lattice.contracts.calls import TRANSIENT_EVENTS
 from lattice.contracts.usage import Usage
+from lattice.durable.temporal.fixtures import FixtureTables, LoadTable, RunFixtures
+from lattice.durable.temporal.live import LiveOp
 from lattice.durable.temporal.op_journal import (
     OpJournal,
     less_replayed,
     replayed_provider_state,
 )
+from lattice.durable.temporal.tool_sessions import RunToolSessions
+from lattice.durable.temporal.tracing import op_spans
 from lattice.errors import ErrorType, LatticeRunError
 from lattice.ir.models import ExecIR
 from lattice.ir.serialize import ir_from_json
@@ -69,7 +73,7 @@ ON_TEMPORAL_HOW_TO = (
     "POST /v1/runs body of a gateway on Temporal; or choose a real provider with "
     '--provider openai|anthropic|litellm ("provider" in the body) or [llm] provider in '
     "the workers' lattice.toml (keys come from the workers' OPENAI_API_KEY / "
-    "ANTHROPIC_API_KEY). Fixtures are not replayed on Temporal"
+    "ANTHROPIC_API_KEY); or replay fixtures (--fixtures FILE)"
 )
 """What an op asks to do when neither its run nor the worker names a provider: the
 Temporal engine's options (the local engine's hint names ``--fixtures``)."""
@@ -99,6 +103,9 @@ class OpExecutor:
     def __init__(self, config: LatticeConfig) -> None:
         self.config = config
         self._compiled: OrderedDict[tuple[str, str], CompiledRun] = OrderedDict()
+        self._fixtures = FixtureTables()
+        self.tool_sessions = RunToolSessions()
+        """Each run's MCP sessions on this worker, kept across its ops (``tool_sessions.py``)."""
 
     def settings(self, request: dict[str, Any]) -> RuntimeSettings:
         """The runtime settings of the run ``request`` belongs to: the worker's
@@ -134,6 +141,28 @@ class OpExecutor:
             self._compiled.popitem(last=False)
         return compiled
 
+    async def _provider(self, meta: dict[str, Any], load_fixtures: LoadTable | None) -> Any:
+        """The run's provider on this worker: its mock script, its fixture table (with
+        this worker's live provider when recording), or the provider it names, built from
+        this worker's configuration."""
+        digest = meta.get("fixtures_digest")
+        if isinstance(digest, str):
+            if load_fixtures is None:
+                raise LatticeRunError(
+                    "this run replays fixtures, which this worker cannot read",
+                    error_type=ErrorType.INTERNAL_ERROR,
+                )
+            table = await self._fixtures.table(digest, load_fixtures)
+            live = {k: v for k, v in meta.items() if k not in ("fixtures_digest", "record")}
+            record_with = (
+                ProviderSpec.from_meta(live).build(self.config) if meta.get("record") else None
+            )
+            return RunFixtures(table, record_with=record_with)
+        provider = ProviderSpec.from_meta(meta).build(self.config)
+        if isinstance(provider, DisabledProvider):
+            provider.how_to = ON_TEMPORAL_HOW_TO
+        return provider
+
     async def run_op(
         self,
         request: dict[str, Any],
@@ -142,6 +171,8 @@ class OpExecutor:
         recorded: Sequence[dict[str, Any]] = (),
         on_journal: Callable[[list[dict[str, Any]]], None] | None = None,
         on_settle: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
+        load_fixtures: LoadTable | None = None,
+        live: LiveOp | None = None,
     ) -> dict[str, Any]:
         """Execute ``request["op_id"]`` of the run and return what it did (module docstring).
         ``load`` gives the run's ExecIR when this worker has not compiled it yet;
@@ -149,7 +180,9 @@ class OpExecutor:
         not asked for again), else the request's ``journal`` (what the op's visit that
         halted left, for a visit going on after its answer or decisions); ``on_journal`` is
         given the journal as it grows, ``on_settle`` when it must reach the server now
-        (``op_journal.py``)."""
+        (``op_journal.py``); ``load_fixtures`` gives the run's fixture table when this
+        worker has not read it yet (``fixtures.py``); ``live`` is given the op's events as
+        they come, for its heartbeats (``live.py``)."""
         settings = self.settings(request)
         compiled = await self._compile(request, settings, load)
         op_id = str(request["op_id"])
@@ -160,16 +193,18 @@ class OpExecutor:
                 f"op {op_id!r} ({op.kind}) is not supported on Temporal yet",
                 error_type=ErrorType.UNSUPPORTED,
             )
-        provider = ProviderSpec.from_meta(request.get("provider") or {}).build(self.config)
-        if isinstance(provider, DisabledProvider):
-            provider.how_to = ON_TEMPORAL_HOW_TO
+        provider = await self._provider(request.get("provider") or {}, load_fixtures)
         recorded = list(recorded) or list(request.get("journal") or [])
         provider_state = replayed_provider_state(recorded) or request.get("provider_state")
         if provider_state is not None:
             restore_provider(provider, provider_state)
         redact = make_redactor(settings.secret_names())
+        if live is not None:
+            live.redact = redact
         journal = OpJournal(recorded, redact, on_journal, on_settle=on_settle)
         events: list[dict[str, Any]] = []
+        segment = int(request.get("segment") or 1)
+        spans = op_spans(settings, provider, str(request["run_id"]), segment)
         state = StateStore.from_snapshot(request["state"], secrets=partial(read_secret, settings))
         state.changes = []
         state.limit(settings.state_limits)
@@ -179,7 +214,11 @@ class OpExecutor:
             recorder=RunStore(None).open(str(request["run_id"]), redact=None),
             answers=dict(request.get("answers") or {}),
             ask_human=None,
-            listeners=[events.append],
+            listeners=[
+                events.append,
+                *([live] if live is not None else []),
+                *([spans] if spans is not None else []),
+            ],
             llm=settings.call_env(
                 JournaledProvider(provider, journal, recorded),
                 usage=less_replayed(
@@ -187,11 +226,14 @@ class OpExecutor:
                 ),
             ),
             http=settings.http,
-            tools=lambda: ToolSessions(
-                settings.mcp_servers,
-                builtin=BuiltinTools(repo_root=settings.repo_root),
-                log_dir=None,
-                redact=None,
+            tools=lambda: self.tool_sessions.for_run(
+                str(request["run_id"]),
+                lambda: ToolSessions(
+                    settings.mcp_servers,
+                    builtin=BuiltinTools(repo_root=settings.repo_root),
+                    log_dir=None,
+                    redact=None,
+                ),
             ),
             seq=int(request.get("seq") or 0),
             redact=redact,
@@ -201,6 +243,8 @@ class OpExecutor:
         ctx.last_result = request.get("last_result")
         ctx.current_op, ctx.current_node = op_id, op.source_node
         done: dict[str, Any] = {}
+        if spans is not None:
+            spans.started(op_id, op.source_node, op.kind)
         try:
             outcome = await executor.run(ctx)
             done |= {"port": outcome.port, "output": outcome.output, "record": outcome.record}
@@ -217,6 +261,11 @@ class OpExecutor:
         except Exception as raised:  # the walk routes it (its failed port, or the run's end)
             done["error"] = error_data(as_run_error(raised, op_id))
         finally:
+            if spans is not None:
+                error = done.get("error") or {}
+                spans.finished(
+                    op_id, op.source_node, port=done.get("port"), error=error.get("error_type")
+                )
             if state.tmp:
                 state.clear_tmp()
             try:
@@ -233,5 +282,7 @@ class OpExecutor:
             "events": [e for e in events if e["type"] not in TRANSIENT_EVENTS],
             "seq": ctx.seq,
         }
+        if isinstance(provider, RunFixtures) and provider.recorded:
+            done["fixtures"] = provider.recorded
         masked: dict[str, Any] = redact_value(done, ctx.redact)
         return masked

@@ -44,6 +44,7 @@ def run_spec(
     activity: ActivityOptions,
     settings: RuntimeSettings,
     document: dict[str, Any] | None = None,
+    fixtures: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The workflow's input: the ExecIR (the workflow walks it as a local run does) and
     the run's inputs, answers, provider (a mock script inline), budgets and limits (with
@@ -56,7 +57,9 @@ def run_spec(
     workflow document the ExecIR was lowered from (a run folder's ``workflow.json``), is
     kept for the panel, which draws the run on its canvas; the walk never reads it.
     Under a grant that gives the main agent tools, prompt steps are its turns (AGENT
-    ops that act and ask, as in a local run): the IR the workflow walks says so."""
+    ops that act and ask, as in a local run): the IR the workflow walks says so.
+    ``fixtures`` is the table of a run that replays fixtures (its provider names it by
+    digest: ``fixtures.py``)."""
     grant = settings.agents.grant
     ir = under_grant(ir, grant)
     execir = ir_to_dict(ir)
@@ -88,4 +91,5 @@ def run_spec(
         "limits": {"max_parallel": settings.max_parallel, **limits},
         "state_limits": (None if settings.state_limits is None else asdict(settings.state_limits)),
         "activity": activity.to_json(),
+        **({"fixtures": fixtures} if fixtures is not None else {}),
     }

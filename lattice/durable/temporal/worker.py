@@ -20,9 +20,12 @@ from lattice.config import LatticeConfig
 from lattice.durable.temporal import DEFAULT_TASK_QUEUE
 from lattice.durable.temporal.blobs import blob_store_from_config, collect_garbage, current_run
 from lattice.durable.temporal.client import connect
+from lattice.durable.temporal.live import LiveOp
 from lattice.durable.temporal.op_journal import recorded_lines
 from lattice.durable.temporal.ops import OpExecutor
+from lattice.durable.temporal.tracing import TRACE_ACTIVITY, trace_run
 from lattice.durable.temporal.workflow import OP_ACTIVITY, LatticeRunWorkflow
+from lattice.runtime.settings import settings_from_config
 
 PASSED_THROUGH = (
     "lattice",
@@ -76,26 +79,40 @@ class OpActivity:
             return execir
 
         current_run.set(workflow_id)  # the op's heartbeats keep large journals as its run's
+
+        async def load_fixtures() -> dict[str, dict[str, Any]]:
+            table: dict[str, dict[str, Any]] = await self.client.get_workflow_handle(
+                workflow_id
+            ).query("fixtures")
+            return table
+
         journal: list[list[dict[str, Any]]] = [recorded_lines(activity.info().heartbeat_details)]
+        live = LiveOp()
 
         def journaled(lines: list[dict[str, Any]]) -> None:
             journal[0] = list(lines)
-            activity.heartbeat(journal[0])
+            activity.heartbeat(journal[0], live.snapshot())
 
         handle = self.client.get_async_activity_handle(task_token=activity.info().task_token)
 
         async def settle(lines: list[dict[str, Any]]) -> None:
             try:
-                await handle.heartbeat(list(lines))
+                await handle.heartbeat(list(lines), live.snapshot())
             except Exception as exc:  # the throttled heartbeat still carries them
                 LOG.warning(
                     "op %s: its journal could not be sent at once: %s", request["op_id"], exc
                 )
 
-        beating = asyncio.ensure_future(_heartbeat(journal))
+        beating = asyncio.ensure_future(_heartbeat(journal, live))
         try:
             return await self.executor.run_op(
-                request, load, recorded=journal[0], on_journal=journaled, on_settle=settle
+                request,
+                load,
+                recorded=journal[0],
+                on_journal=journaled,
+                on_settle=settle,
+                load_fixtures=load_fixtures,
+                live=live,
             )
         finally:
             beating.cancel()
@@ -103,11 +120,28 @@ class OpActivity:
                 await beating
 
 
-async def _heartbeat(journal: list[list[dict[str, Any]]]) -> None:
-    """Heartbeat with the op's journal (``journal[0]``, the latest) until cancelled: each
-    heartbeat's details replace the last one's on the server."""
+class TraceActivity:
+    """The ``lattice.trace_run`` local activity: export an execution's run span with this
+    worker's ``[telemetry]`` (``tracing.py``)."""
+
+    def __init__(self, config: LatticeConfig) -> None:
+        self.settings = settings_from_config(config)
+
+    @activity.defn(name=TRACE_ACTIVITY)
+    async def trace_run(self, ended: dict[str, Any]) -> bool:
+        try:
+            return trace_run(self.settings, ended)
+        except Exception as exc:  # tracing never fails, nor holds up, a run
+            LOG.warning("run %s: its run span could not be exported: %s", ended.get("run_id"), exc)
+            return False
+
+
+async def _heartbeat(journal: list[list[dict[str, Any]]], live: LiveOp) -> None:
+    """Heartbeat with the op's journal (``journal[0]``, the latest) and what it has done
+    so far (``live.py``) until cancelled: each heartbeat's details replace the last
+    one's on the server."""
     while True:
-        activity.heartbeat(journal[0])
+        activity.heartbeat(journal[0], live.snapshot())
         await asyncio.sleep(HEARTBEAT_EVERY)
 
 
@@ -126,16 +160,21 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 
 def make_worker(
-    client: Client, config: LatticeConfig, *, task_queue: str = DEFAULT_TASK_QUEUE
+    client: Client,
+    config: LatticeConfig,
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    ops: OpActivity | None = None,
 ) -> Worker:
     """A worker for Lattice runs on ``task_queue`` (``async with`` it, or ``await run()``);
-    ``client`` must use Lattice's data converter (``client.connect`` makes such a client)."""
+    ``client`` must use Lattice's data converter (``client.connect`` makes such a client).
+    ``ops`` runs the ops (by default one made here)."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[LatticeRunWorkflow],
         workflow_runner=workflow_runner(),
-        activities=[OpActivity(client, config).run_op],
+        activities=[(ops or OpActivity(client, config)).run_op, TraceActivity(config).trace_run],
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
 
@@ -151,13 +190,15 @@ async def run_worker(
     client = await connect(address, config.temporal)
     if connected is not None:
         connected()
+    ops = OpActivity(client, config)
     collecting = asyncio.ensure_future(_collect_garbage(client, config))
     try:
-        await make_worker(client, config, task_queue=task_queue).run()
+        await make_worker(client, config, task_queue=task_queue, ops=ops).run()
     finally:
         collecting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await collecting
+        await ops.executor.tool_sessions.aclose()
 
 
 async def _collect_garbage(client: Client, config: LatticeConfig) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from datetime import timedelta
 from typing import Any
 
@@ -39,11 +40,13 @@ with workflow.unsafe.imports_passed_through():
     from lattice.durable.temporal.history import (
         APPROVAL,
         AnsweredOp,
-        HistoryRecords,
         RemoteOp,
         compiled_walk,
     )
     from lattice.durable.temporal.state_slice import state_for
+    from lattice.durable.temporal.steps import SteppedRecords, rerun_point, steps_before
+    from lattice.durable.temporal.stops import StopGate
+    from lattice.durable.temporal.tracing import TRACE_ACTIVITY
     from lattice.errors import LatticeRunError
     from lattice.ir.models import ExecIR, ForEachOp, ForkOp, Op
     from lattice.llm.disabled import DisabledProvider
@@ -68,6 +71,7 @@ CANCELLED = "the run was cancelled through Temporal"
 START_AGAIN = "start it again (a cancelled workflow does not go on)"
 
 
+# long: Temporal's workflow is one class: its run, queries, updates and signals are its methods over one run's fields (the walk, state and executors are modules of their own)
 @workflow.defn(name=WORKFLOW_NAME)
 class LatticeRunWorkflow:
     """One Lattice run (the module docstring says how it maps)."""
@@ -88,16 +92,23 @@ class LatticeRunWorkflow:
         self.decisions: list[dict[str, Any]] = []
         """Every decision given (its id, choice, reason, door and time), in order."""
         self.ctx: RunContext | None = None
+        self.steps: SteppedRecords | None = None
+        self.track: Track | None = None
+        """The main walk's track: its ``current`` op is where the run is."""
         self.initial_state: dict[str, Any] = {}
         self.result: dict[str, Any] | None = None
         self.run_id = ""
         self.spec: dict[str, Any] = {}
+        self.recorded_fixtures: list[dict[str, Any]] = []
+        """Fixture lines the run's ops recorded on workers (``fixtures.py``)."""
         self.scheduled = 0
         """Activities scheduled so far: an op's activity id is ``<number>-<op id>``."""
         self.scheduled_before = 0
         """Activities the executions this one continues had scheduled."""
         self.provider_state: Any = None
         """Where the run's provider stands (a mock script's cursor) after its last op."""
+        self.gate = StopGate(lambda: _timestamp(workflow.now()))
+        """Closed by the ``stop`` update, opened by ``resume`` (``stops.py``)."""
         self.one_at_a_time = asyncio.Lock()
         """Taken by each op of a run with a scripted provider: its answers are handed out
         in the order the walk reaches the ops, as in a local run."""
@@ -174,18 +185,133 @@ class LatticeRunWorkflow:
             if request["id"] not in self.decided
         ]
 
+    @workflow.update
+    def stop(self, door: str = "temporal") -> None:
+        """Stop the run at its next op boundary: no new model or tool op starts, the ops
+        in flight finish; it then shows ``interrupted`` until ``resume`` (``stops.py``)."""
+        self.gate.stop(door)
+
+    @stop.validator
+    def _check_stop(self, door: str = "temporal") -> None:
+        if self.result is not None:
+            raise ValueError(f"run {self.run_id} is {self.result['status']}: it has ended")
+
+    @workflow.update
+    def resume(self) -> None:
+        """Go on from where the run stopped (or was about to)."""
+        assert self.ctx is not None
+        self.gate.resume(self.ctx)
+
+    @resume.validator
+    def _check_resume(self) -> None:
+        if self.gate.request is None:
+            raise ValueError(f"run {self.run_id} is {self.shown_status}; it was not stopped")
+
+    @property
+    def shown_status(self) -> str:
+        """The run's status as clients see it: ``interrupted`` while it is stopped."""
+        if self.status == "running" and self.gate.holding:
+            return "interrupted"
+        return self.status
+
+    def _stopped(self) -> dict[str, Any] | None:
+        """The stopped run's report, while it is stopped."""
+        if self.shown_status != "interrupted" or self.result is not None:
+            return None
+        return self.gate.failure(self.run_id, f"lattice resume {self.run_id} --temporal HOST:PORT")
+
     @workflow.query
     def progress(self, after: int = 0) -> dict[str, Any]:
         """Events after number ``after``, the status, the open question and, once the run
         is over, its result."""
         return {
             "run_id": self.run_id,
-            "status": self.status,
+            "status": self.shown_status,
             "events": [e for e in self.events if e["seq"] > after],
             "question": self.question,
+            "stopped": self._stopped(),
+            "stopping": self.gate.request is not None,
             "usage": self.ctx.usage.to_json() if self.ctx is not None else None,
             "result": self.result,
         }
+
+    @workflow.query
+    def rerun_point(self, op: str, visit: int | None = None) -> dict[str, Any]:
+        """The state before visit ``visit`` of ``op`` of the main walk (``steps.py``), and
+        what a re-run from it is started with (this run's spec, for a new run id)."""
+        assert self.steps is not None and self.track is not None
+        ended = self.result is not None and self.result["status"] == "completed"
+        in_flight = None if ended else self.track.current  # a fork, when in its branches
+        point = rerun_point(
+            self.initial_state,
+            self.steps.steps,
+            op,
+            visit,
+            ops=self.spec["execir"]["ops"],
+            in_flight=in_flight,
+            run_id=self.run_id,
+        )
+        return {**point, "status": self.result["status"] if self.result else self.shown_status}
+
+    @workflow.query
+    def resume_spec(self) -> dict[str, Any]:
+        """What a new execution of this workflow (the same run id) is started with to go
+        on from the op this failed or interrupted run ended at: the state before that op,
+        and the run's events, op records, steps, usage and provider carried over, so the
+        run reads as one (a local resume's segments). ValueError when it cannot."""
+        assert self.steps is not None and self.track is not None and self.ctx is not None
+        status = self.result["status"] if self.result else self.shown_status
+        if status not in ("failed", "interrupted") or self.result is None:
+            raise ValueError(
+                f"run {self.run_id} is {status}; only a failed or interrupted run is resumed "
+                "as a new execution (a stopped one goes on where it is)"
+            )
+        op = self.track.current
+        failure = self.result.get("failure") or {}
+        if op is None or failure.get("op_id") not in (None, op):
+            raise ValueError(
+                f"run {self.run_id} failed at {failure.get('op_id')!r}, inside parallel "
+                f"branches: resuming would run the branches again; re-run it from {op!r} "
+                "(POST /v1/runs/{id}/rerun) to run them again on purpose"
+            )
+        point = rerun_point(
+            self.initial_state,
+            self.steps.steps,
+            op,
+            None,
+            ops=self.spec["execir"]["ops"],
+            in_flight=op,
+            run_id=self.run_id,
+        )
+        carried = self.spec.get("resumed") or {}
+        return {
+            **self.spec,
+            "start": {**(self.spec.get("start") or {}), "op": op, "state": point["state"]},
+            "resumed": {
+                "segment": int(carried.get("segment", 1)) + 1,
+                "after": status,
+                "events": self.events,
+                "ops": self.ops,
+                "steps": steps_before(self.steps.steps, op, point["visit"]),
+                "initial_state": self.initial_state,
+                "usage": self.ctx.usage.to_json(),
+                "seq": self.ctx.seq,
+                "provider_state": self.provider_state,
+                "decisions": self.decisions,
+                "scheduled": self.scheduled,
+            },
+        }
+
+    @workflow.query
+    def spec_to_rerun(self) -> dict[str, Any]:
+        """What this run was started with, but its start (a re-run takes it, with its own)."""
+        return {k: v for k, v in self.spec.items() if k not in ("start", "run_id", "resumed")}
+
+    @workflow.query
+    def fixtures(self) -> dict[str, Any]:
+        """The run's fixture table (``fixtures.py``: a worker asks for it once per run)."""
+        table: dict[str, Any] = self.spec.get("fixtures") or {}
+        return table
 
     @workflow.query
     def execir(self) -> dict[str, Any]:
@@ -202,7 +328,9 @@ class LatticeRunWorkflow:
             "inputs": self.spec.get("inputs"),
             "workflow": self.spec.get("workflow"),
             "document": self.spec.get("document"),
-            "status": self.status,
+            "parent": (self.spec.get("start") or {}).get("parent"),
+            "status": self.shown_status,
+            "stopped": self._stopped(),
             "events": self.events,
             "ops": self.ops,
             "state_initial": self.initial_state,
@@ -211,30 +339,73 @@ class LatticeRunWorkflow:
             "decisions": self.decisions,
             "usage": self.ctx.usage.to_json() if self.ctx is not None else None,
             "result": self.result,
+            "fixtures_recorded": self.recorded_fixtures,
         }
 
     # -- the walk ------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        result = await self._run(spec)
+        if spec.get("trace"):
+            await self._trace(spec, result)
+        return result
+
+    async def _trace(self, spec: dict[str, Any], result: dict[str, Any]) -> None:
+        """Have a worker export this execution's run span (``tracing.py``)."""
+        error = (
+            (result.get("failure") or {}).get("category") if result["status"] == "failed" else None
+        )
+        ended = {
+            "run_id": self.run_id,
+            "segment": (spec.get("resumed") or {}).get("segment", 1),
+            "workflow": spec["workflow"]["id"],
+            "started_at": _timestamp(workflow.info().start_time),
+            "finished_at": result["finished_at"],
+            "status": result["status"],
+            "usage": result["usage"],
+            "error_type": error,
+        }
+        with contextlib.suppress(ActivityError, CancelledError, asyncio.CancelledError):
+            await workflow.execute_local_activity(
+                TRACE_ACTIVITY,
+                ended,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=2),
+            )
+
+    async def _run(self, spec: dict[str, Any]) -> dict[str, Any]:
         self.run_id = spec["run_id"]
         self.spec = spec
         compiled = compiled_walk(spec["execir"], spec["execir_digest"])
         ir = compiled.ir
         settings = RuntimeSettings()  # the workflow side's: no provider, secret or host
-        carried = spec.get("carried")
+        carried = spec.get("carried")  # what the execution this one continues had
+        resumed = spec.get("resumed")  # an earlier execution's run, going on (resume_spec)
+        if resumed is not None and carried is None:
+            self.events.extend(resumed["events"])
+            self.ops.extend(resumed["ops"])
+            self.decisions.extend(resumed["decisions"])
+            self.provider_state = resumed["provider_state"]
+            self.scheduled = self.scheduled_before = resumed["scheduled"]
         ctx = self.ctx = self._context(spec, ir, settings, carried)
-        if carried is None:
-            ctx.emit(
-                EventKind.RUN_STARTED,
-                {"workflow": ir.workflow.id, "inputs": spec["inputs"]},
-                op=False,
-            )
-            for notice in spec["notices"]:
-                ctx.emit(notice["type"], notice["data"], op=False)
-        else:
+        start = spec.get("start")  # a re-run from a step of another run (steps.py)
+        if carried is not None:
             ctx.walk.counters.steps = carried["steps"]
             ctx.walk.counters.visits = dict(carried["visits"])
+        elif resumed is not None and start is not None:
+            ctx.emit(
+                EventKind.RUN_RESUMED,
+                {"segment": resumed["segment"], "from_op": start["op"], "after": resumed["after"]},
+                op=False,
+            )
+        else:
+            started = {"workflow": ir.workflow.id, "inputs": spec["inputs"]}
+            if start is not None:
+                started |= {"start_op": start["op"], "parent": start["parent"]}
+            ctx.emit(EventKind.RUN_STARTED, started, op=False)
+            for notice in spec["notices"]:
+                ctx.emit(notice["type"], notice["data"], op=False)
         limits = spec["limits"]
         walker = Walker(
             ir,
@@ -247,7 +418,7 @@ class LatticeRunWorkflow:
             wait=workflow.wait,
             pause=self._continue_now,
         )
-        track = Track(ctx, ir.entry)
+        track = self.track = Track(ctx, start["op"] if start is not None else ir.entry)
         if carried is not None:
             track.current, track.op_seq = carried["current"], carried["op_seq"]
         try:
@@ -278,9 +449,12 @@ class LatticeRunWorkflow:
         """The run's context in the workflow: its state, events (kept for the queries,
         stamped with the workflow's clock) and usage; op records kept by the history.
         ``carried``: what the execution this one continues had (``_carried``)."""
+        resumed = spec.get("resumed")
         if carried is None:
+            start = spec.get("start")
             state = StateStore(
                 spec["inputs"],
+                vars=copy.deepcopy(start["state"].get("vars") or {}) if start else None,
                 ctx={
                     "run_id": self.run_id,
                     "started_at": _timestamp(workflow.now()),
@@ -289,7 +463,7 @@ class LatticeRunWorkflow:
                     "model_classes": spec["model_classes"],
                 },
             )
-            self.initial_state = state.snapshot()
+            self.initial_state = resumed["initial_state"] if resumed else state.snapshot()
         else:
             state = StateStore.from_snapshot(carried["state"])
             self.initial_state = carried["state_initial"]
@@ -301,6 +475,7 @@ class LatticeRunWorkflow:
             self.scheduled = self.scheduled_before = carried["scheduled"]
             self.provider_state = carried["provider_state"]
         state.limit(_state_limits(spec, settings))
+        was = carried or resumed  # the usage and event numbers the run goes on from
         ctx = RunContext(
             run_id=self.run_id,
             state=state,
@@ -309,14 +484,16 @@ class LatticeRunWorkflow:
             ask_human=None,
             listeners=[self.events.append],
             llm=settings.call_env(
-                DisabledProvider(), usage=Usage.from_json(carried["usage"]) if carried else None
+                DisabledProvider(), usage=Usage.from_json(was["usage"]) if was else None
             ),
             http=settings.http,
             tools=_no_tools,
-            seq=carried["seq"] if carried else 0,
+            seq=int(was["seq"]) if was else 0,
         )
         ctx.now = lambda: _timestamp(workflow.now())
-        ctx.walk = WalkState(base_provider=DisabledProvider(), persistence=HistoryRecords(self.ops))
+        steps = carried["step_records"] if carried else resumed["steps"] if resumed else None
+        self.steps = SteppedRecords(self.ops, state, steps)
+        ctx.walk = WalkState(base_provider=DisabledProvider(), persistence=self.steps)
         if carried is not None:
             ctx.last_result = carried["last_result"]
         return ctx
@@ -335,9 +512,14 @@ class LatticeRunWorkflow:
         run's spec with what the walk has done so far, so that nothing a user sees (events,
         op records and their labels, state, usage, decisions) shows the seam."""
         ctx = track.ctx
+        assert self.steps is not None
+        went_on = {k: v for k, v in spec.items() if k not in ("resumed", "carried")}
+        if "resumed" in spec:  # its segment only: what it carried is carried below
+            went_on["resumed"] = {k: spec["resumed"][k] for k in ("segment", "after")}
         return {
-            **spec,
+            **went_on,
             "carried": {
+                "step_records": self.steps.steps,
                 "current": track.current,
                 "op_seq": track.op_seq,
                 "steps": ctx.walk.counters.steps,
@@ -380,7 +562,10 @@ class LatticeRunWorkflow:
         visit it goes on with; the request and its result (``ops.py``)."""
         spec = self.spec
         serial = "mock_script" in (spec["provider"] or {})
-        async with self.one_at_a_time if serial else contextlib.nullcontext():
+        async with (
+            self.gate.passing(ctx, op.kind),
+            self.one_at_a_time if serial else contextlib.nullcontext(),
+        ):
             options = spec["activity"]
             request = {
                 "run_id": self.run_id,
@@ -395,6 +580,7 @@ class LatticeRunWorkflow:
                 "provider_state": self.provider_state,
                 "last_result": ctx.last_result,
                 "journal": journal,
+                "segment": (spec.get("resumed") or {}).get("segment", 1),
             }
             self.scheduled += 1
             try:
@@ -421,6 +607,7 @@ class LatticeRunWorkflow:
                     details={"recovery_action": "check the workers' logs, then run again"},
                 ) from exc
             self.provider_state = done["provider_state"]
+            self.recorded_fixtures.extend(done.get("fixtures") or ())
             return request, done
 
     async def _ask(self, ctx: RunContext, halt: HaltRun) -> Any:
