@@ -78,8 +78,15 @@ class RunHost(Protocol):
     """Where runs go on: their folders' parent (None: an engine keeps them) and how they
     are driven."""
 
-    runs_dir: Path | None
-    store_type: type[RunStore]
+    @property
+    def runs_dir(self) -> Path | None:
+        """Where its run folders are (None: an engine keeps the runs)."""
+        ...
+
+    @property
+    def store_type(self) -> type[RunStore]:
+        """What writes its run folders."""
+        ...
 
     async def start(
         self, prepared: PreparedRun, *, run_id: str | None, launch: Launch
