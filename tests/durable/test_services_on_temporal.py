@@ -7,11 +7,13 @@ a schedule is refused, not ignored."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +93,8 @@ async def client(url: str) -> AsyncIterator[Client]:
 
 
 def run_of(url: str, run_id: str) -> dict[str, Any]:
-    response = httpx.get(f"{url}/v1/runs/{run_id}", headers={"Authorization": f"Bearer {TOKEN}"})
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    response = httpx.get(f"{url}/v1/runs/{run_id}", headers=headers, timeout=WAIT)
     assert response.status_code == 200, response.text
     return dict(response.json())
 
@@ -134,7 +137,7 @@ def signed(body: bytes, delivery: str) -> dict[str, str]:
 def test_a_delivery_starts_one_run_whichever_replicas_it_reaches(replicas: list[str]) -> None:
     a, b = replicas
     body = json.dumps({"sender": {"login": "ada"}}).encode()
-    first = httpx.post(f"{a}/hooks/greet", content=body, headers=signed(body, "d-1"))
+    first = httpx.post(f"{a}/hooks/greet", content=body, headers=signed(body, "d-1"), timeout=WAIT)
     assert first.status_code == 202, first.text
     run_id = first.json()["run_id"]
     deadline = time.monotonic() + WAIT
@@ -144,12 +147,14 @@ def test_a_delivery_starts_one_run_whichever_replicas_it_reaches(replicas: list[
     assert run["status"] == "completed"
     # the same delivery at the other replica (its ledger never saw it), after the run
     # ended: Temporal refuses a second run of that id
-    again = httpx.post(f"{b}/hooks/greet", content=body, headers=signed(body, "d-1"))
+    again = httpx.post(f"{b}/hooks/greet", content=body, headers=signed(body, "d-1"), timeout=WAIT)
     assert again.status_code == 409, again.text
     assert again.json()["error"] == "repeated_delivery"
     assert run_id in again.json()["message"]
     grace = json.dumps({"sender": {"login": "grace"}}).encode()
-    other = httpx.post(f"{b}/hooks/greet", content=grace, headers=signed(grace, "d-2"))
+    other = httpx.post(
+        f"{b}/hooks/greet", content=grace, headers=signed(grace, "d-2"), timeout=WAIT
+    )
     assert other.status_code == 202, other.text
     assert other.json()["run_id"] != run_id
     assert "Ada" in str(run["output"])
@@ -161,3 +166,40 @@ def test_a_schedule_on_temporal_is_refused(temporal_address: str, tmp_path: Path
     }
     with pytest.raises(LatticeUserError, match=r"\[schedules.nightly\].*temporal"):
         create_app(settings(temporal_address, "q", tmp_path, config))
+
+
+def test_cancelling_a_call_stops_its_run_on_temporal(temporal_address: str, tmp_path: Path) -> None:
+    queue = f"svc-{uuid.uuid4().hex[:10]}"
+    slow = replace(settings(temporal_address, queue, tmp_path, {}), mock_latency=0.5)
+    inputs = json.loads((EXAMPLES / "brainstorm-ideas.inputs.json").read_text(encoding="utf-8"))
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    mine = {"workflow": "brainstorm-ideas.json", "status": "running"}  # the server is shared
+
+    async def go(url: str) -> str:
+        async with client(url) as mcp:
+            call = asyncio.ensure_future(mcp.call_tool("brainstorm-ideas", inputs))
+            deadline = time.monotonic() + WAIT
+            while not (
+                runs := httpx.get(
+                    f"{url}/v1/runs", params=mine, headers=headers, timeout=WAIT
+                ).json()["runs"]
+            ):
+                assert time.monotonic() < deadline and not call.done()
+                await asyncio.sleep(0.1)
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+        return str(runs[0]["run_id"])
+
+    worker = worker_process(temporal_address, queue, tmp_path)
+    try:
+        with serve_in_thread(slow) as url:
+            run_id = asyncio.run(go(url))
+            deadline = time.monotonic() + WAIT
+            while (run := run_of(url, run_id))["status"] == "running":
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert run["status"] == "interrupted"
+    finally:
+        worker.kill()
+        worker.wait()
