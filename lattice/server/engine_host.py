@@ -57,7 +57,7 @@ class EngineHost:
             provider=engine_provider(launch.provider),
             settings=prepared.settings,
             limits={"max_steps": runner.limits.max_steps, "max_visits": runner.limits.max_visits},
-            workflow_name=launch.workflow.path.name,
+            workflow_name=launch.workflow.name,  # as a local run of the services records it
             document=launch.workflow.document,
         )
         try:

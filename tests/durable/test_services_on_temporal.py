@@ -173,7 +173,7 @@ def test_cancelling_a_call_stops_its_run_on_temporal(temporal_address: str, tmp_
     slow = replace(settings(temporal_address, queue, tmp_path, {}), mock_latency=0.5)
     inputs = json.loads((EXAMPLES / "brainstorm-ideas.inputs.json").read_text(encoding="utf-8"))
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    mine = {"workflow": "brainstorm-ideas.json", "status": "running"}  # the server is shared
+    mine = {"workflow": "brainstorm-ideas", "status": "running"}  # the server is shared
 
     async def go(url: str) -> str:
         async with client(url) as mcp:
