@@ -43,7 +43,7 @@ from lattice.server.services import Services, ServicesSettings
 from lattice.server.start import Gateway
 from lattice.server.workflow_routes import add_workflow_routes
 from lattice.server.workflows import WorkflowLibrary
-from lattice.service.backend import EVERY_CAPABILITY, RunBackend
+from lattice.service.backend import RunBackend
 from lattice.services.schedules import Clock
 
 log = logging.getLogger("lattice.server")
@@ -146,10 +146,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             config=config,
             config_path=settings.config_path,
             token=settings.token,
-            capabilities=EVERY_CAPABILITY
-            if settings.backend is None
-            else settings.backend.capabilities,
-            engine="local" if settings.backend is None else settings.backend.name,
+            backend=settings.backend,
             mocks=settings.mocks,
             mock_latency=settings.mock_latency,
             clock=settings.clock,

@@ -39,8 +39,8 @@ NOT_YET: dict[Capability, str] = {
     Capability.COMPARE: "comparing runs is not available for runs on {name}: export both "
     "(lattice runs export RUN --temporal HOST:PORT -o DIR) and use lattice runs diff",
     Capability.FIXTURES: "fixtures are not supported for runs on {name} yet",
-    Capability.SERVICES: "webhooks and schedules start runs of this server's own; they are "
-    "not served with --engine {name} yet",
+    Capability.SERVICES: "schedules are not served with --engine {name} yet (Temporal "
+    "Schedules are not built)",
 }
 """What the gateway says of a capability its backend lacks (``DELTAS`` and ``SEARCH``
 are not refused: without them ``?deltas=1`` streams no pieces and ``?q=`` is ignored)."""

@@ -13,7 +13,6 @@ come from the run's record on the backend. What the backend cannot do is what it
 from __future__ import annotations
 
 import asyncio
-import json
 import tempfile
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -25,6 +24,7 @@ from lattice.runs.store import new_run_id, refuse_secret_answers
 from lattice.runtime.runner import check_answers
 from lattice.server.backend import Accepted, Backend, RunQuery, not_yet
 from lattice.server.bodies import AnswerRun, RerunRun, ResumeRun, StartRun
+from lattice.server.engine_host import engine_provider
 from lattice.server.errors import ApiError, diagnostics_json, from_user_error
 from lattice.server.events import (
     PING,
@@ -216,18 +216,9 @@ class EngineBackend(Backend):
         return run, diagnostics_json(requested.lowered.warnings)
 
     def _provider_meta(self, spec: ProviderSpec) -> dict[str, Any]:
-        """The run's provider as the workers build it: a mock script travels inline (a
-        worker may be on another machine and has no workflows folder); a live provider
-        is built from the workers' configuration."""
-        choice = spec.choice
-        if choice.fixtures and Capability.FIXTURES not in self.capabilities:
+        if spec.choice.fixtures and Capability.FIXTURES not in self.capabilities:
             raise ApiError(400, "invalid_request", not_yet(Capability.FIXTURES, self.name))
-        if choice.mock:
-            script = json.loads(Path(choice.mock).read_text(encoding="utf-8"))
-            return ProviderSpec(script=script, latency=spec.latency, pieces=spec.pieces).to_meta()
-        if spec.script is not None:
-            return spec.to_meta()
-        return ProviderSpec().to_meta() | {"provider_arg": choice.name}
+        return engine_provider(spec)
 
     async def answer(self, run_id: str, body: AnswerRun, door: str) -> Accepted:
         run_id = run_id_of(run_id)

@@ -7,8 +7,9 @@ watched and answered as any other."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,17 +21,18 @@ from starlette.routing import Route
 
 from lattice.config import LatticeConfig, TriggerConfig
 from lattice.errors import ErrorType, LatticeUserError
-from lattice.runs.store import RunStore, new_run_id
+from lattice.runs.store import RunStore
 from lattice.runtime.context import EventListener
 from lattice.runtime.results import RunResult
 from lattice.server.backend import accepted, not_yet
+from lattice.server.engine_host import EngineHost
 from lattice.server.errors import ApiError, Respond, not_found
 from lattice.server.manager import ActiveRun, RunManager
 from lattice.server.store import LoopStore
-from lattice.service.backend import EVERY_CAPABILITY, Capability
+from lattice.service.backend import Capability, RunBackend
 from lattice.service.runs import PreparedResume, PreparedRun, ProviderSpec
 from lattice.services.catalog import Catalog, Workflow
-from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns
+from lattice.services.runs import HostedRun, Launch, StartedBy, WorkflowRuns, answer_folder
 from lattice.services.schedules import Clock, Scheduler, SystemClock
 from lattice.services.versions import VERSIONS_DIR
 from lattice.services.webhooks import (
@@ -64,7 +66,9 @@ class ManagerHost:
         self.manager = manager
         self.runs_dir = manager.runs_dir
 
-    async def start(self, prepared: PreparedRun, *, run_id: str | None) -> HostedRun:
+    async def start(
+        self, prepared: PreparedRun, *, run_id: str | None, launch: Launch
+    ) -> HostedRun:
         try:
             async with self.manager.starting:
                 active = await self.manager.start(prepared, run_id=run_id)
@@ -84,6 +88,16 @@ class ManagerHost:
         except ApiError as exc:
             raise LatticeUserError(exc.message, error_type=exc.error) from None
         return self._hosted(active)
+
+    async def answer(
+        self,
+        run_id: str,
+        answers: Mapping[str, Any],
+        *,
+        config: LatticeConfig,
+        on_event: EventListener | None,
+    ) -> HostedRun:
+        return await answer_folder(self, run_id, answers, config=config, on_event=on_event)
 
     def _hosted(self, active: ActiveRun) -> HostedRun:
         async def done() -> RunResult:
@@ -114,11 +128,10 @@ class ServicesSettings:
     config: LatticeConfig
     config_path: str | None = None
     token: str | None = None
-    capabilities: frozenset[Capability] = EVERY_CAPABILITY
-    """What the gateway's backend can do: without ``Capability.SERVICES`` (runs on an
-    engine) there is no ``/mcp``, and a webhook or schedule configured is an error."""
-    engine: str = "local"
-    """The backend's name (``temporal``), for that error."""
+    backend: RunBackend | None = None
+    """The engine that keeps the gateway's runs (``--engine temporal``; None: run
+    folders). The services start their runs there; without ``Capability.SERVICES``
+    the engine has no schedules yet, and a schedule configured is an error."""
     mocks: bool = False
     mock_latency: float = 0.0
     clock: Any = None
@@ -141,23 +154,26 @@ class Services:
         wanted = [f"[triggers.{name}]" for name in config.triggers] + [
             f"[schedules.{name}]" for name in config.schedules
         ]
-        served = Capability.SERVICES in settings.capabilities
-        if wanted and not served:
-            raise LatticeUserError(f"{wanted[0]}: {not_yet(Capability.SERVICES, settings.engine)}")
+        backend = settings.backend
+        if backend is not None and Capability.SERVICES not in backend.capabilities:
+            for name in config.schedules:
+                raise LatticeUserError(
+                    f"[schedules.{name}]: {not_yet(Capability.SERVICES, backend.name)}"
+                )
         if wanted and settings.workflows_dir is None:
             raise LatticeUserError(
                 f"{wanted[0]} names a workflow under --workflows DIR: give the folder"
             )
-        if settings.workflows_dir is None or not served:
+        if settings.workflows_dir is None:
             return
         catalog = Catalog(
             settings.workflows_dir,
             mcp_servers=list(config.mcp.servers) if config.source else None,
-            versions=manager.runs_dir / VERSIONS_DIR,
+            versions=manager.runs_dir / VERSIONS_DIR if backend is None else None,
         )
         self.runs = WorkflowRuns(
             catalog,
-            ManagerHost(manager),
+            ManagerHost(manager) if backend is None else EngineHost(backend),
             config=config,
             config_path=settings.config_path,
             provider=ProviderSpec(latency=settings.mock_latency),
@@ -314,7 +330,7 @@ class Services:
             prepared = await asyncio.to_thread(self.runs.prepare, workflow, inputs, started_by)
         except LatticeUserError as exc:
             raise Refused(422, "invalid_inputs", exc.message) from None
-        run_id = new_run_id()
+        run_id = delivery_run_id(trigger.name, delivery.id)
         claimed: list[str] = []
         for key in keys:
             kept = trigger.ledger.claim(key, run_id)
@@ -324,8 +340,10 @@ class Services:
                 raise _repeated(delivery, key, kept)
             claimed.append(key)
         try:
-            await self.runs.host.start(prepared, run_id=run_id)
+            await self.runs.host.start(prepared, run_id=run_id, launch=self.runs.launch(workflow))
         except LatticeUserError as exc:
+            if exc.error_type == ErrorType.CONFLICT:  # another gateway started it (a shared engine)
+                raise _repeated(delivery, delivery.id, run_id) from None
             for key in keys:  # not started: a redelivery may start it
                 trigger.ledger.release(key)
             status = 429 if exc.error_type == ErrorType.TOO_MANY_ACTIVE_RUNS else 503
@@ -335,6 +353,13 @@ class Services:
                 trigger.ledger.release(key)
             raise
         return Started(run_id, delivery.id)
+
+
+def delivery_run_id(trigger: str, delivery: str) -> str:
+    """The id of the run a trigger's delivery starts: the same for the same delivery, so
+    that an engine shared by several gateways refuses a second start of it."""
+    digest = hashlib.sha256(f"{trigger}\0{delivery}".encode()).hexdigest()[:32]
+    return f"hook-{digest}"
 
 
 def _repeated(delivery: Delivery, key: str, run_id: str) -> Refused:

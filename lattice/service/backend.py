@@ -46,7 +46,8 @@ class Capability(StrEnum):
     SEARCH = "search"
     """``?q=`` on ``GET /v1/runs``: runs found by words (without it, ``q`` is ignored)."""
     SERVICES = "services"
-    """``/mcp``, the webhooks and the schedules: runs started by the gateway itself."""
+    """The schedules, started by the gateway itself (``/mcp`` and the webhooks start runs
+    on every backend)."""
 
 
 EVERY_CAPABILITY = frozenset(Capability)

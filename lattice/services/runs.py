@@ -65,21 +65,77 @@ class HostedRun:
     stop: Callable[[], bool]
 
 
+@dataclass(frozen=True)
+class Launch:
+    """What a host that keeps runs elsewhere (an engine's workers) needs of a run besides
+    its ``PreparedRun``: the workflow and the provider it runs with."""
+
+    workflow: Workflow
+    provider: ProviderSpec
+
+
 class RunHost(Protocol):
-    """Where runs go on: their folders' parent and how they are driven."""
+    """Where runs go on: their folders' parent (None: an engine keeps them) and how they
+    are driven."""
+
+    @property
+    def runs_dir(self) -> Path | None:
+        """Where its run folders are (None: an engine keeps the runs)."""
+        ...
+
+    @property
+    def store_type(self) -> type[RunStore]:
+        """What writes its run folders."""
+        ...
+
+    async def start(
+        self, prepared: PreparedRun, *, run_id: str | None, launch: Launch
+    ) -> HostedRun:
+        """Start ``prepared`` (as ``run_id`` when given) in the background; a conflict
+        LatticeUserError when run ``run_id`` exists already."""
+        ...
+
+    async def answer(
+        self,
+        run_id: str,
+        answers: Mapping[str, Any],
+        *,
+        config: LatticeConfig,
+        on_event: EventListener | None,
+    ) -> HostedRun:
+        """Continue the halted run ``run_id`` with ``answers`` in the background."""
+        ...
+
+
+class FolderHost(Protocol):
+    """A host of run folders: it continues a run folder a ``PreparedResume`` names."""
 
     runs_dir: Path
     store_type: type[RunStore]
-
-    async def start(self, prepared: PreparedRun, *, run_id: str | None) -> HostedRun:
-        """Start ``prepared`` (as ``run_id`` when given) in the background."""
-        ...
 
     async def resume(
         self, run_id: str, prepared: PreparedResume, *, on_event: EventListener | None
     ) -> HostedRun:
         """Continue the run folder ``prepared`` names in the background."""
         ...
+
+
+async def answer_folder(
+    host: FolderHost,
+    run_id: str,
+    answers: Mapping[str, Any],
+    *,
+    config: LatticeConfig,
+    on_event: EventListener | None,
+) -> HostedRun:
+    """Resume the halted run folder ``run_id`` under ``host.runs_dir`` with ``answers``."""
+    folder = host.runs_dir / run_id
+    if "/" in run_id or run_id.startswith(".") or not folder.is_dir():
+        raise LatticeUserError(f"no run {run_id!r} under {host.runs_dir}")
+    prepared = await asyncio.to_thread(
+        prepare_resume, folder, answers=answers, config=config, store_type=host.store_type
+    )
+    return await host.resume(run_id, prepared, on_event=on_event)
 
 
 class LocalHost:
@@ -91,13 +147,25 @@ class LocalHost:
         self.runs_dir = runs_dir.resolve()
         self.tasks: set[asyncio.Task[RunResult]] = set()
 
-    async def start(self, prepared: PreparedRun, *, run_id: str | None) -> HostedRun:
+    async def start(
+        self, prepared: PreparedRun, *, run_id: str | None, launch: Launch
+    ) -> HostedRun:
         if run_id is not None and (self.runs_dir / run_id).exists():
             raise LatticeUserError(f"run {run_id} exists already", error_type=ErrorType.CONFLICT)
         run_id = run_id or new_run_id()
         task = asyncio.create_task(prepared.arun(run_id=run_id), name=f"run {run_id}")
         self._keep(task)
         return HostedRun(run_id, lambda: task, lambda: prepared.runner.request_stop(run_id))
+
+    async def answer(
+        self,
+        run_id: str,
+        answers: Mapping[str, Any],
+        *,
+        config: LatticeConfig,
+        on_event: EventListener | None,
+    ) -> HostedRun:
+        return await answer_folder(self, run_id, answers, config=config, on_event=on_event)
 
     async def resume(
         self, run_id: str, prepared: PreparedResume, *, on_event: EventListener | None
@@ -155,6 +223,10 @@ class WorkflowRuns:
         choice = ProviderChoice(mock=str(workflow.mock_path))
         return ProviderSpec(choice, latency=self.provider.latency)
 
+    def launch(self, workflow: Workflow) -> Launch:
+        """What a host needs of a run of ``workflow`` besides its ``PreparedRun``."""
+        return Launch(workflow, self.provider_for(workflow))
+
     def prepare(
         self,
         workflow: Workflow,
@@ -199,7 +271,7 @@ class WorkflowRuns:
         if on_event is not None:
             prepared.runner.subscribe(on_event)
         try:
-            return await self.host.start(prepared, run_id=run_id)
+            return await self.host.start(prepared, run_id=run_id, launch=self.launch(workflow))
         except BaseException:
             await close_loop_clients(prepared.runner.provider)
             raise
@@ -225,21 +297,7 @@ class WorkflowRuns:
         on_event: EventListener | None = None,
     ) -> HostedRun:
         """Resume the halted run ``run_id`` with ``answers`` (by question node id)."""
-        folder = self.folder(run_id)
-        prepared = await asyncio.to_thread(
-            prepare_resume,
-            folder,
-            answers=answers,
-            config=self.config,
-            store_type=self.host.store_type,
-        )
-        return await self.host.resume(run_id, prepared, on_event=on_event)
-
-    def folder(self, run_id: str) -> Path:
-        folder = self.host.runs_dir / run_id
-        if "/" in run_id or run_id.startswith(".") or not folder.is_dir():
-            raise LatticeUserError(f"no run {run_id!r} under {self.host.runs_dir}")
-        return folder
+        return await self.host.answer(run_id, answers, config=self.config, on_event=on_event)
 
 
 def version_meta(workflow: Workflow) -> dict[str, Any]:

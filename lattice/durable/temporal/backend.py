@@ -25,6 +25,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
 )
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from lattice.config import TemporalConfig
@@ -117,6 +118,15 @@ class TemporalRuns(RunBackend):
     # -- starting, answering, cancelling ---------------------------------------------
 
     async def start(self, run: NewRun) -> None:
+        """Start ``run``; RunConflict when a run of its id was started before (while
+        Temporal keeps it: the namespace's retention), however long ago and by whichever
+        gateway."""
+        try:
+            await self._start(run)
+        except WorkflowAlreadyStartedError:
+            raise RunConflict(f"run {run.run_id} exists already", "unknown") from None
+
+    async def _start(self, run: NewRun) -> None:
         await start_run(
             await self.client(),
             run.ir,

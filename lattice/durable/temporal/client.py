@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from lattice.config import TemporalConfig
@@ -155,6 +156,7 @@ async def start_run(
         WORKFLOW_NAME,
         spec,
         id=run_id,
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,  # a run id names one run
         task_queue=task_queue,
         result_type=dict,
         memo={"workflow": ir.workflow.id, **(memo or {})},
