@@ -174,6 +174,15 @@ class CallGate:
             return ApprovalDecision("deny", "rule", "--no-wait", "no one could approve it")
         return None
 
+    def remember(self, call: ToolCall, op_id: str | None, key: str, journal: Any) -> None:
+        """Take up again what the recorded decision on a finished call (replayed from the
+        journal, past the gate) allowed for the rest of the visit: a run that halted and
+        resumed keeps every "allow for the rest of the run" given before."""
+        if isinstance(journal, DecisionJournal):
+            recorded = journal.recorded_decision(op_id, key)
+            if recorded is not None:
+                self._act(call, ApprovalDecision.from_json(recorded), recorded.get("planned"))
+
     def _act(self, call: ToolCall, decision: ApprovalDecision, planned: Any) -> Pass | ToolResult:
         if not decision.allows:
             return ToolResult(decision.refusal(call.name), True)

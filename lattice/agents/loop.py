@@ -373,6 +373,7 @@ class AgentLoop:
             return Pass()
         key = _key(turn, index, call)
         if self.journal is not None and self.journal.recorded_tool(op_id, key) is not None:
+            self.gate.remember(call, op_id, key, self.journal)
             return Pass()
         planner = self.box.planner(call.name)
         plan = None

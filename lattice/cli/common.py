@@ -21,7 +21,12 @@ from lattice.events import EventKind
 from lattice.ir.models import AskOp
 from lattice.lower import lower_document
 from lattice.lower.compiler import LoweringResult
-from lattice.permissions.approvals import ApprovalDecision, ApprovalRequest, Choice
+from lattice.permissions.approvals import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Choice,
+    allow_run_scope,
+)
 from lattice.runs.redaction import make_redactor
 from lattice.runs.view import count_calls, terminal_text
 from lattice.runtime.results import RunResult
@@ -234,7 +239,8 @@ def read_key(prompt: str) -> str:
 
 class TerminalApprover:
     """Asks the person at the terminal to approve an agent's tool call, one keypress:
-    y (allow once), a (allow this tool for the rest of the agent's run), n (deny, then
+    y (allow once), a (allow for the rest of the agent's run what ``allow_run_scope``
+    says: a command's prefix, every edit, the tool), n (deny, then
     a reason), anything else halts the run (answer later with ``lattice resume``)."""
 
     def __init__(
@@ -252,7 +258,11 @@ class TerminalApprover:
         try:
             print(show_approval(request), file=sys.stderr)
             key = self.key or read_key
-            pressed = key("Allow? [y]es once / [a]lways this run / [n]o / other: stop ")
+            scope = allow_run_scope(request.tool, request.arguments)
+            pressed = key(
+                f"Allow? [y]es once / [a]llow {scope} for the rest of this agent's run / "
+                "[n]o / other: stop "
+            )
             choice = APPROVALS_BY_KEY.get(pressed.strip().lower()[:1])
             if choice is None:
                 return None

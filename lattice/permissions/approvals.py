@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from lattice.permissions.rules import bash_parts, command_prefix_rule
+
 Choice = Literal["allow", "allow_run", "deny"]
 CHOICES: tuple[Choice, ...] = ("allow", "allow_run", "deny")
 APPROVALS = "$approvals"
@@ -96,6 +98,21 @@ class ApprovalDecision:
         said = f": {self.reason}" if self.reason else ""
         who = "the user" if self.by == "person" else self.door
         return f"Permission to use {tool} was denied by {who}{said}. Do not retry this call as is."
+
+
+def allow_run_scope(tool: str, arguments: Mapping[str, Any]) -> str:
+    """In words, what "allow for the rest of the run" on a call of ``tool`` allows: a
+    command's program and subcommand (``git diff`` commands), every edit, or the tool."""
+    if tool == "Bash":
+        command = str(arguments.get("command", ""))
+        rules = [command_prefix_rule(part) for part in bash_parts(command) or []]
+        if not rules or None in rules:
+            return "this command, this once (it cannot be scoped to a prefix)"
+        prefixes = dict.fromkeys(rule[len("Bash(") : -len(":*)")] for rule in rules if rule)
+        return " and ".join(f"`{prefix}` commands" for prefix in prefixes)
+    if tool in ("Edit", "MultiEdit", "Write"):
+        return "every edit"
+    return f"every {tool} call"
 
 
 def answer_decision(value: Any, door: str) -> ApprovalDecision:

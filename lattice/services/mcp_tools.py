@@ -38,7 +38,7 @@ from pydantic import BaseModel
 
 from lattice.errors import LatticeUserError
 from lattice.events import EventKind
-from lattice.permissions.approvals import APPROVALS
+from lattice.permissions.approvals import APPROVALS, allow_run_scope
 from lattice.runtime.results import RunResult
 from lattice.services.catalog import Workflow
 from lattice.services.runs import HostedRun, StartedBy, WorkflowRuns, outcome
@@ -273,19 +273,27 @@ def _pending_approvals(out: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(x) for x in (failure.get("details") or {}).get("approvals") or []]
 
 
-APPROVAL_FORM: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "decision": {
-            "type": "string",
-            "title": "Decision",
-            "enum": ["allow", "allow_run", "deny"],
-            "enumNames": ["Allow once", "Allow this tool for the rest of the run", "Deny"],
+def approval_form(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The form of one pending call: a decision (its "for the rest of the run" saying
+    what it would allow) and a reason."""
+    scope = allow_run_scope(str(request.get("tool")), request.get("arguments") or {})
+    return {
+        "type": "object",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "title": "Decision",
+                "enum": ["allow", "allow_run", "deny"],
+                "enumNames": [
+                    "Allow once",
+                    f"Allow {scope} for the rest of this agent's run",
+                    "Deny",
+                ],
+            },
+            "reason": {"type": "string", "title": "Reason (told to the agent when denied)"},
         },
-        "reason": {"type": "string", "title": "Reason (told to the agent when denied)"},
-    },
-    "required": ["decision"],
-}
+        "required": ["decision"],
+    }
 
 
 def _approval_message(request: Mapping[str, Any]) -> str:
@@ -318,7 +326,7 @@ async def _elicit_approvals(
     decisions: dict[str, Any] = {}
     for request in pending:
         reply = await ctx.session.elicit_form(
-            _approval_message(request), APPROVAL_FORM, related_request_id=ctx.request_id
+            _approval_message(request), approval_form(request), related_request_id=ctx.request_id
         )
         content = reply.content
         if reply.action != "accept" or not isinstance(content, dict):

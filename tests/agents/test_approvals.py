@@ -289,3 +289,29 @@ def test_allow_for_the_run_on_a_command_allows_that_command_not_every_command(
         "Bash(python3 -m unittest:*)",
         "Bash(git diff:*)",
     ]
+
+
+def test_allow_for_the_run_outlives_the_halts_after_it(workspace: Path, tmp_path: Path) -> None:
+    """An edit allowed for the rest of the run at the first halt still allows the later
+    Write after a second halt and resume (the allowance is taken up again from the
+    journal, not only from decisions made in this process)."""
+    settings = agents(workspace, ask=["Edit", "Read(secret.txt)"])
+    turns = [
+        calls(EDIT),
+        calls(("Read", {"file_path": "secret.txt"})),
+        calls(("Write", {"file_path": "notes.md", "content": "x\n"})),
+        answer(DONE),
+    ]
+    first = start(agent_ir(), ScriptedModel({"fix": turns}), settings, tmp_path)
+    assert [r["id"] for r in first.failure.details["approvals"]] == ["fix.1.1"]
+    second = resume(
+        first.run_dir, ScriptedModel({"fix": turns[1:]}), settings, {"fix.1.1": "allow_run"}
+    )
+    assert second.status == "halted", second.failure
+    assert [r["tool"] for r in second.failure.details["approvals"]] == ["Read"]
+    done = resume(second.run_dir, ScriptedModel({"fix": turns[2:]}), settings, {"fix.2.1": "allow"})
+    assert done.status == "completed", done.failure
+    assert (workspace / "notes.md").read_text() == "x\n"
+    decided = [line for line in journal(done.run_dir) if line["kind"] == "tool_decision"]
+    assert decided[-1]["tool"] == "Write"
+    assert decided[-1]["door"] == "allowed for the rest of the agent's run"

@@ -355,3 +355,15 @@ def test_allow_for_the_run_stands_for_the_command_the_person_saw(
     command: str, rule: str | None
 ) -> None:
     assert command_prefix_rule(command) == rule
+
+
+def test_allow_for_the_run_says_what_it_allows() -> None:
+    """The words a person reads before choosing "allow for the rest of the run"."""
+    from lattice.permissions.approvals import allow_run_scope
+
+    assert allow_run_scope("Bash", {"command": "git diff --stat"}) == "`git diff` commands"
+    both = allow_run_scope("Bash", {"command": "python3 -m unittest -v && ls tests"})
+    assert both == "`python3 -m unittest` commands and `ls` commands"
+    assert "this once" in allow_run_scope("Bash", {"command": "git -C . log"})
+    assert allow_run_scope("Write", {"file_path": "a"}) == "every edit"
+    assert allow_run_scope("WebFetch", {"url": "https://x"}) == "every WebFetch call"

@@ -263,8 +263,12 @@ def test_a_person_approves_by_elicitation(tmp_path: Path) -> None:
     inputs = json.loads((EXAMPLES / "fix-a-bug.inputs.json").read_text(encoding="utf-8"))
     asked: list[str] = []
 
+    labels: list[str] = []
+
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         asked.append(params.message)
+        schema = params.requested_schema  # type: ignore[union-attr]
+        labels.append(schema["properties"]["decision"]["enumNames"][1])
         return types.ElicitResult(action="accept", content={"decision": "allow"})
 
     async def go() -> str:
@@ -279,6 +283,10 @@ def test_a_person_approves_by_elicitation(tmp_path: Path) -> None:
     run_id = anyio.run(go)
     assert [m.split(" asks to use ")[1].split()[0] for m in asked] == ["Edit", "Bash"]
     assert "tally/stats.py" in asked[0] and "$ python3 -m unittest" in asked[1]
+    assert labels == [
+        "Allow every edit for the rest of this agent's run",
+        "Allow `python3 -m unittest` commands for the rest of this agent's run",
+    ]
     assert (project / "tally/stats.py").read_text().count("len(values)") == 1
     journal = (tmp_path / "runs" / run_id / "journal.jsonl").read_text().splitlines()
     doors = [json.loads(x).get("door") for x in journal if '"tool_decision"' in x]
