@@ -27,6 +27,7 @@ from lattice.permissions.rules import (
     CallPlace,
     Rule,
     bash_parts,
+    checked_forms,
 )
 
 Mode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
@@ -85,7 +86,9 @@ class Permissions:
             return Verdict("deny", denied.describe(), denied)
         if self.mode == "plan" and tool not in READ_ONLY:
             return Verdict("deny", f"plan mode ({self.mode_source}): agents only read")
-        asked = self._match("ask", tool, arguments, place)
+        asked = self._match("ask", tool, arguments, place, unreadable=True) or self._match(
+            "deny", tool, arguments, place, unreadable=True
+        )
         if asked is not None:
             if self.mode == "bypassPermissions":
                 return Verdict("allow", f"bypassPermissions mode ({self.mode_source})", asked)
@@ -109,14 +112,26 @@ class Permissions:
         return Verdict("allow", "the grant" if grant else f"{mode} mode ({where})")
 
     def _match(
-        self, behavior: Behavior, tool: str, arguments: Mapping[str, Any], place: CallPlace
+        self,
+        behavior: Behavior,
+        tool: str,
+        arguments: Mapping[str, Any],
+        place: CallPlace,
+        *,
+        unreadable: bool = False,
     ) -> Rule | None:
-        """The first ``behavior`` rule matching the call (for Bash: any part of it)."""
-        parts = _parts(tool, arguments)
+        """The first ``behavior`` rule matching the call (for Bash: any part of it, in any
+        of its ``checked_forms``). With ``unreadable``, a Bash command no rule can read
+        whole (one that cannot be split, or a part that runs a command given as
+        arguments) is matched by every Bash rule: ``decide`` asks for it when an ask or a
+        deny rule names some commands."""
+        forms = _checked_forms(tool, arguments)
         for rule in self._rules(behavior, tool):
             if rule.whole_tool or rule.matches(tool, arguments, place):
                 return rule
-            if parts and any(rule.matches(tool, {"command": p}, place) for p in parts):
+            if forms is None and rule.tool == "Bash" and unreadable:
+                return rule
+            if forms and any(rule.matches(tool, {"command": f}, place) for f in forms):
                 return rule
         return None
 
@@ -169,6 +184,23 @@ class Permissions:
         counts = {b: sum(1 for r in self.rules if r.behavior == b) for b in BEHAVIORS}
         rules = ", ".join(f"{n} {b}" for b, n in counts.items() if n) or "no rules"
         return f"permissions: {rules}; mode {self.mode} ({self.mode_source})"
+
+
+def _checked_forms(tool: str, arguments: Mapping[str, Any]) -> list[str] | None:
+    """What ask and deny rules read of a call: for Bash, every spelling of every part
+    (None when some part cannot be read: see ``Permissions._match``); nothing else."""
+    if tool != "Bash":
+        return []
+    parts = bash_parts(str(arguments.get("command", "")))
+    if parts is None:
+        return None
+    forms: list[str] = []
+    for part in parts:
+        spelled = checked_forms(part)
+        if spelled is None:
+            return None
+        forms.extend(spelled)
+    return forms
 
 
 def _parts(tool: str, arguments: Mapping[str, Any]) -> list[str] | None:

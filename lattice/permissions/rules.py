@@ -362,6 +362,41 @@ _RUNS_ANY_PREFIXES = ("python", "pypy")
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:@%+,-]+")
 
 
+_RESERVED = frozenset(
+    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for", "case", "esac", "!", "{", "}", "(", ")"}
+)  # fmt: skip
+RUNS_ANOTHER = frozenset(
+    {"eval", "exec", "command", "builtin", "env", "xargs", "sudo", "doas", "su", "bash", "sh", "zsh", "dash", "ksh", "fish", "parallel", "watch"}
+)  # fmt: skip
+"""Programs that run a command given as their arguments: a part that starts with one is
+checked by ask and deny rules as a command that cannot be split."""
+
+
+def checked_forms(part: str) -> list[str] | None:
+    """The spellings of a simple command that ask and deny rules are matched against: as
+    written, with its whitespace collapsed, without the grouping and reserved words around
+    it (``(git push)``, ``if …; then git push; fi``), and with its program's folder cut
+    (``/usr/bin/git push``). None when the part runs a command given as arguments
+    (``env``, ``xargs``, ``bash -c``, ``eval``): no rule can say what that runs."""
+    words = part.split()
+    while words and words[0] in _RESERVED:
+        words = words[1:]
+    while words and words[-1] in _RESERVED:
+        words = words[:-1]
+    if words and words[0].startswith("(") and words[0] != "(":
+        words[0] = words[0].lstrip("(")
+    if words and words[-1].endswith(")"):
+        words[-1] = words[-1].rstrip(")")
+    words = [w for w in words if w]
+    if not words:
+        return [part]
+    program = words[0].rsplit("/", 1)[-1]
+    if program in RUNS_ANOTHER:
+        return None
+    forms = dict.fromkeys([part, " ".join(words), " ".join([program, *words[1:]])])
+    return list(forms)
+
+
 def unwrapped(command: str) -> str:
     """``command`` without ``timeout 30``, ``time``, ``nice -n 5``, ``nohup`` before it."""
     while True:

@@ -367,3 +367,31 @@ def test_allow_for_the_run_says_what_it_allows() -> None:
     assert "this once" in allow_run_scope("Bash", {"command": "git -C . log"})
     assert allow_run_scope("Write", {"file_path": "a"}) == "every edit"
     assert allow_run_scope("WebFetch", {"url": "https://x"}) == "every WebFetch call"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "(git push origin)",
+        "{ git push origin; }",
+        "if true; then git push origin; fi",
+        "! git push origin",
+        "for x in 1; do git push origin; done",
+        "echo $(git push origin)",
+        "env git push origin",
+        "command git push origin",
+        "xargs git push < list",
+        "bash -c 'git push origin'",
+        "/usr/bin/git push origin",
+        "git  push\torigin",
+    ],
+)
+def test_an_ask_rule_on_some_commands_is_not_walked_around(command: str) -> None:
+    """An ask (or deny) rule on one command asks for it however it is wrapped: grouped,
+    under a keyword, in a substitution, run by another program, or spelled with a folder
+    or other whitespace; a command no rule can read whole asks under a deny rule too,
+    and an ordinary command still runs."""
+    assert decide({"ask": ["Bash(git push:*)"]}, *bash(command)) == "ask"
+    assert decide({"deny": ["Bash(git push:*)"]}, *bash(command)) in ("deny", "ask")
+    assert decide({"ask": ["Bash(git push:*)"]}, *bash("git status")) == "allow"
+    assert decide({"deny": ["Bash(rm:*)"]}, *bash("ls -la && git diff")) == "allow"
