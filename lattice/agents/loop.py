@@ -5,8 +5,10 @@ contract attempt) sends the request with the granted tools, runs the tools the m
 asks for, answers it with their results (``tool`` messages) and asks again, until the
 model answers without tool calls. That answer goes back to the contract engine, which
 holds it to the op's contract like any LLM answer (schema, invariants, repair,
-escalation, budgets). A repair goes on in the conversation: the repair packet is the
-next user message after the answer it fixes, every earlier turn and tool result kept.
+escalation, budgets). A repair of an answer reached through tool calls goes on in the
+conversation: the repair packet is the next user message after the answer it fixes,
+every earlier turn and tool result kept (an answer given without tools is repaired as a
+plain model call is).
 Every turn is a request against the run's budget (``max_calls``).
 
 Bounds: turns, tool calls and tokens of one visit. When one runs out, the model is
@@ -237,7 +239,13 @@ class AgentLoop:
             counted = False
             turn = self._record_turn(turn_request, response, tools_offered=not exhausted)
             if not response.tool_calls:
-                self._conversation = (*messages, Message("assistant", response.text))
+                # a repair goes on from a conversation with tool results in it (what a
+                # fresh request would lose); an answer given without tools is repaired
+                # as a plain model call is, from the repair packet alone
+                worked = any(message.role == "tool" for message in messages)
+                self._conversation = (
+                    (*messages, Message("assistant", response.text)) if worked else ()
+                )
                 return response  # the contract engine counts the answer it is given
             self.env.usage.add(response.model, request.model_class, response.usage)
             if exhausted:

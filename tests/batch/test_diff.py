@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,9 @@ def test_runs_diff_compares_path_outputs_and_calls(
     assert same["path"]["same"] and same["nodes"] == {} and same["output"] == []
     code, _, err = cli(capsys, "runs", "diff", a)
     assert code == 2 and "lattice runs diff RUN_A RUN_B" in err
-    code, _, err = cli(capsys, "runs", "diff", a, b, "--temporal", "127.0.0.1:7233")
-    assert code == 2  # not the folders': runs on Temporal are compared once exported
-    assert "lattice runs export RUN --temporal 127.0.0.1:7233 -o DIR" in err
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{probe.getsockname()[1]}"
+    code, _, err = cli(capsys, "runs", "diff", a, b, "--temporal", nowhere)
+    assert code == 2  # runs on Temporal are compared on Temporal, not as these folders
+    assert f"cannot reach Temporal at {nowhere}" in err

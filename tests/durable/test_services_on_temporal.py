@@ -170,7 +170,9 @@ def test_a_schedule_on_temporal_is_refused(temporal_address: str, tmp_path: Path
 
 def test_cancelling_a_call_stops_its_run_on_temporal(temporal_address: str, tmp_path: Path) -> None:
     queue = f"svc-{uuid.uuid4().hex[:10]}"
-    slow = replace(settings(temporal_address, queue, tmp_path, {}), mock_latency=0.5)
+    slow = replace(
+        settings(temporal_address, queue, tmp_path, {}), mock_latency=3.0
+    )  # 12 s of calls: the cancel lands first, even on a loaded machine
     inputs = json.loads((EXAMPLES / "brainstorm-ideas.inputs.json").read_text(encoding="utf-8"))
     headers = {"Authorization": f"Bearer {TOKEN}"}
     mine = {"workflow": "brainstorm-ideas", "status": "running"}  # the server is shared

@@ -23,7 +23,16 @@ from lattice.server.in_thread import serve_in_thread
 from lattice.workspace import sandbox_problem
 from tests.conftest import EXAMPLES
 from tests.panel.browser import chromium, console_errors, require_browser
-from tests.panel.test_browser import by_css, click, open_run, run_status, start_via_api, text, until
+from tests.panel.test_browser import (
+    by_css,
+    click,
+    open_run,
+    run_status,
+    start_via_api,
+    text,
+    type_into,
+    until,
+)
 from tests.panel.test_canvas_timeline import shot
 from tests.permissions.test_fix_a_bug_approvals import EXPECTED_OUTPUT, outcome, run_args
 from tests.server.helpers import TIMEOUT
@@ -333,7 +342,7 @@ def test_a_branch_session_card_at_1440(page: Any, base_url: str, tmp_path: Path)
     open_run(page, base_url, run_id, finished="halted")
     card = ".notice.question"
     until(lambda: "your turn" in text(page, f"{card} h2"), "the session's card did not show")
-    by_css(page, f"{card} #answer-text").send_keys("Which step touches the file writer?")
+    type_into(page, f"{card} #answer-text", "Which step touches the file writer?")
     click(page, f"{card} button[type='submit']")
     reply = mock["responses"]["branchSession-review"][0]
     until(lambda: reply in text(page, card), "the reply did not come back")

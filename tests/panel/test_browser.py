@@ -114,6 +114,21 @@ def click(page: Any, css: str) -> None:
     raise AssertionError(f"{css} kept being redrawn")
 
 
+def type_into(page: Any, css: str, words: str) -> None:
+    """Type ``words`` into the field ``css`` names (again, whole, if the page redrew it)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(20):
+        try:
+            field = by_css(page, css)
+            field.clear()
+            field.send_keys(words)
+            return
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    raise AssertionError(f"{css} kept being redrawn")
+
+
 def start_via_api(client: httpx.Client, **body: Any) -> str:
     response = client.post("/v1/runs", json=body)
     assert response.status_code == 202, response.text
